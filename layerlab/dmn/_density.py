@@ -1,0 +1,466 @@
+"""Class density matrices, their spectra, and the choice of DMN filters.
+
+The density matrix of class ``c`` at a layer is the (uncentred) second moment of the
+layer's inputs restricted to that class, normalised by the *total* number of samples
+(eq. 15 of Dehmamy, Rohani & Katsaggelos, arXiv:1703.04757):
+
+.. math::  \\rho_c = \\frac{1}{N} \\sum_{i \\in c} h_i h_i^\\top ,
+   \\qquad \\sum_c \\rho_c = \\rho = \\frac{1}{N} \\sum_i h_i h_i^\\top .
+
+Sums are additive, so ``rho_c`` can be accumulated in chunks (``density_init`` /
+``density_update`` / ``density_finalize``), with ``lax.scan`` over chunks
+(``streaming_class_density_matrices``), with a host loop over chunks that do not fit on
+the device (``density_from_chunks``), or across devices (``sharded_class_density_matrices``).
+
+Filter selection (``select_filters``) is host-side (numpy): the number of filters it
+returns is data dependent, and array shapes in JAX must be static.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _check_hy(h, y, num_classes):
+    if h.ndim != 2:
+        raise ValueError(f"h must have shape (N, d); got shape {h.shape}. Flatten features first.")
+    if y.ndim != 1 or y.shape[0] != h.shape[0]:
+        raise ValueError(
+            f"y must be integer labels of shape (N,) = ({h.shape[0]},); got shape {y.shape}."
+        )
+    if not jnp.issubdtype(y.dtype, jnp.integer):
+        raise TypeError(f"y must hold integer class labels; got dtype {y.dtype}.")
+    if int(num_classes) < 1:
+        raise ValueError(f"num_classes must be >= 1; got {num_classes}.")
+
+
+def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.Array:
+    """Per-class density matrices ``rho_c = (1/N) sum_{i in c} h_i h_i^T`` in one pass.
+
+    The batch is the maths here (a sum over samples), so this function is not meant to be
+    ``vmap``-ed over samples.  It is a single one-hot weighted contraction: under
+    ``jax.jit`` with ``h`` and ``y`` sharded along the sample axis of an ``Auto`` mesh XLA
+    reduces the partial sums across devices by itself; with ``Explicit`` mesh axes use
+    ``sharded_class_density_matrices``.
+
+    .. math::  \\rho_c = \\frac{1}{N} \\sum_{i=1}^{N} [y_i = c]\\, h_i h_i^\\top
+
+    Args:
+      h: ``[N, d]`` layer inputs (features or flattened patches).
+      y: ``[N]`` integer class labels in ``[0, num_classes)``; labels outside that range
+        contribute to no class (but still count in ``N``).
+      num_classes: number of classes ``C``.
+
+    Returns:
+      ``[C, d, d]`` symmetric positive semi-definite matrices; their sum is the naive
+      density matrix ``h^T h / N``.
+
+    References:
+      Eq. (15) of Dehmamy, Rohani & Katsaggelos, "Separation of time scales and direct
+      computation of weights in deep neural networks", arXiv:1703.04757.
+    """
+    h = jnp.asarray(h)
+    y = jnp.asarray(y)
+    _check_hy(h, y, num_classes)
+    onehot = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [N, C]
+    return jnp.einsum("nc,ni,nj->cij", onehot, h, h) / h.shape[0]
+
+
+def naive_density_matrix(h: jax.Array) -> jax.Array:
+    """Naive (class-blind) density matrix ``rho = h^T h / N``.
+
+    .. math::  \\rho = \\frac{1}{N} \\sum_{i=1}^{N} h_i h_i^\\top = \\sum_c \\rho_c
+
+    Args:
+      h: ``[N, d]`` layer inputs.
+
+    Returns:
+      ``[d, d]`` uncentred second-moment matrix.
+
+    References:
+      Eq. (15) of Dehmamy et al., arXiv:1703.04757 (summed over classes: "naive" DMN).
+    """
+    h = jnp.asarray(h)
+    if h.ndim != 2:
+        raise ValueError(f"h must have shape (N, d); got shape {h.shape}.")
+    return h.T @ h / h.shape[0]
+
+
+class DensityState(NamedTuple):
+    """Running sums for the streaming density-matrix estimate.
+
+    Attributes:
+      outer: ``[C, d, d]`` sum over seen samples of ``[y_i = c] h_i h_i^T``.
+      total: ``[C, d]`` sum over seen samples of ``[y_i = c] h_i`` (class sums, used to
+        fix eigenvector signs).
+      count: ``[C]`` number of seen samples per class.
+      n: ``[]`` total number of seen samples (all classes).
+    """
+
+    outer: jax.Array
+    total: jax.Array
+    count: jax.Array
+    n: jax.Array
+
+
+def density_init(num_classes: int, d: int, dtype=jnp.float32) -> DensityState:
+    """Empty running sums for ``num_classes`` classes of ``d``-dimensional inputs."""
+    return DensityState(
+        outer=jnp.zeros((num_classes, d, d), dtype),
+        total=jnp.zeros((num_classes, d), dtype),
+        count=jnp.zeros((num_classes,), dtype),
+        n=jnp.zeros((), dtype),
+    )
+
+
+def density_update(
+    state: DensityState, h: jax.Array, y: jax.Array, mask: jax.Array | None = None
+) -> DensityState:
+    """Add a chunk of samples to the running sums.
+
+    Args:
+      state: the running sums (``[C, d, d]``, ``[C, d]``, ``[C]``, ``[]``).
+      h: ``[n, d]`` chunk of inputs.
+      y: ``[n]`` integer labels.
+      mask: optional ``[n]`` weights (1 = real sample, 0 = padding).
+
+    Returns:
+      The updated ``DensityState``.
+    """
+    h = jnp.asarray(h, state.outer.dtype)
+    y = jnp.asarray(y)
+    num_classes, d = state.total.shape
+    _check_hy(h, y, num_classes)
+    if h.shape[1] != d:
+        raise ValueError(f"chunk has feature dim {h.shape[1]} but the state was built for d={d}.")
+    w = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [n, C]
+    if mask is not None:
+        mask = jnp.asarray(mask, h.dtype)
+        w = w * mask[:, None]
+        n_new = mask.sum()
+    else:
+        n_new = jnp.asarray(h.shape[0], h.dtype)
+    return DensityState(
+        outer=state.outer + jnp.einsum("nc,ni,nj->cij", w, h, h),
+        total=state.total + w.T @ h,
+        count=state.count + w.sum(0),
+        n=state.n + n_new,
+    )
+
+
+def density_merge(a: DensityState, b: DensityState) -> DensityState:
+    """Combine the running sums of two disjoint parts of a data set (sums are additive)."""
+    return jax.tree_util.tree_map(jnp.add, a, b)
+
+
+def density_finalize(state: DensityState) -> jax.Array:
+    """``[C, d, d]`` class density matrices ``outer / N`` from the running sums (eq. 15)."""
+    return state.outer / jnp.maximum(state.n, 1.0)
+
+
+def streaming_class_density_matrices(
+    h: jax.Array, y: jax.Array, num_classes: int, *, chunk_size: int
+) -> jax.Array:
+    """``class_density_matrices`` accumulated by ``lax.scan`` over chunks of samples.
+
+    Only a ``[chunk_size, C, d]``-sized intermediate is live at a time; the last chunk is
+    zero-padded and masked.  Equal (to rounding) to ``class_density_matrices(h, y, C)``.
+
+    Args:
+      h: ``[N, d]`` inputs.
+      y: ``[N]`` integer labels.
+      num_classes: ``C``.
+      chunk_size: samples per scan step (static).
+
+    Returns:
+      ``[C, d, d]`` class density matrices.
+
+    References:
+      Eq. (15) of Dehmamy et al., arXiv:1703.04757.
+    """
+    h = jnp.asarray(h)
+    y = jnp.asarray(y)
+    _check_hy(h, y, num_classes)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1; got {chunk_size}.")
+    n, d = h.shape
+    n_chunks = -(-n // chunk_size)
+    pad = n_chunks * chunk_size - n
+    hp = jnp.pad(h, ((0, pad), (0, 0))).reshape(n_chunks, chunk_size, d)
+    yp = jnp.pad(y, (0, pad)).reshape(n_chunks, chunk_size)
+    mp = (jnp.arange(n_chunks * chunk_size) < n).astype(h.dtype).reshape(n_chunks, chunk_size)
+
+    def body(state, chunk):
+        hc, yc, mc = chunk
+        return density_update(state, hc, yc, mc), None
+
+    state, _ = jax.lax.scan(body, density_init(num_classes, d, h.dtype), (hp, yp, mp))
+    return density_finalize(state)
+
+
+def density_from_chunks(
+    chunks: Iterable[tuple[jax.Array, jax.Array]],
+    num_classes: int,
+    d: int,
+    *,
+    update: Callable[..., DensityState] = density_update,
+    dtype=jnp.float32,
+) -> DensityState:
+    """Accumulate running sums over a host-side iterable of ``(h, y)`` chunks.
+
+    For data sets larger than device memory: each chunk is moved to the device, added, and
+    dropped.  Pass ``update=jax.jit(density_update)`` to compile the update once per chunk
+    shape (this library does not jit for you).
+
+    Args:
+      chunks: iterable of ``([n_k, d], [n_k])`` pairs.
+      num_classes: ``C``.
+      d: feature dimension.
+      update: the update function (``density_update`` or a jitted version of it).
+      dtype: accumulation dtype.
+
+    Returns:
+      The final ``DensityState``; ``density_finalize`` turns it into ``[C, d, d]``.
+    """
+    state = density_init(num_classes, d, dtype)
+    for hc, yc in chunks:
+        state = update(state, hc, yc)
+    return state
+
+
+def sharded_class_density_matrices(
+    h: jax.Array, y: jax.Array, num_classes: int, *, mesh: jax.sharding.Mesh, axis_name: str
+) -> jax.Array:
+    """Class density matrices with the sample axis split over a mesh axis.
+
+    Each device sums its own shard, then the ``[C, d, d]`` partial sums are ``psum``-ed over
+    ``axis_name`` and divided by the global ``N``.  ``N`` must be divisible by the size of
+    the mesh axis.  Call it under ``jax.jit``.
+
+    Args:
+      h: ``[N, d]`` inputs (sharded or not along axis 0).
+      y: ``[N]`` integer labels.
+      num_classes: ``C``.
+      mesh: a ``jax.sharding.Mesh``.
+      axis_name: the mesh axis carrying the data (samples).
+
+    Returns:
+      ``[C, d, d]`` class density matrices, replicated.
+
+    References:
+      Eq. (15) of Dehmamy et al., arXiv:1703.04757.
+    """
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    h = jnp.asarray(h)
+    y = jnp.asarray(y)
+    _check_hy(h, y, num_classes)
+    size = mesh.shape[axis_name]
+    if h.shape[0] % size:
+        raise ValueError(
+            f"N={h.shape[0]} is not divisible by the {size} devices of mesh axis {axis_name!r};"
+            " pad the data (or use streaming_class_density_matrices with a mask)."
+        )
+    n_total = h.shape[0]
+
+    def local(hs, ys):
+        w = jax.nn.one_hot(ys, num_classes, dtype=hs.dtype)
+        part = jnp.einsum("nc,ni,nj->cij", w, hs, hs)
+        return jax.lax.psum(part, axis_name) / n_total
+
+    explicit = dict(zip(mesh.axis_names, mesh.axis_types))[axis_name] == AxisType.Explicit
+    place = jax.reshard if explicit else jax.lax.with_sharding_constraint
+    h = place(h, NamedSharding(mesh, P(axis_name, None)))
+    y = place(y, NamedSharding(mesh, P(axis_name)))
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(P(axis_name, None), P(axis_name)), out_specs=P()
+    )(h, y)
+
+
+def density_eigh(rho: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Eigen-decomposition of (a batch of) density matrices, eigenvalues descending.
+
+    .. math::  \\rho = V \\operatorname{diag}(\\lambda) V^\\top,
+       \\quad \\lambda_1 \\ge \\lambda_2 \\ge \\dots
+
+    Args:
+      rho: ``[..., d, d]`` symmetric matrices.
+
+    Returns:
+      ``(eigvals [..., d], eigvecs [..., d, d])``; ``eigvecs[..., :, a]`` is the unit
+      eigenvector of ``eigvals[..., a]``.  Signs are arbitrary (see ``fix_signs``).
+    """
+    rho = jnp.asarray(rho)
+    if rho.ndim < 2 or rho.shape[-1] != rho.shape[-2]:
+        raise ValueError(f"rho must be [..., d, d] square matrices; got shape {rho.shape}.")
+    lam, vec = jnp.linalg.eigh(rho)
+    return lam[..., ::-1], vec[..., ::-1]
+
+
+def fix_signs(eigvecs: jax.Array, means: jax.Array) -> jax.Array:
+    """Flip eigenvectors so that each has a non-negative overlap with its data's mean.
+
+    ReLU(v.h) and ReLU(-v.h) are different filters, so the arbitrary sign returned by
+    ``eigh`` must be fixed.  We choose ``v . mu >= 0`` (the filter fires on the average
+    input of the class it came from); ties (``v . mu == 0``) keep a positive largest entry.
+
+    Args:
+      eigvecs: ``[..., d, k]`` eigenvectors in columns.
+      means: ``[..., d]`` the mean input of each matrix's data.
+
+    Returns:
+      ``[..., d, k]`` eigenvectors with fixed signs.
+    """
+    eigvecs = jnp.asarray(eigvecs)
+    means = jnp.asarray(means)
+    overlap = jnp.einsum("...dk,...d->...k", eigvecs, means)
+    idx = jnp.argmax(jnp.abs(eigvecs), axis=-2)  # [..., k]
+    big = jnp.take_along_axis(eigvecs, idx[..., None, :], axis=-2)[..., 0, :]
+    tie = jnp.abs(overlap) <= 1e-6 * jnp.linalg.norm(means, axis=-1, keepdims=True)
+    s = jnp.where(tie, jnp.sign(big), jnp.sign(overlap))
+    s = jnp.where(s == 0, 1.0, s)
+    return eigvecs * s[..., None, :]
+
+
+class Filters(NamedTuple):
+    """DMN filters chosen from one or more spectra.
+
+    Attributes:
+      w: ``[d, k]`` unit filters in columns (a dense layer's kernel).
+      eigvals: ``[k]`` the eigenvalue each filter came with.
+      source: ``[k]`` the class (spectrum index) each filter came from.
+      index: ``[k]`` the filter's rank within its own spectrum.
+    """
+
+    w: np.ndarray
+    eigvals: np.ndarray
+    source: np.ndarray
+    index: np.ndarray
+
+
+def num_components(eigvals, var_fraction: float) -> int:
+    """Smallest ``k`` with ``sum(lambda[:k]) >= var_fraction * sum(lambda)`` (descending).
+
+    Args:
+      eigvals: ``[d]`` eigenvalues, descending.
+      var_fraction: fraction of the trace to keep, in ``(0, 1]``.
+
+    Returns:
+      ``k`` in ``[1, d]``.
+    """
+    lam = np.clip(np.asarray(eigvals, np.float64), 0.0, None)
+    if lam.ndim != 1:
+        raise ValueError(f"eigvals must be 1-d; got shape {lam.shape}.")
+    if not 0.0 < var_fraction <= 1.0:
+        raise ValueError(f"var_fraction must be in (0, 1]; got {var_fraction}.")
+    if np.any(np.diff(lam) > 1e-12 * max(lam[0], 1e-30)):
+        raise ValueError("eigvals must be sorted in descending order (use density_eigh).")
+    tot = lam.sum()
+    if tot <= 0:
+        return 1
+    cum = np.cumsum(lam) / tot
+    return int(min(np.searchsorted(cum, var_fraction - 1e-12) + 1, lam.size))
+
+
+def select_filters(
+    eigvals,
+    eigvecs,
+    *,
+    num_filters: int | None = None,
+    var_fraction: float | None = None,
+    cutoff: float | None = 0.9,
+) -> Filters:
+    """Choose DMN filters from per-class spectra, dropping cross-class duplicates.
+
+    Candidates: from each class ``c`` its leading eigenvectors, as many as explain
+    ``var_fraction`` of ``tr rho_c`` (all of them if ``var_fraction`` is None).  They are
+    visited by decreasing eigenvalue; a candidate is dropped when its **correlation** with
+    an already kept filter of a *different* class exceeds ``cutoff``, where the correlation
+    of two filters is the absolute cosine between the unit eigenvectors,
+    ``|v_a . v_b|`` (eigenvectors of one class are orthogonal, so they never collide).
+    Selection stops after ``num_filters`` kept filters (if given).
+
+    With a single spectrum (``eigvals`` ``[d]``, naive PCA) this is "the top
+    ``num_filters`` eigenvectors" or "the top ones explaining ``var_fraction``".
+
+    Args:
+      eigvals: ``[C, d]`` (or ``[d]``) eigenvalues, each row descending.
+      eigvecs: ``[C, d, d]`` (or ``[d, d]``) unit eigenvectors in columns.
+      num_filters: maximum number of filters to keep.
+      var_fraction: per-class fraction of variance (trace) to keep, in ``(0, 1]``.
+      cutoff: |cosine| above which a cross-class candidate counts as a duplicate; None
+        disables de-duplication.
+
+    Returns:
+      ``Filters`` with ``w`` ``[d, k]``.
+
+    References:
+      Sec. "Density matrix networks" and Table 2 ("Var.", "Cutoff") of Dehmamy et al.,
+      arXiv:1703.04757.
+    """
+    lam = np.asarray(eigvals, np.float64)
+    vec = np.asarray(eigvecs, np.float64)
+    if lam.ndim == 1:
+        lam, vec = lam[None], vec[None]
+    if vec.ndim != 3 or vec.shape[:2] != lam.shape or vec.shape[1] != vec.shape[2]:
+        raise ValueError(
+            f"eigvecs must be [C, d, d] matching eigvals [C, d]; got {vec.shape} and {lam.shape}."
+        )
+    if num_filters is None and var_fraction is None:
+        raise ValueError("give num_filters, var_fraction, or both.")
+    if num_filters is not None and num_filters < 1:
+        raise ValueError(f"num_filters must be >= 1; got {num_filters}.")
+    if cutoff is not None and not 0.0 < cutoff <= 1.0:
+        raise ValueError(f"cutoff must be in (0, 1] or None; got {cutoff}.")
+    if not np.all(np.isfinite(lam)) or not np.all(np.isfinite(vec)):
+        raise ValueError("eigvals/eigvecs contain NaN or inf; check the input data.")
+    n_cls, d = lam.shape
+    cands = []
+    for c in range(n_cls):
+        k = num_components(lam[c], var_fraction) if var_fraction is not None else d
+        cands += [(lam[c, a], c, a) for a in range(k)]
+    cands.sort(key=lambda t: (-t[0], t[1], t[2]))
+    kept: list[tuple[float, int, int]] = []
+    for lam_a, c, a in cands:
+        if num_filters is not None and len(kept) >= num_filters:
+            break
+        v = vec[c, :, a]
+        dup = cutoff is not None and any(
+            c2 != c and abs(v @ vec[c2, :, a2]) > cutoff for _, c2, a2 in kept
+        )
+        if not dup:
+            kept.append((lam_a, c, a))
+    w = np.stack([vec[c, :, a] for _, c, a in kept], axis=1)
+    return Filters(
+        w=w.astype(np.float32),
+        eigvals=np.array([t[0] for t in kept]),
+        source=np.array([t[1] for t in kept], np.int32),
+        index=np.array([t[2] for t in kept], np.int32),
+    )
+
+
+def data_fraction_indices(key: jax.Array, y, fraction: float) -> np.ndarray:
+    """Indices of a class-stratified random ``fraction`` of a data set (Table 2's "Input").
+
+    Args:
+      key: PRNG key.
+      y: ``[N]`` integer labels.
+      fraction: in ``(0, 1]``; each class keeps ``ceil(fraction * N_c)`` samples.
+
+    Returns:
+      ``[M]`` sorted int indices.
+    """
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1]; got {fraction}.")
+    y = np.asarray(y)
+    perm = np.asarray(jax.random.permutation(key, y.shape[0]))
+    out = []
+    for c in np.unique(y):
+        idx = perm[y[perm] == c]
+        out.append(idx[: int(np.ceil(fraction * idx.size))])
+    return np.sort(np.concatenate(out))

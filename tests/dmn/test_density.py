@@ -1,0 +1,181 @@
+"""Tests for layerlab.dmn._density: class density matrices, streaming, spectra, selection."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab.dmn import _density as D
+
+
+def _data(seed=0, n=203, d=5, c=3):
+    rng = np.random.default_rng(seed)
+    h = rng.normal(size=(n, d)) + rng.normal(size=(1, d))
+    y = rng.integers(0, c, size=n)
+    return h, y
+
+
+def test_class_density_matrices_equal_numpy_second_moments(x64):
+    h, y = _data()
+    rho = np.asarray(D.class_density_matrices(jnp.asarray(h), jnp.asarray(y), 3))
+    n = h.shape[0]
+    for c in range(3):
+        hc = h[y == c]
+        ref = sum(np.outer(v, v) for v in hc) / n  # N = total number of samples (eq. 15)
+        np.testing.assert_allclose(rho[c], ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rho.sum(0), np.asarray(D.naive_density_matrix(jnp.asarray(h))),
+                               rtol=1e-12)
+
+
+def test_eigenvectors_match_numpy_up_to_sign(x64):
+    h, y = _data(1)
+    lam, vec = D.density_eigh(D.class_density_matrices(jnp.asarray(h), jnp.asarray(y), 3))
+    lam, vec = np.asarray(lam), np.asarray(vec)
+    for c in range(3):
+        hc = h[y == c]
+        l_np, v_np = np.linalg.eigh(hc.T @ hc / h.shape[0])
+        l_np, v_np = l_np[::-1], v_np[:, ::-1]
+        np.testing.assert_allclose(lam[c], l_np, rtol=1e-10)
+        assert np.all(np.diff(lam[c]) <= 0)
+        # same eigenvectors up to sign: |<v, v_np>| = 1 column by column
+        np.testing.assert_allclose(np.abs(np.sum(vec[c] * v_np, 0)), 1.0, atol=1e-8)
+
+
+def test_streaming_equals_one_shot(x64):
+    h, y = _data(2, n=101)
+    h, y = jnp.asarray(h), jnp.asarray(y)
+    ref = D.class_density_matrices(h, y, 3)
+    scan = jax.jit(D.streaming_class_density_matrices, static_argnums=2,
+                   static_argnames="chunk_size")(h, y, 3, chunk_size=16)  # 101 = 6*16 + 5: padded
+    np.testing.assert_allclose(scan, ref, rtol=1e-12, atol=1e-14)
+    chunks = [(h[i:i + 30], y[i:i + 30]) for i in range(0, 101, 30)]
+    st = D.density_from_chunks(chunks, 3, 5, dtype=jnp.float64)
+    np.testing.assert_allclose(D.density_finalize(st), ref, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(st.count, np.bincount(np.asarray(y), minlength=3))
+    np.testing.assert_allclose(st.total[1], np.asarray(h)[np.asarray(y) == 1].sum(0), rtol=1e-12)
+    # merge of two halves == whole
+    a = D.density_from_chunks(chunks[:2], 3, 5, dtype=jnp.float64)
+    b = D.density_from_chunks(chunks[2:], 3, 5, dtype=jnp.float64)
+    np.testing.assert_allclose(D.density_finalize(D.density_merge(a, b)), ref, rtol=1e-12)
+
+
+def test_sharded_matches_one_shot_on_one_device_mesh(x64):
+    h, y = _data(3, n=40)
+    mesh = jax.make_mesh((1,), ("data",))
+    out = jax.jit(lambda a, b: D.sharded_class_density_matrices(a, b, 3, mesh=mesh,
+                                                                axis_name="data"))(h, y)
+    np.testing.assert_allclose(out, D.class_density_matrices(h, y, 3), rtol=1e-12)
+
+
+def test_num_components_hand_built():
+    lam = np.array([5.0, 3.0, 1.0, 0.5, 0.5])  # trace 10: cumulative 0.5, 0.8, 0.9, 0.95, 1.0
+    assert D.num_components(lam, 0.5) == 1
+    assert D.num_components(lam, 0.51) == 2
+    assert D.num_components(lam, 0.8) == 2
+    assert D.num_components(lam, 0.85) == 3
+    assert D.num_components(lam, 1.0) == 5
+    with pytest.raises(ValueError, match="descending"):
+        D.num_components(lam[::-1], 0.5)
+    with pytest.raises(ValueError, match="var_fraction"):
+        D.num_components(lam, 1.5)
+
+
+def _rot(theta):
+    return np.array([[np.cos(theta), -np.sin(theta), 0], [np.sin(theta), np.cos(theta), 0],
+                     [0, 0, 1.0]])
+
+
+def test_select_filters_dedup_on_hand_built_spectra():
+    # class 0: eigvecs e1, e2, e3 with lambdas 4, 2, 1
+    # class 1: eigvecs rotated by 10 deg in the (e1, e2) plane (cos 10deg = 0.985 > 0.9),
+    #          lambdas 3, 0.5, 0.1
+    # class 2: eigvecs rotated by 60 deg (cos = 0.5 < 0.9), lambdas 3.5, 1.5, 0.2
+    lam = np.array([[4.0, 2.0, 1.0], [3.0, 0.5, 0.1], [3.5, 1.5, 0.2]])
+    vec = np.stack([np.eye(3), _rot(np.deg2rad(10)), _rot(np.deg2rad(60))])
+    f = D.select_filters(lam, vec, num_filters=4, cutoff=0.9)
+    # visit order by eigenvalue: (4,c0,0) keep; (3.5,c2,0) |cos60|=.5 keep; (3,c1,0) dup of c0
+    # (cos10); (2,c0,1) |e2 . rot60 e1| = sin60 = .87 < .9 keep; (1.5,c2,1) vs (c0,0):
+    # |e1 . rot60 e2| = .87 keep -> 4 filters
+    assert list(zip(f.source.tolist(), f.index.tolist())) == [(0, 0), (2, 0), (0, 1), (2, 1)]
+    np.testing.assert_allclose(f.eigvals, [4.0, 3.5, 2.0, 1.5])
+    np.testing.assert_allclose(f.w[:, 0], [1, 0, 0])
+    # without de-duplication the 10-degree twin is kept
+    f2 = D.select_filters(lam, vec, num_filters=3, cutoff=None)
+    assert list(zip(f2.source.tolist(), f2.index.tolist())) == [(0, 0), (2, 0), (1, 0)]
+    # var_fraction per class: class0 trace 7 -> 4/7=.57 < .6 -> 2 comps; class1 3/3.6=.83 -> 1;
+    # class2 3.5/5.2=.67 -> 1.  Candidates (4,c0,0),(3.5,c2,0),(3,c1,0 dup),(2,c0,1)
+    f3 = D.select_filters(lam, vec, var_fraction=0.6, cutoff=0.9)
+    assert list(zip(f3.source.tolist(), f3.index.tolist())) == [(0, 0), (2, 0), (0, 1)]
+
+
+def test_select_filters_naive_single_spectrum_and_errors():
+    lam = np.array([3.0, 2.0, 1.0])
+    vec = np.eye(3)
+    f = D.select_filters(lam, vec, num_filters=2)
+    np.testing.assert_allclose(f.w, np.eye(3)[:, :2])
+    with pytest.raises(ValueError, match="num_filters, var_fraction"):
+        D.select_filters(lam, vec)
+    with pytest.raises(ValueError, match="NaN"):
+        D.select_filters(np.array([np.nan, 1.0, 0.0]), vec, num_filters=1)
+
+
+def test_fix_signs_positive_overlap_with_mean():
+    v = np.array([[0.6, 0.8], [0.8, -0.6]])  # columns
+    mu = np.array([-1.0, -1.0])
+    out = np.asarray(D.fix_signs(v, mu))
+    assert np.all(out.T @ mu >= 0)
+    np.testing.assert_allclose(np.abs(out), np.abs(v))
+
+
+def test_bad_inputs_raise():
+    h = jnp.ones((4, 3))
+    with pytest.raises(ValueError, match=r"\(N, d\)"):
+        D.class_density_matrices(jnp.ones((4,)), jnp.zeros(4, int), 2)
+    with pytest.raises(ValueError, match="labels of shape"):
+        D.class_density_matrices(h, jnp.zeros(5, int), 2)
+    with pytest.raises(TypeError, match="integer"):
+        D.class_density_matrices(h, jnp.zeros(4), 2)
+
+
+def test_data_fraction_is_stratified(key):
+    y = np.repeat(np.arange(4), [10, 20, 30, 40])
+    idx = D.data_fraction_indices(key, y, 0.25)
+    np.testing.assert_array_equal(np.bincount(y[idx]), [3, 5, 8, 10])
+    assert len(np.unique(idx)) == idx.size
+
+
+@pytest.mark.multidevice
+def test_sharded_two_devices_subprocess():
+    """Two simulated CPU devices (Auto and Explicit meshes) give the one-shot answer."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import os
+        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        import jax, numpy as np
+        from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+        from layerlab.dmn import _density as D
+        h = np.random.default_rng(0).normal(size=(40, 5)).astype(np.float32)
+        y = np.arange(40) % 3
+        ref = np.asarray(D.class_density_matrices(h, y, 3))
+        errs = []
+        for t in (AxisType.Auto, AxisType.Explicit):
+            mesh = jax.make_mesh((2,), ("data",), axis_types=(t,))
+            f = jax.jit(lambda a, b: D.sharded_class_density_matrices(
+                a, b, 3, mesh=mesh, axis_name="data"))
+            errs.append(float(np.abs(f(h, y) - ref).max()))
+        mesh = jax.make_mesh((2,), ("data",), axis_types=(AxisType.Auto,))
+        hs = jax.device_put(h, NamedSharding(mesh, P("data", None)))
+        ys = jax.device_put(y, NamedSharding(mesh, P("data")))
+        out = jax.jit(D.class_density_matrices, static_argnums=2)(hs, ys, 3)
+        errs.append(float(np.abs(out - ref).max()))
+        print("ERRS", max(errs))
+    """)
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    err = float(r.stdout.split("ERRS")[1])
+    assert err < 1e-5
