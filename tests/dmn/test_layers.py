@@ -1,0 +1,134 @@
+"""Tests for layerlab.dmn._layers: conv/dense DMN layers, stacking, specs, heads."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab.dmn import _density as D
+from layerlab.dmn import _layers as L
+
+
+def _brute_conv(x, kern, padding):
+    """Loop over every output pixel: ReLU(<patch, v_f>), patch flattened (a, b, c)."""
+    n, h, w, c = x.shape
+    k, _, _, f = kern.shape
+    if padding == "SAME":
+        p = (k - 1) // 2
+        x = np.pad(x, ((0, 0), (p, k - 1 - p), (p, k - 1 - p), (0, 0)))
+    ho, wo = x.shape[1] - k + 1, x.shape[2] - k + 1
+    out = np.zeros((n, ho, wo, f))
+    v = kern.reshape(k * k * c, f)
+    for i in range(n):
+        for r in range(ho):
+            for s in range(wo):
+                patch = np.concatenate([x[i, r + a, s + b, :] for a in range(k) for b in range(k)])
+                out[i, r, s] = np.maximum(patch @ v, 0)
+    return out
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_conv_dmn_equals_brute_force_patch_projection(padding):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 6, 5, 2)).astype(np.float32)
+    kern = rng.normal(size=(3, 3, 2, 4)).astype(np.float32)
+    out = np.asarray(L.dmn_conv_apply(jnp.asarray(kern), jnp.asarray(x), padding=padding))
+    np.testing.assert_allclose(out, _brute_conv(x, kern, padding), rtol=1e-5, atol=1e-5)
+
+
+def _np_patch_density(h, y, c, k, padding):
+    """Class density matrices of all k x k patches, labels inherited from the image."""
+    n = h.shape[0]
+    if padding == "SAME":
+        p = (k - 1) // 2
+        h = np.pad(h, ((0, 0), (p, k - 1 - p), (p, k - 1 - p), (0, 0)))
+    ho, wo = h.shape[1] - k + 1, h.shape[2] - k + 1
+    d = k * k * h.shape[3]
+    rho = np.zeros((c, d, d))
+    for i in range(n):
+        for r in range(ho):
+            for s in range(wo):
+                v = np.concatenate([h[i, r + a, s + b] for a in range(k) for b in range(k)])
+                rho[y[i]] += np.outer(v, v)
+    return rho / (n * ho * wo)
+
+
+def _np_pool(h):
+    n, hh, ww, c = h.shape
+    return h[:, : hh // 2 * 2, : ww // 2 * 2].reshape(n, hh // 2, 2, ww // 2, 2, c).max((2, 4))
+
+
+def _same_span(a, b):
+    """Columns of a equal columns of b up to sign."""
+    np.testing.assert_allclose(np.abs(np.sum(a * b, 0)), 1.0, atol=2e-4)
+
+
+def test_stacked_build_matches_numpy_pipeline(key):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(size=(12, 8, 8, 1)).astype(np.float32)
+    x[6:, :4] *= 0.2  # two visibly different classes
+    y = np.repeat([0, 1], 6)
+    cfg = L.DMNConfig(pca="class", cutoff=0.9, chunk_size=5)  # 12 = 5 + 5 + 2: padded chunk
+    layers = L.parse_spec("d3,m,d2,de2")
+    prefix, _ = L.split_spec(layers)
+    params, info = L.build_dmn(key, prefix, x, y, 2, cfg)
+    # layer 1: class-based PCA of 3x3 patches, selected exactly as select_filters would
+    rho1 = _np_patch_density(x.astype(np.float64), y, 2, 3, "SAME")
+    lam, vec = np.linalg.eigh(rho1)
+    lam, vec = lam[:, ::-1], vec[:, :, ::-1]
+    ref1 = D.select_filters(lam, vec, num_filters=3, cutoff=0.9)
+    w1 = np.asarray(params[0]["w"]).reshape(9, -1)
+    assert info.widths[0] == 3 and info.input_dims == [9, 27]
+    _same_span(w1, ref1.w)
+    np.testing.assert_allclose(info.eigvals[0], ref1.eigvals, rtol=1e-4)
+    # signs: each filter has non-negative overlap with its class's mean patch
+    # layer 2 is built on the pooled ReLU outputs of layer 1
+    h1 = _np_pool(_brute_conv(x.astype(np.float64), np.asarray(params[0]["w"], np.float64),
+                              "SAME"))
+    rho2 = _np_patch_density(h1, y, 2, 3, "SAME")
+    lam2, vec2 = np.linalg.eigh(rho2)
+    ref2 = D.select_filters(lam2[:, ::-1], vec2[:, :, ::-1], num_filters=2, cutoff=0.9)
+    _same_span(np.asarray(params[2]["w"]).reshape(27, -1), ref2.w)
+    # naive PCA: eigenvectors of the summed density matrix
+    pn, _ = L.build_dmn(key, prefix[:1], x, y, 2, L.DMNConfig(pca="naive"))
+    ln, vn = np.linalg.eigh(rho1.sum(0))
+    _same_span(np.asarray(pn[0]["w"]).reshape(9, -1), vn[:, ::-1][:, :3])
+
+
+def test_network_apply_is_jittable_and_vmappable(key):
+    rng = np.random.default_rng(2)
+    x = rng.uniform(size=(10, 8, 8, 1)).astype(np.float32)
+    y = np.arange(10) % 2
+    net = L.make_network("d4,m,c3,bn,m,de2", 2, L.DMNConfig())
+    dmn, _ = net.build(key, x, y)
+    feats = net.features(dmn, x)
+    assert feats.shape == (10, 4, 4, 4)
+    head = net.init_head(key, feats)
+    assert "batch_stats" in head and head["batch_stats"]
+    params = {"dmn": dmn, "head": head}
+    ref = net.apply(params, x)
+    np.testing.assert_allclose(jax.jit(net.apply)(params, x), ref, rtol=1e-5, atol=1e-5)
+    # the conv DMN layer maps one image like a batch of one
+    one = jax.vmap(lambda im: L.dmn_conv_apply(dmn[0]["w"], im))(jnp.asarray(x))
+    np.testing.assert_allclose(one, L.dmn_conv_apply(dmn[0]["w"], jnp.asarray(x)), rtol=1e-6)
+
+
+def test_spec_parsing_and_errors():
+    lay = L.parse_spec("d15, m, c80, m, de10")
+    assert [t.kind for t in lay] == ["dmn_conv", "pool", "conv", "pool", "dense"]
+    assert L.format_spec(lay) == "d15,m,c80,m,de10"
+    assert L.format_spec(L.convnet_spec("d6,m,dd40,de10")) == "c6,m,de40,de10"
+    pre, head = L.split_spec(lay)
+    assert L.format_spec(pre) == "d15,m" and L.format_spec(head) == "c80,m,de10"
+    pre, head = L.split_spec(L.parse_spec("d6,m,m,de10"))
+    assert L.format_spec(pre) == "d6,m,m" and L.format_spec(head) == "de10"
+    with pytest.raises(ValueError, match="bad architecture token"):
+        L.parse_spec("d6,x3,de10")
+    with pytest.raises(ValueError, match="must end with the classifier"):
+        L.parse_spec("d6,m")
+    with pytest.raises(ValueError, match="before trainable"):
+        L.split_spec(L.parse_spec("c6,d4,de10"))
+    with pytest.raises(ValueError, match="num_classes=3"):
+        L.make_network("d6,de10", 3)
+    with pytest.raises(ValueError, match="NaN"):
+        L.build_dmn(jax.random.key(0), L.parse_spec("d2,de2")[:1],
+                    np.full((2, 4, 4, 1), np.nan), np.array([0, 1]), 2)
