@@ -1,0 +1,246 @@
+"""Tests for layerlab.loop (fit, optax_step, history, sweeps, early stopping, non-finite)."""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from layerlab import loop, nets
+
+
+def _problem(key, n=48, d=5):
+    kx, kw = jax.random.split(key)
+    x = jax.random.normal(kx, (n, d))
+    y = x @ jax.random.normal(kw, (d,)) + 0.1
+    return x, y
+
+
+def _lsq(params, batch):
+    x, y = batch
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+def _params(d=5):
+    return {"w": jnp.zeros((d,)), "b": jnp.zeros(())}
+
+
+def _manual(step, state, data, key, total, batch_size):
+    """Independent route: a Python loop building batch t by hand from the documented rule."""
+    data_key, step_key = jax.random.split(key)
+    n = jax.tree_util.tree_leaves(data)[0].shape[0]
+    metrics = []
+    jstep = jax.jit(step)
+    for t in range(total):
+        if batch_size is None:
+            batch = data
+        else:
+            spe = n // batch_size
+            e, p = divmod(t, spe)
+            perm = np.asarray(jax.random.permutation(jax.random.fold_in(data_key, e), n))
+            idx = perm[p * batch_size:(p + 1) * batch_size]
+            batch = jax.tree_util.tree_map(lambda a: a[idx], data)
+        state, m = jstep(state, batch, jax.random.fold_in(step_key, t))
+        metrics.append(float(m["loss"]))
+    return state, np.array(metrics)
+
+
+@pytest.mark.parametrize("batch_size", [None, 10])
+def test_fit_matches_python_loop(key, batch_size):
+    data = _problem(key)
+    ts = loop.optax_step(_lsq, optax.sgd(0.05))
+    st, hist = loop.fit(ts.step, ts.init(_params()), data, steps=13, batch_size=batch_size,
+                        key=key, progress=False, chunk_size=5)
+    ref, ref_loss = _manual(ts.step, ts.init(_params()), data, key, 13, batch_size)
+    np.testing.assert_allclose(st.params["w"], ref.params["w"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(hist["train"]["loss"], ref_loss, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(hist["step"], np.arange(13))
+    assert int(st.step) == 13
+
+
+def test_optax_step_is_gradient_descent(key):
+    """One sgd step equals theta - lr * grad computed with jax.grad; loss is pre-update."""
+    data = _problem(key)
+    p0 = {"w": jnp.ones((5,)), "b": jnp.zeros(())}
+    ts = loop.optax_step(_lsq, optax.sgd(0.1))
+    st, m = ts.step(ts.init(p0), data, key)
+    g = jax.grad(_lsq)(p0, data)
+    np.testing.assert_allclose(st.params["w"], p0["w"] - 0.1 * g["w"], rtol=1e-6)
+    np.testing.assert_allclose(m["loss"], _lsq(p0, data), rtol=1e-6)
+
+
+def test_optax_step_aux_key_hparams(key):
+    data = _problem(key)
+
+    def loss(p, b, *, key, hparams):
+        noise = jax.random.normal(key, ())
+        base = _lsq(p, b)
+        return base + hparams["l2"] * jnp.sum(p["w"] ** 2), {"noise": noise, "base": base}
+
+    ts = loop.optax_step(loss, optax.sgd(0.1), has_aux=True, with_key=True, with_hparams=True,
+                         grad_norm=True)
+    p0 = {"w": jnp.ones((5,)), "b": jnp.zeros(())}
+    st, m = ts.step(ts.init(p0, {"l2": jnp.asarray(0.5)}), data, key)
+    assert set(m) == {"loss", "noise", "base", "grad_norm"}
+    np.testing.assert_allclose(m["noise"], jax.random.normal(key, ()))
+    np.testing.assert_allclose(m["loss"], m["base"] + 0.5 * 5.0, rtol=1e-6)
+    g = jax.grad(lambda p: _lsq(p, data) + 0.5 * jnp.sum(p["w"] ** 2))(p0)
+    np.testing.assert_allclose(m["grad_norm"], optax.tree.norm(g), rtol=1e-5)
+
+
+def test_each_sample_once_per_epoch_and_remainder_dropped(key):
+    """State counts how often each sample index was drawn: each epoch is a permutation."""
+    n, bs = 10, 3  # 3 steps per epoch, 1 sample dropped per epoch (a different one each time)
+
+    def count_step(counts, batch, key):
+        return counts + jnp.zeros((n,)).at[batch].add(1.0), {"s": jnp.sum(batch).astype(jnp.float32)}
+
+    counts, hist = loop.fit(count_step, jnp.zeros((n,)), jnp.arange(n), epochs=1, batch_size=bs,
+                            key=key, progress=False)
+    assert hist["step"].shape == (3,)
+    np.testing.assert_array_equal(np.sort(np.asarray(counts)), [0.0] + [1.0] * 9)
+    counts, _ = loop.fit(count_step, jnp.zeros((n,)), jnp.arange(n), epochs=4, batch_size=bs,
+                         key=key, progress=False, chunk_size=5)
+    assert float(counts.sum()) == 36.0 and float(counts.max()) <= 4.0
+    # the dropped sample differs between epochs (with probability ~1 - 10**-3 for this key)
+    assert len(set(np.asarray(counts).tolist())) > 1
+
+
+def test_chunking_does_not_change_results_and_no_retrace(key):
+    data = _problem(key)
+    traces = []
+
+    def step(state, batch, k):
+        traces.append(1)
+        return loop.optax_step(_lsq, optax.adam(0.05)).step(state, batch, k)
+
+    init = loop.optax_step(_lsq, optax.adam(0.05)).init(_params())
+    s1, h1 = loop.fit(step, init, data, steps=20, batch_size=8, key=key, progress=False,
+                      chunk_size=20)
+    s2, h2 = loop.fit(step, init, data, steps=20, batch_size=8, key=key, progress=False,
+                      chunk_size=4)
+    np.testing.assert_allclose(s1.params["w"], s2.params["w"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(h1["train"]["loss"], h2["train"]["loss"], rtol=1e-6)
+    assert len(traces) == 2  # one trace per distinct chunk length (20 and 4), not per chunk
+    loop.fit(step, init, data, steps=12, batch_size=8, key=jax.random.key(3), progress=False,
+             chunk_size=4)
+    assert len(traces) == 2  # new key/length of run/start step are arrays: no retrace
+
+
+def test_history_eval_and_json(key, tmp_path):
+    data = _problem(key)
+    ts = loop.optax_step(_lsq, optax.sgd(0.05))
+    x, y = data
+
+    def ev(s):
+        return {"mse": _lsq(s.params, data)}
+
+    st, h = loop.fit(ts.step, ts.init(_params()), data, steps=25, batch_size=16, key=key,
+                     eval_fn=ev, eval_every=10, eval_at_start=True, progress=True)
+    np.testing.assert_array_equal(h["eval_step"], [0, 10, 20, 25])
+    assert h["train"]["loss"].shape == (25,)
+    np.testing.assert_allclose(h["eval"]["mse"][-1], _lsq(st.params, data), rtol=1e-6)
+    np.testing.assert_allclose(h["eval"]["mse"][0], _lsq(_params(), data), rtol=1e-6)
+    assert h["eval"]["mse"][-1] < h["eval"]["mse"][0]
+    js = json.loads(json.dumps(loop.history_to_jsonable(h)))
+    back = loop.history_from_jsonable(js)
+    np.testing.assert_allclose(back["train"]["loss"], h["train"]["loss"], rtol=1e-7)
+    np.testing.assert_array_equal(back["eval_step"], h["eval_step"])
+
+
+def test_runs_sweep_equals_separate_runs(key):
+    """A learning-rate sweep on the runs axis equals separate single runs."""
+    data = _problem(key)
+    lrs = jnp.array([0.01, 0.05, 0.1])
+    opt = optax.inject_hyperparams(optax.sgd)(learning_rate=0.0)
+    ts = loop.optax_step(_lsq, opt)
+
+    def init_run(lr):
+        s = ts.init(_params())
+        hp = dict(s.opt_state.hyperparams, learning_rate=lr)
+        return s._replace(opt_state=s.opt_state._replace(hyperparams=hp))
+
+    states = jax.vmap(init_run)(lrs)
+    st, h = loop.fit(ts.step, states, data, steps=9, batch_size=12, key=key, runs=True,
+                     progress=False, eval_fn=lambda s: {"mse": _lsq(s.params, data)})
+    assert h["train"]["loss"].shape == (9, 3) and h["eval"]["mse"].shape == (1, 3)
+    for r, lr in enumerate([0.01, 0.05, 0.1]):
+        t1 = loop.optax_step(_lsq, optax.sgd(lr))
+        s1, h1 = loop.fit(t1.step, t1.init(_params()), data, steps=9, batch_size=12, key=key,
+                          progress=False)
+        np.testing.assert_allclose(st.params["w"][r], s1.params["w"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(h["train"]["loss"][:, r], h1["train"]["loss"], rtol=1e-5)
+
+
+def test_runs_per_run_keys_and_data(key):
+    """Each run gets its own key stream; data_runs_axis gives each run its own data."""
+    def step(s, batch, k):
+        return s + jnp.sum(batch) + jax.random.uniform(k), {"u": jax.random.uniform(k)}
+
+    data = jnp.stack([jnp.ones((4,)), 2 * jnp.ones((4,))])  # [R=2, n=4]
+    s, h = loop.fit(step, jnp.zeros((2,)), data, steps=3, key=key, runs=True,
+                    data_runs_axis=True, progress=False)
+    _, step_key = jax.random.split(key)
+    rk = jax.random.split(step_key, 2)
+    u = np.array([[float(jax.random.uniform(jax.random.fold_in(rk[r], t))) for r in range(2)]
+                  for t in range(3)])
+    np.testing.assert_allclose(h["train"]["u"], u, rtol=1e-6)
+    np.testing.assert_allclose(s, [3 * 4.0 + u[:, 0].sum(), 3 * 8.0 + u[:, 1].sum()], rtol=1e-5)
+
+
+def test_nonfinite_raises_with_step_and_metric(key):
+    def step(s, batch, k):
+        s = s + 1.0
+        return s, {"loss": jnp.where(s >= 7, jnp.nan, 1.0 / s), "ok": s}
+
+    with pytest.raises(loop.NonFiniteError, match=r"'loss'.*step 6") as err:
+        loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), steps=20, key=key, progress=False,
+                 chunk_size=4)
+    assert err.value.step == 6 and err.value.metric == "loss"
+    assert err.value.last_good_step == 4 and float(err.value.state) == 4.0
+    assert isinstance(err.value, FloatingPointError)
+    # check_finite=False lets it run
+    s, h = loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), steps=8, key=key, progress=False,
+                    check_finite=False)
+    assert np.isnan(h["train"]["loss"][-1]) and float(s) == 8.0
+
+
+def test_early_stopping_restore_best(key):
+    # state = number of updates; eval metric (t - 30)^2 is minimal at t = 30
+    def step(s, batch, k):
+        return s + 1, {"loss": jnp.zeros(())}
+
+    es = loop.EarlyStopping("d", mode="min", patience=2, restore_best=True)
+    s, h = loop.fit(step, jnp.zeros((), jnp.int32), jnp.zeros((4, 1)), steps=200, key=key,
+                    eval_fn=lambda s: {"d": ((s - 30) ** 2).astype(jnp.float32)}, eval_every=10,
+                    early_stopping=es, progress=False)
+    np.testing.assert_array_equal(h["eval_step"], [10, 20, 30, 40, 50])
+    assert int(s) == 30 and h["early_stopping"]["stopped"]
+    assert int(h["early_stopping"]["best_step"]) == 30
+    es = es._replace(restore_best=False)
+    s, _ = loop.fit(step, jnp.zeros((), jnp.int32), jnp.zeros((4, 1)), steps=200, key=key,
+                    eval_fn=lambda s: {"d": ((s - 30) ** 2).astype(jnp.float32)}, eval_every=10,
+                    early_stopping=es, progress=False)
+    assert int(s) == 50
+
+
+def test_clear_errors(key):
+    data = _problem(key)
+    ts = loop.optax_step(_lsq, optax.sgd(0.1))
+    st = ts.init(_params())
+    with pytest.raises(ValueError, match="exactly one"):
+        loop.fit(ts.step, st, data, steps=3, epochs=1, key=key)
+    with pytest.raises(ValueError, match="batch_size"):
+        loop.fit(ts.step, st, data, steps=3, batch_size=1000, key=key)
+    with pytest.raises(ValueError, match="disagree"):
+        loop.fit(ts.step, st, (data[0], data[1][:5]), steps=3, key=key)
+    with pytest.raises(ValueError, match="NaN"):
+        loop.fit(ts.step, st, (data[0].at[0, 0].set(jnp.nan), data[1]), steps=3, key=key)
+    with pytest.raises(ValueError, match="not a scalar"):
+        loop.fit(lambda s, b, k: (s, {"v": b[0][:2, 0]}), st, data, steps=2, key=key,
+                 progress=False)
+    with pytest.raises(ValueError, match="runs axis"):
+        loop.fit(ts.step, st, data, steps=2, key=key, runs=True)
+    with pytest.raises(ValueError, match="key="):
+        loop.fit(ts.step, st, data, steps=2, key=None)
