@@ -1,0 +1,150 @@
+"""Small shared network definitions: a fully connected MLP as a list of ``{"w", "b"}`` dicts.
+
+The parameter layout is deliberately plain so every paper package (and the probes) can read
+the weight matrices directly::
+
+    params = mlp_init(key, [64, 128, 10], init="he")
+    logits = mlp_apply(params, x)                       # x: [n, 64] -> [n, 10]
+    logits, hidden = mlp_apply(params, x, return_hidden=True)
+
+Layer ``l`` computes
+
+.. math::
+
+    h_{l} = \\phi(h_{l-1} W_l + b_l), \\qquad l = 1..L-1, \\qquad
+    f(x) = h_{L-1} W_L + b_L, \\qquad h_0 = x,
+
+with ``W_l`` of shape ``[d_{l-1}, d_l]`` (row-vector convention, so a batch ``[n, d]`` is
+multiplied on the right).  The last layer is linear (logits).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["mlp_init", "mlp_apply", "INITS"]
+
+INITS = ("glorot", "he", "ntk", "normal", "lecun")
+
+
+def _weight_std(init: str, d_in: int, d_out: int, w_std: float | None) -> float:
+    """Standard deviation of the Gaussian weights of one ``[d_in, d_out]`` layer."""
+    if init == "glorot":
+        # Glorot & Bengio (2010), normal variant: Var = 2 / (fan_in + fan_out).
+        base = (2.0 / (d_in + d_out)) ** 0.5
+    elif init == "he":
+        # He et al. (2015), Eq. (10): Var = 2 / fan_in.
+        base = (2.0 / d_in) ** 0.5
+    elif init == "lecun":
+        base = (1.0 / d_in) ** 0.5
+    elif init == "ntk":
+        # NTK parameterisation stores standard-normal weights; the 1/sqrt(fan_in) factor is
+        # folded in here so mlp_apply stays a standard forward pass: W = w_std * N(0,1)/sqrt(d_in)
+        # (Jacot et al. 2018, Eq. (1), in the "standard" re-parameterisation).
+        base = (1.0 / d_in) ** 0.5
+        return base * (1.0 if w_std is None else float(w_std))
+    elif init == "normal":
+        if w_std is None:
+            raise ValueError('mlp_init(init="normal") needs an explicit w_std (the weight std).')
+        return float(w_std)
+    else:
+        raise ValueError(f"mlp_init: unknown init {init!r}; choose one of {INITS}.")
+    return base if w_std is None else base * float(w_std)
+
+
+def mlp_init(
+    key: jax.Array,
+    sizes: Sequence[int],
+    *,
+    init: str = "glorot",
+    w_std: float | None = None,
+    b_std: float = 0.0,
+    dtype=jnp.float32,
+) -> list[dict[str, jax.Array]]:
+    """Gaussian initialisation of a fully connected net with layer widths ``sizes``.
+
+    .. math::
+
+        W_l \\sim \\mathcal N(0, s_l^2)^{d_{l-1} \\times d_l}, \\qquad
+        b_l \\sim \\mathcal N(0, \\sigma_b^2)^{d_l},
+
+    with ``s_l = sqrt(2/(d_{l-1}+d_l))`` (glorot), ``sqrt(2/d_{l-1})`` (he),
+    ``sqrt(1/d_{l-1})`` (lecun, ntk), each multiplied by ``w_std`` when given, or
+    ``s_l = w_std`` for ``init="normal"``.  ``init="ntk"`` with ``w_std = sigma_w`` gives the
+    neural-tangents fan-in convention ``Var(W) = sigma_w^2 / d_in`` (so the NNGP of a wide
+    net matches ``layerlab.kernels.relu_nngp(..., w_var=sigma_w**2, b_var=b_std**2)``).
+
+    Args:
+      key: a PRNG key (``jax.random.key``).
+      sizes: ``[d_0, d_1, ..., d_L]`` (input width, hidden widths, output width); at least
+        two entries, all positive.
+      init: one of ``"glorot"``, ``"he"``, ``"lecun"``, ``"ntk"``, ``"normal"``.
+      w_std: weight scale multiplier (or the absolute std for ``"normal"``).
+      b_std: bias standard deviation (0 gives zero biases).
+      dtype: parameter dtype.
+
+    Returns:
+      ``L`` dicts ``{"w": [d_{l-1}, d_l], "b": [d_l]}``.
+
+    References:
+      Glorot & Bengio (2010); He et al. (2015) Eq. (10); Jacot et al. (2018) Eq. (1).
+    """
+    sizes = [int(s) for s in sizes]
+    if len(sizes) < 2 or any(s <= 0 for s in sizes):
+        raise ValueError(
+            f"mlp_init: sizes must list >= 2 positive widths [d_in, ..., d_out], got {sizes}."
+        )
+    if init not in INITS:
+        raise ValueError(f"mlp_init: unknown init {init!r}; choose one of {INITS}.")
+    keys = jax.random.split(key, len(sizes) - 1)
+    params = []
+    for k, d_in, d_out in zip(keys, sizes[:-1], sizes[1:]):
+        kw, kb = jax.random.split(k)
+        std = _weight_std(init, d_in, d_out, w_std)
+        w = std * jax.random.normal(kw, (d_in, d_out), dtype)
+        if b_std:
+            b = float(b_std) * jax.random.normal(kb, (d_out,), dtype)
+        else:
+            b = jnp.zeros((d_out,), dtype)
+        params.append({"w": w, "b": b})
+    return params
+
+
+def mlp_apply(
+    params: Sequence[dict[str, jax.Array]],
+    x: jax.Array,
+    *,
+    activation: Callable[[jax.Array], jax.Array] = jax.nn.relu,
+    return_hidden: bool = False,
+):
+    """Forward pass ``f(x) = W_L^T phi(... phi(W_1^T x + b_1) ...) + b_L`` (last layer linear).
+
+    Args:
+      params: the list returned by :func:`mlp_init`.
+      x: inputs ``[..., d_0]`` (any leading batch shape; ``[n, d_0]`` usually).
+      activation: elementwise non-linearity applied after every layer but the last.
+      return_hidden: also return the post-activation hidden representations.
+
+    Returns:
+      ``logits`` of shape ``[..., d_L]``, or ``(logits, hidden)`` where ``hidden`` is a list
+      of the ``L - 1`` post-activation arrays ``[..., d_l]``.
+    """
+    if len(params) == 0:
+        raise ValueError("mlp_apply: params is empty; build it with mlp_init(key, sizes).")
+    d0 = params[0]["w"].shape[0]
+    if x.shape[-1] != d0:
+        raise ValueError(
+            f"mlp_apply: input has {x.shape[-1]} features (shape {x.shape}) but the first layer "
+            f"expects {d0}; flatten images first (layerlab.data.flatten)."
+        )
+    h = x
+    hidden = []
+    for layer in params[:-1]:
+        h = activation(h @ layer["w"] + layer["b"])
+        hidden.append(h)
+    out = h @ params[-1]["w"] + params[-1]["b"]
+    if return_hidden:
+        return out, hidden
+    return out

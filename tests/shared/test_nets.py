@@ -1,0 +1,62 @@
+"""Tests for layerlab.nets (mlp_init, mlp_apply) against a numpy forward pass."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import nets
+
+
+def _np_forward(params, x, act):
+    h = np.asarray(x, np.float64)
+    hidden = []
+    for layer in params[:-1]:
+        h = act(h @ np.asarray(layer["w"], np.float64) + np.asarray(layer["b"], np.float64))
+        hidden.append(h)
+    return h @ np.asarray(params[-1]["w"], np.float64) + np.asarray(params[-1]["b"]), hidden
+
+
+def test_mlp_apply_matches_numpy(key):
+    params = nets.mlp_init(key, [6, 7, 5, 3], b_std=0.3)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (4, 6))
+    out, hidden = nets.mlp_apply(params, x, return_hidden=True)
+    ref, ref_hidden = _np_forward(params, x, lambda z: np.maximum(z, 0.0))
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    assert len(hidden) == 2
+    for h, r in zip(hidden, ref_hidden):
+        np.testing.assert_allclose(h, r, rtol=1e-5, atol=1e-5)
+    out_tanh = nets.mlp_apply(params, x, activation=jnp.tanh)
+    np.testing.assert_allclose(out_tanh, _np_forward(params, x, np.tanh)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "init,w_std,expect",
+    [("glorot", None, lambda i, o: np.sqrt(2 / (i + o))), ("he", None, lambda i, o: np.sqrt(2 / i)),
+     ("ntk", 1.5, lambda i, o: 1.5 / np.sqrt(i)), ("normal", 0.2, lambda i, o: 0.2),
+     ("lecun", None, lambda i, o: np.sqrt(1 / i))],
+)
+def test_mlp_init_weight_std(key, init, w_std, expect):
+    params = nets.mlp_init(key, [400, 300, 200], init=init, w_std=w_std)
+    for layer, (i, o) in zip(params, [(400, 300), (300, 200)]):
+        assert layer["w"].shape == (i, o) and layer["b"].shape == (o,)
+        # empirical std of 1e5 Gaussian entries: relative error ~ 1/sqrt(2*1e5)
+        np.testing.assert_allclose(np.std(np.asarray(layer["w"])), expect(i, o), rtol=0.02)
+        assert abs(float(np.mean(np.asarray(layer["w"])))) < 0.01 * expect(i, o) * 10
+        np.testing.assert_array_equal(layer["b"], 0.0)
+    pb = nets.mlp_init(key, [400, 3000], b_std=0.5)
+    np.testing.assert_allclose(np.std(np.asarray(pb[0]["b"])), 0.5, rtol=0.05)
+
+
+def test_mlp_vmap_and_errors(key):
+    params = nets.mlp_init(key, [3, 4, 2])
+    x = jax.random.normal(key, (5, 3))
+    per_example = jax.vmap(lambda xi: nets.mlp_apply(params, xi))(x)
+    np.testing.assert_allclose(per_example, nets.mlp_apply(params, x), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="features"):
+        nets.mlp_apply(params, jnp.ones((5, 4)))
+    with pytest.raises(ValueError, match="sizes"):
+        nets.mlp_init(key, [3])
+    with pytest.raises(ValueError, match="unknown init"):
+        nets.mlp_init(key, [3, 2], init="xavier")
+    with pytest.raises(ValueError, match="w_std"):
+        nets.mlp_init(key, [3, 2], init="normal")
