@@ -139,12 +139,18 @@ def mlp_apply(
             f"mlp_apply: input has {x.shape[-1]} features (shape {x.shape}) but the first layer "
             f"expects {d0}; flatten images first (layerlab.data.flatten)."
         )
+    def dense(layer, h):
+        z = h @ layer["w"]
+        b = layer["b"]
+        # explicit broadcast of the bias over the batch axes (no implicit rank promotion)
+        return z + b.reshape((1,) * (z.ndim - b.ndim) + b.shape)
+
     h = x
     hidden = []
     for layer in params[:-1]:
-        h = activation(h @ layer["w"] + layer["b"])
+        h = activation(dense(layer, h))
         hidden.append(h)
-    out = h @ params[-1]["w"] + params[-1]["b"]
+    out = dense(params[-1], h)
     if return_hidden:
         return out, hidden
     return out
