@@ -21,11 +21,46 @@ from layerlab.dmn._density import sharded_class_density_matrices as sharded_clas
 from layerlab.dmn._density import (
     streaming_class_density_matrices as streaming_class_density_matrices,
 )
+from layerlab.dmn._layers import BuildInfo as BuildInfo
+from layerlab.dmn._layers import DMNConfig as DMNConfig
+from layerlab.dmn._layers import Head as Head
+from layerlab.dmn._layers import HeadState as HeadState
+from layerlab.dmn._layers import Layer as Layer
+from layerlab.dmn._layers import Network as Network
+from layerlab.dmn._layers import accuracy as accuracy
+from layerlab.dmn._layers import build_dmn as build_dmn
+from layerlab.dmn._layers import classifier_step as classifier_step
+from layerlab.dmn._layers import convnet_spec as convnet_spec
+from layerlab.dmn._layers import dmn_apply as dmn_apply
+from layerlab.dmn._layers import dmn_conv_apply as dmn_conv_apply
+from layerlab.dmn._layers import dmn_dense_apply as dmn_dense_apply
+from layerlab.dmn._layers import format_spec as format_spec
+from layerlab.dmn._layers import head_variables as head_variables
+from layerlab.dmn._layers import make_network as make_network
+from layerlab.dmn._layers import map_batches as map_batches
+from layerlab.dmn._layers import max_pool_2x2 as max_pool_2x2
+from layerlab.dmn._layers import parse_spec as parse_spec
+from layerlab.dmn._layers import split_spec as split_spec
+from layerlab.dmn._timescales import distance_to_final as distance_to_final
+from layerlab.dmn._timescales import eigenvalue_convergence as eigenvalue_convergence
+from layerlab.dmn._timescales import eigenvalue_fluctuations as eigenvalue_fluctuations
+from layerlab.dmn._timescales import eq18_variance as eq18_variance
+from layerlab.dmn._timescales import layer_spectra as layer_spectra
 
 __all__ = [
+    "BuildInfo",
+    "DMNConfig",
     "DensityState",
     "Filters",
+    "Head",
+    "HeadState",
+    "Layer",
+    "Network",
+    "accuracy",
+    "build_dmn",
     "class_density_matrices",
+    "classifier_step",
+    "convnet_spec",
     "data_fraction_indices",
     "density_eigh",
     "density_finalize",
@@ -33,10 +68,25 @@ __all__ = [
     "density_init",
     "density_merge",
     "density_update",
+    "distance_to_final",
+    "dmn_apply",
+    "dmn_conv_apply",
+    "dmn_dense_apply",
+    "eigenvalue_convergence",
+    "eigenvalue_fluctuations",
+    "eq18_variance",
     "fix_signs",
+    "format_spec",
+    "head_variables",
+    "layer_spectra",
+    "make_network",
+    "map_batches",
+    "max_pool_2x2",
     "naive_density_matrix",
     "num_components",
+    "parse_spec",
     "select_filters",
     "sharded_class_density_matrices",
+    "split_spec",
     "streaming_class_density_matrices",
 ]

@@ -1,0 +1,164 @@
+"""Separation-of-time-scales diagnostics (Sec. 2-3 of Dehmamy et al., arXiv:1703.04757).
+
+* ``layer_spectra``: largest singular values of every weight ``W^(k)`` and of the suffix
+  products ``prod_{m>=k} W^(m)`` (the proxy for ``A^(k)`` of eq. 11, Fig. 2): lower layers,
+  with larger products, move faster and converge first.
+* ``distance_to_final``: per-layer ``||w_k(t) - w_k(T)||`` curves (Fig. 5).
+* ``eigenvalue_fluctuations`` / ``eq18_variance``: eigenvalue fluctuations of density
+  matrices when ``dN`` samples are added, ``Var[d rho_c] = 2 dN rho_c^2 / N^2`` (eq. 18, Fig. 3).
+* ``eigenvalue_convergence``: eigenvalues of ``rho`` from the first ``N`` samples (SI Fig. 7).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab import probes
+
+
+def layer_spectra(weights: Sequence, *, top: int = 1) -> tuple[jax.Array, jax.Array]:
+    """Top singular values of each layer's weight and of the products above it.
+
+    .. math::  s^{(k)}_{1..top} = \\mathrm{sv}(W^{(k)}), \\qquad
+       p^{(k)}_{1..top} = \\mathrm{sv}\\Big(\\prod_{m \\ge k} W^{(m)}\\Big)
+       = \\mathrm{sv}(W^{(k)} W^{(k+1)} \\cdots W^{(L)})
+
+    (row convention ``h @ W``; the product maps layer ``k``'s input to the logits).
+
+    Args:
+      weights: ``L`` matrices ``[d_{k-1}, d_k]`` (or ``{"w": ...}`` layer dicts, as made by
+        ``layerlab.nets.mlp_init``), in the order applied.
+      top: how many leading singular values to keep (``<=`` the smallest width).
+
+    Returns:
+      ``(s [L, top], p [L, top])``.
+
+    References:
+      Eqs. (10)-(12) and Fig. 2 of Dehmamy et al., arXiv:1703.04757.
+    """
+    mats = [w["w"] if isinstance(w, dict) else w for w in weights]
+    s = probes.singular_values(list(mats))
+    p = probes.product_singular_values(mats, convention="row", suffix=True)
+    if top > min(min(m.shape) for m in mats):
+        raise ValueError(f"top={top} exceeds the smallest layer width.")
+    return jnp.stack([v[:top] for v in s]), jnp.stack([v[:top] for v in p])
+
+
+def distance_to_final(snapshots: Sequence, final, *, relative: bool = False) -> np.ndarray:
+    """Per-layer distance of the weights at each snapshot from the final weights.
+
+    .. math::  D_k(t) = \\|w_k(t) - w_k(T)\\|_F
+       \\quad (\\text{or } / \\|w_k(T)\\|_F \\text{ with ``relative``})
+
+    Args:
+      snapshots: ``T`` parameter snapshots, each a sequence of ``L`` per-layer pytrees.
+      final: the final parameters (a sequence of ``L`` per-layer pytrees).
+      relative: divide by ``||w_k(T)||`` (``probes.tree_relative_change``).
+
+    Returns:
+      ``[T, L]`` numpy array.
+
+    References:
+      Fig. 5 of Dehmamy et al., arXiv:1703.04757.
+    """
+    out = np.zeros((len(snapshots), len(final)))
+    for t, snap in enumerate(snapshots):
+        if len(snap) != len(final):
+            raise ValueError(f"snapshot {t} has {len(snap)} layers, final has {len(final)}.")
+        for k, (a, b) in enumerate(zip(snap, final)):
+            rel = float(probes.tree_relative_change(a, b))
+            out[t, k] = rel if relative else rel * float(probes.tree_norm(b))
+    return out
+
+
+def eq18_variance(eigvals, n, dn):
+    """Eq. (18): variance of an eigenvalue of ``rho`` when ``dN`` samples are added to ``N``.
+
+    .. math::  \\mathrm{Var}[\\delta\\lambda] = \\frac{2\\, \\delta N\\, \\lambda^2}{N^2}
+
+    (the ``rho_c^2`` of eq. 18 read in the eigenbasis).  It is the ``dN << N`` limit of the
+    exact Gaussian value ``2 dN lambda^2 / (N (N + dN))`` (``exact=True`` in the test).  So
+    the typical ``|delta lambda| / delta N`` scales as ``lambda / N`` (Fig. 3).
+
+    Args:
+      eigvals: ``[...]`` eigenvalues ``lambda``.
+      n: current number of samples ``N``.
+      dn: number of added samples ``dN``.
+
+    Returns:
+      ``[...]`` variances.
+
+    References:
+      Eq. (18) and Fig. 3 of Dehmamy et al., arXiv:1703.04757.
+    """
+    lam = jnp.asarray(eigvals)
+    return 2.0 * dn * lam**2 / n**2
+
+
+def eigenvalue_fluctuations(
+    key: jax.Array, h: jax.Array, *, n: int, dn: int, num_draws: int
+) -> tuple[jax.Array, jax.Array]:
+    """Measured eigenvalue changes when ``dn`` samples are added to ``n`` random samples.
+
+    For each draw, a random ordering of ``h``; ``lambda(N)`` from the first ``n`` rows and
+    ``lambda(N + dN)`` from the first ``n + dn`` rows (both with ``rho = h^T h / N``,
+    eigenvalues descending); ``delta lambda = lambda(N + dN) - lambda(N)``.
+
+    Args:
+      key: PRNG key.
+      h: ``[M, d]`` samples, ``M >= n + dn``.
+      n: ``N``.
+      dn: ``dN``.
+      num_draws: number of random orderings.
+
+    Returns:
+      ``(lam [num_draws, d], dlam [num_draws, d])``: ``lambda(N)`` and ``delta lambda``.
+
+    References:
+      Eq. (18) and Fig. 3 of Dehmamy et al., arXiv:1703.04757.
+    """
+    h = jnp.asarray(h)
+    if h.ndim != 2 or h.shape[0] < n + dn:
+        raise ValueError(f"h must be [M >= n + dn = {n + dn}, d]; got shape {h.shape}.")
+
+    def one(k):
+        idx = jax.random.permutation(k, h.shape[0])[: n + dn]
+        hs = h[idx]
+        a = hs[:n]
+        lam_n = jnp.linalg.eigvalsh(a.T @ a / n)[::-1]
+        lam_m = jnp.linalg.eigvalsh(hs.T @ hs / (n + dn))[::-1]
+        return lam_n, lam_m - lam_n
+
+    return jax.vmap(one)(jax.random.split(key, num_draws))
+
+
+def eigenvalue_convergence(h, ns: Sequence[int]) -> np.ndarray:
+    """Eigenvalues of ``rho(N) = (1/N) sum_{i<=N} h_i h_i^T`` for each ``N`` in ``ns``.
+
+    Accumulated incrementally (the running sum of outer products is extended from one ``N``
+    to the next), so the total cost is one pass over ``h[:max(ns)]``.
+
+    Args:
+      h: ``[M, d]`` samples in the order they are seen.
+      ns: increasing sample counts ``<= M``.
+
+    Returns:
+      ``[len(ns), d]`` eigenvalues, descending.
+
+    References:
+      SI Fig. 7 of Dehmamy et al., arXiv:1703.04757.
+    """
+    h = np.asarray(h, np.float64)
+    ns = [int(v) for v in ns]
+    if any(b <= a for a, b in zip(ns[:-1], ns[1:])) or ns[0] < 1 or ns[-1] > h.shape[0]:
+        raise ValueError(f"ns must increase within [1, {h.shape[0]}]; got {ns}.")
+    acc = np.zeros((h.shape[1], h.shape[1]))
+    out, prev = [], 0
+    for m in ns:
+        acc += h[prev:m].T @ h[prev:m]
+        prev = m
+        out.append(np.linalg.eigvalsh(acc / m)[::-1])
+    return np.stack(out)

@@ -1,0 +1,67 @@
+"""Tests for layerlab.dmn._timescales: spectra, distances, eq. 18 by Monte-Carlo."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab.dmn import _timescales as T
+
+
+def test_layer_spectra_match_numpy():
+    rng = np.random.default_rng(0)
+    ws = [rng.normal(size=s) for s in [(6, 5), (5, 7), (7, 3)]]
+    s, p = T.layer_spectra([{"w": jnp.asarray(w), "b": jnp.zeros(w.shape[1])} for w in ws], top=2)
+    for k in range(3):
+        np.testing.assert_allclose(s[k], np.linalg.svd(ws[k], compute_uv=False)[:2], rtol=1e-5)
+        prod = ws[k]
+        for w in ws[k + 1:]:
+            prod = prod @ w
+        np.testing.assert_allclose(p[k], np.linalg.svd(prod, compute_uv=False)[:2], rtol=1e-4)
+
+
+def test_distance_to_final():
+    rng = np.random.default_rng(1)
+    final = [{"w": rng.normal(size=(3, 2))}, {"w": rng.normal(size=(2, 2))}]
+    snaps = [[{"w": f["w"] + t * rng.normal(size=f["w"].shape)} for f in final] for t in range(3)]
+    d = T.distance_to_final(snaps, final)
+    for t in range(3):
+        for k in range(2):
+            np.testing.assert_allclose(
+                d[t, k], np.linalg.norm(snaps[t][k]["w"] - final[k]["w"]), rtol=1e-5, atol=1e-6)
+    dr = T.distance_to_final(snaps, final, relative=True)
+    np.testing.assert_allclose(dr[2, 1], d[2, 1] / np.linalg.norm(final[1]["w"]), rtol=1e-5)
+
+
+def test_eq18_eigenvalue_fluctuations_monte_carlo(x64):
+    # Gaussian data, well-separated spectrum: Var[d lambda] = 2 dN lambda^2 / (N (N + dN))
+    # exactly at first order; eq. 18 is its dN << N limit.
+    lam_true = jnp.array([4.0, 1.0, 0.25])
+    n, dn = 400, 20
+    h = jax.random.normal(jax.random.key(1), (n + dn, 3, 4000)) * jnp.sqrt(lam_true)[None, :, None]
+    # 4000 independent data sets of n + dn samples (no re-use across draws)
+    hs = jnp.moveaxis(h, -1, 0)
+
+    def one(x):
+        a = x[:n]
+        l1 = jnp.linalg.eigvalsh(a.T @ a / n)[::-1]
+        l2 = jnp.linalg.eigvalsh(x.T @ x / (n + dn))[::-1]
+        return l2 - l1
+
+    dl = jax.jit(jax.vmap(one))(hs)
+    var_mc = np.var(np.asarray(dl), axis=0)
+    exact = 2 * dn * np.asarray(lam_true) ** 2 / (n * (n + dn))
+    np.testing.assert_allclose(var_mc, exact, rtol=0.1)
+    np.testing.assert_allclose(T.eq18_variance(lam_true, n, dn), exact * (n + dn) / n, rtol=1e-12)
+    # the library's resampling estimator: same scaling, std(d lambda) ~ sqrt(2 dN) lambda / N
+    pool = jax.random.normal(jax.random.key(2), (8000, 3)) * jnp.sqrt(lam_true)[None, :]
+    lam, dlam = jax.jit(lambda k: T.eigenvalue_fluctuations(k, pool, n=n, dn=dn,
+                                                            num_draws=800))(jax.random.key(3))
+    np.testing.assert_allclose(np.std(np.asarray(dlam), 0), np.sqrt(exact), rtol=0.15)
+
+
+def test_eigenvalue_convergence_matches_direct():
+    rng = np.random.default_rng(2)
+    h = rng.normal(size=(50, 4))
+    ns = [5, 17, 50]
+    out = T.eigenvalue_convergence(h, ns)
+    for i, m in enumerate(ns):
+        np.testing.assert_allclose(out[i], np.linalg.eigvalsh(h[:m].T @ h[:m] / m)[::-1])
