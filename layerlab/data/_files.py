@@ -1,0 +1,278 @@
+"""Readers for the datasets' original file formats, the search path and the not-found error.
+
+Formats:
+
+* idx (MNIST): big-endian header ``0 0 <dtype> <ndim>``, ``ndim`` uint32 sizes, raw data;
+  gzip-compressed (``.gz``) or not.
+* CIFAR python pickles: dicts with ``b"data"`` (uint8 ``[n, 3072]``, each row the 1024 red,
+  then green, then blue values of a 32x32 image) and ``b"labels"`` (CIFAR-10) or
+  ``b"fine_labels"``/``b"coarse_labels"`` (CIFAR-100), loose or inside the official tarball.
+  They are read with a restricted unpickler that only rebuilds numpy arrays and plain
+  Python containers, so a tampered file cannot run code.
+* ``.npz`` (``np.load`` without pickle): ``x_train, y_train, x_test, y_test[, label_names]``.
+* UCI CSVs (wine quality: ``;``-separated; superconductivity: ``,``-separated), one header line.
+"""
+from __future__ import annotations
+
+import functools
+import gzip
+import io
+import os
+import pathlib
+import pickle
+import struct
+import tarfile
+import zipfile
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from layerlab.data._dataset import DatasetNotFoundError
+
+ENV_VAR = "LAYERLAB_DATA"
+
+__all__ = [
+    "ENV_VAR",
+    "data_roots",
+    "read_idx",
+    "read_cifar_pickle",
+    "read_csv",
+    "clear_cache",
+    "not_found_error",
+]
+
+
+def data_roots(data_dir=None) -> list[pathlib.Path]:
+    """Directories searched for dataset files, in order.
+
+    ``data_dir`` when given (only it); otherwise every entry of ``$LAYERLAB_DATA``
+    (``os.pathsep``-separated), then ``./data``, then ``shared/data`` next to the
+    repository checkout (``<repo>/../shared/data``) when that exists.
+    """
+    if data_dir is not None:
+        return [pathlib.Path(data_dir).expanduser()]
+    roots = [pathlib.Path(p).expanduser() for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
+    roots.append(pathlib.Path.cwd() / "data")
+    sibling = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
+    if sibling.is_dir() and sibling not in roots:
+        roots.append(sibling)
+    return roots
+
+
+def first_existing(candidates: Iterable[pathlib.Path], looked: list[str]) -> pathlib.Path | None:
+    """The first path that exists; every path tried is appended to ``looked``."""
+    for c in candidates:
+        looked.append(str(c))
+        if c.exists():
+            return c
+    return None
+
+
+def not_found_error(
+    name: str, looked: Sequence[str], expected: Sequence[str], how: str, data_dir=None
+) -> DatasetNotFoundError:
+    """Build the error raised when a dataset's files are missing (see module docstring)."""
+    where = (
+        f"data_dir={str(data_dir)!r}"
+        if data_dir is not None
+        else f"${ENV_VAR}={os.environ.get(ENV_VAR, '')!r}, ./data and <repo>/../shared/data"
+    )
+    lines = [
+        f"Dataset {name!r} not found (searched {where}).",
+        "Looked for:",
+        *[f"  {p}" for p in looked],
+        "Expected, under a data directory <dir>:",
+        *[f"  {e}" for e in expected],
+        f"How to get it: {how}",
+        f"Then pass data_dir='<dir>' to layerlab.data.load, or set {ENV_VAR}=<dir> "
+        "(several directories separated by os.pathsep are searched in order).",
+    ]
+    return DatasetNotFoundError("\n".join(lines))
+
+
+# ------------------------------------------------------------------------------ cache
+def _stamp(path: pathlib.Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_mtime_ns, st.st_size
+
+
+def _readonly(*arrays):
+    for a in arrays:
+        if isinstance(a, np.ndarray):
+            a.setflags(write=False)
+    return arrays if len(arrays) > 1 else arrays[0]
+
+
+def clear_cache() -> None:
+    """Forget the raw arrays kept from recently read files (they are cached by path, mtime
+    and size, so repeated ``load`` calls do not re-read or re-decompress big files)."""
+    _read_idx.cache_clear()
+    _read_npz_key.cache_clear()
+    _read_member.cache_clear()
+    _read_csv.cache_clear()
+
+
+# -------------------------------------------------------------------------------- idx
+_IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def parse_idx(buf: bytes, what: str = "idx data") -> np.ndarray:
+    """Decode an idx byte string (header ``0 0 dtype ndim``, big-endian sizes, data)."""
+    if len(buf) < 4 or buf[0] != 0 or buf[1] != 0 or buf[2] not in _IDX_DTYPES:
+        raise ValueError(f"{what} is not an idx file (bad magic number {buf[:4]!r}).")
+    ndim = buf[3]
+    shape = struct.unpack(f">{ndim}I", buf[4 : 4 + 4 * ndim])
+    dtype = np.dtype(_IDX_DTYPES[buf[2]])
+    count = int(np.prod(shape, dtype=np.int64))
+    offset = 4 + 4 * ndim
+    if len(buf) - offset != count * dtype.itemsize:
+        raise ValueError(
+            f"{what}: header says shape {shape} ({count * dtype.itemsize} bytes of data) but the "
+            f"file holds {len(buf) - offset}; the file is truncated or corrupt."
+        )
+    return np.frombuffer(buf, dtype, count=count, offset=offset).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_idx(path: str, mtime: int, size: int) -> np.ndarray:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        return _readonly(parse_idx(f.read(), path))
+
+
+def read_idx(path) -> np.ndarray:
+    """Read an idx file (``.gz`` or raw) into a read-only numpy array."""
+    return _read_idx(*_stamp(pathlib.Path(path)))
+
+
+# -------------------------------------------------------------------------------- npz
+@functools.lru_cache(maxsize=8)
+def _read_npz_key(path: str, mtime: int, size: int, key: str) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as d:
+        if key not in d.files:
+            raise KeyError(f"{path} has no array {key!r} (it has {d.files}).")
+        return _readonly(d[key])
+
+
+def read_npz_key(path, key: str) -> np.ndarray:
+    """One array of an ``.npz`` file (only that member is decompressed), read-only, cached."""
+    return _read_npz_key(*_stamp(pathlib.Path(path)), key)
+
+
+def npz_keys(path) -> list[str]:
+    with np.load(path, allow_pickle=False) as d:
+        return list(d.files)
+
+
+# ---------------------------------------------------------------------------- pickles
+_SAFE_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"): ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"): ("numpy._core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"): ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"): ("numpy._core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"): ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"): ("numpy", "ndarray"),
+    ("numpy", "dtype"): ("numpy", "dtype"),
+    ("_codecs", "encode"): ("_codecs", "encode"),
+    ("builtins", "bytearray"): ("builtins", "bytearray"),
+    ("__builtin__", "bytearray"): ("builtins", "bytearray"),
+}
+
+
+class _SafeUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        target = _SAFE_GLOBALS.get((module, name))
+        if target is None:
+            raise pickle.UnpicklingError(
+                f"refusing to load {module}.{name} from a dataset pickle: CIFAR batches only "
+                "hold numpy arrays, lists and strings."
+            )
+        return super().find_class(*target)
+
+
+def _unpickle(data: bytes, what: str) -> dict:
+    try:
+        d = _SafeUnpickler(io.BytesIO(data), encoding="bytes").load()
+    except Exception as e:  # noqa: BLE001 - re-raised with the file name
+        raise ValueError(f"{what} is not a readable CIFAR python pickle: {e}") from e
+    if not isinstance(d, dict):
+        raise ValueError(f"{what}: expected a pickled dict, got {type(d).__name__}.")
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in d.items()}
+
+
+@functools.lru_cache(maxsize=16)
+def _read_member(path: str, mtime: int, size: int, member: str | None) -> dict:
+    if member is None:
+        with open(path, "rb") as f:
+            data = f.read()
+        what = path
+    else:
+        with tarfile.open(path, "r:*") as tar:
+            try:
+                f = tar.extractfile(member)
+            except KeyError:
+                f = None
+            if f is None:
+                raise ValueError(f"{path} has no member {member!r}; is it the official tarball?")
+            data = f.read()
+        what = f"{path}:{member}"
+    d = _unpickle(data, what)
+    for v in d.values():
+        _readonly(v)
+    return d
+
+
+def read_cifar_pickle(path, member: str | None = None) -> dict:
+    """A CIFAR python pickle (from a file, or the tarball member ``member``) as a dict with
+    ``str`` keys (values as stored: numpy arrays, lists of ints, lists of bytes)."""
+    return _read_member(*_stamp(pathlib.Path(path)), member)
+
+
+def cifar_images(d: dict, what: str) -> np.ndarray:
+    """``b"data"`` rows ``[n, 3072]`` (channel-major CHW) -> ``[n, 32, 32, 3]`` uint8 HWC."""
+    data = np.asarray(d.get("data"))
+    if data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
+        raise ValueError(
+            f"{what}: 'data' should be uint8 of shape [n, 3072], got {data.dtype}{list(data.shape)}."
+        )
+    return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+
+
+def cifar_labels(d: dict, key: str, what: str) -> np.ndarray:
+    if key not in d:
+        raise ValueError(f"{what}: no {key!r} entry (keys: {sorted(d)}).")
+    return np.asarray(d[key], dtype=np.int64)
+
+
+def decode_names(names) -> tuple[str, ...]:
+    return tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names)
+
+
+# -------------------------------------------------------------------------------- csv
+@functools.lru_cache(maxsize=8)
+def _read_csv(path: str, mtime: int, size: int, delimiter: str, member: str | None):
+    if member is None:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        with zipfile.ZipFile(path) as z:
+            text = z.read(member).decode("utf-8")
+    header, _, body = text.partition("\n")
+    names = tuple(c.strip().strip('"') for c in header.strip().split(delimiter))
+    try:
+        values = np.loadtxt(io.StringIO(body), delimiter=delimiter, dtype=np.float64, ndmin=2)
+    except ValueError as e:
+        raise ValueError(f"{path}{':' + member if member else ''}: not a numeric CSV: {e}") from e
+    if values.shape[1] != len(names):
+        raise ValueError(
+            f"{path}: header has {len(names)} columns but rows have {values.shape[1]}; "
+            f"wrong delimiter ({delimiter!r} expected)?"
+        )
+    return names, _readonly(values)
+
+
+def read_csv(path, delimiter: str, member: str | None = None) -> tuple[tuple[str, ...], np.ndarray]:
+    """A numeric CSV with one header line (optionally a member of a ``.zip``):
+    ``(column_names, values [rows, cols] float64)``."""
+    return _read_csv(*_stamp(pathlib.Path(path)), delimiter, member)

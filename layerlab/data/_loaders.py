@@ -1,0 +1,526 @@
+"""``load``: one entry point for embedded, file-based, tensorflow-datasets and synthetic data."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from layerlab.data import _files as F
+from layerlab.data import _synthetic
+from layerlab.data._dataset import Dataset, DatasetNotFoundError
+from layerlab.data._transforms import (
+    balanced_subset,
+    random_subset,
+    select_classes,
+    train_val_split,
+)
+
+__all__ = ["load", "DATASETS", "dgl_protocol", "DGLSplits", "holdout_mask"]
+
+_DIGIT_NAMES = tuple(str(i) for i in range(10))
+_CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+_CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+
+
+class _Raw(NamedTuple):
+    x: np.ndarray  # uint8 images or float features
+    y: np.ndarray
+    num_classes: int
+    class_names: tuple[str, ...] | None = None
+    x_div: float | None = None  # x / x_div maps to [0, 1]
+    feature_names: tuple[str, ...] | None = None
+
+
+def holdout_mask(n: int) -> np.ndarray:
+    """``[n]`` bool: the deterministic test part of datasets without an official test split.
+
+    Sample ``i`` (in file order) is a test sample iff ``i % 5 == 4``: a fixed 80/20 split
+    that needs no random generator, and is stratified for files sorted by class (``wine``)
+    or roughly interleaved (``digits``, the UCI CSVs).
+    """
+    return np.arange(n) % 5 == 4
+
+
+def _holdout(split: str, *arrays):
+    if split == "all":
+        return arrays
+    m = holdout_mask(len(arrays[0]))
+    m = m if split == "test" else ~m
+    return tuple(a[m] for a in arrays)
+
+
+# --------------------------------------------------------------------------- embedded
+def _digits(split, roots, data_dir):
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x, y = _holdout(split, d.images.astype(np.float32)[..., None], d.target.astype(np.int32))
+    return _Raw(x, y, 10, _DIGIT_NAMES, 16.0)
+
+
+def _wine(split, roots, data_dir):
+    from sklearn.datasets import load_wine
+
+    d = load_wine()
+    x, y = _holdout(split, d.data.astype(np.float32), d.target.astype(np.int32))
+    return _Raw(x, y, 3, tuple(d.target_names), None, tuple(d.feature_names))
+
+
+# ------------------------------------------------------------------------------ files
+def _mnist(split, roots, data_dir):
+    prefix = "train" if split == "train" else "t10k"
+    looked: list[str] = []
+    for root in roots:
+        for d in (root / "mnist", root / "MNIST" / "raw", root):
+            pair = []
+            for kind in ("images-idx3", "labels-idx1"):
+                cands = [
+                    d / f"{prefix}-{kind}-ubyte.gz",
+                    d / f"{prefix}-{kind}-ubyte",
+                    d / f"{prefix}-{kind.replace('-', '.')}-ubyte",
+                ]
+                pair.append(next((c for c in cands if c.is_file()), None))
+            looked.append(f"{d}/{prefix}-{{images-idx3,labels-idx1}}-ubyte[.gz]")
+            if all(pair):
+                x, y = F.read_idx(pair[0]), F.read_idx(pair[1])
+                if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+                    raise ValueError(f"MNIST files in {d} disagree: images {x.shape}, labels {y.shape}.")
+                return _Raw(x[..., None], y.astype(np.int32), 10, _DIGIT_NAMES, 255.0)
+    raise F.not_found_error(
+        "mnist",
+        looked,
+        [
+            "<dir>/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz,",
+            "            t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz",
+            "(or the same four files directly in <dir>, gzipped or not)",
+        ],
+        "the four original idx files from http://yann.lecun.com/exdb/mnist/ (mirror: "
+        "https://ossci-datasets.s3.amazonaws.com/mnist/).",
+        data_dir,
+    )
+
+
+def _cifar_dirs(roots, short, folder, tarball):
+    for root in roots:
+        for base in (root / short, root):
+            yield base / f"{short}.npz", base / folder, base / tarball
+
+
+def _read_batches(path_dir, tar, folder, files, what):
+    if path_dir is not None:
+        return [F.read_cifar_pickle(path_dir / f) for f in files]
+    return [F.read_cifar_pickle(tar, f"{folder}/{f}") for f in files]
+
+
+def _cifar10(split, roots, data_dir):
+    looked: list[str] = []
+    folder = "cifar-10-batches-py"
+    files = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+    for npz, d, tar in _cifar_dirs(roots, "cifar10", folder, "cifar-10-python.tar.gz"):
+        looked += [str(npz), f"{d}/{{{','.join(files)}}}", str(tar)]
+        if npz.is_file():
+            x = F.read_npz_key(npz, f"x_{split}")
+            y = F.read_npz_key(npz, f"y_{split}").astype(np.int32)
+            names = F.read_npz_key(npz, "label_names") if "label_names" in F.npz_keys(npz) else None
+            if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
+                raise ValueError(f"{npz}: x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
+                                 f"{x.dtype}{list(x.shape)}.")
+            return _Raw(x, y, 10, None if names is None else F.decode_names(names), 255.0)
+        has_dir = all((d / f).is_file() for f in files)
+        if has_dir or tar.is_file():
+            batches = _read_batches(d if has_dir else None, tar, folder, files, "cifar10")
+            x = np.concatenate([F.cifar_images(b, f"{d}") for b in batches])
+            y = np.concatenate([F.cifar_labels(b, "labels", f"{d}") for b in batches]).astype(np.int32)
+            names = None
+            try:
+                meta = _read_batches(d if has_dir else None, tar, folder, ["batches.meta"], "")[0]
+                names = F.decode_names(meta["label_names"])
+            except (OSError, ValueError, KeyError):
+                pass
+            return _Raw(x, y, 10, names, 255.0)
+    raise F.not_found_error(
+        "cifar10",
+        looked,
+        [
+            "<dir>/cifar10/cifar10.npz  (x_train [50000,32,32,3] uint8 HWC, y_train, x_test, "
+            "y_test[, label_names]), or",
+            "<dir>/[cifar10/]cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} "
+            "(official python pickles), or",
+            "<dir>/[cifar10/]cifar-10-python.tar.gz (the official tarball, not extracted)",
+        ],
+        f"the python version from {_CIFAR10_URL} (https://www.cs.toronto.edu/~kriz/cifar.html).",
+        data_dir,
+    )
+
+
+def _cifar100(split, roots, data_dir, label_mode="fine"):
+    if label_mode not in ("fine", "coarse"):
+        raise ValueError(f"cifar100: label_mode must be 'fine' or 'coarse', got {label_mode!r}.")
+    looked: list[str] = []
+    folder = "cifar-100-python"
+    num = 100 if label_mode == "fine" else 20
+    for npz, d, tar in _cifar_dirs(roots, "cifar100", folder, "cifar-100-python.tar.gz"):
+        looked += [str(npz), f"{d}/{{{split},meta}}", str(tar)]
+        if npz.is_file():
+            keys = F.npz_keys(npz)
+            ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
+            if ykey not in keys:
+                raise ValueError(f"{npz} has no {ykey!r} (keys: {keys}) for label_mode={label_mode!r}.")
+            x = F.read_npz_key(npz, f"x_{split}")
+            y = F.read_npz_key(npz, ykey).astype(np.int32)
+            nkey = f"{label_mode}_label_names"
+            names = F.decode_names(F.read_npz_key(npz, nkey)) if nkey in keys else None
+            return _Raw(x, y, num, names, 255.0)
+        has_dir = (d / split).is_file()
+        if has_dir or tar.is_file():
+            b = _read_batches(d if has_dir else None, tar, folder, [split], "cifar100")[0]
+            x = F.cifar_images(b, str(d / split))
+            y = F.cifar_labels(b, f"{label_mode}_labels", str(d / split)).astype(np.int32)
+            names = None
+            try:
+                meta = _read_batches(d if has_dir else None, tar, folder, ["meta"], "")[0]
+                names = F.decode_names(meta[f"{label_mode}_label_names"])
+            except (OSError, ValueError, KeyError):
+                pass
+            return _Raw(x, y, num, names, 255.0)
+    raise F.not_found_error(
+        "cifar100",
+        looked,
+        [
+            "<dir>/[cifar100/]cifar-100-python/{train, test, meta} (official python pickles), or",
+            "<dir>/[cifar100/]cifar-100-python.tar.gz (the official tarball), or",
+            "<dir>/cifar100/cifar100.npz (x_train, y_train, x_test, y_test with fine labels"
+            "[, y_train_coarse, y_test_coarse, fine_label_names, coarse_label_names])",
+        ],
+        f"the python version from {_CIFAR100_URL} (https://www.cs.toronto.edu/~kriz/cifar.html).",
+        data_dir,
+    )
+
+
+def _winequality(split, roots, data_dir, variant="both", color_feature=False):
+    variants = {"red": ("red",), "white": ("white",), "both": ("red", "white")}
+    if variant not in variants:
+        raise ValueError(f"winequality: variant must be 'red', 'white' or 'both', got {variant!r}.")
+    xs, ys, looked, names = [], [], [], None
+    for color in variants[variant]:
+        fname = f"winequality-{color}.csv"
+        cands = [
+            d / fname
+            for root in roots
+            for d in (root / "wine_quality", root / "winequality", root / "wine+quality", root)
+        ]
+        path = F.first_existing(cands, looked)
+        if path is None:
+            raise F.not_found_error(
+                "winequality",
+                looked,
+                [
+                    "<dir>/wine_quality/winequality-red.csv and winequality-white.csv "
+                    "(UCI, ';'-separated, one header line; also accepted in <dir>/winequality/ or <dir>/)",
+                ],
+                "the UCI Wine Quality dataset, https://archive.ics.uci.edu/dataset/186/wine+quality.",
+                data_dir,
+            )
+        cols, v = F.read_csv(path, ";")
+        if v.shape[1] != 12 or cols[-1] != "quality":
+            raise ValueError(f"{path}: expected 11 features and a final 'quality' column, got {cols}.")
+        x, y = _holdout(split, v[:, :-1], v[:, -1])
+        if color_feature:
+            x = np.concatenate([x, np.full((len(x), 1), float(color == "red"))], axis=1)
+        xs.append(x)
+        ys.append(y)
+        names = cols[:-1] + (("is_red",) if color_feature else ())
+    return _Raw(np.concatenate(xs).astype(np.float32), np.concatenate(ys).astype(np.float32), 0,
+                None, None, names)
+
+
+def _superconductivity(split, roots, data_dir):
+    looked: list[str] = []
+    for root in roots:
+        subdirs = (root / "superconductivity", root / "superconduct")
+        cands = [(d / "train.csv", None) for d in subdirs]
+        cands += [(d / "superconduct.zip", "train.csv") for d in (*subdirs, root)]
+        for path, member in cands:
+            looked.append(str(path) + (f" (member {member})" if member else ""))
+            if not path.is_file():
+                continue
+            cols, v = F.read_csv(path, ",", member)
+            if v.shape[1] != 82 or cols[-1] != "critical_temp":
+                raise ValueError(
+                    f"{path}: expected 81 features and a final 'critical_temp' column "
+                    f"(UCI superconductivity train.csv), got {len(cols)} columns ending {cols[-1:]}."
+                )
+            x, y = _holdout(split, v[:, :-1], v[:, -1])
+            return _Raw(x.astype(np.float32), y.astype(np.float32), 0, None, None, cols[:-1])
+    raise F.not_found_error(
+        "superconductivity",
+        looked,
+        [
+            "<dir>/superconductivity/train.csv (UCI, 21263 rows: 81 features + critical_temp), or",
+            "<dir>/[superconductivity/]superconduct.zip (the UCI download, not extracted)",
+        ],
+        "https://archive.ics.uci.edu/dataset/464/superconductivty+data (UCI's spelling).",
+        data_dir,
+    )
+
+
+# ------------------------------------------------------------------------------ tfds
+def _tfds(name, tfds_name, split, data_dir, opts):
+    """Read ``tfds_name`` prepared locally (ArrayRecord, no downloads) via ``tfds.data_source``."""
+    if importlib.util.find_spec("tensorflow_datasets") is None:
+        raise DatasetNotFoundError(
+            f"Dataset {name!r}: source='tfds' needs tensorflow-datasets "
+            "(pip install 'layerlab[tfds]'), which is not installed."
+        )
+    import tensorflow_datasets as tfds
+
+    tdir = opts.get("tfds_data_dir") or data_dir or os.environ.get("TFDS_DATA_DIR")
+    try:
+        src = tfds.data_source(tfds_name, split=split, data_dir=tdir, download=False, try_gcs=False)
+        examples = [src[i] for i in range(len(src))]
+        x = np.stack([np.asarray(e["image"]) for e in examples])
+        y = np.asarray([int(e["label"]) for e in examples], dtype=np.int32)
+    except Exception as e:  # noqa: BLE001 - tfds raises many kinds; all mean "not available"
+        raise DatasetNotFoundError(
+            f"Dataset {name!r}: tensorflow-datasets could not read {tfds_name!r} split {split!r} "
+            f"from data_dir={tdir!r} (downloads are off): {type(e).__name__}: {e}\n"
+            "Prepare it once in ArrayRecord format (e.g. `tfds build "
+            f"{tfds_name} --file_format=array_record`) or use the original files "
+            "(source='files', see docs/data.md)."
+        ) from e
+    names = None
+    try:
+        names = tuple(src.dataset_info.features["label"].names)
+    except Exception:  # noqa: BLE001 - names are optional metadata
+        pass
+    if x.ndim == 3:
+        x = x[..., None]
+    num = int(len(names)) if names else int(y.max()) + 1
+    return _Raw(x, y, num, names, 255.0 if x.dtype == np.uint8 else None)
+
+
+# -------------------------------------------------------------------------- registry
+class _Spec(NamedTuple):
+    fn: Callable | None
+    splits: tuple[str, ...]
+    kind: str  # "embedded" | "files" | "synthetic"
+    tfds_name: str | None = None
+
+
+_REGISTRY: dict[str, _Spec] = {
+    "digits": _Spec(_digits, ("train", "test", "all"), "embedded"),
+    "wine": _Spec(_wine, ("train", "test", "all"), "embedded"),
+    "mnist": _Spec(_mnist, ("train", "test"), "files", "mnist"),
+    "cifar10": _Spec(_cifar10, ("train", "test"), "files", "cifar10"),
+    "cifar100": _Spec(_cifar100, ("train", "test"), "files", "cifar100"),
+    "winequality": _Spec(_winequality, ("train", "test", "all"), "files"),
+    "superconductivity": _Spec(_superconductivity, ("train", "test", "all"), "files"),
+    "teacher": _Spec(None, ("train", "val", "test"), "synthetic"),
+    "latent": _Spec(None, ("train", "val", "test"), "synthetic"),
+}
+_ALIASES = {
+    "cifar-10": "cifar10", "cifar-100": "cifar100", "wine_quality": "winequality",
+    "wine-quality": "winequality", "superconduct": "superconductivity",
+}
+DATASETS: tuple[str, ...] = tuple(_REGISTRY)
+_SPLIT_IDS = {"train": 1, "val": 2, "test": 3}
+
+
+def _canonical(name: str) -> str:
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in _REGISTRY:
+        raise ValueError(f"Unknown dataset {name!r}; known: {', '.join(DATASETS)}.")
+    return key
+
+
+def _check_opts(fn, name, opts):
+    allowed = [p for p in inspect.signature(fn).parameters if p not in ("split", "roots", "data_dir")]
+    bad = sorted(set(opts) - set(allowed))
+    if bad:
+        raise TypeError(f"load({name!r}): unknown option(s) {bad}; accepted: {allowed or 'none'}.")
+
+
+def _load_raw(name, split, data_dir, source, opts) -> tuple[Dataset, float | None]:
+    spec = _REGISTRY[name]
+    if source not in ("auto", "files", "tfds"):
+        raise ValueError(f"source must be 'auto', 'files' or 'tfds', got {source!r}.")
+    tfds_opts = {k: opts.pop(k) for k in ("tfds_data_dir",) if k in opts}
+    if source == "tfds":
+        if spec.tfds_name is None:
+            raise ValueError(f"{name!r} has no tensorflow-datasets source (only {[k for k, s in _REGISTRY.items() if s.tfds_name]}).")
+        if opts:
+            raise TypeError(f"load({name!r}, source='tfds'): options {sorted(opts)} are not supported.")
+        raw = _tfds(name, spec.tfds_name, split, data_dir, tfds_opts)
+    else:
+        _check_opts(spec.fn, name, opts)
+        try:
+            raw = spec.fn(split, F.data_roots(data_dir), data_dir, **opts)
+        except DatasetNotFoundError as err:
+            if source == "files" or spec.tfds_name is None or importlib.util.find_spec("tensorflow_datasets") is None:
+                raise
+            try:
+                raw = _tfds(name, spec.tfds_name, split, data_dir, tfds_opts)
+            except DatasetNotFoundError as err2:
+                raise DatasetNotFoundError(f"{err}\n\nAlso tried tensorflow-datasets:\n{err2}") from err2
+    ds = Dataset(raw.x, raw.y, raw.num_classes, name, split, raw.class_names, raw.feature_names)
+    return ds, raw.x_div
+
+
+def _finish(ds: Dataset, x_div, dtype) -> Dataset:
+    x = np.asarray(ds.x, dtype=dtype)
+    if x_div is not None:
+        x /= np.asarray(x_div, dtype)
+    y = np.asarray(ds.y, np.int32 if ds.is_classification else dtype)
+    return ds.replace(x=x, y=y)
+
+
+def _load_synthetic(name, split, n, seed, opts) -> Dataset:
+    key = jax.random.key(seed)
+    sub = jax.random.fold_in(key, _SPLIT_IDS[split])
+    n = 1000 if n is None else int(n)
+    fn = _synthetic.teacher if name == "teacher" else _synthetic.latent
+    allowed = [p for p in inspect.signature(fn).parameters
+               if p not in ("key", "n", "x_key", "z_key", "return_params", "return_latent", "split")]
+    bad = sorted(set(opts) - set(allowed))
+    if bad:
+        raise TypeError(f"load({name!r}): unknown option(s) {bad}; accepted: {allowed}.")
+    if name == "teacher":
+        return _synthetic.teacher(key, n, x_key=sub, split=split, **opts)
+    return _synthetic.latent(key, n, z_key=sub, split=split, **opts)
+
+
+def load(
+    name: str,
+    split: str = "train",
+    *,
+    n: int | None = None,
+    classes: Sequence[Any] | None = None,
+    balanced: bool = False,
+    shuffle: bool = True,
+    seed=0,
+    data_dir=None,
+    source: str = "auto",
+    dtype=np.float32,
+    **opts,
+) -> Dataset:
+    """Load a dataset as host numpy arrays.
+
+    Args:
+      name: one of :data:`DATASETS` -- ``"digits"``, ``"wine"`` (embedded, scikit-learn);
+        ``"mnist"``, ``"cifar10"``, ``"cifar100"``, ``"winequality"``,
+        ``"superconductivity"`` (files); ``"teacher"``, ``"latent"`` (synthetic).
+      split: ``"train"`` or ``"test"``; also ``"all"`` for datasets without an official
+        test split (``digits``, ``wine``, ``winequality``, ``superconductivity``: their
+        test split is every 5th sample, see :func:`holdout_mask`), and ``"val"`` for the
+        synthetic tasks.
+      n: number of samples (``None``: all). Drawn at random with ``seed`` (label-balanced
+        if ``balanced``) and kept in file order; with ``shuffle=False`` (and not balanced)
+        the first ``n``. For synthetic tasks: samples to generate (default 1000).
+      classes: keep only these classes (labels or names), relabelled ``0..len-1`` in the
+        given order (e.g. ``classes=(1, 7)`` for a binary digits task).
+      balanced: draw the ``n`` samples label-balanced (:func:`balanced_subset`).
+      shuffle: with ``n`` and not ``balanced``: a random subset (True) or the first ``n``.
+      seed: int (or jax key) for the subset; for synthetic tasks, the task seed (the same
+        seed gives the same teacher/generator on every split, different inputs per split).
+      data_dir: directory with the dataset files; default ``$LAYERLAB_DATA`` then ``./data``
+        (see docs/data.md for the layout).
+      source: ``"auto"`` (files, then tensorflow-datasets if installed), ``"files"``, or
+        ``"tfds"`` (only tensorflow-datasets; downloads off; ``tfds_data_dir=`` option).
+      dtype: float dtype of ``x`` (and of regression targets).
+      **opts: dataset options: ``cifar100``: ``label_mode="fine"|"coarse"``;
+        ``winequality``: ``variant="both"|"red"|"white"``, ``color_feature=False``;
+        ``teacher``: ``widths, activation, noise, w_std, b_std`` (:func:`teacher`);
+        ``latent``: ``k, d_in, d_out, hidden, activation, noise`` (:func:`latent`).
+
+    Returns:
+      :class:`Dataset`: images ``x [N, H, W, C]`` in ``[0, 1]`` (digits: pixel/16, others
+      /255), tabular ``x [N, d]`` raw features (use :func:`standardize`), ``y [N]`` int32
+      labels (classification) or float targets (regression, ``num_classes=0``).
+
+    Raises:
+      DatasetNotFoundError: the files are missing (the message lists where it looked,
+        which files it expects and where to get them).
+    """
+    key = _canonical(name)
+    spec = _REGISTRY[key]
+    if split not in spec.splits:
+        raise ValueError(f"{key!r} has splits {spec.splits}, got split={split!r}.")
+    if spec.kind == "synthetic":
+        if classes is not None or balanced:
+            raise ValueError(f"{key!r} is a regression task: classes/balanced do not apply.")
+        if source != "auto":
+            raise ValueError(f"{key!r} is synthetic: source={source!r} does not apply.")
+        return _load_synthetic(key, split, n, seed, opts)
+    ds, x_div = _load_raw(key, split, data_dir, source, dict(opts))
+    if classes is not None:
+        ds = select_classes(ds, classes)
+    if n is not None:
+        if balanced:
+            ds = balanced_subset(ds, n, seed)
+        elif not shuffle:
+            ds = ds.take(n)
+        elif n != len(ds):
+            ds = random_subset(ds, n, seed)
+    elif balanced:
+        raise ValueError("balanced=True needs n (the subset size).")
+    return _finish(ds, x_div, dtype)
+
+
+class DGLSplits(NamedTuple):
+    """Train / validation / test datasets of a DGL protocol (see :func:`dgl_protocol`)."""
+
+    train: Dataset
+    val: Dataset
+    test: Dataset
+
+
+_DGL = {
+    "mnist10k": ("mnist", None, 10_000),
+    "cifar10_10k": ("cifar10", None, 10_000),
+    "bmnist2k": ("mnist", (1, 7), 2_000),
+}
+
+
+def dgl_protocol(
+    name: str, *, n_train: int | None = None, n_val: int | None = None, seed=0, data_dir=None,
+    dtype=np.float32,
+) -> DGLSplits:
+    """The data protocol of Ben-David & Ringel (2019), Table I.
+
+    * ``"MNIST10k"``: 10,000 label-balanced training samples from MNIST's training set;
+    * ``"CIFAR10_10k"``: the same for CIFAR-10;
+    * ``"BMNIST2k"``: binary MNIST, digits 1 (label 0) vs 7 (label 1), 2,000 balanced samples;
+
+    each with a disjoint, label-balanced validation set of the same size drawn from the
+    rest of the training set (:func:`train_val_split`) and the official test set (for
+    BMNIST2k restricted to digits 1 and 7). Images stay ``[N, H, W, C]`` in ``[0, 1]``;
+    flatten them with :func:`flatten`. The paper's targets are zero-mean one-hot
+    (``one_hot(y, C, zero_mean=True)``) except on CIFAR-10.
+
+    Args:
+      name: ``"MNIST10k"``, ``"CIFAR10_10k"`` or ``"BMNIST2k"`` (case-insensitive).
+      n_train, n_val: override the sizes (e.g. smaller for CPU runs); ``n_val`` defaults
+        to ``n_train``.
+      seed: seed of the split.
+      data_dir: see :func:`load`.
+
+    Returns:
+      :class:`DGLSplits` ``(train, val, test)``.
+    """
+    try:
+        base, classes, default_n = _DGL[name.lower()]
+    except KeyError:
+        raise ValueError(f"Unknown DGL protocol {name!r}; known: MNIST10k, CIFAR10_10k, BMNIST2k.") from None
+    n_train = default_n if n_train is None else n_train
+    n_val = n_train if n_val is None else n_val
+    full, x_div = _load_raw(base, "train", data_dir, "auto", {})
+    test, _ = _load_raw(base, "test", data_dir, "auto", {})
+    if classes is not None:
+        full, test = select_classes(full, classes), select_classes(test, classes)
+    tr, va = train_val_split(full, n_train, n_val, balanced=True, seed=seed)
+    return DGLSplits(*(_finish(d, x_div, dtype) for d in (tr, va, test)))

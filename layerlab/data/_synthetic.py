@@ -1,0 +1,187 @@
+"""Synthetic regression tasks: random teacher networks and low-dimensional latents."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab.data._dataset import Dataset
+
+__all__ = ["teacher", "latent", "random_mlp", "mlp_forward", "ACTIVATIONS"]
+
+ACTIVATIONS: dict[str, Callable] = {
+    "relu": jax.nn.relu,
+    "tanh": jnp.tanh,
+    "erf": jax.scipy.special.erf,
+    "gelu": jax.nn.gelu,
+    "sigmoid": jax.nn.sigmoid,
+    "softplus": jax.nn.softplus,
+    "linear": lambda a: a,
+}
+
+
+def _activation(act) -> Callable:
+    if callable(act):
+        return act
+    try:
+        return ACTIVATIONS[act]
+    except KeyError:
+        raise ValueError(f"unknown activation {act!r}; use a callable or one of {list(ACTIVATIONS)}.") from None
+
+
+def random_mlp(key: jax.Array, widths: Sequence[int], *, w_std: float = 1.0, b_std: float = 0.0):
+    r"""Random fully connected network (fan-in scaling), the teacher/generator of the tasks below.
+
+    .. math:: W_\ell \in \mathbb R^{d_{\ell-1}\times d_\ell},\ (W_\ell)_{ij} \sim
+              \mathcal N(0, \sigma_w^2/d_{\ell-1}),\quad b_\ell \sim \mathcal N(0, \sigma_b^2)
+
+    Args:
+      key: PRNG key.
+      widths: ``(d_0, d_1, ..., d_L)``, at least two entries.
+      w_std, b_std: :math:`\sigma_w, \sigma_b`.
+
+    Returns:
+      list of ``L`` dicts ``{"w": [d_{l-1}, d_l], "b": [d_l]}`` (the ``layerlab.nets`` layout).
+    """
+    widths = tuple(int(w) for w in widths)
+    if len(widths) < 2 or min(widths) < 1:
+        raise ValueError(f"widths must hold >= 2 positive sizes (input, ..., output), got {widths}.")
+    params = []
+    for k, (a, b) in zip(jax.random.split(key, len(widths) - 1), zip(widths[:-1], widths[1:])):
+        kw, kb = jax.random.split(k)
+        params.append(
+            {"w": w_std / np.sqrt(a) * jax.random.normal(kw, (a, b)), "b": b_std * jax.random.normal(kb, (b,))}
+        )
+    return params
+
+
+def mlp_forward(params, x: jax.Array, activation: Callable = jax.nn.relu) -> jax.Array:
+    """``x -> W_L phi(... phi(x W_1 + b_1) ...) + b_L`` (activation on hidden layers only).
+
+    Args:
+      params: as returned by :func:`random_mlp`.
+      x: ``[n, d_0]``.
+
+    Returns:
+      ``[n, d_L]``.
+    """
+    h = x
+    for i, layer in enumerate(params):
+        h = h @ layer["w"] + layer["b"][None]
+        if i < len(params) - 1:
+            h = activation(h)
+    return h
+
+
+def teacher(
+    key: jax.Array,
+    n: int,
+    widths: Sequence[int] = (50, 10, 10, 10),
+    *,
+    activation="relu",
+    noise: float = 0.0,
+    w_std: float | None = None,
+    b_std: float = 0.0,
+    x_key: jax.Array | None = None,
+    return_params: bool = False,
+    split: str = "train",
+):
+    r"""Teacher-network regression: Gaussian inputs, targets from a random network.
+
+    .. math:: x_i \sim \mathcal N(0, I_{d_0}),\qquad y_i = f_\theta(x_i) + \sigma\,\varepsilon_i,
+              \ \varepsilon_i \sim \mathcal N(0, I_{d_L})
+
+    with :math:`f_\theta` = :func:`random_mlp` of ``widths`` (activation on hidden layers).
+    The width-plateau experiment uses ``widths=(50, 10, 10, 10)``, ``n=1000`` (Jacot, Golikov,
+    Hongler, Gabriel, "Feature Learning in L2-regularized DNNs: Attraction/Repulsion and
+    Sparsity", NeurIPS 2022, §4 / Fig. 2).
+
+    Args:
+      key: PRNG key of the teacher (and of the inputs unless ``x_key`` is given). To get a
+        train and a test set of the *same* teacher, reuse ``key`` and pass two ``x_key``s --
+        ``load("teacher", split=...)`` does exactly that.
+      n: number of samples.
+      widths: ``(d_in, hidden..., d_out)``.
+      activation: name (``"relu"``, ``"tanh"``, ...) or callable.
+      noise: target noise std :math:`\sigma`.
+      w_std: weight std multiplier (fan-in scaled); default ``sqrt(2)`` for ReLU (keeps the
+        scale through depth), ``1`` otherwise.
+      b_std: bias std.
+      x_key: key for the inputs and the noise.
+      return_params: also return the teacher parameters.
+      split: name recorded in the returned dataset.
+
+    Returns:
+      :class:`Dataset` with ``x [n, d_in]``, ``y [n, d_out]`` float32, ``num_classes=0``
+      (and the teacher's params if ``return_params``).
+    """
+    act = _activation(activation)
+    if w_std is None:
+        w_std = float(np.sqrt(2.0)) if activation in ("relu", jax.nn.relu) else 1.0
+    if n < 1:
+        raise ValueError(f"teacher: n must be >= 1, got {n}.")
+    k_teacher, k_default = jax.random.split(key)
+    kx, ke = jax.random.split(k_default if x_key is None else x_key)
+    params = random_mlp(k_teacher, widths, w_std=w_std, b_std=b_std)
+    x = jax.random.normal(kx, (n, int(widths[0])))
+    y = mlp_forward(params, x, act) + noise * jax.random.normal(ke, (n, int(widths[-1])))
+    ds = Dataset(np.asarray(x, np.float32), np.asarray(y, np.float32), 0, "teacher", split)
+    return (ds, params) if return_params else ds
+
+
+def latent(
+    key: jax.Array,
+    n: int,
+    *,
+    k: int = 2,
+    d_in: int = 20,
+    d_out: int = 20,
+    hidden: int = 100,
+    activation="tanh",
+    noise: float = 0.0,
+    z_key: jax.Array | None = None,
+    return_latent: bool = False,
+    split: str = "train",
+):
+    r"""Data with a ``k``-dimensional latent: :math:`x = g(z)`, :math:`y = h(z)`.
+
+    .. math:: z_i \sim \mathcal N(0, I_k),\quad x_i = g(z_i),\quad
+              y_i = h(z_i) + \sigma\,\varepsilon_i
+
+    with :math:`g: \mathbb R^k\to\mathbb R^{d_{in}}` and :math:`h: \mathbb R^k\to\mathbb R^{d_{out}}`
+    independent random shallow nets (one hidden layer of ``hidden`` units,
+    :func:`random_mlp` with ``w_std=1``).  The map ``x -> y`` has bottleneck rank ``k``
+    (Jacot, "Bottleneck Structure in Learned Features: Low-Dimension vs Regularity Tradeoff",
+    NeurIPS 2023, §5 / App. E).
+
+    Args:
+      key: PRNG key of ``g`` and ``h`` (and of ``z`` unless ``z_key`` is given).
+      n: number of samples.
+      k: latent dimension.
+      d_in, d_out: input and output dimensions.
+      hidden: hidden width of ``g`` and ``h``.
+      activation: their nonlinearity (name or callable).
+      noise: target noise std.
+      z_key: key for the latents and the noise (reuse ``key`` with two ``z_key`` for train
+        and test sets of the same task).
+      return_latent: also return ``{"z": z [n, k], "g": g_params, "h": h_params}``.
+      split: name recorded in the returned dataset.
+
+    Returns:
+      :class:`Dataset` with ``x [n, d_in]``, ``y [n, d_out]`` float32, ``num_classes=0``
+      (and the latent dict if ``return_latent``).
+    """
+    act = _activation(activation)
+    if n < 1 or k < 1:
+        raise ValueError(f"latent: need n >= 1 and k >= 1, got n={n}, k={k}.")
+    kg, kh, k_default = jax.random.split(key, 3)
+    kz, ke = jax.random.split(k_default if z_key is None else z_key)
+    g = random_mlp(kg, (k, hidden, d_in))
+    h = random_mlp(kh, (k, hidden, d_out))
+    z = jax.random.normal(kz, (n, k))
+    x = mlp_forward(g, z, act)
+    y = mlp_forward(h, z, act) + noise * jax.random.normal(ke, (n, d_out))
+    ds = Dataset(np.asarray(x, np.float32), np.asarray(y, np.float32), 0, "latent", split)
+    return (ds, {"z": np.asarray(z, np.float32), "g": g, "h": h}) if return_latent else ds

@@ -1,0 +1,385 @@
+"""Transforms: flatten, scaling, one-hot targets, balanced subsets/splits, patches.
+
+Array transforms accept numpy or jax arrays and return the same kind (numpy in, numpy
+out; jax in, jax out -- those are pure ``jnp`` code and can be jitted by the caller).
+Dataset transforms (subsets and splits) work on the host on :class:`Dataset` objects.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab.data._dataset import Dataset
+
+__all__ = [
+    "flatten",
+    "standardize",
+    "scale",
+    "l2_normalize",
+    "one_hot",
+    "random_subset",
+    "balanced_subset",
+    "train_val_split",
+    "select_classes",
+    "extract_patches",
+    "per_class_counts",
+]
+
+
+def _xp(*arrays):
+    return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
+
+
+def _check_batch(x, fn: str, min_ndim: int = 2):
+    if np.ndim(x) < min_ndim:
+        raise ValueError(
+            f"{fn} expects a batch with a leading sample axis and at least {min_ndim} dims, "
+            f"got shape {np.shape(x)}."
+        )
+
+
+# ----------------------------------------------------------------------------- arrays
+def flatten(x):
+    """Flatten every sample: ``[N, d1, d2, ...] -> [N, d1*d2*...]`` (row-major, so HWC images
+    become pixel-major, channel-fastest vectors).
+
+    Args:
+      x: ``[N, ...]`` array.
+
+    Returns:
+      ``[N, prod(x.shape[1:])]``.
+    """
+    _check_batch(x, "flatten", 1)
+    return x.reshape(x.shape[0], -1)
+
+
+def standardize(x, mean=None, std=None, *, eps: float = 1e-8):
+    r"""Per-feature standardisation :math:`(x - \mu) / \sigma` over the sample axis.
+
+    .. math:: \mu = \tfrac1N \sum_n x_n, \qquad
+              \sigma = \sqrt{\tfrac1N \sum_n (x_n - \mu)^2}\ (\text{set to } 1 \text{ where } \sigma<\epsilon)
+
+    Compute the statistics on the training set and reuse them on the test set::
+
+        x_tr, mu, sd = standardize(train.x)
+        x_te, _, _ = standardize(test.x, mu, sd)
+
+    Args:
+      x: ``[N, ...]`` inputs; every entry of ``x.shape[1:]`` is one feature.
+      mean, std: ``x.shape[1:]`` statistics to reuse; both or neither.
+      eps: features with ``std < eps`` (constant features such as MNIST's border pixels)
+        are only centred (their std is taken as 1), never divided by ~0.
+
+    Returns:
+      ``(x_standardized [N, ...], mean [...], std [...])``.
+    """
+    _check_batch(x, "standardize", 1)
+    xp = _xp(x, mean, std)
+    if (mean is None) != (std is None):
+        raise ValueError("standardize: pass both `mean` and `std` (to reuse them) or neither.")
+    if mean is None:
+        mean = x.mean(axis=0)
+        std = x.std(axis=0)
+        std = xp.where(std < eps, xp.ones_like(std), std)
+    if np.shape(mean) != tuple(x.shape[1:]) or np.shape(std) != tuple(x.shape[1:]):
+        raise ValueError(
+            f"standardize: mean/std shapes {np.shape(mean)}/{np.shape(std)} do not match the "
+            f"feature shape {tuple(x.shape[1:])}."
+        )
+    xs = (x - mean[None]) / std[None]
+    return xs.astype(x.dtype) if xp is np else xs, mean, std
+
+
+def scale(x, *, low: float = 0.0, high: float = 1.0, x_min=None, x_max=None):
+    r"""Per-feature min-max scaling to ``[low, high]``.
+
+    .. math:: x' = \text{low} + (\text{high}-\text{low})\,\frac{x - x_{\min}}{x_{\max}-x_{\min}}
+
+    Constant features (``x_max == x_min``) map to ``low``.
+
+    Args:
+      x: ``[N, ...]`` inputs.
+      low, high: target range.
+      x_min, x_max: ``x.shape[1:]`` statistics to reuse (e.g. the training set's); both or
+        neither.
+
+    Returns:
+      ``(x_scaled [N, ...], x_min [...], x_max [...])``.
+    """
+    _check_batch(x, "scale", 1)
+    xp = _xp(x, x_min, x_max)
+    if (x_min is None) != (x_max is None):
+        raise ValueError("scale: pass both `x_min` and `x_max` (to reuse them) or neither.")
+    if x_min is None:
+        x_min, x_max = x.min(axis=0), x.max(axis=0)
+    rng = x_max - x_min
+    rng = xp.where(rng == 0, xp.ones_like(rng), rng)
+    xs = low + (high - low) * (x - x_min[None]) / rng[None]
+    return xs.astype(x.dtype) if xp is np else xs, x_min, x_max
+
+
+def l2_normalize(x, *, radius: float = 1.0, eps: float = 1e-12):
+    r"""Project every sample onto the sphere of radius ``radius``: :math:`x_n \mapsto r\,x_n/\|x_n\|`.
+
+    (Kernel papers often put inputs on the sphere; ``radius=sqrt(d)`` keeps unit variance
+    per coordinate.)  Zero samples stay zero.
+
+    Args:
+      x: ``[N, ...]``; the norm is over all of ``x.shape[1:]``.
+
+    Returns:
+      ``[N, ...]``.
+    """
+    _check_batch(x, "l2_normalize", 1)
+    xp = _xp(x)
+    axes = tuple(range(1, x.ndim))
+    norm = xp.sqrt((x * x).sum(axis=axes, keepdims=True))
+    out = radius * x / xp.maximum(norm, eps)
+    return out.astype(x.dtype) if xp is np else out
+
+
+def one_hot(y, num_classes: int, *, zero_mean: bool = False, dtype=np.float32):
+    r"""One-hot targets, optionally zero-mean.
+
+    .. math:: T_{nc} = [y_n = c] - \tfrac{1}{C}\,[\text{zero\_mean}]
+
+    The zero-mean variant (rows sum to 0) is the DGL paper's target encoding for MNIST.
+
+    Args:
+      y: ``[N]`` integer labels in ``[0, num_classes)``.
+      num_classes: ``C``.
+      zero_mean: subtract ``1/C`` from every entry.
+      dtype: output dtype.
+
+    Returns:
+      ``[N, C]``.
+    """
+    if np.ndim(y) != 1:
+        raise ValueError(f"one_hot expects labels of shape [N], got {np.shape(y)}.")
+    if num_classes < 1:
+        raise ValueError(f"one_hot: num_classes must be >= 1, got {num_classes}.")
+    xp = _xp(y)
+    if xp is np:
+        y = np.asarray(y)
+        if not np.issubdtype(y.dtype, np.integer):
+            raise TypeError(f"one_hot expects integer labels, got dtype {y.dtype}.")
+        if y.size and (y.min() < 0 or y.max() >= num_classes):
+            raise ValueError(
+                f"one_hot: labels must lie in [0, {num_classes}), got range "
+                f"[{y.min()}, {y.max()}]; pass the right num_classes or relabel "
+                "(select_classes(..., relabel=True))."
+            )
+    t = (y[:, None] == xp.arange(num_classes)[None, :]).astype(dtype)
+    if zero_mean:
+        t = t - xp.asarray(1.0 / num_classes, dtype=dtype)
+    return t
+
+
+# --------------------------------------------------------------------------- datasets
+def per_class_counts(n: int, num_classes: int) -> np.ndarray:
+    """How :func:`balanced_subset` divides ``n`` samples over classes: ``n // C`` each, and
+    one more for each of the first ``n % C`` classes.
+
+    Returns:
+      ``[C]`` int counts summing to ``n``.
+    """
+    if n < 0 or num_classes < 1:
+        raise ValueError(f"per_class_counts: need n >= 0 and num_classes >= 1, got {n}, {num_classes}.")
+    counts = np.full(num_classes, n // num_classes, dtype=np.int64)
+    counts[: n % num_classes] += 1
+    return counts
+
+
+def _rng(seed) -> np.random.Generator:
+    if isinstance(seed, jax.Array):
+        # a typed or raw jax key: derive a host seed from it deterministically
+        data = jax.random.key_data(seed) if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key) else seed
+        return np.random.default_rng(np.asarray(data, dtype=np.uint32).ravel().tolist())
+    return np.random.default_rng(seed)
+
+
+def _class_perms(ds: Dataset, rng: np.random.Generator) -> list[np.ndarray]:
+    if not ds.is_classification:
+        raise ValueError(
+            f"Dataset {ds.name!r} is a regression dataset (num_classes=0): a label-balanced "
+            "subset is not defined; use random_subset / balanced=False."
+        )
+    y = np.asarray(ds.y)
+    return [rng.permutation(np.flatnonzero(y == c)) for c in range(ds.num_classes)]
+
+
+def _need(ds: Dataset, perms, counts, what: str):
+    for c, (p, k) in enumerate(zip(perms, counts)):
+        if len(p) < k:
+            name = ds.class_names[c] if ds.class_names else c
+            raise ValueError(
+                f"{what}: class {name!r} of {ds.name!r}/{ds.split} has only {len(p)} samples, "
+                f"{k} are needed. Ask for fewer samples or use balanced=False."
+            )
+
+
+def random_subset(ds: Dataset, n: int, seed=0) -> Dataset:
+    """``n`` samples drawn without replacement (uniformly, not label-balanced), kept in their
+    original order.
+
+    Args:
+      ds: dataset of ``N >= n`` samples.
+      n: subset size.
+      seed: int seed (numpy ``default_rng``) or a jax key.
+    """
+    if not 0 <= n <= len(ds):
+        raise ValueError(f"random_subset: n={n} but {ds.name!r}/{ds.split} has {len(ds)} samples.")
+    idx = np.sort(_rng(seed).permutation(len(ds))[:n])
+    return ds.subset(idx)
+
+
+def balanced_subset(ds: Dataset, n: int, seed=0) -> Dataset:
+    """A label-balanced subset of ``n`` samples (see :func:`per_class_counts` for ``n % C``),
+    drawn without replacement per class and kept in the original order.
+
+    Args:
+      ds: classification dataset.
+      n: total subset size.
+      seed: int seed (numpy ``default_rng``) or a jax key.
+    """
+    rng = _rng(seed)
+    perms = _class_perms(ds, rng)
+    counts = per_class_counts(n, ds.num_classes)
+    _need(ds, perms, counts, "balanced_subset")
+    idx = np.sort(np.concatenate([p[:k] for p, k in zip(perms, counts)]))
+    return ds.subset(idx)
+
+
+def train_val_split(
+    ds: Dataset, n_train: int, n_val: int, *, balanced: bool = True, seed=0
+) -> tuple[Dataset, Dataset]:
+    """Two disjoint subsets: ``n_train`` training and ``n_val`` validation samples.
+
+    With ``balanced=True`` both are label-balanced (per class: a random permutation of that
+    class's samples, the first ``n_train/C`` go to train, the next ``n_val/C`` to val).
+    This is the DGL paper's protocol (MNIST10k: 10,000 balanced training samples from the
+    official training set and a disjoint, equally sized, balanced validation set; the
+    official test set stays the test set) -- see :func:`layerlab.data.dgl_protocol`.
+
+    Args:
+      ds: the dataset to split (usually the official training split).
+      n_train, n_val: sizes.
+      balanced: label-balanced (classification only) or uniform random.
+      seed: int seed or jax key.
+
+    Returns:
+      ``(train, val)`` datasets, splits named ``"train"`` and ``"val"``, each in original order.
+    """
+    if n_train < 0 or n_val < 0:
+        raise ValueError(f"train_val_split: sizes must be >= 0, got {n_train}, {n_val}.")
+    rng = _rng(seed)
+    if balanced:
+        perms = _class_perms(ds, rng)
+        ct, cv = per_class_counts(n_train, ds.num_classes), per_class_counts(n_val, ds.num_classes)
+        _need(ds, perms, ct + cv, "train_val_split")
+        tr = np.concatenate([p[:a] for p, a in zip(perms, ct)])
+        va = np.concatenate([p[a : a + b] for p, a, b in zip(perms, ct, cv)])
+    else:
+        if n_train + n_val > len(ds):
+            raise ValueError(
+                f"train_val_split: {n_train}+{n_val} samples requested, {ds.name!r} has {len(ds)}."
+            )
+        p = rng.permutation(len(ds))
+        tr, va = p[:n_train], p[n_train : n_train + n_val]
+    return ds.subset(np.sort(tr), split="train"), ds.subset(np.sort(va), split="val")
+
+
+def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True) -> Dataset:
+    """Keep only the samples of ``classes`` (e.g. digits ``(1, 7)``).
+
+    Args:
+      ds: classification dataset.
+      classes: class labels (ints) or class names (when ``ds.class_names`` is known).
+      relabel: map ``classes[i] -> i`` (so ``(1, 7)`` becomes a binary 0/1 task, with
+        ``num_classes = len(classes)``); otherwise keep the original labels.
+    """
+    if not ds.is_classification:
+        raise ValueError(f"select_classes: {ds.name!r} is a regression dataset.")
+    labels = []
+    for c in classes:
+        if isinstance(c, str):
+            if not ds.class_names or c not in ds.class_names:
+                raise ValueError(f"select_classes: unknown class name {c!r} for {ds.name!r} "
+                                 f"(known: {ds.class_names}).")
+            c = ds.class_names.index(c)
+        c = int(c)
+        if not 0 <= c < ds.num_classes:
+            raise ValueError(
+                f"select_classes: class {c} out of range for {ds.name!r} "
+                f"({ds.num_classes} classes)."
+            )
+        labels.append(c)
+    if len(set(labels)) != len(labels) or not labels:
+        raise ValueError(f"select_classes: classes must be distinct and non-empty, got {classes}.")
+    y = np.asarray(ds.y)
+    mask = np.isin(y, labels)
+    out = ds.subset(mask)
+    if not relabel:
+        return out
+    lut = np.full(ds.num_classes, -1, dtype=np.int32)
+    lut[labels] = np.arange(len(labels), dtype=np.int32)
+    names = tuple(ds.class_names[c] for c in labels) if ds.class_names else None
+    return out.replace(y=lut[np.asarray(out.y)], num_classes=len(labels), class_names=names)
+
+
+# ---------------------------------------------------------------------------- patches
+def _same_pads(size: int, k: int, s: int) -> tuple[int, int]:
+    out = -(-size // s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def extract_patches(x, k, *, stride=1, padding: str = "VALID"):
+    r"""All ``k x k`` patches of a batch of images, flattened spatial-major.
+
+    .. math:: P[n, i, j, (a\,k_w + b)\,C + c] = \tilde x[n,\ i s_h + a,\ j s_w + b,\ c]
+
+    where :math:`\tilde x` is ``x`` zero-padded as ``lax.conv`` pads it (``"SAME"``: output
+    size ``ceil(H/s)``, padding split low = total//2, high = the rest).  The feature
+    ordering is **spatial-major, channel-fastest** ``(a, b, c)``, i.e. the ordering of an
+    ``HWIO`` convolution kernel flattened to ``[kh*kw*C, O]``: ``extract_patches(x, k) @
+    w.reshape(-1, O)`` equals ``lax.conv_general_dilated(x, w, ..., ('NHWC','HWIO','NHWC'))``.
+    (``jax.lax.conv_general_dilated_patches`` orders channel-major ``(c, a, b)`` instead.)
+
+    Args:
+      x: ``[N, H, W, C]`` images (numpy or jax).
+      k: patch size, int or ``(kh, kw)``.
+      stride: int or ``(sh, sw)``.
+      padding: ``"VALID"`` or ``"SAME"``.
+
+    Returns:
+      ``[N, H', W', kh*kw*C]`` with ``H' = (H - kh)//sh + 1`` (VALID) or ``ceil(H/sh)`` (SAME).
+    """
+    if np.ndim(x) != 4:
+        raise ValueError(f"extract_patches expects images [N, H, W, C], got shape {np.shape(x)}.")
+    kh, kw = (k, k) if np.ndim(k) == 0 else tuple(k)
+    sh, sw = (stride, stride) if np.ndim(stride) == 0 else tuple(stride)
+    if min(kh, kw, sh, sw) < 1:
+        raise ValueError(f"extract_patches: k and stride must be >= 1, got k={k}, stride={stride}.")
+    padding = padding.upper()
+    n, h, w, c = x.shape
+    xp = _xp(x)
+    if padding == "SAME":
+        ph, pw = _same_pads(h, kh, sh), _same_pads(w, kw, sw)
+        x = xp.pad(x, ((0, 0), ph, pw, (0, 0)))
+        h, w = h + sum(ph), w + sum(pw)
+    elif padding != "VALID":
+        raise ValueError(f"extract_patches: padding must be 'VALID' or 'SAME', got {padding!r}.")
+    if kh > h or kw > w:
+        raise ValueError(f"extract_patches: {kh}x{kw} patches do not fit {h}x{w} images (VALID).")
+    ho, wo = (h - kh) // sh + 1, (w - kw) // sw + 1
+    cols = [
+        x[:, a : a + (ho - 1) * sh + 1 : sh, b : b + (wo - 1) * sw + 1 : sw, :]
+        for a in range(kh)
+        for b in range(kw)
+    ]
+    return xp.stack(cols, axis=3).reshape(n, ho, wo, kh * kw * c)

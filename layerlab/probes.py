@@ -1,0 +1,536 @@
+r"""Probes: jit-able measurements of representations, kernels and parameters.
+
+All functions are pure ``jnp`` code (no hidden ``jit``; jit or vmap them at the call site)
+and validate shapes, which are static under ``jit``.
+
+Representation similarity (Kornblith et al. 2019; Nguyen et al. 2021):
+  :func:`linear_cka`, :func:`rbf_cka`, :func:`cka` (from Gram matrices), :func:`hsic`,
+  :func:`unbiased_hsic`, :func:`minibatch_cka` and its streaming form
+  (:func:`minibatch_cka_init` / :func:`minibatch_cka_update` / :func:`minibatch_cka_value`).
+Kernels: :func:`gram_linear`, :func:`gram_rbf`, :func:`center_gram`,
+  :func:`kernel_alignment`, :func:`kernel_change_rate`.
+Spectra: :func:`singular_values`, :func:`product_singular_values`, :func:`effective_rank`,
+  :func:`stable_rank`, :func:`participation_ratio`, :func:`count_near_one`.
+Parameter pytrees: :func:`tree_norm`, :func:`tree_cosine_similarity`,
+  :func:`tree_relative_change`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+__all__ = [
+    "gram_linear",
+    "gram_rbf",
+    "center_gram",
+    "hsic",
+    "unbiased_hsic",
+    "cka",
+    "linear_cka",
+    "rbf_cka",
+    "minibatch_cka",
+    "MinibatchCKAState",
+    "minibatch_cka_init",
+    "minibatch_cka_update",
+    "minibatch_cka_value",
+    "kernel_alignment",
+    "kernel_change_rate",
+    "singular_values",
+    "product_singular_values",
+    "effective_rank",
+    "stable_rank",
+    "participation_ratio",
+    "count_near_one",
+    "tree_norm",
+    "tree_cosine_similarity",
+    "tree_relative_change",
+]
+
+
+# ----------------------------------------------------------------------------- checks
+def _features(x, name: str) -> jax.Array:
+    x = jnp.asarray(x)
+    if x.ndim < 2:
+        raise ValueError(
+            f"{name}: expected a representation of shape [n, features...], got {x.shape}; "
+            "reshape a single feature to [n, 1]."
+        )
+    return x.reshape(x.shape[0], -1)
+
+
+def _pair(x, y, fn: str):
+    x, y = _features(x, f"{fn} x"), _features(y, f"{fn} y")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"{fn}: x and y must hold the same n samples, got {x.shape[0]} and {y.shape[0]}.")
+    if x.shape[0] < 2:
+        raise ValueError(f"{fn}: need at least 2 samples, got {x.shape[0]}.")
+    return x, y
+
+
+def _square(k, name: str) -> jax.Array:
+    k = jnp.asarray(k)
+    if k.ndim != 2 or k.shape[0] != k.shape[1]:
+        raise ValueError(f"{name}: expected a square [n, n] kernel matrix, got {k.shape}.")
+    return k
+
+
+def _same_square(k1, k2, fn: str):
+    k1, k2 = _square(k1, f"{fn} K1"), _square(k2, f"{fn} K2")
+    if k1.shape != k2.shape:
+        raise ValueError(f"{fn}: kernel matrices differ in shape, {k1.shape} vs {k2.shape}.")
+    return k1, k2
+
+
+# ---------------------------------------------------------------------------- kernels
+def gram_linear(x) -> jax.Array:
+    """Linear Gram matrix :math:`K = X X^\\top`.
+
+    Args:
+      x: ``[n, ...]`` (trailing axes flattened).
+
+    Returns:
+      ``[n, n]``.
+    """
+    x = _features(x, "gram_linear")
+    return x @ x.T
+
+
+def _sq_dists(x: jax.Array) -> jax.Array:
+    sq = jnp.sum(x * x, axis=1)
+    return jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0)
+
+
+def gram_rbf(x, *, sigma_frac: float = 0.8, sigma=None) -> jax.Array:
+    r"""RBF Gram matrix with a median-heuristic bandwidth.
+
+    .. math:: K_{ij} = \exp\!\big(-\|x_i-x_j\|^2 / (2\sigma^2)\big),\qquad
+              \sigma^2 = \text{sigma\_frac}^2 \cdot \operatorname{median}_{i,j}\|x_i-x_j\|^2
+
+    (median over all ``n^2`` entries, diagonal included, as in Kornblith et al. 2019's
+    reference implementation, §3 "RBF CKA", where ``sigma_frac`` is the fraction of the
+    median distance).
+
+    Args:
+      x: ``[n, ...]``.
+      sigma_frac: bandwidth as a fraction of the median pairwise distance.
+      sigma: absolute bandwidth (overrides ``sigma_frac``).
+
+    Returns:
+      ``[n, n]``.
+    """
+    x = _features(x, "gram_rbf")
+    d2 = _sq_dists(x)
+    s2 = sigma**2 if sigma is not None else sigma_frac**2 * jnp.median(d2)
+    return jnp.exp(-d2 / (2.0 * s2))
+
+
+def center_gram(k) -> jax.Array:
+    r"""Double centring :math:`H K H` with :math:`H = I - \tfrac1n 11^\top`.
+
+    Args:
+      k: ``[n, n]``.
+
+    Returns:
+      ``[n, n]``.
+    """
+    k = _square(k, "center_gram")
+    k = k - jnp.mean(k, axis=0, keepdims=True)
+    return k - jnp.mean(k, axis=1, keepdims=True)
+
+
+def hsic(k, l) -> jax.Array:
+    r"""Biased HSIC estimator (Gretton et al. 2005), up to the constant :math:`1/(n-1)^2`:
+    :math:`\operatorname{tr}(K H L H)`, the quantity CKA normalises (Kornblith et al. 2019, eq. 3).
+
+    Args:
+      k, l: ``[n, n]`` kernel matrices.
+
+    Returns:
+      scalar :math:`\operatorname{tr}(KHLH) / (n-1)^2`.
+    """
+    k, l = _same_square(k, l, "hsic")
+    n = k.shape[0]
+    return jnp.sum(center_gram(k) * center_gram(l)) / (n - 1) ** 2
+
+
+def unbiased_hsic(k, l) -> jax.Array:
+    r"""Unbiased HSIC estimator (Song et al. 2012, JMLR; Nguyen et al. 2021, eq. 3).
+
+    .. math:: \mathrm{HSIC}_1(K, L) = \frac{1}{n(n-3)}\Big[\operatorname{tr}(\tilde K\tilde L)
+              + \frac{1^\top\tilde K 1\; 1^\top\tilde L 1}{(n-1)(n-2)}
+              - \frac{2}{n-2}\, 1^\top \tilde K\tilde L 1\Big]
+
+    with :math:`\tilde K, \tilde L` = ``K, L`` with zeroed diagonals.
+
+    Args:
+      k, l: ``[n, n]`` kernel matrices, ``n >= 4``.
+
+    Returns:
+      scalar.
+    """
+    k, l = _same_square(k, l, "unbiased_hsic")
+    n = k.shape[0]
+    if n < 4:
+        raise ValueError(f"unbiased_hsic needs n >= 4 samples, got {n}.")
+    eye = jnp.eye(n, dtype=bool)
+    kt = jnp.where(eye, 0.0, k)
+    lt = jnp.where(eye, 0.0, l)
+    ksum, lsum = kt.sum(axis=0), lt.sum(axis=0)  # column sums = K~1, L~1 (symmetric)
+    trace = jnp.sum(kt * lt.T)
+    return (trace + ksum.sum() * lsum.sum() / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * (ksum @ lsum)) / (
+        n * (n - 3)
+    )
+
+
+def cka(k, l, *, unbiased: bool = False) -> jax.Array:
+    r"""Centred kernel alignment of two Gram matrices (Kornblith et al. 2019, eq. 4).
+
+    .. math:: \mathrm{CKA}(K, L) = \frac{\mathrm{HSIC}(K, L)}{\sqrt{\mathrm{HSIC}(K, K)\,\mathrm{HSIC}(L, L)}}
+
+    Args:
+      k, l: ``[n, n]``.
+      unbiased: use :func:`unbiased_hsic` instead of :func:`hsic`.
+
+    Returns:
+      scalar in ``[0, 1]`` (biased); the unbiased estimate may leave that range slightly.
+    """
+    h = unbiased_hsic if unbiased else hsic
+    return h(k, l) / jnp.sqrt(h(k, k) * h(l, l))
+
+
+def linear_cka(x, y) -> jax.Array:
+    r"""Linear CKA between two representations of the same ``n`` samples (Kornblith et al. 2019,
+    eq. 4 with linear kernels, rewritten in feature space by their eq. 1).
+
+    .. math:: \mathrm{CKA}_{lin}(X, Y) = \frac{\|Y_c^\top X_c\|_F^2}
+              {\|X_c^\top X_c\|_F\,\|Y_c^\top Y_c\|_F}
+
+    with :math:`X_c, Y_c` the column-centred representations. Computed in feature space
+    (``O(n p q)``) or, when ``n`` is smaller than the feature dimensions, through the
+    ``n x n`` Gram matrices (the two forms are equal). Invariant to orthogonal
+    transforms and isotropic scaling of either argument; ``linear_cka(x, x) = 1``.
+
+    Args:
+      x: ``[n, p...]``, y: ``[n, q...]`` (trailing axes flattened).
+
+    Returns:
+      scalar in ``[0, 1]``.
+    """
+    x, y = _pair(x, y, "linear_cka")
+    x = x - jnp.mean(x, axis=0, keepdims=True)
+    y = y - jnp.mean(y, axis=0, keepdims=True)
+    n, p, q = x.shape[0], x.shape[1], y.shape[1]
+    if n < max(p, q):  # Gram form: ||Yc^T Xc||^2 = <Kc, Lc>_F
+        k, l = x @ x.T, y @ y.T
+        return jnp.sum(k * l) / jnp.sqrt(jnp.sum(k * k) * jnp.sum(l * l))
+    xy, xx, yy = y.T @ x, x.T @ x, y.T @ y
+    return jnp.sum(xy * xy) / jnp.sqrt(jnp.sum(xx * xx) * jnp.sum(yy * yy))
+
+
+def rbf_cka(x, y, *, sigma_frac: float = 0.8) -> jax.Array:
+    """CKA with RBF kernels of median-heuristic bandwidth (Kornblith et al. 2019, §3).
+
+    Args:
+      x: ``[n, p...]``, y: ``[n, q...]``.
+      sigma_frac: bandwidth as a fraction of each representation's median distance
+        (see :func:`gram_rbf`).
+
+    Returns:
+      scalar in ``[0, 1]``.
+    """
+    x, y = _pair(x, y, "rbf_cka")
+    return cka(gram_rbf(x, sigma_frac=sigma_frac), gram_rbf(y, sigma_frac=sigma_frac))
+
+
+# ----------------------------------------------------------------------- minibatch CKA
+class MinibatchCKAState(NamedTuple):
+    """Running sums of unbiased HSIC over minibatches (all scalars)."""
+
+    xy: jax.Array  # sum_b HSIC_1(K_b, L_b)
+    xx: jax.Array  # sum_b HSIC_1(K_b, K_b)
+    yy: jax.Array  # sum_b HSIC_1(L_b, L_b)
+
+
+def minibatch_cka_init(dtype=jnp.float32) -> MinibatchCKAState:
+    """Zero accumulator for :func:`minibatch_cka_update`."""
+    z = jnp.zeros((), dtype)
+    return MinibatchCKAState(z, z, z)
+
+
+def minibatch_cka_update(state: MinibatchCKAState, x, y, *, kernel: str = "linear") -> MinibatchCKAState:
+    """Add one minibatch ``(x [m, p...], y [m, q...])``, ``m >= 4``, to the running sums.
+
+    ``kernel``: ``"linear"`` or ``"rbf"`` (median bandwidth per minibatch).
+    """
+    x, y = _pair(x, y, "minibatch_cka_update")
+    if kernel == "linear":
+        k, l = gram_linear(x), gram_linear(y)
+    elif kernel == "rbf":
+        k, l = gram_rbf(x), gram_rbf(y)
+    else:
+        raise ValueError(f"kernel must be 'linear' or 'rbf', got {kernel!r}.")
+    return MinibatchCKAState(
+        state.xy + unbiased_hsic(k, l), state.xx + unbiased_hsic(k, k), state.yy + unbiased_hsic(l, l)
+    )
+
+
+def minibatch_cka_value(state: MinibatchCKAState) -> jax.Array:
+    r"""CKA from accumulated sums (Nguyen et al. 2021, eq. 2):
+    :math:`\sum_b \mathrm{HSIC}_1(K_b,L_b) / \sqrt{\sum_b \mathrm{HSIC}_1(K_b,K_b)\sum_b \mathrm{HSIC}_1(L_b,L_b)}`."""
+    return state.xy / jnp.sqrt(state.xx * state.yy)
+
+
+def minibatch_cka(xs, ys, *, kernel: str = "linear") -> jax.Array:
+    r"""Minibatch CKA from stacked minibatches (Nguyen et al. 2021, "Do wide and deep networks
+    learn the same things?", ICLR 2021, §3.1 eq. 2): unbiased HSIC accumulated over ``B`` minibatches with
+    ``lax.scan``; an unbiased estimate of population CKA whose bias does not grow with the
+    number of minibatches.
+
+    Args:
+      xs: ``[B, m, p...]``, ys: ``[B, m, q...]``, ``m >= 4``.
+      kernel: ``"linear"`` or ``"rbf"``.
+
+    Returns:
+      scalar.
+    """
+    xs, ys = jnp.asarray(xs), jnp.asarray(ys)
+    if xs.ndim < 3 or ys.ndim < 3 or xs.shape[:2] != ys.shape[:2]:
+        raise ValueError(
+            f"minibatch_cka expects xs [B, m, p...] and ys [B, m, q...] with equal B and m, got "
+            f"{xs.shape} and {ys.shape}."
+        )
+    dtype = jnp.result_type(xs.dtype, ys.dtype, jnp.float32)
+
+    def body(state, xy):
+        return minibatch_cka_update(state, xy[0], xy[1], kernel=kernel), None
+
+    state, _ = jax.lax.scan(body, minibatch_cka_init(dtype), (xs, ys))
+    return minibatch_cka_value(state)
+
+
+# ----------------------------------------------------------------- kernel comparisons
+def kernel_alignment(k1, k2, *, centered: bool = False) -> jax.Array:
+    r"""Kernel alignment: the Frobenius cosine of two kernel matrices (Cristianini et al. 2002).
+
+    .. math:: A(K_1, K_2) = \frac{\langle K_1, K_2\rangle_F}{\|K_1\|_F\,\|K_2\|_F}
+
+    With ``centered=True`` both are first double-centred (:func:`center_gram`), which gives
+    CKA (Cortes et al. 2012).
+
+    Args:
+      k1, k2: ``[n, n]``.
+
+    Returns:
+      scalar in ``[-1, 1]``.
+    """
+    k1, k2 = _same_square(k1, k2, "kernel_alignment")
+    if centered:
+        k1, k2 = center_gram(k1), center_gram(k2)
+    return jnp.sum(k1 * k2) / jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
+
+
+def kernel_change_rate(k_prev, k_next) -> jax.Array:
+    r"""Relative change between consecutive kernels: :math:`\|K_{t+1}-K_t\|_F / \|K_t\|_F`.
+
+    Args:
+      k_prev, k_next: ``[n, n]`` (or any equal shapes).
+
+    Returns:
+      scalar.
+    """
+    k_prev, k_next = jnp.asarray(k_prev), jnp.asarray(k_next)
+    if k_prev.shape != k_next.shape:
+        raise ValueError(f"kernel_change_rate: shapes differ, {k_prev.shape} vs {k_next.shape}.")
+    return jnp.linalg.norm((k_next - k_prev).ravel()) / jnp.linalg.norm(k_prev.ravel())
+
+
+# ---------------------------------------------------------------------------- spectra
+def _as_matrix(w) -> jax.Array:
+    w = jnp.asarray(w)
+    return w.reshape(-1, w.shape[-1])
+
+
+def singular_values(tree, *, min_ndim: int = 2):
+    """Singular values of every weight matrix in a parameter pytree.
+
+    Leaves with ``ndim >= min_ndim`` are treated as weights; ``[..., d_out]`` kernels (e.g.
+    convolutions ``[kh, kw, c_in, c_out]``) are reshaped to ``[prod(...), d_out]``. Other
+    leaves (biases) map to ``None``.
+
+    Args:
+      tree: pytree of arrays (e.g. ``[{"w": [d0, d1], "b": [d1]}, ...]``).
+
+    Returns:
+      pytree of the same structure: ``[min(rows, cols)]`` descending singular values per
+      weight, ``None`` elsewhere.
+    """
+    return jax.tree.map(
+        lambda w: jnp.linalg.svd(_as_matrix(w), compute_uv=False) if jnp.ndim(w) >= min_ndim else None,
+        tree,
+    )
+
+
+def _weights(mats) -> list[jax.Array]:
+    out = []
+    for m in mats:
+        if isinstance(m, dict):
+            if "w" not in m:
+                raise ValueError(f"product_singular_values: layer dict without a 'w' entry: {list(m)}.")
+            m = m["w"]
+        m = jnp.asarray(m)
+        if m.ndim != 2:
+            raise ValueError(f"product_singular_values expects 2-D weight matrices, got shape {m.shape}.")
+        out.append(m)
+    if not out:
+        raise ValueError("product_singular_values: empty list of matrices.")
+    return out
+
+
+def product_singular_values(mats: Sequence, *, convention: str = "row", suffix: bool = True) -> list[jax.Array]:
+    r"""Singular values of the partial products of a chain of weight matrices.
+
+    With ``suffix=True`` entry ``k`` is the spectrum of the map from layer ``k``'s input to
+    the output, :math:`W_L \cdots W_{k+1} W_k` (the products :math:`\prod_{m \ge k} W_m`
+    whose singular values cluster near 1 in deep L2-regularised nets, Jacot 2023, Thm. 6);
+    with ``suffix=False`` it is the prefix :math:`W_k \cdots W_1`.
+
+    Args:
+      mats: ``L`` matrices in the order they are applied, or layer dicts with a ``"w"``.
+        ``convention="row"`` (layerlab's ``x @ w``, ``w [d_in, d_out]``) or ``"column"``
+        (``W x``, ``W [d_out, d_in]``).  For square matrices the convention matters.
+      suffix: suffix products (default) or prefix products.
+
+    Returns:
+      list of ``L`` descending singular-value vectors, ``[min(dims of product k)]`` each.
+    """
+    ws = _weights(mats)
+    if convention == "column":
+        ws = [w.T for w in ws]
+    elif convention != "row":
+        raise ValueError(f"convention must be 'row' or 'column', got {convention!r}.")
+    for i, (a, b) in enumerate(zip(ws[:-1], ws[1:])):
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(
+                f"product_singular_values: matrix {i} ({a.shape}) does not chain into matrix "
+                f"{i + 1} ({b.shape}) in the {convention!r} convention."
+            )
+    out = []
+    if suffix:
+        p = None
+        for w in reversed(ws):
+            p = w if p is None else w @ p
+            out.append(jnp.linalg.svd(p, compute_uv=False))
+        return out[::-1]
+    p = None
+    for w in ws:
+        p = w if p is None else p @ w
+        out.append(jnp.linalg.svd(p, compute_uv=False))
+    return out
+
+
+def _spectrum(s) -> jax.Array:
+    s = jnp.asarray(s)
+    if s.ndim == 2:
+        return jnp.linalg.svd(s, compute_uv=False)
+    if s.ndim != 1:
+        raise ValueError(f"expected singular values [k] or a matrix [m, n], got shape {s.shape}.")
+    return jnp.abs(s)
+
+
+def effective_rank(s) -> jax.Array:
+    r"""Entropy effective rank (Roy & Vetterli 2007, eq. 3).
+
+    .. math:: \operatorname{erank} = \exp\Big(-\sum_i p_i \log p_i\Big),\qquad p_i = \sigma_i / \textstyle\sum_j \sigma_j
+
+    Equals ``r`` for ``r`` equal non-zero singular values; ``1 <= erank <= rank``.
+
+    Args:
+      s: ``[k]`` singular values, or a matrix ``[m, n]`` (its singular values are used).
+
+    Returns:
+      scalar.
+    """
+    s = _spectrum(s)
+    p = s / jnp.sum(s)
+    safe = jnp.where(p > 0, p, 1.0)
+    return jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(safe), 0.0)))
+
+
+def stable_rank(m) -> jax.Array:
+    r"""Stable rank :math:`\|M\|_F^2 / \|M\|_2^2 = \sum_i \sigma_i^2 / \sigma_1^2` (Rudelson & Vershynin 2007).
+
+    Args:
+      m: matrix ``[m, n]`` or its singular values ``[k]``.
+
+    Returns:
+      scalar.
+    """
+    s = _spectrum(m)
+    return jnp.sum(s * s) / jnp.max(s) ** 2
+
+
+def participation_ratio(eigs) -> jax.Array:
+    r"""Participation ratio of a non-negative spectrum :math:`(\sum_i\lambda_i)^2/\sum_i\lambda_i^2`.
+
+    For a representation ``x [n, d]`` pass the covariance eigenvalues, e.g.
+    ``singular_values`` of the centred ``x`` squared.
+
+    Args:
+      eigs: ``[k]`` non-negative values.
+
+    Returns:
+      scalar in ``[1, k]``.
+    """
+    e = jnp.asarray(eigs)
+    if e.ndim != 1:
+        raise ValueError(f"participation_ratio expects a 1-D spectrum, got shape {e.shape}.")
+    return jnp.sum(e) ** 2 / jnp.sum(e * e)
+
+
+def count_near_one(s, tol: float = 0.1) -> jax.Array:
+    """Number of singular values within ``tol`` of 1: :math:`\\#\\{i : |\\sigma_i - 1| < tol\\}`
+    (the bottleneck rank read off the weights, Jacot 2023, Thm. 6).
+
+    Args:
+      s: ``[k]`` singular values (or ``[..., k]``: counted over the last axis).
+
+    Returns:
+      int array of shape ``s.shape[:-1]``.
+    """
+    s = jnp.asarray(s)
+    return jnp.sum(jnp.abs(s - 1.0) < tol, axis=-1)
+
+
+# -------------------------------------------------------------------------- pytrees
+def _leaves(tree):
+    return [jnp.asarray(a) for a in jax.tree.leaves(tree)]
+
+
+def _tree_dot(a, b) -> jax.Array:
+    la, lb = _leaves(a), _leaves(b)
+    if jax.tree.structure(a) != jax.tree.structure(b):
+        raise ValueError("pytrees differ in structure.")
+    for x, y in zip(la, lb):
+        if x.shape != y.shape:
+            raise ValueError(f"pytrees differ in leaf shapes: {x.shape} vs {y.shape}.")
+    return sum((jnp.vdot(x, y) for x, y in zip(la, lb)), jnp.zeros(()))
+
+
+def tree_norm(tree) -> jax.Array:
+    r"""Global Euclidean norm :math:`\sqrt{\sum_{\text{leaves}} \|a\|_F^2}`."""
+    return jnp.sqrt(sum((jnp.sum(a * a) for a in _leaves(tree)), jnp.zeros(())))
+
+
+def tree_cosine_similarity(a, b) -> jax.Array:
+    r"""Cosine similarity of two pytrees seen as flat vectors, :math:`\langle a,b\rangle/(\|a\|\|b\|)`."""
+    return _tree_dot(a, b) / (tree_norm(a) * tree_norm(b))
+
+
+def tree_relative_change(a, a0) -> jax.Array:
+    r"""Relative distance :math:`\|a - a_0\| / \|a_0\|` (e.g. how far weights moved from init)."""
+    _tree_dot(a, a0)  # structure / shape check
+    return tree_norm(jax.tree.map(lambda x, y: x - y, a, a0)) / tree_norm(a0)
+

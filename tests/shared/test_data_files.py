@@ -1,0 +1,299 @@
+"""Loaders of the original file formats, on small files written here in those formats."""
+import gzip
+import importlib.machinery
+import io
+import os
+import pickle
+import struct
+import sys
+import tarfile
+import types
+import zipfile
+
+import numpy as np
+import pytest
+
+from layerlab import data as D
+
+
+def _idx(arr: np.ndarray) -> bytes:
+    code = {np.uint8: 0x08}[arr.dtype.type]
+    return bytes([0, 0, code, arr.ndim]) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.tobytes()
+
+
+def _write_mnist(d, n_train=12, n_test=5, gz=True, seed=0):
+    rng = np.random.default_rng(seed)
+    d.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        x = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
+        y = rng.integers(0, 10, size=n, dtype=np.uint8)
+        for kind, arr in (("images-idx3", x), ("labels-idx1", y)):
+            name = f"{prefix}-{kind}-ubyte"
+            if gz:
+                (d / (name + ".gz")).write_bytes(gzip.compress(_idx(arr)))
+            else:
+                (d / name).write_bytes(_idx(arr))
+        out[prefix] = (x, y)
+    return out
+
+
+@pytest.mark.parametrize("gz,sub", [(True, "mnist"), (False, "")])
+def test_mnist_idx(tmp_path, gz, sub):
+    raw = _write_mnist(tmp_path / sub if sub else tmp_path, gz=gz)
+    tr = D.load("mnist", data_dir=tmp_path)
+    assert tr.x.shape == (12, 28, 28, 1) and tr.x.dtype == np.float32 and tr.y.dtype == np.int32
+    np.testing.assert_array_equal(tr.x[..., 0], raw["train"][0] / np.float32(255))
+    np.testing.assert_array_equal(tr.y, raw["train"][1])
+    te = D.load("mnist", "test", data_dir=tmp_path)
+    np.testing.assert_array_equal(te.y, raw["t10k"][1])
+    assert te.num_classes == 10 and te.class_names[7] == "7"
+
+
+def test_idx_rejects_truncated_and_bad_magic(tmp_path):
+    arr = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    good = _idx(arr)
+    (tmp_path / "a").write_bytes(good)
+    np.testing.assert_array_equal(D.read_idx(tmp_path / "a"), arr)
+    (tmp_path / "b").write_bytes(good[:-2])
+    with pytest.raises(ValueError, match="truncated"):
+        D.read_idx(tmp_path / "b")
+    (tmp_path / "c").write_bytes(b"\x01\x02" + good[2:])
+    with pytest.raises(ValueError, match="magic"):
+        D.read_idx(tmp_path / "c")
+
+
+def _cifar_batch(rng, n, label_keys):
+    x_hwc = rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8)
+    rows = x_hwc.transpose(0, 3, 1, 2).reshape(n, 3072)  # official CHW rows
+    d = {b"data": rows, b"batch_label": b"testing batch"}
+    labels = {}
+    for key, hi in label_keys:
+        labels[key] = rng.integers(0, hi, size=n).tolist()
+        d[key.encode()] = labels[key]
+    return d, x_hwc, labels
+
+
+def _write_cifar10(root, tar=False, seed=0):
+    rng = np.random.default_rng(seed)
+    files, xs, ys = {}, {}, {}
+    for name, n in [(f"data_batch_{i}", 3) for i in range(1, 6)] + [("test_batch", 4)]:
+        d, x, lab = _cifar_batch(rng, n, [("labels", 10)])
+        files[name] = pickle.dumps(d, protocol=2)
+        xs[name], ys[name] = x, lab["labels"]
+    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
+    files["batches.meta"] = pickle.dumps({b"label_names": names, b"num_vis": 3072}, protocol=2)
+    _write_files(root, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, tar)
+    return xs, ys
+
+
+def _write_files(root, folder, tarname, files, tar):
+    root.mkdir(parents=True, exist_ok=True)
+    if tar:
+        with tarfile.open(root / tarname, "w:gz") as t:
+            for name, blob in files.items():
+                info = tarfile.TarInfo(f"{folder}/{name}")
+                info.size = len(blob)
+                t.addfile(info, io.BytesIO(blob))
+    else:
+        (root / folder).mkdir()
+        for name, blob in files.items():
+            (root / folder / name).write_bytes(blob)
+
+
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar10_pickles_and_tarball(tmp_path, tar):
+    xs, ys = _write_cifar10(tmp_path, tar=tar)
+    tr = D.load("cifar10", data_dir=tmp_path)
+    assert tr.x.shape == (15, 32, 32, 3) and tr.num_classes == 10
+    want_x = np.concatenate([xs[f"data_batch_{i}"] for i in range(1, 6)])
+    np.testing.assert_array_equal(tr.x, want_x / np.float32(255))  # CHW rows -> HWC
+    np.testing.assert_array_equal(tr.y, sum((ys[f"data_batch_{i}"] for i in range(1, 6)), []))
+    assert tr.class_names[0] == "airplane" and tr.class_names[9] == "truck"
+    te = D.load("cifar10", "test", data_dir=tmp_path)
+    np.testing.assert_array_equal(te.x, xs["test_batch"] / np.float32(255))
+    np.testing.assert_array_equal(te.y, ys["test_batch"])
+
+
+def test_cifar10_npz(tmp_path):
+    rng = np.random.default_rng(3)
+    arrs = dict(
+        x_train=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8), y_train=np.arange(6) % 10,
+        x_test=rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8), y_test=np.array([3, 8]),
+        label_names=np.array(["a%d" % i for i in range(10)]),
+    )
+    (tmp_path / "cifar10").mkdir()
+    np.savez_compressed(tmp_path / "cifar10" / "cifar10.npz", **arrs)
+    te = D.load("cifar10", "test", data_dir=tmp_path)
+    np.testing.assert_array_equal(te.x, arrs["x_test"] / np.float32(255))
+    np.testing.assert_array_equal(te.y, [3, 8])
+    assert te.class_names[3] == "a3"
+    sub = D.load("cifar10", n=4, shuffle=False, data_dir=tmp_path)
+    np.testing.assert_array_equal(sub.y, [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar100_fine_and_coarse(tmp_path, tar):
+    rng = np.random.default_rng(1)
+    files, ref = {}, {}
+    for split, n in (("train", 5), ("test", 3)):
+        d, x, lab = _cifar_batch(rng, n, [("fine_labels", 100), ("coarse_labels", 20)])
+        files[split] = pickle.dumps(d, protocol=2)
+        ref[split] = (x, lab)
+    meta = {
+        b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
+        b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)],
+    }
+    files["meta"] = pickle.dumps(meta, protocol=2)
+    _write_files(tmp_path / "cifar100", "cifar-100-python", "cifar-100-python.tar.gz", files, tar)
+    fine = D.load("cifar100", data_dir=tmp_path)
+    assert fine.num_classes == 100 and fine.class_names[42] == "fine42"
+    np.testing.assert_array_equal(fine.x, ref["train"][0] / np.float32(255))
+    np.testing.assert_array_equal(fine.y, ref["train"][1]["fine_labels"])
+    coarse = D.load("cifar100", "test", data_dir=tmp_path, label_mode="coarse")
+    assert coarse.num_classes == 20 and coarse.class_names[3] == "coarse3"
+    np.testing.assert_array_equal(coarse.y, ref["test"][1]["coarse_labels"])
+    with pytest.raises(ValueError, match="label_mode"):
+        D.load("cifar100", data_dir=tmp_path, label_mode="medium")
+
+
+def test_pickles_cannot_run_code(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    d = tmp_path / "cifar-10-batches-py"
+    d.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)]:
+        (d / name).write_bytes(pickle.dumps({b"data": Evil()}))
+    with pytest.raises(ValueError, match="refusing to load builtins.print"):
+        D.load("cifar10", data_dir=tmp_path)
+
+
+def _superconduct_csv(rng, n=10):
+    header = ",".join([f"f{i}" for i in range(81)] + ["critical_temp"])
+    vals = rng.normal(size=(n, 82)).round(4)
+    return header + "\n" + "\n".join(",".join(map(str, r)) for r in vals) + "\n", vals
+
+
+@pytest.mark.parametrize("as_zip", [False, True])
+def test_superconductivity_csv_and_zip(tmp_path, as_zip):
+    text, vals = _superconduct_csv(np.random.default_rng(2))
+    d = tmp_path / "superconductivity"
+    d.mkdir()
+    if as_zip:
+        with zipfile.ZipFile(tmp_path / "superconduct.zip", "w") as z:
+            z.writestr("train.csv", text)
+            z.writestr("unique_m.csv", "x\n1\n")
+    else:
+        (d / "train.csv").write_text(text)
+    tr = D.load("superconductivity", data_dir=tmp_path)
+    te = D.load("superconductivity", "test", data_dir=tmp_path)
+    al = D.load("superconductivity", "all", data_dir=tmp_path)
+    test_rows = np.arange(10) % 5 == 4
+    assert tr.num_classes == 0 and tr.x.shape == (8, 81) and te.x.shape == (2, 81)
+    np.testing.assert_allclose(te.x, vals[test_rows, :81], rtol=1e-6)
+    np.testing.assert_allclose(tr.y, vals[~test_rows, 81], rtol=1e-6)
+    np.testing.assert_allclose(al.y, vals[:, 81], rtol=1e-6)
+    assert tr.feature_names[80] == "f80"
+
+
+def test_superconductivity_rejects_wrong_columns(tmp_path):
+    (tmp_path / "superconductivity").mkdir()
+    (tmp_path / "superconductivity" / "train.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="critical_temp"):
+        D.load("superconductivity", data_dir=tmp_path)
+
+
+def test_winequality_small_files(tmp_path):
+    d = tmp_path / "wine_quality"
+    d.mkdir()
+    header = ";".join(f'"c{i}"' for i in range(11)) + ';"quality"'
+    rng = np.random.default_rng(0)
+    ref = {}
+    for color, n in (("red", 6), ("white", 10)):
+        v = np.concatenate([rng.normal(size=(n, 11)).round(3), rng.integers(3, 9, (n, 1))], axis=1)
+        (d / f"winequality-{color}.csv").write_text(header + "\n" + "\n".join(";".join(map(str, r)) for r in v))
+        ref[color] = v
+    both = D.load("winequality", "all", data_dir=tmp_path)
+    np.testing.assert_allclose(both.y, np.concatenate([ref["red"][:, -1], ref["white"][:, -1]]))
+    red = D.load("winequality", "test", variant="red", color_feature=True, data_dir=tmp_path)
+    np.testing.assert_allclose(red.x[:, :11], ref["red"][[4], :11], rtol=1e-6)
+    np.testing.assert_array_equal(red.x[:, 11], [1.0])
+    assert red.feature_names[-1] == "is_red" and red.feature_names[0] == "c0"
+    with pytest.raises(ValueError, match="variant"):
+        D.load("winequality", variant="rose", data_dir=tmp_path)
+
+
+def test_missing_dataset_error_is_helpful(tmp_path):
+    with pytest.raises(D.DatasetNotFoundError) as e:
+        D.load("cifar100", data_dir=tmp_path)
+    msg = str(e.value)
+    assert isinstance(e.value, FileNotFoundError)
+    assert "'cifar100' not found" in msg
+    assert str(tmp_path / "cifar-100-python") in msg  # where it looked
+    assert "cifar-100-python/{train, test, meta}" in msg  # what it expects
+    assert "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz" in msg  # how to get it
+    assert "LAYERLAB_DATA" in msg
+    for name, url in [("mnist", "yann.lecun.com"), ("superconductivity", "archive.ics.uci.edu"),
+                      ("winequality", "archive.ics.uci.edu")]:
+        with pytest.raises(D.DatasetNotFoundError, match=url):
+            D.load(name, data_dir=tmp_path)
+
+
+def test_search_path_env_var(tmp_path, monkeypatch):
+    raw = _write_mnist(tmp_path / "b" / "mnist", n_train=3, n_test=2)
+    monkeypatch.setenv(D.ENV_VAR, os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")]))
+    assert D.data_roots()[:2] == [tmp_path / "a", tmp_path / "b"]
+    np.testing.assert_array_equal(D.load("mnist", "test").y, raw["t10k"][1])
+
+
+def test_load_argument_errors():
+    with pytest.raises(ValueError, match="Unknown dataset 'imagenet'"):
+        D.load("imagenet")
+    with pytest.raises(ValueError, match="splits"):
+        D.load("digits", "validation")
+    with pytest.raises(TypeError, match="unknown option"):
+        D.load("digits", colour=True)
+    with pytest.raises(ValueError, match="needs n"):
+        D.load("digits", balanced=True)
+
+
+def _fake_tfds(monkeypatch, examples=None, error=None):
+    calls = {}
+    mod = types.ModuleType("tensorflow_datasets")
+    mod.__spec__ = importlib.machinery.ModuleSpec("tensorflow_datasets", None)
+
+    class Source(list):
+        pass
+
+    def data_source(name, **kw):
+        calls.update(kw, name=name)
+        if error is not None:
+            raise error
+        return Source(examples)
+
+    mod.data_source = data_source
+    monkeypatch.setitem(sys.modules, "tensorflow_datasets", mod)
+    return calls
+
+
+def test_tfds_source_with_a_fake_module(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    ex = [{"image": rng.integers(0, 256, (28, 28, 1), dtype=np.uint8), "label": i % 10} for i in range(4)]
+    calls = _fake_tfds(monkeypatch, ex)
+    ds = D.load("mnist", "test", source="tfds", data_dir=tmp_path)
+    assert calls["download"] is False and calls["try_gcs"] is False
+    assert calls["name"] == "mnist" and calls["split"] == "test" and calls["data_dir"] == tmp_path
+    np.testing.assert_array_equal(ds.x, np.stack([e["image"] for e in ex]) / np.float32(255))
+    np.testing.assert_array_equal(ds.y, [0, 1, 2, 3])
+    # auto: files missing -> falls back to tfds
+    ds2 = D.load("mnist", "test", data_dir=tmp_path)
+    np.testing.assert_array_equal(ds2.y, ds.y)
+
+
+def test_tfds_failure_becomes_dataset_not_found(tmp_path, monkeypatch):
+    _fake_tfds(monkeypatch, error=RuntimeError("no prepared dataset"))
+    with pytest.raises(D.DatasetNotFoundError, match="no prepared dataset") as e:
+        D.load("mnist", data_dir=tmp_path)
+    assert "yann.lecun.com" in str(e.value)  # the files error is kept too

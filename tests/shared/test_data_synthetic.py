@@ -1,0 +1,55 @@
+"""Synthetic tasks: teacher networks and low-dimensional latents."""
+import jax
+import numpy as np
+import pytest
+
+from layerlab import data as D
+
+
+def _np_forward(params, x, act):
+    h = np.asarray(x, np.float64)
+    for i, layer in enumerate(params):
+        h = h @ np.asarray(layer["w"], np.float64) + np.asarray(layer["b"], np.float64)
+        if i < len(params) - 1:
+            h = act(h)
+    return h
+
+
+def test_teacher_targets_are_the_teacher_network(key):
+    ds, params = D.teacher(key, 64, (50, 10, 10, 10), return_params=True)
+    assert ds.x.shape == (64, 50) and ds.y.shape == (64, 10) and ds.num_classes == 0
+    assert [p["w"].shape for p in params] == [(50, 10), (10, 10), (10, 10)]
+    np.testing.assert_allclose(ds.y, _np_forward(params, ds.x, lambda a: np.maximum(a, 0)), rtol=1e-4, atol=1e-5)
+    # fan-in scaling with the ReLU gain sqrt(2): Var W = 2 / fan_in
+    np.testing.assert_allclose(np.var(np.asarray(params[0]["w"])) * 50, 2.0, rtol=0.2)
+    # inputs are standard Gaussian
+    assert abs(ds.x.mean()) < 0.05 and abs(ds.x.std() - 1) < 0.05
+    noisy = D.teacher(key, 64, (50, 10, 10, 10), noise=0.5)
+    resid = noisy.y - ds.y
+    assert 0.4 < resid.std() < 0.6
+
+
+def test_teacher_splits_share_the_teacher():
+    tr = D.load("teacher", n=32, seed=3, widths=(5, 4, 2), activation="tanh")
+    te = D.load("teacher", "test", n=16, seed=3, widths=(5, 4, 2), activation="tanh")
+    _, params = D.teacher(jax.random.key(3), 1, (5, 4, 2), activation="tanh", return_params=True)
+    for ds in (tr, te):
+        np.testing.assert_allclose(ds.y, _np_forward(params, ds.x, np.tanh), rtol=1e-4, atol=1e-5)
+    assert not np.allclose(tr.x[:16], te.x)  # different inputs
+    np.testing.assert_array_equal(D.load("teacher", n=32, seed=3, widths=(5, 4, 2), activation="tanh").x, tr.x)
+    with pytest.raises(TypeError, match="unknown option"):
+        D.load("teacher", depth=3)
+
+
+def test_latent_is_a_function_of_a_k_dim_latent(key):
+    ds, info = D.latent(key, 50, k=2, d_in=8, d_out=3, hidden=16, return_latent=True)
+    z = info["z"]
+    assert z.shape == (50, 2) and ds.x.shape == (50, 8) and ds.y.shape == (50, 3)
+    np.testing.assert_allclose(ds.x, _np_forward(info["g"], z, np.tanh), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ds.y, _np_forward(info["h"], z, np.tanh), rtol=1e-4, atol=1e-5)
+    # with a linear generator, x and y span exactly k dimensions
+    lin = D.latent(key, 50, k=2, d_in=8, d_out=3, hidden=16, activation="linear")
+    s = np.linalg.svd(lin.x - lin.x.mean(0), compute_uv=False)
+    assert s[1] > 1e-2 * s[0] and s[2] < 1e-5 * s[0]
+    te = D.load("latent", "test", n=10, seed=0, k=3, d_in=6, d_out=2)
+    assert te.x.shape == (10, 6) and te.split == "test"

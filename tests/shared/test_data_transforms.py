@@ -1,0 +1,189 @@
+"""Tests for layerlab.data._transforms (and the Dataset container)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import data as D
+
+
+def _toy(n_per_class=(30, 20, 25), d=3):
+    """A classification dataset whose x[:, 0] is the sample id (to check disjointness)."""
+    y = np.concatenate([np.full(k, c, np.int32) for c, k in enumerate(n_per_class)])
+    y = y[np.random.default_rng(0).permutation(len(y))]
+    x = np.zeros((len(y), d), np.float32)
+    x[:, 0] = np.arange(len(y))
+    x[:, 1] = y
+    return D.Dataset(x, y, len(n_per_class), "toy", "train", ("a", "b", "c"))
+
+
+def test_flatten_and_l2_normalize():
+    x = np.arange(24, dtype=np.float32).reshape(2, 2, 3, 2)
+    f = D.flatten(x)
+    assert f.shape == (2, 12)
+    np.testing.assert_array_equal(f[1], np.arange(12, 24))
+    u = D.l2_normalize(f, radius=2.0)
+    np.testing.assert_allclose(np.linalg.norm(u, axis=1), [2.0, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(u[1] / np.linalg.norm(u[1]), f[1] / np.linalg.norm(f[1]), rtol=1e-6)
+    assert isinstance(D.flatten(jnp.asarray(x)), jax.Array)
+
+
+def test_standardize_reuses_train_statistics():
+    rng = np.random.default_rng(0)
+    xtr = rng.normal(3.0, 2.0, size=(200, 4)).astype(np.float32)
+    xtr[:, 3] = 7.0  # constant feature: only centred
+    xs, mu, sd = D.standardize(xtr)
+    np.testing.assert_allclose(xs[:, :3].mean(0), 0.0, atol=1e-5)
+    np.testing.assert_allclose(xs[:, :3].std(0), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(xs[:, 3], 0.0)
+    xte = rng.normal(size=(5, 4)).astype(np.float32)
+    xte_s, _, _ = D.standardize(xte, mu, sd)
+    np.testing.assert_allclose(xte_s, (xte - xtr.mean(0)) / np.where(xtr.std(0) > 0, xtr.std(0), 1), rtol=1e-5)
+    with pytest.raises(ValueError, match="both"):
+        D.standardize(xte, mu)
+    with pytest.raises(ValueError, match="do not match"):
+        D.standardize(xte[:, :3], mu, sd)
+    # jax path gives the same numbers
+    js, jm, _ = D.standardize(jnp.asarray(xtr))
+    np.testing.assert_allclose(np.asarray(js), xs, atol=1e-5)
+
+
+def test_scale_min_max():
+    x = np.array([[0.0, 10.0], [5.0, 10.0], [10.0, 10.0]], np.float32)
+    s, lo, hi = D.scale(x, low=-1.0, high=1.0)
+    np.testing.assert_allclose(s[:, 0], [-1.0, 0.0, 1.0])
+    np.testing.assert_allclose(s[:, 1], [-1.0, -1.0, -1.0])  # constant feature -> low
+    s2, _, _ = D.scale(np.array([[20.0, 10.0]], np.float32), low=-1.0, high=1.0, x_min=lo, x_max=hi)
+    np.testing.assert_allclose(s2, [[3.0, -1.0]])
+
+
+def test_one_hot_plain_and_zero_mean():
+    y = np.array([2, 0, 1, 2])
+    t = D.one_hot(y, 3)
+    np.testing.assert_array_equal(t, np.eye(3)[y])
+    assert t.dtype == np.float32
+    z = D.one_hot(y, 3, zero_mean=True)
+    np.testing.assert_allclose(z, np.eye(3)[y] - 1 / 3, rtol=1e-6)
+    np.testing.assert_allclose(z.sum(1), 0.0, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(jax.jit(D.one_hot, static_argnums=1)(jnp.asarray(y), 3)), t)
+    with pytest.raises(ValueError, match=r"\[0, 3\)"):
+        D.one_hot(np.array([0, 3]), 3)
+    with pytest.raises(TypeError, match="integer"):
+        D.one_hot(np.array([0.0, 1.0]), 3)
+
+
+def test_per_class_counts():
+    np.testing.assert_array_equal(D.per_class_counts(10, 3), [4, 3, 3])
+    np.testing.assert_array_equal(D.per_class_counts(9, 3), [3, 3, 3])
+
+
+def test_balanced_subset_is_balanced_deterministic_and_faithful():
+    ds = _toy()
+    sub = D.balanced_subset(ds, 30, seed=1)
+    np.testing.assert_array_equal(sub.class_counts(), [10, 10, 10])
+    ids = sub.x[:, 0].astype(int)
+    assert len(set(ids)) == 30 and np.all(np.diff(ids) > 0)  # distinct, original order
+    np.testing.assert_array_equal(sub.y, ds.y[ids])  # rows kept intact
+    again = D.balanced_subset(ds, 30, seed=1)
+    np.testing.assert_array_equal(again.x, sub.x)
+    other = D.balanced_subset(ds, 30, seed=2)
+    assert not np.array_equal(other.x, sub.x)
+    with pytest.raises(ValueError, match="class 'b'.*only 20"):
+        D.balanced_subset(ds, 63, seed=0)
+
+
+def test_train_val_split_disjoint_balanced():
+    ds = _toy()
+    tr, va = D.train_val_split(ds, 30, 15, seed=3)
+    np.testing.assert_array_equal(tr.class_counts(), [10, 10, 10])
+    np.testing.assert_array_equal(va.class_counts(), [5, 5, 5])
+    assert not set(tr.x[:, 0]) & set(va.x[:, 0])
+    assert (tr.split, va.split) == ("train", "val")
+    tr2, va2 = D.train_val_split(ds, 40, 30, balanced=False, seed=3)
+    assert len(tr2) == 40 and len(va2) == 30 and not set(tr2.x[:, 0]) & set(va2.x[:, 0])
+    with pytest.raises(ValueError, match="only 20"):
+        D.train_val_split(ds, 30, 33)
+
+
+def test_select_classes_relabels():
+    ds = _toy()
+    sub = D.select_classes(ds, (2, 0))
+    assert sub.num_classes == 2 and sub.class_names == ("c", "a")
+    orig = sub.x[:, 1]  # original label stored in the features
+    np.testing.assert_array_equal(sub.y, np.where(orig == 2, 0, 1))
+    assert len(sub) == 25 + 30
+    by_name = D.select_classes(ds, ("c", "a"))
+    np.testing.assert_array_equal(by_name.y, sub.y)
+    keep = D.select_classes(ds, (1,), relabel=False)
+    assert keep.num_classes == 3 and set(keep.y) == {1}
+    with pytest.raises(ValueError, match="out of range"):
+        D.select_classes(ds, (5,))
+
+
+def test_dataset_container():
+    ds = _toy()
+    assert len(ds) == 75 and ds.input_shape == (3,)
+    assert ds.take(5).x.shape == (5, 3)
+    np.testing.assert_array_equal(ds.subset([3, 1]).y, ds.y[[3, 1]])
+    with pytest.raises(ValueError, match="same leading"):
+        D.Dataset(np.zeros((3, 2)), np.zeros(4))
+    with pytest.raises(dataclasses_frozen_error()):
+        ds.x = None
+    # a pytree: x and y are leaves, metadata static
+    leaves = jax.tree.leaves(ds)
+    assert len(leaves) == 2
+    doubled = jax.tree.map(lambda a: a * 2, ds)
+    assert doubled.name == "toy" and doubled.num_classes == 3
+    np.testing.assert_array_equal(doubled.y, 2 * ds.y)
+
+
+def dataclasses_frozen_error():
+    import dataclasses
+
+    return dataclasses.FrozenInstanceError
+
+
+def _brute_patches(x, k, stride, padding):
+    n, h, w, c = x.shape
+    if padding == "SAME":
+        ho, wo = -(-h // stride), -(-w // stride)
+        ph = max((ho - 1) * stride + k - h, 0)
+        pw = max((wo - 1) * stride + k - w, 0)
+        x = np.pad(x, ((0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2), (0, 0)))
+    else:
+        ho, wo = (h - k) // stride + 1, (w - k) // stride + 1
+    out = np.zeros((n, ho, wo, k * k * c), x.dtype)
+    for b in range(n):
+        for i in range(ho):
+            for j in range(wo):
+                f = 0
+                for a in range(k):
+                    for bb in range(k):
+                        for ch in range(c):
+                            out[b, i, j, f] = x[b, i * stride + a, j * stride + bb, ch]
+                            f += 1
+    return out
+
+
+@pytest.mark.parametrize("k,stride,padding", [(3, 1, "VALID"), (3, 2, "SAME"), (2, 2, "VALID"), (4, 3, "SAME")])
+def test_extract_patches_matches_brute_force(k, stride, padding):
+    x = np.random.default_rng(0).normal(size=(2, 7, 6, 2)).astype(np.float32)
+    got = D.extract_patches(x, k, stride=stride, padding=padding)
+    np.testing.assert_array_equal(got, _brute_patches(x, k, stride, padding))
+
+
+def test_extract_patches_is_a_convolution():
+    """patches @ w.reshape(-1, O) == lax.conv with the HWIO kernel w (independent route)."""
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(2, 8, 8, 3)), jnp.float32)
+    w = jnp.asarray(rng.normal(size=(3, 3, 3, 5)), jnp.float32)
+    for stride, padding in [(1, "SAME"), (2, "VALID")]:
+        p = D.extract_patches(x, 3, stride=stride, padding=padding)
+        conv = jax.lax.conv_general_dilated(
+            x, w, (stride, stride), padding, dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        np.testing.assert_allclose(np.asarray(p @ w.reshape(-1, 5)), np.asarray(conv), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"\[N, H, W, C\]"):
+        D.extract_patches(np.zeros((8, 8, 3)), 3)
+    with pytest.raises(ValueError, match="do not fit"):
+        D.extract_patches(np.zeros((1, 2, 2, 1)), 3)

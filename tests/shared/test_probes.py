@@ -1,0 +1,226 @@
+"""Tests for layerlab.probes: every probe against an independent numpy route."""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import probes as P
+
+
+def _np_linear_cka(x, y):
+    x = x - x.mean(0)
+    y = y - y.mean(0)
+    return np.linalg.norm(y.T @ x) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
+
+
+def _np_hsic(k, l):
+    n = k.shape[0]
+    h = np.eye(n) - np.ones((n, n)) / n
+    return np.trace(k @ h @ l @ h) / (n - 1) ** 2
+
+
+def _np_unbiased_hsic_ustat(k, l):
+    """The U-statistic definition (Song et al. 2012), by brute force over index tuples."""
+    n = k.shape[0]
+    t1 = sum(k[i, j] * l[i, j] for i, j in itertools.permutations(range(n), 2))
+    t2 = sum(k[i, j] * l[q, r] for i, j, q, r in itertools.permutations(range(n), 4))
+    t3 = sum(k[i, j] * l[i, q] for i, j, q in itertools.permutations(range(n), 3))
+    perm = lambda m: np.prod(np.arange(n - m + 1, n + 1), dtype=float)  # noqa: E731
+    return t1 / perm(2) + t2 / perm(4) - 2 * t3 / perm(3)
+
+
+@pytest.fixture
+def reps():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 7))
+    y = np.tanh(x @ rng.normal(size=(7, 5))) + 0.3 * rng.normal(size=(40, 5))
+    return x, y
+
+
+@pytest.mark.parametrize("n,p,q", [(40, 7, 5), (6, 30, 20)])  # feature-space and Gram branches
+def test_linear_cka_matches_feature_space_formula(x64, n, p, q):
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(n, p)), rng.normal(size=(n, q))
+    y[:, :3] += x[:, :3]
+    got = float(P.linear_cka(x, y))
+    np.testing.assert_allclose(got, _np_linear_cka(x, y), rtol=1e-12)
+    # third route: CKA of linear Gram matrices, and centred kernel alignment
+    k, l = x @ x.T, y @ y.T
+    np.testing.assert_allclose(float(P.cka(k, l)), got, rtol=1e-10)
+    np.testing.assert_allclose(float(P.kernel_alignment(k, l, centered=True)), got, rtol=1e-10)
+    np.testing.assert_allclose(float(P.hsic(k, l)), _np_hsic(k, l), rtol=1e-10)
+
+
+def test_linear_cka_invariances(x64, reps):
+    x, y = reps
+    rng = np.random.default_rng(2)
+    q, _ = np.linalg.qr(rng.normal(size=(7, 7)))
+    base = float(P.linear_cka(x, y))
+    assert 0.1 < base < 0.99
+    np.testing.assert_allclose(float(P.linear_cka(x @ q, y)), base, rtol=1e-10)  # orthogonal
+    np.testing.assert_allclose(float(P.linear_cka(3.7 * x, y)), base, rtol=1e-10)  # isotropic scale
+    np.testing.assert_allclose(float(P.linear_cka(x + 5.0, y)), base, rtol=1e-10)  # translation
+    np.testing.assert_allclose(float(P.linear_cka(x, x)), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(float(P.linear_cka(x, x @ q * 0.2)), 1.0, rtol=1e-12)
+    # not invariant to a non-isotropic scaling
+    d = np.diag(np.linspace(0.1, 3.0, 7))
+    assert abs(float(P.linear_cka(x @ d, y)) - base) > 1e-3
+    # symmetric, trailing axes flattened
+    np.testing.assert_allclose(float(P.linear_cka(y, x)), base, rtol=1e-12)
+    np.testing.assert_allclose(float(P.linear_cka(x.reshape(40, 7, 1), y)), base, rtol=1e-12)
+
+
+def test_rbf_cka_matches_numpy_and_large_bandwidth_limit(x64, reps):
+    x, y = reps
+
+    def np_rbf(a, frac):
+        d2 = ((a[:, None, :] - a[None, :, :]) ** 2).sum(-1)
+        return np.exp(-d2 / (2 * frac**2 * np.median(d2)))
+
+    k, l = np_rbf(x, 0.8), np_rbf(y, 0.8)
+    want = _np_hsic(k, l) / np.sqrt(_np_hsic(k, k) * _np_hsic(l, l))
+    np.testing.assert_allclose(float(P.rbf_cka(x, y)), want, rtol=1e-9)
+    np.testing.assert_allclose(float(P.rbf_cka(x, x)), 1.0, rtol=1e-12)
+    # RBF CKA tends to linear CKA as the bandwidth grows
+    np.testing.assert_allclose(float(P.rbf_cka(x, y, sigma_frac=300.0)), float(P.linear_cka(x, y)), rtol=1e-3)
+    # isotropic scaling invariance (the bandwidth follows the median distance)
+    np.testing.assert_allclose(float(P.rbf_cka(4.0 * x, y)), want, rtol=1e-9)
+
+
+def test_unbiased_hsic_matches_u_statistic(x64):
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(7, 3)), rng.normal(size=(7, 2))
+    k, l = a @ a.T, np.exp(-((b[:, None] - b[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(float(P.unbiased_hsic(k, l)), _np_unbiased_hsic_ustat(k, l), rtol=1e-10)
+    with pytest.raises(ValueError, match="n >= 4"):
+        P.unbiased_hsic(k[:3, :3], l[:3, :3])
+
+
+def test_minibatch_cka_accumulates_unbiased_hsic(x64):
+    rng = np.random.default_rng(4)
+    xs = rng.normal(size=(3, 7, 6))
+    ys = xs[..., :4] @ rng.normal(size=(4, 5)) + 0.5 * rng.normal(size=(3, 7, 5))
+    grams = lambda a: [m @ m.T for m in a]  # noqa: E731
+    kx, ky = grams(xs), grams(ys)
+    xy = sum(_np_unbiased_hsic_ustat(k, l) for k, l in zip(kx, ky))
+    xx = sum(_np_unbiased_hsic_ustat(k, k) for k in kx)
+    yy = sum(_np_unbiased_hsic_ustat(l, l) for l in ky)
+    want = xy / np.sqrt(xx * yy)
+    np.testing.assert_allclose(float(P.minibatch_cka(xs, ys)), want, rtol=1e-9)
+    # streaming form gives the same
+    s = P.minibatch_cka_init(jnp.float64)
+    for a, b in zip(xs, ys):
+        s = P.minibatch_cka_update(s, a, b)
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=1e-9)
+    # a single batch is the unbiased CKA of that batch
+    np.testing.assert_allclose(
+        float(P.minibatch_cka(xs[:1], ys[:1])), float(P.cka(kx[0], ky[0], unbiased=True)), rtol=1e-9
+    )
+
+
+def test_minibatch_cka_is_close_to_full_cka_for_large_samples():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(2000, 10)).astype(np.float32)
+    y = (x[:, :4] @ rng.normal(size=(4, 6)) + rng.normal(size=(2000, 6))).astype(np.float32)
+    full = float(P.linear_cka(x, y))
+    mb = float(jax.jit(P.minibatch_cka)(x.reshape(10, 200, 10), y.reshape(10, 200, 6)))
+    assert abs(mb - full) < 0.03, (mb, full)
+
+
+def test_kernel_alignment_and_change_rate_hand_cases():
+    n = 5
+    eye, ones = jnp.eye(n), jnp.ones((n, n))
+    np.testing.assert_allclose(float(P.kernel_alignment(eye, ones)), 1 / np.sqrt(n), rtol=1e-6)
+    np.testing.assert_allclose(float(P.kernel_alignment(eye, 2 * eye)), 1.0, rtol=1e-6)
+    # ||2I - I|| / ||I|| = 1 ; ||(I + 11^T) - I|| / ||I|| = n / sqrt(n)
+    np.testing.assert_allclose(float(P.kernel_change_rate(eye, 2 * eye)), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(float(P.kernel_change_rate(eye, eye + ones)), np.sqrt(n), rtol=1e-6)
+    with pytest.raises(ValueError, match="square"):
+        P.kernel_alignment(jnp.ones((3, 4)), jnp.ones((3, 4)))
+
+
+def test_singular_values_of_a_params_tree():
+    rng = np.random.default_rng(6)
+    params = [
+        {"w": rng.normal(size=(5, 3)), "b": np.zeros(3)},
+        {"w": rng.normal(size=(3, 3, 2, 4)), "b": np.zeros(4)},
+    ]
+    sv = P.singular_values(params)
+    assert sv[0]["b"] is None and sv[1]["b"] is None
+    np.testing.assert_allclose(sv[0]["w"], np.linalg.svd(params[0]["w"], compute_uv=False), rtol=1e-5)
+    np.testing.assert_allclose(
+        sv[1]["w"], np.linalg.svd(params[1]["w"].reshape(18, 4), compute_uv=False), rtol=1e-5
+    )
+
+
+def test_product_singular_values_vs_numpy(x64):
+    rng = np.random.default_rng(7)
+    ws = [rng.normal(size=s) for s in [(4, 6), (6, 6), (6, 3)]]  # row convention, x @ W
+    got = P.product_singular_values([{"w": w} for w in ws])
+    want = [ws[0] @ ws[1] @ ws[2], ws[1] @ ws[2], ws[2]]
+    for g, m in zip(got, want):
+        np.testing.assert_allclose(g, np.linalg.svd(m, compute_uv=False), rtol=1e-10)
+    pre = P.product_singular_values(ws, suffix=False)
+    for g, m in zip(pre, [ws[0], ws[0] @ ws[1], ws[0] @ ws[1] @ ws[2]]):
+        np.testing.assert_allclose(g, np.linalg.svd(m, compute_uv=False), rtol=1e-10)
+    # column convention on square matrices: product W_3 W_2 W_1, not W_1 W_2 W_3
+    sq = [rng.normal(size=(4, 4)) for _ in range(3)]
+    col = P.product_singular_values(sq, convention="column")
+    np.testing.assert_allclose(col[0], np.linalg.svd(sq[2] @ sq[1] @ sq[0], compute_uv=False), rtol=1e-10)
+    assert not np.allclose(col[0], np.linalg.svd(sq[0] @ sq[1] @ sq[2], compute_uv=False))
+    with pytest.raises(ValueError, match="does not chain"):
+        P.product_singular_values([np.ones((3, 4)), np.ones((3, 4))])
+
+
+def test_effective_rank_stable_rank_participation(x64):
+    np.testing.assert_allclose(float(P.effective_rank(jnp.array([2.0, 2.0, 2.0, 0.0]))), 3.0, rtol=1e-12)
+    np.testing.assert_allclose(float(P.effective_rank(jnp.array([1.0, 0.0, 0.0]))), 1.0, rtol=1e-12)
+    # p = (1/2, 1/4, 1/4): H = 1.5 log 2
+    np.testing.assert_allclose(float(P.effective_rank(jnp.array([2.0, 1.0, 1.0]))), 2**1.5, rtol=1e-12)
+    rng = np.random.default_rng(8)
+    u, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    v, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    s = np.array([3.0, 2.0, 1.0, 0.5])
+    m = u[:, :4] @ np.diag(s) @ v.T
+    np.testing.assert_allclose(float(P.effective_rank(m)), float(P.effective_rank(s)), rtol=1e-10)
+    np.testing.assert_allclose(float(P.stable_rank(m)), (9 + 4 + 1 + 0.25) / 9, rtol=1e-10)
+    np.testing.assert_allclose(float(P.stable_rank(np.diag([3.0, 4.0]))), 25 / 16, rtol=1e-12)
+    np.testing.assert_allclose(float(P.participation_ratio(jnp.array([1.0, 1.0, 1.0, 0.0]))), 3.0)
+    np.testing.assert_allclose(float(P.participation_ratio(jnp.array([3.0, 1.0]))), 16 / 10)
+    assert int(P.count_near_one(jnp.array([1.05, 0.5, 0.97, 1.2]), tol=0.1)) == 2
+    np.testing.assert_array_equal(P.count_near_one(jnp.array([[1.0, 0.0], [1.0, 1.01]])), [1, 2])
+
+
+def test_tree_cosine_and_relative_change():
+    a = {"w": jnp.array([[1.0, 0.0], [0.0, 1.0]]), "b": jnp.array([1.0])}
+    b = {"w": jnp.array([[1.0, 1.0], [0.0, 0.0]]), "b": jnp.array([-1.0])}
+    # <a,b> = 1 - 1 = 0
+    np.testing.assert_allclose(float(P.tree_cosine_similarity(a, b)), 0.0, atol=1e-7)
+    np.testing.assert_allclose(float(P.tree_cosine_similarity(a, a)), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(float(P.tree_norm(a)), np.sqrt(3.0), rtol=1e-6)
+    # a - b = [[0,-1],[0,1]], [2]: norm sqrt(6); ||b|| = sqrt(3)
+    np.testing.assert_allclose(float(P.tree_relative_change(a, b)), np.sqrt(2.0), rtol=1e-6)
+    with pytest.raises(ValueError, match="structure"):
+        P.tree_cosine_similarity(a, {"w": a["w"]})
+
+
+def test_probes_jit_and_vmap(reps):
+    x, y = (jnp.asarray(a, jnp.float32) for a in reps)
+    eager = float(P.linear_cka(x, y))
+    np.testing.assert_allclose(float(jax.jit(P.linear_cka)(x, y)), eager, rtol=1e-5)
+    batched = jax.vmap(P.linear_cka)(jnp.stack([x, 2 * x]), jnp.stack([y, y]))
+    np.testing.assert_allclose(np.asarray(batched), [eager, eager], rtol=1e-5)
+    np.testing.assert_allclose(float(jax.jit(P.rbf_cka)(x, y)), float(P.rbf_cka(x, y)), rtol=1e-5)
+    er = jax.jit(jax.vmap(P.effective_rank))(jnp.array([[1.0, 1.0], [1.0, 0.0]]))
+    np.testing.assert_allclose(np.asarray(er), [2.0, 1.0], rtol=1e-6)
+
+
+def test_probe_shape_errors():
+    with pytest.raises(ValueError, match="same n samples"):
+        P.linear_cka(jnp.ones((5, 2)), jnp.ones((6, 2)))
+    with pytest.raises(ValueError, match="reshape a single feature"):
+        P.linear_cka(jnp.ones(5), jnp.ones((5, 2)))
+    with pytest.raises(ValueError, match="equal B and m"):
+        P.minibatch_cka(jnp.ones((2, 5, 3)), jnp.ones((3, 5, 3)))
