@@ -1,0 +1,54 @@
+"""Kernels of wide networks: native closed forms, empirical NTK, and neural-tangents.
+
+Native (no neural-tangents needed):
+
+* :func:`relu_nngp`, :func:`relu_ntk`, :func:`erf_nngp`, :func:`erf_ntk`,
+  :func:`fc_kernels` -- infinite-width kernels of fully connected networks,
+  gradient-safe (finite derivatives on the diagonal and for nearly parallel inputs);
+* :func:`empirical_ntk` -- finite-width NTK :math:`J J^\\top` from VJPs and JVPs.
+
+neural-tangents 0.6.5, imported through :mod:`layerlab._nt_compat` (aliases for names
+JAX moved, TensorFlow-only ``experimental`` subpackage not loaded):
+
+* ``nt`` -- the ``neural_tangents`` module itself;
+* ``stax``, ``predict``, ``empirical_ntk_fn``, ``empirical_kernel_fn``,
+  ``monte_carlo_kernel_fn``, ``Kernel``, ``batch``.
+
+Never ``import neural_tangents`` directly in layerlab code; import from here.
+"""
+from layerlab._nt_compat import import_neural_tangents as _import_nt
+
+from ._closed_form import FCKernel as FCKernel
+from ._closed_form import erf_nngp as erf_nngp
+from ._closed_form import erf_ntk as erf_ntk
+from ._closed_form import fc_kernels as fc_kernels
+from ._closed_form import relu_nngp as relu_nngp
+from ._closed_form import relu_ntk as relu_ntk
+from ._empirical import empirical_ntk as empirical_ntk
+
+nt = _import_nt()
+stax = nt.stax
+predict = nt.predict
+empirical_ntk_fn = nt.empirical_ntk_fn
+empirical_kernel_fn = nt.empirical_kernel_fn
+monte_carlo_kernel_fn = nt.monte_carlo_kernel_fn
+Kernel = nt.Kernel
+batch = nt.batch
+
+__all__ = [
+    "FCKernel",
+    "Kernel",
+    "batch",
+    "empirical_kernel_fn",
+    "empirical_ntk",
+    "empirical_ntk_fn",
+    "erf_nngp",
+    "erf_ntk",
+    "fc_kernels",
+    "monte_carlo_kernel_fn",
+    "nt",
+    "predict",
+    "relu_nngp",
+    "relu_ntk",
+    "stax",
+]
