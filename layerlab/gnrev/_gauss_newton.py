@@ -1,0 +1,403 @@
+"""Exact Gauss–Newton direction of a RevMLP: the layer-wise right inverse of Prop. 4.4.
+
+Derivation (samples as rows; see ``_revmlp.py`` for the conventions).  Let ``y = x_L`` be the
+body output and ``ε`` (``[n, d]``) the output-space target.  The blocks are invertible, so
+``e_ℓ := (∂x_ℓ/∂x_L) ε`` is the change of block ``ℓ``'s output that alone moves ``y`` by ``ε``;
+all ``e_ℓ`` come from ONE forward-mode pass (``jax.jvp``) through the analytic inverse started
+at ``(y, ε)``, which also recomputes every activation (no stored forward pass: memory of SGD).
+Perturbing only block ``ℓ``'s parameters changes its output by::
+
+    δx1_ℓ = A1 δW1                         A1 = [σ(x2_{ℓ-1} V1), 1]   ([n, d'+1])
+    δx2_ℓ = C δW1 + A2 δW2                 A2 = [σ(x1_ℓ V2), 1],  C δW1 = (σ'(z2) ⊙ (δx1 V2)) W2
+
+so ``δx_ℓ = e_ℓ`` is solved by ``δW1 = A1⁺ e1_ℓ`` and ``δW2 = A2⁺ (e2_ℓ − C δW1)`` (Prop. 4.4;
+``C δW1`` is the jvp of ``x2_ℓ`` with respect to ``W1``).  Because ``C`` depends on ``δW1``
+only through ``A1 δW1``, this sequential solution is the minimum-norm solution, i.e. the
+Moore–Penrose inverse of block ``ℓ``'s Jacobian ``J_ℓ = ∂y/∂θ_ℓ`` applied to ``ε`` (App. N);
+it requires ``A1``, ``A2`` of full row rank ``n`` (``n <= d'+1``).  Each block alone hits
+``ε``, so the average ``Δθ = (1/L) Σ_ℓ J_ℓ⁺ ε`` satisfies ``J Δθ = Σ_ℓ J_ℓ J_ℓ⁺ ε / L = ε``:
+a right inverse of the full Jacobian (Theorem 4.3: same loss dynamics as ``J⁺`` up to O(α)).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._revmlp import (
+    RevMLPFrozen,
+    _block_inverse,
+    _check_params,
+    _check_x,
+    _frozen_xs,
+    revmlp_apply,
+    warn_if_underdetermined,
+)
+
+__all__ = [
+    "GNInfo",
+    "PINV_METHODS",
+    "regularized_pinv",
+    "pinv_solve",
+    "gn_direction",
+    "gn_residual",
+    "output_target",
+    "loss_value",
+    "softmax_newton_target",
+]
+
+PINV_METHODS = ("truncate", "damp", "noise")
+
+
+class GNInfo(NamedTuple):
+    """Diagnostics of one Gauss–Newton direction.
+
+    Attributes:
+      rank: ``[L, 2]`` int, number of singular values kept in each pseudo-inverse
+        (block ``ℓ``, half-layer 1 / 2).
+      cond: ``[L, 2]``, condition number of each (regularised) pseudo-inverse: ratio of the
+        largest to the smallest kept singular value (damping included for ``"damp"``).
+      size: the number of rows ``n`` an exact right inverse needs as rank.
+    """
+
+    rank: jax.Array
+    cond: jax.Array
+    size: int
+
+
+def _filter(s, method, rtol, atol, damping, floor):
+    """Filtered inverse singular values ``φ(s)``, kept mask, condition number."""
+    smax = jnp.max(s)
+    if method == "truncate":
+        thr = jnp.maximum(jnp.maximum(rtol * smax, atol), floor * smax)
+        keep = s > thr
+        phi = jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)
+        smin = jnp.min(jnp.where(keep, s, jnp.inf))
+        cond = smax / smin
+    elif method == "damp":
+        thr = jnp.maximum(atol, floor * smax)
+        keep = s > thr
+        lam = damping * smax
+        phi = jnp.where(keep, 1.0 / (s + lam), 0.0)
+        smin = jnp.min(jnp.where(keep, s, jnp.inf))
+        cond = (smax + lam) / (smin + lam)
+    else:  # noise: plain pseudo-inverse of the perturbed matrix
+        thr = jnp.maximum(atol, floor * smax)
+        keep = s > thr
+        phi = jnp.where(keep, 1.0 / jnp.where(keep, s, 1.0), 0.0)
+        smin = jnp.min(jnp.where(keep, s, jnp.inf))
+        cond = smax / smin
+    return phi, jnp.sum(keep).astype(jnp.int32), cond
+
+
+def pinv_solve(
+    a: jax.Array,
+    e: jax.Array,
+    *,
+    method: str = "truncate",
+    rtol: float = 0.01,
+    atol: float = 1e-5,
+    damping: float = 0.01,
+    noise_scale: float = 0.1,
+    key: jax.Array | None = None,
+    solver: str = "gram",
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Regularised pseudo-inverse solve ``A_reg⁺ e`` via the SVD ``A = U S Wᵀ``.
+
+    .. math::
+        A_{\\rm reg}^+ e = W\\,\\mathrm{diag}(φ(s))\\,U^\\top e,\\qquad
+        φ(s) = \\begin{cases} 1/s\\ [s > \\max(r_{tol} s_1, a_{tol})] & \\text{truncate}\\\\
+        1/(s + δ s_1) & \\text{damp} \\\\ 1/s \\text{ of } A + ξ,\\ ξ\\sim\\mathcal N(0, (c\\,
+        \\mathrm{std} A)^2) & \\text{noise}\\end{cases}
+
+    ``solver="gram"`` (default, fast) diagonalises the smaller Gram matrix ``A Aᵀ``
+    (``n <= k``) or ``AᵀA`` with ``eigh`` and uses ``A⁺ = Aᵀ U diag(φ/s) Uᵀ``; singular values
+    below ``10 sqrt(eps) s_1`` are always dropped there, since squaring loses them.
+    ``solver="svd"`` uses a thin SVD of ``A`` (slower, more accurate).
+
+    Args:
+      a: ``[n, k]`` matrix.
+      e: ``[n, m]`` right-hand sides.
+      method: ``"truncate"`` (drop ``s <= max(rtol s_1, atol)``), ``"damp"`` (``1/(s + damping
+        s_1)``) or ``"noise"`` (add Gaussian noise of std ``noise_scale * std(a)`` to ``a``
+        before the SVD; needs ``key``; draw = ``jax.random.normal(key, a.shape)``).
+      rtol, atol, damping, noise_scale: see ``method``.
+      key: PRNG key for ``"noise"``.
+      solver: ``"gram"`` or ``"svd"``.
+
+    Returns:
+      ``(x, rank, cond)``: ``x`` ``[k, m]``, ``rank`` (int scalar, kept singular values) and
+      ``cond`` (scalar, condition number of the regularised inverse).
+
+    References:
+      App. K of Buffelli et al. 2024 (pseudo-inverse regularisations).
+    """
+    if method not in PINV_METHODS:
+        raise ValueError(f"pinv method must be one of {PINV_METHODS}, got {method!r}")
+    if solver not in ("gram", "svd"):
+        raise ValueError(f"solver must be 'gram' or 'svd', got {solver!r}")
+    if method == "noise":
+        if key is None:
+            raise ValueError("pinv method 'noise' needs a PRNG key (key=jax.random.key(...))")
+        a = a + noise_scale * jnp.std(a) * jax.random.normal(key, a.shape, a.dtype)
+    n, k = a.shape
+    eps = float(np.finfo(np.dtype(a.dtype)).eps)
+    if solver == "svd":
+        u, s, wt = jnp.linalg.svd(a, full_matrices=False)
+        phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
+        return wt.T @ (phi[:, None] * (u.T @ e)), rank, cond
+    floor = 10.0 * np.sqrt(eps)
+    if n <= k:
+        lam, u = jnp.linalg.eigh(a @ a.T)
+        s = jnp.sqrt(jnp.clip(lam, 0.0))
+        phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
+        coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
+        return a.T @ (u @ (coef[:, None] * (u.T @ e))), rank, cond
+    lam, w = jnp.linalg.eigh(a.T @ a)
+    s = jnp.sqrt(jnp.clip(lam, 0.0))
+    phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
+    coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
+    return w @ (coef[:, None] * (w.T @ (a.T @ e))), rank, cond
+
+
+def regularized_pinv(a: jax.Array, **kwargs) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Dense regularised pseudo-inverse ``[k, n]`` of ``a`` ``[n, k]`` (see :func:`pinv_solve`).
+
+    Returns ``(a_pinv, rank, cond)``.
+    """
+    return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), **kwargs)
+
+
+def _act_jvp(z, dz, linear, activation):
+    """Tangent of ``σ`` (or identity in a linear block) at ``z`` along ``dz``."""
+    _, t = jax.jvp(activation, (z,), (dz,))
+    return jnp.where(linear, dz, t)
+
+
+def gn_direction(
+    params: dict,
+    frozen: RevMLPFrozen,
+    x: jax.Array,
+    target: jax.Array,
+    *,
+    y: jax.Array | None = None,
+    pinv: str = "truncate",
+    rtol: float = 0.01,
+    atol: float = 1e-5,
+    damping: float = 0.01,
+    noise_scale: float = 0.1,
+    key: jax.Array | None = None,
+    solver: str = "gram",
+    return_info: bool = False,
+):
+    """Exact Gauss–Newton direction: the layer-wise right inverse of the body Jacobian.
+
+    .. math::
+        ΔW^{(1)}_\\ell = \\tfrac1L A_1^+\\, e^{(1)}_\\ell,\\quad
+        ΔW^{(2)}_\\ell = \\tfrac1L A_2^+\\big(e^{(2)}_\\ell - C_\\ell\\, L ΔW^{(1)}_\\ell\\big),
+        \\quad e_\\ell = \\frac{\\partial x_\\ell}{\\partial x_L} ε
+
+    with ``A1 = [σ(x2_{ℓ-1} V1), 1]``, ``A2 = [σ(x1_ℓ V2), 1]`` and ``C_ℓ`` the Jacobian of
+    ``x2_ℓ`` with respect to ``W1_ℓ``.  With exact pseudo-inverses (``n <= d'+1``, nothing
+    truncated), ``jvp(revmlp_apply, params)[delta] == target`` and each block's
+    ``L * delta_ℓ`` is the Moore–Penrose solution ``J_ℓ⁺ ε`` of that block's Jacobian.  The GN
+    step is ``params - α * delta``.  Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a
+    forward pass.
+
+    Args:
+      params: trainable pytree (``[L, ...]`` stacked), from :func:`revmlp_init`.
+      frozen: :class:`RevMLPFrozen`.
+      x: ``[n, d]`` inputs (samples as rows).
+      target: ``[n, d]`` output-space error ``ε`` (e.g. ``∇_f L`` mapped through the readout:
+        ``ε_logits Pᵀ``).
+      y: optional ``[n, d]`` body output ``revmlp_apply(params, frozen, x)`` if already known.
+      pinv: ``"truncate"`` | ``"damp"`` | ``"noise"`` (App. K), see :func:`pinv_solve`.
+      rtol, atol, damping, noise_scale: regularisation constants.
+      key: PRNG key (needed for ``pinv="noise"``).
+      solver: ``"gram"`` (eigh of the small Gram matrix) or ``"svd"``.
+      return_info: also return :class:`GNInfo` (rank/condition of every pseudo-inverse).
+
+    Returns:
+      ``delta`` with the structure of ``params`` (or ``(delta, GNInfo)``).
+
+    References:
+      Prop. 4.4, Theorem 4.3, Eqs. (5), (14)–(15) and App. N of Buffelli et al. 2024.
+    """
+    dim = 2 * params["b1"].shape[1]
+    _check_x(x, dim)
+    _check_x(target, dim, "target")
+    _check_params(params, frozen, dim)
+    if target.shape != x.shape:
+        raise ValueError(f"target shape {target.shape} must equal x shape {x.shape}")
+    if pinv not in PINV_METHODS:
+        raise ValueError(f"pinv must be one of {PINV_METHODS}, got {pinv!r}")
+    if pinv == "noise" and key is None:
+        raise ValueError("pinv='noise' needs key=jax.random.key(...)")
+    n = x.shape[0]
+    depth = frozen.depth
+    warn_if_underdetermined(n, params["w1"].shape[1])
+    if y is None:
+        y = revmlp_apply(params, frozen, x)
+    keys = jax.random.split(key, (depth, 2)) if pinv == "noise" else None
+    act = frozen.activation
+    h = dim // 2
+    opts = dict(method=pinv, rtol=rtol, atol=atol, damping=damping, noise_scale=noise_scale,
+                solver=solver)
+    ones = jnp.ones((n, 1), x.dtype)
+
+    def body(carry, xs):
+        yc, ec = carry
+        p, f, k = xs
+
+        def inv(yy):
+            xp, (a1, a2) = _block_inverse(p, f, yy, act)
+            return xp, (a1, a2)
+
+        xp, ep, (a1, a2) = jax.jvp(inv, (yc,), (ec,), has_aux=True)
+        e1, e2 = ec[:, :h], ec[:, h:]
+        A1 = jnp.concatenate([a1, ones], axis=1)
+        A2 = jnp.concatenate([a2, ones], axis=1)
+        k1 = k2 = None
+        if k is not None:
+            k1, k2 = k[0], k[1]
+        d1, r1, c1 = pinv_solve(A1, e1, key=k1, **opts)
+        # correction: jvp of x2_ℓ w.r.t. W1_ℓ along d1, = (σ'(z2) ⊙ (δx1 V2)) W2
+        dx1 = A1 @ d1
+        z2 = yc[:, :h] if f["v2"] is None else yc[:, :h] @ f["v2"]
+        dz2 = dx1 if f["v2"] is None else dx1 @ f["v2"]
+        cdx = _act_jvp(z2, dz2, f["linear"], act) @ p["w2"]
+        d2, r2, c2 = pinv_solve(A2, e2 - cdx, key=k2, **opts)
+        out = {
+            "w1": d1[:-1] / depth,
+            "b1": d1[-1] / depth,
+            "w2": d2[:-1] / depth,
+            "b2": d2[-1] / depth,
+        }
+        return (xp, ep), (out, jnp.stack([r1, r2]), jnp.stack([c1, c2]))
+
+    _, (delta, ranks, conds) = lax.scan(
+        body, (y, target), (params, _frozen_xs(frozen), keys), reverse=True
+    )
+    delta = {k: delta[k].astype(params[k].dtype) for k in params}
+    if return_info:
+        return delta, GNInfo(rank=ranks, cond=conds, size=n)
+    return delta
+
+
+def gn_residual(
+    params: dict, frozen: RevMLPFrozen, x: jax.Array, delta: dict, target: jax.Array
+) -> jax.Array:
+    """Certificate that an update hit its target: ``‖J Δθ − ε‖ / ‖ε‖`` with one jvp.
+
+    Args:
+      params, frozen: the RevMLP.
+      x: ``[n, d]`` inputs.
+      delta: update direction (structure of ``params``).
+      target: ``[n, d]`` output-space target ``ε``.
+
+    Returns:
+      scalar relative residual (0 for an exact right inverse).
+
+    References:
+      Theorem 4.3 of Buffelli et al. 2024 (right-inverse property ``J J^⊣ = I``).
+    """
+    _, jd = jax.jvp(lambda p: revmlp_apply(p, frozen, x), (params,), (delta,))
+    return jnp.linalg.norm(jd - target) / jnp.maximum(jnp.linalg.norm(target), 1e-30)
+
+
+def _as_targets(labels, num_outputs, dtype):
+    if jnp.issubdtype(labels.dtype, jnp.integer):
+        if labels.ndim != 1:
+            raise ValueError(f"integer labels must have shape (n,), got {labels.shape}")
+        return jax.nn.one_hot(labels, num_outputs, dtype=dtype)
+    if labels.ndim == 1:
+        labels = labels[:, None]
+    if labels.shape[1] != num_outputs:
+        raise ValueError(
+            f"targets have {labels.shape[1]} outputs but the readout has {num_outputs}"
+        )
+    return labels.astype(dtype)
+
+
+def softmax_newton_target(logits: jax.Array, y: jax.Array) -> jax.Array:
+    """Function-space Newton target ``H⁺ ∇_f L`` of softmax cross-entropy, exactly.
+
+    .. math::
+        H = \\mathrm{diag}(p) - p p^\\top,\\ g = p - y,\\quad
+        H^+ g = r̄\\,\\mathbf 1 - r,\\ r = y / p
+
+    ``H`` is singular along ``1`` (and ``g ⊥ 1`` when ``Σ_c y_c = 1``); ``D⁻¹ g`` solves
+    ``H u = g`` and removing its mean projects onto ``1^⊥``, the range of ``H``: that is
+    the minimum-norm solution, i.e. the Moore–Penrose one (needs ``p_c > 0``).
+
+    Args:
+      logits: ``[n, C]``.
+      y: ``[n, C]`` target probabilities (one-hot or soft, rows summing to 1).
+
+    Returns:
+      ``[n, C]`` Newton target per sample.
+
+    References:
+      Eq. (19) of Buffelli et al. 2024.
+    """
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    r = y * jnp.exp(-logp)
+    return jnp.mean(r, axis=-1, keepdims=True) - r
+
+
+def output_target(
+    logits: jax.Array, labels: jax.Array, *, loss: str = "ce", target: str = "gradient"
+) -> jax.Array:
+    """Output-space target ``ε``: the gradient (Eq. 5) or Newton step (Eq. 19) per sample.
+
+    .. math::
+        ε = \\nabla_f \\tilde L = f - y\\ (\\text{mse}),\\quad ε = \\mathrm{softmax}(f) - y\\
+        (\\text{ce}),\\quad ε_{\\rm Newton} = H^+ \\nabla_f \\tilde L
+
+    ``L̃`` is the **sum** over samples (not the mean) so that ``α`` is a function-space step:
+    ``f ← f − α ε``.  For MSE ``H = I`` and both targets agree.
+
+    Args:
+      logits: ``[n, C]`` network outputs (after the readout).
+      labels: ``[n]`` int class labels, or ``[n, C]`` / ``[n]`` real targets.
+      loss: ``"ce"`` (softmax cross-entropy) or ``"mse"`` (squared error).
+      target: ``"gradient"`` (Eq. 5, the authors' choice) or ``"newton"`` (Eq. 19).
+
+    Returns:
+      ``[n, C]`` target.
+
+    References:
+      Eqs. (5) and (19) of Buffelli et al. 2024.
+    """
+    if target not in ("gradient", "newton"):
+        raise ValueError(f"target must be 'gradient' or 'newton', got {target!r}")
+    y = _as_targets(labels, logits.shape[1], logits.dtype)
+    if loss == "mse":
+        return logits - y
+    if loss == "ce":
+        if target == "newton":
+            return softmax_newton_target(logits, y)
+        return jax.nn.softmax(logits, axis=-1) - y
+    raise ValueError(f"loss must be 'ce' or 'mse', got {loss!r}")
+
+
+def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax.Array:
+    """Mean loss over samples: ``½ mean ‖f − y‖²`` (mse) or mean softmax cross-entropy (ce).
+
+    Args:
+      logits: ``[n, C]``.
+      labels: ``[n]`` int labels or ``[n, C]``/``[n]`` real targets.
+      loss: ``"ce"`` or ``"mse"``.
+
+    Returns:
+      scalar.
+    """
+    y = _as_targets(labels, logits.shape[1], logits.dtype)
+    if loss == "mse":
+        return 0.5 * jnp.mean(jnp.sum((logits - y) ** 2, axis=-1))
+    if loss == "ce":
+        return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(logits, axis=-1), axis=-1))
+    raise ValueError(f"loss must be 'ce' or 'mse', got {loss!r}")

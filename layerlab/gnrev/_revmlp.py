@@ -1,0 +1,309 @@
+"""Reversible MLP (RevMLP) with fixed random inverted bottlenecks, its exact inverse and readout.
+
+Conventions (read this once; every function in ``layerlab.gnrev`` follows it):
+
+* Samples are **rows**: ``x`` has shape ``[n, d]``.  The paper writes samples as columns
+  (``X`` is ``d x n``), so a paper product ``W σ(V X)`` is ``σ(x V) W`` here, with
+  ``V`` stored as ``[d/2, d']`` and ``W`` as ``[d', d/2]``.
+* ``x = (x1, x2)`` is split in two halves of size ``h = d / 2`` along the feature axis.
+* Block ``ℓ`` (Eqs. 14–15 of Buffelli et al. 2024) is two additive half-layers::
+
+      x1_ℓ = x1_{ℓ-1} + σ(x2_{ℓ-1} V1_ℓ) W1_ℓ + b1_ℓ       (paper: V^{(2)}_{ℓ-1}, W^{(1)}_ℓ)
+      x2_ℓ = x2_{ℓ-1} + σ(x1_ℓ     V2_ℓ) W2_ℓ + b2_ℓ       (paper: V^{(1)}_ℓ,   W^{(2)}_ℓ)
+
+  ``W`` and ``b`` are trainable, ``V`` is a fixed random "inverted bottleneck"
+  (entries ``N(0, 1/d')``, as in the authors' code) of width ``d'``; without a
+  bottleneck (paper §5.3) ``V`` is the identity and ``d' = h``.
+* Trainable biases: the pseudo-inverse in the Gauss–Newton update is then taken of the
+  augmented matrix ``[σ(x V), 1]`` (authors' code).
+* ``first_linear=True`` replaces ``σ`` by the identity in the first block (authors' code);
+  the default follows the paper's equations (``σ`` everywhere).
+* Parameters of all blocks are stacked along a leading depth axis so that the network is a
+  ``lax.scan`` over blocks.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = [
+    "RevMLPFrozen",
+    "revmlp_init",
+    "revmlp_apply",
+    "revmlp_inverse",
+    "revmlp_hidden",
+    "readout_init",
+    "check_finite",
+]
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class RevMLPFrozen:
+    """Fixed (non-trainable) part of a RevMLP.
+
+    Attributes:
+      v1: ``[L, h, d']`` bottleneck of the first half-layer of each block (reads ``x2``),
+        or ``None`` without bottleneck (identity, ``d' = h``).
+      v2: ``[L, h, d']`` bottleneck of the second half-layer (reads ``x1``), or ``None``.
+      linear: ``[L]`` bool, blocks whose nonlinearity is replaced by the identity.
+      activation: the nonlinearity ``σ`` (static).
+    """
+
+    v1: jax.Array | None
+    v2: jax.Array | None
+    linear: jax.Array
+    activation: Callable = dataclasses.field(default=jax.nn.relu, metadata=dict(static=True))
+
+    @property
+    def depth(self) -> int:
+        return self.linear.shape[0]
+
+
+def check_finite(x, name: str) -> None:
+    """Raise ``ValueError`` if a concrete array has NaN/inf entries (no-op under tracing)."""
+    if isinstance(x, jax.core.Tracer):
+        return
+    arr = np.asarray(x)
+    if not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(
+            f"{name} has {bad} non-finite (NaN/inf) entries out of {arr.size}; "
+            "clean the data (or lower the learning rate if it came from training)."
+        )
+
+
+def _check_x(x, dim: int, name: str = "x") -> None:
+    if x.ndim != 2 or x.shape[1] != dim:
+        raise ValueError(
+            f"{name} must have shape (n, {dim}) with samples as rows, got {x.shape}; "
+            "flatten images first (layerlab.data.flatten)."
+        )
+    check_finite(x, name)
+
+
+def revmlp_init(
+    key: jax.Array,
+    dim: int,
+    depth: int,
+    *,
+    bottleneck: int | None = None,
+    activation: Callable = jax.nn.relu,
+    first_linear: bool = False,
+    w_scale: float = 1.0,
+    dtype=jnp.float32,
+) -> tuple[dict, RevMLPFrozen]:
+    """Initialise a RevMLP of ``depth`` reversible blocks on ``dim`` features.
+
+    .. math::
+        W \\sim \\mathcal{U}(\\pm s\\sqrt{6/(d'+d/2)}),\\quad b = 0,\\quad
+        V_{ij} \\sim \\mathcal{N}(0, 1/d')
+
+    (Xavier-uniform ``W`` scaled by ``w_scale`` (App. J init-variance study), zero bias,
+    fixed Gaussian ``V``.)
+
+    Args:
+      key: PRNG key (``jax.random.key``).
+      dim: ``d``, the feature dimension (must be even: it is split in two halves).
+      depth: ``L``, number of reversible blocks (each has two half-layers).
+      bottleneck: ``d'``, width of the fixed inverted bottleneck; ``None`` = no bottleneck
+        (``V`` is the identity and ``d' = d/2``, paper §5.3).
+      activation: ``σ``, any differentiable elementwise nonlinearity.
+      first_linear: use the identity instead of ``σ`` in the first block.
+      w_scale: multiplies the Xavier scale of ``W``.
+      dtype: parameter dtype.
+
+    Returns:
+      ``(params, frozen)``: ``params = {"w1": [L, d', h], "b1": [L, h], "w2": [L, d', h],
+      "b2": [L, h]}`` (trainable, ``h = d/2``) and a :class:`RevMLPFrozen`.
+
+    References:
+      Eqs. (14)–(15) of Buffelli et al. 2024.
+    """
+    if dim % 2 != 0 or dim < 2:
+        raise ValueError(
+            f"dim must be even (it is split into two halves of size dim/2), got {dim}; "
+            "pad the input with one zero feature (e.g. jnp.pad(x, ((0, 0), (0, 1))))."
+        )
+    if depth < 1:
+        raise ValueError(f"depth must be >= 1 block, got {depth}")
+    h = dim // 2
+    if bottleneck is not None and bottleneck < 1:
+        raise ValueError(f"bottleneck must be a positive width or None, got {bottleneck}")
+    dp = h if bottleneck is None else int(bottleneck)
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    lim = w_scale * np.sqrt(6.0 / (dp + h))
+    params = {
+        "w1": jax.random.uniform(k1, (depth, dp, h), dtype, -lim, lim),
+        "b1": jnp.zeros((depth, h), dtype),
+        "w2": jax.random.uniform(k2, (depth, dp, h), dtype, -lim, lim),
+        "b2": jnp.zeros((depth, h), dtype),
+    }
+    if bottleneck is None:
+        v1 = v2 = None
+    else:
+        v1 = jax.random.normal(k3, (depth, h, dp), dtype) / np.sqrt(dp)
+        v2 = jax.random.normal(k4, (depth, h, dp), dtype) / np.sqrt(dp)
+    linear = jnp.zeros((depth,), bool).at[0].set(bool(first_linear))
+    return params, RevMLPFrozen(v1=v1, v2=v2, linear=linear, activation=activation)
+
+
+def _features(x_in, v, linear, activation):
+    """``σ(x V)`` (or ``x V`` in a linear block); ``[n, h] -> [n, d']``."""
+    z = x_in if v is None else x_in @ v
+    return jnp.where(linear, z, activation(z))
+
+
+def _block_apply(p, f, x, activation):
+    """One block forward; ``p``/``f`` hold one block's slices."""
+    h = x.shape[1] // 2
+    x1, x2 = x[:, :h], x[:, h:]
+    x1 = x1 + _features(x2, f["v1"], f["linear"], activation) @ p["w1"] + p["b1"][None, :]
+    x2 = x2 + _features(x1, f["v2"], f["linear"], activation) @ p["w2"] + p["b2"][None, :]
+    return jnp.concatenate([x1, x2], axis=1)
+
+
+def _block_inverse(p, f, y, activation):
+    """One block inverse; also returns the two feature matrices ``(a1, a2)``."""
+    h = y.shape[1] // 2
+    y1, y2 = y[:, :h], y[:, h:]
+    a2 = _features(y1, f["v2"], f["linear"], activation)
+    x2 = y2 - a2 @ p["w2"] - p["b2"][None, :]
+    a1 = _features(x2, f["v1"], f["linear"], activation)
+    x1 = y1 - a1 @ p["w1"] - p["b1"][None, :]
+    return jnp.concatenate([x1, x2], axis=1), (a1, a2)
+
+
+def _frozen_xs(frozen: RevMLPFrozen) -> dict:
+    return {"v1": frozen.v1, "v2": frozen.v2, "linear": frozen.linear}
+
+
+def _check_params(params, frozen: RevMLPFrozen, dim: int) -> None:
+    h = dim // 2
+    w = params["w1"]
+    if w.ndim != 3 or w.shape[0] != frozen.depth or w.shape[2] != h:
+        raise ValueError(
+            f"params['w1'] has shape {w.shape}, expected (depth={frozen.depth}, d', {h}) for "
+            f"inputs of dimension {dim}; were params and frozen made by the same revmlp_init?"
+        )
+
+
+def revmlp_apply(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
+    """Forward pass of the reversible body (no readout).
+
+    .. math::
+        x^{(1)}_\\ell = x^{(1)}_{\\ell-1} + σ(x^{(2)}_{\\ell-1} V_1) W_1 + b_1,\\quad
+        x^{(2)}_\\ell = x^{(2)}_{\\ell-1} + σ(x^{(1)}_{\\ell} V_2) W_2 + b_2
+
+    Args:
+      params: trainable pytree from :func:`revmlp_init` (``[L, ...]`` stacked).
+      frozen: :class:`RevMLPFrozen`.
+      x: ``[n, d]`` inputs, samples as rows.
+
+    Returns:
+      ``[n, d]`` outputs ``x_L``.
+
+    References:
+      Eqs. (14)–(15) of Buffelli et al. 2024.
+    """
+    _check_x(x, 2 * params["b1"].shape[1])
+    _check_params(params, frozen, x.shape[1])
+
+    def body(xc, pf):
+        p, f = pf
+        return _block_apply(p, f, xc, frozen.activation), None
+
+    y, _ = lax.scan(body, x, (params, _frozen_xs(frozen)))
+    return y
+
+
+def revmlp_hidden(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
+    """All block outputs ``x_0 .. x_L``; ``[L+1, n, d]`` (``[0]`` is the input).
+
+    Used by the representation probes (CKA of each block with its initial value, Fig. 4c–e).
+    """
+    _check_x(x, 2 * params["b1"].shape[1])
+
+    def body(xc, pf):
+        p, f = pf
+        xn = _block_apply(p, f, xc, frozen.activation)
+        return xn, xn
+
+    _, hs = lax.scan(body, x, (params, _frozen_xs(frozen)))
+    return jnp.concatenate([x[None], hs], axis=0)
+
+
+def revmlp_inverse(params: dict, frozen: RevMLPFrozen, y: jax.Array) -> jax.Array:
+    """Exact analytic inverse of :func:`revmlp_apply`.
+
+    .. math::
+        x^{(2)}_{\\ell-1} = x^{(2)}_\\ell - σ(x^{(1)}_\\ell V_2) W_2 - b_2,\\quad
+        x^{(1)}_{\\ell-1} = x^{(1)}_\\ell - σ(x^{(2)}_{\\ell-1} V_1) W_1 - b_1
+
+    Args:
+      params: trainable pytree.
+      frozen: :class:`RevMLPFrozen`.
+      y: ``[n, d]`` outputs.
+
+    Returns:
+      ``[n, d]`` inputs ``x_0`` with ``revmlp_apply(params, frozen, x_0) == y``.
+
+    References:
+      §4.2 of Buffelli et al. 2024 (reversible blocks, Eqs. 14–15 inverted).
+    """
+    _check_x(y, 2 * params["b1"].shape[1], "y")
+    _check_params(params, frozen, y.shape[1])
+
+    def body(yc, pf):
+        p, f = pf
+        xp, _ = _block_inverse(p, f, yc, frozen.activation)
+        return xp, None
+
+    x, _ = lax.scan(body, y, (params, _frozen_xs(frozen)), reverse=True)
+    return x
+
+
+def readout_init(key: jax.Array, dim: int, num_outputs: int, dtype=jnp.float32) -> jax.Array:
+    """Fixed random readout ``P`` with orthonormal columns, logits ``= x_L P``.
+
+    .. math::
+        P = Q[:, :C],\\quad QR = G,\\ G_{ij} \\sim \\mathcal{N}(0,1),\\quad P^\\top P = I_C
+
+    Because ``PᵀP = I``, an output-space target ``ε`` (``[n, C]``) becomes the body
+    target ``ε Pᵀ`` (``[n, d]``), and hitting it moves the logits by exactly ``ε``.
+
+    Args:
+      key: PRNG key.
+      dim: ``d``, body width.
+      num_outputs: ``C`` (classes, or regression outputs); ``C <= d``.
+
+    Returns:
+      ``[d, C]`` matrix with orthonormal columns.
+
+    References:
+      Authors' code of Buffelli et al. 2024 (fixed QR projection to the logits).
+    """
+    if num_outputs > dim:
+        raise ValueError(f"num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal columns")
+    g = jax.random.normal(key, (dim, num_outputs), dtype)
+    q, r = jnp.linalg.qr(g)
+    # fix signs so the map from G to P is continuous/deterministic
+    return q * jnp.sign(jnp.diagonal(r))[None, :]
+
+
+def warn_if_underdetermined(n: int, bottleneck: int) -> None:
+    """Warn when ``[σ(xV), 1]`` (``[n, d'+1]``) cannot have full row rank ``n``."""
+    if n > bottleneck + 1:
+        warnings.warn(
+            f"batch size n={n} exceeds bottleneck width + 1 = {bottleneck + 1}: the "
+            f"pseudo-inverse of [σ(xV), 1] has rank at most {bottleneck + 1} < n, so the "
+            "layer-wise update cannot hit its target exactly (residual > 0; see the 'ranks' "
+            "diagnostics). Use a bottleneck d' >= n or a smaller batch.",
+            stacklevel=3,
+        )

@@ -1,0 +1,181 @@
+"""Training steps on a RevMLP + fixed readout: exact Gauss–Newton, and SGD/Adam via optax.
+
+All steps have the ``layerlab.loop`` signature ``step(state, batch, key) -> (state, metrics)``
+with ``batch = (x [n, d], labels [n] or [n, C])`` and ``state`` a
+``layerlab.loop.TrainState``; they can be driven by ``layerlab.loop.fit``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from layerlab.loop import TrainState, TrainStep, optax_step
+
+from ._gauss_newton import gn_direction, gn_residual, loss_value, output_target
+from ._revmlp import RevMLPFrozen, revmlp_apply
+
+__all__ = ["gn_step", "revmlp_optax_step", "revmlp_logits", "revmlp_loss", "with_loss_after"]
+
+
+def revmlp_logits(params: dict, frozen: RevMLPFrozen, readout: jax.Array, x: jax.Array):
+    """Logits ``revmlp_apply(params, frozen, x) @ P``; ``[n, d] -> [n, C]``."""
+    return revmlp_apply(params, frozen, x) @ readout
+
+
+def revmlp_loss(params, frozen, readout, batch, *, loss: str = "ce"):
+    """``(mean loss, {"accuracy": ...})`` of the RevMLP + readout on ``batch = (x, labels)``.
+
+    ``accuracy`` is reported for integer labels only (``nan`` otherwise).
+    """
+    x, labels = batch
+    logits = revmlp_logits(params, frozen, readout, x)
+    val = loss_value(logits, labels, loss=loss)
+    if jnp.issubdtype(labels.dtype, jnp.integer):
+        acc = jnp.mean(jnp.argmax(logits, axis=-1) == labels)
+    else:
+        acc = jnp.asarray(jnp.nan, val.dtype)
+    return val, {"accuracy": acc}
+
+
+def gn_step(
+    frozen: RevMLPFrozen,
+    readout: jax.Array,
+    *,
+    learning_rate: float = 0.5,
+    weight_decay: float = 0.0,
+    loss: str = "ce",
+    target: str = "gradient",
+    pinv: str = "truncate",
+    rtol: float = 0.01,
+    atol: float = 1e-5,
+    damping: float = 0.01,
+    noise_scale: float = 0.1,
+    solver: str = "gram",
+    residual: bool = True,
+    loss_after: bool = False,
+) -> TrainStep:
+    """Exact Gauss–Newton training step (Prop. 4.4) for ``layerlab.loop.fit``.
+
+    .. math::
+        θ \\leftarrow θ - α\\,(J^{⊣} P^\\top ε + λ θ),\\qquad ε = \\nabla_f \\tilde L\\
+        \\text{(Eq. 5) or } H^+\\nabla_f \\tilde L\\ \\text{(Eq. 19)}
+
+    The state is a ``layerlab.loop.TrainState`` with ``opt_state=()`` and
+    ``hparams={"learning_rate": [], "weight_decay": []}`` (arrays, so a sweep over them is one
+    program with ``fit(..., runs=True)``).
+
+    Args:
+      frozen: :class:`RevMLPFrozen` (fixed bottlenecks).
+      readout: ``[d, C]`` fixed orthonormal projection (:func:`readout_init`).
+      learning_rate: ``α`` (default in ``init``).
+      weight_decay: ``λ`` (default in ``init``); decoupled, added to the GN direction.
+      loss: ``"ce"`` or ``"mse"``.
+      target: ``"gradient"`` (Eq. 5) or ``"newton"`` (Eq. 19).
+      pinv, rtol, atol, damping, noise_scale, solver: see :func:`gn_direction`.
+      residual: log ``residual = ‖JΔθ − ε‖/‖ε‖`` (one extra jvp per step).
+      loss_after: also log the loss on the same batch after the update (``loss_after``) and
+        its percentage change ``loss_change_pct`` (Fig. 3); one extra forward pass.
+
+    Returns:
+      ``TrainStep(init, step)``; metrics ``loss``, ``accuracy``, ``min_rank`` (smallest rank
+      of all pseudo-inverses, compare to the batch size), ``max_cond``, ``update_norm`` and
+      optionally ``residual``, ``loss_after``, ``loss_change_pct``.
+
+    References:
+      Eqs. (5), (19), Prop. 4.4 of Buffelli et al. 2024.
+    """
+    lr0, wd0 = float(learning_rate), float(weight_decay)
+
+    def init(params, hparams=None) -> TrainState:
+        if hparams is None:
+            dt = jax.tree.leaves(params)[0].dtype
+            hparams = {"learning_rate": jnp.asarray(lr0, dt), "weight_decay": jnp.asarray(wd0, dt)}
+        return TrainState(params, (), jnp.zeros((), jnp.int32), hparams)
+
+    def step(state: TrainState, batch, key):
+        x, labels = batch
+        params = state.params
+        y = revmlp_apply(params, frozen, x)
+        logits = y @ readout
+        val = loss_value(logits, labels, loss=loss)
+        eps = output_target(logits, labels, loss=loss, target=target) @ readout.T
+        delta, info = gn_direction(
+            params, frozen, x, eps, y=y, pinv=pinv, rtol=rtol, atol=atol, damping=damping,
+            noise_scale=noise_scale, key=key, solver=solver, return_info=True,
+        )
+        lr = state.hparams["learning_rate"]
+        wd = state.hparams["weight_decay"]
+        new = jax.tree.map(lambda p, d: p - lr * (d + wd * p), params, delta)
+        metrics = {
+            "loss": val,
+            "min_rank": jnp.min(info.rank).astype(val.dtype),
+            "max_cond": jnp.max(info.cond),
+            "update_norm": optax.global_norm(delta),
+        }
+        if jnp.issubdtype(labels.dtype, jnp.integer):
+            metrics["accuracy"] = jnp.mean(jnp.argmax(logits, axis=-1) == labels)
+        if residual:
+            metrics["residual"] = gn_residual(params, frozen, x, delta, eps)
+        if loss_after:
+            after = loss_value(revmlp_logits(new, frozen, readout, x), labels, loss=loss)
+            metrics["loss_after"] = after
+            metrics["loss_change_pct"] = 100.0 * (after - val) / val
+        return TrainState(new, (), state.step + 1, state.hparams), metrics
+
+    return TrainStep(init, step)
+
+
+def with_loss_after(train_step: TrainStep, loss_fn: Callable) -> TrainStep:
+    """Wrap a step to also log the same-batch loss after the update (Fig. 3).
+
+    Args:
+      train_step: any ``TrainStep``.
+      loss_fn: ``loss_fn(params, batch) -> scalar``.
+
+    Returns:
+      ``TrainStep`` whose metrics add ``loss_after`` and ``loss_change_pct``
+      ``= 100 (L_after − L_before) / L_before``.
+    """
+
+    def step(state, batch, key):
+        new, metrics = train_step.step(state, batch, key)
+        after = loss_fn(new.params, batch)
+        metrics = dict(metrics)
+        metrics["loss_after"] = after
+        metrics["loss_change_pct"] = 100.0 * (after - metrics["loss"]) / metrics["loss"]
+        return new, metrics
+
+    return TrainStep(train_step.init, step)
+
+
+def revmlp_optax_step(
+    frozen: RevMLPFrozen,
+    readout: jax.Array,
+    optimizer: optax.GradientTransformation,
+    *,
+    loss: str = "ce",
+    loss_after: bool = False,
+) -> TrainStep:
+    """SGD/Adam/any optax step on the same RevMLP + readout (via ``layerlab.loop.optax_step``).
+
+    Args:
+      frozen: :class:`RevMLPFrozen`.
+      readout: ``[d, C]`` readout.
+      optimizer: e.g. ``optax.sgd(0.1)`` or ``optax.inject_hyperparams(optax.adam)(1e-3)``.
+      loss: ``"ce"`` or ``"mse"``.
+      loss_after: log the same-batch loss after the update (Fig. 3).
+
+    Returns:
+      ``TrainStep``; metrics ``loss`` and ``accuracy``.
+    """
+
+    def loss_fn(params, batch):
+        return revmlp_loss(params, frozen, readout, batch, loss=loss)
+
+    ts = optax_step(loss_fn, optimizer, has_aux=True)
+    if loss_after:
+        ts = with_loss_after(ts, lambda p, b: loss_fn(p, b)[0])
+    return ts

@@ -1,0 +1,174 @@
+"""Tests for layerlab.gnrev._gauss_newton: the exact GN direction (Prop. 4.4) and pinvs.
+
+Exactness is proved against dense routes: the block Jacobian from ``jax.jacfwd`` and
+``numpy.linalg.pinv`` (Moore–Penrose, App. N), the right-inverse property via a jvp, the
+softmax Hessian pseudo-inverse, and hand-built matrices with known singular values.
+"""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import layerlab.gnrev as g
+
+
+def _perturbed(key, dim, depth, **kw):
+    p, f = g.revmlp_init(key, dim, depth, dtype=jnp.float64, **kw)
+    p = jax.tree.map(lambda a: a + 0.2 * jax.random.normal(jax.random.key(5), a.shape), p)
+    return p, f
+
+
+@pytest.mark.parametrize(
+    "n,dim,bottleneck,first_linear,activation",
+    [(4, 6, 7, False, jax.nn.relu), (3, 4, None, True, jnp.tanh)],
+)
+def test_block_update_is_moore_penrose_of_block_jacobian(
+    x64, key, n, dim, bottleneck, first_linear, activation
+):
+    """(a) L * delta_l == pinv(J_l) eps, J_l = d y / d theta_l from a dense Jacobian."""
+    depth = 3
+    p, f = _perturbed(key, dim, depth, bottleneck=bottleneck, first_linear=first_linear,
+                      activation=activation)
+    x = jax.random.normal(jax.random.key(1), (n, dim))
+    eps = jax.random.normal(jax.random.key(2), (n, dim))
+    delta, info = jax.jit(
+        lambda p, x, e: g.gn_direction(p, f, x, e, rtol=1e-12, atol=1e-13, return_info=True)
+    )(p, x, eps)
+    np.testing.assert_array_equal(info.rank, n)  # full row rank: exact pseudo-inverses
+
+    def block_jac(l):
+        th0, unravel = ravel_pytree(jax.tree.map(lambda a: a[l], p))
+
+        def out(th):
+            blk = unravel(th)
+            q = {k: p[k].at[l].set(blk[k]) for k in p}
+            return g.revmlp_apply(q, f, x).ravel()
+
+        return np.asarray(jax.jacfwd(out)(th0)), unravel
+
+    for l in range(depth):
+        J, unravel = block_jac(l)
+        assert J.shape[0] <= J.shape[1]
+        dense = np.linalg.pinv(J, rcond=1e-12) @ np.asarray(eps).ravel()
+        ours = ravel_pytree(jax.tree.map(lambda a: depth * a[l], delta))[0]
+        np.testing.assert_allclose(ours, dense, rtol=1e-7, atol=1e-9)
+        # and the block alone hits the target: J_l (L delta_l) = eps
+        np.testing.assert_allclose(J @ np.asarray(ours), np.asarray(eps).ravel(), atol=1e-9)
+
+
+def test_right_inverse_and_residual_certificate(x64, key):
+    """(b) J delta = eps for the whole net (jvp), for the default gram and the svd solver."""
+    p, f = _perturbed(key, 8, 2, bottleneck=12)
+    x = jax.random.normal(jax.random.key(1), (9, 8))
+    eps = jax.random.normal(jax.random.key(2), (9, 8))
+
+    @jax.jit
+    def run(p, x, eps):
+        out = {}
+        for solver in ("gram", "svd"):
+            d = g.gn_direction(p, f, x, eps, rtol=1e-10, atol=1e-12, solver=solver)
+            _, jd = jax.jvp(lambda q: g.revmlp_apply(q, f, x), (p,), (d,))
+            out[solver] = (jd, g.gn_residual(p, f, x, d, eps))
+        # default truncation (1% of the largest singular value) may cut directions
+        d = g.gn_direction(p, f, x, eps)
+        out["default"] = g.gn_residual(p, f, x, d, eps)
+        return out
+
+    out = run(p, x, eps)
+    for solver in ("gram", "svd"):
+        jd, res = out[solver]
+        np.testing.assert_allclose(jd, eps, atol=1e-9)
+        assert float(res) < 1e-10
+    assert 0.0 <= float(out["default"]) < 1.0
+
+
+def test_underdetermined_warns_and_reports_rank(x64, key):
+    p, f = _perturbed(key, 4, 1, bottleneck=3)  # d' + 1 = 4 < n = 6
+    x = jax.random.normal(jax.random.key(1), (6, 4))
+    eps = jax.random.normal(jax.random.key(2), (6, 4))
+    with pytest.warns(UserWarning, match="rank at most 4"):
+        d, info = g.gn_direction(p, f, x, eps, rtol=1e-12, atol=1e-13, return_info=True)
+    assert int(info.rank.max()) == 4
+    # the target can no longer be hit exactly
+    assert float(g.gn_residual(p, f, x, d, eps)) > 1e-3
+
+
+def test_bad_inputs(key):
+    p, f = g.revmlp_init(key, 4, 1, bottleneck=8)
+    x = jnp.ones((3, 4))
+    with pytest.raises(ValueError, match="non-finite"):
+        g.gn_direction(p, f, x, x.at[0, 0].set(jnp.inf))
+    with pytest.raises(ValueError, match="pinv must be one of"):
+        g.gn_direction(p, f, x, x, pinv="svd")
+    with pytest.raises(ValueError, match="key"):
+        g.gn_direction(p, f, x, x, pinv="noise")
+    with pytest.raises(ValueError, match=r"shape \(n, 4\)"):
+        g.gn_direction(p, f, x, jnp.ones((3, 6)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # n = 3 <= d' + 1: no warning
+        g.gn_direction(p, f, x, x)
+
+
+def _matrix(s, n, k, seed=0):
+    rng = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(rng.normal(size=(n, len(s))))
+    w, _ = np.linalg.qr(rng.normal(size=(k, len(s))))
+    return u @ np.diag(s) @ w.T, u, w
+
+
+@pytest.mark.parametrize("shape", [(5, 9), (9, 5)])  # both Gram orientations
+@pytest.mark.parametrize("solver", ["gram", "svd"])
+def test_pinv_regularisations_on_known_spectrum(x64, key, shape, solver):
+    n, k = shape
+    s = np.array([10.0, 3.0, 1.0, 0.05, 1e-9])
+    a, u, w = _matrix(s, n, k)
+    # truncate: max(1% of s_max, atol) = 0.1 -> keeps 3
+    pt, rank, cond = g.regularized_pinv(jnp.asarray(a), method="truncate", solver=solver)
+    ref = w[:, :3] @ np.diag(1 / s[:3]) @ u[:, :3].T
+    np.testing.assert_allclose(pt, ref, atol=1e-8)
+    assert int(rank) == 3 and abs(float(cond) - 10.0) < 1e-6
+    # atol wins when larger: atol = 2 -> keeps 2
+    pt, rank, _ = g.regularized_pinv(jnp.asarray(a), method="truncate", atol=2.0, solver=solver)
+    assert int(rank) == 2
+    # damp: 1 / (s + 0.01 s_max), singular values above atol only
+    pdmp, rank, cond = g.regularized_pinv(jnp.asarray(a), method="damp", solver=solver)
+    ref = w[:, :4] @ np.diag(1 / (s[:4] + 0.1)) @ u[:, :4].T
+    np.testing.assert_allclose(pdmp, ref, atol=1e-7)
+    assert int(rank) == 4
+    np.testing.assert_allclose(float(cond), 10.1 / 0.15, rtol=1e-6)
+    # noise: plain pinv of a + 0.1 std(a) * N(key)
+    pn, rank, _ = g.regularized_pinv(jnp.asarray(a), method="noise", key=key, solver=solver)
+    noisy = a + 0.1 * a.std() * np.asarray(jax.random.normal(key, a.shape, jnp.float64))
+    np.testing.assert_allclose(pn, np.linalg.pinv(noisy), atol=1e-7)
+    assert int(rank) == min(n, k)
+
+
+def test_softmax_newton_target_is_pinv_of_hessian(x64):
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(6, 5)) * 2)
+    labels = jnp.asarray(rng.integers(0, 5, size=6))
+    got = g.output_target(logits, labels, loss="ce", target="newton")
+    p = np.asarray(jax.nn.softmax(logits))
+    y = np.eye(5)[np.asarray(labels)]
+    for i in range(6):
+        H = np.diag(p[i]) - np.outer(p[i], p[i])
+        np.testing.assert_allclose(got[i], np.linalg.pinv(H) @ (p[i] - y[i]), atol=1e-9)
+    # also for soft labels, and the gradient target is p - y
+    ys = jnp.asarray(rng.dirichlet(np.ones(5), size=6))
+    got = g.softmax_newton_target(logits, ys)
+    for i in range(6):
+        H = np.diag(p[i]) - np.outer(p[i], p[i])
+        np.testing.assert_allclose(got[i], np.linalg.pinv(H) @ (p[i] - ys[i]), atol=1e-9)
+    np.testing.assert_allclose(g.output_target(logits, labels, loss="ce"), p - y, atol=1e-12)
+    # MSE: target = f - y for both choices; the gradient of the summed loss
+    t = jnp.asarray(rng.normal(size=(6, 5)))
+    for kind in ("gradient", "newton"):
+        np.testing.assert_allclose(g.output_target(logits, t, loss="mse", target=kind),
+                                   logits - t)
+    grad = jax.grad(lambda f: 6 * g.loss_value(f, t, loss="mse"))(logits)
+    np.testing.assert_allclose(grad, logits - t, atol=1e-12)
+    grad = jax.grad(lambda f: 6 * g.loss_value(f, labels, loss="ce"))(logits)
+    np.testing.assert_allclose(grad, p - y, atol=1e-12)

@@ -1,0 +1,71 @@
+"""Tests for layerlab.gnrev._revmlp: RevMLP forward, exact inverse, readout, bad input."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import layerlab.gnrev as g
+
+
+@pytest.mark.parametrize(
+    "bottleneck,first_linear,activation",
+    [(16, False, jax.nn.relu), (None, True, jnp.tanh), (5, True, jax.nn.gelu)],
+)
+def test_inverse_of_apply_is_identity(x64, key, bottleneck, first_linear, activation):
+    p, f = g.revmlp_init(key, 6, 3, bottleneck=bottleneck, first_linear=first_linear,
+                         activation=activation, dtype=jnp.float64)
+    # non-zero biases so they are exercised
+    p = jax.tree.map(lambda a: a + 0.3 * jax.random.normal(jax.random.key(7), a.shape), p)
+    x = jax.random.normal(jax.random.key(1), (5, 6))
+    y = g.revmlp_apply(p, f, x)
+    assert float(jnp.max(jnp.abs(y - x))) > 0.1  # the net is not the identity
+    np.testing.assert_allclose(g.revmlp_inverse(p, f, y), x, atol=1e-12)
+    np.testing.assert_allclose(g.revmlp_apply(p, f, g.revmlp_inverse(p, f, x)), x, atol=1e-12)
+
+
+def test_apply_matches_explicit_equations(x64, key):
+    """Eqs. (14)-(15) written out by hand, samples as columns as in the paper."""
+    p, f = g.revmlp_init(key, 4, 2, bottleneck=7, first_linear=True, dtype=jnp.float64)
+    p = jax.tree.map(lambda a: a + 0.2 * jax.random.normal(jax.random.key(3), a.shape), p)
+    x = np.asarray(jax.random.normal(jax.random.key(1), (3, 4)))
+    X1, X2 = x[:, :2].T, x[:, 2:].T  # (h, n)
+    for l in range(2):
+        sig = (lambda z: z) if l == 0 else (lambda z: np.maximum(z, 0))
+        W1, b1 = np.asarray(p["w1"][l]).T, np.asarray(p["b1"][l])[:, None]
+        W2, b2 = np.asarray(p["w2"][l]).T, np.asarray(p["b2"][l])[:, None]
+        V1, V2 = np.asarray(f.v1[l]).T, np.asarray(f.v2[l]).T
+        X1 = X1 + W1 @ sig(V1 @ X2) + b1
+        X2 = X2 + W2 @ sig(V2 @ X1) + b2
+    np.testing.assert_allclose(g.revmlp_apply(p, f, x), np.concatenate([X1, X2]).T, atol=1e-12)
+    hs = g.revmlp_hidden(p, f, x)
+    assert hs.shape == (3, 3, 4)
+    np.testing.assert_allclose(hs[0], x)
+    np.testing.assert_allclose(hs[-1], np.concatenate([X1, X2]).T, atol=1e-12)
+
+
+def test_init_statistics(key):
+    p, f = g.revmlp_init(key, 200, 2, bottleneck=400)
+    # V ~ N(0, 1/d'): variance of entries 1/400; W Xavier-uniform variance 2/(d'+h)
+    np.testing.assert_allclose(jnp.var(f.v1), 1 / 400, rtol=0.05)
+    np.testing.assert_allclose(jnp.var(p["w1"]), 2 / 500, rtol=0.05)
+    assert float(jnp.abs(p["b1"]).max()) == 0.0
+
+
+def test_readout_orthonormal(key):
+    P = g.readout_init(key, 12, 5)
+    np.testing.assert_allclose(P.T @ P, np.eye(5), atol=1e-6)
+    with pytest.raises(ValueError, match="num_outputs"):
+        g.readout_init(key, 4, 5)
+
+
+def test_bad_inputs(key):
+    with pytest.raises(ValueError, match="even"):
+        g.revmlp_init(key, 5, 2)
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=8)
+    with pytest.raises(ValueError, match=r"shape \(n, 6\)"):
+        g.revmlp_apply(p, f, jnp.ones((3, 4)))
+    x = jnp.ones((3, 6)).at[1, 2].set(jnp.nan)
+    with pytest.raises(ValueError, match="non-finite"):
+        g.revmlp_apply(p, f, x)
+    with pytest.raises(ValueError, match="non-finite"):
+        g.revmlp_inverse(p, f, x)
