@@ -15,8 +15,6 @@ from layerlab.data._loaders import dgl_protocol as dgl_protocol
 from layerlab.data._loaders import holdout_mask as holdout_mask
 from layerlab.data._loaders import load as load
 from layerlab.data._synthetic import latent as latent
-from layerlab.data._synthetic import mlp_forward as mlp_forward
-from layerlab.data._synthetic import random_mlp as random_mlp
 from layerlab.data._synthetic import teacher as teacher
 from layerlab.data._transforms import balanced_subset as balanced_subset
 from layerlab.data._transforms import extract_patches as extract_patches
@@ -46,10 +44,8 @@ __all__ = [
     "l2_normalize",
     "latent",
     "load",
-    "mlp_forward",
     "one_hot",
     "per_class_counts",
-    "random_mlp",
     "random_subset",
     "read_idx",
     "scale",

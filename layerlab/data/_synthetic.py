@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from layerlab.data._dataset import Dataset
+from layerlab.nets import mlp_apply, mlp_init
 
-__all__ = ["teacher", "latent", "random_mlp", "mlp_forward", "ACTIVATIONS"]
+__all__ = ["teacher", "latent", "ACTIVATIONS"]
 
 ACTIVATIONS: dict[str, Callable] = {
     "relu": jax.nn.relu,
@@ -31,50 +32,6 @@ def _activation(act) -> Callable:
         raise ValueError(f"unknown activation {act!r}; use a callable or one of {list(ACTIVATIONS)}.") from None
 
 
-def random_mlp(key: jax.Array, widths: Sequence[int], *, w_std: float = 1.0, b_std: float = 0.0):
-    r"""Random fully connected network (fan-in scaling), the teacher/generator of the tasks below.
-
-    .. math:: W_\ell \in \mathbb R^{d_{\ell-1}\times d_\ell},\ (W_\ell)_{ij} \sim
-              \mathcal N(0, \sigma_w^2/d_{\ell-1}),\quad b_\ell \sim \mathcal N(0, \sigma_b^2)
-
-    Args:
-      key: PRNG key.
-      widths: ``(d_0, d_1, ..., d_L)``, at least two entries.
-      w_std, b_std: :math:`\sigma_w, \sigma_b`.
-
-    Returns:
-      list of ``L`` dicts ``{"w": [d_{l-1}, d_l], "b": [d_l]}`` (the ``layerlab.nets`` layout).
-    """
-    widths = tuple(int(w) for w in widths)
-    if len(widths) < 2 or min(widths) < 1:
-        raise ValueError(f"widths must hold >= 2 positive sizes (input, ..., output), got {widths}.")
-    params = []
-    for k, (a, b) in zip(jax.random.split(key, len(widths) - 1), zip(widths[:-1], widths[1:])):
-        kw, kb = jax.random.split(k)
-        params.append(
-            {"w": w_std / np.sqrt(a) * jax.random.normal(kw, (a, b)), "b": b_std * jax.random.normal(kb, (b,))}
-        )
-    return params
-
-
-def mlp_forward(params, x: jax.Array, activation: Callable = jax.nn.relu) -> jax.Array:
-    """``x -> W_L phi(... phi(x W_1 + b_1) ...) + b_L`` (activation on hidden layers only).
-
-    Args:
-      params: as returned by :func:`random_mlp`.
-      x: ``[n, d_0]``.
-
-    Returns:
-      ``[n, d_L]``.
-    """
-    h = x
-    for i, layer in enumerate(params):
-        h = h @ layer["w"] + layer["b"][None]
-        if i < len(params) - 1:
-            h = activation(h)
-    return h
-
-
 def teacher(
     key: jax.Array,
     n: int,
@@ -93,7 +50,9 @@ def teacher(
     .. math:: x_i \sim \mathcal N(0, I_{d_0}),\qquad y_i = f_\theta(x_i) + \sigma\,\varepsilon_i,
               \ \varepsilon_i \sim \mathcal N(0, I_{d_L})
 
-    with :math:`f_\theta` = :func:`random_mlp` of ``widths`` (activation on hidden layers).
+    with :math:`f_\theta` a random fully connected net of ``widths`` (``layerlab.nets``
+    layout, fan-in scaled weights :math:`W_\ell \sim \mathcal N(0, \sigma_w^2/d_{\ell-1})`,
+    biases :math:`\mathcal N(0, \sigma_b^2)`, activation on hidden layers only).
     The width-plateau experiment uses ``widths=(50, 10, 10, 10)``, ``n=1000`` (Jacot, Golikov,
     Hongler, Gabriel, "Feature Learning in L2-regularized DNNs: Attraction/Repulsion and
     Sparsity", NeurIPS 2022, §4 / Fig. 2).
@@ -124,9 +83,9 @@ def teacher(
         raise ValueError(f"teacher: n must be >= 1, got {n}.")
     k_teacher, k_default = jax.random.split(key)
     kx, ke = jax.random.split(k_default if x_key is None else x_key)
-    params = random_mlp(k_teacher, widths, w_std=w_std, b_std=b_std)
+    params = mlp_init(k_teacher, widths, init="ntk", w_std=w_std, b_std=b_std)
     x = jax.random.normal(kx, (n, int(widths[0])))
-    y = mlp_forward(params, x, act) + noise * jax.random.normal(ke, (n, int(widths[-1])))
+    y = mlp_apply(params, x, activation=act) + noise * jax.random.normal(ke, (n, int(widths[-1])))
     ds = Dataset(np.asarray(x, np.float32), np.asarray(y, np.float32), 0, "teacher", split)
     return (ds, params) if return_params else ds
 
@@ -151,8 +110,8 @@ def latent(
               y_i = h(z_i) + \sigma\,\varepsilon_i
 
     with :math:`g: \mathbb R^k\to\mathbb R^{d_{in}}` and :math:`h: \mathbb R^k\to\mathbb R^{d_{out}}`
-    independent random shallow nets (one hidden layer of ``hidden`` units,
-    :func:`random_mlp` with ``w_std=1``).  The map ``x -> y`` has bottleneck rank ``k``
+    independent random shallow nets (one hidden layer of ``hidden`` units, weights
+    :math:`\mathcal N(0, 1/\text{fan\_in})`, zero biases).  The map ``x -> y`` has bottleneck rank ``k``
     (Jacot, "Bottleneck Structure in Learned Features: Low-Dimension vs Regularity Tradeoff",
     NeurIPS 2023, §5 / App. E).
 
@@ -178,10 +137,10 @@ def latent(
         raise ValueError(f"latent: need n >= 1 and k >= 1, got n={n}, k={k}.")
     kg, kh, k_default = jax.random.split(key, 3)
     kz, ke = jax.random.split(k_default if z_key is None else z_key)
-    g = random_mlp(kg, (k, hidden, d_in))
-    h = random_mlp(kh, (k, hidden, d_out))
+    g = mlp_init(kg, (k, hidden, d_in), init="ntk")
+    h = mlp_init(kh, (k, hidden, d_out), init="ntk")
     z = jax.random.normal(kz, (n, k))
-    x = mlp_forward(g, z, act)
-    y = mlp_forward(h, z, act) + noise * jax.random.normal(ke, (n, d_out))
+    x = mlp_apply(g, z, activation=act)
+    y = mlp_apply(h, z, activation=act) + noise * jax.random.normal(ke, (n, d_out))
     ds = Dataset(np.asarray(x, np.float32), np.asarray(y, np.float32), 0, "latent", split)
     return (ds, {"z": np.asarray(z, np.float32), "g": g, "h": h}) if return_latent else ds
