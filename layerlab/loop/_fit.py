@@ -219,13 +219,28 @@ def _expand_sharding(sharding, tree, what):
     return tuple(sh_leaves), treedef
 
 
-def _place(tree, sharding):
-    def put(a):
-        if isinstance(a, jax.Array) and not a.is_fully_addressable:
-            return a  # a global multi-process array: keep the caller's layout
-        return jax.device_put(a if isinstance(a, jax.Array) else jnp.asarray(a), sharding)
+def _put(a, sh):
+    """Place one leaf with sharding ``sh``; works when ``sh`` spans several processes."""
+    if isinstance(a, jax.Array) and not a.is_fully_addressable:
+        return a  # already a global multi-process array: keep the caller's layout
+    if sh.is_fully_addressable:
+        return jax.device_put(a if isinstance(a, jax.Array) else jnp.asarray(a), sh)
+    # multi-process: every process holds the same host value and contributes its local shards
+    if isinstance(a, jax.Array) and jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+        raw = np.asarray(jax.random.key_data(a))
+        glob = jax.make_array_from_callback(raw.shape, sh, lambda idx: raw[idx])
+        return jax.random.wrap_key_data(glob, impl=jax.random.key_impl(a))
+    host = np.asarray(a)
+    if host.dtype == np.float64 and not jax.config.jax_enable_x64:
+        host = host.astype(np.float32)
+    return jax.make_array_from_callback(host.shape, sh, lambda idx: host[idx])
 
-    return jax.tree_util.tree_map(put, tree)
+
+def _place(tree, sharding):
+    """Place every leaf (one sharding, or a pytree of shardings matching ``tree``)."""
+    if isinstance(sharding, jax.sharding.Sharding):
+        return jax.tree_util.tree_map(lambda a: _put(a, sharding), tree)
+    return jax.tree_util.tree_map(_put, tree, sharding)
 
 
 # --------------------------------------------------------------------------- fit
@@ -414,7 +429,7 @@ def fit(
             state_sharding if state_sharding is not None else replicated, state, "state_sharding"
         )
         state = _place(state, jax.tree_util.tree_unflatten(state_sh[1], list(state_sh[0])))
-        key = jax.device_put(key, replicated)
+        key = _put(key, replicated)
     else:
         if state_sharding is not None or data_sharding is not None:
             raise ValueError("fit: state_sharding/data_sharding need mesh=.")

@@ -244,3 +244,71 @@ def test_clear_errors(key):
         loop.fit(ts.step, st, data, steps=2, key=key, runs=True)
     with pytest.raises(ValueError, match="key="):
         loop.fit(ts.step, st, data, steps=2, key=None)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def _load_worker():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parent / "_loop_worker.py"
+    spec = importlib.util.spec_from_file_location("_loop_worker", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_killed_run_resumes_to_the_same_final_state(tmp_path):
+    """SIGKILL a subprocess right after its step-6 checkpoint, rerun: same end state."""
+    import os
+    import subprocess
+    import sys
+
+    w = _load_worker()
+    ck = tmp_path / "ck"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, w.__file__, "ckpt", str(ck), str(tmp_path / "a.json"),
+                           "6"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr[-3000:]  # it really was killed
+    assert (ck / "6").is_dir() and not (tmp_path / "a.json").exists()
+    # rerun with the same arguments (in this process): resumes after step 6
+    s_resumed, h_resumed, calls = w.run_ckpt(str(ck))
+    assert calls[0] == 7
+    s_full, h_full, calls_full = w.run_ckpt(str(tmp_path / "fresh"))
+    assert calls_full[0] == 1
+    for a, b in zip(jax.tree_util.tree_leaves(s_full["train"]),
+                    jax.tree_util.tree_leaves(s_resumed["train"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(jax.random.key_data(s_full["noise_key"]),
+                                  jax.random.key_data(s_resumed["noise_key"]))
+    np.testing.assert_array_equal(h_full["step"], h_resumed["step"])
+    np.testing.assert_allclose(h_full["train"]["loss"], h_resumed["train"]["loss"], rtol=0)
+    # a finished run restarted again returns at once with the same result
+    s_again, h_again, calls_again = w.run_ckpt(str(ck))
+    assert calls_again == []
+    np.testing.assert_array_equal(np.asarray(s_again["train"].params[0]["w"]),
+                                  np.asarray(s_full["train"].params[0]["w"]))
+    # different arguments on the same directory: a clear error, not a silent mix
+    with pytest.raises(ValueError, match="different run"):
+        loop.fit(w.ckpt_step, w.ckpt_state(), w.problem(), steps=12, batch_size=w.BATCH,
+                 key=jax.random.key(3), checkpoint_dir=str(ck), progress=False)
+
+
+def test_nonfinite_keeps_last_good_checkpoint(key, tmp_path):
+    import orbax.checkpoint as ocp
+
+    def step(s, batch, k):
+        s = s + 1.0
+        return s, {"loss": jnp.where(s >= 8, jnp.inf, 1.0)}
+
+    with pytest.raises(loop.NonFiniteError, match="step 7") as err:
+        loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), steps=20, key=key, progress=False,
+                 checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    assert err.value.last_good_step == 6
+    mngr = ocp.CheckpointManager(str(tmp_path))
+    assert mngr.latest_step() == 6
+    restored = mngr.restore(6, args=ocp.args.Composite(
+        arrays=ocp.args.StandardRestore({"state": jnp.zeros(()), "best": None})))
+    assert float(restored["arrays"]["state"]) == 6.0
+    mngr.close()
