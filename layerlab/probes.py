@@ -14,6 +14,7 @@ Spectra: :func:`singular_values`, :func:`product_singular_values`, :func:`effect
 Parameter pytrees: :func:`tree_norm`, :func:`tree_cosine_similarity`,
   :func:`tree_relative_change`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -64,7 +65,9 @@ def _features(x, name: str) -> jax.Array:
 def _pair(x, y, fn: str):
     x, y = _features(x, f"{fn} x"), _features(y, f"{fn} y")
     if x.shape[0] != y.shape[0]:
-        raise ValueError(f"{fn}: x and y must hold the same n samples, got {x.shape[0]} and {y.shape[0]}.")
+        raise ValueError(
+            f"{fn}: x and y must hold the same n samples, got {x.shape[0]} and {y.shape[0]}."
+        )
     if x.shape[0] < 2:
         raise ValueError(f"{fn}: need at least 2 samples, got {x.shape[0]}.")
     return x, y
@@ -141,22 +144,22 @@ def center_gram(k) -> jax.Array:
     return k - jnp.mean(k, axis=1, keepdims=True)
 
 
-def hsic(k, l) -> jax.Array:
+def hsic(k1, k2) -> jax.Array:
     r"""Biased HSIC estimator (Gretton et al. 2005), up to the constant :math:`1/(n-1)^2`:
     :math:`\operatorname{tr}(K H L H)`, the quantity CKA normalises (Kornblith et al. 2019, eq. 3).
 
     Args:
-      k, l: ``[n, n]`` kernel matrices.
+      k1, k2: ``[n, n]`` kernel matrices :math:`K, L`.
 
     Returns:
       scalar :math:`\operatorname{tr}(KHLH) / (n-1)^2`.
     """
-    k, l = _same_square(k, l, "hsic")
-    n = k.shape[0]
-    return jnp.sum(center_gram(k) * center_gram(l)) / (n - 1) ** 2
+    k1, k2 = _same_square(k1, k2, "hsic")
+    n = k1.shape[0]
+    return jnp.sum(center_gram(k1) * center_gram(k2)) / (n - 1) ** 2
 
 
-def unbiased_hsic(k, l) -> jax.Array:
+def unbiased_hsic(k1, k2) -> jax.Array:
     r"""Unbiased HSIC estimator (Song et al. 2012, JMLR; Nguyen et al. 2021, eq. 3).
 
     .. math:: \mathrm{HSIC}_1(K, L) = \frac{1}{n(n-3)}\Big[\operatorname{tr}(\tilde K\tilde L)
@@ -166,42 +169,43 @@ def unbiased_hsic(k, l) -> jax.Array:
     with :math:`\tilde K, \tilde L` = ``K, L`` with zeroed diagonals.
 
     Args:
-      k, l: ``[n, n]`` kernel matrices, ``n >= 4``.
+      k1, k2: ``[n, n]`` kernel matrices :math:`K, L`, ``n >= 4``.
 
     Returns:
       scalar.
     """
-    k, l = _same_square(k, l, "unbiased_hsic")
-    n = k.shape[0]
+    k1, k2 = _same_square(k1, k2, "unbiased_hsic")
+    n = k1.shape[0]
     if n < 4:
         raise ValueError(f"unbiased_hsic needs n >= 4 samples, got {n}.")
     eye = jnp.eye(n, dtype=bool)
-    kt = jnp.where(eye, 0.0, k)
-    lt = jnp.where(eye, 0.0, l)
-    ksum, lsum = kt.sum(axis=0), lt.sum(axis=0)  # column sums = K~1, L~1 (symmetric)
+    kt = jnp.where(eye, 0.0, k1)
+    lt = jnp.where(eye, 0.0, k2)
+    ksum, lsum = kt.sum(axis=0), lt.sum(axis=1)  # 1^T K~ and L~ 1
     trace = jnp.sum(kt * lt.T)
-    return (trace + ksum.sum() * lsum.sum() / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * (ksum @ lsum)) / (
-        n * (n - 3)
-    )
+    return (
+        trace + ksum.sum() * lsum.sum() / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * (ksum @ lsum)
+    ) / (n * (n - 3))
 
 
-def cka(k, l, *, unbiased: bool = False) -> jax.Array:
+def cka(k1, k2, *, unbiased: bool = False) -> jax.Array:
     r"""Centred kernel alignment of two Gram matrices (Kornblith et al. 2019, eq. 4).
 
-    .. math:: \mathrm{CKA}(K, L) = \frac{\mathrm{HSIC}(K, L)}{\sqrt{\mathrm{HSIC}(K, K)\,\mathrm{HSIC}(L, L)}}
+    .. math:: \mathrm{CKA}(K, L) = \frac{\mathrm{HSIC}(K, L)}
+              {\sqrt{\mathrm{HSIC}(K, K)\,\mathrm{HSIC}(L, L)}}
 
     Args:
-      k, l: ``[n, n]``.
+      k1, k2: ``[n, n]`` Gram matrices :math:`K, L`.
       unbiased: use :func:`unbiased_hsic` instead of :func:`hsic`.
 
     Returns:
       scalar in ``[0, 1]`` (biased); the unbiased estimate may leave that range slightly.
     """
     h = unbiased_hsic if unbiased else hsic
-    return h(k, l) / jnp.sqrt(h(k, k) * h(l, l))
+    return h(k1, k2) / jnp.sqrt(h(k1, k1) * h(k2, k2))
 
 
-def linear_cka(x, y) -> jax.Array:
+def linear_cka(x, y, *, method: str = "auto") -> jax.Array:
     r"""Linear CKA between two representations of the same ``n`` samples (Kornblith et al. 2019,
     eq. 4 with linear kernels, rewritten in feature space by their eq. 1).
 
@@ -209,23 +213,31 @@ def linear_cka(x, y) -> jax.Array:
               {\|X_c^\top X_c\|_F\,\|Y_c^\top Y_c\|_F}
 
     with :math:`X_c, Y_c` the column-centred representations. Computed in feature space
-    (``O(n p q)``) or, when ``n`` is smaller than the feature dimensions, through the
-    ``n x n`` Gram matrices (the two forms are equal). Invariant to orthogonal
-    transforms and isotropic scaling of either argument; ``linear_cka(x, x) = 1``.
+    (``O(n (pq + p^2 + q^2))``) or, when cheaper (``n`` small against the feature
+    dimensions), through the ``n x n`` Gram matrices, ``O(n^2 (p + q))``; the forms are
+    equal. Invariant to orthogonal transforms and isotropic scaling of either argument;
+    ``linear_cka(x, x) = 1``.
 
     Args:
       x: ``[n, p...]``, y: ``[n, q...]`` (trailing axes flattened).
+      method: ``"auto"`` (the cheaper form), ``"features"`` or ``"gram"``.
 
     Returns:
       scalar in ``[0, 1]``.
     """
     x, y = _pair(x, y, "linear_cka")
+    if method not in ("auto", "features", "gram"):
+        raise ValueError(
+            f"linear_cka: method must be 'auto', 'features' or 'gram', got {method!r}."
+        )
     x = x - jnp.mean(x, axis=0, keepdims=True)
     y = y - jnp.mean(y, axis=0, keepdims=True)
     n, p, q = x.shape[0], x.shape[1], y.shape[1]
-    if n < max(p, q):  # Gram form: ||Yc^T Xc||^2 = <Kc, Lc>_F
-        k, l = x @ x.T, y @ y.T
-        return jnp.sum(k * l) / jnp.sqrt(jnp.sum(k * k) * jnp.sum(l * l))
+    # pick the cheaper of the two equal forms: n^2 (p + q) flops (Gram) vs n (pq + p^2 + q^2)
+    use_gram = n * (p + q) < p * q + p * p + q * q if method == "auto" else method == "gram"
+    if use_gram:  # Gram form: ||Yc^T Xc||^2 = <Kc, Lc>_F
+        k1, k2 = x @ x.T, y @ y.T
+        return jnp.sum(k1 * k2) / jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
     xy, xx, yy = y.T @ x, x.T @ x, y.T @ y
     return jnp.sum(xy * xy) / jnp.sqrt(jnp.sum(xx * xx) * jnp.sum(yy * yy))
 
@@ -260,32 +272,38 @@ def minibatch_cka_init(dtype=jnp.float32) -> MinibatchCKAState:
     return MinibatchCKAState(z, z, z)
 
 
-def minibatch_cka_update(state: MinibatchCKAState, x, y, *, kernel: str = "linear") -> MinibatchCKAState:
+def minibatch_cka_update(
+    state: MinibatchCKAState, x, y, *, kernel: str = "linear"
+) -> MinibatchCKAState:
     """Add one minibatch ``(x [m, p...], y [m, q...])``, ``m >= 4``, to the running sums.
 
     ``kernel``: ``"linear"`` or ``"rbf"`` (median bandwidth per minibatch).
     """
     x, y = _pair(x, y, "minibatch_cka_update")
     if kernel == "linear":
-        k, l = gram_linear(x), gram_linear(y)
+        k1, k2 = gram_linear(x), gram_linear(y)
     elif kernel == "rbf":
-        k, l = gram_rbf(x), gram_rbf(y)
+        k1, k2 = gram_rbf(x), gram_rbf(y)
     else:
         raise ValueError(f"kernel must be 'linear' or 'rbf', got {kernel!r}.")
     return MinibatchCKAState(
-        state.xy + unbiased_hsic(k, l), state.xx + unbiased_hsic(k, k), state.yy + unbiased_hsic(l, l)
+        state.xy + unbiased_hsic(k1, k2),
+        state.xx + unbiased_hsic(k1, k1),
+        state.yy + unbiased_hsic(k2, k2),
     )
 
 
 def minibatch_cka_value(state: MinibatchCKAState) -> jax.Array:
     r"""CKA from accumulated sums (Nguyen et al. 2021, eq. 2):
-    :math:`\sum_b \mathrm{HSIC}_1(K_b,L_b) / \sqrt{\sum_b \mathrm{HSIC}_1(K_b,K_b)\sum_b \mathrm{HSIC}_1(L_b,L_b)}`."""
+    :math:`\sum_b \mathrm{HSIC}_1(K_b,L_b) /
+    \sqrt{\sum_b \mathrm{HSIC}_1(K_b,K_b)\sum_b \mathrm{HSIC}_1(L_b,L_b)}`."""
     return state.xy / jnp.sqrt(state.xx * state.yy)
 
 
 def minibatch_cka(xs, ys, *, kernel: str = "linear") -> jax.Array:
     r"""Minibatch CKA from stacked minibatches (Nguyen et al. 2021, "Do wide and deep networks
-    learn the same things?", ICLR 2021, §3.1 eq. 2): unbiased HSIC accumulated over ``B`` minibatches with
+    learn the same things?", ICLR 2021, §3.1 eq. 2): unbiased HSIC accumulated over ``B``
+    minibatches with
     ``lax.scan``; an unbiased estimate of population CKA whose bias does not grow with the
     number of minibatches.
 
@@ -368,7 +386,9 @@ def singular_values(tree, *, min_ndim: int = 2):
       weight, ``None`` elsewhere.
     """
     return jax.tree.map(
-        lambda w: jnp.linalg.svd(_as_matrix(w), compute_uv=False) if jnp.ndim(w) >= min_ndim else None,
+        lambda w: (
+            jnp.linalg.svd(_as_matrix(w), compute_uv=False) if jnp.ndim(w) >= min_ndim else None
+        ),
         tree,
     )
 
@@ -378,18 +398,24 @@ def _weights(mats) -> list[jax.Array]:
     for m in mats:
         if isinstance(m, dict):
             if "w" not in m:
-                raise ValueError(f"product_singular_values: layer dict without a 'w' entry: {list(m)}.")
+                raise ValueError(
+                    f"product_singular_values: layer dict without a 'w' entry: {list(m)}."
+                )
             m = m["w"]
         m = jnp.asarray(m)
         if m.ndim != 2:
-            raise ValueError(f"product_singular_values expects 2-D weight matrices, got shape {m.shape}.")
+            raise ValueError(
+                f"product_singular_values expects 2-D weight matrices, got shape {m.shape}."
+            )
         out.append(m)
     if not out:
         raise ValueError("product_singular_values: empty list of matrices.")
     return out
 
 
-def product_singular_values(mats: Sequence, *, convention: str = "row", suffix: bool = True) -> list[jax.Array]:
+def product_singular_values(
+    mats: Sequence, *, convention: str = "row", suffix: bool = True
+) -> list[jax.Array]:
     r"""Singular values of the partial products of a chain of weight matrices.
 
     With ``suffix=True`` entry ``k`` is the spectrum of the map from layer ``k``'s input to
@@ -443,7 +469,8 @@ def _spectrum(s) -> jax.Array:
 def effective_rank(s) -> jax.Array:
     r"""Entropy effective rank (Roy & Vetterli 2007, eq. 3).
 
-    .. math:: \operatorname{erank} = \exp\Big(-\sum_i p_i \log p_i\Big),\qquad p_i = \sigma_i / \textstyle\sum_j \sigma_j
+    .. math:: \operatorname{erank} = \exp\Big(-\sum_i p_i \log p_i\Big),\qquad
+              p_i = \sigma_i / \textstyle\sum_j \sigma_j
 
     Equals ``r`` for ``r`` equal non-zero singular values; ``1 <= erank <= rank``.
 
@@ -460,7 +487,9 @@ def effective_rank(s) -> jax.Array:
 
 
 def stable_rank(m) -> jax.Array:
-    r"""Stable rank :math:`\|M\|_F^2 / \|M\|_2^2 = \sum_i \sigma_i^2 / \sigma_1^2` (Rudelson & Vershynin 2007).
+    r"""Stable rank :math:`\|M\|_F^2 / \|M\|_2^2 = \sum_i \sigma_i^2 / \sigma_1^2`.
+
+    Reference: Rudelson & Vershynin 2007 (J. ACM), §1.
 
     Args:
       m: matrix ``[m, n]`` or its singular values ``[k]``.
@@ -473,7 +502,7 @@ def stable_rank(m) -> jax.Array:
 
 
 def participation_ratio(eigs) -> jax.Array:
-    r"""Participation ratio of a non-negative spectrum :math:`(\sum_i\lambda_i)^2/\sum_i\lambda_i^2`.
+    r"""Participation ratio of a spectrum: :math:`(\sum_i\lambda_i)^2/\sum_i\lambda_i^2`.
 
     For a representation ``x [n, d]`` pass the covariance eigenvalues, e.g.
     ``singular_values`` of the centred ``x`` squared.
@@ -525,7 +554,7 @@ def tree_norm(tree) -> jax.Array:
 
 
 def tree_cosine_similarity(a, b) -> jax.Array:
-    r"""Cosine similarity of two pytrees seen as flat vectors, :math:`\langle a,b\rangle/(\|a\|\|b\|)`."""
+    r"""Cosine similarity of pytrees (flat vectors): :math:`\langle a,b\rangle/(\|a\|\|b\|)`."""
     return _tree_dot(a, b) / (tree_norm(a) * tree_norm(b))
 
 
@@ -533,4 +562,3 @@ def tree_relative_change(a, a0) -> jax.Array:
     r"""Relative distance :math:`\|a - a_0\| / \|a_0\|` (e.g. how far weights moved from init)."""
     _tree_dot(a, a0)  # structure / shape check
     return tree_norm(jax.tree.map(lambda x, y: x - y, a, a0)) / tree_norm(a0)
-

@@ -3,6 +3,7 @@
 ``load(name, split, ...)`` returns a :class:`Dataset` of host numpy arrays; see
 ``docs/data.md`` for the file layout under ``data_dir`` / ``$LAYERLAB_DATA``.
 """
+
 from layerlab.data._dataset import Dataset as Dataset
 from layerlab.data._dataset import DatasetNotFoundError as DatasetNotFoundError
 from layerlab.data._files import ENV_VAR as ENV_VAR

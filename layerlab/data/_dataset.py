@@ -1,4 +1,5 @@
 """The :class:`Dataset` container and the missing-dataset error."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -118,5 +119,7 @@ def _desc(a) -> str:
 
 
 jax.tree_util.register_dataclass(
-    Dataset, data_fields=["x", "y"], meta_fields=["num_classes", "name", "split", "class_names", "feature_names"]
+    Dataset,
+    data_fields=["x", "y"],
+    meta_fields=["num_classes", "name", "split", "class_names", "feature_names"],
 )

@@ -12,6 +12,7 @@ Formats:
 * ``.npz`` (``np.load`` without pickle): ``x_train, y_train, x_test, y_test[, label_names]``.
 * UCI CSVs (wine quality: ``;``-separated; superconductivity: ``,``-separated), one header line.
 """
+
 from __future__ import annotations
 
 import functools
@@ -51,7 +52,9 @@ def data_roots(data_dir=None) -> list[pathlib.Path]:
     """
     if data_dir is not None:
         return [pathlib.Path(data_dir).expanduser()]
-    roots = [pathlib.Path(p).expanduser() for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p]
+    roots = [
+        pathlib.Path(p).expanduser() for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p
+    ]
     roots.append(pathlib.Path.cwd() / "data")
     sibling = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
     if sibling.is_dir() and sibling not in roots:
@@ -130,7 +133,11 @@ def parse_idx(buf: bytes, what: str = "idx data") -> np.ndarray:
             f"{what}: header says shape {shape} ({count * dtype.itemsize} bytes of data) but the "
             f"file holds {len(buf) - offset}; the file is truncated or corrupt."
         )
-    return np.frombuffer(buf, dtype, count=count, offset=offset).reshape(shape).astype(dtype.newbyteorder("="))
+    return (
+        np.frombuffer(buf, dtype, count=count, offset=offset)
+        .reshape(shape)
+        .astype(dtype.newbyteorder("="))
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -234,7 +241,8 @@ def cifar_images(d: dict, what: str) -> np.ndarray:
     data = np.asarray(d.get("data"))
     if data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
         raise ValueError(
-            f"{what}: 'data' should be uint8 of shape [n, 3072], got {data.dtype}{list(data.shape)}."
+            f"{what}: 'data' should be uint8 of shape [n, 3072], "
+            f"got {data.dtype}{list(data.shape)}."
         )
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
 

@@ -1,4 +1,5 @@
 """``load``: one entry point for embedded, file-based, tensorflow-datasets and synthetic data."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -89,7 +90,9 @@ def _mnist(split, roots, data_dir):
             if all(pair):
                 x, y = F.read_idx(pair[0]), F.read_idx(pair[1])
                 if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-                    raise ValueError(f"MNIST files in {d} disagree: images {x.shape}, labels {y.shape}.")
+                    raise ValueError(
+                        f"MNIST files in {d} disagree: images {x.shape}, labels {y.shape}."
+                    )
                 return _Raw(x[..., None], y.astype(np.int32), 10, _DIGIT_NAMES, 255.0)
     raise F.not_found_error(
         "mnist",
@@ -128,14 +131,18 @@ def _cifar10(split, roots, data_dir):
             y = F.read_npz_key(npz, f"y_{split}").astype(np.int32)
             names = F.read_npz_key(npz, "label_names") if "label_names" in F.npz_keys(npz) else None
             if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
-                raise ValueError(f"{npz}: x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
-                                 f"{x.dtype}{list(x.shape)}.")
+                raise ValueError(
+                    f"{npz}: x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
+                    f"{x.dtype}{list(x.shape)}."
+                )
             return _Raw(x, y, 10, None if names is None else F.decode_names(names), 255.0)
         has_dir = all((d / f).is_file() for f in files)
         if has_dir or tar.is_file():
             batches = _read_batches(d if has_dir else None, tar, folder, files, "cifar10")
             x = np.concatenate([F.cifar_images(b, f"{d}") for b in batches])
-            y = np.concatenate([F.cifar_labels(b, "labels", f"{d}") for b in batches]).astype(np.int32)
+            y = np.concatenate([F.cifar_labels(b, "labels", f"{d}") for b in batches]).astype(
+                np.int32
+            )
             names = None
             try:
                 meta = _read_batches(d if has_dir else None, tar, folder, ["batches.meta"], "")[0]
@@ -170,7 +177,9 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
             keys = F.npz_keys(npz)
             ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
             if ykey not in keys:
-                raise ValueError(f"{npz} has no {ykey!r} (keys: {keys}) for label_mode={label_mode!r}.")
+                raise ValueError(
+                    f"{npz} has no {ykey!r} (keys: {keys}) for label_mode={label_mode!r}."
+                )
             x = F.read_npz_key(npz, f"x_{split}")
             y = F.read_npz_key(npz, ykey).astype(np.int32)
             nkey = f"{label_mode}_label_names"
@@ -221,22 +230,31 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
                 looked,
                 [
                     "<dir>/wine_quality/winequality-red.csv and winequality-white.csv "
-                    "(UCI, ';'-separated, one header line; also accepted in <dir>/winequality/ or <dir>/)",
+                    "(UCI, ';'-separated, one header line; also accepted in "
+                    "<dir>/winequality/ or <dir>/)",
                 ],
                 "the UCI Wine Quality dataset, https://archive.ics.uci.edu/dataset/186/wine+quality.",
                 data_dir,
             )
         cols, v = F.read_csv(path, ";")
         if v.shape[1] != 12 or cols[-1] != "quality":
-            raise ValueError(f"{path}: expected 11 features and a final 'quality' column, got {cols}.")
+            raise ValueError(
+                f"{path}: expected 11 features and a final 'quality' column, got {cols}."
+            )
         x, y = _holdout(split, v[:, :-1], v[:, -1])
         if color_feature:
             x = np.concatenate([x, np.full((len(x), 1), float(color == "red"))], axis=1)
         xs.append(x)
         ys.append(y)
         names = cols[:-1] + (("is_red",) if color_feature else ())
-    return _Raw(np.concatenate(xs).astype(np.float32), np.concatenate(ys).astype(np.float32), 0,
-                None, None, names)
+    return _Raw(
+        np.concatenate(xs).astype(np.float32),
+        np.concatenate(ys).astype(np.float32),
+        0,
+        None,
+        None,
+        names,
+    )
 
 
 def _superconductivity(split, roots, data_dir):
@@ -253,7 +271,8 @@ def _superconductivity(split, roots, data_dir):
             if v.shape[1] != 82 or cols[-1] != "critical_temp":
                 raise ValueError(
                     f"{path}: expected 81 features and a final 'critical_temp' column "
-                    f"(UCI superconductivity train.csv), got {len(cols)} columns ending {cols[-1:]}."
+                    f"(UCI superconductivity train.csv), got {len(cols)} columns "
+                    f"ending {cols[-1:]}."
                 )
             x, y = _holdout(split, v[:, :-1], v[:, -1])
             return _Raw(x.astype(np.float32), y.astype(np.float32), 0, None, None, cols[:-1])
@@ -324,8 +343,11 @@ _REGISTRY: dict[str, _Spec] = {
     "latent": _Spec(None, ("train", "val", "test"), "synthetic"),
 }
 _ALIASES = {
-    "cifar-10": "cifar10", "cifar-100": "cifar100", "wine_quality": "winequality",
-    "wine-quality": "winequality", "superconduct": "superconductivity",
+    "cifar-10": "cifar10",
+    "cifar-100": "cifar100",
+    "wine_quality": "winequality",
+    "wine-quality": "winequality",
+    "superconduct": "superconductivity",
 }
 DATASETS: tuple[str, ...] = tuple(_REGISTRY)
 _SPLIT_IDS = {"train": 1, "val": 2, "test": 3}
@@ -339,7 +361,9 @@ def _canonical(name: str) -> str:
 
 
 def _check_opts(fn, name, opts):
-    allowed = [p for p in inspect.signature(fn).parameters if p not in ("split", "roots", "data_dir")]
+    allowed = [
+        p for p in inspect.signature(fn).parameters if p not in ("split", "roots", "data_dir")
+    ]
     bad = sorted(set(opts) - set(allowed))
     if bad:
         raise TypeError(f"load({name!r}): unknown option(s) {bad}; accepted: {allowed or 'none'}.")
@@ -352,21 +376,32 @@ def _load_raw(name, split, data_dir, source, opts) -> tuple[Dataset, float | Non
     tfds_opts = {k: opts.pop(k) for k in ("tfds_data_dir",) if k in opts}
     if source == "tfds":
         if spec.tfds_name is None:
-            raise ValueError(f"{name!r} has no tensorflow-datasets source (only {[k for k, s in _REGISTRY.items() if s.tfds_name]}).")
+            raise ValueError(
+                f"{name!r} has no tensorflow-datasets source "
+                f"(only {[k for k, s in _REGISTRY.items() if s.tfds_name]})."
+            )
         if opts:
-            raise TypeError(f"load({name!r}, source='tfds'): options {sorted(opts)} are not supported.")
+            raise TypeError(
+                f"load({name!r}, source='tfds'): options {sorted(opts)} are not supported."
+            )
         raw = _tfds(name, spec.tfds_name, split, data_dir, tfds_opts)
     else:
         _check_opts(spec.fn, name, opts)
         try:
             raw = spec.fn(split, F.data_roots(data_dir), data_dir, **opts)
         except DatasetNotFoundError as err:
-            if source == "files" or spec.tfds_name is None or importlib.util.find_spec("tensorflow_datasets") is None:
+            if (
+                source == "files"
+                or spec.tfds_name is None
+                or importlib.util.find_spec("tensorflow_datasets") is None
+            ):
                 raise
             try:
                 raw = _tfds(name, spec.tfds_name, split, data_dir, tfds_opts)
             except DatasetNotFoundError as err2:
-                raise DatasetNotFoundError(f"{err}\n\nAlso tried tensorflow-datasets:\n{err2}") from err2
+                raise DatasetNotFoundError(
+                    f"{err}\n\nAlso tried tensorflow-datasets:\n{err2}"
+                ) from err2
     ds = Dataset(raw.x, raw.y, raw.num_classes, name, split, raw.class_names, raw.feature_names)
     return ds, raw.x_div
 
@@ -384,8 +419,11 @@ def _load_synthetic(name, split, n, seed, opts) -> Dataset:
     sub = jax.random.fold_in(key, _SPLIT_IDS[split])
     n = 1000 if n is None else int(n)
     fn = _synthetic.teacher if name == "teacher" else _synthetic.latent
-    allowed = [p for p in inspect.signature(fn).parameters
-               if p not in ("key", "n", "x_key", "z_key", "return_params", "return_latent", "split")]
+    allowed = [
+        p
+        for p in inspect.signature(fn).parameters
+        if p not in ("key", "n", "x_key", "z_key", "return_params", "return_latent", "split")
+    ]
     bad = sorted(set(opts) - set(allowed))
     if bad:
         raise TypeError(f"load({name!r}): unknown option(s) {bad}; accepted: {allowed}.")
@@ -487,7 +525,12 @@ _DGL = {
 
 
 def dgl_protocol(
-    name: str, *, n_train: int | None = None, n_val: int | None = None, seed=0, data_dir=None,
+    name: str,
+    *,
+    n_train: int | None = None,
+    n_val: int | None = None,
+    seed=0,
+    data_dir=None,
     dtype=np.float32,
 ) -> DGLSplits:
     """The data protocol of Ben-David & Ringel (2019), Table I.
@@ -515,7 +558,9 @@ def dgl_protocol(
     try:
         base, classes, default_n = _DGL[name.lower()]
     except KeyError:
-        raise ValueError(f"Unknown DGL protocol {name!r}; known: MNIST10k, CIFAR10_10k, BMNIST2k.") from None
+        raise ValueError(
+            f"Unknown DGL protocol {name!r}; known: MNIST10k, CIFAR10_10k, BMNIST2k."
+        ) from None
     n_train = default_n if n_train is None else n_train
     n_val = n_train if n_val is None else n_val
     full, x_div = _load_raw(base, "train", data_dir, "auto", {})

@@ -1,4 +1,5 @@
 """Synthetic regression tasks: random teacher networks and low-dimensional latents."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -29,7 +30,9 @@ def _activation(act) -> Callable:
     try:
         return ACTIVATIONS[act]
     except KeyError:
-        raise ValueError(f"unknown activation {act!r}; use a callable or one of {list(ACTIVATIONS)}.") from None
+        raise ValueError(
+            f"unknown activation {act!r}; use a callable or one of {list(ACTIVATIONS)}."
+        ) from None
 
 
 def teacher(
@@ -109,9 +112,11 @@ def latent(
     .. math:: z_i \sim \mathcal N(0, I_k),\quad x_i = g(z_i),\quad
               y_i = h(z_i) + \sigma\,\varepsilon_i
 
-    with :math:`g: \mathbb R^k\to\mathbb R^{d_{in}}` and :math:`h: \mathbb R^k\to\mathbb R^{d_{out}}`
+    with :math:`g: \mathbb R^k\to\mathbb R^{d_{in}}` and
+    :math:`h: \mathbb R^k\to\mathbb R^{d_{out}}`
     independent random shallow nets (one hidden layer of ``hidden`` units, weights
-    :math:`\mathcal N(0, 1/\text{fan\_in})`, zero biases).  The map ``x -> y`` has bottleneck rank ``k``
+    :math:`\mathcal N(0, 1/\text{fan\_in})`, zero biases).  The map ``x -> y`` has
+    bottleneck rank ``k``
     (Jacot, "Bottleneck Structure in Learned Features: Low-Dimension vs Regularity Tradeoff",
     NeurIPS 2023, §5 / App. E).
 

@@ -4,6 +4,7 @@ Array transforms accept numpy or jax arrays and return the same kind (numpy in, 
 out; jax in, jax out -- those are pure ``jnp`` code and can be jitted by the caller).
 Dataset transforms (subsets and splits) work on the host on :class:`Dataset` objects.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -61,7 +62,8 @@ def standardize(x, mean=None, std=None, *, eps: float = 1e-8):
     r"""Per-feature standardisation :math:`(x - \mu) / \sigma` over the sample axis.
 
     .. math:: \mu = \tfrac1N \sum_n x_n, \qquad
-              \sigma = \sqrt{\tfrac1N \sum_n (x_n - \mu)^2}\ (\text{set to } 1 \text{ where } \sigma<\epsilon)
+              \sigma = \sqrt{\tfrac1N \sum_n (x_n - \mu)^2}
+              \ (\text{set to } 1 \text{ where } \sigma<\epsilon)
 
     Compute the statistics on the training set and reuse them on the test set::
 
@@ -123,7 +125,7 @@ def scale(x, *, low: float = 0.0, high: float = 1.0, x_min=None, x_max=None):
 
 
 def l2_normalize(x, *, radius: float = 1.0, eps: float = 1e-12):
-    r"""Project every sample onto the sphere of radius ``radius``: :math:`x_n \mapsto r\,x_n/\|x_n\|`.
+    r"""Project every sample onto a sphere: :math:`x_n \mapsto r\,x_n/\|x_n\|`, ``r = radius``.
 
     (Kernel papers often put inputs on the sphere; ``radius=sqrt(d)`` keeps unit variance
     per coordinate.)  Zero samples stay zero.
@@ -188,7 +190,9 @@ def per_class_counts(n: int, num_classes: int) -> np.ndarray:
       ``[C]`` int counts summing to ``n``.
     """
     if n < 0 or num_classes < 1:
-        raise ValueError(f"per_class_counts: need n >= 0 and num_classes >= 1, got {n}, {num_classes}.")
+        raise ValueError(
+            f"per_class_counts: need n >= 0 and num_classes >= 1, got {n}, {num_classes}."
+        )
     counts = np.full(num_classes, n // num_classes, dtype=np.int64)
     counts[: n % num_classes] += 1
     return counts
@@ -197,7 +201,9 @@ def per_class_counts(n: int, num_classes: int) -> np.ndarray:
 def _rng(seed) -> np.random.Generator:
     if isinstance(seed, jax.Array):
         # a typed or raw jax key: derive a host seed from it deterministically
-        data = jax.random.key_data(seed) if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key) else seed
+        data = (
+            jax.random.key_data(seed) if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key) else seed
+        )
         return np.random.default_rng(np.asarray(data, dtype=np.uint32).ravel().tolist())
     return np.random.default_rng(seed)
 
@@ -308,8 +314,10 @@ def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True)
     for c in classes:
         if isinstance(c, str):
             if not ds.class_names or c not in ds.class_names:
-                raise ValueError(f"select_classes: unknown class name {c!r} for {ds.name!r} "
-                                 f"(known: {ds.class_names}).")
+                raise ValueError(
+                    f"select_classes: unknown class name {c!r} for {ds.name!r} "
+                    f"(known: {ds.class_names})."
+                )
             c = ds.class_names.index(c)
         c = int(c)
         if not 0 <= c < ds.num_classes:

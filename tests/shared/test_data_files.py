@@ -1,4 +1,5 @@
 """Loaders of the original file formats, on small files written here in those formats."""
+
 import gzip
 import importlib.machinery
 import io
@@ -81,7 +82,18 @@ def _write_cifar10(root, tar=False, seed=0):
         d, x, lab = _cifar_batch(rng, n, [("labels", 10)])
         files[name] = pickle.dumps(d, protocol=2)
         xs[name], ys[name] = x, lab["labels"]
-    names = [b"airplane", b"automobile", b"bird", b"cat", b"deer", b"dog", b"frog", b"horse", b"ship", b"truck"]
+    names = [
+        b"airplane",
+        b"automobile",
+        b"bird",
+        b"cat",
+        b"deer",
+        b"dog",
+        b"frog",
+        b"horse",
+        b"ship",
+        b"truck",
+    ]
     files["batches.meta"] = pickle.dumps({b"label_names": names, b"num_vis": 3072}, protocol=2)
     _write_files(root, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, tar)
     return xs, ys
@@ -118,9 +130,11 @@ def test_cifar10_pickles_and_tarball(tmp_path, tar):
 def test_cifar10_npz(tmp_path):
     rng = np.random.default_rng(3)
     arrs = dict(
-        x_train=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8), y_train=np.arange(6) % 10,
-        x_test=rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8), y_test=np.array([3, 8]),
-        label_names=np.array(["a%d" % i for i in range(10)]),
+        x_train=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8),
+        y_train=np.arange(6) % 10,
+        x_test=rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8),
+        y_test=np.array([3, 8]),
+        label_names=np.array([f"a{i}" for i in range(10)]),
     )
     (tmp_path / "cifar10").mkdir()
     np.savez_compressed(tmp_path / "cifar10" / "cifar10.npz", **arrs)
@@ -213,7 +227,9 @@ def test_winequality_small_files(tmp_path):
     ref = {}
     for color, n in (("red", 6), ("white", 10)):
         v = np.concatenate([rng.normal(size=(n, 11)).round(3), rng.integers(3, 9, (n, 1))], axis=1)
-        (d / f"winequality-{color}.csv").write_text(header + "\n" + "\n".join(";".join(map(str, r)) for r in v))
+        (d / f"winequality-{color}.csv").write_text(
+            header + "\n" + "\n".join(";".join(map(str, r)) for r in v)
+        )
         ref[color] = v
     both = D.load("winequality", "all", data_dir=tmp_path)
     np.testing.assert_allclose(both.y, np.concatenate([ref["red"][:, -1], ref["white"][:, -1]]))
@@ -235,8 +251,11 @@ def test_missing_dataset_error_is_helpful(tmp_path):
     assert "cifar-100-python/{train, test, meta}" in msg  # what it expects
     assert "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz" in msg  # how to get it
     assert "LAYERLAB_DATA" in msg
-    for name, url in [("mnist", "yann.lecun.com"), ("superconductivity", "archive.ics.uci.edu"),
-                      ("winequality", "archive.ics.uci.edu")]:
+    for name, url in [
+        ("mnist", "yann.lecun.com"),
+        ("superconductivity", "archive.ics.uci.edu"),
+        ("winequality", "archive.ics.uci.edu"),
+    ]:
         with pytest.raises(D.DatasetNotFoundError, match=url):
             D.load(name, data_dir=tmp_path)
 
@@ -280,7 +299,10 @@ def _fake_tfds(monkeypatch, examples=None, error=None):
 
 def test_tfds_source_with_a_fake_module(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
-    ex = [{"image": rng.integers(0, 256, (28, 28, 1), dtype=np.uint8), "label": i % 10} for i in range(4)]
+    ex = [
+        {"image": rng.integers(0, 256, (28, 28, 1), dtype=np.uint8), "label": i % 10}
+        for i in range(4)
+    ]
     calls = _fake_tfds(monkeypatch, ex)
     ds = D.load("mnist", "test", source="tfds", data_dir=tmp_path)
     assert calls["download"] is False and calls["try_gcs"] is False

@@ -1,5 +1,6 @@
 """The genuine datasets in ../shared/data (skipped when absent), checked against the values
 published in its README, and the embedded scikit-learn datasets."""
+
 import numpy as np
 import pytest
 
@@ -14,11 +15,15 @@ def test_mnist_counts_and_pixels(shared_data):
     )
     assert tr.x.min() == 0.0 and tr.x.max() == 1.0
     te = D.load("mnist", "test")  # found through $LAYERLAB_DATA
-    np.testing.assert_array_equal(te.class_counts(), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009])
+    np.testing.assert_array_equal(
+        te.class_counts(), [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    )
     # idx round trip against the README's reading recipe
     import gzip
 
-    raw = np.frombuffer(gzip.open(shared_data / "mnist" / "t10k-labels-idx1-ubyte.gz").read(), np.uint8, offset=8)
+    raw = np.frombuffer(
+        gzip.open(shared_data / "mnist" / "t10k-labels-idx1-ubyte.gz").read(), np.uint8, offset=8
+    )
     np.testing.assert_array_equal(te.y, raw)
 
 
@@ -29,13 +34,24 @@ def test_cifar10_known_values(shared_data):
         np.round(first.x[0, 0, :3] * 255).astype(int), [[59, 62, 63], [43, 46, 45], [50, 48, 43]]
     )
     assert first.class_names == (
-        "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
     )
     te = D.load("cifar10", "test", data_dir=shared_data)
     assert te.x.shape == (10000, 32, 32, 3)
     np.testing.assert_array_equal(te.y[:10], [3, 8, 8, 0, 6, 6, 1, 6, 3, 1])
     np.testing.assert_array_equal(te.class_counts(), [1000] * 10)
-    np.testing.assert_allclose(te.x.mean(axis=(0, 1, 2), dtype=np.float64), [0.4942, 0.4851, 0.4504], atol=1e-4)
+    np.testing.assert_allclose(
+        te.x.mean(axis=(0, 1, 2), dtype=np.float64), [0.4942, 0.4851, 0.4504], atol=1e-4
+    )
     bal = D.load("cifar10", n=50, balanced=True, seed=0, data_dir=shared_data)
     np.testing.assert_array_equal(bal.class_counts(), [5] * 10)
     D.clear_cache()
@@ -46,7 +62,9 @@ def test_winequality_real(shared_data):
     assert al.x.shape == (1599 + 4898, 11) and al.num_classes == 0
     red = D.load("winequality", "all", variant="red", data_dir=shared_data)
     # first row of winequality-red.csv: 7.4;0.7;0;1.9;0.076;11;34;0.9978;3.51;0.56;9.4;5
-    np.testing.assert_allclose(red.x[0], [7.4, 0.7, 0, 1.9, 0.076, 11, 34, 0.9978, 3.51, 0.56, 9.4], rtol=1e-6)
+    np.testing.assert_allclose(
+        red.x[0], [7.4, 0.7, 0, 1.9, 0.076, 11, 34, 0.9978, 3.51, 0.56, 9.4], rtol=1e-6
+    )
     assert red.y[0] == 5.0 and red.y.min() == 3 and red.y.max() == 8
     tr, te = (D.load("winequality", s, data_dir=shared_data) for s in ("train", "test"))
     assert len(tr) + len(te) == len(al) and len(te) == 1599 // 5 + 4898 // 5

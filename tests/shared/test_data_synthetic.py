@@ -1,4 +1,5 @@
 """Synthetic tasks: teacher networks and low-dimensional latents."""
+
 import jax
 import numpy as np
 import pytest
@@ -19,7 +20,9 @@ def test_teacher_targets_are_the_teacher_network(key):
     ds, params = D.teacher(key, 64, (50, 10, 10, 10), return_params=True)
     assert ds.x.shape == (64, 50) and ds.y.shape == (64, 10) and ds.num_classes == 0
     assert [p["w"].shape for p in params] == [(50, 10), (10, 10), (10, 10)]
-    np.testing.assert_allclose(ds.y, _np_forward(params, ds.x, lambda a: np.maximum(a, 0)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        ds.y, _np_forward(params, ds.x, lambda a: np.maximum(a, 0)), rtol=1e-4, atol=1e-5
+    )
     # fan-in scaling with the ReLU gain sqrt(2): Var W = 2 / fan_in
     np.testing.assert_allclose(np.var(np.asarray(params[0]["w"])) * 50, 2.0, rtol=0.2)
     # inputs are standard Gaussian
@@ -36,7 +39,9 @@ def test_teacher_splits_share_the_teacher():
     for ds in (tr, te):
         np.testing.assert_allclose(ds.y, _np_forward(params, ds.x, np.tanh), rtol=1e-4, atol=1e-5)
     assert not np.allclose(tr.x[:16], te.x)  # different inputs
-    np.testing.assert_array_equal(D.load("teacher", n=32, seed=3, widths=(5, 4, 2), activation="tanh").x, tr.x)
+    np.testing.assert_array_equal(
+        D.load("teacher", n=32, seed=3, widths=(5, 4, 2), activation="tanh").x, tr.x
+    )
     with pytest.raises(TypeError, match="unknown option"):
         D.load("teacher", depth=3)
 

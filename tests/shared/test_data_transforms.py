@@ -1,4 +1,5 @@
 """Tests for layerlab.data._transforms (and the Dataset container)."""
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,7 +39,9 @@ def test_standardize_reuses_train_statistics():
     np.testing.assert_array_equal(xs[:, 3], 0.0)
     xte = rng.normal(size=(5, 4)).astype(np.float32)
     xte_s, _, _ = D.standardize(xte, mu, sd)
-    np.testing.assert_allclose(xte_s, (xte - xtr.mean(0)) / np.where(xtr.std(0) > 0, xtr.std(0), 1), rtol=1e-5)
+    np.testing.assert_allclose(
+        xte_s, (xte - xtr.mean(0)) / np.where(xtr.std(0) > 0, xtr.std(0), 1), rtol=1e-5
+    )
     with pytest.raises(ValueError, match="both"):
         D.standardize(xte, mu)
     with pytest.raises(ValueError, match="do not match"):
@@ -65,7 +68,9 @@ def test_one_hot_plain_and_zero_mean():
     z = D.one_hot(y, 3, zero_mean=True)
     np.testing.assert_allclose(z, np.eye(3)[y] - 1 / 3, rtol=1e-6)
     np.testing.assert_allclose(z.sum(1), 0.0, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(jax.jit(D.one_hot, static_argnums=1)(jnp.asarray(y), 3)), t)
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(D.one_hot, static_argnums=1)(jnp.asarray(y), 3)), t
+    )
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         D.one_hot(np.array([0, 3]), 3)
     with pytest.raises(TypeError, match="integer"):
@@ -165,7 +170,9 @@ def _brute_patches(x, k, stride, padding):
     return out
 
 
-@pytest.mark.parametrize("k,stride,padding", [(3, 1, "VALID"), (3, 2, "SAME"), (2, 2, "VALID"), (4, 3, "SAME")])
+@pytest.mark.parametrize(
+    "k,stride,padding", [(3, 1, "VALID"), (3, 2, "SAME"), (2, 2, "VALID"), (4, 3, "SAME")]
+)
 def test_extract_patches_matches_brute_force(k, stride, padding):
     x = np.random.default_rng(0).normal(size=(2, 7, 6, 2)).astype(np.float32)
     got = D.extract_patches(x, k, stride=stride, padding=padding)
@@ -182,7 +189,9 @@ def test_extract_patches_is_a_convolution():
         conv = jax.lax.conv_general_dilated(
             x, w, (stride, stride), padding, dimension_numbers=("NHWC", "HWIO", "NHWC")
         )
-        np.testing.assert_allclose(np.asarray(p @ w.reshape(-1, 5)), np.asarray(conv), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(p @ w.reshape(-1, 5)), np.asarray(conv), rtol=1e-4, atol=1e-4
+        )
     with pytest.raises(ValueError, match=r"\[N, H, W, C\]"):
         D.extract_patches(np.zeros((8, 8, 3)), 3)
     with pytest.raises(ValueError, match="do not fit"):

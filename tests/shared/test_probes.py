@@ -1,4 +1,5 @@
 """Tests for layerlab.probes: every probe against an independent numpy route."""
+
 import itertools
 
 import jax
@@ -15,18 +16,18 @@ def _np_linear_cka(x, y):
     return np.linalg.norm(y.T @ x) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
 
 
-def _np_hsic(k, l):
+def _np_hsic(k, lm):
     n = k.shape[0]
     h = np.eye(n) - np.ones((n, n)) / n
-    return np.trace(k @ h @ l @ h) / (n - 1) ** 2
+    return np.trace(k @ h @ lm @ h) / (n - 1) ** 2
 
 
-def _np_unbiased_hsic_ustat(k, l):
+def _np_unbiased_hsic_ustat(k, lm):
     """The U-statistic definition (Song et al. 2012), by brute force over index tuples."""
     n = k.shape[0]
-    t1 = sum(k[i, j] * l[i, j] for i, j in itertools.permutations(range(n), 2))
-    t2 = sum(k[i, j] * l[q, r] for i, j, q, r in itertools.permutations(range(n), 4))
-    t3 = sum(k[i, j] * l[i, q] for i, j, q in itertools.permutations(range(n), 3))
+    t1 = sum(k[i, j] * lm[i, j] for i, j in itertools.permutations(range(n), 2))
+    t2 = sum(k[i, j] * lm[q, r] for i, j, q, r in itertools.permutations(range(n), 4))
+    t3 = sum(k[i, j] * lm[i, q] for i, j, q in itertools.permutations(range(n), 3))
     perm = lambda m: np.prod(np.arange(n - m + 1, n + 1), dtype=float)  # noqa: E731
     return t1 / perm(2) + t2 / perm(4) - 2 * t3 / perm(3)
 
@@ -46,11 +47,13 @@ def test_linear_cka_matches_feature_space_formula(x64, n, p, q):
     y[:, :3] += x[:, :3]
     got = float(P.linear_cka(x, y))
     np.testing.assert_allclose(got, _np_linear_cka(x, y), rtol=1e-12)
+    for method in ("features", "gram"):
+        np.testing.assert_allclose(float(P.linear_cka(x, y, method=method)), got, rtol=1e-10)
     # third route: CKA of linear Gram matrices, and centred kernel alignment
-    k, l = x @ x.T, y @ y.T
-    np.testing.assert_allclose(float(P.cka(k, l)), got, rtol=1e-10)
-    np.testing.assert_allclose(float(P.kernel_alignment(k, l, centered=True)), got, rtol=1e-10)
-    np.testing.assert_allclose(float(P.hsic(k, l)), _np_hsic(k, l), rtol=1e-10)
+    k, lm = x @ x.T, y @ y.T
+    np.testing.assert_allclose(float(P.cka(k, lm)), got, rtol=1e-10)
+    np.testing.assert_allclose(float(P.kernel_alignment(k, lm, centered=True)), got, rtol=1e-10)
+    np.testing.assert_allclose(float(P.hsic(k, lm)), _np_hsic(k, lm), rtol=1e-10)
 
 
 def test_linear_cka_invariances(x64, reps):
@@ -79,12 +82,14 @@ def test_rbf_cka_matches_numpy_and_large_bandwidth_limit(x64, reps):
         d2 = ((a[:, None, :] - a[None, :, :]) ** 2).sum(-1)
         return np.exp(-d2 / (2 * frac**2 * np.median(d2)))
 
-    k, l = np_rbf(x, 0.8), np_rbf(y, 0.8)
-    want = _np_hsic(k, l) / np.sqrt(_np_hsic(k, k) * _np_hsic(l, l))
+    k, lm = np_rbf(x, 0.8), np_rbf(y, 0.8)
+    want = _np_hsic(k, lm) / np.sqrt(_np_hsic(k, k) * _np_hsic(lm, lm))
     np.testing.assert_allclose(float(P.rbf_cka(x, y)), want, rtol=1e-9)
     np.testing.assert_allclose(float(P.rbf_cka(x, x)), 1.0, rtol=1e-12)
     # RBF CKA tends to linear CKA as the bandwidth grows
-    np.testing.assert_allclose(float(P.rbf_cka(x, y, sigma_frac=300.0)), float(P.linear_cka(x, y)), rtol=1e-3)
+    np.testing.assert_allclose(
+        float(P.rbf_cka(x, y, sigma_frac=300.0)), float(P.linear_cka(x, y)), rtol=1e-3
+    )
     # isotropic scaling invariance (the bandwidth follows the median distance)
     np.testing.assert_allclose(float(P.rbf_cka(4.0 * x, y)), want, rtol=1e-9)
 
@@ -92,10 +97,12 @@ def test_rbf_cka_matches_numpy_and_large_bandwidth_limit(x64, reps):
 def test_unbiased_hsic_matches_u_statistic(x64):
     rng = np.random.default_rng(3)
     a, b = rng.normal(size=(7, 3)), rng.normal(size=(7, 2))
-    k, l = a @ a.T, np.exp(-((b[:, None] - b[None]) ** 2).sum(-1))
-    np.testing.assert_allclose(float(P.unbiased_hsic(k, l)), _np_unbiased_hsic_ustat(k, l), rtol=1e-10)
+    k, lm = a @ a.T, np.exp(-((b[:, None] - b[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(
+        float(P.unbiased_hsic(k, lm)), _np_unbiased_hsic_ustat(k, lm), rtol=1e-10
+    )
     with pytest.raises(ValueError, match="n >= 4"):
-        P.unbiased_hsic(k[:3, :3], l[:3, :3])
+        P.unbiased_hsic(k[:3, :3], lm[:3, :3])
 
 
 def test_minibatch_cka_accumulates_unbiased_hsic(x64):
@@ -104,9 +111,9 @@ def test_minibatch_cka_accumulates_unbiased_hsic(x64):
     ys = xs[..., :4] @ rng.normal(size=(4, 5)) + 0.5 * rng.normal(size=(3, 7, 5))
     grams = lambda a: [m @ m.T for m in a]  # noqa: E731
     kx, ky = grams(xs), grams(ys)
-    xy = sum(_np_unbiased_hsic_ustat(k, l) for k, l in zip(kx, ky))
+    xy = sum(_np_unbiased_hsic_ustat(k, lm) for k, lm in zip(kx, ky))
     xx = sum(_np_unbiased_hsic_ustat(k, k) for k in kx)
-    yy = sum(_np_unbiased_hsic_ustat(l, l) for l in ky)
+    yy = sum(_np_unbiased_hsic_ustat(lm, lm) for lm in ky)
     want = xy / np.sqrt(xx * yy)
     np.testing.assert_allclose(float(P.minibatch_cka(xs, ys)), want, rtol=1e-9)
     # streaming form gives the same
@@ -149,7 +156,9 @@ def test_singular_values_of_a_params_tree():
     ]
     sv = P.singular_values(params)
     assert sv[0]["b"] is None and sv[1]["b"] is None
-    np.testing.assert_allclose(sv[0]["w"], np.linalg.svd(params[0]["w"], compute_uv=False), rtol=1e-5)
+    np.testing.assert_allclose(
+        sv[0]["w"], np.linalg.svd(params[0]["w"], compute_uv=False), rtol=1e-5
+    )
     np.testing.assert_allclose(
         sv[1]["w"], np.linalg.svd(params[1]["w"].reshape(18, 4), compute_uv=False), rtol=1e-5
     )
@@ -168,17 +177,23 @@ def test_product_singular_values_vs_numpy(x64):
     # column convention on square matrices: product W_3 W_2 W_1, not W_1 W_2 W_3
     sq = [rng.normal(size=(4, 4)) for _ in range(3)]
     col = P.product_singular_values(sq, convention="column")
-    np.testing.assert_allclose(col[0], np.linalg.svd(sq[2] @ sq[1] @ sq[0], compute_uv=False), rtol=1e-10)
+    np.testing.assert_allclose(
+        col[0], np.linalg.svd(sq[2] @ sq[1] @ sq[0], compute_uv=False), rtol=1e-10
+    )
     assert not np.allclose(col[0], np.linalg.svd(sq[0] @ sq[1] @ sq[2], compute_uv=False))
     with pytest.raises(ValueError, match="does not chain"):
         P.product_singular_values([np.ones((3, 4)), np.ones((3, 4))])
 
 
 def test_effective_rank_stable_rank_participation(x64):
-    np.testing.assert_allclose(float(P.effective_rank(jnp.array([2.0, 2.0, 2.0, 0.0]))), 3.0, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(P.effective_rank(jnp.array([2.0, 2.0, 2.0, 0.0]))), 3.0, rtol=1e-12
+    )
     np.testing.assert_allclose(float(P.effective_rank(jnp.array([1.0, 0.0, 0.0]))), 1.0, rtol=1e-12)
     # p = (1/2, 1/4, 1/4): H = 1.5 log 2
-    np.testing.assert_allclose(float(P.effective_rank(jnp.array([2.0, 1.0, 1.0]))), 2**1.5, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(P.effective_rank(jnp.array([2.0, 1.0, 1.0]))), 2**1.5, rtol=1e-12
+    )
     rng = np.random.default_rng(8)
     u, _ = np.linalg.qr(rng.normal(size=(6, 6)))
     v, _ = np.linalg.qr(rng.normal(size=(4, 4)))
