@@ -95,6 +95,10 @@ def test_balanced_subset_is_balanced_deterministic_and_faithful():
     assert not np.array_equal(other.x, sub.x)
     with pytest.raises(ValueError, match="class 'b'.*only 20"):
         D.balanced_subset(ds, 63, seed=0)
+    # a jax key works as the seed, deterministically
+    kx = D.balanced_subset(ds, 30, seed=jax.random.key(5))
+    np.testing.assert_array_equal(kx.x, D.balanced_subset(ds, 30, seed=jax.random.key(5)).x)
+    assert not np.array_equal(kx.x, D.balanced_subset(ds, 30, seed=jax.random.key(6)).x)
 
 
 def test_train_val_split_disjoint_balanced():
@@ -140,6 +144,9 @@ def test_dataset_container():
     doubled = jax.tree.map(lambda a: a * 2, ds)
     assert doubled.name == "toy" and doubled.num_classes == 3
     np.testing.assert_array_equal(doubled.y, 2 * ds.y)
+    # through jit: metadata is static, arrays are traced
+    total = jax.jit(lambda d: d.x[:, 0].sum() * d.num_classes)(ds)
+    np.testing.assert_allclose(float(total), 3 * ds.x[:, 0].sum())
 
 
 def dataclasses_frozen_error():
