@@ -31,6 +31,28 @@ from layerlab.bottleneck._reformulations import weight_loss as weight_loss
 from layerlab.bottleneck._reformulations import (
     weights_from_representations as weights_from_representations,
 )
+from layerlab.bottleneck._cprank import bipartite_matrix as bipartite_matrix
+from layerlab.bottleneck._cprank import bipartite_width_n_network as bipartite_width_n_network
+from layerlab.bottleneck._cprank import complete_bipartite_edges as complete_bipartite_edges
+from layerlab.bottleneck._cprank import (
+    identity_inputs_loss_lower_bound as identity_inputs_loss_lower_bound,
+)
+from layerlab.bottleneck._cprank import incidence_matrix as incidence_matrix
+from layerlab.bottleneck._cprank import is_triangle_free as is_triangle_free
+from layerlab.bottleneck._cprank import (
+    shallow_min_norm_identity_inputs as shallow_min_norm_identity_inputs,
+)
+from layerlab.bottleneck._sweeps import cross_entropy_cost as cross_entropy_cost
+from layerlab.bottleneck._sweeps import from_mlp_layer as from_mlp_layer
+from layerlab.bottleneck._sweeps import init_weights as init_weights
+from layerlab.bottleneck._sweeps import masked_loss as masked_loss
+from layerlab.bottleneck._sweeps import masked_weights as masked_weights
+from layerlab.bottleneck._sweeps import mse_cost as mse_cost
+from layerlab.bottleneck._sweeps import plateau_start as plateau_start
+from layerlab.bottleneck._sweeps import sweep_step as sweep_step
+from layerlab.bottleneck._sweeps import to_mlp_params as to_mlp_params
+from layerlab.bottleneck._sweeps import width_masks as width_masks
+from layerlab.bottleneck._sweeps import width_sweep as width_sweep
 
 Gamma = covariances
 Phi = representations
@@ -43,18 +65,36 @@ __all__ = [
     "Phi",
     "Psi",
     "augment",
+    "bipartite_matrix",
+    "bipartite_width_n_network",
     "caratheodory_reduce",
+    "complete_bipartite_edges",
     "covariance_loss",
     "covariances",
+    "cross_entropy_cost",
     "forces",
+    "from_mlp_layer",
+    "identity_inputs_loss_lower_bound",
+    "incidence_matrix",
+    "init_weights",
+    "is_triangle_free",
     "linear_optimal_covariances",
     "linear_optimal_regulariser",
+    "masked_loss",
+    "masked_weights",
+    "mse_cost",
     "neuron_pairs",
+    "plateau_start",
     "psd_pinv",
     "rank_sigma_bounds",
     "representation_loss",
     "representations",
+    "shallow_min_norm_identity_inputs",
+    "sweep_step",
     "tikhonov_pinv",
+    "to_mlp_params",
     "weight_loss",
     "weights_from_representations",
+    "width_masks",
+    "width_sweep",
 ]

@@ -1,0 +1,146 @@
+"""Completely positive matrices from graphs and the bipartite lower-bound example.
+
+A symmetric ``A`` is completely positive (CP) if ``A = sum_i v_i v_i^T`` with ``v_i >= 0``
+entrywise; its CP-rank is the least number of terms.  For a triangle-free graph with incidence
+matrix ``E`` (one row per edge), ``A = E^T E`` is CP with CP-rank equal to the number of edges.
+The complete bipartite graph ``K_{N/2, N/2}`` gives ``B_N`` with CP-rank ``N^2 / 4``.
+
+With ``X = I_N`` and targets ``Y`` such that ``(Y^T Y)^{1/2} = B_N`` (e.g. ``Y = B_N``), every
+optimum of a shallow bias-free ReLU net needs ``>= N^2/4`` hidden neurons, while a width-``N``
+net reaches norm ``N sqrt((N+2)(N-1)) < N^2 + N`` (within ``N`` of the optimum ``N^2``).
+
+References:
+  (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022: Propositions 13-14, Remark 23.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def incidence_matrix(edges: Sequence[tuple[int, int]], n_vertices: int) -> np.ndarray:
+    """Edge-vertex incidence matrix ``E[e, i] = 1`` iff vertex ``i`` is an end of edge ``e``.
+
+    Args:
+      edges: ``m`` pairs ``(i, j)``, ``0 <= i != j < n_vertices``.
+      n_vertices: ``n``.
+
+    Returns:
+      numpy ``[m, n]`` (each row has two ones); ``E^T E`` is CP with CP-rank ``<= m``.
+    """
+    E = np.zeros((len(edges), n_vertices))
+    for e, (i, j) in enumerate(edges):
+        if i == j or not (0 <= i < n_vertices and 0 <= j < n_vertices):
+            raise ValueError(f"edge {e} = ({i}, {j}) is not a pair of distinct vertices "
+                             f"in [0, {n_vertices}).")
+        E[e, i] = E[e, j] = 1.0
+    return E
+
+
+def is_triangle_free(edges: Sequence[tuple[int, int]], n_vertices: int) -> bool:
+    """Whether the simple graph has no 3-cycle (``trace(A^3) = 0`` for its adjacency ``A``)."""
+    Adj = np.zeros((n_vertices, n_vertices))
+    for i, j in edges:
+        Adj[i, j] = Adj[j, i] = 1.0
+    return bool(np.trace(Adj @ Adj @ Adj) == 0)
+
+
+def complete_bipartite_edges(N: int) -> list[tuple[int, int]]:
+    """Edges of ``K_{N/2, N/2}`` (parts ``{0..N/2-1}`` and ``{N/2..N-1}``), ``N^2/4`` of them."""
+    if N < 2 or N % 2:
+        raise ValueError(f"B_N needs an even N >= 2; got N = {N}.")
+    m = N // 2
+    return [(i, m + j) for i, j in itertools.product(range(m), range(m))]
+
+
+def bipartite_matrix(N: int) -> np.ndarray:
+    """``B_N = E^T E`` for the complete bipartite graph ``K_{N/2, N/2}``.
+
+    .. math:: B_N = \\begin{pmatrix} \\tfrac N2 I & 1 1^T \\\\ 1 1^T & \\tfrac N2 I\\end{pmatrix},
+              \\qquad \\operatorname{CP-rank}(B_N) = N^2/4
+
+    Args:
+      N: even size.
+
+    Returns:
+      numpy ``[N, N]``.
+
+    References:
+      (A) Proposition 14 and Remark 23.
+    """
+    return incidence_matrix(complete_bipartite_edges(N), N).T @ incidence_matrix(
+        complete_bipartite_edges(N), N)
+
+
+def shallow_min_norm_identity_inputs(Y) -> float:
+    """Minimal ``||W_1||^2 + ||W_2||^2`` of a bias-free shallow ReLU net with ``X = I_N`` fitting Y.
+
+    .. math:: \\min_{W_2 \\sigma(W_1) = Y} \\|W_1\\|^2 + \\|W_2\\|^2
+              \\ \\ge\\ \\min_{K \\succeq 0} \\operatorname{Tr} K + \\operatorname{Tr}[Y^TY K^+]
+              = 2 \\operatorname{Tr}(Y^T Y)^{1/2}
+
+    with equality iff ``(Y^T Y)^{1/2}`` is completely positive (then ``K = (Y^TY)^{1/2}`` is
+    realised by nonnegative neurons, using CP-rank many of them).  ``= N^2`` for ``Y = B_N``.
+
+    Args:
+      Y: ``[n_out, N]``.
+
+    Returns:
+      the lower bound ``2 Tr (Y^T Y)^{1/2}`` (a float).
+    """
+    s = np.linalg.svd(np.asarray(Y, dtype=np.float64), compute_uv=False)
+    return float(2 * s.sum())
+
+
+def identity_inputs_loss_lower_bound(Y, lam: float) -> float:
+    """Lower bound of the regularised loss of a bias-free shallow ReLU net with ``X = I_N``.
+
+    .. math:: \\min_{\\hat Y} \\tfrac1N\\|\\hat Y - Y\\|_F^2 + 2\\lambda \\|\\hat Y\\|_*
+              = \\sum_i \\tfrac1N \\min(s_i, \\lambda N)^2 + 2\\lambda (s_i - \\lambda N)_+
+
+    (singular-value soft thresholding; valid at every width, attained at infinite width when the
+    shrunk target's ``(\\hat Y^T \\hat Y)^{1/2}`` is CP).  Cost convention: ``C = ||Z_L - Y||^2/N``.
+
+    Args:
+      Y: ``[n_out, N]``.
+      lam: ``lambda``.
+
+    Returns:
+      float.
+    """
+    Y = np.asarray(Y, dtype=np.float64)
+    N = Y.shape[1]
+    s = np.linalg.svd(Y, compute_uv=False)
+    t = lam * N
+    return float(np.sum(np.minimum(s, t) ** 2) / N + 2 * lam * np.sum(np.maximum(s - t, 0.0)))
+
+
+def bipartite_width_n_network(N: int) -> tuple[list, float]:
+    """Width-``N`` bias-free shallow ReLU net with ``X = I_N`` fitting ``Y = B_N`` exactly.
+
+    ``W_1 = B_N / sqrt(c)`` (nonnegative, so ``sigma(W_1) = W_1``) and
+    ``W_2 = sqrt(c) B_N B_N^+``, ``c = (N/2) sqrt((N+2)/(N-1))``, so that
+
+    .. math:: \\|W_1\\|^2 + \\|W_2\\|^2 = \\tfrac{\\operatorname{Tr} B_N^2}{c} + c (N - 1)
+              = N\\sqrt{(N+2)(N-1)} \\in [N^2, N^2 + N)
+
+    Args:
+      N: even size.
+
+    Returns:
+      ``([W_1, W_2], norm)`` with ``W_1`` ``[N, N + 1]`` and ``W_2`` ``[N, N + 1]`` in the
+      package's convention (zero bias columns; use ``beta=0``), and the squared norm.
+
+    References:
+      (A) Remark 23 (a width-N network within N of the optimal norm N^2).
+    """
+    B = bipartite_matrix(N)
+    c = (N / 2) * np.sqrt((N + 2) / (N - 1))
+    W1 = B / np.sqrt(c)
+    W2 = np.sqrt(c) * (B @ np.linalg.pinv(B))
+    zeros = np.zeros((N, 1))
+    Ws = [jnp.asarray(np.concatenate([W1, zeros], 1)), jnp.asarray(np.concatenate([W2, zeros], 1))]
+    return Ws, float(np.sum(W1 ** 2) + np.sum(W2 ** 2))

@@ -1,0 +1,241 @@
+"""Width sweeps as masked neurons of one maximal width, many runs in one compiled program.
+
+A run of hidden width ``w`` is the maximal-width net whose weights are multiplied by a 0/1 mask:
+rows of ``W_l`` (outgoing neurons) and columns of ``W_{l+1}`` (incoming) beyond ``w`` are zeroed,
+both in the forward pass and in the penalty, so masked entries get no gradient and cost nothing.
+Widths x seeds then share one program: ``layerlab.loop.fit(..., runs=True)`` vmaps the step over
+the runs axis, with each run's masks and ``lambda`` in ``TrainState.hparams``.
+
+References:
+  (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022, Section 4 and Figure 2 (plateau of the
+  minimal regularised loss vs width).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from layerlab import loop, nets
+from layerlab.bottleneck._reformulations import representations
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------- costs
+def mse_cost(Z_L: Array, y: Array) -> Array:
+    """Mean squared error ``(1/N) sum_i ||z_i - y_i||^2`` (columns of ``Z_L`` vs rows of ``y``).
+
+    Args:
+      Z_L: ``[n_L, N]``.  y: ``[N, n_L]``.
+
+    Returns:
+      scalar.
+    """
+    if y.ndim != 2 or y.shape != (Z_L.shape[1], Z_L.shape[0]):
+        raise ValueError(f"mse_cost: y must be [N, n_L] = {(Z_L.shape[1], Z_L.shape[0])}; "
+                         f"got {y.shape}.")
+    return jnp.sum(jnp.square(Z_L.T - y)) / y.shape[0]
+
+
+def cross_entropy_cost(Z_L: Array, y: Array) -> Array:
+    """Mean softmax cross-entropy of logits ``Z_L`` ``[C, N]`` against int labels ``y`` ``[N]``."""
+    if y.ndim != 1 or y.shape[0] != Z_L.shape[1]:
+        raise ValueError(f"cross_entropy_cost: y must be int labels [N] = [{Z_L.shape[1]}]; "
+                         f"got {y.shape}.")
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(Z_L.T, y))
+
+
+# ----------------------------------------------------------------------------- params
+def init_weights(key: Array, sizes: Sequence[int], *, beta=1.0, init: str = "he",
+                 w_std: float | None = None) -> list[Array]:
+    """Paper-convention weights ``W_l`` ``[n_l, n_{l-1} + 1]`` from :func:`layerlab.nets.mlp_init`.
+
+    The bias column is ``b_l / beta`` so that ``W_l [h; beta] = w_l^T h + b_l``.
+
+    Args:
+      key: PRNG key.  sizes: ``(n_0, ..., n_L)``.  beta: amount of bias (``> 0``).
+      init, w_std: passed to ``mlp_init``.
+
+    Returns:
+      ``[W_1, ..., W_L]``.
+    """
+    params = nets.mlp_init(key, sizes, init=init, w_std=w_std)
+    return [from_mlp_layer(p, beta) for p in params]
+
+
+def from_mlp_layer(p: dict, beta=1.0) -> Array:
+    """``{"w": [d_in, d_out], "b": [d_out]}`` to ``W = [w^T, b / beta]`` ``[d_out, d_in + 1]``.
+
+    ``beta = 0`` (no bias) gives a zero bias column.
+    """
+    inv = 0.0 if float(beta) == 0.0 else 1.0 / float(beta)
+    return jnp.concatenate([p["w"].T, inv * p["b"][:, None]], axis=1)
+
+
+def to_mlp_params(weights: Sequence[Array], beta=1.0) -> list[dict]:
+    """Paper-convention weights to ``layerlab.nets`` params (rows = samples)."""
+    return [{"w": W[:, :-1].T, "b": beta * W[:, -1]} for W in weights]
+
+
+# ----------------------------------------------------------------------------- masks
+def width_masks(widths: Sequence[int], max_width: int, n_hidden: int) -> Array:
+    """0/1 masks ``[R, n_hidden, max_width]``: run ``r`` keeps the first ``widths[r]`` neurons."""
+    widths = np.asarray(widths)
+    if widths.ndim != 1 or np.any(widths < 1) or np.any(widths > max_width):
+        raise ValueError(f"widths must be integers in [1, max_width={max_width}]; got {widths}.")
+    m = (np.arange(max_width)[None, :] < widths[:, None]).astype(np.float32)
+    return jnp.asarray(np.repeat(m[:, None, :], n_hidden, axis=1))
+
+
+def masked_weights(weights: Sequence[Array], masks: Array) -> list[Array]:
+    """Zero the rows/columns of masked neurons.
+
+    .. math:: \\tilde W_\\ell = W_\\ell \\odot (m_\\ell\\, [m_{\\ell-1}; 1]^T),\\quad
+              m_0 = m_L = 1
+
+    Args:
+      weights: ``[W_1, ..., W_L]`` at maximal width, ``W_l`` ``[n_l, n_{l-1} + 1]``.
+      masks: ``[L - 1, n_max]`` hidden masks (all hidden layers of width ``n_max``).
+
+    Returns:
+      the masked weights, same shapes.
+    """
+    L = len(weights)
+    if masks.shape[0] != L - 1:
+        raise ValueError(f"masks must be [L-1, n_max] = [{L - 1}, ...]; got {masks.shape}.")
+    out = []
+    for l, W in enumerate(weights):
+        row = masks[l] if l < L - 1 else jnp.ones((W.shape[0],), W.dtype)
+        col = (jnp.concatenate([masks[l - 1], jnp.ones((1,), W.dtype)]) if l > 0
+               else jnp.ones((W.shape[1],), W.dtype))
+        out.append(W * (row[:, None] * col[None, :]))
+    return out
+
+
+def masked_loss(weights, batch, *, hparams, cost: Callable, beta=1.0,
+                activation=jax.nn.relu):
+    """Regularised loss of the masked net on a batch ``(x [B, n_0], y)``.
+
+    .. math:: \\mathcal L_\\lambda = C(Z_L(\\tilde W)) + \\lambda \\sum_\\ell\\|\\tilde W_\\ell\\|^2
+
+    Args:
+      weights: maximal-width weights.
+      batch: ``(x [B, n_0], y)`` (rows = samples, as stored for ``loop.fit``).
+      hparams: ``{"masks": [L-1, n_max], "lam": []}``.
+      cost: ``cost(Z_L [n_L, B], y) -> scalar``.
+
+    Returns:
+      ``(loss, {"cost": ..., "reg": ...})``.
+    """
+    x, y = batch
+    Ws = masked_weights(weights, hparams["masks"])
+    Z_L = representations(Ws, x.T, beta=beta, activation=activation)[-1]
+    c = cost(Z_L, y)
+    reg = sum(jnp.sum(W * W) for W in Ws)
+    return c + hparams["lam"] * reg, {"cost": c, "reg": reg}
+
+
+def sweep_step(cost: Callable, optimizer, *, beta=1.0, activation=jax.nn.relu) -> loop.TrainStep:
+    """``layerlab.loop.optax_step`` on :func:`masked_loss` with masks and lambda in hparams."""
+    def loss_fn(params, batch, hparams):
+        return masked_loss(params, batch, hparams=hparams, cost=cost, beta=beta,
+                           activation=activation)
+
+    return loop.optax_step(loss_fn, optimizer, has_aux=True, with_hparams=True)
+
+
+def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: float = 0.02,
+                  reference: float | None = None) -> int:
+    """Smallest width whose loss is within ``rel_tol`` of the plateau.
+
+    .. math:: w^* = \\min\\{w : \\mathcal L(w) \\le (1 + \\text{rel\\_tol})\\,\\mathcal L_\\infty\\}
+
+    with ``L_inf = reference`` or ``min_w L(w)``.
+    """
+    losses = np.asarray(losses, dtype=np.float64)
+    ref = float(np.min(losses)) if reference is None else float(reference)
+    ok = np.nonzero(losses <= ref * (1 + rel_tol) + 1e-12)[0]
+    return int(np.asarray(widths)[ok[0]]) if ok.size else -1
+
+
+def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Callable,
+                lam: float, seeds: int = 3, max_width: int | None = None,
+                adam_steps: int = 2000, adam_lr: float = 1e-3, gd_steps: int = 0,
+                gd_lr: float = 1e-2, lr_decay: float | None = 1e-2, beta=1.0, activation=jax.nn.relu, init: str = "he",
+                w_std: float | None = None, batch_size: int | None = None,
+                progress: bool = True, desc: str = "width sweep") -> dict:
+    """Minimal regularised loss vs hidden width: widths x seeds in one program per phase.
+
+    Trains ``len(widths) * seeds`` runs (all hidden layers of width ``w``, masked inside a
+    ``max_width`` net) with Adam, then full-batch gradient descent, through
+    ``layerlab.loop.fit(runs=True)``.
+
+    Args:
+      key: PRNG key (inits and data order).
+      x: ``[N, n_0]`` inputs (rows = samples).  y: targets for ``cost``.
+      widths: hidden widths to try.  depth: ``L`` (number of weight matrices).
+      cost: ``cost(Z_L [n_L, N], y) -> scalar`` (e.g. :func:`mse_cost`).
+      lam: ``lambda``.  seeds: runs per width (best one kept).
+      max_width: default ``max(widths)``.
+      adam_steps, adam_lr, gd_steps, gd_lr: the two phases (``gd_steps = 0`` skips GD).
+      lr_decay: cosine-decay the Adam rate to ``adam_lr * lr_decay`` (``None``: constant).
+      beta, activation, init, w_std: network.  batch_size: Adam batch (``None``: full batch).
+
+    Returns:
+      dict with ``widths`` ``[W]``, ``loss`` ``[W, seeds]`` (final full-data regularised loss),
+      ``cost``, ``reg`` (same shape), ``best`` ``[W]`` (min over seeds), ``history`` (Adam phase
+      ``loss`` ``[T, R]``) and ``state`` (final ``TrainState`` with runs axis).
+    """
+    x = jnp.asarray(x)
+    y = jnp.asarray(y)
+    widths = [int(w) for w in widths]
+    max_width = max(widths) if max_width is None else int(max_width)
+    n_out = int(cost_output_dim(y, cost))
+    sizes = [x.shape[1]] + [max_width] * (depth - 1) + [n_out]
+    R = len(widths) * seeds
+    run_widths = np.repeat(widths, seeds)
+    masks = width_masks(run_widths, max_width, depth - 1)
+    hparams = {"masks": masks, "lam": jnp.full((R,), lam, x.dtype)}
+    k_init, k_fit, k_gd = jax.random.split(key, 3)
+    inits = jax.vmap(lambda k: init_weights(k, sizes, beta=beta, init=init, w_std=w_std))(
+        jax.random.split(k_init, R))
+
+    lr = (adam_lr if lr_decay is None
+          else optax.cosine_decay_schedule(adam_lr, adam_steps, alpha=lr_decay))
+    adam = sweep_step(cost, optax.adam(lr), beta=beta, activation=activation)
+    state = jax.vmap(adam.init)(inits, hparams)
+    state, hist = loop.fit(adam.step, state, (x, y), key=k_fit, steps=adam_steps,
+                           batch_size=batch_size, runs=True, progress=progress,
+                           desc=f"{desc} (adam)")
+    if gd_steps > 0:
+        gd = sweep_step(cost, optax.sgd(gd_lr), beta=beta, activation=activation)
+        state = jax.vmap(gd.init)(state.params, hparams)
+        state, _ = loop.fit(gd.step, state, (x, y), key=k_gd, steps=gd_steps, runs=True,
+                            progress=progress, desc=f"{desc} (gd)")
+
+    def final(params, hp):
+        return masked_loss(params, (x, y), hparams=hp, cost=cost, beta=beta,
+                           activation=activation)
+
+    loss, aux = jax.jit(jax.vmap(final))(state.params, hparams)
+    shape = (len(widths), seeds)
+    loss = np.asarray(loss).reshape(shape)
+    return {"widths": np.asarray(widths), "loss": loss,
+            "cost": np.asarray(aux["cost"]).reshape(shape),
+            "reg": np.asarray(aux["reg"]).reshape(shape),
+            "best": np.nanmin(loss, axis=1), "history": hist, "state": state}
+
+
+def cost_output_dim(y, cost) -> int:
+    """Output width implied by the targets: ``y.shape[1]`` (regression) or ``max(y) + 1``."""
+    y = np.asarray(y)
+    if y.ndim == 2:
+        return y.shape[1]
+    if y.ndim == 1 and np.issubdtype(y.dtype, np.integer):
+        return int(y.max()) + 1
+    raise ValueError(f"targets must be [N, n_out] floats or [N] int labels; got {y.shape} "
+                     f"{y.dtype}.")
