@@ -113,7 +113,7 @@ def gn_step(
             "loss": val,
             "min_rank": jnp.min(info.rank).astype(val.dtype),
             "max_cond": jnp.max(info.cond),
-            "update_norm": optax.global_norm(delta),
+            "update_norm": optax.tree.norm(delta),
         }
         if jnp.issubdtype(labels.dtype, jnp.integer):
             metrics["accuracy"] = jnp.mean(jnp.argmax(logits, axis=-1) == labels)
