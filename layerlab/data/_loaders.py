@@ -461,7 +461,8 @@ def load(
         the first ``n``. For synthetic tasks: samples to generate (default 1000).
       classes: keep only these classes (labels or names), relabelled ``0..len-1`` in the
         given order (e.g. ``classes=(1, 7)`` for a binary digits task).
-      balanced: draw the ``n`` samples label-balanced (:func:`balanced_subset`).
+      balanced: draw the ``n`` samples label-balanced (:func:`balanced_subset`); with
+        ``n=None``, the largest balanced subset (``C x`` the smallest class count).
       shuffle: with ``n`` and not ``balanced``: a random subset (True) or the first ``n``.
       seed: int (or jax key) for the subset; for synthetic tasks, the task seed (the same
         seed gives the same teacher/generator on every split, different inputs per split).
@@ -504,8 +505,8 @@ def load(
             ds = ds.take(n)
         elif n != len(ds):
             ds = random_subset(ds, n, seed)
-    elif balanced:
-        raise ValueError("balanced=True needs n (the subset size).")
+    elif balanced:  # the largest label-balanced subset
+        ds = balanced_subset(ds, ds.num_classes * int(ds.class_counts().min()), seed)
     return _finish(ds, x_div, dtype)
 
 

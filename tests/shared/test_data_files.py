@@ -274,8 +274,15 @@ def test_load_argument_errors():
         D.load("digits", "validation")
     with pytest.raises(TypeError, match="unknown option"):
         D.load("digits", colour=True)
-    with pytest.raises(ValueError, match="needs n"):
-        D.load("digits", balanced=True)
+    with pytest.raises(ValueError, match="only"):
+        D.load("digits", n=1400, balanced=True)  # 140 per class: some classes have fewer
+
+
+def test_balanced_without_n_is_the_largest_balanced_subset():
+    full = D.load("digits")
+    bal = D.load("digits", balanced=True)
+    m = full.class_counts().min()
+    np.testing.assert_array_equal(bal.class_counts(), [m] * 10)
 
 
 def _fake_tfds(monkeypatch, examples=None, error=None):
