@@ -53,6 +53,18 @@ from layerlab.bottleneck._sweeps import sweep_step as sweep_step
 from layerlab.bottleneck._sweeps import to_mlp_params as to_mlp_params
 from layerlab.bottleneck._sweeps import width_masks as width_masks
 from layerlab.bottleneck._sweeps import width_sweep as width_sweep
+from layerlab.bottleneck._diagnostics import bottleneck_diagnostics as bottleneck_diagnostics
+from layerlab.bottleneck._diagnostics import count_near_one as count_near_one
+from layerlab.bottleneck._diagnostics import jacobian_stats as jacobian_stats
+from layerlab.bottleneck._diagnostics import layer_singular_values as layer_singular_values
+from layerlab.bottleneck._diagnostics import network_fn as network_fn
+from layerlab.bottleneck._diagnostics import ntk_trace as ntk_trace
+from layerlab.bottleneck._diagnostics import representation_dims as representation_dims
+from layerlab.bottleneck._optimise import RepresentationState as RepresentationState
+from layerlab.bottleneck._optimise import RepresentationStep as RepresentationStep
+from layerlab.bottleneck._optimise import representation_step as representation_step
+from layerlab.bottleneck._tasks import symmetry_objective as symmetry_objective
+from layerlab.bottleneck._tasks import symmetry_task as symmetry_task
 
 Gamma = covariances
 Phi = representations
@@ -64,11 +76,15 @@ __all__ = [
     "Gamma",
     "Phi",
     "Psi",
+    "RepresentationState",
+    "RepresentationStep",
     "augment",
     "bipartite_matrix",
     "bipartite_width_n_network",
+    "bottleneck_diagnostics",
     "caratheodory_reduce",
     "complete_bipartite_edges",
+    "count_near_one",
     "covariance_loss",
     "covariances",
     "cross_entropy_cost",
@@ -78,19 +94,27 @@ __all__ = [
     "incidence_matrix",
     "init_weights",
     "is_triangle_free",
+    "jacobian_stats",
+    "layer_singular_values",
     "linear_optimal_covariances",
     "linear_optimal_regulariser",
     "masked_loss",
     "masked_weights",
     "mse_cost",
+    "network_fn",
     "neuron_pairs",
+    "ntk_trace",
     "plateau_start",
     "psd_pinv",
     "rank_sigma_bounds",
+    "representation_dims",
     "representation_loss",
+    "representation_step",
     "representations",
     "shallow_min_norm_identity_inputs",
     "sweep_step",
+    "symmetry_objective",
+    "symmetry_task",
     "tikhonov_pinv",
     "to_mlp_params",
     "weight_loss",
