@@ -1,0 +1,137 @@
+"""Cost of a DMN pipeline vs training the same ConvNet end to end (eqs. 25-26).
+
+    python -m benchmarks.dmn_fit                       # MNIST 10k/2k, CPU minutes
+    python -m benchmarks.dmn_fit --spec d6,m,d40,m,de10 --n-train 60000 --max-epochs 30
+
+Part 1 (time to accuracy, same run): the DMN pipeline (PCA build + frozen features +
+classifier training) for ``--epochs`` epochs reaches validation accuracy A; the ConvNet of the
+same architecture (``d -> c``) is trained end to end with validation after every epoch until
+it reaches A (or ``--max-epochs``).  Ratio = ConvNet seconds to A / DMN seconds.  If the
+ConvNet never reaches A, the accuracy gap at equal wall-clock is reported instead.
+
+Part 2 (throughput): jitted class density accumulation ``rho_c`` (one-shot and streaming)
+against a same-shape matmul ``h^T h``, both timed here; the fraction is matmul time / density
+time (useful FLOPs ``2 N d^2`` for both).
+"""
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from benchmarks._common import results_dir, timeit, write_json  # noqa: E402
+from layerlab.data import load  # noqa: E402
+from layerlab.dmn import (  # noqa: E402
+    DMNConfig,
+    class_density_matrices,
+    convnet_spec,
+    format_spec,
+    streaming_class_density_matrices,
+)
+from layerlab.dmn._pipeline import train_and_evaluate  # noqa: E402
+
+
+def time_to_accuracy(curve, target):
+    """First (seconds, accuracy) of an epoch curve reaching ``target``, or None."""
+    for _, s, a in curve:
+        if a >= target:
+            return s, a
+    return None
+
+
+def acc_at_time(curve, t):
+    """Validation accuracy of the last epoch finished by time ``t`` (0 if none)."""
+    done = [a for _, s, a in curve if s <= t]
+    return done[-1] if done else 0.0
+
+
+def throughput(n, d, num_classes, repeats):
+    key = jax.random.key(0)
+    h = jax.random.uniform(key, (n, d))
+    y = jax.random.randint(jax.random.key(1), (n,), 0, num_classes)
+    one = jax.jit(class_density_matrices, static_argnums=2)
+    stream = jax.jit(streaming_class_density_matrices, static_argnums=2,
+                     static_argnames="chunk_size")
+    mm = jax.jit(lambda a: a.T @ a)
+    t_mm = timeit(mm, h, repeats=repeats)
+    t_one = timeit(one, h, y, num_classes, repeats=repeats)
+    t_st = timeit(lambda a, b: stream(a, b, num_classes, chunk_size=8192), h, y, repeats=repeats)
+    flops = 2.0 * n * d * d
+    return {
+        "n": n, "d": d, "num_classes": num_classes,
+        "matmul": t_mm, "density_one_shot": t_one, "density_streaming": t_st,
+        "matmul_gflops": flops / t_mm["median_s"] / 1e9,
+        "density_one_shot_fraction_of_matmul": t_mm["median_s"] / t_one["median_s"],
+        "density_streaming_fraction_of_matmul": t_mm["median_s"] / t_st["median_s"],
+    }
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", default="d6,m,de10")
+    p.add_argument("--pca", default="class")
+    p.add_argument("--n-train", type=int, default=10000)
+    p.add_argument("--n-val", type=int, default=2000)
+    p.add_argument("--epochs", type=int, default=8, help="DMN classifier epochs")
+    p.add_argument("--max-epochs", type=int, default=16, help="ConvNet epoch budget")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--tp-n", type=int, default=200000, help="samples in the throughput test")
+    p.add_argument("--tp-d", type=int, default=54, help="dims (3x3 patches of 6 channels)")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    tr = load("mnist", "train", n=args.n_train, balanced=True)
+    te = load("mnist", "test", n=args.n_val, balanced=True)
+    key = jax.random.key(0)
+    common = dict(key=key, lr=args.lr, eval_every_epoch=True, progress=True)
+    dmn = train_and_evaluate(args.spec, tr.x, tr.y, te.x, te.y, 10,
+                             config=DMNConfig(pca=args.pca), epochs=args.epochs, **common)
+    cspec = format_spec(convnet_spec(args.spec))
+    conv = train_and_evaluate(cspec, tr.x, tr.y, te.x, te.y, 10, epochs=args.max_epochs,
+                              **common)
+    target = dmn["val_acc"]
+    hit = time_to_accuracy(conv["curve"], target)
+    rec = {"dmn": dmn, "convnet": conv, "target_val_acc": target}
+    if hit is not None:
+        rec["convnet_seconds_to_target"] = hit[0]
+        rec["ratio_convnet_over_dmn"] = hit[0] / dmn["total_s"]
+        msg = (f"ConvNet {cspec} needs {hit[0]:.1f}s to reach the DMN's val acc {target:.4f}; "
+               f"DMN pipeline {dmn['total_s']:.1f}s -> ratio {rec['ratio_convnet_over_dmn']:.2f}x")
+    else:
+        rec["convnet_seconds_to_target"] = None
+        rec["ratio_convnet_over_dmn"] = None
+        msg = (f"ConvNet {cspec} did not reach {target:.4f} within {args.max_epochs} epochs "
+               f"(best {max(c[2] for c in conv['curve']):.4f})")
+    at_equal = acc_at_time(conv["curve"], dmn["total_s"])
+    rec["convnet_acc_at_dmn_cost"] = at_equal
+    rec["accuracy_gap_at_equal_cost"] = target - at_equal
+    msg += f"; at equal cost ({dmn['total_s']:.1f}s) the ConvNet has {at_equal:.4f}"
+    print(msg, flush=True)
+    tp = throughput(args.tp_n, args.tp_d, 10, args.repeats)
+    print(f"density accumulation: one-shot {tp['density_one_shot_fraction_of_matmul']:.2f}, "
+          f"streaming {tp['density_streaming_fraction_of_matmul']:.2f} of the matmul rate "
+          f"({tp['matmul_gflops']:.1f} GFLOP/s)", flush=True)
+    out = results_dir("dmn_fit", args.out)
+    write_json(out / "fit.json", {"what": "DMN pipeline vs ConvNet end to end; density "
+                                  "throughput", "settings": vars(args), "time_to_accuracy": rec,
+                                  "throughput": tp, "summary": msg})
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    for name, r in (("DMN " + args.spec, dmn), ("ConvNet " + cspec, conv)):
+        ax.plot([c[1] for c in r["curve"]], [100 * c[2] for c in r["curve"]], "o-", label=name)
+    ax.axhline(100 * target, color="k", lw=0.5)
+    ax.set_xlabel("wall-clock s (incl. PCA build / compile)")
+    ax.set_ylabel("validation accuracy %")
+    ax.set_title("time to accuracy, MNIST subset")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "fit.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
