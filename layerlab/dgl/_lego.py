@@ -1,0 +1,284 @@
+"""LEGO (layer-wise greedy optimisation with the DGL) and DGL monitoring, via ``layerlab.loop``.
+
+Networks are ``layerlab.nets`` MLPs ``[d_in, d, ..., d, C]`` (``L`` ReLU layers of width
+``d`` and a linear classifier).  LEGO (Fig. 2, Sec. VI steps 1-5 of Ben-David & Ringel 2019):
+
+1. train the whole net end to end with MSE (:func:`train_end_to_end`);
+2. take the mean-field (MF) variances of the trained net (:func:`~layerlab.dgl.mf_variances`);
+3. from the input up, train each ReLU layer alone on the DGL whose top network is the
+   remaining layers plus the classifier with the MF variances (:func:`train_layer_dgl`),
+   then freeze it;
+4. train the linear classifier alone with MSE (:func:`fit_classifier`, closed form);
+5. compare with "Random": the same classifier on the frozen *random* initial layers.
+
+Everything is a pure function of explicit keys; the loops are ``layerlab.loop.fit``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from layerlab.loop import fit, optax_step
+from layerlab.nets import mlp_apply
+
+from ._kernels import LayerVariances, mf_variances, top_kernel
+from ._loss import dgl_loss
+
+__all__ = [
+    "LegoConfig",
+    "mse_loss",
+    "hidden_representations",
+    "train_end_to_end",
+    "layer_dgl",
+    "train_layer_dgl",
+    "fit_classifier",
+    "accuracy",
+    "lego",
+    "random_features",
+    "monitor_fn",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class LegoConfig:
+    """Settings of LEGO's layer-wise DGL stage.
+
+    Attributes:
+      steps: Adam steps per layer.  lr: learning rate.  weight_decay: AdamW decay.
+      batch_size: DGL subset size per step (``None`` = all N points; the mini-batch
+        estimator of :func:`layerlab.dgl.dgl_minibatch` otherwise).
+      eps_rel: ``eps^2`` relative to the mean diagonal of the top kernel.
+      variance: include the LOO variance term.  ridge_rel: classifier ridge (relative).
+    """
+
+    steps: int = 300
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int | None = 512
+    eps_rel: float = 0.05
+    variance: bool = False
+    ridge_rel: float = 1e-4
+
+
+def mse_loss(params, batch) -> jax.Array:
+    r"""``mean_n |f(x_n) - y_n|^2`` (summed over outputs) for an MLP ``params``.
+
+    Args:
+      params: MLP params. batch: ``(x [B, d_in], y [B, C])``.
+    """
+    x, y = batch
+    return jnp.mean(jnp.sum((mlp_apply(params, x) - y) ** 2, axis=-1))
+
+
+def hidden_representations(params, x) -> list[jax.Array]:
+    """``[h_0 = x, h_1, ..., h_L]``: the input and every post-ReLU representation."""
+    _, hidden = mlp_apply(params, x, return_hidden=True)
+    return [x, *hidden]
+
+
+def train_end_to_end(
+    key: jax.Array,
+    params,
+    x: jax.Array,
+    y: jax.Array,
+    *,
+    optimizer: optax.GradientTransformation,
+    steps: int,
+    batch_size: int | None = None,
+    eval_fn=None,
+    eval_every: int | None = None,
+    progress: bool = True,
+    desc: str = "end-to-end",
+):
+    """Step 1: train all layers with :func:`mse_loss` through ``layerlab.loop.fit``.
+
+    Args:
+      key: PRNG key (batches).  params: initial MLP params.  x: ``[N, d_in]``.
+      y: ``[N, C]`` targets.  optimizer: optax transformation (e.g. ``optax.adamw``).
+      steps, batch_size: loop settings.  eval_fn(state) / eval_every: monitoring
+        (e.g. :func:`monitor_fn`).
+
+    Returns:
+      ``(params, history)`` (history as returned by ``layerlab.loop.fit``).
+    """
+    ts = optax_step(mse_loss, optimizer)
+    state, hist = fit(
+        ts.step, ts.init(params), (x, y), key=key, steps=steps, batch_size=batch_size,
+        eval_fn=eval_fn, eval_every=eval_every, eval_at_start=eval_fn is not None,
+        progress=progress, desc=desc,
+    )
+    return state.params, hist
+
+
+def layer_dgl(
+    layer: dict,
+    h_prev: jax.Array,
+    y: jax.Array,
+    top: LayerVariances,
+    *,
+    eps_rel: float,
+    variance: bool = False,
+) -> jax.Array:
+    r"""Per-sample DGL of one ReLU layer's output under a ReLU top network.
+
+    .. math::
+       \frac1N\,\mathcal L_{DGL}\big(K_{top}(\mathrm{relu}(h_{prev}W + b)),\ Y;\
+       \varepsilon^2 = \epsilon_{rel}\,\overline{\operatorname{diag}K}\big)
+
+    Args:
+      layer: ``{"w": [d_prev, d], "b": [d]}``.  h_prev: ``[N, d_prev]`` frozen input.
+      y: ``[N, C]``.  top: variances ``[D + 1]`` of the top network (layers above).
+      eps_rel: relative noise.  variance: LOO variance term.
+
+    Returns:
+      Scalar.
+
+    References:
+      Eq. (3) and Sec. VI of Ben-David & Ringel (2019).
+    """
+    h = jax.nn.relu(h_prev @ layer["w"] + layer["b"][None, :])
+    K = top_kernel(h, w_var=top.w_var, b_var=top.b_var)
+    eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
+    return dgl_loss(K, y, eps2=eps2, variance=variance) / h.shape[0]
+
+
+def train_layer_dgl(
+    key: jax.Array,
+    layer: dict,
+    h_prev: jax.Array,
+    y: jax.Array,
+    top: LayerVariances,
+    cfg: LegoConfig,
+    *,
+    progress: bool = True,
+    desc: str = "DGL layer",
+):
+    """Step 3 for one layer: minimise :func:`layer_dgl` with AdamW through ``loop.fit``.
+
+    With ``cfg.batch_size`` smaller than N each step uses the DGL of a random subset (the
+    mini-batch estimator); otherwise the full-data DGL.
+
+    Returns:
+      ``(layer, history)``.
+    """
+    top = LayerVariances(jnp.asarray(top.w_var), jnp.asarray(top.b_var))
+
+    def loss(p, batch):
+        hp, yb = batch
+        return layer_dgl(p, hp, yb, top, eps_rel=cfg.eps_rel, variance=cfg.variance)
+
+    ts = optax_step(loss, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay))
+    bs = cfg.batch_size if cfg.batch_size and cfg.batch_size < h_prev.shape[0] else None
+    state, hist = fit(
+        ts.step, ts.init(layer), (h_prev, y), key=key, steps=cfg.steps, batch_size=bs,
+        progress=progress, desc=desc,
+    )
+    return state.params, hist
+
+
+def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> dict:
+    r"""Step 4: the MSE-optimal linear classifier on frozen features (ridge, closed form).
+
+    .. math::
+       [W; b] = (\tilde H^T\tilde H + \lambda I)^{-1}\tilde H^T Y,\quad \tilde H = [H, 1],\quad
+       \lambda = \texttt{ridge\_rel}\cdot\operatorname{tr}(H^TH)/d
+
+    Args:
+      h: ``[N, d]`` features.  y: ``[N, C]`` targets.  ridge_rel: relative ridge.
+
+    Returns:
+      ``{"w": [d, C], "b": [C]}``.
+    """
+    n, d = h.shape
+    Ht = jnp.concatenate([h, jnp.ones((n, 1), h.dtype)], axis=1)
+    lam = ridge_rel * jnp.sum(h * h) / d + 1e-12
+    A = Ht.T @ Ht + lam * jnp.eye(d + 1, dtype=h.dtype)
+    W = jnp.linalg.solve(A, Ht.T @ y)
+    return {"w": W[:d], "b": W[d]}
+
+
+def accuracy(params, x: jax.Array, labels: jax.Array) -> jax.Array:
+    """Fraction of ``argmax f(x) == labels`` (``x [N, d_in]``, ``labels [N]`` ints)."""
+    return jnp.mean(jnp.argmax(mlp_apply(params, x), axis=-1) == labels)
+
+
+def lego(
+    key: jax.Array,
+    params_init: Sequence[dict],
+    x: jax.Array,
+    y: jax.Array,
+    variances: LayerVariances,
+    cfg: LegoConfig,
+    *,
+    progress: bool = True,
+):
+    """Steps 3-4 of LEGO: greedy DGL training of each ReLU layer, then the classifier.
+
+    Args:
+      key: PRNG key.  params_init: MLP params whose ReLU layers start LEGO (random init).
+      x: ``[N, d_in]``.  y: ``[N, C]`` targets.  variances: MF (or FIT) variances
+        ``[L + 1]`` of the end-to-end trained net (top network of layer ``l`` uses entries
+        ``l..L``).  cfg: :class:`LegoConfig`.
+
+    Returns:
+      ``(params, histories)``: the LEGO net and one loop history per layer.
+
+    References:
+      Fig. 2 and Sec. VI of Ben-David & Ringel (2019).
+    """
+    params = [dict(p) for p in params_init]
+    L = len(params) - 1
+    h = x
+    hists = []
+    for l in range(L):
+        top = LayerVariances(variances.w_var[l + 1 :], variances.b_var[l + 1 :])
+        key, sub = jax.random.split(key)
+        params[l], hist = train_layer_dgl(
+            sub, params[l], h, y, top, cfg, progress=progress, desc=f"DGL layer {l + 1}/{L}"
+        )
+        hists.append(hist)
+        h = jax.nn.relu(h @ params[l]["w"] + params[l]["b"][None, :])
+    params[L] = fit_classifier(h, y, ridge_rel=cfg.ridge_rel)
+    return params, hists
+
+
+def random_features(params_init: Sequence[dict], x, y, *, ridge_rel: float = 1e-4):
+    """Step 5 ("Random"): frozen random ReLU layers, MSE-optimal linear classifier."""
+    params = [dict(p) for p in params_init]
+    h = hidden_representations(params, x)[-1]
+    params[-1] = fit_classifier(h, y, ridge_rel=ridge_rel)
+    return params
+
+
+def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float, variance: bool = False):
+    r"""``eval_fn`` for ``loop.fit``: per-sample DGL of every layer and the training MSE.
+
+    For state params ``theta``: with MF variances ``v(theta)`` of the *current* net, returns
+    ``{"mse": mean|f - y|^2, "dgl_0": ..., "dgl_L": ...}`` where ``dgl_l`` is
+    ``L_DGL(K_top,l(h_l), Y) / N`` (``l = 0`` the input, the top network being the whole
+    net).  Fig. 4 of Ben-David & Ringel (2019): these track the training MSE.
+
+    Args:
+      x: ``[N, d_in]`` monitoring inputs (a training subset).  y: ``[N, C]``.
+      eps_rel: relative noise.  variance: LOO variance term.
+
+    Returns:
+      ``eval_fn(state) -> dict`` of scalars.
+    """
+
+    def eval_fn(state: Any) -> dict:
+        params = state.params
+        v = mf_variances(params)
+        hs = hidden_representations(params, x)
+        out = {"mse": mse_loss(params, (x, y))}
+        for l, h in enumerate(hs):
+            K = top_kernel(h, w_var=v.w_var[l:], b_var=v.b_var[l:])
+            eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
+            out[f"dgl_{l}"] = dgl_loss(K, y, eps2=eps2, variance=variance) / h.shape[0]
+        return out
+
+    return eval_fn

@@ -1,0 +1,483 @@
+"""The Deep Gaussian Layer-wise loss (DGL) and its relatives.
+
+All losses here take a kernel matrix (or representations) over the whole training set: the
+batch *is* the maths (a Gram matrix), so these functions are not per-example and are not
+meant to be ``vmap``-ed over samples (``vmap`` over independent problems is fine).
+
+Jitter policy (``dgl_loss``): the Cholesky factor of ``A = K + eps2 I`` is computed; if it
+fails (any NaN: ``A`` is not numerically positive definite), it is recomputed *once* with the
+deterministic jitter ``tau * mean(diag(K)) + tiny`` added to the diagonal, where
+``tau = 100 * finfo(dtype).eps`` (about 1.2e-5 in float32, 2.2e-14 in float64).  If that fails
+too, the loss is NaN.  NaN is what a jitted function can return; to get an *error*, call
+:func:`check_kernel` (host side) or call ``dgl_loss`` eagerly (outside ``jit``), which checks
+its concrete inputs and raises a ``ValueError`` saying what was wrong.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+__all__ = [
+    "check_kernel",
+    "dgl_loss",
+    "dgl_loss_reference",
+    "dgl_features",
+    "dgl_linear",
+    "loo_residuals",
+    "ib_pairwise_loss",
+    "dgl_minibatch",
+    "dgl_subsets_exact",
+]
+
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y") -> jax.Array:
+    Y = jnp.asarray(Y)
+    if Y.ndim == 1:
+        Y = Y[:, None]
+    if Y.ndim != 2 or Y.shape[0] != n:
+        raise ValueError(
+            f"{name} must have shape (N, C) or (N,) with N = {n} rows to match the kernel; "
+            f"got {Y.shape}. Pass one target row per training point (e.g. one-hot labels)."
+        )
+    return Y
+
+
+def _check_square(K: jax.Array) -> None:
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K must be a square (N, N) kernel matrix; got shape {K.shape}.")
+    if K.shape[0] < 2:
+        raise ValueError("DGL needs at least N = 2 training points (leave-one-out).")
+
+
+def _is_concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _jitter(K: jax.Array) -> jax.Array:
+    tau = 100.0 * jnp.finfo(K.dtype).eps
+    return tau * jnp.mean(jnp.abs(jnp.diagonal(K))) + jnp.finfo(K.dtype).tiny
+
+
+def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0, Y=None) -> None:
+    """Raise a ``ValueError`` if ``K + eps2 I`` cannot be used by :func:`dgl_loss`.
+
+    Host-side (not jittable) companion of the jitted loss, which can only return NaN.
+    Checks: square shape, finite entries, symmetry (relative 1e-4), ``eps2 >= 0`` and that a
+    Cholesky factorisation exists with at most the documented jitter.
+
+    Args:
+      K: ``[N, N]`` kernel matrix.
+      eps2: the noise variance added to the diagonal.
+      Y: optional ``[N, C]`` targets, checked for shape and finiteness.
+    """
+    K = np.asarray(K)
+    _check_square(K)
+    if not np.all(np.isfinite(K)):
+        raise ValueError(
+            f"K has {np.size(K) - np.isfinite(K).sum()} non-finite entries (NaN/inf); check the "
+            "representations and kernel variances that produced it."
+        )
+    if Y is not None:
+        Yc = np.asarray(_as_2d_targets(Y, K.shape[0]))
+        if not np.all(np.isfinite(Yc)):
+            raise ValueError("Y has non-finite entries (NaN/inf).")
+    if float(eps2) < 0:
+        raise ValueError(f"eps2 must be >= 0 (a noise variance); got {eps2}.")
+    scale = np.max(np.abs(K)) + 1e-30
+    if np.max(np.abs(K - K.T)) > 1e-4 * scale:
+        raise ValueError(
+            "K is not symmetric (max |K - K^T| = "
+            f"{np.max(np.abs(K - K.T)):.3g}, scale {scale:.3g}); a kernel matrix must be."
+        )
+    A = K + float(eps2) * np.eye(K.shape[0], dtype=K.dtype)
+    eps = np.finfo(K.dtype).eps
+    jit = 100.0 * eps * np.mean(np.abs(np.diag(K))) + np.finfo(K.dtype).tiny
+    for extra in (0.0, jit):
+        try:
+            np.linalg.cholesky(A + extra * np.eye(K.shape[0], dtype=K.dtype))
+            return
+        except np.linalg.LinAlgError:
+            pass
+    w = np.linalg.eigvalsh(A.astype(np.float64))
+    raise ValueError(
+        f"K + eps2*I is not positive definite even with jitter {jit:.3g} (smallest eigenvalue "
+        f"{w[0]:.3g}, largest {w[-1]:.3g}). Increase eps2 (e.g. to ~1e-3 of the mean diagonal "
+        f"{np.mean(np.diag(K)):.3g}), use float64, or check for duplicated training points."
+    )
+
+
+# ----------------------------------------------------------------------------- core
+
+
+def _factor(A: jax.Array, K: jax.Array) -> jax.Array:
+    """Cholesky of A with the documented one-retry jitter policy."""
+    n = A.shape[0]
+    L = jnp.linalg.cholesky(A)
+    bad = jnp.any(jnp.isnan(L))
+    eye = jnp.eye(n, dtype=A.dtype)
+    return jax.lax.cond(
+        bad, lambda: jnp.linalg.cholesky(A + _jitter(K) * eye), lambda: L
+    )
+
+
+def _tril_inverse(L: jax.Array) -> jax.Array:
+    return solve_triangular(L, jnp.eye(L.shape[0], dtype=L.dtype), lower=True)
+
+
+def _sym_outer(S: jax.Array, nb: int) -> jax.Array:
+    """``S S^T`` computing only the lower block triangle (about (nb+1)/(2 nb) of the flops)."""
+    n = S.shape[0]
+    if n < 512 or nb <= 1:
+        return S @ S.T
+    edges = [round(i * n / nb) for i in range(nb + 1)]
+    blocks = [S[edges[i] : edges[i + 1]] for i in range(nb)]
+    low = {}
+    for i in range(nb):  # one matmul per block row: S_i [S_0 .. S_i]^T
+        row = blocks[i] @ S[: edges[i + 1]].T
+        for j in range(i + 1):
+            low[i, j] = row[:, edges[j] : edges[j + 1]]
+    rows = [
+        jnp.concatenate([low[i, j] if j <= i else low[j, i].T for j in range(nb)], axis=1)
+        for i in range(nb)
+    ]
+    return jnp.concatenate(rows, axis=0)
+
+
+def _tri_t_product(U: jax.Array, V: jax.Array, nb: int) -> jax.Array:
+    """``U^T V`` for lower-triangular ``U``: row block i only needs rows >= block i of ``U``."""
+    n = U.shape[0]
+    if n < 512 or nb <= 1:
+        return U.T @ V
+    edges = [round(i * n / nb) for i in range(nb + 1)]
+    rows = []
+    for i in range(nb):
+        lo, hi = edges[i], edges[i + 1]
+        rows.append(U[lo:, lo:hi].T @ V[lo:])
+    return jnp.concatenate(rows, axis=0)
+
+
+_NB = 8  # block count for the triangular/symmetric products in the backward pass
+
+
+@jax.custom_vjp
+def _dgl_core(K: jax.Array, Y: jax.Array, eps2: jax.Array, var_w: jax.Array) -> jax.Array:
+    out, _ = _dgl_fwd(K, Y, eps2, var_w)
+    return out
+
+
+def _dgl_fwd(K, Y, eps2, var_w):
+    n = K.shape[0]
+    A = K + eps2 * jnp.eye(n, dtype=K.dtype)
+    L = _factor(A, K)
+    Li = _tril_inverse(L)  # L^{-1}; B = Li^T Li
+    b = jnp.sum(Li * Li, axis=0)  # diag(B): column norms of L^{-1}
+    a = Li.T @ (Li @ Y)  # B Y
+    R = a / b[:, None]  # leave-one-out residuals
+    C = Y.shape[1]
+    value = jnp.sum(R * R) + var_w * C * (jnp.sum(1.0 / b) - n * eps2)
+    return value, (Li, Y, a, b, R, var_w)
+
+
+def _dgl_bwd(res, g):
+    Li, Y, a, b, R, var_w = res
+    n, C = Y.shape
+    G = R / b[:, None]  # (B Y)_n / B_nn^2
+    w = jnp.sum(R * R, axis=1) / b + var_w * C / (2.0 * b * b)
+    # dL/dK = 2 (B diag(w) B - sym(B G a^T)),  B diag(w) B = S S^T with S = B diag(sqrt w)
+    S = _tri_t_product(Li, Li * jnp.sqrt(w)[None, :], _NB)
+    BG = Li.T @ (Li @ G)
+    low = BG @ a.T
+    gK = 2.0 * _sym_outer(S, _NB) - (low + low.T)
+    gK = g * gK
+    gY = g * 2.0 * BG
+    geps = jnp.trace(gK) - g * var_w * C * n
+    return gK, gY, geps, jnp.zeros_like(var_w)
+
+
+_dgl_core.defvjp(_dgl_fwd, _dgl_bwd)
+
+
+def dgl_loss(
+    K: jax.typing.ArrayLike,
+    Y: jax.typing.ArrayLike,
+    *,
+    eps2: float | jax.Array,
+    variance: bool = False,
+) -> jax.Array:
+    r"""Deep Gaussian Layer-wise loss: summed squared leave-one-out GP residuals.
+
+    .. math::
+       B = (K + \varepsilon^2 I)^{-1},\qquad
+       \mathcal L_{DGL} = \sum_n \frac{\lVert (B Y)_n \rVert^2}{B_{nn}^2}
+       \;\Big[\; + \; C \sum_n \big(B_{nn}^{-1} - \varepsilon^2\big)\ \text{if variance}\Big]
+
+    ``(B Y)_n / B_nn`` is the residual of GP regression trained on the other N-1 points,
+    evaluated at point n; ``1/B_nn - eps2`` is the leave-one-out posterior variance of the
+    latent function at x_n (one per output, hence the factor C).
+
+    Computed from one Cholesky factor ``L`` of ``K + eps2 I``: ``L^{-1}`` by a triangular solve,
+    ``B Y = L^{-T}(L^{-1} Y)`` and ``diag B`` = column norms of ``L^{-1}``; ``B`` is never
+    formed in the forward pass.  The gradient is analytic (``jax.custom_vjp``):
+    ``dL/dK = 2 B diag(w) B - (B G)(BY)^T - (BY)(B G)^T`` with ``G_n = (BY)_n / B_nn^2`` and
+    ``w_n = |(BY)_n|^2 / B_nn^3 (+ C / (2 B_nn^2))``, using triangular/symmetric blocked
+    products.  Differentiable in ``K`` (hence in the representations that produce it), ``Y``
+    and ``eps2``.  See the module docstring for the jitter policy (NaN under ``jit`` when
+    ``K + eps2 I`` is not positive definite even with jitter; ``ValueError`` when eager).
+
+    Args:
+      K: ``[N, N]`` symmetric positive semi-definite kernel over the training points.
+      Y: ``[N, C]`` targets (e.g. zero-mean one-hot) or ``[N]``.
+      eps2: noise variance ``eps^2 >= 0`` added to the diagonal (scalar).
+      variance: add the leave-one-out predictive variance term (eqs. A4-A5).
+
+    Returns:
+      Scalar loss.
+
+    References:
+      Eq. (3) and App. A eqs. (A4), (A5), (A7) of Ben-David & Ringel, "The role of a layer in
+      deep neural networks: a Gaussian Process perspective" (2019).
+    """
+    K = jnp.asarray(K)
+    _check_square(K)
+    Y = _as_2d_targets(Y, K.shape[0])
+    dtype = jnp.result_type(K.dtype, Y.dtype, jnp.float32)
+    K = K.astype(dtype)
+    Y = Y.astype(dtype)
+    if _is_concrete(K, Y, eps2):
+        check_kernel(K, float(eps2), Y)
+    eps2 = jnp.asarray(eps2, dtype)
+    return _dgl_core(K, Y, eps2, jnp.asarray(1.0 if variance else 0.0, dtype))
+
+
+def dgl_features(
+    H: jax.Array,
+    Y: jax.Array,
+    kernel_fn: Callable[[jax.Array], jax.Array],
+    *,
+    eps2=None,
+    eps_rel=None,
+    variance: bool = False,
+) -> jax.Array:
+    r"""DGL of representations: ``dgl_loss(kernel_fn(H), Y)`` with absolute or relative noise.
+
+    .. math::
+       \mathcal L(H) = \mathcal L_{DGL}\big(K = k_{top}(H),\,Y;\ \varepsilon^2\big),\qquad
+       \varepsilon^2 = \texttt{eps2}\ \text{or}\ \texttt{eps\_rel}\cdot\overline{\operatorname{diag} K}
+
+    The relative form makes the loss invariant to an overall rescaling of the kernel.
+
+    Args:
+      H: ``[N, ...]`` representations of the trainee layer.  Y: ``[N, C]`` targets.
+      kernel_fn: ``H -> K [N, N]`` (:func:`top_kernel_fn`, :func:`stax_kernel_fn`, ...).
+      eps2: absolute noise variance; or eps_rel: relative to the mean of ``diag K``
+        (exactly one of the two).
+      variance: include the LOO variance term.
+
+    Returns:
+      Scalar loss (eq. 3 of Ben-David & Ringel 2019).
+    """
+    if (eps2 is None) == (eps_rel is None):
+        raise ValueError("dgl_features: pass exactly one of eps2= (absolute) or eps_rel=.")
+    K = kernel_fn(H)
+    if eps_rel is not None:
+        eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
+    return dgl_loss(K, Y, eps2=eps2, variance=variance)
+
+
+def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *, eps2) -> tuple:
+    r"""Leave-one-out GP regression residuals and variances, ``((BY)_n / B_nn, 1/B_nn - eps2)``.
+
+    Args:
+      K: ``[N, N]`` kernel. Y: ``[N, C]`` targets. eps2: noise variance.
+
+    Returns:
+      ``(r [N, C], v [N])``: ``r_n = y_n - mean_{-n}(x_n)`` and the latent LOO variance.
+
+    References:
+      App. A eqs. (A4)-(A5) of Ben-David & Ringel (2019).
+    """
+    K = jnp.asarray(K)
+    _check_square(K)
+    Y = _as_2d_targets(Y, K.shape[0]).astype(K.dtype)
+    A = K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype)
+    Li = _tril_inverse(_factor(A, K))
+    b = jnp.sum(Li * Li, axis=0)
+    return (Li.T @ (Li @ Y)) / b[:, None], 1.0 / b - eps2
+
+
+def dgl_loss_reference(K, Y, *, eps2, variance: bool = False) -> jax.Array:
+    """Naive DGL forming ``B = inv(K + eps2 I)`` explicitly (reference/benchmark baseline only).
+
+    Same formula as :func:`dgl_loss` (eq. 3 of Ben-David & Ringel 2019); gradients come from
+    autodiff through ``jnp.linalg.inv``.  O(N^3) with a larger constant and less stable.
+    """
+    K = jnp.asarray(K)
+    Y = _as_2d_targets(Y, K.shape[0]).astype(K.dtype)
+    B = jnp.linalg.inv(K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype))
+    b = jnp.diagonal(B)
+    R = (B @ Y) / b[:, None]
+    out = jnp.sum(R * R)
+    if variance:
+        out = out + Y.shape[1] * jnp.sum(1.0 / b - eps2)
+    return out
+
+
+# ----------------------------------------------------------------------------- linear
+
+
+def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *, eps2=0.0) -> jax.Array:
+    r"""DGL@Linear: the DGL of the linear-classifier kernel ``K = H H^T`` for ``d << N``.
+
+    .. math::
+       \mathcal L = \sum_n |l_n|^2 - \sum_{nm} (l_n\cdot l_m)\,[H(H^TH + \varepsilon^2 I)^{-1}H^T]_{nm}
+       = \operatorname{tr} Y^T Y - \operatorname{tr}\big(Y^T H (\Sigma + \varepsilon^2 I)^{-1} H^T Y\big)
+
+    With ``eps2 = 0`` this is eq. (6): the residual of least-squares regression of ``Y`` on
+    ``H``, invariant under ``H -> H A`` for any invertible ``A`` (GL(d)).  It is the
+    ``eps -> 0`` limit of ``dgl_loss(H H^T, Y)`` up to the leverages ``P_nn ~ d/N``:
+    ``dgl_loss -> sum_n |((I-P)Y)_n|^2 / (1 - P_nn)^2`` with ``P = H Sigma^{-1} H^T``, so the two
+    agree to relative O(d/N).  Cost O(N d^2), through a Cholesky of the ``d x d`` matrix
+    ``Sigma + eps2 I``.
+
+    Args:
+      H: ``[N, d]`` representations (pre-classifier layer), ``d < N``.
+      Y: ``[N, C]`` targets.
+      eps2: ridge ``eps^2 >= 0``.
+
+    Returns:
+      Scalar loss.
+
+    References:
+      Eq. (6) and App. C eq. (C8) of Ben-David & Ringel (2019).
+    """
+    H = jnp.asarray(H)
+    if H.ndim != 2:
+        raise ValueError(f"H must be (N, d) representations; got shape {H.shape}.")
+    n, d = H.shape
+    if d >= n and _is_concrete(eps2) and float(eps2) == 0.0:
+        raise ValueError(
+            f"dgl_linear with eps2=0 needs d < N (got d={d}, N={n}): H^T H is singular. "
+            "Use eps2 > 0 or dgl_loss(H @ H.T, Y, eps2=...)."
+        )
+    Y = _as_2d_targets(Y, n).astype(H.dtype)
+    S = H.T @ H + eps2 * jnp.eye(d, dtype=H.dtype)
+    c = jax.scipy.linalg.cho_factor(S, lower=True)
+    HY = H.T @ Y
+    return jnp.sum(Y * Y) - jnp.sum(HY * jax.scipy.linalg.cho_solve(c, HY))
+
+
+# ----------------------------------------------------------------------------- IB
+
+
+def _bhattacharyya(r2: jax.Array, eta) -> jax.Array:
+    return jnp.exp(-r2 / (8.0 * eta))
+
+
+def ib_pairwise_loss(
+    H: jax.typing.ArrayLike,
+    Y: jax.typing.ArrayLike,
+    *,
+    beta: float,
+    eta: float,
+    overlap: Callable[[jax.Array, float], jax.Array] | None = None,
+) -> jax.Array:
+    r"""Pairwise information-bottleneck layer loss, for comparison with the DGL.
+
+    .. math::
+       \mathcal L_{IB} = \sum_{n,m} \big[\beta\,(1 - l_n\cdot l_m) - 1\big]\,
+       \Delta S_\eta(|h_n - h_m|)
+
+    ``Delta S_eta`` is the pairwise overlap of the representations smeared by isotropic
+    Gaussian noise of variance ``eta``; by default the Bhattacharyya coefficient
+    ``exp(-|h_n - h_m|^2 / (8 eta))`` (our choice of profile; pass ``overlap(r2, eta)``, a
+    function of the *squared* distance, to use another).  Minimising it merges points
+    (compression, the ``-1``) except across labels (relevance, ``beta``).  O(N^2 d).
+
+    Args:
+      H: ``[N, d]`` representations.  Y: ``[N, C]`` one-hot labels (``l_n . l_m = 1`` iff same
+        class).  beta: relevance weight.  eta: noise variance.
+      overlap: optional profile ``(r2 [N, N], eta) -> [N, N]``.
+
+    Returns:
+      Scalar loss.
+
+    References:
+      Eq. (8) and App. B of Ben-David & Ringel (2019).
+    """
+    H = jnp.asarray(H)
+    if H.ndim != 2:
+        raise ValueError(f"H must be (N, d); got shape {H.shape}.")
+    Y = _as_2d_targets(Y, H.shape[0]).astype(H.dtype)
+    sq = jnp.sum(H * H, axis=1)
+    r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (H @ H.T), 0.0)
+    prof = (overlap or _bhattacharyya)(r2, eta)
+    coef = beta * (1.0 - Y @ Y.T) - 1.0
+    return jnp.sum(coef * prof)
+
+
+# ----------------------------------------------------------------------------- mini-batch
+
+
+def dgl_minibatch(
+    key: jax.Array,
+    H: jax.Array,
+    Y: jax.Array,
+    kernel_fn: Callable[[jax.Array], jax.Array],
+    *,
+    batch_size: int,
+    num_batches: int = 1,
+    eps2,
+    variance: bool = False,
+) -> jax.Array:
+    r"""Mini-batch DGL estimator: mean DGL of random subsets, rescaled to N points.
+
+    .. math::
+       \hat{\mathcal L} = \frac{N}{B}\,\frac{1}{M}\sum_{j=1}^{M} \mathcal L_{DGL}(S_j),\qquad
+       S_j \subset \{1..N\},\ |S_j| = B \text{ uniformly without replacement}
+
+    An *unbiased estimator of the subset loss* ``(N/B) E_S[L_DGL(S)]`` (the loss whose
+    leave-one-out residuals use B-1 other points), **not** of the full ``L_DGL`` over all N
+    points: with fewer points GP regression is worse, so the subset loss is larger; it is the
+    natural training target when N is too large for an O(N^3) step.  In training loops the
+    shared loop's random batches play the role of ``S_j`` (``num_batches = 1``).
+
+    Args:
+      key: PRNG key. H: ``[N, d]`` representations. Y: ``[N, C]`` targets.
+      kernel_fn: ``H_S [B, d] -> K_S [B, B]``.
+      batch_size: B. num_batches: M subsets averaged. eps2: noise variance.
+      variance: include the variance term.
+
+    Returns:
+      Scalar estimate.
+
+    References:
+      Eq. (3) of Ben-David & Ringel (2019); the subset estimator is ours (documented here).
+    """
+    n = H.shape[0]
+    Y = _as_2d_targets(Y, n)
+    keys = jax.random.split(key, num_batches)
+
+    def one(k):
+        idx = jax.random.choice(k, n, (batch_size,), replace=False)
+        return dgl_loss(kernel_fn(H[idx]), Y[idx], eps2=eps2, variance=variance)
+
+    return (n / batch_size) * jnp.mean(jax.vmap(one)(keys))
+
+
+def dgl_subsets_exact(H, Y, kernel_fn, *, batch_size: int, eps2, variance=False) -> jax.Array:
+    """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests)."""
+    n = H.shape[0]
+    Y = _as_2d_targets(Y, n)
+    idx = jnp.asarray(list(itertools.combinations(range(n), batch_size)))
+    vals = jax.vmap(
+        lambda i: dgl_loss(kernel_fn(H[i]), Y[i], eps2=eps2, variance=variance)
+    )(idx)
+    return (n / batch_size) * jnp.mean(vals)

@@ -1,0 +1,169 @@
+"""Tests for layerlab.dgl._loss: DGL vs brute-force leave-one-out GP regression, gradients,
+DGL@Linear, invariances, the mini-batch estimator, the IB pairwise loss and error handling."""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from layerlab import dgl
+
+
+def _data(seed, n, d, c):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, d)), rng.normal(size=(n, c))
+
+
+def _rbf(H):
+    sq = jnp.sum(H * H, 1)
+    return jnp.exp(-0.5 * (sq[:, None] + sq[None, :] - 2 * H @ H.T)) + 0.1
+
+
+def _brute_loo(K, Y, eps2):
+    """N separate GP fits, each on the other N-1 points (numpy)."""
+    n = K.shape[0]
+    res, var = [], []
+    for i in range(n):
+        m = np.arange(n) != i
+        A = K[np.ix_(m, m)] + eps2 * np.eye(n - 1)
+        k = K[i, m]
+        mean = k @ np.linalg.solve(A, Y[m])
+        res.append(Y[i] - mean)
+        var.append(K[i, i] - k @ np.linalg.solve(A, k))
+    return np.array(res), np.array(var)
+
+
+@pytest.mark.parametrize("eps2", [1e-3, 0.1, 1.0])
+def test_dgl_equals_brute_force_loo(x64, eps2):
+    H, Y = _data(0, 15, 3, 4)
+    K = np.asarray(_rbf(jnp.asarray(H)))
+    r, v = _brute_loo(K, Y, eps2)
+    want = np.sum(r**2)
+    np.testing.assert_allclose(dgl.dgl_loss(K, Y, eps2=eps2), want, rtol=1e-9)
+    want_var = want + Y.shape[1] * np.sum(v)
+    np.testing.assert_allclose(dgl.dgl_loss(K, Y, eps2=eps2, variance=True), want_var, rtol=1e-9)
+    rr, vv = dgl.loo_residuals(K, Y, eps2=eps2)
+    np.testing.assert_allclose(rr, r, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(vv, v, rtol=1e-7, atol=1e-10)
+    # the naive inverse-based reference agrees too
+    np.testing.assert_allclose(dgl.dgl_loss_reference(K, Y, eps2=eps2), want, rtol=1e-8)
+
+
+def test_dgl_gradient_finite_differences(x64):
+    H, Y = _data(1, 12, 3, 2)
+    f = lambda H, Y, e: dgl.dgl_loss(_rbf(H), Y, eps2=e, variance=True)  # noqa: E731
+    check_grads(f, (jnp.asarray(H), jnp.asarray(Y), 0.05), order=1, modes=("rev",),
+                atol=1e-4, rtol=2e-5, eps=1e-5)
+
+
+def test_dgl_gradient_matches_naive_autodiff_blocked(x64):
+    # N >= 512 exercises the blocked triangular / symmetric products of the backward pass
+    variance = True
+    H, Y = _data(2, 530, 5, 3)
+    top = dgl.top_kernel_fn(jnp.array([1.5, 2.0]), jnp.array([0.2, 0.1]))
+    f = jax.jit(jax.value_and_grad(
+        lambda H: dgl.dgl_loss(top(H), Y, eps2=0.05, variance=variance)))
+    g = jax.jit(jax.value_and_grad(
+        lambda H: dgl.dgl_loss_reference(top(H), Y, eps2=0.05, variance=variance)))
+    (a, ga), (b, gb) = f(jnp.asarray(H)), g(jnp.asarray(H))
+    np.testing.assert_allclose(a, b, rtol=1e-9)
+    np.testing.assert_allclose(ga, gb, rtol=1e-7, atol=1e-9 * float(jnp.max(jnp.abs(gb))))
+
+
+def test_dgl_linear_is_eps_to_zero_limit(x64):
+    n, d = 400, 3
+    H, Y = _data(3, n, d, 2)
+    Y = Y + H @ np.random.default_rng(4).normal(size=(d, 2))
+    lin = float(dgl.dgl_linear(H, Y))
+    # exact limit of the DGL of K = H H^T: PRESS = sum |((I-P)Y)_n|^2 / (1 - P_nn)^2
+    P = H @ np.linalg.solve(H.T @ H, H.T)
+    press = np.sum(((Y - P @ Y) / (1 - np.diag(P))[:, None]) ** 2)
+    full = float(dgl.dgl_loss(H @ H.T, Y, eps2=1e-9))
+    np.testing.assert_allclose(full, press, rtol=1e-5)
+    # eq. (6) is the training residual tr Y^T (I - P) Y, within O(d/N) of the limit
+    np.testing.assert_allclose(lin, np.sum(Y * (Y - P @ Y)), rtol=1e-10)
+    assert abs(full - lin) / lin < 3 * d / n
+    # finite eps: ridge form
+    e = 0.3
+    want = np.sum(Y * Y) - np.sum(Y * (H @ np.linalg.solve(H.T @ H + e * np.eye(d), H.T @ Y)))
+    np.testing.assert_allclose(dgl.dgl_linear(H, Y, eps2=e), want, rtol=1e-10)
+
+
+def test_invariances(x64):
+    H, Y = _data(5, 40, 4, 3)
+    rng = np.random.default_rng(6)
+    Q, _ = np.linalg.qr(rng.normal(size=(4, 4)))  # O(d)
+    A = rng.normal(size=(4, 4)) + 2 * np.eye(4)  # GL(d)
+    top = dgl.top_kernel_fn(jnp.array([2.0, 1.0, 1.0]), jnp.array([0.1, 0.1, 0.0]))
+    a = dgl.dgl_features(jnp.asarray(H), Y, top, eps2=0.01)
+    b = dgl.dgl_features(jnp.asarray(H @ Q), Y, top, eps2=0.01)
+    np.testing.assert_allclose(a, b, rtol=1e-10)
+    np.testing.assert_allclose(dgl.dgl_linear(H @ A, Y), dgl.dgl_linear(H, Y), rtol=1e-9)
+    # ... and the full DGL of the linear kernel becomes GL(d)-invariant as eps -> 0
+    e1 = float(dgl.dgl_loss(H @ H.T, Y, eps2=1e-10))
+    e2 = float(dgl.dgl_loss((H @ A) @ (H @ A).T, Y, eps2=1e-10))
+    np.testing.assert_allclose(e1, e2, rtol=1e-3)
+    f1 = float(dgl.dgl_loss(H @ H.T, Y, eps2=10.0))
+    f2 = float(dgl.dgl_loss((H @ A) @ (H @ A).T, Y, eps2=10.0))
+    assert abs(f1 - f2) / f1 > 1e-2, (f1, f2)  # not invariant at finite eps
+
+
+def test_minibatch_estimator_mean(x64):
+    H, Y = _data(7, 8, 2, 2)
+    kern = lambda h: _rbf(h)  # noqa: E731
+    exact = float(dgl.dgl_subsets_exact(jnp.asarray(H), Y, kern, batch_size=4, eps2=0.1))
+    # exact = (N/B) * average over all C(8,4) subsets, enumerated independently here
+    vals = []
+    for s in itertools.combinations(range(8), 4):
+        Ks = np.asarray(kern(jnp.asarray(H[list(s)])))
+        vals.append(np.sum(_brute_loo(Ks, Y[list(s)], 0.1)[0] ** 2))
+    H = jnp.asarray(H)
+    np.testing.assert_allclose(exact, 2.0 * np.mean(vals), rtol=1e-10)
+    M = 4000
+    est = jax.jit(lambda k: dgl.dgl_minibatch(k, H, Y, kern, batch_size=4, num_batches=M,
+                                              eps2=0.1))(jax.random.key(3))
+    se = 2.0 * np.std(vals) / np.sqrt(M)
+    assert abs(float(est) - exact) < 4 * se
+
+
+def test_ib_pairwise_brute_force(x64):
+    H, _ = _data(8, 10, 3, 1)
+    labels = np.arange(10) % 3
+    Y = np.eye(3)[labels]
+    beta, eta = 2.5, 0.7
+    want = 0.0
+    for n in range(10):
+        for m in range(10):
+            r2 = np.sum((H[n] - H[m]) ** 2)
+            want += (beta * (1 - Y[n] @ Y[m]) - 1) * np.exp(-r2 / (8 * eta))
+    np.testing.assert_allclose(dgl.ib_pairwise_loss(H, Y, beta=beta, eta=eta), want, rtol=1e-10)
+
+
+def test_errors_and_jitter(x64):
+    H, Y = _data(9, 6, 2, 2)
+    K = H @ H.T
+    with pytest.raises(ValueError, match="not positive definite"):
+        dgl.dgl_loss(K - 2.0 * np.eye(6), Y, eps2=0.0)
+    with pytest.raises(ValueError, match="rows to match"):
+        dgl.dgl_loss(K, Y[:5], eps2=0.1)
+    with pytest.raises(ValueError, match="square"):
+        dgl.dgl_loss(K[:, :5], Y, eps2=0.1)
+    with pytest.raises(ValueError, match="NaN"):
+        dgl.dgl_loss(K.at[0, 0].set(np.nan) if hasattr(K, "at") else np.where(
+            np.eye(6, dtype=bool), np.nan, K), Y, eps2=0.1)
+    with pytest.raises(ValueError, match="d < N"):
+        dgl.dgl_linear(H[:2], Y[:2])
+    # under jit: NaN, not an exception
+    bad = jax.jit(lambda K: dgl.dgl_loss(K, Y, eps2=0.0))(K - 2.0 * np.eye(6))
+    assert np.isnan(bad)
+    # singular (duplicated point, eps2 = 0): the documented jitter makes it finite and equal
+    # to the loss with that jitter as eps2
+    Hd = np.concatenate([H, H[:1]])
+    Yd = np.concatenate([Y, Y[:1] + 1.0])
+    Kd = _rbf(jnp.asarray(Hd))
+    v = jax.jit(lambda K: dgl.dgl_loss(K, Yd, eps2=0.0))(Kd)
+    assert np.isfinite(v)
+    jit = 100 * np.finfo(np.float64).eps * float(jnp.mean(jnp.diagonal(Kd)))
+    np.testing.assert_allclose(v, dgl.dgl_loss(Kd, Yd, eps2=jit), rtol=1e-3)
