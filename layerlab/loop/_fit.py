@@ -69,6 +69,9 @@ class NonFiniteError(FloatingPointError):
 
 # --------------------------------------------------------------------------- compiled parts
 
+_MAX_PERM_ENTRIES = 1 << 24  # int32 entries of precomputed permutations per chunk (64 MiB)
+
+
 def _epoch_perm(data_key, epoch, n):
     return jax.random.permutation(jax.random.fold_in(data_key, epoch), n)
 
@@ -96,19 +99,16 @@ def _run_chunk(state, t0, data, data_key, step_keys, *, step, length, batch_size
         sh_leaves, sh_def = state_sharding
         state_sh_tree = jax.tree_util.tree_unflatten(sh_def, sh_leaves)
 
-    def body(carry, i):
-        st, perm = carry
-        t = t0 + i
-        if full:
-            batch = data
-        else:
-            epoch = t // steps_per_epoch
-            pos = t % steps_per_epoch
-            perm = lax.cond(pos == 0, lambda: _epoch_perm(data_key, epoch, n), lambda: perm)
-            idx = lax.dynamic_slice_in_dim(perm, pos * batch_size, batch_size)
-            batch = jax.tree_util.tree_map(
-                lambda a: jnp.take(a, idx, axis=axis, mode="clip"), data
-            )
+    # All permutations a chunk needs are drawn up front, [E, n] for the E epochs it touches
+    # (cheaper than a lax.cond inside the scan); past _MAX_PERM_ENTRIES a cond redraws them.
+    n_epochs = (length - 1) // steps_per_epoch + 2
+    precompute = not full and n_epochs * n <= _MAX_PERM_ENTRIES
+    e0 = t0 // steps_per_epoch
+
+    def gather(idx):
+        return jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=axis, mode="clip"), data)
+
+    def advance(st, batch, t):
         if batch_sharding is not None:
             batch = jax.tree_util.tree_map(
                 lambda a: lax.with_sharding_constraint(a, batch_sharding), batch
@@ -119,13 +119,33 @@ def _run_chunk(state, t0, data, data_key, step_keys, *, step, length, batch_size
             new, metrics = step(st, batch, jax.random.fold_in(step_keys, t))
         if state_sharding is not None:
             new = lax.with_sharding_constraint(new, state_sh_tree)
-        return (new, perm), metrics
+        return new, metrics
 
+    ts = t0 + jnp.arange(length, dtype=t0.dtype)
     if full:
-        perm0 = jnp.zeros((1,), jnp.int32)
-    else:
-        perm0 = _epoch_perm(data_key, t0 // steps_per_epoch, n)
-    (state, _), metrics = lax.scan(body, (state, perm0), jnp.arange(length, dtype=t0.dtype))
+        def body_full(st, t):
+            return advance(st, data, t)
+
+        return lax.scan(body_full, state, ts)
+    if precompute:
+        perms = jax.vmap(lambda e: _epoch_perm(data_key, e, n))(e0 + jnp.arange(n_epochs, dtype=e0.dtype))
+
+        def body_pre(st, t):
+            row, pos = t // steps_per_epoch - e0, t % steps_per_epoch
+            idx = lax.dynamic_slice(perms, (row, pos * batch_size), (1, batch_size))[0]
+            return advance(st, gather(idx), t)
+
+        return lax.scan(body_pre, state, ts)
+
+    def body_cond(carry, t):
+        st, perm = carry
+        epoch, pos = t // steps_per_epoch, t % steps_per_epoch
+        perm = lax.cond(pos == 0, lambda: _epoch_perm(data_key, epoch, n), lambda: perm)
+        idx = lax.dynamic_slice_in_dim(perm, pos * batch_size, batch_size)
+        st, metrics = advance(st, gather(idx), t)
+        return (st, perm), metrics
+
+    (state, _), metrics = lax.scan(body_cond, (state, _epoch_perm(data_key, e0, n)), ts)
     return state, metrics
 
 
@@ -596,26 +616,35 @@ def fit(
     if eval_fn is not None and eval_at_start and t == 0:
         evaluate(0)
     checked_metrics = False
+
+    def launch(t_from, st):
+        """Dispatch the chunk starting at ``t_from`` (asynchronously; nothing is read back)."""
+        t_to = min([_ceil_to(t_from, k) for k in period] + [total])
+        try:
+            st_new, m = _run_chunk(
+                st, jnp.asarray(t_from, jnp.int32), data, data_key, step_keys,
+                step=step, length=t_to - t_from, batch_size=batch_size, steps_per_epoch=spe, n=n,
+                runs=runs, data_runs_axis=data_runs_axis, batch_sharding=batch_sharding,
+                state_sharding=state_sh,
+            )
+        except TypeError as e:
+            if "carry" in str(e) or "scan" in str(e):
+                raise TypeError(
+                    "fit: step(state, batch, key) must return (new_state, metrics) with "
+                    "new_state of the same pytree structure, shapes and dtypes as state. "
+                    f"JAX said: {e}"
+                ) from e
+            raise
+        return t_from, t_to, st, st_new, m
+
     try:
-        while t < total and not stopped:
-            nxt = min([_ceil_to(t, k) for k in period] + [total])
-            length = nxt - t
-            prev_state = state
-            try:
-                state, metrics = _run_chunk(
-                    state, jnp.asarray(t, jnp.int32), data, data_key, step_keys,
-                    step=step, length=length, batch_size=batch_size, steps_per_epoch=spe, n=n,
-                    runs=runs, data_runs_axis=data_runs_axis, batch_sharding=batch_sharding,
-                    state_sharding=state_sh,
-                )
-            except TypeError as e:
-                if "carry" in str(e) or "scan" in str(e):
-                    raise TypeError(
-                        "fit: step(state, batch, key) must return (new_state, metrics) with "
-                        "new_state of the same pytree structure, shapes and dtypes as state. "
-                        f"JAX said: {e}"
-                    ) from e
-                raise
+        # One chunk of look-ahead: chunk k+1 is dispatched before chunk k's metrics are read,
+        # so the device never waits for the host (progress, history, eval, checkpoints).
+        inflight = launch(t, state) if t < total else None
+        while inflight is not None:
+            t_from, nxt, prev_state, new_state, metrics = inflight
+            inflight = launch(nxt, new_state) if nxt < total else None
+            length = nxt - t_from
             metrics = _to_host(metrics)
             if not checked_metrics:
                 if not isinstance(metrics, dict):
@@ -649,27 +678,29 @@ def fit(
                                     if ckpt is not None and last_ckpt is not None else "")
                         msg = (
                             f"fit: training metric {k!r} became non-finite ({v[i].tolist()}) at step "
-                            f"{t + i}{where}. Training stopped; err.state holds the last good state "
-                            f"(after {t} steps){where_ck}. Lower the learning rate, check the data "
-                            "and the loss for log(0)/division by zero"
+                            f"{t_from + i}{where}. Training stopped; err.state holds the last good "
+                            f"state (after {t_from} steps){where_ck}. Lower the learning rate, check "
+                            "the data and the loss for log(0)/division by zero"
                             + (", or pass check_finite=False to let a sweep continue past "
                                "diverging runs." if runs else ".")
                         )
-                        state = prev_state
                         if ckpt is not None:
                             ckpt.wait()
-                        raise NonFiniteError(msg, step=t + i, metric=k, value=v[i], runs=bad_runs,
-                                             last_good_step=t, state=prev_state, history=assemble())
-            chunk_steps.append(np.arange(t, nxt, dtype=np.int64))
+                        raise NonFiniteError(msg, step=t_from + i, metric=k, value=v[i],
+                                             runs=bad_runs, last_good_step=t_from,
+                                             state=prev_state, history=assemble())
+            chunk_steps.append(np.arange(t_from, nxt, dtype=np.int64))
             chunks_train.append(metrics)
             last_metrics = {k: v[-1] for k, v in metrics.items()}
-            t = nxt
+            t, state = nxt, new_state
             if progress_bar is not None:
                 progress_bar.update(length)
                 progress_bar.set_postfix(_fmt(last_metrics), refresh=False)
             if eval_fn is not None and ((eval_every is not None and t % eval_every == 0)
                                         or t == total):
                 evaluate(t)
+                if stopped:
+                    inflight = None  # drop the look-ahead chunk: training ends here
             if ckpt is not None and ((checkpoint_every is not None and t % checkpoint_every == 0)
                                      or t == total or stopped):
                 save(t)
