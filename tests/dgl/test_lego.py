@@ -1,0 +1,65 @@
+"""Tests for layerlab.dgl._lego: classifier closed form, monitoring values, DGL layer training."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from typing import Any, NamedTuple
+
+from layerlab import dgl, nets
+
+
+class State(NamedTuple):
+    params: Any
+
+
+def _task(n=96, d=6, c=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    labels = np.argmax(x[:, :c] + 0.3 * rng.normal(size=(n, c)), axis=1)
+    y = np.eye(c, dtype=np.float32)[labels] - 1.0 / c
+    return jnp.asarray(x), jnp.asarray(y), labels
+
+
+def test_fit_classifier_is_least_squares(x64):
+    x, y, _ = _task()
+    x, y = x.astype(jnp.float64), y.astype(jnp.float64)
+    p = dgl.fit_classifier(x, y, ridge_rel=0.0)
+    Ht = np.concatenate([np.asarray(x), np.ones((x.shape[0], 1))], 1)
+    W = np.linalg.lstsq(Ht, np.asarray(y), rcond=None)[0]
+    np.testing.assert_allclose(p["w"], W[:-1], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(p["b"], W[-1], rtol=1e-6, atol=1e-8)
+
+
+def test_monitor_fn_values(x64):
+    x, y, _ = _task()
+    x, y = x.astype(jnp.float64), y.astype(jnp.float64)
+    params = nets.mlp_init(jax.random.key(1), [6, 16, 16, 3], init="he", b_std=0.1,
+                           dtype=jnp.float64)
+    state = State(params)
+    out = jax.jit(dgl.monitor_fn(x, y, eps_rel=0.1))(state)
+    v = dgl.mf_variances(params)
+    hs = dgl.hidden_representations(params, x)
+    for l in range(3):
+        K = np.asarray(dgl.top_kernel(hs[l], w_var=v.w_var[l:], b_var=v.b_var[l:]))
+        e = 0.1 * np.mean(np.diag(K))
+        B = np.linalg.inv(K + e * np.eye(96))
+        want = np.sum((B @ np.asarray(y) / np.diag(B)[:, None]) ** 2) / 96
+        np.testing.assert_allclose(out[f"dgl_{l}"], want, rtol=1e-6)
+    f = nets.mlp_apply(params, x)
+    np.testing.assert_allclose(out["mse"], np.mean(np.sum((f - y) ** 2, 1)), rtol=1e-10)
+
+
+def test_train_layer_dgl_decreases_loss_and_lego_runs():
+    x, y, labels = _task(n=128)
+    p0 = nets.mlp_init(jax.random.key(2), [6, 32, 3], init="he")
+    v = dgl.mf_variances(p0)
+    cfg = dgl.LegoConfig(steps=60, lr=1e-2, batch_size=None, eps_rel=0.05)
+    top = dgl.LayerVariances(v.w_var[1:], v.b_var[1:])
+    before = float(dgl.layer_dgl(p0[0], x, y, top, eps_rel=0.05))
+    params, hists = dgl.lego(jax.random.key(3), p0, x, y, v, cfg, progress=False)
+    after = float(dgl.layer_dgl(params[0], x, y, top, eps_rel=0.05))
+    assert after < 0.8 * before, (before, after)
+    np.testing.assert_allclose(hists[0]["train"]["loss"][0], before, rtol=1e-4)
+    acc_lego = float(dgl.accuracy(params, x, labels))
+    acc_rand = float(dgl.accuracy(dgl.random_features(p0, x, y), x, labels))
+    assert acc_lego >= acc_rand - 0.02
