@@ -1,0 +1,132 @@
+"""Performance: vectorised width x seed sweeps and the cost of L^r (paper A tools).
+
+    python -m benchmarks.bottleneck_sweep                      # CPU default (~1-2 min)
+    python -m benchmarks.bottleneck_sweep --n 1000 --widths 2 4 8 16 32 64 128 --steps 2000
+
+1. The same width x seed runs (masked neurons of one maximal width) trained (a) in one
+   program, ``loop.fit(runs=True)`` (the step vmapped over the runs axis), and (b) one after
+   another with ``loop.fit(runs=False)``; both warmed up (compiled) first, then timed; the final
+   losses are compared (same runs, same numbers).
+2. ``value_and_grad`` of L^r (pseudo-inverses, exact and Tikhonov) against a plain
+   forward + backward pass of ``L_lambda`` on the same network (``benchmarks._common.timeit``,
+   medians).
+
+Writes ``results/bottleneck_sweep/sweep.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from benchmarks._common import results_dir, timeit, write_json
+from layerlab import bottleneck as bn
+from layerlab import data, loop
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=200)
+    p.add_argument("--widths", type=int, nargs="+", default=[2, 4, 8, 16, 32])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--lam", type=float, default=1e-4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    out = results_dir("bottleneck_sweep", args.out)
+    ds = data.teacher(jax.random.key(0), args.n, (50, 10, 10, 10))
+    x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
+    W = max(args.widths)
+    sizes = [x.shape[1]] + [W] * (args.depth - 1) + [y.shape[1]]
+    run_widths = np.repeat(args.widths, args.seeds)
+    R = len(run_widths)
+    hp = {"masks": bn.width_masks(run_widths, W, args.depth - 1),
+          "lam": jnp.full((R,), args.lam)}
+    W0 = jax.vmap(lambda k: bn.init_weights(k, sizes))(jax.random.split(jax.random.key(1), R))
+    ts = bn.sweep_step(bn.mse_cost, optax.adam(1e-3))
+    state0 = jax.vmap(ts.init)(W0, hp)
+    key = jax.random.key(2)
+
+    def vectorised():
+        s, _ = loop.fit(ts.step, state0, (x, y), key=key, steps=args.steps, runs=True,
+                        progress=False, chunk_size=args.steps)
+        return s
+
+    def sequential():
+        outs = []
+        for r in range(R):
+            s_r = jax.tree.map(lambda a, r=r: a[r], state0)
+            s, _ = loop.fit(ts.step, s_r, (x, y), key=key, steps=args.steps, progress=False,
+                            chunk_size=args.steps)
+            outs.append(s)
+        return outs
+
+    def timed(fn):
+        t0 = time.perf_counter()
+        res = fn()
+        jax.block_until_ready(jax.tree.leaves(res))
+        first = time.perf_counter() - t0
+        ts_ = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            res = fn()
+            jax.block_until_ready(jax.tree.leaves(res))
+            ts_.append(time.perf_counter() - t0)
+        return res, first, float(np.median(ts_)), ts_
+
+    sv, v_first, v_med, v_all = timed(vectorised)
+    ss, s_first, s_med, s_all = timed(sequential)
+
+    def final_loss(params, h):
+        return bn.masked_loss(params, (x, y), hparams=h, cost=bn.mse_cost)[0]
+
+    lv = np.asarray(jax.vmap(final_loss)(sv.params, hp))
+    ls = np.array([float(final_loss(s.params, jax.tree.map(lambda a, r=r: a[r], hp)))
+                   for r, s in enumerate(ss)])
+    sweep = {"runs": R, "widths": args.widths, "seeds": args.seeds, "steps": args.steps,
+             "n": args.n, "max_width": W, "depth": args.depth,
+             "vectorised_first_call_s": v_first, "vectorised_median_s": v_med,
+             "vectorised_all_s": v_all,
+             "sequential_first_call_s": s_first, "sequential_median_s": s_med,
+             "sequential_all_s": s_all,
+             "speedup_steady_state": s_med / v_med,
+             "speedup_including_compile": s_first / v_first,
+             "final_loss_max_rel_diff": float(np.max(np.abs(lv - ls) / np.abs(ls)))}
+    print(f"width x seed sweep ({R} runs x {args.steps} steps): vectorised {v_med:.2f}s, "
+          f"sequential {s_med:.2f}s, speed-up {sweep['speedup_steady_state']:.1f}x; "
+          f"final losses agree to {sweep['final_loss_max_rel_diff']:.1e}", flush=True)
+
+    # 2. cost of L^r vs a forward+backward pass on the same network
+    X = x.T
+    cost = lambda Z: bn.mse_cost(Z, y)  # noqa: E731
+    Wt = bn.init_weights(jax.random.key(3), [x.shape[1], 64, 64, y.shape[1]])
+    Zs = bn.representations(Wt, X)
+    fwd_bwd = jax.jit(jax.value_and_grad(lambda w: bn.weight_loss(w, X, cost=cost,
+                                                                  lam=args.lam)))
+    lr_exact = jax.jit(jax.value_and_grad(lambda z: bn.representation_loss(
+        z, X, cost=cost, lam=args.lam)))
+    lr_ridge = jax.jit(jax.value_and_grad(lambda z: bn.representation_loss(
+        z, X, cost=cost, lam=args.lam, ridge=1e-4)))
+    t_w = timeit(fwd_bwd, Wt, repeats=11)
+    t_e = timeit(lr_exact, Zs, repeats=11)
+    t_r = timeit(lr_ridge, Zs, repeats=11)
+    cost_rec = {"shapes": {"N": args.n, "widths": [x.shape[1], 64, 64, y.shape[1]]},
+                "dtype": "float32", "weight_fwd_bwd": t_w, "Lr_pinv_fwd_bwd": t_e,
+                "Lr_tikhonov_fwd_bwd": t_r,
+                "ratio_Lr_pinv_over_fwd_bwd": t_e["median_s"] / t_w["median_s"],
+                "ratio_Lr_tikhonov_over_fwd_bwd": t_r["median_s"] / t_w["median_s"]}
+    print(f"L^r value+grad: pinv {cost_rec['ratio_Lr_pinv_over_fwd_bwd']:.1f}x, Tikhonov "
+          f"{cost_rec['ratio_Lr_tikhonov_over_fwd_bwd']:.1f}x a weight-space forward+backward")
+    write_json(out / "sweep.json", {"width_seed_sweep": sweep, "Lr_cost": cost_rec})
+    print("written:", out)
+
+
+if __name__ == "__main__":
+    main()
