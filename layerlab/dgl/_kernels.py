@@ -153,7 +153,7 @@ def sample_relu_outputs(
                 h = jax.nn.relu(h)
         return h.T  # [out_dim, N]
 
-    out = jax.lax.map(one, jax.random.split(key, num_samples))
+    out = jax.lax.map(one, jax.random.split(key, num_samples), batch_size=min(num_samples, 256))
     return out.reshape(num_samples * out_dim, x.shape[0])
 
 
