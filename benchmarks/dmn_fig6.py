@@ -25,8 +25,8 @@ from layerlab.dmn._pipeline import train_and_evaluate  # noqa: E402
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="mnist")
-    p.add_argument("--filters", default="1,2,4,8,16")
-    p.add_argument("--n-train", type=int, default=5000)
+    p.add_argument("--filters", default="2,4,8,16")
+    p.add_argument("--n-train", type=int, default=4000)
     p.add_argument("--n-val", type=int, default=2000)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--full", action="store_true", help="all data, full test set, 20 epochs")

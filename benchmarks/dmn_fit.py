@@ -79,7 +79,7 @@ def main(argv=None):
     p.add_argument("--n-train", type=int, default=10000)
     p.add_argument("--n-val", type=int, default=2000)
     p.add_argument("--epochs", type=int, default=8, help="DMN classifier epochs")
-    p.add_argument("--max-epochs", type=int, default=16, help="ConvNet epoch budget")
+    p.add_argument("--max-epochs", type=int, default=12, help="ConvNet epoch budget")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--tp-n", type=int, default=200000, help="samples in the throughput test")
     p.add_argument("--tp-d", type=int, default=54, help="dims (3x3 patches of 6 channels)")

@@ -46,6 +46,8 @@ from layerlab.dmn._timescales import eigenvalue_convergence as eigenvalue_conver
 from layerlab.dmn._timescales import eigenvalue_fluctuations as eigenvalue_fluctuations
 from layerlab.dmn._timescales import eq18_variance as eq18_variance
 from layerlab.dmn._timescales import layer_spectra as layer_spectra
+from layerlab.dmn._pipeline import make_optimizer as make_optimizer
+from layerlab.dmn._pipeline import train_and_evaluate as train_and_evaluate
 
 __all__ = [
     "BuildInfo",
@@ -80,6 +82,7 @@ __all__ = [
     "head_variables",
     "layer_spectra",
     "make_network",
+    "make_optimizer",
     "map_batches",
     "max_pool_2x2",
     "naive_density_matrix",
@@ -88,5 +91,6 @@ __all__ = [
     "select_filters",
     "sharded_class_density_matrices",
     "split_spec",
+    "train_and_evaluate",
     "streaming_class_density_matrices",
 ]
