@@ -129,15 +129,19 @@ def _safe_div(a, b):
 
 # ------------------------------------------------------------------ one layer, 3 modes
 def _outer(a, b, mode):
-    """a_i * b_j as [n1, n2] (mode 'full'/'sym') or a_i * b_i (mode 'diag')."""
-    return a * b if mode == "diag" else a[:, None] * b[None, :]
+    """a_i * b_j as [n1, n2] (modes 'full'/'sym') or a_i * b_i (modes 'diag'/'dsym')."""
+    return a * b if mode in ("diag", "dsym") else a[:, None] * b[None, :]
 
 
 def _relu_step(k11, k12, k22, mode):
     s = _safe_sqrt(_outer(k11, k22, mode))
     c = _safe_div(k12, s)
-    if mode == "sym":  # the diagonal's cosine is exactly 1, with zero derivative
+    # where x1_i = x2_i by construction the cosine is exactly 1, with zero derivative
+    # (rounding would give 1 - O(eps) and arccos amplifies that to O(sqrt(eps)))
+    if mode == "sym":
         c = jnp.where(jnp.eye(c.shape[0], dtype=bool), 1.0, c)
+    elif mode == "dsym":
+        c = jnp.ones_like(c)
     post12 = s * _relu_j1(c) / (2 * jnp.pi)
     dot12 = (jnp.pi - _safe_arccos(c)) / (2 * jnp.pi)
     return k11 / 2, post12, k22 / 2, dot12
@@ -176,7 +180,7 @@ def _check_inputs(x1, x2, diagonal):
     if x1.shape[1] == 0:
         raise ValueError("inputs have feature dimension d = 0")
     for name, x in (("x1", x1), ("x2", x2)):
-        if x is not None and _is_concrete(x) and not bool(jnp.all(jnp.isfinite(x))):
+        if x is not None and _is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
             raise ValueError(f"{name} contains NaN or inf entries; clean the data first")
     return x1, x2
 
@@ -246,7 +250,7 @@ def fc_kernels(
     d = x1.shape[1]
 
     if diagonal:
-        mode = "diag"
+        mode = "dsym" if x2 is None else "diag"
         xa = x1 if x2 is None else x2.astype(dtype)
         dot12 = jnp.sum(x1 * xa, axis=1) / d
     elif x2 is None:

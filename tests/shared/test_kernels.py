@@ -1,0 +1,340 @@
+"""Tests for layerlab.kernels: closed forms (_closed_form) and empirical NTK (_empirical).
+
+Every formula is checked by a second route: neural-tangents' ``kernel_fn`` and
+``empirical_ntk_fn``, Monte-Carlo sampling of wide random networks, a dense Jacobian,
+hand-written scalar recursions and finite differences.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+from jax.test_util import check_grads
+
+from layerlab.kernels import (
+    empirical_ntk,
+    empirical_ntk_fn,
+    erf_nngp,
+    erf_ntk,
+    fc_kernels,
+    relu_nngp,
+    relu_ntk,
+    stax,
+)
+
+W_VAR = [1.7, 2.0, 0.8, 1.3]  # per-layer, depth 3 (entry 0: input layer)
+B_VAR = [0.1, 0.05, 0.2, 0.0]
+
+
+def _nt_fc(depth, w_var, b_var, act, width=8):
+    w_var = np.broadcast_to(w_var, (depth + 1,))
+    b_var = np.broadcast_to(b_var, (depth + 1,))
+    layers = []
+    for layer in range(depth + 1):
+        layers.append(stax.Dense(width if layer < depth else 1,
+                                 W_std=float(np.sqrt(w_var[layer])),
+                                 b_std=float(np.sqrt(b_var[layer]))))
+        if layer < depth:
+            layers.append(stax.Relu() if act == "relu" else stax.Erf())
+    return stax.serial(*layers)
+
+
+def _inputs(n1=6, n2=4, d=5, dtype=jnp.float64):
+    x1 = jax.random.normal(jax.random.key(10), (n1, d), dtype)
+    x2 = jax.random.normal(jax.random.key(11), (n2, d), dtype)
+    return x1, x2
+
+
+# ------------------------------------------------------------- vs neural-tangents
+def _assert_matches_nt(ours, ref, sym):
+    """Tight everywhere, except NT's own diagonal (it clips cos(theta) near 1, ~1e-8)."""
+    if not sym:
+        np.testing.assert_allclose(ours, ref, rtol=1e-12, atol=1e-13)
+        return
+    off = ~np.eye(ours.shape[0], dtype=bool)
+    np.testing.assert_allclose(np.asarray(ours)[off], np.asarray(ref)[off], rtol=1e-12,
+                               atol=1e-13)
+    np.testing.assert_allclose(jnp.diag(ours), jnp.diag(ref), rtol=1e-7)
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+def test_closed_forms_match_neural_tangents(x64, act):
+    x1, x2 = _inputs()
+    x1 = x1.at[0].set(0.0)  # a zero input (K^0 = b_0 only) is a legal corner
+    kernel_fn = jax.jit(_nt_fc(3, W_VAR, B_VAR, act)[2], static_argnames="get")
+    nngp_fn, ntk_fn = (relu_nngp, relu_ntk) if act == "relu" else (erf_nngp, erf_ntk)
+    for other in (None, x2):
+        ref = kernel_fn(x1, other, get=("nngp", "ntk"))
+        kw = dict(depth=3, w_var=W_VAR, b_var=B_VAR)
+        _assert_matches_nt(nngp_fn(x1, other, **kw), ref.nngp, other is None)
+        _assert_matches_nt(ntk_fn(x1, other, **kw), ref.ntk, other is None)
+    # scalar variances and depth 1 (one hidden layer)
+    ref = jax.jit(_nt_fc(1, 2.0, 0.1, act)[2], static_argnames="get")(x1, x2, get="ntk")
+    np.testing.assert_allclose(ntk_fn(x1, x2, depth=1, w_var=2.0, b_var=0.1), ref, rtol=1e-12)
+
+
+def test_depth_zero_is_the_input_layer(x64):
+    x1, x2 = _inputs()
+    k = fc_kernels(x1, x2, depth=0, w_var=1.5, b_var=0.3)
+    np.testing.assert_allclose(k.nngp, 0.3 + 1.5 * x1 @ x2.T / 5, rtol=1e-14)
+    np.testing.assert_allclose(k.ntk, k.nngp, rtol=1e-14)
+
+
+def test_relu_scalar_recursion_by_hand(x64):
+    # Independent route: the ReLU recursion written with plain numpy arccos, for one pair.
+    x1, x2 = _inputs()
+    a, b = np.asarray(x1[1]), np.asarray(x2[2])
+    d = a.size
+    k11, k22, k12 = (B_VAR[0] + W_VAR[0] * v / d for v in (a @ a, b @ b, a @ b))
+    ntk = k12
+    for w, bv in zip(W_VAR[1:], B_VAR[1:]):
+        theta = np.arccos(k12 / np.sqrt(k11 * k22))
+        post = np.sqrt(k11 * k22) / (2 * np.pi) * (np.sin(theta) + (np.pi - theta) * np.cos(theta))
+        k12, k11, k22 = bv + w * post, bv + w * k11 / 2, bv + w * k22 / 2
+        ntk = k12 + w * (np.pi - theta) / (2 * np.pi) * ntk
+    kw = dict(depth=3, w_var=W_VAR, b_var=B_VAR)
+    np.testing.assert_allclose(relu_nngp(x1, x2, **kw)[1, 2], k12, rtol=1e-12)
+    np.testing.assert_allclose(relu_ntk(x1, x2, **kw)[1, 2], ntk, rtol=1e-12)
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+def test_diagonal_and_all_layers_options(x64, act):
+    x1, x2 = _inputs(n1=4, n2=4)
+    kw = dict(depth=3, w_var=W_VAR, b_var=B_VAR, activation=act)
+    full = fc_kernels(x1, None, **kw)
+    diag = fc_kernels(x1, None, diagonal=True, **kw)
+    np.testing.assert_allclose(diag.nngp, jnp.diag(full.nngp), rtol=1e-13)
+    np.testing.assert_allclose(diag.ntk, jnp.diag(full.ntk), rtol=1e-13)
+    cross = fc_kernels(x1, x2, **kw)
+    pairs = fc_kernels(x1, x2, diagonal=True, **kw)
+    np.testing.assert_allclose(pairs.nngp, jnp.diag(cross.nngp), rtol=1e-13)
+    np.testing.assert_allclose(pairs.ntk, jnp.diag(cross.ntk), rtol=1e-13)
+    layers = fc_kernels(x1, x2, return_all_layers=True, **kw)
+    assert layers.nngp.shape == (4, 4, 4)
+    for depth in range(4):
+        k = fc_kernels(x1, x2, depth=depth, w_var=W_VAR[:depth + 1], b_var=B_VAR[:depth + 1],
+                       activation=act)
+        np.testing.assert_allclose(layers.nngp[depth], k.nngp, rtol=1e-13)
+        np.testing.assert_allclose(layers.ntk[depth], k.ntk, rtol=1e-13)
+
+
+# ------------------------------------------------------------------- vs Monte-Carlo
+def _wide_net_apply(params, x, act):
+    """NTK-parameterised MLP: h = sqrt(w/fan_in) W x + sqrt(b) beta, W, beta ~ N(0, 1)."""
+    phi = jax.nn.relu if act == "relu" else jax.scipy.special.erf
+    h = x
+    for i, (w, b) in enumerate(params["layers"]):
+        if i:
+            h = phi(h)
+        h = (jnp.sqrt(params["w_var"][i] / h.shape[1]) * h @ w
+             + jnp.sqrt(params["b_var"][i]) * b[None, :])
+    return h
+
+
+def _wide_net_init(key, sizes):
+    keys = jax.random.split(key, len(sizes) - 1)
+    return [(jax.random.normal(k, (a, b)), jax.random.normal(jax.random.fold_in(k, 1), (b,)))
+            for k, a, b in zip(keys, sizes[:-1], sizes[1:])]
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+def test_nngp_matches_monte_carlo_of_wide_networks(act):
+    # E[f(x) f(x')] over random networks: one width-512 draw deviates ~15% (Frobenius)
+    # from the limit, the mean of 64 draws (x 512 iid readout units) ~2%.
+    x1, x2 = _inputs(n1=4, n2=3, dtype=jnp.float32)
+    depth, width, draws = 2, 512, 64
+    w_var, b_var = [1.5, 2.0, 1.2], [0.1, 0.2, 0.05]
+
+    @jax.jit
+    def estimate(key):
+        def one(k):
+            layers = _wide_net_init(k, [5] + [width] * (depth + 1))
+            p = {"layers": layers, "w_var": w_var, "b_var": b_var}
+            return _wide_net_apply(p, x1, act) @ _wide_net_apply(p, x2, act).T / width
+        return jnp.mean(jax.vmap(one)(jax.random.split(key, draws)), axis=0)
+
+    k = fc_kernels(x1, x2, depth=depth, w_var=w_var, b_var=b_var, activation=act).nngp
+    err = jnp.linalg.norm(estimate(jax.random.key(0)) - k) / jnp.linalg.norm(k)
+    assert float(err) < 0.06, float(err)
+
+
+def test_relu_ntk_matches_empirical_ntk_of_wide_networks():
+    # The empirical NTK of one NTK-parameterised width-512 network deviates ~10% from the
+    # limit (Frobenius); the mean of 32 draws ~2%.  Also runs empirical_ntk in jit+vmap.
+    x1, x2 = _inputs(n1=4, n2=3, dtype=jnp.float32)
+    depth, width, draws = 2, 512, 32
+    w_var, b_var = [1.5, 2.0, 1.2], [0.1, 0.2, 0.05]
+
+    def apply_fn(layers, x):
+        return _wide_net_apply({"layers": layers, "w_var": w_var, "b_var": b_var}, x, "relu")
+
+    @jax.jit
+    def estimate(key):
+        def one(k):
+            layers = _wide_net_init(k, [5, width, width, 1])
+            return empirical_ntk(apply_fn, layers, x1, x2)
+        return jnp.mean(jax.vmap(one)(jax.random.split(key, draws)), axis=0)
+
+    theta = relu_ntk(x1, x2, depth=depth, w_var=w_var, b_var=b_var)
+    err = jnp.linalg.norm(estimate(jax.random.key(1)) - theta) / jnp.linalg.norm(theta)
+    assert float(err) < 0.06, float(err)
+
+
+# ---------------------------------------------------------------------- gradients
+def _both(x1, x2=None, **kw):
+    k = fc_kernels(x1, x2, **kw)
+    return jnp.sum(k.nngp) + jnp.sum(k.ntk)
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+def test_gradients_finite_on_the_diagonal_and_wrt_variances(act):
+    x1, _ = _inputs(n1=4, dtype=jnp.float32)
+
+    @jax.jit
+    def grads(x, w, b):
+        g_sym = jax.grad(lambda x, w, b: _both(x, depth=3, w_var=w, b_var=b, activation=act),
+                         argnums=(0, 1, 2))(x, w, b)
+        # the same points passed twice (x2 = x1: cosine 1 up to rounding) stay finite too
+        g_twice = jax.grad(lambda x: _both(x, x, depth=3, w_var=w, b_var=b,
+                                           activation=act))(x)
+        return g_sym + (g_twice,)
+
+    for g in grads(x1, jnp.asarray(W_VAR), jnp.asarray(B_VAR)):
+        assert bool(jnp.all(jnp.isfinite(g)))
+
+
+def test_diagonal_gradient_is_correct(x64):
+    # K^L(x, x) of a ReLU net depends on |x|^2 only: K^0 = b0 + w0 |x|^2/d,
+    # K^l = b_l + w_l K^{l-1} / 2, so d tr K / dx = 2 w0 prod(w_l / 2) x / d.
+    x1, _ = _inputs(n1=3)
+    v = jax.random.normal(jax.random.key(3), x1.shape)
+
+    @jax.jit
+    def traces(x):
+        k = fc_kernels(x, depth=3, w_var=W_VAR, b_var=B_VAR)
+        return jnp.stack([jnp.trace(k.nngp), jnp.trace(k.ntk)])
+
+    value, tangent = jax.jvp(traces, (x1,), (v,))
+    scale = W_VAR[0] * np.prod([w / 2 for w in W_VAR[1:]])
+    np.testing.assert_allclose(tangent[0], jnp.vdot(scale * 2 * x1 / x1.shape[1], v),
+                               rtol=1e-12)
+    # the NTK diagonal's directional derivative against central finite differences
+    eps = 1e-6
+    fd = (traces(x1 + eps * v) - traces(x1 - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(tangent, fd, rtol=1e-6)
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+def test_check_grads_off_the_diagonal(x64, act):
+    x1, x2 = _inputs(n1=3, n2=2)
+
+    def f(x1, w, b):
+        k = fc_kernels(x1, x2, depth=2, w_var=w, b_var=b, activation=act)
+        return k.nngp + k.ntk
+
+    args = (x1, jnp.asarray([1.5, 2.0, 1.1]), jnp.asarray([0.1, 0.2, 0.3]))
+    check_grads(jax.jit(f), args, order=1, modes=("fwd", "rev"))
+    if act == "relu":  # second order through the custom JVP rules (reverse-over-reverse)
+        check_grads(jax.jit(jax.grad(lambda *a: jnp.sum(f(*a)))), args, order=1,
+                    modes=("rev",))
+
+
+@pytest.mark.parametrize("act", ["relu", "erf"])
+def test_nearly_parallel_inputs_float32(act):
+    x = jax.random.normal(jax.random.key(5), (3, 16), jnp.float32)
+    x_near = x * (1 + 1e-7) + 1e-7 * jax.random.normal(jax.random.key(6), x.shape)
+    kw = dict(depth=4, w_var=2.0, b_var=0.01, activation=act)
+    k = fc_kernels(x, x_near, **kw)
+    with jax.enable_x64(True):
+        k64 = fc_kernels(np.asarray(x, np.float64), np.asarray(x_near, np.float64), **kw)
+    for a, b in zip(k, k64):
+        assert a.dtype == jnp.float32
+        # arccos amplifies float32 rounding of cos(theta) ~ 1 to ~sqrt(eps32) ~ 3e-4
+        np.testing.assert_allclose(a, b, rtol=2e-3, atol=1e-5)
+    g = jax.grad(lambda a, b: _both(a, b, **kw), argnums=(0, 1))(x, x_near)
+    assert all(bool(jnp.all(jnp.isfinite(t))) for t in g)
+
+
+def test_vmap_over_variances_and_jit():
+    x1, x2 = _inputs(dtype=jnp.float32)
+    ws = jnp.asarray([1.0, 1.5, 2.0])
+    f = jax.jit(jax.vmap(lambda w: relu_ntk(x1, x2, depth=2, w_var=w, b_var=0.1)))
+    batched = f(ws)
+    for i, w in enumerate([1.0, 1.5, 2.0]):
+        np.testing.assert_allclose(batched[i], relu_ntk(x1, x2, depth=2, w_var=w, b_var=0.1),
+                                   rtol=1e-5)
+
+
+# ------------------------------------------------------------------ empirical NTK
+def _small_net():
+    init_fn, apply_fn, _ = stax.serial(stax.Dense(7), stax.Relu(), stax.Dense(3))
+    _, params = init_fn(jax.random.key(7), (-1, 5))
+    return apply_fn, params
+
+
+@functools.cache
+def _second_output(apply_fn):
+    return lambda p, x: apply_fn(p, x)[:, 1]
+
+
+def _dense_jacobian_ntk(apply_fn, params, x1, x2):
+    flat, unravel = ravel_pytree(params)
+    j1 = jax.jacrev(lambda p: apply_fn(unravel(p), x1))(flat)  # [n1, k, P]
+    j2 = jax.jacrev(lambda p: apply_fn(unravel(p), x2))(flat)
+    return jnp.einsum("iap,jbp->ijab", j1, j2)
+
+
+def test_empirical_ntk_matches_dense_jacobian_and_neural_tangents(x64):
+    apply_fn, params = _small_net()
+    x1, x2 = _inputs()
+    ref = _dense_jacobian_ntk(apply_fn, params, x1, x2)  # [n1, n2, k, k]
+    ref_tr = jnp.einsum("ijaa->ij", ref)
+    ntk = jax.jit(empirical_ntk, static_argnums=0,
+                  static_argnames=("trace", "method", "chunk_size"))
+    close = functools.partial(np.testing.assert_allclose, rtol=1e-12, atol=1e-12)
+    close(ntk(apply_fn, params, x1, x2, trace=False), ref)
+    close(ntk(apply_fn, params, x1, x2), ref_tr)
+    close(ntk(apply_fn, params, x1, x2, trace=False, chunk_size=5), ref)
+    close(ntk(apply_fn, params, x1, x2, trace=False, method="jacobian"), ref)
+    # [n] outputs are read as k = 1
+    close(ntk(_second_output(apply_fn), params, x1, x2), ref[:, :, 1, 1])
+    # x2 = None reuses the linearisation of x1 (linear_transpose instead of a new VJP)
+    close(ntk(apply_fn, params, x1, trace=False),
+          _dense_jacobian_ntk(apply_fn, params, x1, x1))
+    # neural-tangents, implementations 1 (Jacobian contraction) and 2 (NTK-vector products)
+    nt_full = jax.jit(empirical_ntk_fn(apply_fn, trace_axes=(), implementation=1))
+    np.testing.assert_allclose(nt_full(x1, x2, params), ref, rtol=1e-10, atol=1e-12)
+    # its "trace" is the mean over the traced axis, ours the sum (k = 3 outputs)
+    nt_tr = jax.jit(empirical_ntk_fn(apply_fn, trace_axes=(-1,), implementation=2))
+    np.testing.assert_allclose(3 * nt_tr(x1, x2, params), ref_tr, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------------ errors
+def test_clear_errors():
+    x1, x2 = _inputs(dtype=jnp.float32)
+    kw = dict(depth=2, w_var=2.0, b_var=0.1)
+    with pytest.raises(ValueError, match="same feature dimension"):
+        relu_nngp(x1, x2[:, :3], **kw)
+    with pytest.raises(ValueError, match=r"\[n1, d\]"):
+        relu_nngp(x1[0], **kw)
+    with pytest.raises(ValueError, match="length depth \\+ 1 = 3"):
+        relu_nngp(x1, depth=2, w_var=[1.0, 2.0], b_var=0.1)
+    with pytest.raises(ValueError, match=">= 0"):
+        relu_ntk(x1, depth=2, w_var=2.0, b_var=[0.1, -0.1, 0.0])
+    with pytest.raises(ValueError, match="depth"):
+        relu_nngp(x1, depth=-1, w_var=2.0, b_var=0.1)
+    with pytest.raises(ValueError, match="NaN"):
+        erf_nngp(x1.at[0, 0].set(jnp.nan), **kw)
+    with pytest.raises(ValueError, match="n1 and n2 must agree"):
+        fc_kernels(x1, x2, diagonal=True, **kw)
+    with pytest.raises(ValueError, match="activation"):
+        fc_kernels(x1, activation="tanh", **kw)
+    apply_fn, params = _small_net()
+    with pytest.raises(ValueError, match="method"):
+        empirical_ntk(apply_fn, params, x1, method="hessian")
+    with pytest.raises(ValueError, match="same per-sample shape"):
+        empirical_ntk(apply_fn, params, x1, x2[:, :3])
+    with pytest.raises(ValueError, match=r"\[n, k\]"):
+        empirical_ntk(lambda p, x: apply_fn(p, x)[None], params, x1)
