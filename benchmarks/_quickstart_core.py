@@ -47,7 +47,8 @@ def run(out_dir: pathlib.Path, *, steps: int = 600, batch_size: int = 64, seed: 
     state = ts.init(nets.mlp_init(k_init, [x.shape[1], 128, train.num_classes], init="he"))
     t0 = time.perf_counter()
     state, hist = loop.fit(ts.step, state, (x, y), steps=steps, batch_size=batch_size, key=k_fit,
-                           eval_fn=eval_fn, eval_every=100, eval_at_start=True, desc="core: digits MLP")
+                           eval_fn=eval_fn, eval_every=100, eval_at_start=True,
+                           desc="core: digits MLP")
     wall = time.perf_counter() - t0
 
     (out_dir / "core_history.json").write_text(json.dumps(loop.history_to_jsonable(hist)))

@@ -62,7 +62,7 @@ def initialize_distributed(
         num_processes = int(env["JAX_NUM_PROCESSES"])
     if process_id is None and env.get("JAX_PROCESS_ID"):
         process_id = int(env["JAX_PROCESS_ID"])
-    explicit = coordinator_address is not None and num_processes is not None and process_id is not None
+    explicit = None not in (coordinator_address, num_processes, process_id)
     cluster = _detected_cluster()
     if not explicit and cluster is None:
         raise RuntimeError(

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -73,7 +72,7 @@ _MAX_PERM_ENTRIES = 1 << 24  # int32 entries of precomputed permutations per chu
 
 
 def _epoch_perm(data_key, epoch, n):
-    return jax.random.permutation(jax.random.fold_in(data_key, epoch), n)
+    return jax.random.permutation(jax.random.fold_in(data_key, epoch), n).astype(jnp.int32)
 
 
 @partial(
@@ -81,14 +80,19 @@ def _epoch_perm(data_key, epoch, n):
     static_argnames=("step", "length", "batch_size", "steps_per_epoch", "n", "runs",
                      "data_runs_axis", "batch_sharding", "state_sharding"),
 )
-def _run_chunk(state, t0, data, data_key, step_keys, *, step, length, batch_size,
+def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step, length,
+               batch_size,
                steps_per_epoch, n, runs, data_runs_axis, batch_sharding, state_sharding):
     """``length`` steps ``t0 .. t0+length-1`` of ``step`` in one ``lax.scan``.
 
     Step ``t`` uses the batch ``perm_e[p*B:(p+1)*B]`` with ``e = t // S``, ``p = t % S``
     (``S`` steps per epoch, ``perm_e`` a permutation drawn from ``fold_in(data_key, e)``) and
     the key ``fold_in(step_key, t)`` (per run with ``runs``).  Both depend only on ``t``, so
-    any chunking (and a resumed run) sees exactly the same batches and keys.
+    any chunking (and a resumed run) sees exactly the same batches and keys.  ``prev_perm`` is
+    the permutation of epoch ``prev_epoch`` (from the previous chunk), reused when this chunk
+    starts inside that epoch, so every permutation is drawn once per run.
+
+    Returns ``(state, metrics, last_perm, last_epoch)``.
     """
     full = batch_size is None
     axis = 1 if data_runs_axis else 0
@@ -126,16 +130,28 @@ def _run_chunk(state, t0, data, data_key, step_keys, *, step, length, batch_size
         def body_full(st, t):
             return advance(st, data, t)
 
-        return lax.scan(body_full, state, ts)
+        state, metrics = lax.scan(body_full, state, ts)
+        return state, metrics, prev_perm, prev_epoch
+    first = lax.cond(prev_epoch == e0, lambda: prev_perm, lambda: _epoch_perm(data_key, e0, n))
+    e_last = (t0 + length - 1) // steps_per_epoch
     if precompute:
-        perms = jax.vmap(lambda e: _epoch_perm(data_key, e, n))(e0 + jnp.arange(n_epochs, dtype=e0.dtype))
+        need = e_last - e0 + 1
+
+        def draw(j):  # epochs e0+1 .. e_last; the bound n_epochs may exceed them by one
+            return lax.cond(j < need, lambda: _epoch_perm(data_key, e0 + j, n),
+                            lambda: jnp.zeros((n,), jnp.int32))
+
+        rest = lax.map(draw, jnp.arange(1, n_epochs, dtype=e0.dtype))
+        perms = jnp.concatenate([first[None], rest], axis=0)
 
         def body_pre(st, t):
             row, pos = t // steps_per_epoch - e0, t % steps_per_epoch
             idx = lax.dynamic_slice(perms, (row, pos * batch_size), (1, batch_size))[0]
             return advance(st, gather(idx), t)
 
-        return lax.scan(body_pre, state, ts)
+        state, metrics = lax.scan(body_pre, state, ts)
+        last = lax.dynamic_index_in_dim(perms, need - 1, axis=0, keepdims=False)
+        return state, metrics, last, e_last
 
     def body_cond(carry, t):
         st, perm = carry
@@ -145,8 +161,8 @@ def _run_chunk(state, t0, data, data_key, step_keys, *, step, length, batch_size
         st, metrics = advance(st, gather(idx), t)
         return (st, perm), metrics
 
-    (state, _), metrics = lax.scan(body_cond, (state, _epoch_perm(data_key, e0, n)), ts)
-    return state, metrics
+    (state, last), metrics = lax.scan(body_cond, (state, first), ts)
+    return state, metrics, last, e_last
 
 
 @partial(jax.jit, static_argnames=("eval_fn", "runs"))
@@ -200,7 +216,9 @@ def _default_chunk(total: int, intervals: Sequence[int]) -> int:
 
 def _as_key(key):
     if key is None:
-        raise ValueError("fit: pass key=jax.random.key(seed); it drives shuffling and the step keys.")
+        raise ValueError(
+            "fit: pass key=jax.random.key(seed); it drives shuffling and the step keys."
+        )
     key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
     if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
@@ -208,7 +226,9 @@ def _as_key(key):
         return key
     if key.dtype == jnp.uint32 and key.shape == (2,):
         return jax.random.wrap_key_data(key)
-    raise TypeError(f"fit: key must be jax.random.key(seed), got dtype {key.dtype} shape {key.shape}.")
+    raise TypeError(
+        f"fit: key must be jax.random.key(seed), got dtype {key.dtype} shape {key.shape}."
+    )
 
 
 def _to_host(tree):
@@ -418,7 +438,9 @@ def fit(
         if eval_fn is None:
             raise ValueError("fit: early_stopping needs eval_fn (it watches an eval metric).")
         if early_stopping.mode not in ("min", "max"):
-            raise ValueError(f"fit: EarlyStopping.mode must be 'min' or 'max', got {early_stopping.mode!r}.")
+            raise ValueError(
+                f"fit: EarlyStopping.mode must be 'min' or 'max', got {early_stopping.mode!r}."
+            )
         if early_stopping.patience < 1:
             raise ValueError("fit: EarlyStopping.patience must be >= 1.")
     if checkpoint_every is not None and checkpoint_dir is None:
@@ -428,12 +450,14 @@ def fit(
     batch_sharding = None
     state_sh = None
     if mesh is not None:
-        from jax.sharding import NamedSharding, PartitionSpec as P
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
 
         if data_axis not in mesh.axis_names:
             raise ValueError(
                 f"fit: mesh axes {mesh.axis_names} have no {data_axis!r} axis; build it with "
-                f"jax.make_mesh((ndev,), ('{data_axis}',), axis_types=(jax.sharding.AxisType.Auto,))."
+                f"jax.make_mesh((ndev,), ('{data_axis}',), "
+                "axis_types=(jax.sharding.AxisType.Auto,))."
             )
         ndata = mesh.shape[data_axis]
         b = n if batch_size is None else batch_size
@@ -466,7 +490,6 @@ def fit(
     step_keys = jax.random.split(step_key, R) if runs else step_key
 
     # ---------------------------------------------------------------- checkpoint / resume
-    history = empty_history()
     chunks_train: list[dict[str, np.ndarray]] = []
     chunks_eval: list[dict[str, np.ndarray]] = []
     chunk_steps: list[np.ndarray] = []
@@ -560,7 +583,9 @@ def fit(
         nonlocal best_state, stopped, es_best, es_wait, es_best_step
         out = _run_eval(state, eval_fn=eval_fn, runs=runs)
         if not isinstance(out, dict):
-            raise TypeError(f"fit: eval_fn must return a dict of scalars, got {type(out).__name__}.")
+            raise TypeError(
+                f"fit: eval_fn must return a dict of scalars, got {type(out).__name__}."
+            )
         out = _to_host(out)
         for k, v in out.items():
             if np.shape(v) != ((R,) if runs else ()):
@@ -589,7 +614,8 @@ def fit(
             if np.all(es_wait >= es.patience):
                 stopped = True
         if progress_bar is not None:
-            progress_bar.set_postfix({**_fmt(last_metrics), **{f"eval_{k}": s for k, s in _fmt(out).items()}})
+            evals = {f"eval_{k}": s for k, s in _fmt(out).items()}
+            progress_bar.set_postfix({**_fmt(last_metrics), **evals})
 
     def finish():
         if ckpt is not None:
@@ -617,12 +643,15 @@ def fit(
         evaluate(0)
     checked_metrics = False
 
+    perm_box = [jnp.zeros((1 if batch_size is None else n,), jnp.int32),
+                jnp.asarray(-1, jnp.int32)]  # last drawn permutation and its epoch
+
     def launch(t_from, st):
         """Dispatch the chunk starting at ``t_from`` (asynchronously; nothing is read back)."""
         t_to = min([_ceil_to(t_from, k) for k in period] + [total])
         try:
-            st_new, m = _run_chunk(
-                st, jnp.asarray(t_from, jnp.int32), data, data_key, step_keys,
+            st_new, m, perm_box[0], perm_box[1] = _run_chunk(
+                st, jnp.asarray(t_from, jnp.int32), data, data_key, step_keys, *perm_box,
                 step=step, length=t_to - t_from, batch_size=batch_size, steps_per_epoch=spe, n=n,
                 runs=runs, data_runs_axis=data_runs_axis, batch_sharding=batch_sharding,
                 state_sharding=state_sh,
@@ -664,7 +693,10 @@ def fit(
                 names = list(metrics) if check_finite is True else list(check_finite)
                 for k in names:
                     if k not in metrics:
-                        raise KeyError(f"fit: check_finite names {k!r}, not a metric of step: {sorted(metrics)}.")
+                        raise KeyError(
+                            f"fit: check_finite names {k!r}, not a metric of step: "
+                            f"{sorted(metrics)}."
+                        )
                     v = np.asarray(metrics[k])
                     if not np.issubdtype(v.dtype, np.inexact):
                         continue
@@ -674,13 +706,15 @@ def fit(
                         i = int(np.argmax(rows))
                         bad_runs = np.flatnonzero(bad[i]).tolist() if runs else None
                         where = f" in runs {bad_runs}" if runs else ""
-                        where_ck = (f"; the last good checkpoint (step {last_ckpt}) is in {ckpt.directory}"
-                                    if ckpt is not None and last_ckpt is not None else "")
+                        where_ck = ""
+                        if ckpt is not None and last_ckpt is not None:
+                            where_ck = (f"; the last good checkpoint (step {last_ckpt}) is in "
+                                        f"{ckpt.directory}")
                         msg = (
-                            f"fit: training metric {k!r} became non-finite ({v[i].tolist()}) at step "
-                            f"{t_from + i}{where}. Training stopped; err.state holds the last good "
-                            f"state (after {t_from} steps){where_ck}. Lower the learning rate, check "
-                            "the data and the loss for log(0)/division by zero"
+                            f"fit: training metric {k!r} became non-finite ({v[i].tolist()}) "
+                            f"at step {t_from + i}{where}. Training stopped; err.state holds the "
+                            f"last good state (after {t_from} steps){where_ck}. Lower the learning "
+                            "rate, check the data and the loss for log(0)/division by zero"
                             + (", or pass check_finite=False to let a sweep continue past "
                                "diverging runs." if runs else ".")
                         )

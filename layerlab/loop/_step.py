@@ -36,7 +36,7 @@ class TrainState(NamedTuple):
 
 
 class TrainStep(NamedTuple):
-    """``init(params, hparams=None) -> TrainState`` and ``step(state, batch, key) -> (state, metrics)``."""
+    """The pair ``init(params, hparams=None) -> TrainState`` and ``step(state, batch, key)``."""
 
     init: Callable[..., TrainState]
     step: Callable[[TrainState, Any, jax.Array], tuple[TrainState, dict[str, jax.Array]]]

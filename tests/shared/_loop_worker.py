@@ -14,7 +14,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -50,7 +49,8 @@ def flat(params):
 
 
 def run_mesh(out):
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     assert jax.device_count() == 8, jax.devices()
     mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
@@ -86,7 +86,8 @@ def run_mesh(out):
 
 
 def run_dist(rank, port, out):
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     pid, count = loop.initialize_distributed(f"localhost:{port}", 2, rank,
                                              initialization_timeout=60)
@@ -105,7 +106,6 @@ def run_dist(rank, port, out):
 
 
 def ckpt_state():
-    ts = train_step()
     return {"train": init_state(), "noise_key": jax.random.key(7)}
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from layerlab import loop, nets
+from layerlab import loop
 
 
 def _problem(key, n=48, d=5):
@@ -94,7 +94,8 @@ def test_each_sample_once_per_epoch_and_remainder_dropped(key):
     n, bs = 10, 3  # 3 steps per epoch, 1 sample dropped per epoch (a different one each time)
 
     def count_step(counts, batch, key):
-        return counts + jnp.zeros((n,)).at[batch].add(1.0), {"s": jnp.sum(batch).astype(jnp.float32)}
+        s = jnp.sum(batch).astype(jnp.float32)
+        return counts + jnp.zeros((n,)).at[batch].add(1.0), {"s": s}
 
     counts, hist = loop.fit(count_step, jnp.zeros((n,)), jnp.arange(n), epochs=1, batch_size=bs,
                             key=key, progress=False)
