@@ -47,7 +47,7 @@ def force_stats(Ws, X, lam, ridge):
     F = bn.forces(Zs, X, lam=lam, ridge=ridge)
     out = []
     As = [bn.augment(X, 1.0)] + [bn.augment(jax.nn.relu(Z), 1.0) for Z in Zs[:-1]]
-    for l in range(len(Zs) - 1):
+    for l in range(len(Zs) - 1):  # noqa: E741
         a, r = F.attraction[l], F.repulsion[l]
         # variations of Z_l realisable by W_l: the row space of Z_{l-1}^sigma
         _, s, vt = jnp.linalg.svd(As[l], full_matrices=False)
@@ -56,6 +56,10 @@ def force_stats(Ws, X, lam, ridge):
         _, s_next, _ = jnp.linalg.svd(As[l + 1], full_matrices=False)
         out.append({"att": jnp.linalg.norm(a), "rep": jnp.linalg.norm(r),
                     "imbalance_row_space": jnp.linalg.norm((a + r) @ P) / jnp.linalg.norm(a @ P),
+                    # the same balance read through Z_{l-1}^sigma (no 1/s_min amplification):
+                    # F A^T is the force on W_l; F_att A^T = -2 lam W_l
+                    "imbalance_weight_metric": jnp.linalg.norm((a + r) @ As[l].T)
+                    / jnp.linalg.norm(a @ As[l].T),
                     "rank_input_sigma": jnp.sum(keep),
                     "rank_output_sigma": jnp.sum(s_next > 1e-6 * s_next[0]),
                     "imbalance": jnp.linalg.norm(a + r) / jnp.linalg.norm(a),
@@ -145,14 +149,15 @@ def main(argv=None):
                   "loss": info["final_loss"], "layers": st})
     print(f"L-BFGS polish ({info['iters']} its, max |grad| {info['max_grad']:.2e}): loss "
           f"{info['final_loss']:.6f}, imbalance per layer "
-          + ", ".join(f"{float(s['imbalance']):.3g}" for s in st), flush=True)
+          + ", ".join(f"{float(s['imbalance']):.3g} (weight metric "
+                      f"{float(s['imbalance_weight_metric']):.2g})" for s in st), flush=True)
     snaps["trained"] = polished
 
     fig, axes = plt.subplots(2, args.depth - 1, figsize=(5.5 * (args.depth - 1), 10))
     colors = np.array(["tab:blue", "tab:orange", "tab:green"])
     for row, name in enumerate(["init", "trained"]):  # "trained" = Adam + L-BFGS
         Zs, F, st = stats_fn(snaps[name])
-        for l in range(args.depth - 1):
+        for l in range(args.depth - 1):  # noqa: E741
             ax = axes[row, l]
             Z = np.asarray(Zs[l])
             mu = Z.mean(1, keepdims=True)
@@ -180,6 +185,10 @@ def main(argv=None):
         "initial_imbalance": [float(s["imbalance"]) for s in trace[0]["layers"]],
         "final_imbalance_row_space": [float(s["imbalance_row_space"])
                                       for s in trace[-1]["layers"]],
+        "final_imbalance_weight_metric": [float(s["imbalance_weight_metric"])
+                                          for s in trace[-1]["layers"]],
+        "initial_imbalance_weight_metric": [float(s["imbalance_weight_metric"])
+                                            for s in trace[0]["layers"]],
         "final_rank_Z_sigma": [int(s["rank_output_sigma"]) for s in trace[-1]["layers"]],
         "paper": "forces cancel at a minimum; attraction pulls Z_l towards Z_{l-1}, repulsion "
                  "keeps the information Z_{l+1} needs (Fig. 1, qualitative)"})

@@ -91,7 +91,7 @@ def plot(res, args, path):
         dep = res["tasks"][t]["depth_sweep"]
         Lmax = str(max(args.depths))
         sv = dep[Lmax]["singular_values"]
-        for l, s in enumerate(sv):
+        for l, s in enumerate(sv):  # noqa: E741
             ax[row, 0].scatter(np.full(len(s[0]), l + 1), s[0], s=10, c="k")
         ax[row, 0].axhline(1, ls=":", c="r")
         ax[row, 0].set(title=f"{t}: weight singular values, L={Lmax}", xlabel="layer",

@@ -8,6 +8,27 @@ Tradeoff" (NeurIPS 2023).
 Convention (paper A): columns are data points, ``X`` is ``[n_0, N]``, ``Z_l`` is ``[n_l, N]`` and
 ``W_l`` is ``[n_l, n_{l-1} + 1]`` with the last column multiplying the bias row ``beta 1^T``.
 """
+from layerlab.bottleneck._cprank import bipartite_matrix as bipartite_matrix
+from layerlab.bottleneck._cprank import bipartite_width_n_network as bipartite_width_n_network
+from layerlab.bottleneck._cprank import complete_bipartite_edges as complete_bipartite_edges
+from layerlab.bottleneck._cprank import (
+    identity_inputs_loss_lower_bound as identity_inputs_loss_lower_bound,
+)
+from layerlab.bottleneck._cprank import incidence_matrix as incidence_matrix
+from layerlab.bottleneck._cprank import is_triangle_free as is_triangle_free
+from layerlab.bottleneck._cprank import (
+    shallow_min_norm_identity_inputs as shallow_min_norm_identity_inputs,
+)
+from layerlab.bottleneck._diagnostics import bottleneck_diagnostics as bottleneck_diagnostics
+from layerlab.bottleneck._diagnostics import count_near_one as count_near_one
+from layerlab.bottleneck._diagnostics import jacobian_stats as jacobian_stats
+from layerlab.bottleneck._diagnostics import layer_singular_values as layer_singular_values
+from layerlab.bottleneck._diagnostics import network_fn as network_fn
+from layerlab.bottleneck._diagnostics import ntk_trace as ntk_trace
+from layerlab.bottleneck._diagnostics import representation_dims as representation_dims
+from layerlab.bottleneck._optimise import RepresentationState as RepresentationState
+from layerlab.bottleneck._optimise import RepresentationStep as RepresentationStep
+from layerlab.bottleneck._optimise import representation_step as representation_step
 from layerlab.bottleneck._reformulations import Covariances as Covariances
 from layerlab.bottleneck._reformulations import Forces as Forces
 from layerlab.bottleneck._reformulations import augment as augment
@@ -31,17 +52,6 @@ from layerlab.bottleneck._reformulations import weight_loss as weight_loss
 from layerlab.bottleneck._reformulations import (
     weights_from_representations as weights_from_representations,
 )
-from layerlab.bottleneck._cprank import bipartite_matrix as bipartite_matrix
-from layerlab.bottleneck._cprank import bipartite_width_n_network as bipartite_width_n_network
-from layerlab.bottleneck._cprank import complete_bipartite_edges as complete_bipartite_edges
-from layerlab.bottleneck._cprank import (
-    identity_inputs_loss_lower_bound as identity_inputs_loss_lower_bound,
-)
-from layerlab.bottleneck._cprank import incidence_matrix as incidence_matrix
-from layerlab.bottleneck._cprank import is_triangle_free as is_triangle_free
-from layerlab.bottleneck._cprank import (
-    shallow_min_norm_identity_inputs as shallow_min_norm_identity_inputs,
-)
 from layerlab.bottleneck._sweeps import cross_entropy_cost as cross_entropy_cost
 from layerlab.bottleneck._sweeps import from_mlp_layer as from_mlp_layer
 from layerlab.bottleneck._sweeps import init_weights as init_weights
@@ -53,16 +63,6 @@ from layerlab.bottleneck._sweeps import sweep_step as sweep_step
 from layerlab.bottleneck._sweeps import to_mlp_params as to_mlp_params
 from layerlab.bottleneck._sweeps import width_masks as width_masks
 from layerlab.bottleneck._sweeps import width_sweep as width_sweep
-from layerlab.bottleneck._diagnostics import bottleneck_diagnostics as bottleneck_diagnostics
-from layerlab.bottleneck._diagnostics import count_near_one as count_near_one
-from layerlab.bottleneck._diagnostics import jacobian_stats as jacobian_stats
-from layerlab.bottleneck._diagnostics import layer_singular_values as layer_singular_values
-from layerlab.bottleneck._diagnostics import network_fn as network_fn
-from layerlab.bottleneck._diagnostics import ntk_trace as ntk_trace
-from layerlab.bottleneck._diagnostics import representation_dims as representation_dims
-from layerlab.bottleneck._optimise import RepresentationState as RepresentationState
-from layerlab.bottleneck._optimise import RepresentationStep as RepresentationStep
-from layerlab.bottleneck._optimise import representation_step as representation_step
 from layerlab.bottleneck._tasks import symmetry_objective as symmetry_objective
 from layerlab.bottleneck._tasks import symmetry_task as symmetry_task
 

@@ -15,7 +15,8 @@ References:
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +42,7 @@ def _check_weights(weights: Sequence[Array], n0: int) -> None:
     if len(weights) == 0:
         raise ValueError("weights is empty: pass a list [W_1, ..., W_L] with L >= 1.")
     n_prev = n0
-    for l, W in enumerate(weights, start=1):
+    for l, W in enumerate(weights, start=1):  # noqa: E741
         if W.ndim != 2 or W.shape[1] != n_prev + 1:
             raise ValueError(
                 f"W_{l} must have shape [n_{l}, n_{l - 1} + 1] = [?, {n_prev + 1}] (last column is "
@@ -53,7 +54,7 @@ def _check_weights(weights: Sequence[Array], n0: int) -> None:
 def _check_reps(Zs: Sequence[Array], N: int) -> None:
     if len(Zs) == 0:
         raise ValueError("Zs is empty: pass a list [Z_1, ..., Z_L] with L >= 1.")
-    for l, Z in enumerate(Zs, start=1):
+    for l, Z in enumerate(Zs, start=1):  # noqa: E741
         if Z.ndim != 2 or Z.shape[1] != N:
             raise ValueError(
                 f"Z_{l} must have shape [n_{l}, N] = [?, {N}] (columns are data points); "
@@ -131,7 +132,8 @@ def representations(weights: Sequence[Array], X, *, beta=1.0,
     """Forward pass Phi: weights to pre-activations ``[Z_1, ..., Z_L]``.
 
     .. math:: Z_\\ell = W_\\ell Z_{\\ell-1}^\\sigma,\\quad
-              Z_\\ell^\\sigma = [\\sigma(Z_\\ell);\\ \\beta 1^T],\\quad Z_0^\\sigma = [X;\\ \\beta 1^T]
+              Z_\\ell^\\sigma = [\\sigma(Z_\\ell);\\ \\beta 1^T],\\quad
+              Z_0^\\sigma = [X;\\ \\beta 1^T]
 
     Args:
       weights: ``[W_1, ..., W_L]``, ``W_l`` of shape ``[n_l, n_{l-1} + 1]``.
@@ -149,7 +151,7 @@ def representations(weights: Sequence[Array], X, *, beta=1.0,
     _check_weights(weights, X.shape[0])
     A = augment(X, beta)
     Zs = []
-    for l, W in enumerate(weights):
+    for l, W in enumerate(weights):  # noqa: E741
         Z = W @ A
         Zs.append(Z)
         if l < len(weights) - 1:
@@ -256,7 +258,8 @@ def covariances(Zs: Sequence[Array], X, *, beta=1.0,
                 activation: Activation = jax.nn.relu) -> Covariances:
     """Gamma: representations to covariance pairs ``(K_l, K_l^sigma)``.
 
-    .. math:: K_\\ell = Z_\\ell^T Z_\\ell,\\quad K_\\ell^\\sigma = \\sigma(Z_\\ell)^T\\sigma(Z_\\ell)
+    .. math:: K_\\ell = Z_\\ell^T Z_\\ell,\\quad
+              K_\\ell^\\sigma = \\sigma(Z_\\ell)^T\\sigma(Z_\\ell)
               + \\beta^2 1 1^T,\\quad K_0^\\sigma = X^T X + \\beta^2 1 1^T
 
     Args:
@@ -327,9 +330,11 @@ def forces(Zs: Sequence[Array], X, *, lam, beta=1.0, activation: Activation = ja
            ridge=0.0) -> Forces:
     """Attraction/repulsion forces on the hidden representations.
 
-    .. math:: F^{att}_\\ell = -\\lambda\\,\\partial_{Z_\\ell}\\|Z_\\ell (Z_{\\ell-1}^\\sigma)^+\\|_F^2
+    .. math:: F^{att}_\\ell =
+              -\\lambda\\,\\partial_{Z_\\ell}\\|Z_\\ell (Z_{\\ell-1}^\\sigma)^+\\|_F^2
               = -2\\lambda Z_\\ell (K_{\\ell-1}^\\sigma)^+,\\qquad
-              F^{rep}_\\ell = -\\lambda\\,\\partial_{Z_\\ell}\\|Z_{\\ell+1}(Z_\\ell^\\sigma)^+\\|_F^2
+              F^{rep}_\\ell =
+              -\\lambda\\,\\partial_{Z_\\ell}\\|Z_{\\ell+1}(Z_\\ell^\\sigma)^+\\|_F^2
 
     At a critical point of L^r, ``F^att_l + F^rep_l = 0`` for hidden layers and
     ``F^att_L = dC/dZ_L``.  This holds as stated in the wide regime where every ``Z`` is
@@ -357,7 +362,7 @@ def forces(Zs: Sequence[Array], X, *, lam, beta=1.0, activation: Activation = ja
 
     A0 = augment(X, beta)
     att, rep = [], []
-    for l in range(L):
+    for l in range(L):  # noqa: E741
         A_prev = A0 if l == 0 else augment(activation(Zs[l - 1]), beta)
         att.append(-jax.grad(term, argnums=1)(A_prev, Zs[l]))
         if l < L - 1:
@@ -400,7 +405,7 @@ def linear_optimal_covariances(X, Z_L, depth: int) -> list[Array]:
         raise ValueError(f"the closed form needs a square invertible X; got shape {X.shape}.")
     Xinv = jnp.linalg.inv(X)
     M = Xinv.T @ (Z_L.T @ Z_L) @ Xinv
-    return [X.T @ _psd_power(M, l / depth) @ X for l in range(1, depth)]
+    return [X.T @ _psd_power(M, l / depth) @ X for l in range(1, depth)]  # noqa: E741
 
 
 def linear_optimal_regulariser(X, Z_L, depth: int) -> Array:

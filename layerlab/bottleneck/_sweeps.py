@@ -12,7 +12,7 @@ References:
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -108,7 +108,7 @@ def masked_weights(weights: Sequence[Array], masks: Array) -> list[Array]:
     if masks.shape[0] != L - 1:
         raise ValueError(f"masks must be [L-1, n_max] = [{L - 1}, ...]; got {masks.shape}.")
     out = []
-    for l, W in enumerate(weights):
+    for l, W in enumerate(weights):  # noqa: E741
         row = masks[l] if l < L - 1 else jnp.ones((W.shape[0],), W.dtype)
         col = (jnp.concatenate([masks[l - 1], jnp.ones((1,), W.dtype)]) if l > 0
                else jnp.ones((W.shape[1],), W.dtype))
@@ -165,7 +165,8 @@ def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: fl
 def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Callable,
                 lam: float, seeds: int = 3, max_width: int | None = None,
                 adam_steps: int = 2000, adam_lr: float = 1e-3, gd_steps: int = 0,
-                gd_lr: float = 1e-2, lr_decay: float | None = 1e-2, beta=1.0, activation=jax.nn.relu, init: str = "he",
+                gd_lr: float = 1e-2, lr_decay: float | None = 1e-2, beta=1.0,
+                activation=jax.nn.relu, init: str = "he",
                 w_std: float | None = None, batch_size: int | None = None,
                 progress: bool = True, desc: str = "width sweep") -> dict:
     """Minimal regularised loss vs hidden width: widths x seeds in one program per phase.

@@ -47,7 +47,7 @@ def test_width_n_construction(N, x64):
 def test_loss_lower_bound_is_soft_threshold_minimum(key):
     Y = np.asarray(jax.random.normal(key, (3, 5)), dtype=np.float64)
     lam, N = 0.07, 5
-    f = lambda Yh: np.sum((Yh - Y) ** 2) / N + 2 * lam * np.linalg.svd(Yh, compute_uv=False).sum()
+    f = lambda Yh: np.sum((Yh - Y) ** 2) / N + 2 * lam * np.linalg.svd(Yh, compute_uv=False).sum()  # noqa: E731
     U, s, Vt = np.linalg.svd(Y, full_matrices=False)
     Ystar = (U * np.maximum(s - lam * N, 0)) @ Vt
     lb = bn.identity_inputs_loss_lower_bound(Y, lam)

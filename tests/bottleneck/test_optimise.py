@@ -11,7 +11,7 @@ def test_projected_representation_gd_decreases_true_loss(key):
     kx, ky, kw = jax.random.split(key, 3)
     X = jax.random.normal(kx, (3, 12))
     Y = jnp.tanh(X[:2] * 2.0)
-    cost = lambda Z: jnp.sum((Z - Y) ** 2) / 12
+    cost = lambda Z: jnp.sum((Z - Y) ** 2) / 12  # noqa: E731
     W0 = bn.init_weights(kw, [3, 8, 8, 2])
     Zs0 = bn.representations(W0, X)
     rs = bn.representation_step(X, cost, optax.adam(1e-2), lam=1e-2, ridge=1e-4)

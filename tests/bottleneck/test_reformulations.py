@@ -55,7 +55,7 @@ def test_phi_psi_identity_and_min_norm(key, x64):
         np.testing.assert_allclose(Wl, _min_norm_solution(A, Z), atol=1e-10)
     # explicit forward pass written out by hand (rows = samples) agrees with Phi
     h = X.T
-    for l, Wl in enumerate(W):
+    for l, Wl in enumerate(W):  # noqa: E741
         h = h @ Wl[:, :-1].T + 0.7 * Wl[None, :, -1]
         if l < 2:
             np.testing.assert_allclose(h.T, Zs[l], atol=1e-12)
@@ -141,13 +141,16 @@ def test_attraction_closed_form(key, x64):
     Zs = bn.representations(_rand_weights(kw, [3, 4, 4, 2]), X)
     F = bn.forces(Zs, X, lam=0.3)
     covs = bn.covariances(Zs, X)
-    for l in range(3):
+    for l in range(3):  # noqa: E741
         np.testing.assert_allclose(
             F.attraction[l], -2 * 0.3 * Zs[l] @ jnp.linalg.pinv(covs.K_sigma[l]), atol=1e-9)
     assert float(jnp.abs(F.repulsion[-1]).max()) == 0.0
     # repulsion = minus the gradient of the next layer's term (finite differences)
     E = jax.random.normal(key, Zs[0].shape)
-    f = lambda t: 0.3 * jnp.sum((Zs[1] @ jnp.linalg.pinv(bn.augment(jax.nn.relu(Zs[0] + t * E), 1.0))) ** 2)
+    def f(t):
+        A = bn.augment(jax.nn.relu(Zs[0] + t * E), 1.0)
+        return 0.3 * jnp.sum((Zs[1] @ jnp.linalg.pinv(A)) ** 2)
+
     fd = (f(1e-6) - f(-1e-6)) / 2e-6
     np.testing.assert_allclose(-jnp.sum(F.repulsion[0] * E), fd, rtol=1e-5)
 
@@ -160,7 +163,7 @@ def test_forces_cancel_at_minimum(key, x64):
     Y = jax.random.normal(ky, (4, 6))
     cost, lam = _mse(Y), 1e-2
     act = jnp.tanh
-    loss = lambda W: bn.weight_loss(W, X, cost=cost, lam=lam, activation=act)
+    loss = lambda W: bn.weight_loss(W, X, cost=cost, lam=lam, activation=act)  # noqa: E731
     W = _minimise(loss, _rand_weights(kw, [5, 6, 6, 4], scale=1.5))
     Zs = bn.representations(W, X, activation=act)
     for Z in Zs[:-1]:  # the regime the statement needs: Z^sigma of full column rank
@@ -168,7 +171,7 @@ def test_forces_cancel_at_minimum(key, x64):
     force_fn = jax.jit(lambda Zs: bn.forces(Zs, X, lam=lam, activation=act))
     F = force_fn(Zs)
     gC = jax.grad(cost)(Zs[-1])
-    for l in range(3):
+    for l in range(3):  # noqa: E741
         net = F.attraction[l] + F.repulsion[l] - (gC if l == 2 else 0.0)
         scale = float(jnp.linalg.norm(F.attraction[l]))
         assert scale > 1e-2
@@ -185,8 +188,8 @@ def test_linear_network_closed_form(key, x64):
     X = jax.random.normal(kx, (N, N)) + 2 * jnp.eye(N)
     Y = jax.random.normal(ky, (3, N))
     cost, lam = _mse(Y), 0.05
-    ident = lambda z: z
-    loss = lambda W: bn.weight_loss(W, X, cost=cost, lam=lam, beta=0.0, activation=ident)
+    ident = lambda z: z  # noqa: E731
+    loss = lambda W: bn.weight_loss(W, X, cost=cost, lam=lam, beta=0.0, activation=ident)  # noqa: E731
     W = _minimise(loss, _rand_weights(kw, [N, N, N, 3]))
     Zs = bn.representations(W, X, beta=0.0, activation=ident)
     K_ref = bn.linear_optimal_covariances(X, Zs[-1], L)
