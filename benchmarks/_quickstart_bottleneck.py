@@ -22,13 +22,13 @@ from layerlab import data, loop
 
 def run(out_dir: pathlib.Path) -> dict:
     t0 = time.perf_counter()
-    depth, width, steps = 8, 24, 1500
+    depth, width, steps = 8, 24, 1000
     ds = data.latent(jax.random.key(1), 100, k=2, d_in=10, d_out=10)
     x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
     y = (y - y.mean(0)) / y.std()
     W0 = bn.init_weights(jax.random.key(2), [10] + [width] * (depth - 1) + [10])
     hp = {"masks": jnp.ones((depth - 1, width)), "lam": jnp.asarray(3e-3)}
-    ts = bn.sweep_step(bn.mse_cost, optax.adam(optax.cosine_decay_schedule(3e-3, steps, 1e-2)))
+    ts = bn.sweep_step(bn.mse_cost, optax.adam(optax.cosine_decay_schedule(1e-2, steps, 1e-2)))
     state, hist = loop.fit(ts.step, ts.init(W0, hp), (x, y), key=jax.random.key(3),
                            steps=steps, progress=False)
     diag = jax.jit(lambda W: bn.bottleneck_diagnostics(W, x[:50], ntk=False))(state.params)
