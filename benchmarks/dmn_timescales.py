@@ -128,7 +128,7 @@ def fig5(tr, te, args, out):
         ax.plot(steps, dist[:, k], label=n)
     ax.set_xlabel("SGD step")
     ax.set_ylabel("||w(t) - w(T)|| / ||w(T)||")
-    ax.set_title("Fig. 5: lower layers settle first")
+    ax.set_title("Fig. 5: per-layer distance to the final weights")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "fig5_distance_to_final.png", dpi=120)

@@ -13,6 +13,7 @@ from layerlab.dmn._density import density_from_chunks as density_from_chunks
 from layerlab.dmn._density import density_init as density_init
 from layerlab.dmn._density import density_merge as density_merge
 from layerlab.dmn._density import density_update as density_update
+from layerlab.dmn._density import density_update_grouped as density_update_grouped
 from layerlab.dmn._density import fix_signs as fix_signs
 from layerlab.dmn._density import naive_density_matrix as naive_density_matrix
 from layerlab.dmn._density import num_components as num_components
@@ -70,6 +71,7 @@ __all__ = [
     "density_init",
     "density_merge",
     "density_update",
+    "density_update_grouped",
     "distance_to_final",
     "dmn_apply",
     "dmn_conv_apply",

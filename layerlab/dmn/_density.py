@@ -163,6 +163,44 @@ def density_update(
     )
 
 
+def density_update_grouped(
+    state: DensityState, h: jax.Array, y: jax.Array, mask: jax.Array | None = None
+) -> DensityState:
+    """Add ``n`` groups of ``p`` samples that share a label (e.g. the patches of one image).
+
+    Each group's Gram matrix ``G_g = sum_p h_{gp} h_{gp}^T`` is one batched GEMM
+    (``n p d^2`` FLOPs, the cost of the naive ``h^T h``), then ``outer_c += sum_g [y_g = c] G_g``
+    costs only ``n C d^2``: no ``C``-fold overhead when labels are per image.
+
+    Args:
+      state: the running sums.
+      h: ``[n, p, d]`` groups of samples.
+      y: ``[n]`` integer label of each group.
+      mask: optional ``[n]`` group weights (1 = real, 0 = padding).
+
+    Returns:
+      The updated ``DensityState`` (each group counts ``p`` samples).
+    """
+    h = jnp.asarray(h, state.outer.dtype)
+    y = jnp.asarray(y)
+    num_classes, d = state.total.shape
+    if h.ndim != 3 or h.shape[2] != d or y.shape != (h.shape[0],):
+        raise ValueError(
+            f"h must be [n, p, d={d}] with labels y [n]; got h {h.shape}, y {y.shape}."
+        )
+    p = h.shape[1]
+    w = jax.nn.one_hot(y, num_classes, dtype=h.dtype)
+    if mask is not None:
+        w = w * jnp.asarray(mask, h.dtype)[:, None]
+    grams = jnp.einsum("npi,npj->nij", h, h)
+    return DensityState(
+        outer=state.outer + jnp.einsum("nc,nij->cij", w, grams),
+        total=state.total + w.T @ h.sum(1),
+        count=state.count + p * w.sum(0),
+        n=state.n + p * w.sum(),
+    )
+
+
 def density_merge(a: DensityState, b: DensityState) -> DensityState:
     """Combine the running sums of two disjoint parts of a data set (sums are additive)."""
     return jax.tree_util.tree_map(jnp.add, a, b)

@@ -43,6 +43,7 @@ from layerlab.dmn._density import (
     density_finalize,
     density_init,
     density_update,
+    density_update_grouped,
     fix_signs,
     select_filters,
 )
@@ -309,9 +310,10 @@ def build_dmn(
 
         def update(state, xc, yc, mc, inputs=inputs):
             h = inputs(xc)
-            reps = h.shape[1] * h.shape[2] if h.ndim == 4 else 1
-            hf = h.reshape(-1, h.shape[-1])
-            return density_update(state, hf, jnp.repeat(yc, reps), jnp.repeat(mc, reps))
+            if h.ndim == 4:  # the patches of one image share its label: per-image Gram matrices
+                return density_update_grouped(state, h.reshape(h.shape[0], -1, h.shape[-1]),
+                                              yc, mc)
+            return density_update(state, h, yc, mc)
 
         d = jax.eval_shape(inputs, jax.ShapeDtypeStruct((1, *x.shape[1:]), jnp.float32)).shape[-1]
         upd = jax.jit(update) if jit else update

@@ -179,3 +179,15 @@ def test_sharded_two_devices_subprocess():
     assert r.returncode == 0, r.stderr[-2000:]
     err = float(r.stdout.split("ERRS")[1])
     assert err < 1e-5
+
+
+def test_grouped_update_equals_repeated_labels(x64):
+    rng = np.random.default_rng(5)
+    h = jnp.asarray(rng.normal(size=(7, 4, 3)))  # 7 groups (images) of 4 samples (patches)
+    y = jnp.asarray(rng.integers(0, 3, size=7))
+    mask = jnp.asarray([1, 1, 1, 1, 1, 0, 0.0])  # last two groups are padding
+    st = D.density_update_grouped(D.density_init(3, 3, jnp.float64), h, y, mask)
+    ref = D.class_density_matrices(h[:5].reshape(20, 3), jnp.repeat(y[:5], 4), 3)
+    np.testing.assert_allclose(D.density_finalize(st), ref, rtol=1e-12)
+    assert float(st.n) == 20.0
+    np.testing.assert_allclose(st.count, np.bincount(np.repeat(np.asarray(y[:5]), 4), minlength=3))
