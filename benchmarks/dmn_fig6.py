@@ -23,7 +23,9 @@ from layerlab.dmn._pipeline import train_and_evaluate  # noqa: E402
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--dataset", default="mnist")
     p.add_argument("--filters", default="2,4,8,16")
     p.add_argument("--n-train", type=int, default=4000)

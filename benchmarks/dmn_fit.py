@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 
 import jax
-import jax.numpy as jnp
 import matplotlib
-import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -83,7 +81,9 @@ def throughput(n, d, num_classes, repeats):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--spec", default="d6,m,de10")
     p.add_argument("--pca", default="class")
     p.add_argument("--n-train", type=int, default=10000)

@@ -49,7 +49,9 @@ def load_split(name, n_train, n_val, seed):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--datasets", default="mnist,cifar10")
     p.add_argument("--cifar100", action="store_true", help="also run the CIFAR-100 rows")
     p.add_argument("--n-train", type=int, default=10000, help="MNIST training images")
@@ -144,7 +146,8 @@ def markdown(records, settings):
     lines = [
         f"Settings: MNIST {settings['n_train']} train / {settings['n_val']} test images, "
         f"{settings['epochs']} epochs; CIFAR {settings['n_train_cifar']} / "
-        f"{settings['n_val_cifar']}, {settings['epochs_cifar']} epochs; batch={settings['batch_size']}, Cutoff 0.9 (class PCA).",
+        f"{settings['n_val_cifar']}, {settings['epochs_cifar']} epochs; "
+        f"batch={settings['batch_size']}, Cutoff 0.9 (class PCA).",
         "",
         "| data | architecture | variant | Input | Var | filters | train acc % | val acc % "
         "| paper val % | wall-clock s (build + train) |",

@@ -201,7 +201,9 @@ def si_fig7(tr, args, out):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--n-train", type=int, default=6000)
     p.add_argument("--epochs-mlp", type=int, default=3)
     p.add_argument("--epochs-cnn", type=int, default=1)

@@ -42,13 +42,13 @@ from layerlab.dmn._layers import map_batches as map_batches
 from layerlab.dmn._layers import max_pool_2x2 as max_pool_2x2
 from layerlab.dmn._layers import parse_spec as parse_spec
 from layerlab.dmn._layers import split_spec as split_spec
+from layerlab.dmn._pipeline import make_optimizer as make_optimizer
+from layerlab.dmn._pipeline import train_and_evaluate as train_and_evaluate
 from layerlab.dmn._timescales import distance_to_final as distance_to_final
 from layerlab.dmn._timescales import eigenvalue_convergence as eigenvalue_convergence
 from layerlab.dmn._timescales import eigenvalue_fluctuations as eigenvalue_fluctuations
 from layerlab.dmn._timescales import eq18_variance as eq18_variance
 from layerlab.dmn._timescales import layer_spectra as layer_spectra
-from layerlab.dmn._pipeline import make_optimizer as make_optimizer
-from layerlab.dmn._pipeline import train_and_evaluate as train_and_evaluate
 
 __all__ = [
     "BuildInfo",

@@ -169,7 +169,7 @@ def dmn_conv_apply(kernel: jax.Array, x: jax.Array, *, padding: str = "SAME") ->
 
 
 def dmn_dense_apply(w: jax.Array, x: jax.Array) -> jax.Array:
-    """Dense DMN layer ``ReLU(flatten(x) @ W)``; ``W`` ``[D, F]``, ``x`` ``[N, ...]`` -> ``[N, F]``."""
+    """Dense DMN layer ``ReLU(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
     return jax.nn.relu(x.reshape(x.shape[0], -1) @ w.astype(x.dtype))
 
 
