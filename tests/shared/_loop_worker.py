@@ -130,8 +130,8 @@ def run_ckpt(directory, kill_at=None, progress=False):
                 time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    s, h = loop.fit(ckpt_step, ckpt_state(), (x, y), steps=10, batch_size=BATCH,
-                    key=jax.random.key(3), checkpoint_dir=directory, checkpoint_every=2,
+    s, h = loop.fit(ckpt_step, ckpt_state(), (x, y), steps=8, batch_size=BATCH,
+                    key=jax.random.key(3), checkpoint_dir=directory, checkpoint_every=4,
                     callback=cb, progress=progress)
     return s, h, first
 

@@ -166,10 +166,16 @@ def test_runs_sweep_equals_separate_runs(key):
     st, h = loop.fit(ts.step, states, data, steps=9, batch_size=12, key=key, runs=True,
                      progress=False, eval_fn=lambda s: {"mse": _lsq(s.params, data)})
     assert h["train"]["loss"].shape == (9, 3) and h["eval"]["mse"].shape == (1, 3)
+    ts_sgd = loop.optax_step(_lsq, optax.sgd(0.05))
     for r, lr in enumerate([0.01, 0.05, 0.1]):
-        t1 = loop.optax_step(_lsq, optax.sgd(lr))
-        s1, h1 = loop.fit(t1.step, t1.init(_params()), data, steps=9, batch_size=12, key=key,
-                          progress=False)
+        # separate single runs (the same step, so one compilation): inject_hyperparams(sgd)
+        # with this rate; the middle one also against plain optax.sgd(0.05)
+        s1, h1 = loop.fit(ts.step, init_run(jnp.asarray(lr)), data, steps=9, batch_size=12,
+                          key=key, progress=False)
+        if r == 1:
+            s2, _ = loop.fit(ts_sgd.step, ts_sgd.init(_params()), data, steps=9, batch_size=12,
+                             key=key, progress=False)
+            np.testing.assert_allclose(s1.params["w"], s2.params["w"], rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(st.params["w"][r], s1.params["w"], rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(h["train"]["loss"][:, r], h1["train"]["loss"], rtol=1e-5)
 
@@ -208,22 +214,29 @@ def test_nonfinite_raises_with_step_and_metric(key):
 
 
 def test_early_stopping_restore_best(key):
-    # state = number of updates; eval metric (t - 30)^2 is minimal at t = 30
+    # state counts updates; eval metric (t - target)^2 is minimal at t = target
     def step(s, batch, k):
-        return s + 1, {"loss": jnp.zeros(())}
+        return dict(s, t=s["t"] + 1), {"loss": jnp.zeros(())}
 
-    es = loop.EarlyStopping("d", mode="min", patience=2, restore_best=True)
-    s, h = loop.fit(step, jnp.zeros((), jnp.int32), jnp.zeros((4, 1)), steps=200, key=key,
-                    eval_fn=lambda s: {"d": ((s - 30) ** 2).astype(jnp.float32)}, eval_every=10,
-                    early_stopping=es, progress=False)
+    def ev(s):
+        return {"d": ((s["t"] - s["target"]) ** 2).astype(jnp.float32)}
+
+    def state(t):
+        return {"t": jnp.zeros_like(t), "target": t}
+
+    es = loop.EarlyStopping("d", mode="min", patience=2)
+    s, h = loop.fit(step, state(jnp.asarray(30)), jnp.zeros((4, 1)), steps=200, key=key,
+                    eval_fn=ev, eval_every=10, early_stopping=es, progress=False)
     np.testing.assert_array_equal(h["eval_step"], [10, 20, 30, 40, 50])
-    assert int(s) == 30 and h["early_stopping"]["stopped"]
+    assert int(s["t"]) == 50 and h["early_stopping"]["stopped"]
     assert int(h["early_stopping"]["best_step"]) == 30
-    es = es._replace(restore_best=False)
-    s, _ = loop.fit(step, jnp.zeros((), jnp.int32), jnp.zeros((4, 1)), steps=200, key=key,
-                    eval_fn=lambda s: {"d": ((s - 30) ** 2).astype(jnp.float32)}, eval_every=10,
-                    early_stopping=es, progress=False)
-    assert int(s) == 50
+    # per-run bookkeeping on a runs axis, each run restored to its own best state
+    es = es._replace(restore_best=True)
+    s, h = loop.fit(step, state(jnp.array([30, 50])), jnp.zeros((4, 1)), steps=200, key=key,
+                    eval_fn=ev, eval_every=10, early_stopping=es, progress=False, runs=True)
+    assert h["eval_step"][-1] == 70 and h["eval"]["d"].shape == (7, 2)
+    np.testing.assert_array_equal(s["t"], [30, 50])
+    np.testing.assert_array_equal(h["early_stopping"]["best_step"], [30, 50])
 
 
 def test_clear_errors(key):
@@ -261,7 +274,7 @@ def _load_worker():
 
 
 def test_killed_run_resumes_to_the_same_final_state(tmp_path):
-    """SIGKILL a subprocess right after its step-6 checkpoint, rerun: same end state."""
+    """SIGKILL a subprocess right after its step-4 checkpoint, rerun: same end state."""
     import os
     import subprocess
     import sys
@@ -270,12 +283,12 @@ def test_killed_run_resumes_to_the_same_final_state(tmp_path):
     ck = tmp_path / "ck"
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, w.__file__, "ckpt", str(ck), str(tmp_path / "a.json"),
-                           "6"], env=env, capture_output=True, text=True, timeout=300)
+                           "4"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == -9, proc.stderr[-3000:]  # it really was killed
-    assert (ck / "6").is_dir() and not (tmp_path / "a.json").exists()
-    # rerun with the same arguments (in this process): resumes after step 6
+    assert (ck / "4").is_dir() and not (ck / "8").exists()
+    # rerun with the same arguments (in this process): resumes after step 4
     s_resumed, h_resumed, calls = w.run_ckpt(str(ck))
-    assert calls[0] == 7
+    assert calls[0] == 5
     s_full, h_full, calls_full = w.run_ckpt(str(tmp_path / "fresh"))
     assert calls_full[0] == 1
     for a, b in zip(jax.tree_util.tree_leaves(s_full["train"]),
@@ -292,7 +305,7 @@ def test_killed_run_resumes_to_the_same_final_state(tmp_path):
                                   np.asarray(s_full["train"].params[0]["w"]))
     # different arguments on the same directory: a clear error, not a silent mix
     with pytest.raises(ValueError, match="different run"):
-        loop.fit(w.ckpt_step, w.ckpt_state(), w.problem(), steps=12, batch_size=w.BATCH,
+        loop.fit(w.ckpt_step, w.ckpt_state(), w.problem(), steps=9, batch_size=w.BATCH,
                  key=jax.random.key(3), checkpoint_dir=str(ck), progress=False)
 
 
