@@ -188,7 +188,8 @@ def main(argv=None):
         records.append(rec)
         print("  median s:", {k: round(v, 4) for k, v in med.items()})
         print(f"  {steps} steps; fit / hand scan with on-device shuffling = "
-              f"{rec['fit_over_scan_shuffle']:.3f} (min-based {rec['fit_over_scan_shuffle_min']:.3f}), "
+              f"{rec['fit_over_scan_shuffle']:.3f} "
+              f"(min-based {rec['fit_over_scan_shuffle_min']:.3f}), "
               f"fit / hand scan (pre-gathered) = {rec['fit_over_scan_pregathered']:.3f}, "
               f"fit / hand scan (gather) = {rec['fit_over_scan_gather']:.3f}, "
               f"python loop / fit = {rec['python_loop_over_fit']:.2f}x, "
