@@ -56,8 +56,9 @@ def force_stats(Ws, X, lam, ridge):
         _, s_next, _ = jnp.linalg.svd(As[l + 1], full_matrices=False)
         out.append({"att": jnp.linalg.norm(a), "rep": jnp.linalg.norm(r),
                     "imbalance_row_space": jnp.linalg.norm((a + r) @ P) / jnp.linalg.norm(a @ P),
-                    # the same balance read through Z_{l-1}^sigma (no 1/s_min amplification):
-                    # F A^T is the force on W_l; F_att A^T = -2 lam W_l
+                    # the net force mapped through Z_{l-1}^sigma (damps the 1/s_min directions);
+                    # a diagnostic only: F_rep is not the backprop force, so this is not the
+                    # weight-space gradient
                     "imbalance_weight_metric": jnp.linalg.norm((a + r) @ As[l].T)
                     / jnp.linalg.norm(a @ As[l].T),
                     "rank_input_sigma": jnp.sum(keep),
