@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -242,6 +243,27 @@ class BuildInfo(NamedTuple):
     input_dims: list
 
 
+def _layer_inputs(below_params, xc, *, below, kind, k, padding):
+    """Inputs of a DMN layer for a chunk of images: patches ``[n, H', W', k*k*C]`` or ``[n, D]``."""
+    h = dmn_apply(below_params, below, xc, padding=padding)
+    if kind == "dmn_conv":
+        return extract_patches(h, k, padding=padding)
+    return h.reshape(h.shape[0], -1)
+
+
+def _density_chunk(state, below_params, xc, yc, mc, *, below, kind, k, padding):
+    """Add one chunk of images to the running density sums of the layer above ``below``."""
+    h = _layer_inputs(below_params, xc, below=below, kind=kind, k=k, padding=padding)
+    if h.ndim == 4:  # the patches of one image share its label: per-image Gram matrices
+        return density_update_grouped(state, h.reshape(h.shape[0], -1, h.shape[-1]), yc, mc)
+    return density_update(state, h, yc, mc)
+
+
+# build_dmn is a host-side loop (a jit boundary, like layerlab.loop.fit): one module-level
+# compiled chunk update, so repeated builds with the same shapes reuse the compilation.
+_density_chunk_jit = jax.jit(_density_chunk, static_argnames=("below", "kind", "k", "padding"))
+
+
 def build_dmn(
     key: jax.Array,
     layers: Sequence[Layer],
@@ -301,22 +323,12 @@ def build_dmn(
         if lay.kind not in ("dmn_conv", "dmn_dense"):
             raise ValueError(f"build_dmn builds closed-form layers only; got {lay.kind!r}.")
         below, below_params = layers[:i], list(params)
-
-        def inputs(xc, below=below, below_params=below_params, kind=lay.kind):
-            h = dmn_apply(below_params, below, xc, padding=padding)
-            if kind == "dmn_conv":
-                return extract_patches(h, k, padding=padding)  # [n, H', W', k*k*C]
-            return h.reshape(h.shape[0], -1)
-
-        def update(state, xc, yc, mc, inputs=inputs):
-            h = inputs(xc)
-            if h.ndim == 4:  # the patches of one image share its label: per-image Gram matrices
-                return density_update_grouped(state, h.reshape(h.shape[0], -1, h.shape[-1]),
-                                              yc, mc)
-            return density_update(state, h, yc, mc)
-
-        d = jax.eval_shape(inputs, jax.ShapeDtypeStruct((1, *x.shape[1:]), jnp.float32)).shape[-1]
-        upd = jax.jit(update) if jit else update
+        static = dict(below=below, kind=lay.kind, k=k, padding=padding)
+        d = jax.eval_shape(
+            partial(_layer_inputs, **static), below_params,
+            jax.ShapeDtypeStruct((1, *x.shape[1:]), jnp.float32),
+        ).shape[-1]
+        upd = partial(_density_chunk_jit if jit else _density_chunk, **static)
         state = density_init(num_classes, d)
         cs = min(config.chunk_size, x.shape[0])
         for s in range(0, x.shape[0], cs):
@@ -327,7 +339,7 @@ def build_dmn(
                 xc = np.concatenate([xc, np.zeros((pad, *xc.shape[1:]), xc.dtype)])
                 yc = np.concatenate([yc, np.zeros(pad, yc.dtype)])
                 mc = np.concatenate([mc, np.zeros(pad, np.float32)])
-            state = upd(state, xc, yc, mc)
+            state = upd(state, below_params, xc, yc, mc)
         rho = density_finalize(state)
         means = state.total / jnp.maximum(state.count, 1.0)[:, None]
         naive = config.pca == "naive" or (config.pca == "naive_first" and first_dmn)

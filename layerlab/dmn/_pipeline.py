@@ -8,6 +8,7 @@ network is trained end to end.  Wall-clock of each stage is returned.
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -34,6 +35,18 @@ def make_optimizer(name: str, lr: float) -> optax.GradientTransformation:
     if name == "sgd":
         return optax.sgd(lr, momentum=0.9)
     raise ValueError(f"optimizer must be 'adam' or 'sgd'; got {name!r}.")
+
+
+@functools.lru_cache(maxsize=64)
+def _net_and_step(spec, num_classes, config, optimizer, lr):
+    """Same arguments -> the same function objects, so a repeated run reuses compilations."""
+    net = make_network(spec, num_classes, config)
+    return net, classifier_step(net, make_optimizer(optimizer, lr))
+
+
+@functools.lru_cache(maxsize=128)
+def _jitted(fn):
+    return jax.jit(fn)
 
 
 def train_and_evaluate(
@@ -76,18 +89,18 @@ def train_and_evaluate(
       ``(epoch, seconds_since_start, val_acc)``) and ``final_loss``.
     """
     k_build, k_init, k_fit = jax.random.split(key, 3)
-    net = make_network(spec, num_classes, config)
+    spec = spec if isinstance(spec, str) else tuple(spec)
+    net, (init, step) = _net_and_step(spec, num_classes, config, optimizer, lr)
     t0 = time.perf_counter()
     dmn_params, info = net.build(k_build, x_train, y_train)
     t_build = time.perf_counter() - t0
-    feat = jax.jit(net.features)
+    feat = _jitted(net.features)
     f_tr = map_batches(lambda xb: feat(dmn_params, xb), x_train) if net.prefix else x_train
     f_val = map_batches(lambda xb: feat(dmn_params, xb), x_val) if net.prefix else x_val
     t_feat = time.perf_counter() - t0 - t_build
     variables = net.init_head(k_init, f_tr[:2])
-    init, step = classifier_step(net, make_optimizer(optimizer, lr))
     state = init(variables)
-    predict = jax.jit(net.head_apply)
+    predict = _jitted(net.head_apply)
     curve: list = []
     bs = min(batch_size, f_tr.shape[0])
     spe = f_tr.shape[0] // bs
