@@ -223,6 +223,7 @@ def _purge():
 
 def _install() -> types.ModuleType:
     global _ZEROS_LIKE_P
+    _purge()  # drop leftovers of an earlier failed plain import
     if _ZEROS_LIKE_P is None:
         _ZEROS_LIKE_P = _make_zeros_like_p()
     finder = next((f for f in sys.meta_path if isinstance(f, _Finder)), None)

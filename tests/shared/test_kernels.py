@@ -257,6 +257,17 @@ def test_nearly_parallel_inputs_float32(act):
     assert all(bool(jnp.all(jnp.isfinite(t))) for t in g)
 
 
+def test_float32_diagonal_is_exact():
+    # With x2=None the diagonal cosine is exactly 1; a rounded cosine 1 - O(eps) would
+    # give theta ~ sqrt(eps) ~ 3e-4 and a ~1e-4 relative NTK error on the diagonal.
+    x = jax.random.normal(jax.random.key(8), (8, 64), jnp.float32)
+    k = fc_kernels(x, depth=3, w_var=2.0, b_var=0.1)
+    with jax.enable_x64(True):
+        k64 = fc_kernels(np.asarray(x, np.float64), depth=3, w_var=2.0, b_var=0.1)
+    for a, b in zip(k, k64):
+        np.testing.assert_allclose(np.diag(np.asarray(a)), np.diag(np.asarray(b)), rtol=1e-5)
+
+
 def test_vmap_over_variances_and_jit():
     x1, x2 = _inputs(dtype=jnp.float32)
     ws = jnp.asarray([1.0, 1.5, 2.0])
