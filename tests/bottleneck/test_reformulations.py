@@ -121,8 +121,10 @@ def test_covariance_loss_of_gamma_equals_representation_loss(key, x64, ridge):
     cost = _mse(Y)
     covs = bn.covariances(Zs, X, beta=0.5)
     np.testing.assert_allclose(covs.K_sigma[0], X.T @ X + 0.25, atol=1e-12)
-    lk = bn.covariance_loss(covs.K, covs.K_sigma, Zs[-1], cost=cost, lam=0.2, ridge=ridge)
-    lr = bn.representation_loss(Zs, X, cost=cost, lam=0.2, beta=0.5, ridge=ridge)
+    lk = jax.jit(lambda c, z: bn.covariance_loss(c.K, c.K_sigma, z, cost=cost, lam=0.2,
+                                                 ridge=ridge))(covs, Zs[-1])
+    lr = jax.jit(lambda Z: bn.representation_loss(Z, X, cost=cost, lam=0.2, beta=0.5,
+                                                  ridge=ridge))(Zs)
     np.testing.assert_allclose(lk, lr, rtol=1e-9)
 
 
@@ -139,7 +141,7 @@ def test_attraction_closed_form(key, x64):
     kx, kw = jax.random.split(key)
     X = jax.random.normal(kx, (3, 9))
     Zs = bn.representations(_rand_weights(kw, [3, 4, 4, 2]), X)
-    F = bn.forces(Zs, X, lam=0.3)
+    F = jax.jit(lambda Z: bn.forces(Z, X, lam=0.3))(Zs)
     covs = bn.covariances(Zs, X)
     for l in range(3):  # noqa: E741
         np.testing.assert_allclose(

@@ -15,13 +15,15 @@ def test_masked_net_equals_narrow_net(key, x64):
     Ws = bn.init_weights(kw, [3, 6, 6, 2])
     masks = bn.width_masks([4], 6, 2)[0]
     hp = {"masks": masks, "lam": jnp.asarray(0.1)}
-    loss, aux = bn.masked_loss(Ws, (x, y), hparams=hp, cost=bn.mse_cost)
+    loss, aux = jax.jit(lambda W: bn.masked_loss(W, (x, y), hparams=hp, cost=bn.mse_cost))(Ws)
     narrow = [Ws[0][:4], jnp.concatenate([Ws[1][:4, :4], Ws[1][:4, -1:]], 1),
               jnp.concatenate([Ws[2][:, :4], Ws[2][:, -1:]], 1)]
-    ref = bn.weight_loss(narrow, x.T, cost=lambda Z: bn.mse_cost(Z, y), lam=0.1)
+    ref = jax.jit(lambda W: bn.weight_loss(W, x.T, cost=lambda Z: bn.mse_cost(Z, y), lam=0.1))(
+        narrow)
     np.testing.assert_allclose(loss, ref, rtol=1e-12)
     # masked entries get exactly zero gradient
-    g = jax.grad(lambda W: bn.masked_loss(W, (x, y), hparams=hp, cost=bn.mse_cost)[0])(Ws)
+    g = jax.jit(jax.grad(lambda W: bn.masked_loss(W, (x, y), hparams=hp, cost=bn.mse_cost)[0]))(
+        Ws)
     assert float(jnp.abs(g[0][4:]).max()) == 0.0
     assert float(jnp.abs(g[1][:, 4:6]).max()) == 0.0 and float(jnp.abs(g[2][:, 4:6]).max()) == 0.0
     assert float(jnp.abs(g[1][:4, :4]).max()) > 0
