@@ -35,6 +35,8 @@ def _check_x(X) -> Array:
             f"X must be a matrix [n_0, N] with one column per data point; got shape {X.shape}. "
             "If your data is [N, d] (rows = samples), pass X.T."
         )
+    if not isinstance(X, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(X))):
+        raise ValueError("X contains NaN or Inf; clean or impute the inputs first.")
     return X
 
 

@@ -227,5 +227,7 @@ def test_bad_inputs_raise():
         bn.representations([jnp.ones((2, 3))], X)
     with pytest.raises(ValueError, match=r"Z_2 must have shape"):
         bn.weights_from_representations([jnp.ones((2, 5)), jnp.ones((2, 4))], X)
+    with pytest.raises(ValueError, match="NaN"):
+        bn.representations([jnp.ones((2, 4))], X.at[0, 0].set(jnp.nan))
     with pytest.raises(ValueError, match="square invertible"):
         bn.linear_optimal_covariances(X, jnp.ones((1, 5)), 3)
