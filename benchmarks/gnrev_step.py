@@ -144,7 +144,8 @@ def main(argv=None):
                    f"{r.get('gn_memory_over_adam', float('nan')):.2f}  dense/gn "
                    f"{r.get('dense_over_gn', float('nan')):.1f}")
     dense = [r for r in recs if "dense_over_gn" in r]
-    paper = [r for r in recs if (r["n"], r["d"], r["bottleneck"], r["depth"]) == (1024, 784, 8000, 2)]
+    paper = [r for r in recs
+             if (r["n"], r["d"], r["bottleneck"], r["depth"]) == (1024, 784, 8000, 2)]
     summary = {
         "gn_over_adam_paper_mnist_shape": paper[0]["gn_over_adam"] if paper else None,
         "gn_memory_over_adam_paper_mnist_shape":

@@ -9,8 +9,8 @@ Gauss–Newton direction (``gn_direction``, Prop. 4.4) with regularised pseudo-i
 (App. K), output-space targets for MSE / softmax cross-entropy (Eqs. 5, 19), and training
 steps for ``layerlab.loop.fit`` (``gn_step``, ``revmlp_optax_step``).  Samples are rows.
 """
-from ._gauss_newton import GNInfo as GNInfo
 from ._gauss_newton import PINV_METHODS as PINV_METHODS
+from ._gauss_newton import GNInfo as GNInfo
 from ._gauss_newton import gn_direction as gn_direction
 from ._gauss_newton import gn_residual as gn_residual
 from ._gauss_newton import loss_value as loss_value

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -290,7 +290,9 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int, dtype=jnp.float32) 
       Authors' code of Buffelli et al. 2024 (fixed QR projection to the logits).
     """
     if num_outputs > dim:
-        raise ValueError(f"num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal columns")
+        raise ValueError(
+            f"num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal columns"
+        )
     g = jax.random.normal(key, (dim, num_outputs), dtype)
     q, r = jnp.linalg.qr(g)
     # fix signs so the map from G to P is continuous/deterministic

@@ -39,21 +39,21 @@ def test_block_update_is_moore_penrose_of_block_jacobian(
     )(p, x, eps)
     np.testing.assert_array_equal(info.rank, n)  # full row rank: exact pseudo-inverses
 
-    def block_jac(l):
-        th0, unravel = ravel_pytree(jax.tree.map(lambda a: a[l], p))
+    def block_jac(blk):
+        th0, unravel = ravel_pytree(jax.tree.map(lambda a: a[blk], p))
 
         def out(th):
-            blk = unravel(th)
-            q = {k: p[k].at[l].set(blk[k]) for k in p}
+            b = unravel(th)
+            q = {k: p[k].at[blk].set(b[k]) for k in p}
             return g.revmlp_apply(q, f, x).ravel()
 
         return np.asarray(jax.jacfwd(out)(th0)), unravel
 
-    for l in range(depth):
-        J, unravel = block_jac(l)
+    for li in range(depth):
+        J, unravel = block_jac(li)
         assert J.shape[0] <= J.shape[1]
         dense = np.linalg.pinv(J, rcond=1e-12) @ np.asarray(eps).ravel()
-        ours = ravel_pytree(jax.tree.map(lambda a: depth * a[l], delta))[0]
+        ours = ravel_pytree(jax.tree.map(lambda a: depth * a[li], delta))[0]
         np.testing.assert_allclose(ours, dense, rtol=1e-7, atol=1e-9)
         # and the block alone hits the target: J_l (L delta_l) = eps
         np.testing.assert_allclose(J @ np.asarray(ours), np.asarray(eps).ravel(), atol=1e-9)

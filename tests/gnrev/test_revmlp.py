@@ -9,7 +9,7 @@ import layerlab.gnrev as g
 
 @pytest.mark.parametrize(
     "bottleneck,first_linear,activation",
-    [(16, False, jax.nn.relu), (None, True, jnp.tanh), (5, True, jax.nn.gelu)],
+    [(16, False, jax.nn.relu), (None, True, jnp.tanh)],
 )
 def test_inverse_of_apply_is_identity(x64, key, bottleneck, first_linear, activation):
     p, f = g.revmlp_init(key, 6, 3, bottleneck=bottleneck, first_linear=first_linear,
@@ -29,11 +29,11 @@ def test_apply_matches_explicit_equations(x64, key):
     p = jax.tree.map(lambda a: a + 0.2 * jax.random.normal(jax.random.key(3), a.shape), p)
     x = np.asarray(jax.random.normal(jax.random.key(1), (3, 4)))
     X1, X2 = x[:, :2].T, x[:, 2:].T  # (h, n)
-    for l in range(2):
-        sig = (lambda z: z) if l == 0 else (lambda z: np.maximum(z, 0))
-        W1, b1 = np.asarray(p["w1"][l]).T, np.asarray(p["b1"][l])[:, None]
-        W2, b2 = np.asarray(p["w2"][l]).T, np.asarray(p["b2"][l])[:, None]
-        V1, V2 = np.asarray(f.v1[l]).T, np.asarray(f.v2[l]).T
+    for li in range(2):
+        sig = (lambda z: z) if li == 0 else (lambda z: np.maximum(z, 0))
+        W1, b1 = np.asarray(p["w1"][li]).T, np.asarray(p["b1"][li])[:, None]
+        W2, b2 = np.asarray(p["w2"][li]).T, np.asarray(p["b2"][li])[:, None]
+        V1, V2 = np.asarray(f.v1[li]).T, np.asarray(f.v2[li]).T
         X1 = X1 + W1 @ sig(V1 @ X2) + b1
         X2 = X2 + W2 @ sig(V2 @ X1) + b2
     np.testing.assert_allclose(g.revmlp_apply(p, f, x), np.concatenate([X1, X2]).T, atol=1e-12)
