@@ -14,10 +14,12 @@ representation of hidden layer ``l`` (``l = 1..L``; ``l = 0`` is the input) is
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+
 from layerlab.kernels import relu_nngp
 
 __all__ = [
@@ -153,7 +155,8 @@ def sample_relu_outputs(
                 h = jax.nn.relu(h)
         return h.T  # [out_dim, N]
 
-    out = jax.lax.map(one, jax.random.split(key, num_samples), batch_size=min(num_samples, 256))
+    keys = jax.random.split(key, num_samples)
+    out = jax.lax.map(one, keys, batch_size=min(num_samples, 256))
     return out.reshape(num_samples * out_dim, x.shape[0])
 
 

@@ -16,7 +16,8 @@ Everything is a pure function of explicit keys; the loops are ``layerlab.loop.fi
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -234,14 +235,14 @@ def lego(
     L = len(params) - 1
     h = x
     hists = []
-    for l in range(L):
-        top = LayerVariances(variances.w_var[l + 1 :], variances.b_var[l + 1 :])
+    for i in range(L):
+        top = LayerVariances(variances.w_var[i + 1 :], variances.b_var[i + 1 :])
         key, sub = jax.random.split(key)
-        params[l], hist = train_layer_dgl(
-            sub, params[l], h, y, top, cfg, progress=progress, desc=f"DGL layer {l + 1}/{L}"
+        params[i], hist = train_layer_dgl(
+            sub, params[i], h, y, top, cfg, progress=progress, desc=f"DGL layer {i + 1}/{L}"
         )
         hists.append(hist)
-        h = jax.nn.relu(h @ params[l]["w"] + params[l]["b"][None, :])
+        h = jax.nn.relu(h @ params[i]["w"] + params[i]["b"][None, :])
     params[L] = fit_classifier(h, y, ridge_rel=cfg.ridge_rel)
     return params, hists
 
@@ -275,10 +276,10 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float, variance: bool = F
         v = mf_variances(params)
         hs = hidden_representations(params, x)
         out = {"mse": mse_loss(params, (x, y))}
-        for l, h in enumerate(hs):
-            K = top_kernel(h, w_var=v.w_var[l:], b_var=v.b_var[l:])
+        for i, h in enumerate(hs):
+            K = top_kernel(h, w_var=v.w_var[i:], b_var=v.b_var[i:])
             eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
-            out[f"dgl_{l}"] = dgl_loss(K, y, eps2=eps2, variance=variance) / h.shape[0]
+            out[f"dgl_{i}"] = dgl_loss(K, y, eps2=eps2, variance=variance) / h.shape[0]
         return out
 
     return eval_fn
