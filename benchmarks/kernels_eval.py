@@ -20,7 +20,6 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from tqdm import tqdm
 
 from benchmarks._common import results_dir, timeit, write_json

@@ -48,14 +48,15 @@ is set to exactly 1 (its true value, with zero derivative), so diagonals are exa
 
 References:
   Eq. (2) of the DGL paper (layer-wise NNGP recursion); Cho & Saul 2009, "Kernel methods
-  for deep learning", Eq. (6)-(7); Lee et al. 2018, "Deep neural networks as Gaussian
-  processes", Eq. (4)-(5); Jacot et al. 2018, "Neural tangent kernel", Theorem 1;
-  Arora et al. 2019, "On exact computation with an infinitely wide neural net", Eq. (7)-(9);
-  Williams 1997, "Computing with infinite networks" (erf kernel).
+  for deep learning" (arc-cosine kernels); Lee et al. 2018, "Deep neural networks as
+  Gaussian processes" (NNGP recursion); Jacot et al. 2018, "Neural tangent kernel",
+  Theorem 1; Arora et al. 2019, "On exact computation with an infinitely wide neural net"
+  (NTK recursion); Williams 1997, "Computing with infinite networks" (erf kernel).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -243,7 +244,7 @@ def fc_kernels(
       ``[depth + 1]`` axis if ``return_all_layers``.
 
     References:
-      Eq. (2) of the DGL paper; Lee et al. 2018 Eq. (4); Arora et al. 2019 Eq. (7)-(9).
+      Eq. (2) of the DGL paper; Lee et al. 2018; Jacot et al. 2018 Thm. 1; Arora et al. 2019.
     """
     if activation not in _ACTIVATIONS:
         raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
@@ -298,14 +299,36 @@ def fc_kernels(
     return FCKernel(k12, ntk)
 
 
-def _doc(kind: str, act: str) -> str:
-    return f"""{'NNGP' if kind == 'nngp' else 'NTK'} kernel of an infinitely wide fully connected {act} network.
+_FORMULAS = {
+    ("nngp", "relu"): "K^l = b_l + w_l sqrt(K11 K22) / (2 pi) (sin t + (pi - t) cos t),"
+                      " cos t = K12 / sqrt(K11 K22)",
+    ("ntk", "relu"): "Theta^l = K^l + w_l (pi - t) / (2 pi) Theta^{l-1}",
+    ("nngp", "erf"): "K^l = b_l + w_l (2 / pi) arcsin(2 K12 / sqrt((1 + 2 K11)(1 + 2 K22)))",
+    ("ntk", "erf"): "Theta^l = K^l + w_l (4 / pi) / sqrt((1 + 2 K11)(1 + 2 K22) - 4 K12^2)"
+                    " Theta^{l-1}",
+}
+_REFS = {
+    "relu": "Cho & Saul 2009 (arc-cosine kernel, degree 1)",
+    "erf": "Williams 1997 (erf kernel)",
+    "nngp": "Lee et al. 2018 (NNGP recursion)",
+    "ntk": "Jacot et al. 2018 Thm. 1; Arora et al. 2019 (NTK recursion)",
+}
 
-    ``{act}_{kind}(x1, x2, depth=L, w_var=w, b_var=b)`` equals neural-tangents'
-    ``kernel_fn(x1, x2, '{kind}')`` of ``stax.serial(Dense(W_std=sqrt(w), b_std=sqrt(b)),
-    {'Relu' if act == 'relu' else 'Erf'}(), ...)`` with ``L`` activations and ``L + 1`` Dense layers
-    (NTK parameterization); see :func:`fc_kernels` and the module docstring for the
-    recursion (K^0 = b_0 + w_0 x.x'/d, then L {act} layers).
+
+def _doc(kind: str, act: str) -> str:
+    name = "NNGP" if kind == "nngp" else "NTK"
+    layer = "Relu" if act == "relu" else "Erf"
+    return f"""{name} kernel of an infinitely wide fully connected {act} network.
+
+    .. math::
+
+        K^0 = b_0 + w_0\\, x^\\top x' / d, \\qquad
+        {_FORMULAS[(kind, act)]}
+
+    Equals neural-tangents' ``kernel_fn(x1, x2, '{kind}')`` of
+    ``stax.serial(Dense(W_std=sqrt(w_0), b_std=sqrt(b_0)), {layer}(), ...)`` with
+    ``depth`` activations and ``depth + 1`` Dense layers (NTK parameterization); see
+    :func:`fc_kernels` and the module docstring.
 
     Args:
       x1: ``[n1, d]`` inputs.
@@ -321,7 +344,7 @@ def _doc(kind: str, act: str) -> str:
       if ``return_all_layers``).
 
     References:
-      Eq. (2) of the DGL paper; {'Cho & Saul 2009 Eq. (6)' if act == 'relu' else 'Williams 1997'}; {'Lee et al. 2018 Eq. (4)' if kind == 'nngp' else 'Jacot et al. 2018 Thm. 1, Arora et al. 2019 Eq. (9)'}.
+      Eq. (2) of the DGL paper; {_REFS[act]}; {_REFS[kind]}.
     """
 
 

@@ -14,12 +14,13 @@ many columns are formed at once (``lax.map``), so memory is ``O(chunk_size * P)`
 instead of the Jacobian's ``O(n k P)``.
 
 References:
-  Jacot et al. 2018, "Neural tangent kernel", Eq. (2) (definition); Novak et al. 2022,
-  "Fast finite width neural tangent kernel", Sec. 3 ("NTK-vector products").
+  Jacot et al. 2018, "Neural tangent kernel" (definition); Novak et al. 2022,
+  "Fast finite width neural tangent kernel" (Jacobian contraction and NTK-vector products).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -76,7 +77,7 @@ def empirical_ntk(
       output ``a`` at ``x1[i]`` with output ``b`` at ``x2[j]``.
 
     References:
-      Jacot et al. 2018 Eq. (2); Novak et al. 2022 Sec. 3 (NTK-vector products).
+      Jacot et al. 2018 (definition); Novak et al. 2022 (NTK-vector products).
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
