@@ -56,6 +56,8 @@ def main(argv=None):
                     help="also run GN with the Newton target (Eq. 19); diverges at CE init here")
     ap.add_argument("--adam-lrs", default="1e-4,1e-3,1e-2")
     ap.add_argument("--sgd-lrs", default="0.01,0.1,1.0")
+    ap.add_argument("--first-linear", action=argparse.BooleanOptionalAction, default=True,
+                    help="linear first block (authors' code); --no-first-linear uses σ everywhere")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--paper", action="store_true",
                     help="paper scale: 1024 images, d'=8000, 1000 steps (GPU)")
@@ -68,7 +70,7 @@ def main(argv=None):
     dim = prep.x_train.shape[1]
     key = jax.random.key(args.seed)
     params, frozen, P = make_model(key, dim, args.depth, prep.num_outputs,
-                                   bottleneck=args.bottleneck)
+                                   bottleneck=args.bottleneck, first_linear=args.first_linear)
     data = (jax.numpy.asarray(prep.x_train), jax.numpy.asarray(prep.y_train))
     sweeps, runs = {}, {}
     opts = [("gn", args.gn_lrs), ("adam", args.adam_lrs), ("sgd", args.sgd_lrs)]

@@ -123,15 +123,15 @@ def _grid(s):
 
 
 DEFAULT_GRID = ("8x16x32x2,16x32x64x2,32x64x128x2,64x64x256x2,"
-                "256x784x1024x2,512x784x2048x2,256x784x1024x4,1024x784x8000x2")
+                "256x784x1024x2,1024x784x8000x2")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", default=DEFAULT_GRID, help="comma list of n x d x d' x depth")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--dense-max-gb", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--dense-max-gb", type=float, default=0.3)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     out = results_dir("gnrev_step", args.out)
