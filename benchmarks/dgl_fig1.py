@@ -22,6 +22,7 @@ strongly correlated (a common scale fluctuation), so z from one sample is itself
 from __future__ import annotations
 
 import argparse
+import json
 
 import jax
 import jax.numpy as jnp
@@ -42,8 +43,13 @@ def main(argv=None):
     ap.add_argument("--w-var", type=float, default=2.0)
     ap.add_argument("--b-var", type=float, default=0.1)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--plot-only", action="store_true", help="re-plot the existing JSON")
     args = ap.parse_args(argv)
     out = results_dir("dgl_fig1", args.out)
+    if args.plot_only:
+        rec = json.loads((out / "dgl_fig1.json").read_text())
+        _plot(rec["records"], rec["settings"], out / "dgl_fig1.png")
+        return
     ds = data.load("digits", "train")
     x = jnp.asarray(data.flatten(ds.x)[: args.n], jnp.float32)
     w = jnp.full((args.depth + 1,), args.w_var)
@@ -77,6 +83,11 @@ def main(argv=None):
     write_json(out / "dgl_fig1.json", {
         "what": "covariance error of MF / FIT NNGP vs sampled finite-width nets, in units of "
                 "sampling noise", "settings": vars(args), "records": recs})
+    _plot(recs, vars(args), out / "dgl_fig1.png")
+    print(f"wrote {out}")
+
+
+def _plot(recs, settings, path):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,12 +101,12 @@ def main(argv=None):
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_xlabel("hidden width d")
     ax.set_ylabel("RMS error / sampling std")
-    ax.set_title(f"Fig. 1 (small): depth {args.depth}, {args.samples} nets, {args.n} digits")
+    ax.set_title(f"Fig. 1 (small): depth {settings['depth']}, {settings['samples']} nets, "
+                 f"{settings['n']} digits")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "dgl_fig1.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

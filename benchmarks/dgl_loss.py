@@ -13,22 +13,37 @@ as a fraction of the same-run matmul rate ``2 N^3 / t``.  Also: kernel evaluatio
 the native ``layerlab.kernels.relu_nngp`` vs the neural-tangents ``stax`` ``kernel_fn``
 (N = 10 000 by default).
 
-    python -m benchmarks.dgl_loss                  # N = 500 .. 4000
+    python -m benchmarks.dgl_loss                  # N = 500 .. 4000, pinned to one core
     python -m benchmarks.dgl_loss --max-n 8000     # the full range
+    python -m benchmarks.dgl_loss --threads all    # XLA's default threading
+
+By default the process is pinned to one core with single-threaded Eigen
+(``--threads 1``): on the shared, oversubscribed 2-core machine multi-threaded LAPACK/Eigen
+calls thrash and the ratios become meaningless; one core gives stable, comparable numbers.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.scipy.linalg import solve_triangular
-from tqdm import tqdm
+# one core, single-threaded Eigen: must happen before jax creates its thread pools
+_THREADS = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv[:-1] else "1"
+_PINNED = __name__ == "__main__" and _THREADS == "1"
+if _PINNED:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + " --xla_cpu_multi_thread_eigen=false").strip()
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-from benchmarks._common import results_dir, timeit, write_json
-from layerlab import dgl
-from layerlab.kernels import relu_nngp, stax
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.scipy.linalg import solve_triangular  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from benchmarks._common import results_dir, timeit, write_json  # noqa: E402
+from layerlab import dgl  # noqa: E402
+from layerlab.kernels import relu_nngp, stax  # noqa: E402
 
 
 def _chol_autodiff(K, Y, eps2):
@@ -46,8 +61,11 @@ def main(argv=None):
     ap.add_argument("--max-n", type=int, default=4000, help="largest N run (8000 = full)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--kernel-n", type=int, default=10000)
+    ap.add_argument("--threads", default="1", choices=["1", "all"])
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.threads == "1" and not _PINNED:
+        print("warning: --threads 1 must be given on the command line (set before jax starts)")
     out = results_dir("dgl_loss", args.out)
     ns = [n for n in args.ns if n <= args.max_n]
     records = []
@@ -65,7 +83,8 @@ def main(argv=None):
             "cholesky": jax.jit(jnp.linalg.cholesky),
             "matmul": jax.jit(lambda K: K @ K),
         }
-        t = {name: timeit(f, K, repeats=args.repeats) for name, f in fns.items()}
+        reps = args.repeats if n < 4000 else 1
+        t = {name: timeit(f, K, repeats=reps) for name, f in fns.items()}
         med = {name: v["median_s"] for name, v in t.items()}
         v1, g1 = fns["dgl_loss"](K)
         v2, g2 = fns["naive_inv"](K)
@@ -108,7 +127,8 @@ def main(argv=None):
             / tk["native_relu_nngp"]["median_s"], "max_rel_diff": diff}
     print(f"kernel N={nk}: native {tk['native_relu_nngp']['median_s']:.3f}s, "
           f"nt {tk['neural_tangents_stax']['median_s']:.3f}s")
-    write_json(out / "dgl_loss.json", {"records": records, "kernel": krec})
+    write_json(out / "dgl_loss.json", {"records": records, "kernel": krec,
+                                       "threads": args.threads})
     _plot(records, out / "dgl_loss.png")
     print(f"wrote {out}")
 
