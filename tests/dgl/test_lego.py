@@ -1,9 +1,9 @@
 """Tests for layerlab.dgl._lego: classifier closed form, monitoring values, DGL layer training."""
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from typing import Any, NamedTuple
 
 from layerlab import dgl, nets
 
@@ -39,12 +39,12 @@ def test_monitor_fn_values(x64):
     out = jax.jit(dgl.monitor_fn(x, y, eps_rel=0.1))(state)
     v = dgl.mf_variances(params)
     hs = dgl.hidden_representations(params, x)
-    for l in range(3):
-        K = np.asarray(dgl.top_kernel(hs[l], w_var=v.w_var[l:], b_var=v.b_var[l:]))
+    for i in range(3):
+        K = np.asarray(dgl.top_kernel(hs[i], w_var=v.w_var[i:], b_var=v.b_var[i:]))
         e = 0.1 * np.mean(np.diag(K))
         B = np.linalg.inv(K + e * np.eye(96))
         want = np.sum((B @ np.asarray(y) / np.diag(B)[:, None]) ** 2) / 96
-        np.testing.assert_allclose(out[f"dgl_{l}"], want, rtol=1e-6)
+        np.testing.assert_allclose(out[f"dgl_{i}"], want, rtol=1e-6)
     f = nets.mlp_apply(params, x)
     np.testing.assert_allclose(out["mse"], np.mean(np.sum((f - y) ** 2, 1)), rtol=1e-10)
 
