@@ -10,7 +10,8 @@ deterministic jitter ``tau * mean(diag(K)) + tiny`` added to the diagonal, where
 ``tau = 100 * finfo(dtype).eps`` (about 1.2e-5 in float32, 2.2e-14 in float64).  If that fails
 too, the loss is NaN.  NaN is what a jitted function can return; to get an *error*, call
 :func:`check_kernel` (host side) or call ``dgl_loss`` eagerly (outside ``jit``), which checks
-its concrete inputs and raises a ``ValueError`` saying what was wrong.
+its concrete inputs (a host-side O(N^3) check) and raises a ``ValueError`` saying what was
+wrong.
 """
 from __future__ import annotations
 
