@@ -29,14 +29,14 @@ Cost = Callable[[Array], Array]
 
 # ----------------------------------------------------------------------------- helpers
 def _check_x(X) -> Array:
+    if not isinstance(X, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(X))):
+        raise ValueError("X contains NaN or Inf; clean or impute the inputs first.")
     X = jnp.asarray(X)
     if X.ndim != 2:
         raise ValueError(
             f"X must be a matrix [n_0, N] with one column per data point; got shape {X.shape}. "
             "If your data is [N, d] (rows = samples), pass X.T."
         )
-    if not isinstance(X, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(X))):
-        raise ValueError("X contains NaN or Inf; clean or impute the inputs first.")
     return X
 
 
