@@ -33,7 +33,9 @@ def machine_info() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "jax": jax.__version__,
-        "note": "shared, noisy machine: medians of repeated runs are quoted",
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "note": "machines here are shared and noisy: medians of repeated runs are quoted; "
+        "loadavg_1m tells how busy this one was when the record was written",
     }
 
 
