@@ -13,7 +13,8 @@ import pathlib
 import platform
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -100,3 +101,8 @@ def results_dir(name: str, override: str | None = None) -> pathlib.Path:
     d = pathlib.Path(override) if override else RESULTS / name
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def csv_list(s: str, type: Callable = float) -> list:
+    """Parse a comma-separated command-line value (``"0.1,1,3"``) into a list of ``type``."""
+    return [type(v) for v in s.split(",") if v.strip()]

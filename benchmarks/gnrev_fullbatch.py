@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks._common import results_dir, write_json  # noqa: E402
+from benchmarks._common import csv_list, results_dir, write_json  # noqa: E402
 from layerlab.gnrev._experiments import (  # noqa: E402
     lr_sweep,
     make_model,
@@ -34,10 +34,6 @@ from layerlab.gnrev._experiments import (  # noqa: E402
 from layerlab.loop import history_to_jsonable  # noqa: E402
 
 COLORS = {"gn": "C3", "gn_newton": "C1", "adam": "C0", "sgd": "C2"}
-
-
-def _floats(s):
-    return [float(v) for v in s.split(",")]
 
 
 def main(argv=None):
@@ -78,7 +74,7 @@ def main(argv=None):
         opts.insert(1, ("gn_newton", args.gn_newton_lrs))
     for opt, lrs in opts:
         kw = {"residual": False} if opt.startswith("gn") else {}
-        sw = lr_sweep(opt, _floats(lrs), params, frozen, P, data, steps=args.sweep_steps,
+        sw = lr_sweep(opt, csv_list(lrs), params, frozen, P, data, steps=args.sweep_steps,
                       key=jax.random.key(1), **kw)
         sweeps[opt] = sw
         print(f"{opt}: sweep final losses {dict(zip(sw['lrs'].tolist(), sw['final_loss']))}"

@@ -32,15 +32,11 @@ import numpy as np  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks._common import results_dir, write_json  # noqa: E402
+from benchmarks._common import csv_list, results_dir, write_json  # noqa: E402
 from layerlab.gnrev._experiments import lr_sweep, make_model, prepare_classification, train  # noqa: E402,E501
 from layerlab.loop import history_to_jsonable  # noqa: E402
 
 COLORS = {"gn": "C3", "adam": "C0", "sgd": "C2"}
-
-
-def _floats(s):
-    return [float(v) for v in s.split(",")]
 
 
 def main(argv=None):
@@ -84,7 +80,7 @@ def main(argv=None):
         lr = getattr(args, f"{opt}_lr")
         if args.sweep:
             kw = {"residual": False} if opt == "gn" else {}
-            sw = lr_sweep(opt, _floats(lrs), params, frozen, P, data, steps=spe,
+            sw = lr_sweep(opt, csv_list(lrs), params, frozen, P, data, steps=spe,
                           batch_size=args.batch_size, key=jax.random.key(1), **kw)
             sweeps[opt] = sw
             lr = sw["best"]
