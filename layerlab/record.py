@@ -1,0 +1,275 @@
+"""One record per reproduced paper artifact: our number beside the paper's.
+
+Every reproduction (``python -m reproduce.<paper>_<artifact>``) returns a :class:`Record`
+from its ``layerlab.<paper>.experiments.run_*`` function and writes it with
+:func:`write_record` as ``results/<paper>/<artifact>.json`` (paper-scale or ``--record``
+runs) or under the ignored ``scratch/`` folder (everything else).  The schema::
+
+    {"paper": "dgl", "artifact": "table1", "title": "...", "scale": "paper" | "reduced",
+     "command": "python -m reproduce.dgl_table1 --paper", "config": {...},
+     "rows": [{"name": ..., "ours": 97.3, "paper": 97.18, "unit": "%", "tol": 1.0,
+               "seeds": 3, "spread": 0.2, "holds": true, "note": ""}],
+     "claims": [{"claim": ..., "holds": true, "evidence": "..."}],
+     "machine": {...}, "versions": {...}, "git": "<commit>", "wall_s": 1234.5}
+
+``holds`` of a row is ``abs(ours - paper) <= tol`` (``None`` when the paper has no number or
+ours was not run).  This module imports neither JAX nor numpy at import time, so scripts can
+use it before their heavy imports.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+__all__ = [
+    "PAPERS",
+    "Claim",
+    "Record",
+    "Row",
+    "load_record",
+    "machine_info",
+    "row_from_values",
+    "to_jsonable",
+    "validate_record",
+    "versions",
+    "write_record",
+]
+
+PAPERS = ("gnrev", "dgl", "dmn", "bottleneck")
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass
+class Row:
+    """One number of ours beside the paper's.
+
+    ``ours`` is the mean over ``seeds`` runs and ``spread`` their standard deviation
+    (``ddof=1``; 0 for one seed).  ``ours=None`` marks a row that was not run (say why in
+    ``note``); ``paper=None`` a row the paper gives no number for.
+    """
+
+    name: str
+    ours: float | None
+    paper: float | None = None
+    unit: str = ""
+    tol: float | None = None
+    seeds: int = 1
+    spread: float | None = None
+    holds: bool | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.ours is not None:
+            self.ours = float(self.ours)
+            if not math.isfinite(self.ours):
+                raise ValueError(f"Row {self.name!r}: ours must be finite, got {self.ours}")
+        if self.paper is not None:
+            self.paper = float(self.paper)
+        if self.spread is not None:
+            self.spread = float(self.spread)
+        if self.tol is not None and (not math.isfinite(self.tol) or self.tol < 0):
+            raise ValueError(f"Row {self.name!r}: tol must be a finite number >= 0, got {self.tol}")
+        if self.holds is None and None not in (self.ours, self.paper, self.tol):
+            self.holds = bool(abs(self.ours - self.paper) <= self.tol)
+
+
+@dataclasses.dataclass
+class Claim:
+    """A qualitative claim of the paper, checked: ``holds`` with the numbers as ``evidence``."""
+
+    claim: str
+    holds: bool | None
+    evidence: str = ""
+
+    def __post_init__(self) -> None:
+        if self.holds is not None:
+            self.holds = bool(self.holds)
+
+
+@dataclasses.dataclass
+class Record:
+    """Everything one reproduction run produced; see the module docstring for the JSON."""
+
+    paper: str
+    artifact: str
+    title: str
+    scale: Literal["paper", "reduced"]
+    config: dict[str, Any]
+    rows: list[Row] = dataclasses.field(default_factory=list)
+    claims: list[Claim] = dataclasses.field(default_factory=list)
+    command: str = ""
+    wall_s: float | None = None
+    note: str = ""
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.paper not in PAPERS:
+            raise ValueError(f"Record.paper must be one of {PAPERS}, got {self.paper!r}")
+        if self.scale not in ("paper", "reduced"):
+            raise ValueError(f"Record.scale must be 'paper' or 'reduced', got {self.scale!r}")
+        if not self.artifact or "/" in self.artifact:
+            raise ValueError(f"Record.artifact must be a plain name like 'table1', got {self.artifact!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "paper": self.paper,
+            "artifact": self.artifact,
+            "title": self.title,
+            "scale": self.scale,
+            "command": self.command,
+            "config": to_jsonable(self.config),
+            "rows": [to_jsonable(dataclasses.asdict(r)) for r in self.rows],
+            "claims": [to_jsonable(dataclasses.asdict(c)) for c in self.claims],
+            "wall_s": None if self.wall_s is None else round(float(self.wall_s), 1),
+        }
+        if self.note:
+            d["note"] = self.note
+        if self.extra:
+            d["extra"] = to_jsonable(self.extra)
+        return d
+
+
+def row_from_values(name: str, values: Sequence[float], *, paper: float | None = None,
+                    unit: str = "", tol: float | None = None, note: str = "") -> Row:
+    """A :class:`Row` from per-seed values: mean as ``ours``, sample std as ``spread``."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError(f"row_from_values({name!r}): values is empty")
+    spread = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return Row(name=name, ours=statistics.fmean(vals), paper=paper, unit=unit, tol=tol,
+               seeds=len(vals), spread=spread, note=note)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Nested dicts/lists of numpy/jax arrays and scalars -> JSON types (floats rounded to 6
+    significant digits, so float32 noise is not printed as signal)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, int):
+        return obj
+    if isinstance(obj, float):
+        return _round(obj)
+    if isinstance(obj, pathlib.PurePath):
+        return str(obj)
+    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy / jax arrays and scalars
+        return to_jsonable(obj.tolist())
+    if callable(obj):
+        return getattr(obj, "__name__", repr(obj))
+    return repr(obj)
+
+
+def _round(x: float) -> float | None:
+    if not math.isfinite(x):
+        return None if math.isnan(x) else (1e308 if x > 0 else -1e308)
+    return float(f"{x:.6g}")
+
+
+def machine_info() -> dict[str, Any]:
+    """The machine a record was made on (device kind and count when JAX is already loaded)."""
+    info: dict[str, Any] = {
+        "cpu_count": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "python": platform.python_version(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+    import sys
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        dev = jax.devices()[0]
+        info.update(platform=dev.platform, device_kind=getattr(dev, "device_kind", str(dev)),
+                    device_count=jax.device_count())
+    return info
+
+
+def versions() -> dict[str, str]:
+    """Versions of the packages that decide the numbers."""
+    from importlib import metadata
+    out = {}
+    for name in ("layerlab", "jax", "jaxlib", "flax", "optax", "numpy", "neural-tangents"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _git() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip() or None
+    except Exception:
+        return None
+
+
+def validate_record(d: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the field if ``d`` does not follow the record schema."""
+    need = {"paper": str, "artifact": str, "title": str, "scale": str, "command": str,
+            "config": dict, "rows": list, "claims": list, "machine": dict, "versions": dict}
+    for k, t in need.items():
+        if k not in d:
+            raise ValueError(f"record is missing field {k!r}")
+        if not isinstance(d[k], t):
+            raise ValueError(f"record field {k!r} must be {t.__name__}, got {type(d[k]).__name__}")
+    if d["paper"] not in PAPERS:
+        raise ValueError(f"record field 'paper' must be one of {PAPERS}, got {d['paper']!r}")
+    if d["scale"] not in ("paper", "reduced"):
+        raise ValueError(f"record field 'scale' must be 'paper' or 'reduced', got {d['scale']!r}")
+    if "wall_s" not in d or "git" not in d:
+        raise ValueError("record is missing field 'wall_s' or 'git'")
+    for i, r in enumerate(d["rows"]):
+        for k in ("name", "ours", "paper", "unit", "tol", "seeds", "spread", "holds", "note"):
+            if k not in r:
+                raise ValueError(f"record rows[{i}] is missing field {k!r}")
+        if None not in (r["ours"], r["paper"], r["tol"]):
+            want = abs(r["ours"] - r["paper"]) <= r["tol"] + 1e-9
+            if bool(r["holds"]) != want:
+                raise ValueError(f"record rows[{i}] ({r['name']!r}): holds={r['holds']} but "
+                                 f"|ours - paper| <= tol is {want}")
+    for i, c in enumerate(d["claims"]):
+        for k in ("claim", "holds", "evidence"):
+            if k not in c:
+                raise ValueError(f"record claims[{i}] is missing field {k!r}")
+
+
+def write_record(record: Record, out_dir: str | os.PathLike) -> pathlib.Path:
+    """Write ``record`` as ``<out_dir>/<artifact>.json`` atomically; return the path.
+
+    Adds ``machine``, ``versions`` and ``git``.  ``out_dir`` is usually
+    ``results/<paper>`` (paper-scale runs) or ``scratch/<paper>`` (everything else).
+    """
+    d = record.to_dict()
+    d["machine"] = machine_info()
+    d["versions"] = versions()
+    d["git"] = _git()
+    validate_record(d)
+    out = pathlib.Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{record.artifact}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(d, indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_record(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and validate a record written by :func:`write_record`."""
+    d = json.loads(pathlib.Path(path).read_text())
+    try:
+        validate_record(d)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    return d

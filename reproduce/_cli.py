@@ -1,0 +1,141 @@
+"""Shared command line for every reproduction script (imports neither JAX nor numpy).
+
+Every script::
+
+    def build_parser() -> argparse.ArgumentParser:
+        p = _cli.parser("dgl", "table1", __doc__)
+        p.add_argument("--steps", type=int, default=None, help="... (default: config's)")
+        return p
+
+    def main(argv=None) -> int:
+        args = build_parser().parse_args(argv)
+        from layerlab.dgl import experiments as ex      # heavy imports only after parsing
+        cfg = ex.Table1Config.paper() if args.paper else ex.Table1Config.smoke() if args.smoke else ...
+        rec = ex.run_table1(cfg, key=...)
+        _cli.finish(args, rec, figure=lambda path: ex.plot_table1(rec, path))
+        return 0
+
+Where a run writes: ``--out DIR`` when given; otherwise ``results/<paper>/`` for ``--paper``
+or ``--record`` runs (the committed records), and ``scratch/<paper>/`` (ignored by git) for
+every other run, so default and smoke runs never modify tracked files.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+_T0 = time.perf_counter()
+
+
+class _Fmt(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def parser(paper: str, artifact: str, doc: str | None) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` with the flags every reproduction shares; defaults shown in --help."""
+    p = argparse.ArgumentParser(prog=f"python -m reproduce.{paper}_{artifact}",
+                                description=doc, formatter_class=_Fmt)
+    p.set_defaults(_paper_name=paper, _artifact=artifact)
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument("--paper", action="store_true",
+                       help="run at the paper's scale and settings and write the committed "
+                       f"record results/{paper}/{artifact}.json")
+    scale.add_argument("--smoke", action="store_true",
+                       help="a seconds-long configuration that exercises every code path "
+                       "(what the test suite runs)")
+    p.add_argument("--record", action="store_true",
+                   help=f"write to results/{paper}/ even without --paper (a reduced-scale "
+                   "record, marked scale='reduced')")
+    p.add_argument("--out", type=pathlib.Path, default=None,
+                   help=f"write the record and figure here instead (default: results/{paper}/ "
+                   f"with --paper/--record, else scratch/{paper}/)")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="number of seeds (default: the configuration's)")
+    p.add_argument("--data-dir", default=None,
+                   help="dataset root (default: $LAYERLAB_DATA, ./data, ../shared/data)")
+    p.add_argument("--checkpoint-dir", type=pathlib.Path, default=None,
+                   help="resumable checkpoints of long runs here (default: "
+                   f"checkpoints/{paper}_{artifact} for --paper runs, none otherwise)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def out_dir(args: argparse.Namespace) -> pathlib.Path:
+    """Where this run writes (see the module docstring)."""
+    if args.out is not None:
+        return pathlib.Path(args.out)
+    sub = "results" if (args.paper or args.record) else "scratch"
+    return REPO / sub / args._paper_name
+
+
+def checkpoint_dir(args: argparse.Namespace) -> pathlib.Path | None:
+    """``--checkpoint-dir``, or ``checkpoints/<paper>_<artifact>`` for --paper runs."""
+    if args.checkpoint_dir is not None:
+        return args.checkpoint_dir
+    if args.paper:
+        return REPO / "checkpoints" / f"{args._paper_name}_{args._artifact}"
+    return None
+
+
+def command(argv: list[str] | None = None) -> str:
+    """The command line that reproduces this run."""
+    argv = sys.argv[1:] if argv is None else argv
+    mod = pathlib.Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "?"
+    if mod in ("", "-c", "__main__", "?"):
+        mod = "?"
+    return shlex.join(["python", "-m", f"reproduce.{mod}", *argv])
+
+
+def finish(args: argparse.Namespace, record: Any, *,
+           figure: Callable[[pathlib.Path], Any] | None = None,
+           argv: list[str] | None = None, t0: float | None = None) -> pathlib.Path:
+    """Stamp ``record`` (command, wall time), write it and its PNG, print a summary table.
+
+    ``figure(path)`` is called with ``<out>/<artifact>.png``.  Returns the JSON path.
+    """
+    from layerlab.record import write_record
+
+    if not record.command:
+        flags = sys.argv[1:] if argv is None else list(argv)
+        record.command = shlex.join(["python", "-m",
+                                     f"reproduce.{args._paper_name}_{args._artifact}", *flags])
+    if record.wall_s is None:
+        record.wall_s = time.perf_counter() - (_T0 if t0 is None else t0)
+    d = out_dir(args)
+    path = write_record(record, d)
+    if figure is not None:
+        figure(d / f"{record.artifact}.png")
+    print(summary(record))
+    print(f"wrote {path}" + (f" and {d / (record.artifact + '.png')}" if figure else ""))
+    return path
+
+
+def summary(record: Any) -> str:
+    """An aligned text table of a record's rows and claims (rounded numbers)."""
+    def f(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, bool):
+            return "yes" if v else "NO"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    lines = [f"{record.paper} {record.artifact}: {record.title} [{record.scale}]"]
+    if record.rows:
+        w = max(len(r.name) for r in record.rows)
+        lines.append(f"  {'row':<{w}}  {'ours':>9} {'± ':>7} {'paper':>9} {'tol':>6}  holds")
+        for r in record.rows:
+            lines.append(f"  {r.name:<{w}}  {f(r.ours):>9} {f(r.spread):>7} {f(r.paper):>9} "
+                         f"{f(r.tol):>6}  {f(r.holds)}")
+    for c in record.claims:
+        lines.append(f"  claim: {c.claim} -> {f(c.holds)}  ({c.evidence})")
+    if record.wall_s is not None:
+        lines.append(f"  wall time {record.wall_s:.1f} s")
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""Every reproduction script: --help without JAX, a smoke run that writes a valid record."""
+from __future__ import annotations
+
+import importlib
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from layerlab.record import load_record
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SCRIPTS = sorted(p.stem for p in (REPO / "reproduce").glob("*.py")
+                 if not p.name.startswith("_") and p.stem != "make_index")
+
+
+def test_there_are_scripts_to_test():
+    assert SCRIPTS, "no reproduce/<paper>_<artifact>.py scripts found"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_parses_flags_before_importing_jax(name):
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['{name}', '--help']\n"
+            "try:\n"
+            f"    runpy.run_module('reproduce.{name}', run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    assert e.code in (0, None), e.code\n"
+            "heavy = [m for m in ('jax', 'numpy', 'flax', 'optax') if m in sys.modules]\n"
+            "print('HEAVY=' + ','.join(heavy))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "--paper" in out.stdout and "--smoke" in out.stdout
+    assert "HEAVY=\n" in out.stdout or out.stdout.rstrip().endswith("HEAVY="), (
+        f"{name} --help imported {out.stdout.rsplit('HEAVY=', 1)[-1].strip()}")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_smoke_run_writes_a_valid_record(name, tmp_path):
+    mod = importlib.import_module(f"reproduce.{name}")
+    rc = mod.main(["--smoke", "--out", str(tmp_path), "--no-progress"])
+    assert rc in (0, None)
+    paper, artifact = name.split("_", 1)
+    rec = load_record(tmp_path / f"{artifact}.json")
+    assert rec["paper"] == paper and rec["artifact"] == artifact
+    assert rec["scale"] == "reduced"
+    assert rec["wall_s"] is not None and rec["wall_s"] > 0
+    assert rec["rows"] or rec["claims"]
+    assert (tmp_path / f"{artifact}.png").stat().st_size > 1000
+
+
+def test_committed_records_follow_the_schema_and_index_is_current():
+    for path in sorted((REPO / "results").glob("*/*.json")):
+        if path.parent.name in ("gnrev", "dgl", "dmn", "bottleneck"):
+            load_record(path)
+    from reproduce import make_index
+    text = make_index.build()
+    readme = REPO / "reproduce" / "README.md"
+    assert readme.exists() and readme.read_text() == text, (
+        "reproduce/README.md is stale: run python -m reproduce.make_index")
+
+
+def test_record_rows_holds_is_the_tolerance_rule(tmp_path):
+    from layerlab.record import Claim, Record, Row, row_from_values, write_record
+    r = row_from_values("a", [97.0, 97.4, 97.8], paper=97.18, unit="%", tol=1.0)
+    assert r.ours == pytest.approx(97.4) and r.spread == pytest.approx(0.4) and r.seeds == 3
+    assert r.holds is True
+    assert Row("b", 95.0, paper=97.18, tol=1.0).holds is False
+    assert Row("c", 95.0).holds is None  # paper gives no number
+    with pytest.raises(ValueError, match="ours must be finite"):
+        Row("d", float("nan"))
+    with pytest.raises(ValueError, match="paper must be one of"):
+        Record("nope", "x", "t", "paper", {})
+    rec = Record("dgl", "x", "t", "reduced", {"seed": 0}, rows=[r], claims=[Claim("c", True, "e")])
+    p = write_record(rec, tmp_path)
+    d = json.loads(p.read_text())
+    assert d["rows"][0]["holds"] is True and d["versions"]["jax"]
+    d["rows"][0]["holds"] = False
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="holds=False"):
+        load_record(p)
