@@ -14,7 +14,9 @@ JAX moved, TensorFlow-only ``experimental`` subpackage not loaded):
 * ``stax``, ``predict``, ``empirical_ntk_fn``, ``empirical_kernel_fn``,
   ``monte_carlo_kernel_fn``, ``Kernel``, ``batch``.
 
-Never ``import neural_tangents`` directly in layerlab code; import from here.
+Never ``import neural_tangents`` directly in layerlab code; import from here.  The
+neural-tangents names are loaded lazily, on first access, so importing ``layerlab`` or any
+paper package does not import neural-tangents.
 """
 from layerlab._nt_compat import import_neural_tangents as _import_nt
 
@@ -26,14 +28,17 @@ from ._closed_form import relu_nngp as relu_nngp
 from ._closed_form import relu_ntk as relu_ntk
 from ._empirical import empirical_ntk as empirical_ntk
 
-nt = _import_nt()
-stax = nt.stax
-predict = nt.predict
-empirical_ntk_fn = nt.empirical_ntk_fn
-empirical_kernel_fn = nt.empirical_kernel_fn
-monte_carlo_kernel_fn = nt.monte_carlo_kernel_fn
-Kernel = nt.Kernel
-batch = nt.batch
+_NT_NAMES = ("stax", "predict", "empirical_ntk_fn", "empirical_kernel_fn",
+             "monte_carlo_kernel_fn", "Kernel", "batch")
+
+
+def __getattr__(name: str):
+    """Import neural-tangents only when one of its names is first asked for (PEP 562)."""
+    if name == "nt":
+        return _import_nt()
+    if name in _NT_NAMES:
+        return getattr(_import_nt(), name)
+    raise AttributeError(f"module 'layerlab.kernels' has no attribute {name!r}")
 
 __all__ = [
     "FCKernel",
