@@ -208,6 +208,10 @@ def versions() -> dict[str, str]:
 
 
 def _git() -> str | None:
+    """The commit the code came from: ``$LAYERLAB_GIT`` (set where a copy of the tree runs
+    without its ``.git``, e.g. on a remote GPU), else ``git rev-parse HEAD``."""
+    if os.environ.get("LAYERLAB_GIT"):
+        return os.environ["LAYERLAB_GIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                               text=True, timeout=10, check=True).stdout.strip() or None
