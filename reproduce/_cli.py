@@ -34,7 +34,13 @@ _T0 = time.perf_counter()
 
 
 class _Fmt(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+    """Shows every flag's default, unless its help text already says what the default is."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
 
 
 def parser(paper: str, artifact: str, doc: str | None) -> argparse.ArgumentParser:
