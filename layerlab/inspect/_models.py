@@ -211,6 +211,9 @@ def from_mlp(*, activation: Callable[[jax.Array], jax.Array] = jax.nn.relu) -> I
 def from_revmlp(frozen, readout: jax.Array | None = None) -> Inspectable:
     """The reversible MLP of ``layerlab.gnrev``: block outputs ``block_1 .. block_L``.
 
+    Weights: ``block_l/w1`` and ``block_l/w2`` (``[d', h]`` each, sliced from the stacked
+    params).
+
     Args:
       frozen: its ``RevMLPFrozen``.  readout: optional ``[d, C]`` fixed readout; the NTK
         uses ``revmlp_apply(params, frozen, x) @ readout`` (the body output without it).
@@ -221,11 +224,15 @@ def from_revmlp(frozen, readout: jax.Array | None = None) -> Inspectable:
         hs = revmlp_hidden(params, frozen, x)
         return {f"block_{i}": hs[i] for i in range(1, hs.shape[0])}
 
+    def weights(params):  # the stacked [L, d', h] kernels, one matrix per block and half
+        return {f"block_{i + 1}/{k}": params[k][i]
+                for i in range(params["w1"].shape[0]) for k in ("w1", "w2")}
+
     def apply(params, x):
         y = revmlp_apply(params, frozen, x)
         return y if readout is None else y @ readout
 
-    return Inspectable(features=features, apply=apply)
+    return Inspectable(features=features, apply=apply, weights=weights)
 
 
 def _default_linen_filter(module, method_name: str) -> bool:
@@ -316,7 +323,7 @@ def from_nnx(model, *, capture: bool = True) -> Inspectable:
         return {k: h for k, h in raw.items()
                 if k != "output" and (k in layer_paths or k not in module_paths)}
 
-    def apply(state, x):
-        return nnx.merge(graphdef, state)(x)
+    def apply(state, x):  # under capture, so sown values do not leak into the module
+        return nnx.capture(nnx.merge(graphdef, state), nnx.Intermediate)(x)[0]
 
     return Inspectable(features=features, apply=apply)
