@@ -121,7 +121,8 @@ class InspectConfig:
         diags = tuple(self.diagnostics)
         bad = [d for d in diags if d not in DIAGNOSTICS]
         if bad:
-            raise ValueError(f"InspectConfig: unknown diagnostics {bad}; choose from {DIAGNOSTICS}.")
+            raise ValueError(
+                f"InspectConfig: unknown diagnostics {bad}; choose from {DIAGNOSTICS}.")
         object.__setattr__(self, "diagnostics", diags)
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(self.layers))
@@ -393,7 +394,7 @@ def layer_report(
     reps = representations(model, params, x, config=config)
     names = tuple(reps)
     n = x.shape[0]
-    Y = None if y is None else _targets(y, n, config)
+    Y = _targets(y, n, config) if any(d in _NEEDS_Y for d in diags) else None
     tops = model.top_variances(params) if (model.top_variances and "dgl_nngp" in diags) else {}
 
     layer_values: dict[str, list] = {d: [] for d in diags if d in LAYER_DIAGNOSTICS}
