@@ -68,7 +68,7 @@ def config(**kw):
     """The quickstart monitoring config (the overhead benchmark measures this one)."""
     from layerlab import inspect
 
-    base = dict(num_classes=10, conv="mean", ntk_samples=16, ntk_method="jacobian")
+    base = dict(num_classes=10, conv="mean", ntk_samples=8, ntk_method="jacobian")
     base.update(kw)
     return inspect.InspectConfig(**base)
 
