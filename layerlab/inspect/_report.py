@@ -5,6 +5,7 @@ Every number is computed by the toolkit's own implementation (no second copy):
 =======================  ==================================================================
 ``dgl_linear``           ``dgl.dgl_linear(H, Y, eps2) / n`` -- DGL@Linear, eq. (6) of
                          Ben-David & Ringel (2019), ridge ``eps2 = ridge_rel * mean diag(H^T H)``
+                         (for ``d > n`` on ``H Q``, ``H^T = QR``: the same value, O(d n^2))
 ``dgl_nngp``             ``dgl.dgl_features(H, Y, dgl.top_kernel_fn(w_var, b_var),
                          eps_rel) / n`` -- DGL (eq. 3) under the NNGP (eq. 2) of the layers
                          above (mean-field variances for MLPs) or of a :class:`TopNetwork`
@@ -413,7 +414,11 @@ def layer_report(
                 eps2 = 0.0
             else:
                 eps2 = config.ridge_rel * jnp.sum(h * h) / d
-            layer_values["dgl_linear"].append(dgl.dgl_linear(h, Y.astype(dt), eps2=eps2) / n)
+            # d > n (e.g. flattened convolutions): the same loss on the n coordinates of the
+            # row space, H Q with H^T = Q R; exact, as eq. (6) is invariant under H -> H V for
+            # orthogonal V, and O(d n^2) instead of O(d^3)
+            hl = h @ jnp.linalg.qr(h.T)[0] if d > n else h
+            layer_values["dgl_linear"].append(dgl.dgl_linear(hl, Y.astype(dt), eps2=eps2) / n)
         if "dgl_nngp" in layer_values:
             v = tops[name] if name in tops else config.top.variances(dt)
             kfn = dgl.top_kernel_fn(v.w_var, v.b_var)

@@ -173,6 +173,17 @@ def test_bad_inputs_raise_clear_errors(mlp_case):
     assert float(rep.model_values["nonfinite_layers"]) == 1.0
 
 
+def test_dgl_linear_wide_representation_equals_direct(x64):
+    # d > n: the report works on the n-dimensional row space; the value is dgl_linear's own
+    h = jax.random.normal(jax.random.key(4), (12, 30)) ** 2
+    y = jax.nn.one_hot(jnp.arange(12) % 3, 3) - 1.0 / 3
+    cfg = inspect.InspectConfig(diagnostics=("dgl_linear",), ridge_rel=1e-2)
+    rep = inspect.layer_report(inspect.from_features(lambda p, xx: {"h": h}), None,
+                               jnp.zeros((12, 1)), y, config=cfg)
+    want = dgl.dgl_linear(h, y, eps2=1e-2 * jnp.sum(h * h) / 30) / 12
+    np.testing.assert_allclose(rep.layer_values["dgl_linear"][0], want, rtol=1e-9)
+
+
 def test_conv_reduction_options():
     h = jax.random.normal(jax.random.key(0), (6, 4, 5, 3))
     feats = inspect.from_features(lambda p, xx: {"conv": h})
