@@ -1,10 +1,10 @@
 """Monitoring during training: an ``eval_fn`` for ``layerlab.loop.fit`` and a report history.
 
-``loop.fit`` jit-compiles ``eval_fn`` once and calls it every ``eval_every`` steps, reading
-its scalars back in the same host synchronisation it already makes for the chunk's training
+``loop.fit`` jit-compiles ``eval_fn`` once and calls it every ``eval_every`` steps, at the
+chunk boundary where it already synchronises with the host to read the chunk's training
 metrics; :func:`monitor` returns such an ``eval_fn`` computing the whole :class:`Report` on a
-fixed probe batch (closed over as constants), so monitoring adds compiled work and no host
-round trips.  :meth:`Monitor.history` turns ``fit``'s history back into a :class:`History`
+fixed probe batch (closed over as constants) in one compiled call, so monitoring adds
+compiled work and one read-back of its scalars per evaluation, nothing per step.  :meth:`Monitor.history` turns ``fit``'s history back into a :class:`History`
 of reports (``[E, L]`` per layer diagnostic), the data of Fig. 4 of Ben-David & Ringel
 (2019).
 """
