@@ -83,7 +83,13 @@ def run(out_dir, progress: bool = True, *, steps: int = 1000, eval_every: int = 
     model, insp, params0, (x, y), (xp, yp), ts = build(dataset)
     cfg = config()
     ref = inspect.make_reference(insp, params0, xp, config=cfg)  # the CNN at initialisation
-    mon = inspect.monitor(insp, xp, yp, reference=ref, config=cfg)
+    import optax
+
+    def probe_loss(state):  # drawn beside the DGL curves, as the training MSE in Fig. 4
+        logits = model.apply({"params": state.params}, xp)
+        return {"probe_loss": optax.softmax_cross_entropy_with_integer_labels(logits, yp).mean()}
+
+    mon = inspect.monitor(insp, xp, yp, reference=ref, config=cfg, extra=probe_loss)
     state, hist = loop.fit(ts.step, ts.init(params0), (x, y), key=jax.random.key(0), steps=steps,
                            batch_size=64, eval_fn=mon.eval_fn, eval_every=eval_every,
                            eval_at_start=True, progress=progress, desc="inspect CNN")
@@ -94,7 +100,8 @@ def run(out_dir, progress: bool = True, *, steps: int = 1000, eval_every: int = 
     inspect.plot_report(final, out_dir / "inspect_report.png",
                         title=f"linen CNN on {dataset}, after {steps} steps")
     inspect.plot_history(history, out_dir / "inspect_history.png",
-                         title=f"linen CNN on {dataset}: per-layer diagnostics while training")
+                         title=f"linen CNN on {dataset}: per-layer diagnostics while training "
+                               "(dashed: cross-entropy on the probe batch)", extra="probe_loss")
     te = __import__("layerlab").data.load(dataset, "test")
     xt = np.asarray(te.x, np.float32)
     xt = xt[..., None] if xt.ndim == 3 else xt
@@ -110,6 +117,8 @@ def run(out_dir, progress: bool = True, *, steps: int = 1000, eval_every: int = 
         "cka_to_init_first_last": {n: [float(history.layer_values["cka"][0, i]),
                                        float(history.layer_values["cka"][-1, i])]
                                    for i, n in enumerate(history.layers)},
+        "probe_loss_first_last": [float(history.extra["probe_loss"][0]),
+                                  float(history.extra["probe_loss"][-1])],
         "figures": ["inspect_report.png", "inspect_history.png"],
     }
     (out_dir / "inspect.json").write_text(json.dumps(res, indent=2))

@@ -99,8 +99,8 @@ def plot_history(history: History, path: str | os.PathLike, *, title: str | None
     Args:
       history: a :class:`History` (``Monitor.history``).
       path: output PNG path.  title: optional figure title.
-      extra: name of one ``history.extra`` metric drawn (dashed, right axis) on every layer
-        panel, e.g. the training loss the DGL tracks in the paper's Fig. 4.
+      extra: name of one ``history.extra`` metric drawn (dashed, right axis) on the DGL
+        panels, e.g. the training loss the DGL tracks in the paper's Fig. 4.
 
     Returns:
       ``str(path)``.
@@ -122,7 +122,7 @@ def plot_history(history: History, path: str | os.PathLike, *, title: str | None
         ax.set_title(_LABELS.get(d, d), fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.grid(alpha=0.3)
-        if extra is not None and extra in history.extra and names is history.layers:
+        if extra is not None and extra in history.extra and d.startswith("dgl"):
             ax2 = ax.twinx()
             ax2.plot(t, np.asarray(history.extra[extra]), "k--", lw=0.8)
             ax2.set_ylabel(extra, fontsize=7)
