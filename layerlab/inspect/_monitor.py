@@ -4,7 +4,8 @@
 chunk boundary where it already synchronises with the host to read the chunk's training
 metrics; :func:`monitor` returns such an ``eval_fn`` computing the whole :class:`Report` on a
 fixed probe batch (closed over as constants) in one compiled call, so monitoring adds
-compiled work and one read-back of its scalars per evaluation, nothing per step.  :meth:`Monitor.history` turns ``fit``'s history back into a :class:`History`
+compiled work and one read-back of its scalars per evaluation, nothing per step.
+:meth:`Monitor.history` turns ``fit``'s history back into a :class:`History`
 of reports (``[E, L]`` per layer diagnostic), the data of Fig. 4 of Ben-David & Ringel
 (2019).
 """
