@@ -45,14 +45,41 @@ def test_monitor_compiles_once_and_matches_reports(tmp_path):
     assert h.extra["wnorm"].shape == (4,)
     # the first entry is the initial model (CKA to itself = 1); the last is the final report
     np.testing.assert_allclose(h.layer_values["cka"][0], 1.0, atol=1e-5)
-    final = jax.jit(mon.report)(state.params)
-    for d, v in final.layer_values.items():
-        np.testing.assert_allclose(h.layer_values[d][-1], v, rtol=1e-5, atol=1e-7)
-    np.testing.assert_array_equal(h.weight_values["near_one"][-1], final.weight_values["near_one"])
+    # the last entry is the final model's report: recomputed in float64 numpy
+    P = [{k: np.asarray(v, np.float64) for k, v in layer.items()} for layer in state.params]
+    P0 = [{k: np.asarray(v, np.float64) for k, v in layer.items()} for layer in params0]
+    xp = np.asarray(x[:32], np.float64)
+    Y = np.eye(3)[np.asarray(labels[:32])] - 1.0 / 3
+
+    def hiddens(params):
+        hs, hh = [], xp
+        for layer in params[:-1]:
+            hh = np.maximum(hh @ layer["w"] + layer["b"], 0.0)
+            hs.append(hh)
+        return hs
+
+    for i, (hh, h0) in enumerate(zip(hiddens(P), hiddens(P0))):
+        d = hh.shape[1]
+        eps2 = CFG.ridge_rel * np.sum(hh * hh) / d
+        coef = np.linalg.solve(hh.T @ hh + eps2 * np.eye(d), hh.T @ Y)
+        want = (np.sum(Y * Y) - np.sum((hh.T @ Y) * coef)) / 32
+        np.testing.assert_allclose(h.layer_values["dgl_linear"][-1, i], want, rtol=2e-3)
+        a, b = hh - hh.mean(0), h0 - h0.mean(0)
+        cka = np.sum((b.T @ a) ** 2) / (np.linalg.norm(a.T @ a) * np.linalg.norm(b.T @ b))
+        np.testing.assert_allclose(h.layer_values["cka"][-1, i], cka, rtol=1e-4)
+        s = np.linalg.svd(a, compute_uv=False)
+        np.testing.assert_allclose(h.layer_values["stable_rank"][-1, i], np.sum(s**2) / s[0] ** 2,
+                                   rtol=1e-4)
+    for j, layer in enumerate(P):
+        s = np.linalg.svd(layer["w"], compute_uv=False)
+        assert h.weight_values["near_one"][-1, j] == np.sum(np.abs(s - 1.0) < CFG.near_one_tol)
     assert not np.allclose(h.layer_values["cka"][-1], 1.0)  # training moved the layers
     r = h.report(2)
     assert r.layers == h.layers and r.layer_values["cka"].shape == (2,)
-    p1 = inspect.plot_report(final, tmp_path / "report.png", title="t")
+    p1 = inspect.plot_report(inspect.layer_report(inspect.from_mlp(), state.params, x[:32],
+                                                  labels[:32], config=inspect.InspectConfig(
+                                                      diagnostics=("stable_rank", "near_one"))),
+                             tmp_path / "report.png", title="t")
     p2 = inspect.plot_history(h, tmp_path / "history.png", extra="wnorm")
     for p in (p1, p2):
         assert (tmp_path / p).stat().st_size > 1000
