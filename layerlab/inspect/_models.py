@@ -1,0 +1,329 @@
+"""Adapters: any JAX model as an :class:`Inspectable` (per-layer representations and more).
+
+The core of :mod:`layerlab.inspect` needs only ``features(params, x) -> {name: [n, ...]}``,
+the per-layer representations of a batch ``x [n, ...]``.  An :class:`Inspectable` bundles it
+with what some diagnostics need in addition: the model's outputs (empirical NTK), its named
+weight kernels (weight spectra) and, for MLPs, the prior variances of the layers above each
+representation (DGL under the NNGP of the remaining layers).  Adapters build it for
+
+* flax linen (:func:`from_linen`: outputs of ``nn.Dense``/``nn.Conv`` through
+  ``capture_intermediates`` and every value ``sow``-n into ``"intermediates"``);
+* flax NNX (:func:`from_nnx`: ``nnx.capture`` of ``nnx.Intermediate`` -- sown values and the
+  outputs of ``nnx.Linear``/``nnx.Conv`` sub-modules);
+* plain ``(params, x)`` functions composed of layers (:func:`from_layers`) or any
+  ``features`` function (:func:`from_features`);
+* the toolkit's own nets: ``layerlab.nets`` MLPs (:func:`from_mlp`) and the reversible MLP of
+  ``layerlab.gnrev`` (:func:`from_revmlp`).
+
+Representation names are ``/``-joined module paths (``"Conv_0"``, ``"block/Dense_1"``);
+weight names are the ``/``-joined parameter paths (``"Conv_0/kernel"``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from layerlab.dgl import LayerVariances, mf_variances
+
+__all__ = [
+    "Inspectable",
+    "from_features",
+    "from_layers",
+    "from_linen",
+    "from_nnx",
+    "from_mlp",
+    "from_revmlp",
+    "named_weights",
+]
+
+FeaturesFn = Callable[[Any, jax.Array], Mapping[str, jax.Array]]
+
+
+class Inspectable(NamedTuple):
+    """A model seen layer by layer.
+
+    Attributes:
+      features: ``features(params, x [n, ...]) -> {name: [n, ...]}``, the per-layer
+        representations of the batch (samples as rows; insertion order = layer order).
+      apply: ``apply(params, x) -> [n, k]`` model outputs, or ``None`` (no NTK diagnostics).
+      weights: ``weights(params) -> {name: array}`` weight kernels whose spectra are reported
+        (default :func:`named_weights`: every parameter leaf with ``ndim >= 2``).
+      top_variances: ``top_variances(params) -> {layer name: LayerVariances}``, the fan-in
+        variances ``[D + 1]`` of the network above each representation (mean-field, Sec. V of
+        Ben-David & Ringel 2019), or ``None``; layers without an entry use the configured
+        default ReLU top network (:class:`layerlab.inspect.TopNetwork`).
+    """
+
+    features: FeaturesFn
+    apply: Callable[[Any, jax.Array], jax.Array] | None = None
+    weights: Callable[[Any], Mapping[str, jax.Array]] | None = None
+    top_variances: Callable[[Any], Mapping[str, LayerVariances]] | None = None
+
+
+# ----------------------------------------------------------------------------- paths
+def _key_name(k) -> str | None:
+    if isinstance(k, jax.tree_util.DictKey):
+        return str(k.key)
+    if isinstance(k, jax.tree_util.GetAttrKey):
+        return None if k.name == "value" else k.name  # nnx.Variable(...).value
+    if isinstance(k, jax.tree_util.SequenceKey):
+        return str(k.idx)
+    return str(getattr(k, "key", k))
+
+
+def _path_name(path, drop: Sequence[str] = ()) -> str:
+    parts = [p for p in (_key_name(k) for k in path) if p is not None and p not in drop]
+    return "/".join(parts)
+
+
+def named_weights(params: Any, *, min_ndim: int = 2) -> dict[str, jax.Array]:
+    """Every parameter leaf with ``ndim >= min_ndim``, named by its ``/``-joined path.
+
+    A leading ``"params"`` collection name (flax linen variables) is dropped, so a linen
+    ``{"params": {"Conv_0": {"kernel": ...}}}`` gives ``{"Conv_0/kernel": [kh, kw, c_in, c_out]}``
+    and a ``layerlab.nets`` MLP gives ``{"0/w": [d0, d1], "1/w": ...}``.
+
+    Args:
+      params: parameter pytree.
+      min_ndim: smallest rank counted as a weight (biases are 1-D).
+
+    Returns:
+      ``{name: array}`` in tree order.
+    """
+    out = {}
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        if jnp.ndim(leaf) >= min_ndim:
+            name = _path_name(path)
+            if name.startswith("params/"):
+                name = name[len("params/"):]
+            out[name] = leaf
+    return out
+
+
+def _walk(tree, prefix: tuple[str, ...], out: dict) -> None:
+    """Insertion-ordered flatten of nested mappings/tuples of arrays into ``out``."""
+    if isinstance(tree, Mapping) or hasattr(tree, "items"):
+        for k, v in tree.items():
+            _walk(v, (*prefix, str(k)), out)
+    elif isinstance(tree, (tuple, list)):
+        if len(tree) == 1:
+            _walk(tree[0], prefix, out)
+        else:
+            for i, v in enumerate(tree):
+                _walk(v, (*prefix, str(i)), out)
+    elif hasattr(tree, "get_value"):  # nnx.Variable
+        _walk(tree.get_value(), prefix, out)
+    else:
+        out["/".join(p for p in prefix if p != "__call__") or "output"] = tree
+
+
+# ----------------------------------------------------------------------------- adapters
+def from_features(
+    features: FeaturesFn,
+    *,
+    apply: Callable[[Any, jax.Array], jax.Array] | None = None,
+    weights: Callable[[Any], Mapping[str, jax.Array]] | None = None,
+) -> Inspectable:
+    """Any ``features(params, x) -> {name: [n, ...]}`` (the core interface) as an Inspectable.
+
+    Args:
+      features: per-layer representations of a batch, samples as rows.
+      apply: optional model outputs ``(params, x) -> [n, k]`` (for the NTK diagnostics).
+      weights: optional ``params -> {name: kernel}`` (default :func:`named_weights`).
+    """
+    if not callable(features):
+        raise TypeError(
+            f"from_features: features must be callable features(params, x) -> dict, got "
+            f"{type(features).__name__}."
+        )
+    return Inspectable(features=features, apply=apply, weights=weights)
+
+
+def from_layers(
+    layers: Sequence[tuple[str, Callable[[Any, jax.Array], jax.Array]]],
+) -> Inspectable:
+    """A plain function composed of layers: ``h_i = layer_i(params[i], h_{i-1})``, ``h_0 = x``.
+
+    ``params`` is a sequence with one entry per layer (in order) or a mapping keyed by the
+    layer names.  Every ``h_i`` is reported under its name; the last one is the output.
+
+    Args:
+      layers: ``[(name, fn), ...]`` with ``fn(layer_params, h) -> h``.
+
+    Returns:
+      :class:`Inspectable` with ``features`` and ``apply``.
+    """
+    layers = list(layers)
+    names = [n for n, _ in layers]
+    if not layers or len(set(names)) != len(names):
+        raise ValueError(f"from_layers: layers must be non-empty with unique names, got {names}.")
+
+    def _param(params, i, name):
+        if isinstance(params, Mapping):
+            if name not in params:
+                raise KeyError(f"from_layers: params has no entry for layer {name!r}.")
+            return params[name]
+        if len(params) != len(layers):
+            raise ValueError(
+                f"from_layers: params has {len(params)} entries for {len(layers)} layers {names}."
+            )
+        return params[i]
+
+    def run(params, x):
+        h, out = x, {}
+        for i, (name, fn) in enumerate(layers):
+            h = fn(_param(params, i, name), h)
+            out[name] = h
+        return out
+
+    return Inspectable(features=run, apply=lambda p, x: run(p, x)[names[-1]])
+
+
+def from_mlp(*, activation: Callable[[jax.Array], jax.Array] = jax.nn.relu) -> Inspectable:
+    """A ``layerlab.nets`` MLP (``params = [{"w", "b"}, ...]``): its post-activation hiddens.
+
+    Representations ``hidden_1 .. hidden_{L-1}`` (``h_l = phi(h_{l-1} W_l + b_l)``), weights
+    ``"0/w" .. "{L-1}/w"``; the top network of ``hidden_l`` is layers ``l..L`` with their
+    mean-field variances (``dgl.mf_variances(params)[l:]``, as in ``dgl.monitor_fn``).
+    """
+    from layerlab.nets import mlp_apply
+
+    def features(params, x):
+        _, hidden = mlp_apply(params, x, activation=activation, return_hidden=True)
+        return {f"hidden_{i + 1}": h for i, h in enumerate(hidden)}
+
+    def top(params):
+        v = mf_variances(params)
+        return {
+            f"hidden_{i}": LayerVariances(v.w_var[i:], v.b_var[i:]) for i in range(1, len(params))
+        }
+
+    return Inspectable(
+        features=features,
+        apply=lambda p, x: mlp_apply(p, x, activation=activation),
+        top_variances=top,
+    )
+
+
+def from_revmlp(frozen, readout: jax.Array | None = None) -> Inspectable:
+    """The reversible MLP of ``layerlab.gnrev``: block outputs ``block_1 .. block_L``.
+
+    Weights: ``block_l/w1`` and ``block_l/w2`` (``[d', h]`` each, sliced from the stacked
+    params).
+
+    Args:
+      frozen: its ``RevMLPFrozen``.  readout: optional ``[d, C]`` fixed readout; the NTK
+        uses ``revmlp_apply(params, frozen, x) @ readout`` (the body output without it).
+    """
+    from layerlab.gnrev import revmlp_apply, revmlp_hidden
+
+    def features(params, x):
+        hs = revmlp_hidden(params, frozen, x)
+        return {f"block_{i}": hs[i] for i in range(1, hs.shape[0])}
+
+    def weights(params):  # the stacked [L, d', h] kernels, one matrix per block and half
+        return {f"block_{i + 1}/{k}": params[k][i]
+                for i in range(params["w1"].shape[0]) for k in ("w1", "w2")}
+
+    def apply(params, x):
+        y = revmlp_apply(params, frozen, x)
+        return y if readout is None else y @ readout
+
+    return Inspectable(features=features, apply=apply, weights=weights)
+
+
+def _default_linen_filter(module, method_name: str) -> bool:
+    import flax.linen as nn
+
+    return method_name == "__call__" and isinstance(
+        module, (nn.Dense, nn.DenseGeneral, nn.Conv, nn.ConvTranspose)
+    )
+
+
+def from_linen(
+    model,
+    *,
+    capture: Callable | bool = True,
+    apply_kwargs: Mapping[str, Any] | None = None,
+) -> Inspectable:
+    """A flax linen module: the outputs of its layers and everything it ``sow``-s.
+
+    ``features(variables, x)`` runs ``model.apply(variables, x, capture_intermediates=...,
+    mutable=["intermediates"])`` and reads the ``"intermediates"`` collection: the outputs of
+    every ``nn.Dense``/``nn.Conv`` sub-module (pre-activation, named by module path, e.g.
+    ``"Conv_0"``) when ``capture=True``, and every value sown with
+    ``self.sow("intermediates", name, h)`` (e.g. post-activation representations).
+
+    Args:
+      model: a ``flax.linen.Module``.
+      capture: ``True`` (Dense/Conv outputs), ``False`` (sown values only) or a linen
+        filter ``(module, method_name) -> bool``.
+      apply_kwargs: extra keyword arguments for ``model.apply`` (e.g. ``{"train": False}``).
+
+    Returns:
+      :class:`Inspectable`; ``params`` is the linen variables dict (``{"params": ...}``; a bare
+      params tree is wrapped).
+    """
+    kw = dict(apply_kwargs or {})
+    flt = _default_linen_filter if capture is True else capture
+
+    def _vars(params):
+        return params if isinstance(params, Mapping) and "params" in params else {"params": params}
+
+    def features(params, x):
+        _, state = model.apply(_vars(params), x, capture_intermediates=flt,
+                               mutable=["intermediates"], **kw)
+        out: dict[str, jax.Array] = {}
+        _walk(state.get("intermediates", {}), (), out)
+        out.pop("output", None)  # the model's own output (captured by some filters)
+        return out
+
+    return Inspectable(features=features, apply=lambda p, x: model.apply(_vars(p), x, **kw))
+
+
+def from_nnx(model, *, capture: bool = True) -> Inspectable:
+    """A flax NNX module: sown ``nnx.Intermediate`` values and its layers' outputs.
+
+    The module is split once, ``graphdef, state = nnx.split(model)``; ``params`` is then
+    ``state`` (an ``nnx.State`` pytree: train it, jit it, pass it here).  ``features(state, x)``
+    merges and calls the model under ``nnx.capture(..., nnx.Intermediate,
+    method_outputs=nnx.Intermediate)``: values sown with ``self.sow(nnx.Intermediate, name, h)``
+    and, with ``capture=True``, the ``__call__`` outputs of every ``nnx.Linear``/``nnx.Conv``
+    sub-module, named by attribute path (``"l1"``, ``"blocks/0/conv"``).
+
+    Args:
+      model: an ``nnx.Module``.  capture: also report the Linear/Conv outputs.
+
+    Returns:
+      :class:`Inspectable` whose ``params`` is the ``nnx.State`` of ``nnx.split(model)``.
+    """
+    from flax import nnx
+
+    graphdef, _ = nnx.split(model)
+    layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
+    module_paths, layer_paths = set(), set()
+    for path, m in nnx.iter_modules(model):
+        name = "/".join(str(p) for p in path)
+        module_paths.add(name)
+        if path and isinstance(m, layer_types):
+            layer_paths.add(name)
+
+    def features(state, x):
+        mod = nnx.merge(graphdef, state)
+        if capture:
+            _, inter = nnx.capture(mod, nnx.Intermediate, method_outputs=nnx.Intermediate)(x)
+        else:
+            _, inter = nnx.capture(mod, nnx.Intermediate)(x)
+        raw: dict[str, jax.Array] = {}
+        _walk(inter, (), raw)
+        # keep Linear/Conv outputs and sown values; drop the outputs of containers and the root
+        return {k: h for k, h in raw.items()
+                if k != "output" and (k in layer_paths or k not in module_paths)}
+
+    def apply(state, x):  # under capture, so sown values do not leak into the module
+        return nnx.capture(nnx.merge(graphdef, state), nnx.Intermediate)(x)[0]
+
+    return Inspectable(features=features, apply=apply)

@@ -1,0 +1,162 @@
+"""Monitoring during training: an ``eval_fn`` for ``layerlab.loop.fit`` and a report history.
+
+``loop.fit`` jit-compiles ``eval_fn`` once and calls it every ``eval_every`` steps, at the
+chunk boundary where it already synchronises with the host to read the chunk's training
+metrics; :func:`monitor` returns such an ``eval_fn`` computing the whole :class:`Report` on a
+fixed probe batch (closed over as constants) in one compiled call, so monitoring adds
+compiled work and one read-back of its scalars per evaluation, nothing per step.
+:meth:`Monitor.history` turns ``fit``'s history back into a :class:`History`
+of reports (``[E, L]`` per layer diagnostic), the data of Fig. 4 of Ben-David & Ringel
+(2019).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab.inspect._models import Inspectable
+from layerlab.inspect._report import (
+    InspectConfig,
+    Reference,
+    Report,
+    _as_model,
+    layer_report,
+)
+
+__all__ = ["History", "Monitor", "monitor"]
+
+
+@dataclasses.dataclass(frozen=True)
+class History:
+    """Reports over training (numpy, on the host).
+
+    Attributes:
+      steps: ``[E]`` training steps of the evaluations.
+      layers: ``L`` names.  weights: ``W`` names.
+      layer_values: ``{diagnostic: [E, L]}``.  weight_values: ``{diagnostic: [E, W]}``.
+      model_values: ``{diagnostic: [E]}``.
+      extra: other ``eval`` metrics in the fit history ``{name: [E]}`` (e.g. a test loss).
+    """
+
+    steps: np.ndarray
+    layers: tuple[str, ...]
+    weights: tuple[str, ...]
+    layer_values: dict[str, np.ndarray]
+    weight_values: dict[str, np.ndarray]
+    model_values: dict[str, np.ndarray]
+    extra: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def report(self, i: int) -> Report:
+        """The ``i``-th report (without weight spectra)."""
+        return Report(
+            layer_values={k: v[i] for k, v in self.layer_values.items()},
+            weight_values={k: v[i] for k, v in self.weight_values.items()},
+            spectra=(),
+            model_values={k: v[i] for k, v in self.model_values.items()},
+            layers=self.layers,
+            weights=self.weights,
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Monitor:
+    """``eval_fn`` for ``loop.fit`` computing a :class:`Report` on a fixed probe batch.
+
+    Build it with :func:`monitor`.  ``monitor.eval_fn`` is one function object (fit compiles
+    it once); ``monitor.history(fit_history, params)`` rebuilds the reports.
+    """
+
+    model: Inspectable
+    x: jax.Array
+    y: jax.Array | None
+    reference: Reference | None
+    config: InspectConfig
+    params_of: Callable[[Any], Any]
+    extra: Callable[[Any], Mapping[str, jax.Array]] | None
+    eval_fn: Callable[[Any], dict[str, jax.Array]] = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self):
+        def eval_fn(state):
+            params = self.params_of(state)
+            out = self.report(params).metrics()
+            if self.extra is not None:
+                out.update({f"extra:{k}": v for k, v in self.extra(state).items()})
+            return out
+
+        object.__setattr__(self, "eval_fn", eval_fn)
+
+    def report(self, params) -> Report:
+        """The report at ``params`` (pure; what ``eval_fn`` computes)."""
+        return layer_report(self.model, params, self.x, self.y, reference=self.reference,
+                            config=self.config)
+
+    def history(self, fit_history: Mapping[str, Any], params: Any) -> History:
+        """:class:`History` from the history dict of ``loop.fit``.
+
+        Args:
+          fit_history: ``fit(...)[1]`` (its ``"eval_step"`` and ``"eval"`` entries).
+          params: any parameters of the model (only their shapes are used, to learn the
+            layer and weight names and their order).
+        """
+        if "eval" not in fit_history or "eval_step" not in fit_history:
+            raise ValueError(
+                "fit_history: no evaluations recorded; pass eval_fn=monitor.eval_fn (and "
+                "eval_every) to loop.fit."
+            )
+        like = jax.eval_shape(self.report, params)
+        ev = fit_history["eval"]
+
+        def get(key):
+            if key not in ev:
+                raise KeyError(f"fit_history: metric {key!r} missing; was eval_fn this monitor's?")
+            return np.asarray(ev[key])
+
+        lv = {d: np.stack([get(f"{d}/{n}") for n in like.layers], axis=-1)
+              for d in like.layer_values}
+        wv = {d: np.stack([get(f"{d}/{n}") for n in like.weights], axis=-1)
+              for d in like.weight_values}
+        mv = {d: get(d) for d in like.model_values}
+        extra = {k[len("extra:"):]: np.asarray(v) for k, v in ev.items() if k.startswith("extra:")}
+        return History(np.asarray(fit_history["eval_step"]), like.layers, like.weights, lv, wv,
+                       mv, extra)
+
+
+def monitor(
+    model,
+    x: jax.typing.ArrayLike,
+    y: jax.typing.ArrayLike | None = None,
+    *,
+    reference: Reference | None = None,
+    config: InspectConfig = InspectConfig(),
+    params_of: Callable[[Any], Any] = lambda state: state.params,
+    extra: Callable[[Any], Mapping[str, jax.Array]] | None = None,
+) -> Monitor:
+    """Monitoring of per-layer reports during ``loop.fit``.
+
+    Example::
+
+        mon = inspect.monitor(model, x_probe, y_probe, reference=ref, config=cfg)
+        state, hist = loop.fit(ts.step, state0, data, key=key, steps=2000,
+                               eval_fn=mon.eval_fn, eval_every=100, eval_at_start=True)
+        history = mon.history(hist, state.params)
+        inspect.plot_history(history, "history.png")
+
+    Args:
+      model: :class:`Inspectable` or ``features`` callable.
+      x: ``[n, ...]`` fixed probe batch.  y: its targets ``[n, C]`` or labels ``[n]``.
+      reference: :func:`make_reference` output (e.g. the model at initialisation).
+      config: :class:`InspectConfig`.
+      params_of: the parameters inside fit's state (default ``state.params``).
+      extra: optional ``state -> {name: scalar}`` logged beside the report (e.g. test loss).
+
+    Returns:
+      :class:`Monitor`; pass ``monitor.eval_fn`` to ``loop.fit``.
+    """
+    x = jnp.asarray(x)
+    y = None if y is None else jnp.asarray(y)
+    return Monitor(_as_model(model), x, y, reference, config, params_of, extra)

@@ -1,0 +1,490 @@
+r"""Per-layer reports: the four papers' diagnostics on every layer of any model.
+
+Every number is computed by the toolkit's own implementation (no second copy):
+
+=======================  ==================================================================
+``dgl_linear``           ``dgl.dgl_linear(H, Y, eps2) / n`` -- DGL@Linear, eq. (6) of
+                         Ben-David & Ringel (2019), ridge ``eps2 = ridge_rel * mean diag(H^T H)``
+                         (for ``d > n`` on ``H Q``, ``H^T = QR``: the same value, O(d n^2))
+``dgl_nngp``             ``dgl.dgl_features(H, Y, dgl.top_kernel_fn(w_var, b_var),
+                         eps_rel) / n`` -- DGL (eq. 3) under the NNGP (eq. 2) of the layers
+                         above (mean-field variances for MLPs) or of a :class:`TopNetwork`
+``cka``                  ``probes.linear_cka(H, H_ref)`` to a reference (Kornblith et al. 2019)
+``effective_rank``       ``probes.effective_rank(s)``, ``s`` = singular values of centred ``H``
+``stable_rank``          ``probes.stable_rank(s)`` (same ``s``)
+``spectral_norm``        ``s_1(W)`` of each weight kernel (``probes.singular_values``; conv
+                         kernels ``[kh, kw, c_in, c_out]`` read as ``[kh kw c_in, c_out]``)
+``weight_stable_rank``   ``probes.stable_rank(s(W))``
+``near_one``             ``probes.count_near_one(s(W), tol)`` -- paper B's bottleneck signature
+                         (Thm. 6 of Jacot 2023)
+``ntk_alignment``        ``probes.kernel_alignment(Theta, Theta_ref)`` with
+                         ``Theta = kernels.empirical_ntk(apply, params, x[:m])``
+``ntk_target_alignment`` ``probes.kernel_alignment(Theta, Y Y^T, centered=True)``
+=======================  ==================================================================
+
+Representations ``H [n, ...]`` with more than two axes (convolutions, channels last) are
+mean-pooled over the spatial axes (``conv="mean"``), max-pooled (``"max"``) or flattened
+(``"flatten"``) to ``[n, d]`` first.  DGL values are per sample (divided by ``n``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab import dgl, kernels, probes
+from layerlab.inspect._models import Inspectable, named_weights
+
+__all__ = [
+    "LAYER_DIAGNOSTICS",
+    "WEIGHT_DIAGNOSTICS",
+    "MODEL_DIAGNOSTICS",
+    "DIAGNOSTICS",
+    "TopNetwork",
+    "InspectConfig",
+    "Reference",
+    "Report",
+    "representations",
+    "make_reference",
+    "layer_report",
+]
+
+LAYER_DIAGNOSTICS = ("dgl_linear", "dgl_nngp", "cka", "effective_rank", "stable_rank")
+WEIGHT_DIAGNOSTICS = ("spectral_norm", "weight_stable_rank", "near_one")
+MODEL_DIAGNOSTICS = ("ntk_alignment", "ntk_target_alignment")
+DIAGNOSTICS = LAYER_DIAGNOSTICS + WEIGHT_DIAGNOSTICS + MODEL_DIAGNOSTICS
+_NEEDS_Y = ("dgl_linear", "dgl_nngp", "ntk_target_alignment")
+_NEEDS_REF = ("cka", "ntk_alignment")
+_NTK = ("ntk_alignment", "ntk_target_alignment")
+_CONV = ("mean", "max", "flatten")
+
+
+@dataclasses.dataclass(frozen=True)
+class TopNetwork:
+    r"""The default top network for ``dgl_nngp`` where the model gives no layers above.
+
+    A ReLU network of ``depth`` hidden ReLU layers and a linear readout with fan-in
+    variances ``w_var`` and bias variances ``b_var`` on every dense layer; its NNGP (eq. 2 of
+    Ben-David & Ringel 2019) is ``dgl.top_kernel(h, w_var=[w_var]*(depth+1),
+    b_var=[b_var]*(depth+1))``.  Defaults: one hidden layer, He-like ``w_var = 2``,
+    ``b_var = 0`` (the kernel is then homogeneous of degree 2 in ``h``, so with the relative
+    noise ``eps_rel`` the DGL does not depend on the scale of the representation).
+    """
+
+    depth: int = 1
+    w_var: float = 2.0
+    b_var: float = 0.0
+
+    def variances(self, dtype=jnp.float32) -> dgl.LayerVariances:
+        if self.depth < 0:
+            raise ValueError(f"TopNetwork.depth must be >= 0, got {self.depth}.")
+        k = self.depth + 1
+        return dgl.LayerVariances(jnp.full((k,), self.w_var, dtype), jnp.full((k,), self.b_var,
+                                                                            dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class InspectConfig:
+    """Settings of a report (hashable: can be a static argument).
+
+    Attributes:
+      diagnostics: names from :data:`DIAGNOSTICS` to compute (default all).
+      layers: representation names to report, in this order (default: all of ``features``).
+      conv: ``"mean"`` | ``"max"`` | ``"flatten"`` for representations with spatial axes.
+      num_classes: ``C`` for integer labels ``y [n]`` (turned into zero-mean one-hot targets,
+        the DGL paper's encoding); not needed for ``y [n, C]`` targets.
+      eps_rel: ``dgl_nngp`` noise ``eps^2 = eps_rel * mean diag K`` (``LegoConfig`` default).
+      ridge_rel: ``dgl_linear`` ridge ``eps^2 = ridge_rel * mean diag(H^T H)``; ``0`` gives
+        the exact eq. (6) (needs ``d < n`` and full-rank ``H``).
+      top: default :class:`TopNetwork` for layers the model gives no top variances for.
+      near_one_tol: tolerance of ``near_one``.
+      ntk_samples: NTK on the first ``m`` probe samples (default all ``n``; the NTK costs
+        ``m * k`` Jacobian-vector products).
+      ntk_method: ``"ntk_vp"`` or ``"jacobian"`` (``kernels.empirical_ntk``).
+    """
+
+    diagnostics: tuple[str, ...] = DIAGNOSTICS
+    layers: tuple[str, ...] | None = None
+    conv: str = "mean"
+    num_classes: int | None = None
+    eps_rel: float = 0.05
+    ridge_rel: float = 1e-4
+    top: TopNetwork = TopNetwork()
+    near_one_tol: float = 0.1
+    ntk_samples: int | None = None
+    ntk_method: str = "ntk_vp"
+
+    def __post_init__(self):
+        diags = tuple(self.diagnostics)
+        bad = [d for d in diags if d not in DIAGNOSTICS]
+        if bad:
+            raise ValueError(
+                f"InspectConfig: unknown diagnostics {bad}; choose from {DIAGNOSTICS}.")
+        object.__setattr__(self, "diagnostics", diags)
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(self.layers))
+        if self.conv not in _CONV:
+            raise ValueError(f"InspectConfig: conv must be one of {_CONV}, got {self.conv!r}.")
+        if self.ridge_rel < 0 or self.eps_rel <= 0:
+            raise ValueError(
+                f"InspectConfig: need ridge_rel >= 0 and eps_rel > 0, got {self.ridge_rel}, "
+                f"{self.eps_rel}."
+            )
+        if self.ntk_samples is not None and self.ntk_samples < 2:
+            raise ValueError(f"InspectConfig: ntk_samples must be >= 2, got {self.ntk_samples}.")
+
+
+class Reference(NamedTuple):
+    """What the report compares against (from :func:`make_reference`).
+
+    Attributes:
+      representations: ``{name: [n, d]}`` reduced reference representations of the probe
+        batch (for ``cka``), or ``None``.
+      ntk: ``[m, m]`` reference empirical NTK on the first ``m`` probe samples, or ``None``.
+    """
+
+    representations: Mapping[str, jax.Array] | None
+    ntk: jax.Array | None
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """One report: diagnostics per layer, per weight kernel and for the whole model.
+
+    A pytree (names static), so it can leave ``jit``.
+
+    Attributes:
+      layers: ``L`` representation names.  weights: ``W`` weight-kernel names.
+      layer_values: ``{diagnostic: [L]}``.  weight_values: ``{diagnostic: [W]}``.
+      spectra: ``W`` descending singular-value vectors (empty without weight diagnostics).
+      model_values: ``{diagnostic: scalar}`` (NTK alignments, ``nonfinite_layers``).
+    """
+
+    layer_values: dict[str, jax.Array]
+    weight_values: dict[str, jax.Array]
+    spectra: tuple[jax.Array, ...]
+    model_values: dict[str, jax.Array]
+    layers: tuple[str, ...] = dataclasses.field(metadata=dict(static=True), default=())
+    weights: tuple[str, ...] = dataclasses.field(metadata=dict(static=True), default=())
+
+    def metrics(self) -> dict[str, jax.Array]:
+        """Flat ``{"diagnostic/name": scalar}`` (what a ``loop.fit`` ``eval_fn`` returns)."""
+        out = {}
+        for d, v in self.layer_values.items():
+            out.update({f"{d}/{n}": v[i] for i, n in enumerate(self.layers)})
+        for d, v in self.weight_values.items():
+            out.update({f"{d}/{n}": v[i] for i, n in enumerate(self.weights)})
+        out.update(self.model_values)
+        return out
+
+    def table(self) -> str:
+        """A plain-text table (layers x diagnostics, then weights, then model values)."""
+        lines = []
+
+        def block(names, values):
+            if not values:
+                return
+            cols = list(values)
+            w = max([len(n) for n in names] + [5])
+            lines.append(" " * w + "  " + "  ".join(f"{c:>14s}" for c in cols))
+            for i, n in enumerate(names):
+                row = "  ".join(f"{float(np.asarray(values[c])[i]):14.4g}" for c in cols)
+                lines.append(f"{n:<{w}s}  {row}")
+
+        rank = {d: i for i, d in enumerate(DIAGNOSTICS)}
+
+        def order(v):
+            return dict(sorted(v.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+
+        block(self.layers, order(self.layer_values))
+        block(self.weights, order(self.weight_values))
+        for k, v in self.model_values.items():
+            lines.append(f"{k}: {float(np.asarray(v)):.4g}")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _is_concrete(*xs) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(xs))
+
+
+def _as_model(model) -> Inspectable:
+    if isinstance(model, Inspectable):
+        return model
+    if callable(model):
+        return Inspectable(features=model)
+    raise TypeError(
+        "model must be a layerlab.inspect.Inspectable (from_linen, from_nnx, from_mlp, ...) or "
+        f"a features(params, x) -> dict callable; got {type(model).__name__}."
+    )
+
+
+def _reduce(h: jax.Array, conv: str) -> jax.Array:
+    if h.ndim <= 2:
+        return h
+    if conv == "flatten":
+        return h.reshape(h.shape[0], -1)
+    axes = tuple(range(1, h.ndim - 1))  # spatial axes, channels last (flax convention)
+    return jnp.mean(h, axis=axes) if conv == "mean" else jnp.max(h, axis=axes)
+
+
+def representations(
+    model, params: Any, x: jax.typing.ArrayLike, *, config: InspectConfig = InspectConfig()
+) -> dict[str, jax.Array]:
+    """Validated, reduced per-layer representations ``{name: [n, d]}`` of the probe batch.
+
+    Args:
+      model: :class:`Inspectable` or a ``features(params, x)`` callable.
+      params: the model's parameters.  x: ``[n, ...]`` probe batch.
+      config: ``layers`` (selection and order) and ``conv`` (reduction) are used.
+
+    Returns:
+      ``{name: [n, d]}`` in layer order.
+
+    Raises:
+      TypeError: ``features`` did not return a mapping of arrays.
+      ValueError: a representation has no sample axis or a sample count other than ``n``,
+        holds NaN/inf (checked when called outside ``jit``), or ``config.layers`` names an
+        unknown layer.
+    """
+    model = _as_model(model)
+    x = jnp.asarray(x)
+    if x.ndim < 1:
+        raise ValueError(f"x must be a probe batch [n, ...] with samples as rows, got {x.shape}.")
+    n = x.shape[0]
+    feats = model.features(params, x)
+    if not isinstance(feats, Mapping):
+        raise TypeError(
+            f"features(params, x) must return a dict {{name: [n, ...]}}, got "
+            f"{type(feats).__name__}."
+        )
+    if not feats:
+        raise ValueError("features(params, x) returned no representations (an empty dict).")
+    names = list(feats)
+    if config.layers is not None:
+        unknown = [k for k in config.layers if k not in feats]
+        if unknown:
+            raise ValueError(
+                f"layers: unknown layer name(s) {unknown}; features(params, x) gives {names}."
+            )
+        names = list(config.layers)
+    out = {}
+    for k in names:
+        h = jnp.asarray(feats[k])
+        if h.ndim < 2 or h.shape[0] != n:
+            raise ValueError(
+                f"features: representation {k!r} has shape {h.shape}; expected [n, ...] with "
+                f"n = {n} samples (the rows of x) and at least one feature axis."
+            )
+        if _is_concrete(h) and not bool(jnp.all(jnp.isfinite(h))):
+            bad = int(np.size(h) - np.count_nonzero(np.isfinite(np.asarray(h))))
+            raise ValueError(
+                f"features: representation {k!r} has {bad} non-finite (NaN/inf) entries; check "
+                "params (a diverged run?) and x."
+            )
+        out[k] = _reduce(h, config.conv)
+    return out
+
+
+def _targets(y, n: int, config: InspectConfig) -> jax.Array:
+    y = jnp.asarray(y)
+    if y.ndim == 1 and jnp.issubdtype(y.dtype, jnp.integer):
+        if config.num_classes is None:
+            raise ValueError(
+                "y: integer labels [n] need InspectConfig(num_classes=C) (or pass targets "
+                "[n, C])."
+            )
+        c = config.num_classes
+        y = jax.nn.one_hot(y, c, dtype=jnp.float32) - 1.0 / c
+    elif y.ndim == 1:
+        y = y[:, None]
+    if y.ndim != 2 or y.shape[0] != n:
+        raise ValueError(f"y: expected [n] labels or [n, C] targets with n = {n}, got {y.shape}.")
+    return y
+
+
+def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
+    if model.apply is None:
+        raise ValueError(
+            "model: the NTK diagnostics need the model's outputs; build the Inspectable with "
+            "apply=... (from_features(..., apply=f)) or drop 'ntk_alignment' and "
+            "'ntk_target_alignment' from InspectConfig.diagnostics."
+        )
+    m = x.shape[0] if config.ntk_samples is None else min(config.ntk_samples, x.shape[0])
+    return kernels.empirical_ntk(model.apply, params, x[:m], method=config.ntk_method)
+
+
+def make_reference(
+    model,
+    params: Any,
+    x: jax.typing.ArrayLike,
+    *,
+    config: InspectConfig = InspectConfig(),
+    rename: Mapping[str, str] | None = None,
+) -> Reference:
+    """Reference representations (and NTK) for ``cka`` / ``ntk_alignment``.
+
+    The same model at initialisation or at another checkpoint, or another model whose layers
+    are mapped to ours with ``rename`` (``{their name: our name}``).
+
+    Args:
+      model: :class:`Inspectable` or ``features`` callable of the reference model.
+      params: its parameters.  x: ``[n, ...]`` the *same* probe batch as the reports.
+      config: the reports' config (``conv``, ``ntk_samples``, ``ntk_method``); the reference
+        keeps all of its layers.
+      rename: optional name map applied to the reference's layers.
+
+    Returns:
+      :class:`Reference`.
+    """
+    model = _as_model(model)
+    reps = representations(model, params, x, config=dataclasses.replace(config, layers=None))
+    if rename:
+        reps = {rename.get(k, k): v for k, v in reps.items()}
+    want_ntk = any(d in config.diagnostics for d in _NTK) and model.apply is not None
+    ntk = _ntk(model, params, jnp.asarray(x), config) if want_ntk else None
+    return Reference(reps, ntk)
+
+
+# ----------------------------------------------------------------------------- report
+def layer_report(
+    model,
+    params: Any,
+    x: jax.typing.ArrayLike,
+    y: jax.typing.ArrayLike | None = None,
+    *,
+    reference: Reference | None = None,
+    config: InspectConfig = InspectConfig(),
+) -> Report:
+    r"""The per-layer report of ``model`` at ``params`` on the probe batch ``x``.
+
+    Pure and jit-able (close over ``model`` and ``config``; see :func:`monitor` for training).
+    Diagnostics and their formulas: see the module docstring.
+
+    Args:
+      model: :class:`Inspectable` (``from_linen``, ``from_nnx``, ``from_mlp``, ...) or a
+        ``features(params, x) -> {name: [n, ...]}`` callable.
+      params: the model's parameters.
+      x: ``[n, ...]`` probe batch (samples as rows).
+      y: ``[n, C]`` targets or ``[n]`` integer labels (with ``config.num_classes``); needed
+        by ``dgl_linear``, ``dgl_nngp`` and ``ntk_target_alignment``.
+      reference: :func:`make_reference` output; needed by ``cka`` and ``ntk_alignment``
+        (those are skipped when ``reference`` is ``None``).
+      config: :class:`InspectConfig`.
+
+    Returns:
+      :class:`Report`.
+
+    References:
+      DGL: eqs. (2), (3), (6) of Ben-David & Ringel (2019).  CKA: Kornblith et al. (2019).
+      Singular values near 1: Thm. 6 of Jacot (2023).  NTK: Jacot et al. (2018).
+    """
+    model = _as_model(model)
+    x = jnp.asarray(x)
+    diags = [d for d in config.diagnostics if reference is not None or d not in _NEEDS_REF]
+    if y is None and any(d in _NEEDS_Y for d in diags):
+        raise ValueError(
+            f"y: the diagnostics {[d for d in diags if d in _NEEDS_Y]} need targets; pass y or "
+            "leave them out of InspectConfig.diagnostics."
+        )
+    reps = representations(model, params, x, config=config)
+    names = tuple(reps)
+    n = x.shape[0]
+    Y = _targets(y, n, config) if any(d in _NEEDS_Y for d in diags) else None
+    tops = model.top_variances(params) if (model.top_variances and "dgl_nngp" in diags) else {}
+
+    layer_values: dict[str, list] = {d: [] for d in diags if d in LAYER_DIAGNOSTICS}
+    for name, h in reps.items():
+        dt = jnp.result_type(h.dtype, jnp.float32)
+        h = h.astype(dt)
+        d = h.shape[1]
+        if "dgl_linear" in layer_values:
+            if config.ridge_rel == 0.0:
+                if d >= n:
+                    raise ValueError(
+                        f"config.ridge_rel=0 (exact DGL@Linear, eq. 6) needs d < n, but layer "
+                        f"{name!r} has d = {d} features for n = {n} samples; use ridge_rel > 0, "
+                        "conv='mean' or a larger probe batch."
+                    )
+                eps2 = 0.0
+            else:
+                eps2 = config.ridge_rel * jnp.sum(h * h) / d
+            # d > n (e.g. flattened convolutions): the same loss on the n coordinates of the
+            # row space, H Q with H^T = Q R; exact, as eq. (6) is invariant under H -> H V for
+            # orthogonal V, and O(d n^2) instead of O(d^3)
+            hl = h @ jnp.linalg.qr(h.T)[0] if d > n else h
+            layer_values["dgl_linear"].append(dgl.dgl_linear(hl, Y.astype(dt), eps2=eps2) / n)
+        if "dgl_nngp" in layer_values:
+            v = tops[name] if name in tops else config.top.variances(dt)
+            kfn = dgl.top_kernel_fn(v.w_var, v.b_var)
+            layer_values["dgl_nngp"].append(
+                dgl.dgl_features(h, Y.astype(dt), kfn, eps_rel=config.eps_rel) / n)
+        if "cka" in layer_values:
+            ref = reference.representations
+            if ref is None or name not in ref:
+                raise ValueError(
+                    f"reference: no representation for layer {name!r} (reference has "
+                    f"{None if ref is None else list(ref)}); map names with "
+                    "make_reference(..., rename={their: ours}) or select layers."
+                )
+            layer_values["cka"].append(probes.linear_cka(h, ref[name]))
+        if "effective_rank" in layer_values or "stable_rank" in layer_values:
+            s = jnp.linalg.svd(h - jnp.mean(h, axis=0, keepdims=True), compute_uv=False)
+            if "effective_rank" in layer_values:
+                layer_values["effective_rank"].append(probes.effective_rank(s))
+            if "stable_rank" in layer_values:
+                layer_values["stable_rank"].append(probes.stable_rank(s))
+
+    weight_values: dict[str, list] = {d: [] for d in diags if d in WEIGHT_DIAGNOSTICS}
+    spectra: tuple = ()
+    wnames: tuple = ()
+    if weight_values:
+        ws = (model.weights or named_weights)(params)
+        wnames = tuple(ws)
+        sv = probes.singular_values(dict(enumerate(ws.values())))
+        spectra = tuple(sv[i] for i in range(len(wnames)))
+        for s in spectra:
+            if "spectral_norm" in weight_values:
+                weight_values["spectral_norm"].append(s[0])
+            if "weight_stable_rank" in weight_values:
+                weight_values["weight_stable_rank"].append(probes.stable_rank(s))
+            if "near_one" in weight_values:
+                weight_values["near_one"].append(
+                    probes.count_near_one(s, config.near_one_tol).astype(s.dtype))
+
+    model_values = {}
+    if any(d in diags for d in _NTK):
+        K = _ntk(model, params, x, config)
+        if "ntk_alignment" in diags:
+            if reference.ntk is None or reference.ntk.shape != K.shape:
+                raise ValueError(
+                    f"reference: ntk_alignment needs a reference NTK of shape {K.shape} "
+                    "(make_reference with the same config and probe batch and a model with "
+                    "apply); got "
+                    f"{None if reference.ntk is None else reference.ntk.shape}."
+                )
+            model_values["ntk_alignment"] = probes.kernel_alignment(K, reference.ntk)
+        if "ntk_target_alignment" in diags:
+            Ym = Y[: K.shape[0]].astype(K.dtype)
+            model_values["ntk_target_alignment"] = probes.kernel_alignment(
+                K, Ym @ Ym.T, centered=True)
+    model_values["nonfinite_layers"] = sum(
+        (jnp.any(~jnp.isfinite(h)).astype(jnp.float32) for h in reps.values()),
+        jnp.zeros((), jnp.float32))
+
+    def stack(vals):
+        return {k: jnp.stack(v) for k, v in vals.items() if v}
+
+    return Report(
+        layer_values=stack(layer_values),
+        weight_values=stack(weight_values),
+        spectra=spectra,
+        model_values=model_values,
+        layers=names,
+        weights=wnames,
+    )

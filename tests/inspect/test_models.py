@@ -1,0 +1,122 @@
+"""layerlab.inspect._models: adapters give the right layer names, shapes and values."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from layerlab import gnrev, inspect
+
+N = 16
+CFG = inspect.InspectConfig(diagnostics=("dgl_linear", "effective_rank", "spectral_norm"),
+                            num_classes=3)
+
+
+class CNN(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        h = nn.relu(nn.Conv(4, (3, 3))(x))
+        self.sow("intermediates", "conv_relu", h)
+        h = nn.Conv(6, (3, 3), strides=(2, 2))(h)
+        h = nn.relu(h).reshape(h.shape[0], -1)
+        return nn.Dense(3)(h)
+
+
+class NNXMLP(nnx.Module):
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(5, 8, rngs=rngs)
+        self.l2 = nnx.Linear(8, 3, rngs=rngs)
+
+    def __call__(self, x):
+        h = jax.nn.relu(self.l1(x))
+        self.sow(nnx.Intermediate, "h1", h)
+        return self.l2(h)
+
+
+def _labels():
+    return jnp.arange(N) % 3
+
+
+def test_linen_cnn_names_shapes_values():
+    x = jax.random.normal(jax.random.key(0), (N, 6, 6, 1))
+    model = CNN()
+    variables = model.init(jax.random.key(1), x)
+    insp = inspect.from_linen(model)
+    feats = insp.features(variables, x)
+    assert list(feats) == ["Conv_0", "conv_relu", "Conv_1", "Dense_0"]
+    assert feats["Conv_0"].shape == (N, 6, 6, 4) and feats["Conv_1"].shape == (N, 3, 3, 6)
+    # the captured values are the layers' outputs: relu(Conv_0) is the sown value, Dense_0 the
+    # model output, and Conv_0 is the convolution computed directly with lax
+    np.testing.assert_allclose(feats["conv_relu"], jax.nn.relu(feats["Conv_0"]), atol=1e-6)
+    np.testing.assert_allclose(feats["Dense_0"], model.apply(variables, x), atol=1e-5)
+    k = variables["params"]["Conv_0"]
+    direct = jax.lax.conv_general_dilated(x, k["kernel"], (1, 1), "SAME",
+                                          dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    np.testing.assert_allclose(feats["Conv_0"], direct + k["bias"].reshape(1, 1, 1, 4),
+                               atol=1e-5)
+    reps = inspect.representations(insp, variables, x, config=inspect.InspectConfig(conv="mean"))
+    assert {k: v.shape for k, v in reps.items()} == {
+        "Conv_0": (N, 4), "conv_relu": (N, 4), "Conv_1": (N, 6), "Dense_0": (N, 3)}
+    np.testing.assert_allclose(reps["Conv_1"], feats["Conv_1"].mean((1, 2)), atol=1e-6)
+    flat = inspect.representations(insp, variables, x,
+                                   config=inspect.InspectConfig(conv="flatten"))
+    assert flat["Conv_1"].shape == (N, 54)
+    # sown values only; a bare params tree works too
+    only = inspect.from_linen(model, capture=False)
+    assert list(only.features(variables["params"], x)) == ["conv_relu"]
+    rep = jax.jit(lambda v: inspect.layer_report(insp, v, x, _labels(), config=CFG))(variables)
+    assert rep.layers == ("Conv_0", "conv_relu", "Conv_1", "Dense_0")
+    assert rep.weights == ("Conv_0/kernel", "Conv_1/kernel", "Dense_0/kernel")
+    assert rep.layer_values["dgl_linear"].shape == (4,)
+    assert rep.weight_values["spectral_norm"].shape == (3,)
+    s = np.linalg.svd(np.asarray(variables["params"]["Conv_1"]["kernel"]).reshape(36, 6),
+                      compute_uv=False)
+    np.testing.assert_allclose(rep.weight_values["spectral_norm"][1], s[0], rtol=1e-5)
+
+
+def test_nnx_mlp_names_shapes_values():
+    model = NNXMLP(nnx.Rngs(0))
+    _, state = nnx.split(model)
+    x = jax.random.normal(jax.random.key(2), (N, 5))
+    insp = inspect.from_nnx(model)
+    feats = insp.features(state, x)
+    assert sorted(feats) == ["h1", "l1", "l2"]
+    W1, b1 = model.l1.kernel.get_value(), model.l1.bias.get_value()
+    np.testing.assert_allclose(feats["l1"], x @ W1 + b1.reshape(1, -1), atol=1e-5)
+    np.testing.assert_allclose(feats["h1"], jax.nn.relu(feats["l1"]), atol=1e-6)
+    W2, b2 = model.l2.kernel.get_value(), model.l2.bias.get_value()
+    np.testing.assert_allclose(feats["l2"], feats["h1"] @ W2 + b2.reshape(1, -1), atol=1e-5)
+    np.testing.assert_allclose(insp.apply(state, x), feats["l2"], atol=1e-6)
+    assert sorted(inspect.from_nnx(model, capture=False).features(state, x)) == ["h1"]
+    rep = jax.jit(lambda s: inspect.layer_report(insp, s, x, _labels(), config=CFG))(state)
+    assert sorted(rep.layers) == ["h1", "l1", "l2"]
+    assert rep.weights == ("l1/kernel", "l2/kernel")
+    assert rep.layer_values["effective_rank"].shape == (3,)
+    # the NTK diagnostics run through the merged module's outputs
+    cfg = inspect.InspectConfig(diagnostics=("ntk_target_alignment",), num_classes=3,
+                                ntk_method="jacobian")
+    rep = jax.jit(lambda s: inspect.layer_report(insp, s, x, _labels(), config=cfg))(state)
+    assert 0.0 < float(rep.model_values["ntk_target_alignment"]) <= 1.0
+
+
+def test_layers_and_revmlp_adapters():
+    W = [jax.random.normal(jax.random.key(i), (4, 4)) for i in range(3)]
+    seq = inspect.from_layers([("a", lambda w, h: jnp.tanh(h @ w)),
+                               ("b", lambda w, h: jnp.tanh(h @ w)), ("out", lambda w, h: h @ w)])
+    x = jax.random.normal(jax.random.key(5), (N, 4))
+    f = seq.features(W, x)
+    assert list(f) == ["a", "b", "out"]
+    np.testing.assert_allclose(f["b"], jnp.tanh(jnp.tanh(x @ W[0]) @ W[1]), atol=1e-6)
+    np.testing.assert_allclose(seq.apply(dict(zip("a b out".split(), W)), x), f["out"],
+                               atol=1e-6)
+    with pytest.raises(ValueError, match="params has 2 entries for 3 layers"):
+        seq.features(W[:2], x)
+    params, frozen = gnrev.revmlp_init(jax.random.key(6), 4, 3, bottleneck=6)
+    rev = inspect.from_revmlp(frozen)
+    f = rev.features(params, x)
+    assert list(f) == ["block_1", "block_2", "block_3"]
+    np.testing.assert_allclose(f["block_3"], gnrev.revmlp_apply(params, frozen, x), atol=1e-5)
+    ws = rev.weights(params)
+    assert list(ws) == [f"block_{i}/{k}" for i in (1, 2, 3) for k in ("w1", "w2")]
+    np.testing.assert_array_equal(ws["block_2/w2"], params["w2"][1])

@@ -1,0 +1,95 @@
+"""layerlab.inspect._monitor and _plots: reports during loop.fit, compiled once; figures."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from layerlab import inspect, loop, nets
+
+N, SIZES = 64, [6, 12, 10, 3]
+CFG = inspect.InspectConfig(diagnostics=("dgl_linear", "cka", "stable_rank", "near_one"),
+                            num_classes=3)
+
+
+def _problem():
+    kx, kp = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(kx, (N, SIZES[0]))
+    labels = (x[:, 0] > 0).astype(jnp.int32) + (x[:, 1] > 0.5).astype(jnp.int32)
+    params0 = nets.mlp_init(kp, SIZES, init="he")
+
+    def loss_fn(params, batch):
+        xb, yb = batch
+        return optax.softmax_cross_entropy_with_integer_labels(nets.mlp_apply(params, xb),
+                                                               yb).mean()
+
+    return x, labels, params0, loop.optax_step(loss_fn, optax.adam(1e-2))
+
+
+def test_monitor_compiles_once_and_matches_reports(tmp_path):
+    x, labels, params0, ts = _problem()
+    model = inspect.from_mlp()
+    ref = inspect.make_reference(model, params0, x[:32], config=CFG)
+    mon = inspect.monitor(model, x[:32], labels[:32], reference=ref, config=CFG,
+                          extra=lambda s: {"wnorm": optax.tree.norm(s.params)})
+    eval_fn = chex.assert_max_traces(mon.eval_fn, n=1)  # a retrace would raise
+    state, hist = loop.fit(ts.step, ts.init(params0), (x, labels), key=jax.random.key(1),
+                           steps=30, batch_size=16, eval_fn=eval_fn, eval_every=10,
+                           eval_at_start=True, progress=False)
+    h = mon.history(hist, state.params)
+    np.testing.assert_array_equal(h.steps, [0, 10, 20, 30])
+    assert h.layers == ("hidden_1", "hidden_2") and h.weights == ("0/w", "1/w", "2/w")
+    assert h.layer_values["dgl_linear"].shape == (4, 2)
+    assert h.weight_values["near_one"].shape == (4, 3)
+    assert h.extra["wnorm"].shape == (4,)
+    # the first entry is the initial model (CKA to itself = 1); the last is the final report
+    np.testing.assert_allclose(h.layer_values["cka"][0], 1.0, atol=1e-5)
+    # the last entry is the final model's report: recomputed in float64 numpy
+    P = [{k: np.asarray(v, np.float64) for k, v in layer.items()} for layer in state.params]
+    P0 = [{k: np.asarray(v, np.float64) for k, v in layer.items()} for layer in params0]
+    xp = np.asarray(x[:32], np.float64)
+    Y = np.eye(3)[np.asarray(labels[:32])] - 1.0 / 3
+
+    def hiddens(params):
+        hs, hh = [], xp
+        for layer in params[:-1]:
+            hh = np.maximum(hh @ layer["w"] + layer["b"], 0.0)
+            hs.append(hh)
+        return hs
+
+    for i, (hh, h0) in enumerate(zip(hiddens(P), hiddens(P0))):
+        d = hh.shape[1]
+        eps2 = CFG.ridge_rel * np.sum(hh * hh) / d
+        coef = np.linalg.solve(hh.T @ hh + eps2 * np.eye(d), hh.T @ Y)
+        want = (np.sum(Y * Y) - np.sum((hh.T @ Y) * coef)) / 32
+        np.testing.assert_allclose(h.layer_values["dgl_linear"][-1, i], want, rtol=2e-3)
+        a, b = hh - hh.mean(0), h0 - h0.mean(0)
+        cka = np.sum((b.T @ a) ** 2) / (np.linalg.norm(a.T @ a) * np.linalg.norm(b.T @ b))
+        np.testing.assert_allclose(h.layer_values["cka"][-1, i], cka, rtol=1e-4)
+        s = np.linalg.svd(a, compute_uv=False)
+        np.testing.assert_allclose(h.layer_values["stable_rank"][-1, i], np.sum(s**2) / s[0] ** 2,
+                                   rtol=1e-4)
+    for j, layer in enumerate(P):
+        s = np.linalg.svd(layer["w"], compute_uv=False)
+        assert h.weight_values["near_one"][-1, j] == np.sum(np.abs(s - 1.0) < CFG.near_one_tol)
+    assert not np.allclose(h.layer_values["cka"][-1], 1.0)  # training moved the layers
+    r = h.report(2)
+    assert r.layers == h.layers and r.layer_values["cka"].shape == (2,)
+    p1 = inspect.plot_report(inspect.layer_report(inspect.from_mlp(), state.params, x[:32],
+                                                  labels[:32], config=inspect.InspectConfig(
+                                                      diagnostics=("stable_rank", "near_one"))),
+                             tmp_path / "report.png", title="t")
+    p2 = inspect.plot_history(h, tmp_path / "history.png", extra="wnorm")
+    for p in (p1, p2):
+        assert (tmp_path / p).stat().st_size > 1000
+
+
+def test_history_errors():
+    x, labels, params0, _ = _problem()
+    mon = inspect.monitor(inspect.from_mlp(), x, labels,
+                          config=inspect.InspectConfig(diagnostics=("stable_rank",)))
+    with pytest.raises(ValueError, match="fit_history: no evaluations"):
+        mon.history({"step": np.arange(3)}, params0)
+    with pytest.raises(KeyError, match="stable_rank/hidden_1"):
+        mon.history({"eval_step": np.arange(2), "eval": {}}, params0)

@@ -1,0 +1,196 @@
+"""layerlab.inspect._report: the report equals the per-paper functions and numpy references."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import dgl, inspect, nets, probes
+
+N, SIZES = 48, [10, 16, 12, 3]
+
+
+@pytest.fixture(scope="module")
+def mlp_case():
+    k1, k2, k3 = jax.random.split(jax.random.key(1), 3)
+    params = nets.mlp_init(k1, SIZES, init="he")
+    params_ref = nets.mlp_init(k2, SIZES, init="he")
+    x = jax.random.normal(k3, (N, SIZES[0]))
+    labels = jnp.arange(N) % 3
+    y = jax.nn.one_hot(labels, 3) - 1.0 / 3
+    return params, params_ref, x, labels, y
+
+
+def _np_centred_sv(h):
+    h = np.asarray(h, np.float64)
+    return np.linalg.svd(h - h.mean(0), compute_uv=False)
+
+
+def test_mlp_report_equals_paper_functions(mlp_case):
+    params, params_ref, x, labels, y = mlp_case
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(num_classes=3, ridge_rel=0.0, ntk_method="jacobian")
+    ref = jax.jit(lambda p: inspect.make_reference(model, p, x, config=cfg))(params_ref)
+    rep = jax.jit(lambda p: inspect.layer_report(model, p, x, labels, reference=ref,
+                                                 config=cfg))(params)
+    assert rep.layers == ("hidden_1", "hidden_2")
+    assert rep.weights == ("0/w", "1/w", "2/w")
+    _, hidden = nets.mlp_apply(params, x, return_hidden=True)
+    _, hidden_ref = nets.mlp_apply(params_ref, x, return_hidden=True)
+    lv = {k: np.asarray(v) for k, v in rep.layer_values.items()}
+
+    @jax.jit
+    def direct(params):  # the per-paper functions, called directly (one compile)
+        _, hs = nets.mlp_apply(params, x, return_hidden=True)
+        mon = dgl.monitor_fn(x, y, eps_rel=cfg.eps_rel)(type("S", (), {"params": params})())
+        return ([dgl.dgl_linear(h, y) / N for h in hs],
+                [mon[f"dgl_{i + 1}"] for i in range(len(hs))],  # MF top network, eq. 3
+                [probes.linear_cka(h, hr) for h, hr in zip(hs, hidden_ref)])
+
+    d_lin, d_nngp, d_cka = direct(params)
+    for i, h in enumerate(hidden):
+        # DGL@Linear: dgl.dgl_linear, and least squares in float64 (eq. 6: residual of Y on H)
+        np.testing.assert_allclose(lv["dgl_linear"][i], d_lin[i], rtol=1e-5)
+        H, Y = np.asarray(h, np.float64), np.asarray(y, np.float64)
+        resid = Y - H @ np.linalg.lstsq(H, Y, rcond=None)[0]
+        np.testing.assert_allclose(lv["dgl_linear"][i], np.sum(resid**2) / N, rtol=2e-3)
+        # DGL under the NNGP of the remaining layers = dgl.monitor_fn's per-layer values
+        np.testing.assert_allclose(lv["dgl_nngp"][i], d_nngp[i], rtol=1e-4)
+        # CKA: probes.linear_cka and the numpy formula
+        np.testing.assert_allclose(lv["cka"][i], d_cka[i], rtol=1e-5)
+        a = H - H.mean(0)
+        b = np.asarray(hidden_ref[i], np.float64)
+        b = b - b.mean(0)
+        want = np.sum((b.T @ a) ** 2) / (np.linalg.norm(a.T @ a) * np.linalg.norm(b.T @ b))
+        np.testing.assert_allclose(lv["cka"][i], want, rtol=1e-4)
+        # ranks of the centred representation, numpy
+        s = _np_centred_sv(h)
+        p = s / s.sum()
+        np.testing.assert_allclose(lv["effective_rank"][i], np.exp(-np.sum(p * np.log(p))),
+                                   rtol=1e-4)
+        np.testing.assert_allclose(lv["stable_rank"][i], np.sum(s**2) / s[0] ** 2, rtol=1e-4)
+    # weight spectra, numpy
+    for j, layer in enumerate(params):
+        s = np.linalg.svd(np.asarray(layer["w"], np.float64), compute_uv=False)
+        np.testing.assert_allclose(rep.spectra[j], s, rtol=1e-4)
+        np.testing.assert_allclose(rep.weight_values["spectral_norm"][j], s[0], rtol=1e-5)
+        np.testing.assert_allclose(rep.weight_values["weight_stable_rank"][j],
+                                   np.sum(s**2) / s[0] ** 2, rtol=1e-4)
+        assert rep.weight_values["near_one"][j] == np.sum(np.abs(s - 1.0) < cfg.near_one_tol)
+    # NTK: alignments of the explicit J J^T (numpy) with the reference NTK and with Y Y^T
+    jac = jax.jit(jax.jacrev(lambda q: nets.mlp_apply(q, x)))
+
+    def ntk(p):
+        J = jac(p)
+        J = np.concatenate([np.asarray(j, np.float64).reshape(N, 3, -1)
+                            for j in jax.tree.leaves(J)], axis=-1)
+        return np.einsum("iap,jap->ij", J, J)
+
+    K, K0 = ntk(params), ntk(params_ref)
+    np.testing.assert_allclose(rep.model_values["ntk_alignment"],
+                               np.sum(K * K0) / (np.linalg.norm(K) * np.linalg.norm(K0)),
+                               rtol=1e-4)
+    C = np.eye(N) - 1.0 / N
+    Kc, Lc = C @ K @ C, C @ (np.asarray(y, np.float64) @ np.asarray(y, np.float64).T) @ C
+    want = np.sum(Kc * Lc) / (np.linalg.norm(Kc) * np.linalg.norm(Lc))
+    np.testing.assert_allclose(rep.model_values["ntk_target_alignment"], want, rtol=1e-3)
+    assert float(rep.model_values["nonfinite_layers"]) == 0.0
+    # the flat metrics (what an eval_fn returns) carry every value under "diagnostic/name"
+    m = rep.metrics()
+    assert m["cka/hidden_2"] == rep.layer_values["cka"][1]
+    assert m["near_one/1/w"] == rep.weight_values["near_one"][1]
+    assert "hidden_1" in rep.table() and "ntk_alignment" in rep.table()
+
+
+def test_self_reference_and_default_ridge(mlp_case):
+    params, _, x, _, y = mlp_case
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(diagnostics=("dgl_linear", "cka", "ntk_alignment"),
+                                ntk_samples=12)
+    ref = jax.jit(lambda p: inspect.make_reference(model, p, x, config=cfg))(params)
+    assert ref.ntk.shape == (12, 12)
+
+    @jax.jit
+    def both(p):
+        _, hs = nets.mlp_apply(p, x, return_hidden=True)
+        want = [dgl.dgl_linear(h, y, eps2=cfg.ridge_rel * jnp.sum(h * h) / h.shape[1]) / N
+                for h in hs]  # the documented default ridge
+        return inspect.layer_report(model, p, x, y, reference=ref, config=cfg), want
+
+    rep, want = both(params)
+    np.testing.assert_allclose(rep.layer_values["cka"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(rep.model_values["ntk_alignment"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(rep.layer_values["dgl_linear"], want, rtol=1e-5)
+    # without a reference, the reference diagnostics are skipped
+    rep2 = inspect.layer_report(model, params, x, y,
+                                config=inspect.InspectConfig(diagnostics=("cka", "stable_rank")))
+    assert set(rep2.layer_values) == {"stable_rank"}
+
+
+def test_default_top_network_is_documented_relu_nngp(mlp_case):
+    params, _, x, _, y = mlp_case
+    top = inspect.TopNetwork(depth=2, w_var=1.5, b_var=0.1)
+    cfg = inspect.InspectConfig(diagnostics=("dgl_nngp",), top=top, eps_rel=0.1)
+    feats = inspect.from_features(lambda p, xx: {"a": jnp.tanh(xx @ p)})
+    W = jax.random.normal(jax.random.key(3), (SIZES[0], 7))
+    rep = jax.jit(lambda W: inspect.layer_report(feats, W, x, y, config=cfg))(W)
+    kfn = dgl.top_kernel_fn(jnp.full((3,), 1.5), jnp.full((3,), 0.1))
+    want = jax.jit(lambda W: dgl.dgl_features(jnp.tanh(x @ W), y, kfn, eps_rel=0.1) / N)(W)
+    np.testing.assert_allclose(rep.layer_values["dgl_nngp"][0], want, rtol=1e-5)
+    assert set(rep.layer_values) == {"dgl_nngp"} and not rep.weight_values
+
+
+def test_bad_inputs_raise_clear_errors(mlp_case):
+    params, _, x, _, y = mlp_case
+    model = inspect.from_mlp()
+    bad_n = inspect.from_features(lambda p, xx: {"ok": xx, "short": xx[:-1]})
+    with pytest.raises(ValueError, match=r"features: representation 'short'.*n = 48"):
+        inspect.layer_report(bad_n, params, x, y)
+    nan = inspect.from_features(lambda p, xx: {"h": xx.at[0, 0].set(jnp.nan)})
+    with pytest.raises(ValueError, match=r"representation 'h' has 1 non-finite"):
+        inspect.layer_report(nan, params, x, y)
+    with pytest.raises(ValueError, match=r"layers: unknown layer name\(s\) \['hidden_9'\]"):
+        inspect.layer_report(model, params, x, y,
+                             config=inspect.InspectConfig(layers=("hidden_1", "hidden_9")))
+    with pytest.raises(ValueError, match="y: integer labels"):
+        inspect.layer_report(model, params, x, jnp.arange(N) % 3)
+    with pytest.raises(ValueError, match="y: the diagnostics"):
+        inspect.layer_report(model, params, x)
+    with pytest.raises(TypeError, match="must return a dict"):
+        inspect.layer_report(inspect.from_features(lambda p, xx: xx), params, x, y)
+    with pytest.raises(ValueError, match="unknown diagnostics"):
+        inspect.InspectConfig(diagnostics=("cka", "dgl"))
+    ref = inspect.Reference({"other": x}, None)
+    with pytest.raises(ValueError, match=r"reference: no representation for layer 'hidden_1'"):
+        inspect.layer_report(model, params, x, y, reference=ref)
+    with pytest.raises(ValueError, match=r"ridge_rel=0 .* needs d < n"):
+        inspect.layer_report(model, params, x[:8], y[:8],
+                             config=inspect.InspectConfig(ridge_rel=0.0,
+                                                          diagnostics=("dgl_linear",)))
+    # under jit a diverged model cannot raise: it is counted instead
+    rep = jax.jit(lambda p: inspect.layer_report(nan, p, x, y,
+                                                 config=inspect.InspectConfig(
+                                                     diagnostics=("stable_rank",))))(params)
+    assert float(rep.model_values["nonfinite_layers"]) == 1.0
+
+
+def test_dgl_linear_wide_representation_equals_direct(x64):
+    # d > n: the report works on the n-dimensional row space; the value is dgl_linear's own
+    h = jax.random.normal(jax.random.key(4), (12, 30)) ** 2
+    y = jax.nn.one_hot(jnp.arange(12) % 3, 3) - 1.0 / 3
+    cfg = inspect.InspectConfig(diagnostics=("dgl_linear",), ridge_rel=1e-2)
+    rep = inspect.layer_report(inspect.from_features(lambda p, xx: {"h": h}), None,
+                               jnp.zeros((12, 1)), y, config=cfg)
+    want = dgl.dgl_linear(h, y, eps2=1e-2 * jnp.sum(h * h) / 30) / 12
+    np.testing.assert_allclose(rep.layer_values["dgl_linear"][0], want, rtol=1e-9)
+
+
+def test_conv_reduction_options():
+    h = jax.random.normal(jax.random.key(0), (6, 4, 5, 3))
+    feats = inspect.from_features(lambda p, xx: {"conv": h})
+    x = jnp.zeros((6, 2))
+    for conv, want in (("mean", h.mean((1, 2))), ("max", h.max((1, 2))),
+                       ("flatten", h.reshape(6, -1))):
+        reps = inspect.representations(feats, None, x, config=inspect.InspectConfig(conv=conv))
+        np.testing.assert_allclose(reps["conv"], want, rtol=1e-6)
+    with pytest.raises(ValueError, match="conv must be one of"):
+        inspect.InspectConfig(conv="avg")
