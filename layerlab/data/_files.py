@@ -36,6 +36,7 @@ from layerlab.data._registry import (
     FILES,
     DatasetCorruptError,
     FileSpec,
+    dataset_of,
     refetch_hint,
     spec_for,
 )
@@ -160,7 +161,7 @@ def corrupt_error(path, problem: str, dataset: str | None = None) -> DatasetCorr
     """The error for a damaged file: names it, says what is wrong and how to re-fetch it."""
     path = pathlib.Path(path)
     spec = spec_for(path, dataset)
-    dataset = dataset or (spec.dataset if spec else None)
+    dataset = dataset or (spec.dataset if spec else dataset_of(path))
     lines = [f"Dataset file {path} is damaged or not the expected file: {problem}."]
     if dataset is not None:
         lines.append("To fix: " + refetch_hint(dataset, _data_dir_of(path, spec)) + ".")

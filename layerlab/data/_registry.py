@@ -33,6 +33,7 @@ __all__ = [
     "DatasetCorruptError",
     "BASE_URL_ENV",
     "spec_for",
+    "dataset_of",
     "refetch_hint",
 ]
 
@@ -184,6 +185,25 @@ def spec_for(path: os.PathLike | str, dataset: str | None = None) -> FileSpec | 
         sp = spec.path.split("/")[1:]  # drop the dataset folder
         if parts[-len(sp):] == sp:
             return spec
+    return None
+
+
+_OTHER_NAMES = {"cifar10.npz": "cifar10", "cifar100.npz": "cifar100",
+                "superconduct.zip": "superconductivity"}
+
+
+def dataset_of(path: os.PathLike | str) -> str | None:
+    """The dataset a file belongs to, from its name or its folder (``None`` if unknown)."""
+    spec = spec_for(path)
+    if spec is not None:
+        return spec.dataset
+    parts = os.fspath(path).replace(os.sep, "/").split("/")
+    if parts[-1] in _OTHER_NAMES:
+        return _OTHER_NAMES[parts[-1]]
+    folders = {s.path.split("/")[0]: s.dataset for s in FILES}
+    for part in reversed(parts[:-1]):
+        if part in folders:
+            return folders[part]
     return None
 
 

@@ -233,7 +233,8 @@ def test_winequality_small_files(tmp_path):
         ref[color] = v
     both = D.load("winequality", "all", data_dir=tmp_path, verify=False)
     np.testing.assert_allclose(both.y, np.concatenate([ref["red"][:, -1], ref["white"][:, -1]]))
-    red = D.load("winequality", "test", variant="red", color_feature=True, data_dir=tmp_path, verify=False)
+    red = D.load("winequality", "test", variant="red", color_feature=True, data_dir=tmp_path,
+                 verify=False)
     np.testing.assert_allclose(red.x[:, :11], ref["red"][[4], :11], rtol=1e-6)
     np.testing.assert_array_equal(red.x[:, 11], [1.0])
     assert red.feature_names[-1] == "is_red" and red.feature_names[0] == "c0"
