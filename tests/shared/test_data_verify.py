@@ -168,6 +168,7 @@ def test_cifar10_npz_truncated_or_random(tmp_path, damage, words):
     assert "allow_pickle" not in str(e.value)
 
 
+@pytest.mark.datasets("mnist", "winequality")
 def test_shared_copies_match_the_registry(shared_data, tmp_path, monkeypatch):
     """The registry's published checksums equal those of the byte-exact shared copies,
     and a one-byte change of a real file is caught with the real checksums."""
