@@ -30,6 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover - static view of the lazy names
     from layerlab.data._registry import DatasetCorruptError as DatasetCorruptError
     from layerlab.data._synthetic import latent as latent
     from layerlab.data._synthetic import teacher as teacher
+    from layerlab.data._targets import as_labels as as_labels
+    from layerlab.data._targets import as_targets as as_targets
     from layerlab.data._transforms import balanced_subset as balanced_subset
     from layerlab.data._transforms import extract_patches as extract_patches
     from layerlab.data._transforms import flatten as flatten
@@ -71,9 +73,13 @@ _LAZY = {
     "download": "layerlab.data._download",
     "DownloadError": "layerlab.data._download",
     "verify_file": "layerlab.data._files",
+    "as_labels": "layerlab.data._targets",
+    "as_targets": "layerlab.data._targets",
 }
 
 __all__ = [
+    "as_labels",
+    "as_targets",
     "DATASETS",
     "DGLSplits",
     "Dataset",
