@@ -4,9 +4,17 @@ Every script writes one JSON file whose records each carry what was measured, th
 shapes, dtype, device and versions (``machine_info``), medians and spreads, and the
 ratio the benchmark exists for.  Timing helpers warm up (compile) first, then time
 steady-state calls with ``block_until_ready`` and report the median.
+
+Importing this module is cheap (no JAX): scripts build their parser with
+:func:`arg_parser` / :func:`add_output_flags` and import JAX only after parsing, so
+``--help`` answers at once. Output folders (:func:`out_dir`): ``--out DIR`` if given, else
+``results/<name>/`` with ``--record`` (the committed record), else ``scratch/<name>/``
+(git-ignored), so a default run never touches committed results. Every JSON written by
+:func:`write_json` carries ``wall_s_total``: seconds from the script's start to the write.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
@@ -16,15 +24,46 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
+SCRATCH = REPO / "scratch"
+#: Start of the script (first import of this module, before argument parsing).
+START = time.perf_counter()
+
+
+def arg_parser(doc: str | None) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` that shows every flag's default, described by ``doc``."""
+    return argparse.ArgumentParser(description=doc,
+                                   formatter_class=_Formatter)
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, the module docstring kept as written."""
+
+
+def add_output_flags(ap: argparse.ArgumentParser, name: str) -> None:
+    """``--out`` and ``--record`` (see :func:`out_dir`)."""
+    ap.add_argument("--out", default=None,
+                    help=f"output folder; unset: scratch/{name}/ (git-ignored), or "
+                    f"results/{name}/ with --record")
+    ap.add_argument("--record", action="store_true",
+                    help=f"write the committed record results/{name}/ instead of scratch/")
+
+
+def out_dir(name: str, out: str | None = None, record: bool = False) -> pathlib.Path:
+    """``out`` if given, else ``results/<name>/`` when ``record``, else ``scratch/<name>/``;
+    created."""
+    d = pathlib.Path(out) if out else (RESULTS if record else SCRATCH) / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def machine_info() -> dict[str, Any]:
     """Describe the machine a measurement was taken on."""
+    import jax
+
     dev = jax.devices()[0]
     return {
         "platform": dev.platform,
@@ -41,6 +80,8 @@ def machine_info() -> dict[str, Any]:
 
 
 def _block(out):
+    import jax
+
     return jax.tree_util.tree_map(
         lambda a: a.block_until_ready() if hasattr(a, "block_until_ready") else a, out
     )
@@ -78,6 +119,8 @@ def to_jsonable(obj):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
+    import jax
+
     if isinstance(obj, (np.ndarray, jax.Array)):
         return np.asarray(obj).tolist()
     if isinstance(obj, np.generic):
@@ -88,16 +131,19 @@ def to_jsonable(obj):
 
 
 def write_json(path: str | os.PathLike, payload: dict[str, Any]) -> pathlib.Path:
-    """Write ``payload`` (with ``machine`` info added) as indented JSON; return the path."""
+    """Write ``payload`` (with ``machine`` info and ``wall_s_total``, the seconds since the
+    script started, added) as indented JSON; return the path."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"machine": machine_info(), **payload}
+    payload = {"machine": machine_info(), "wall_s_total": round(time.perf_counter() - START, 1),
+               **payload}
     path.write_text(json.dumps(to_jsonable(payload), indent=2))
     return path
 
 
 def results_dir(name: str, override: str | None = None) -> pathlib.Path:
-    """``results/<name>/`` (or ``override``), created."""
+    """``results/<name>/`` (or ``override``), created. Prefer :func:`out_dir`, which writes
+    to ``scratch/`` unless ``--record``."""
     d = pathlib.Path(override) if override else RESULTS / name
     d.mkdir(parents=True, exist_ok=True)
     return d

@@ -11,36 +11,47 @@
    forward + backward pass of ``L_lambda`` on the same network (``benchmarks._common.timeit``,
    medians).
 
-Writes ``results/bottleneck_sweep/sweep.json``.
+Writes ``sweep.json`` to ``scratch/bottleneck_sweep/`` (``results/bottleneck_sweep/`` with
+``--record``).
 """
 from __future__ import annotations
 
-import argparse
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
+from benchmarks._common import add_output_flags, arg_parser
 
-from benchmarks._common import results_dir, timeit, write_json
-from layerlab import bottleneck as bn
-from layerlab import data, loop
+
+def _imports():
+    """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
+    global jax, jnp, np, optax, out_dir, timeit, write_json, bn, data, loop
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    from benchmarks._common import out_dir, timeit, write_json
+    from layerlab import bottleneck as bn
+    from layerlab import data, loop
+
+
+def build_parser():
+    p = arg_parser(__doc__)
+    p.add_argument("--n", type=int, default=200, help="samples of the teacher task")
+    p.add_argument("--widths", type=int, nargs="+", default=[2, 4, 8, 16, 32],
+                   help="hidden widths of the sweep")
+    p.add_argument("--seeds", type=int, default=3, help="runs per width")
+    p.add_argument("--depth", type=int, default=3, help="weight matrices L")
+    p.add_argument("--steps", type=int, default=500, help="Adam steps per run")
+    p.add_argument("--lam", type=float, default=1e-4, help="L2 regularisation lambda")
+    p.add_argument("--repeats", type=int, default=3, help="timed calls per case (median)")
+    add_output_flags(p, "bottleneck_sweep")
+    return p
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--n", type=int, default=200)
-    p.add_argument("--widths", type=int, nargs="+", default=[2, 4, 8, 16, 32])
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--depth", type=int, default=3)
-    p.add_argument("--steps", type=int, default=500)
-    p.add_argument("--lam", type=float, default=1e-4)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
-    out = results_dir("bottleneck_sweep", args.out)
+    args = build_parser().parse_args(argv)
+    _imports()
+    out = out_dir("bottleneck_sweep", args.out, args.record)
     ds = data.teacher(jax.random.key(0), args.n, (50, 10, 10, 10))
     x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
     W = max(args.widths)

@@ -23,7 +23,6 @@ calls thrash and the ratios become meaningless; one core gives stable, comparabl
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -35,15 +34,22 @@ if _PINNED:
                                + " --xla_cpu_multi_thread_eigen=false").strip()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.scipy.linalg import solve_triangular  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from benchmarks._common import add_output_flags, arg_parser  # noqa: E402
 
-from benchmarks._common import results_dir, timeit, write_json  # noqa: E402
-from layerlab import dgl  # noqa: E402
-from layerlab.kernels import relu_nngp, stax  # noqa: E402
+
+def _imports():
+    """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
+    global jax, jnp, np, solve_triangular, tqdm, out_dir, timeit, write_json, dgl
+    global relu_nngp, stax
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.scipy.linalg import solve_triangular
+    from tqdm import tqdm
+
+    from benchmarks._common import out_dir, timeit, write_json
+    from layerlab import dgl
+    from layerlab.kernels import relu_nngp, stax
 
 
 def _chol_autodiff(K, Y, eps2):
@@ -55,18 +61,28 @@ def _chol_autodiff(K, Y, eps2):
     return jnp.sum(R * R)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--ns", type=int, nargs="+", default=[500, 1000, 2000, 4000, 8000])
+def build_parser():
+    ap = arg_parser(__doc__)
+    ap.add_argument("--ns", type=int, nargs="+", default=[500, 1000, 2000, 4000, 8000],
+                    help="kernel sizes N to time (those <= --max-n are run)")
     ap.add_argument("--max-n", type=int, default=4000, help="largest N run (8000 = full)")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--kernel-n", type=int, default=10000)
-    ap.add_argument("--threads", default="1", choices=["1", "all"])
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed calls per case (median reported; 1 for N >= 4000)")
+    ap.add_argument("--kernel-n", type=int, default=10000,
+                    help="samples for the native vs neural-tangents NNGP kernel timing")
+    ap.add_argument("--threads", default="1", choices=["1", "all"],
+                    help="'1': pin to one core with single-threaded Eigen (stable ratios on a "
+                    "shared machine); 'all': XLA's default threading")
+    add_output_flags(ap, "dgl_loss")
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    _imports()
     if args.threads == "1" and not _PINNED:
         print("warning: --threads 1 must be given on the command line (set before jax starts)")
-    out = results_dir("dgl_loss", args.out)
+    out = out_dir("dgl_loss", args.out, args.record)
     ns = [n for n in args.ns if n <= args.max_n]
     records = []
     for n in tqdm(ns, desc="N"):

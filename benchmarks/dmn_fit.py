@@ -16,26 +16,33 @@ layers use) against a same-shape matmul ``h^T h``, all timed here; the fraction 
 """
 from __future__ import annotations
 
-import argparse
+from benchmarks._common import add_output_flags, arg_parser
 
-import jax
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+def _imports():
+    """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
+    global jax, matplotlib, plt, out_dir, timeit, write_json, load
+    global DMNConfig, class_density_matrices, convnet_spec, density_init
+    global density_update_grouped, format_spec, streaming_class_density_matrices
+    global train_and_evaluate
+    import jax
+    import matplotlib
 
-from benchmarks._common import results_dir, timeit, write_json  # noqa: E402
-from layerlab.data import load  # noqa: E402
-from layerlab.dmn import (  # noqa: E402
-    DMNConfig,
-    class_density_matrices,
-    convnet_spec,
-    density_init,
-    density_update_grouped,
-    format_spec,
-    streaming_class_density_matrices,
-)
-from layerlab.dmn._pipeline import train_and_evaluate  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmarks._common import out_dir, timeit, write_json
+    from layerlab.data import load
+    from layerlab.dmn import (
+        DMNConfig,
+        class_density_matrices,
+        convnet_spec,
+        density_init,
+        density_update_grouped,
+        format_spec,
+        streaming_class_density_matrices,
+    )
+    from layerlab.dmn._pipeline import train_and_evaluate
 
 
 def time_to_accuracy(curve, target):
@@ -102,22 +109,27 @@ def throughput(n, d, num_classes, repeats):
     }
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--spec", default="d6,m,de10")
-    p.add_argument("--pca", default="class")
-    p.add_argument("--n-train", type=int, default=10000)
-    p.add_argument("--n-val", type=int, default=2000)
+def build_parser():
+    p = arg_parser(__doc__)
+    p.add_argument("--spec", default="d6,m,de10",
+                   help="DMN architecture (the ConvNet replaces each d by c)")
+    p.add_argument("--pca", default="class", choices=["class", "naive"],
+                   help="how DMN filters are chosen: class-wise or naive PCA")
+    p.add_argument("--n-train", type=int, default=10000, help="MNIST training samples")
+    p.add_argument("--n-val", type=int, default=2000, help="MNIST validation samples")
     p.add_argument("--epochs", type=int, default=8, help="DMN classifier epochs")
     p.add_argument("--max-epochs", type=int, default=12, help="ConvNet epoch budget")
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (both models)")
     p.add_argument("--tp-n", type=int, default=200000, help="samples in the throughput test")
     p.add_argument("--tp-d", type=int, default=54, help="dims (3x3 patches of 6 channels)")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median)")
+    add_output_flags(p, "dmn_fit")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    _imports()
     tr = load("mnist", "train", n=args.n_train, balanced=True)
     te = load("mnist", "test", n=args.n_val, balanced=True)
     key = jax.random.key(0)
@@ -141,7 +153,7 @@ def main(argv=None):
           f"streaming {tp['density_streaming_fraction_of_matmul']:.2f}, grouped by image "
           f"{tp['density_grouped_fraction_of_matmul']:.2f} of the matmul rate "
           f"({tp['matmul_gflops']:.1f} GFLOP/s)", flush=True)
-    out = results_dir("dmn_fit", args.out)
+    out = out_dir("dmn_fit", args.out, args.record)
     write_json(out / "fit.json", {"what": "DMN pipeline vs ConvNet end to end; density "
                                   "throughput", "settings": vars(args), "time_to_accuracy": rec,
                                   "throughput": tp, "summary": msg})

@@ -16,7 +16,8 @@ All steps are full training steps on the same RevMLP + readout and the same batc
 Memory is XLA's compiled ``memory_analysis()`` (temporaries + arguments + outputs, bytes):
 the peak working set of the step as compiled, not a process RSS.  FLOP/s of the GN step is
 ``cost_analysis()["flops"]`` / median time, next to a same-run ``[n, d'] x [d', d/2]`` matmul.
-Writes ``results/gnrev_step/step.json`` and ``step.png``.
+Writes ``step.json`` and ``step.png`` to ``scratch/gnrev_step/`` (``results/gnrev_step/``
+with ``--record``).
 """
 from __future__ import annotations
 
@@ -25,21 +26,27 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse  # noqa: E402
+from benchmarks._common import add_output_flags, arg_parser  # noqa: E402
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import matplotlib  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-from jax.flatten_util import ravel_pytree  # noqa: E402
-from tqdm import tqdm  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+def _imports():
+    """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
+    global jax, jnp, matplotlib, np, optax, ravel_pytree, tqdm, plt, g
+    global out_dir, timeit, write_json
+    import jax
+    import jax.numpy as jnp
+    import matplotlib
+    import numpy as np
+    import optax
+    from jax.flatten_util import ravel_pytree
+    from tqdm import tqdm
 
-import layerlab.gnrev as g  # noqa: E402
-from benchmarks._common import results_dir, timeit, write_json  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import layerlab.gnrev as g
+    from benchmarks._common import out_dir, timeit, write_json
+
 
 C = 10
 
@@ -126,15 +133,20 @@ DEFAULT_GRID = ("8x16x32x2,16x32x64x2,32x64x128x2,64x64x256x2,"
                 "256x784x1024x2,1024x784x8000x2")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    ap = arg_parser(__doc__)
     ap.add_argument("--grid", default=DEFAULT_GRID, help="comma list of n x d x d' x depth")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--dense-max-gb", type=float, default=0.3)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    out = results_dir("gnrev_step", args.out)
+    ap.add_argument("--repeats", type=int, default=3, help="timed calls per case (median)")
+    ap.add_argument("--dense-max-gb", type=float, default=0.3,
+                    help="largest dense Jacobian (GB) built for the dense-pinv comparison")
+    add_output_flags(ap, "gnrev_step")
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    _imports()
+    out = out_dir("gnrev_step", args.out, args.record)
     recs = []
     for case in tqdm(_grid(args.grid), desc="gnrev_step"):
         r = bench_case(*case, repeats=args.repeats, dense_max_gb=args.dense_max_gb)

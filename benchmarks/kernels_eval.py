@@ -12,18 +12,24 @@ check.  A second table times the empirical NTK of a small MLP: ``empirical_ntk``
 (NTK-vector products and dense Jacobian) against neural-tangents'
 ``empirical_ntk_fn`` implementations 1 and 2.
 
-Writes ``results/kernels_eval/kernels_eval.json`` and ``kernels_eval.png``.
+Writes ``kernels_eval.json`` and ``kernels_eval.png`` to ``scratch/kernels_eval/``
+(``results/kernels_eval/`` with ``--record``).
 """
 from __future__ import annotations
 
-import argparse
+from benchmarks._common import add_output_flags, arg_parser
 
-import jax
-import jax.numpy as jnp
-from tqdm import tqdm
 
-from benchmarks._common import results_dir, timeit, write_json
-from layerlab.kernels import empirical_ntk, empirical_ntk_fn, relu_nngp, relu_ntk, stax
+def _imports():
+    """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
+    global jax, jnp, tqdm, out_dir, timeit, write_json
+    global empirical_ntk, empirical_ntk_fn, relu_nngp, relu_ntk, stax
+    import jax
+    import jax.numpy as jnp
+    from tqdm import tqdm
+
+    from benchmarks._common import out_dir, timeit, write_json
+    from layerlab.kernels import empirical_ntk, empirical_ntk_fn, relu_nngp, relu_ntk, stax
 
 
 def _nt_relu(depth, w_var, b_var):
@@ -112,25 +118,30 @@ def _plot(records, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = arg_parser(__doc__)
     p.add_argument("--sizes", default="500,1000,2000", help="comma-separated N")
-    p.add_argument("--d", type=int, default=784)
-    p.add_argument("--depth", type=int, default=3)
-    p.add_argument("--w-var", type=float, default=2.0)
-    p.add_argument("--b-var", type=float, default=0.1)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--d", type=int, default=784, help="input dimension")
+    p.add_argument("--depth", type=int, default=3, help="ReLU layers of the kernel's network")
+    p.add_argument("--w-var", type=float, default=2.0, help="weight variance sigma_w^2")
+    p.add_argument("--b-var", type=float, default=0.1, help="bias variance sigma_b^2")
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median)")
     p.add_argument("--no-ntk", dest="ntk", action="store_false", help="NNGP only")
     p.add_argument("--emp-n", type=int, default=64, help="samples for the empirical NTK")
-    p.add_argument("--emp-width", type=int, default=256)
-    p.add_argument("--out", default=None, help="output dir (default results/kernels_eval)")
-    args = p.parse_args(argv)
+    p.add_argument("--emp-width", type=int, default=256,
+                   help="hidden width of the MLP for the empirical NTK")
+    add_output_flags(p, "kernels_eval")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    _imports()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     closed = bench_closed_forms(sizes, args.d, args.depth, args.w_var, args.b_var,
                                 args.repeats, args.ntk)
     emp = bench_empirical(args.emp_n, 32, args.emp_width, 10, args.repeats)
-    out = results_dir("kernels_eval", args.out)
+    out = out_dir("kernels_eval", args.out, args.record)
     path = write_json(out / "kernels_eval.json", {
         "benchmark": "kernels_eval", "args": vars(args),
         "closed_forms": closed, "empirical_ntk": emp,

@@ -17,22 +17,28 @@ A ReLU MLP (64-H-10, Adam) on scikit-learn's digits (1438 x 64, standardised), t
   async dispatch, one sync at the end; ``python_loop_logging`` also reads the loss each step.
 
 Compile time (first call) is reported apart; steady state is the median of ``--repeats``
-interleaved rounds.  Writes ``results/loop_overhead/loop_overhead.json`` and a bar chart.
+interleaved rounds.  Writes ``loop_overhead.json`` and a bar chart to ``scratch/loop_overhead/``
+(``results/loop_overhead/`` with ``--record``).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
-from jax import lax
+from benchmarks._common import add_output_flags, arg_parser
 
-from benchmarks._common import results_dir, write_json
-from layerlab import data, loop, nets
+
+def _imports():
+    """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
+    global jax, jnp, np, optax, lax, out_dir, write_json, data, loop, nets
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from jax import lax
+
+    from benchmarks._common import out_dir, write_json
+    from layerlab import data, loop, nets
 
 
 def _block(tree):
@@ -144,16 +150,21 @@ def measure(methods, repeats):
     return compile_s, finals, times
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = arg_parser(__doc__)
     p.add_argument("--steps", type=int, default=1980,
                    help="rounded down to whole epochs (1980 = 90 epochs at B=64, 180 at B=128)")
-    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--repeats", type=int, default=15,
+                   help="timed runs per method (median reported)")
     p.add_argument("--cases", default="64x128,128x256", help="comma list of BATCHxHIDDEN")
-    p.add_argument("--out", default=None)
-    args = p.parse_args(argv)
-    out = results_dir("loop_overhead", args.out)
+    add_output_flags(p, "loop_overhead")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    _imports()
+    out = out_dir("loop_overhead", args.out, args.record)
     records = []
     for case in args.cases.split(","):
         b, h = (int(v) for v in case.lower().split("x"))

@@ -4,21 +4,27 @@ and cold vs cached dataset loads.
     python -m benchmarks.probes_cka            # small CPU defaults (about a minute)
     python -m benchmarks.probes_cka --p 2048 --ns 256 512 1024 2048 4096 8192 --repeats 11
 
-Writes ``results/probes_cka/probes_cka.json`` and ``crossover.png`` (time of both linear-CKA
+Writes ``probes_cka.json`` and ``crossover.png`` to ``scratch/probes_cka/`` (``results/`` with
+``--record``) (time of both linear-CKA
 forms against n at fixed width, with the point where ``method="auto"`` switches).
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 
-import jax
-import jax.numpy as jnp
-from tqdm import tqdm
+from benchmarks._common import add_output_flags, arg_parser
 
-from benchmarks._common import results_dir, timeit, write_json
-from layerlab import data, probes
+
+def _imports():
+    """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
+    global jax, jnp, tqdm, out_dir, timeit, write_json, data, probes
+    import jax
+    import jax.numpy as jnp
+    from tqdm import tqdm
+
+    from benchmarks._common import out_dir, timeit, write_json
+    from layerlab import data, probes
 
 
 def _reps(key, n, p, q):
@@ -130,17 +136,23 @@ def plot(rows, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = arg_parser(__doc__)
     ap.add_argument("--p", type=int, default=256, help="representation width for the crossover")
-    ap.add_argument("--ns", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048])
+    ap.add_argument("--ns", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048],
+                    help="sample counts n of the feature-vs-Gram crossover")
     ap.add_argument("--mb-n", type=int, default=4096, help="samples for minibatch vs full CKA")
-    ap.add_argument("--mb-batches", type=int, default=16)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--mb-batches", type=int, default=16, help="minibatches for minibatch CKA")
+    ap.add_argument("--repeats", type=int, default=7, help="timed calls per case (median)")
     ap.add_argument("--no-data", action="store_true", help="skip the dataset load timings")
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    out = results_dir("probes_cka", args.out)
+    add_output_flags(ap, "probes_cka")
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    _imports()
+    out = out_dir("probes_cka", args.out, args.record)
     crossover = cka_crossover(args.ns, args.p, args.repeats)
     mb = minibatch_vs_full(args.mb_n, 128, args.mb_batches, args.repeats)
     loads = (

@@ -1,9 +1,13 @@
 """Shared pytest fixtures.
 
 * ``key``: a fresh typed PRNG key per test.
-* ``shared_data``: path to ``../shared/data`` (the project's verified datasets), or a
-  skip with the reason when it is not there.  ``LAYERLAB_DATA`` is pointed at it for
-  the whole session when the variable is unset, so ``layerlab.data.load`` finds it.
+* ``shared_data``: a data directory holding the datasets a test needs (declared with
+  ``@pytest.mark.datasets("mnist", ...)``; the folders ``mnist/``, ``cifar10/``,
+  ``wine_quality/`` ... as ``python -m layerlab.data download`` writes them): the first
+  such entry of ``$LAYERLAB_DATA`` (as set when pytest started), else ``../shared/data``
+  (the project's verified copies); a skip with the reason when none has them.
+  ``LAYERLAB_DATA`` is pointed at ``../shared/data`` for the whole session when the
+  variable is unset, so ``layerlab.data.load`` finds it.
 * float64 is *not* enabled globally; tests that cross-check closed forms use the
   ``x64`` fixture (``jax.enable_x64`` context).
 """
@@ -15,6 +19,10 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+_USER_DATA = [pathlib.Path(p).expanduser()
+              for p in os.environ.get("LAYERLAB_DATA", "").split(os.pathsep) if p]
+_FOLDERS = {"mnist": "mnist", "cifar10": "cifar10", "cifar100": "cifar100",
+            "winequality": "wine_quality", "superconductivity": "superconductivity"}
 
 if SHARED_DATA.is_dir():
     os.environ.setdefault("LAYERLAB_DATA", str(SHARED_DATA))
@@ -34,7 +42,12 @@ def x64():
 
 
 @pytest.fixture
-def shared_data():
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"../shared/data not found at {SHARED_DATA}; real-data test skipped")
-    return SHARED_DATA
+def shared_data(request):
+    marker = request.node.get_closest_marker("datasets")
+    need = [_FOLDERS.get(n, n) for n in (marker.args if marker else ())]
+    roots = [*_USER_DATA, SHARED_DATA]
+    for root in roots:
+        if root.is_dir() and all((root / f).is_dir() for f in need):
+            return root
+    pytest.skip(f"no data directory with {need or 'datasets'} among $LAYERLAB_DATA and "
+                f"{SHARED_DATA} (python -m layerlab.data download NAME); real-data test skipped")

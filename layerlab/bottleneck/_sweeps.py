@@ -21,6 +21,7 @@ import optax
 
 from layerlab import loop, nets
 from layerlab.bottleneck._reformulations import representations
+from layerlab.data._targets import as_targets
 
 Array = jax.Array
 
@@ -177,7 +178,9 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
 
     Args:
       key: PRNG key (inits and data order).
-      x: ``[N, n_0]`` inputs (rows = samples).  y: targets for ``cost``.
+      x: ``[N, n_0]`` inputs (rows = samples).  y: targets for ``cost``; with
+        :func:`mse_cost`, integer labels ``[N]`` are turned into one-hot rows ``[N, C]``
+        (``C = max(y) + 1``).
       widths: hidden widths to try.  depth: ``L`` (number of weight matrices).
       cost: ``cost(Z_L [n_L, N], y) -> scalar`` (e.g. :func:`mse_cost`).
       lam: ``lambda``.  seeds: runs per width (best one kept).
@@ -196,6 +199,8 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
     widths = [int(w) for w in widths]
     max_width = max(widths) if max_width is None else int(max_width)
     n_out = int(cost_output_dim(y, cost))
+    if cost is mse_cost and y.ndim == 1:  # integer labels -> one-hot MSE targets
+        y = as_targets(y, n_out, name="y", n=x.shape[0], dtype=x.dtype)
     sizes = [x.shape[1]] + [max_width] * (depth - 1) + [n_out]
     R = len(widths) * seeds
     run_widths = np.repeat(widths, seeds)

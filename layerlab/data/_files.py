@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import io
+import json
 import os
 import pathlib
 import pickle
@@ -25,10 +27,19 @@ import struct
 import tarfile
 import zipfile
 from collections.abc import Iterable, Sequence
+from zlib import error as zlib_error
 
 import numpy as np
 
 from layerlab.data._dataset import DatasetNotFoundError
+from layerlab.data._registry import (
+    FILES,
+    DatasetCorruptError,
+    FileSpec,
+    dataset_of,
+    refetch_hint,
+    spec_for,
+)
 
 ENV_VAR = "LAYERLAB_DATA"
 
@@ -40,6 +51,9 @@ __all__ = [
     "read_csv",
     "clear_cache",
     "not_found_error",
+    "verify_file",
+    "corrupt_error",
+    "CACHE_ENV",
 ]
 
 
@@ -93,6 +107,160 @@ def not_found_error(
     return DatasetNotFoundError("\n".join(lines))
 
 
+# ----------------------------------------------------------------------- verification
+#: Environment variable naming the directory of the verification cache (default
+#: ``$XDG_CACHE_HOME/layerlab`` or ``~/.cache/layerlab``).
+CACHE_ENV = "LAYERLAB_CACHE"
+_VERIFIED: dict[str, str] = {}  # in-process memo: cache key -> md5
+
+
+def _cache_file() -> pathlib.Path:
+    base = os.environ.get(CACHE_ENV) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "layerlab")
+    return pathlib.Path(base) / "verified.json"
+
+
+def _cache_key(path: pathlib.Path) -> str:
+    st = path.stat()
+    return f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+
+
+def _load_cache() -> dict:
+    try:
+        return json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store_cache(key: str, digest: str) -> None:
+    """Remember a positive verdict; the cache is an optimisation, so a read-only or
+    missing cache directory is not an error."""
+    cache = _load_cache()
+    cache[key] = digest
+    f = _cache_file()
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
+        os.replace(tmp, f)
+    except OSError:
+        pass
+
+
+def _data_dir_of(path: pathlib.Path, spec: FileSpec | None) -> pathlib.Path:
+    """The data directory a file was found under (for the re-fetch command)."""
+    if spec is None:
+        folders = {s.path.split("/")[0] for s in FILES}
+        return path.parents[1] if path.parent.name in folders else path.parent
+    n = len(spec.path.split("/"))
+    tail = "/".join(path.parts[-n:])
+    return path.parents[n - 1] if tail == spec.path else path.parents[n - 2]
+
+
+def corrupt_error(path, problem: str, dataset: str | None = None) -> DatasetCorruptError:
+    """The error for a damaged file: names it, says what is wrong and how to re-fetch it."""
+    path = pathlib.Path(path)
+    spec = spec_for(path, dataset)
+    dataset = dataset or (spec.dataset if spec else dataset_of(path))
+    lines = [f"Dataset file {path} is damaged or not the expected file: {problem}."]
+    if dataset is not None:
+        lines.append("To fix: " + refetch_hint(dataset, _data_dir_of(path, spec)) + ".")
+    else:
+        lines.append("To fix: replace it with the original file (see docs/data.md).")
+    return DatasetCorruptError("\n".join(lines))
+
+
+def file_digests(path, *, chunk: int = 1 << 20) -> tuple[str, str]:
+    """``(md5, sha256)`` hex digests of a file, read in chunks."""
+    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            md5.update(block)
+            sha.update(block)
+    return md5.hexdigest(), sha.hexdigest()
+
+
+def _gunzip_md5(path: pathlib.Path) -> str | None:
+    md5 = hashlib.md5(usedforsecurity=False)
+    try:
+        with gzip.open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                md5.update(block)
+    except (OSError, EOFError, zlib_error):
+        return None
+    return md5.hexdigest()
+
+
+def check_digest(path: pathlib.Path, spec: FileSpec) -> str | None:
+    """``None`` when ``path`` matches ``spec`` (size, md5, sha256; a ``.gz`` whose
+    decompressed content has the official md5 also passes), else what is wrong."""
+    size = path.stat().st_size
+    if spec.md5 is None and spec.sha256 is None:
+        return None
+    md5, sha = file_digests(path)
+    if (spec.md5 in (None, md5)) and (spec.sha256 in (None, sha)) and (
+            spec.size in (None, size)):
+        return None
+    if spec.raw_md5 is not None and _gunzip_md5(path) == spec.raw_md5:
+        return None  # re-compressed copy of the original content
+    if spec.size is not None and size != spec.size:
+        what = "truncated" if size < spec.size else "too long"
+        return (f"it has {size} bytes, the official file has {spec.size} ({what}; "
+                f"md5 {md5}, expected {spec.md5})")
+    want = f"md5 {spec.md5}" if spec.md5 and md5 != spec.md5 else f"sha256 {spec.sha256}"
+    got = md5 if spec.md5 and md5 != spec.md5 else sha
+    return f"checksum mismatch: expected {want}, got {got} ({spec.source})"
+
+
+def verify_file(path, dataset: str | None = None) -> FileSpec | None:
+    """Check a dataset file against its published checksum, once.
+
+    Files recognised by name (:data:`layerlab.data._registry.FILES`) are hashed on first
+    use; a positive verdict is cached under the file's resolved path, size and mtime (in
+    memory and in ``$LAYERLAB_CACHE/verified.json``), so later loads cost one ``stat``.
+    Files not recognised (e.g. a rebuilt ``cifar10.npz``) pass here and are checked by
+    format, shape and label range by the loaders.
+
+    Returns:
+      the matching :class:`FileSpec`, or ``None`` for an unrecognised file.
+
+    Raises:
+      DatasetCorruptError: the file does not match (message: file, problem, re-fetch command).
+    """
+    path = pathlib.Path(path)
+    spec = spec_for(path, dataset)
+    if spec is None or (spec.md5 is None and spec.sha256 is None):
+        return spec
+    key = _cache_key(path)
+    want = spec.md5 or spec.sha256 or ""
+    if _VERIFIED.get(key) == want:
+        return spec
+    if _load_cache().get(key) == want:
+        _VERIFIED[key] = want
+        return spec
+    problem = check_digest(path, spec)
+    if problem is not None:
+        raise corrupt_error(path, problem, spec.dataset)
+    _VERIFIED[key] = want
+    _store_cache(key, want)
+    return spec
+
+
+def check_labels(y: np.ndarray, num_classes: int, path, dataset: str | None = None,
+                 what: str = "labels") -> None:
+    """Raise :class:`DatasetCorruptError` (naming ``path``) unless ``y`` holds integers in
+    ``[0, num_classes)``."""
+    y = np.asarray(y)
+    if y.size == 0:
+        return
+    lo, hi = int(y.min()), int(y.max())
+    if lo < 0 or hi >= num_classes:
+        bad = y[(y < 0) | (y >= num_classes)]
+        raise corrupt_error(
+            path, f"{what} must lie in [0, {num_classes}) but {bad.size} of {y.size} do not "
+            f"(min {lo}, max {hi}, e.g. {bad[:5].tolist()})", dataset)
+
+
 # ------------------------------------------------------------------------------ cache
 def _stamp(path: pathlib.Path) -> tuple[str, int, int]:
     st = path.stat()
@@ -143,8 +311,12 @@ def parse_idx(buf: bytes, what: str = "idx data") -> np.ndarray:
 @functools.lru_cache(maxsize=8)
 def _read_idx(path: str, mtime: int, size: int) -> np.ndarray:
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        return _readonly(parse_idx(f.read(), path))
+    try:
+        with opener(path, "rb") as f:
+            return _readonly(parse_idx(f.read(), path))
+    except (EOFError, gzip.BadGzipFile, zlib_error, ValueError) as e:
+        raise corrupt_error(path, f"not a readable idx{' (gzip)' if opener is gzip.open else ''} "
+                                  f"file: {type(e).__name__}: {e}") from e
 
 
 def read_idx(path) -> np.ndarray:
@@ -155,10 +327,22 @@ def read_idx(path) -> np.ndarray:
 # -------------------------------------------------------------------------------- npz
 @functools.lru_cache(maxsize=8)
 def _read_npz_key(path: str, mtime: int, size: int, key: str) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as d:
-        if key not in d.files:
-            raise KeyError(f"{path} has no array {key!r} (it has {d.files}).")
-        return _readonly(d[key])
+    try:
+        with np.load(path, allow_pickle=False) as d:
+            if key not in d.files:
+                raise corrupt_error(path, f"it has no array {key!r} (it has {d.files})")
+            return _readonly(d[key])
+    except DatasetCorruptError:
+        raise
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib_error) as e:
+        raise corrupt_error(path, _npz_problem(e)) from e
+
+
+def _npz_problem(e: BaseException) -> str:
+    msg = str(e)
+    if "allow_pickle" in msg or "pickled" in msg:
+        msg = "it is neither a zip archive of .npy arrays nor a .npy file"
+    return f"not a readable .npz file ({type(e).__name__}: {msg})"
 
 
 def read_npz_key(path, key: str) -> np.ndarray:
@@ -167,8 +351,11 @@ def read_npz_key(path, key: str) -> np.ndarray:
 
 
 def npz_keys(path) -> list[str]:
-    with np.load(path, allow_pickle=False) as d:
-        return list(d.files)
+    try:
+        with np.load(path, allow_pickle=False) as d:
+            return list(d.files)
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib_error) as e:
+        raise corrupt_error(path, _npz_problem(e)) from e
 
 
 # ---------------------------------------------------------------------------- pickles
@@ -215,16 +402,26 @@ def _read_member(path: str, mtime: int, size: int, member: str | None) -> dict:
             data = f.read()
         what = path
     else:
-        with tarfile.open(path, "r:*") as tar:
-            try:
-                f = tar.extractfile(member)
-            except KeyError:
-                f = None
-            if f is None:
-                raise ValueError(f"{path} has no member {member!r}; is it the official tarball?")
-            data = f.read()
+        try:
+            with tarfile.open(path, "r:*") as tar:
+                try:
+                    f = tar.extractfile(member)
+                except KeyError:
+                    f = None
+                if f is None:
+                    raise corrupt_error(path, f"it has no member {member!r}; "
+                                              "is it the official tarball?")
+                data = f.read()
+        except DatasetCorruptError:
+            raise
+        except (tarfile.TarError, EOFError, OSError, zlib_error) as e:
+            raise corrupt_error(path, f"not a readable tar.gz archive: "
+                                      f"{type(e).__name__}: {e}") from e
         what = f"{path}:{member}"
-    d = _unpickle(data, what)
+    try:
+        d = _unpickle(data, what)
+    except ValueError as e:
+        raise corrupt_error(path, str(e)) from e
     for v in d.values():
         _readonly(v)
     return d
@@ -260,21 +457,26 @@ def decode_names(names) -> tuple[str, ...]:
 # -------------------------------------------------------------------------------- csv
 @functools.lru_cache(maxsize=8)
 def _read_csv(path: str, mtime: int, size: int, delimiter: str, member: str | None):
-    if member is None:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    else:
-        with zipfile.ZipFile(path) as z:
-            text = z.read(member).decode("utf-8")
+    try:
+        if member is None:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        else:
+            with zipfile.ZipFile(path) as z:
+                text = z.read(member).decode("utf-8")
+    except (UnicodeDecodeError, zipfile.BadZipFile, KeyError, EOFError, zlib_error) as e:
+        raise corrupt_error(path, f"not a readable {'zip archive' if member else 'text CSV'}: "
+                                  f"{type(e).__name__}: {e}") from e
     header, _, body = text.partition("\n")
     names = tuple(c.strip().strip('"') for c in header.strip().split(delimiter))
     try:
         values = np.loadtxt(io.StringIO(body), delimiter=delimiter, dtype=np.float64, ndmin=2)
     except ValueError as e:
-        raise ValueError(f"{path}{':' + member if member else ''}: not a numeric CSV: {e}") from e
+        raise corrupt_error(path, f"{member + ' is ' if member else ''}not a numeric CSV: {e}"
+                            ) from e
     if values.shape[1] != len(names):
-        raise ValueError(
-            f"{path}: header has {len(names)} columns but rows have {values.shape[1]}; "
+        raise corrupt_error(
+            path, f"header has {len(names)} columns but rows have {values.shape[1]}; "
             f"wrong delimiter ({delimiter!r} expected)?"
         )
     return names, _readonly(values)

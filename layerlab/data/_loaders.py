@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import importlib.util
 import inspect
 import os
@@ -26,6 +27,17 @@ __all__ = ["load", "DATASETS", "dgl_protocol", "DGLSplits", "holdout_mask"]
 _DIGIT_NAMES = tuple(str(i) for i in range(10))
 _CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 _CIFAR100_URL = "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"
+
+
+# Whether files recognised by name are checked against their published checksums
+# (``load(..., verify=...)``); format, shape and label checks always run.
+_VERIFY: contextvars.ContextVar[bool] = contextvars.ContextVar("layerlab_data_verify",
+                                                               default=True)
+
+
+def _verify(path, dataset: str) -> None:
+    if _VERIFY.get():
+        F.verify_file(path, dataset)
 
 
 class _Raw(NamedTuple):
@@ -88,11 +100,16 @@ def _mnist(split, roots, data_dir):
                 pair.append(next((c for c in cands if c.is_file()), None))
             looked.append(f"{d}/{prefix}-{{images-idx3,labels-idx1}}-ubyte[.gz]")
             if all(pair):
+                for p in pair:
+                    _verify(p, "mnist")
                 x, y = F.read_idx(pair[0]), F.read_idx(pair[1])
-                if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-                    raise ValueError(
-                        f"MNIST files in {d} disagree: images {x.shape}, labels {y.shape}."
-                    )
+                if x.ndim != 3 or x.shape[1:] != (28, 28) or x.dtype != np.uint8:
+                    raise F.corrupt_error(pair[0], f"expected uint8 images [n, 28, 28], got "
+                                                   f"{x.dtype}{list(x.shape)}", "mnist")
+                if y.ndim != 1 or len(x) != len(y):
+                    raise F.corrupt_error(pair[1], f"expected {len(x)} labels [n] to match "
+                                                   f"{pair[0].name}, got {list(y.shape)}", "mnist")
+                F.check_labels(y, 10, pair[1], "mnist")
                 return _Raw(x[..., None], y.astype(np.int32), 10, _DIGIT_NAMES, 255.0)
     raise F.not_found_error(
         "mnist",
@@ -106,6 +123,13 @@ def _mnist(split, roots, data_dir):
         "https://ossci-datasets.s3.amazonaws.com/mnist/).",
         data_dir,
     )
+
+
+def _check_npz_labels(npz, y, n, num, key, dataset):
+    if y.ndim != 1 or len(y) != n or not np.issubdtype(y.dtype, np.integer):
+        raise F.corrupt_error(npz, f"{key} should be {n} integer labels [n], got "
+                                   f"{y.dtype}{list(y.shape)}", dataset)
+    F.check_labels(y, num, npz, dataset, what=key)
 
 
 def _cifar_dirs(roots, short, folder, tarball):
@@ -128,21 +152,25 @@ def _cifar10(split, roots, data_dir):
         looked += [str(npz), f"{d}/{{{','.join(files)}}}", str(tar)]
         if npz.is_file():
             x = F.read_npz_key(npz, f"x_{split}")
-            y = F.read_npz_key(npz, f"y_{split}").astype(np.int32)
+            y = F.read_npz_key(npz, f"y_{split}")
             names = F.read_npz_key(npz, "label_names") if "label_names" in F.npz_keys(npz) else None
             if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
-                raise ValueError(
-                    f"{npz}: x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
-                    f"{x.dtype}{list(x.shape)}."
+                raise F.corrupt_error(
+                    npz, f"x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
+                    f"{x.dtype}{list(x.shape)}", "cifar10"
                 )
+            _check_npz_labels(npz, y, len(x), 10, f"y_{split}", "cifar10")
+            y = y.astype(np.int32)
             return _Raw(x, y, 10, None if names is None else F.decode_names(names), 255.0)
         has_dir = all((d / f).is_file() for f in files)
         if has_dir or tar.is_file():
+            for p in [d / f for f in files] if has_dir else [tar]:
+                _verify(p, "cifar10")
             batches = _read_batches(d if has_dir else None, tar, folder, files, "cifar10")
             x = np.concatenate([F.cifar_images(b, f"{d}") for b in batches])
-            y = np.concatenate([F.cifar_labels(b, "labels", f"{d}") for b in batches]).astype(
-                np.int32
-            )
+            y = np.concatenate([F.cifar_labels(b, "labels", f"{d}") for b in batches])
+            F.check_labels(y, 10, d if has_dir else tar, "cifar10")
+            y = y.astype(np.int32)
             names = None
             try:
                 meta = _read_batches(d if has_dir else None, tar, folder, ["batches.meta"], "")[0]
@@ -181,15 +209,25 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
                     f"{npz} has no {ykey!r} (keys: {keys}) for label_mode={label_mode!r}."
                 )
             x = F.read_npz_key(npz, f"x_{split}")
-            y = F.read_npz_key(npz, ykey).astype(np.int32)
+            y = F.read_npz_key(npz, ykey)
+            if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
+                raise F.corrupt_error(
+                    npz, f"x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
+                    f"{x.dtype}{list(x.shape)}", "cifar100"
+                )
+            _check_npz_labels(npz, y, len(x), num, ykey, "cifar100")
+            y = y.astype(np.int32)
             nkey = f"{label_mode}_label_names"
             names = F.decode_names(F.read_npz_key(npz, nkey)) if nkey in keys else None
             return _Raw(x, y, num, names, 255.0)
         has_dir = (d / split).is_file()
         if has_dir or tar.is_file():
+            _verify(d / split if has_dir else tar, "cifar100")
             b = _read_batches(d if has_dir else None, tar, folder, [split], "cifar100")[0]
             x = F.cifar_images(b, str(d / split))
-            y = F.cifar_labels(b, f"{label_mode}_labels", str(d / split)).astype(np.int32)
+            y = F.cifar_labels(b, f"{label_mode}_labels", str(d / split))
+            F.check_labels(y, num, d / split if has_dir else tar, "cifar100")
+            y = y.astype(np.int32)
             names = None
             try:
                 meta = _read_batches(d if has_dir else None, tar, folder, ["meta"], "")[0]
@@ -236,6 +274,7 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
                 "the UCI Wine Quality dataset, https://archive.ics.uci.edu/dataset/186/wine+quality.",
                 data_dir,
             )
+        _verify(path, "winequality")
         cols, v = F.read_csv(path, ";")
         if v.shape[1] != 12 or cols[-1] != "quality":
             raise ValueError(
@@ -267,6 +306,7 @@ def _superconductivity(split, roots, data_dir):
             looked.append(str(path) + (f" (member {member})" if member else ""))
             if not path.is_file():
                 continue
+            _verify(path, "superconductivity")
             cols, v = F.read_csv(path, ",", member)
             if v.shape[1] != 82 or cols[-1] != "critical_temp":
                 raise ValueError(
@@ -369,7 +409,15 @@ def _check_opts(fn, name, opts):
         raise TypeError(f"load({name!r}): unknown option(s) {bad}; accepted: {allowed or 'none'}.")
 
 
-def _load_raw(name, split, data_dir, source, opts) -> tuple[Dataset, float | None]:
+def _load_raw(name, split, data_dir, source, opts, verify=True) -> tuple[Dataset, float | None]:
+    token = _VERIFY.set(bool(verify))
+    try:
+        return _load_raw_inner(name, split, data_dir, source, opts)
+    finally:
+        _VERIFY.reset(token)
+
+
+def _load_raw_inner(name, split, data_dir, source, opts) -> tuple[Dataset, float | None]:
     spec = _REGISTRY[name]
     if source not in ("auto", "files", "tfds"):
         raise ValueError(f"source must be 'auto', 'files' or 'tfds', got {source!r}.")
@@ -444,6 +492,7 @@ def load(
     data_dir=None,
     source: str = "auto",
     dtype=np.float32,
+    verify: bool = True,
     **opts,
 ) -> Dataset:
     """Load a dataset as host numpy arrays.
@@ -471,6 +520,10 @@ def load(
       source: ``"auto"`` (files, then tensorflow-datasets if installed), ``"files"``, or
         ``"tfds"`` (only tensorflow-datasets; downloads off; ``tfds_data_dir=`` option).
       dtype: float dtype of ``x`` (and of regression targets).
+      verify: check every standard file (recognised by name) against its published
+        checksum on first use (the verdict is cached by path, size and mtime; see
+        docs/data.md). ``False`` skips only the checksums (e.g. for small files written in
+        the official formats); format, shape and label-range checks always run.
       **opts: dataset options: ``cifar100``: ``label_mode="fine"|"coarse"``;
         ``winequality``: ``variant="both"|"red"|"white"``, ``color_feature=False``;
         ``teacher``: ``widths, activation, noise, w_std, b_std`` (:func:`teacher`);
@@ -484,6 +537,8 @@ def load(
     Raises:
       DatasetNotFoundError: the files are missing (the message lists where it looked,
         which files it expects and where to get them).
+      DatasetCorruptError: a file is damaged (checksum, size, format or label range; the
+        message names the file and the ``python -m layerlab.data download`` command).
     """
     key = _canonical(name)
     spec = _REGISTRY[key]
@@ -495,7 +550,7 @@ def load(
         if source != "auto":
             raise ValueError(f"{key!r} is synthetic: source={source!r} does not apply.")
         return _load_synthetic(key, split, n, seed, opts)
-    ds, x_div = _load_raw(key, split, data_dir, source, dict(opts))
+    ds, x_div = _load_raw(key, split, data_dir, source, dict(opts), verify)
     if classes is not None:
         ds = select_classes(ds, classes)
     if n is not None:
@@ -533,6 +588,7 @@ def dgl_protocol(
     seed=0,
     data_dir=None,
     dtype=np.float32,
+    verify: bool = True,
 ) -> DGLSplits:
     """The data protocol of Ben-David & Ringel (2019), Table I.
 
@@ -551,7 +607,7 @@ def dgl_protocol(
       n_train, n_val: override the sizes (e.g. smaller for CPU runs); ``n_val`` defaults
         to ``n_train``.
       seed: seed of the split.
-      data_dir: see :func:`load`.
+      data_dir, verify: see :func:`load`.
 
     Returns:
       :class:`DGLSplits` ``(train, val, test)``.
@@ -564,8 +620,8 @@ def dgl_protocol(
         ) from None
     n_train = default_n if n_train is None else n_train
     n_val = n_train if n_val is None else n_val
-    full, x_div = _load_raw(base, "train", data_dir, "auto", {})
-    test, _ = _load_raw(base, "test", data_dir, "auto", {})
+    full, x_div = _load_raw(base, "train", data_dir, "auto", {}, verify)
+    test, _ = _load_raw(base, "test", data_dir, "auto", {}, verify)
     if classes is not None:
         full, test = select_classes(full, classes), select_classes(test, classes)
     tr, va = train_val_split(full, n_train, n_val, balanced=True, seed=seed)

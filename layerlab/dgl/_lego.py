@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from layerlab.data._targets import as_labels, as_targets
 from layerlab.loop import fit, optax_step
 from layerlab.nets import mlp_apply
 
@@ -75,6 +76,10 @@ def mse_loss(params, batch) -> jax.Array:
     return jnp.mean(jnp.sum((mlp_apply(params, x) - y) ** 2, axis=-1))
 
 
+def _num_outputs(params) -> int:
+    return int(params[-1]["w"].shape[-1])
+
+
 def hidden_representations(params, x) -> list[jax.Array]:
     """``[h_0 = x, h_1, ..., h_L]``: the input and every post-ReLU representation."""
     _, hidden = mlp_apply(params, x, return_hidden=True)
@@ -99,13 +104,16 @@ def train_end_to_end(
 
     Args:
       key: PRNG key (batches).  params: initial MLP params.  x: ``[N, d_in]``.
-      y: ``[N, C]`` targets.  optimizer: optax transformation (e.g. ``optax.adamw``).
+      y: ``[N]`` integer labels (trained against plain one-hot rows) or ``[N, C]`` targets
+        (e.g. ``data.one_hot(y, C, zero_mean=True)``, the paper's MNIST encoding).
+        optimizer: optax transformation (e.g. ``optax.adamw``).
       steps, batch_size: loop settings.  eval_fn(state) / eval_every: monitoring
         (e.g. :func:`monitor_fn`).
 
     Returns:
       ``(params, history)`` (history as returned by ``layerlab.loop.fit``).
     """
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
     ts = optax_step(mse_loss, optimizer)
     state, hist = fit(
         ts.step, ts.init(params), (x, y), key=key, steps=steps, batch_size=batch_size,
@@ -203,7 +211,13 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
 
 
 def accuracy(params, x: jax.Array, labels: jax.Array) -> jax.Array:
-    """Fraction of ``argmax f(x) == labels`` (``x [N, d_in]``, ``labels [N]`` ints)."""
+    """Fraction of ``argmax f(x) == labels``.
+
+    Args:
+      params: MLP params.  x: ``[N, d_in]``.  labels: ``[N]`` integer labels in ``[0, C)``
+        or ``[N, C]`` one-hot (or zero-mean one-hot) rows, whose argmax is the label.
+    """
+    labels = as_labels(labels, _num_outputs(params), name="labels", n=x.shape[0])
     return jnp.mean(jnp.argmax(mlp_apply(params, x), axis=-1) == labels)
 
 
@@ -221,7 +235,8 @@ def lego(
 
     Args:
       key: PRNG key.  params_init: MLP params whose ReLU layers start LEGO (random init).
-      x: ``[N, d_in]``.  y: ``[N, C]`` targets.  variances: MF (or FIT) variances
+      x: ``[N, d_in]``.  y: ``[N]`` integer labels (plain one-hot targets) or ``[N, C]``
+        targets.  variances: MF (or FIT) variances
         ``[L + 1]`` of the end-to-end trained net (top network of layer ``l`` uses entries
         ``l..L``).  cfg: :class:`LegoConfig`.
 
@@ -232,6 +247,7 @@ def lego(
       Fig. 2 and Sec. VI of Ben-David & Ringel (2019).
     """
     params = [dict(p) for p in params_init]
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
     L = len(params) - 1
     h = x
     hists = []
@@ -248,8 +264,11 @@ def lego(
 
 
 def random_features(params_init: Sequence[dict], x, y, *, ridge_rel: float = 1e-4):
-    """Step 5 ("Random"): frozen random ReLU layers, MSE-optimal linear classifier."""
+    """Step 5 ("Random"): frozen random ReLU layers, MSE-optimal linear classifier.
+
+    ``y``: ``[N]`` integer labels or ``[N, C]`` targets, as in :func:`lego`."""
     params = [dict(p) for p in params_init]
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
     h = hidden_representations(params, x)[-1]
     params[-1] = fit_classifier(h, y, ridge_rel=ridge_rel)
     return params
@@ -264,7 +283,8 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float, variance: bool = F
     net).  Fig. 4 of Ben-David & Ringel (2019): these track the training MSE.
 
     Args:
-      x: ``[N, d_in]`` monitoring inputs (a training subset).  y: ``[N, C]``.
+      x: ``[N, d_in]`` monitoring inputs (a training subset).  y: ``[N, C]`` targets or
+        ``[N]`` integer labels (plain one-hot).
       eps_rel: relative noise.  variance: LOO variance term.
 
     Returns:
@@ -273,13 +293,14 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float, variance: bool = F
 
     def eval_fn(state: Any) -> dict:
         params = state.params
+        yt = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
         v = mf_variances(params)
         hs = hidden_representations(params, x)
-        out = {"mse": mse_loss(params, (x, y))}
+        out = {"mse": mse_loss(params, (x, yt))}
         for i, h in enumerate(hs):
             K = top_kernel(h, w_var=v.w_var[i:], b_var=v.b_var[i:])
             eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
-            out[f"dgl_{i}"] = dgl_loss(K, y, eps2=eps2, variance=variance) / h.shape[0]
+            out[f"dgl_{i}"] = dgl_loss(K, yt, eps2=eps2, variance=variance) / h.shape[0]
         return out
 
     return eval_fn

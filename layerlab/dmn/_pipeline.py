@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from layerlab import loop
+from layerlab.data._targets import as_labels
 from layerlab.dmn._layers import (
     DMNConfig,
     accuracy,
@@ -71,8 +72,9 @@ def train_and_evaluate(
 
     Args:
       spec: architecture string (``"d6,m,de10"``, ``"c6,m,de10"``, ...).
-      x_train: ``[N, H, W, C]`` training images; ``y_train`` ``[N]`` labels.
-      x_val: ``[M, H, W, C]`` validation images; ``y_val`` ``[M]`` labels.
+      x_train: ``[N, H, W, C]`` training images; ``y_train`` ``[N]`` integer labels in
+        ``[0, num_classes)`` (or ``[N, num_classes]`` one-hot rows).
+      x_val: ``[M, H, W, C]`` validation images; ``y_val`` ``[M]`` labels (or one-hot).
       num_classes: ``C``.
       key: PRNG key (data fraction, head init, data order).
       config: how DMN layers are built.
@@ -88,6 +90,8 @@ def train_and_evaluate(
       ``train_s``, ``total_s``, ``train_acc``, ``val_acc``, ``curve`` (list of
       ``(epoch, seconds_since_start, val_acc)``) and ``final_loss``.
     """
+    y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train))
+    y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val))
     k_build, k_init, k_fit = jax.random.split(key, 3)
     spec = spec if isinstance(spec, str) else tuple(spec)
     net, (init, step) = _net_and_step(spec, num_classes, config, optimizer, lr)

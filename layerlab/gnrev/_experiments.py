@@ -10,7 +10,6 @@ CKA of every block's representation with its initial one over the whole probe se
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
 import jax
@@ -59,18 +58,12 @@ def prepare_classification(name: str = "mnist", n_train: int = 1024, n_test: int
                            *, seed: int = 0) -> Prepared:
     """Load a balanced subset, flatten, normalise by the train mean/std (global), pad to even d.
 
-    Falls back to sklearn ``digits`` (with a printed message) when ``name`` is not available.
+    No fallback: a missing dataset raises :class:`layerlab.data.DatasetNotFoundError`
+    (naming the dataset and how to get it); pass ``name="digits"`` for the embedded set.
     """
     note = ""
-    try:
-        tr = lldata.load(name, "train", n=n_train, balanced=True, seed=seed)
-        te = lldata.load(name, "test", n=n_test, balanced=True, seed=seed)
-    except (FileNotFoundError, OSError, ValueError, RuntimeError) as err:
-        note = f"{name} unavailable ({err}); falling back to sklearn digits"
-        print(note, file=sys.stderr)
-        name = "digits"
-        full = lldata.load("digits")
-        tr, te = lldata.train_val_split(full, min(n_train, 1200), min(n_test, 500), seed=seed)
+    tr = lldata.load(name, "train", n=n_train, balanced=True, seed=seed)
+    te = lldata.load(name, "test", n=n_test, balanced=True, seed=seed)
     xtr = np.asarray(lldata.flatten(tr.x), np.float32)
     xte = np.asarray(lldata.flatten(te.x), np.float32)
     mu, sd = xtr.mean(), xtr.std() + 1e-8

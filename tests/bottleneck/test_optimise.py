@@ -21,13 +21,25 @@ def test_projected_representation_gd_decreases_true_loss(key):
     for _ in range(300):
         state, m = step(state, None, None)
         losses.append(float(m["weight_loss"]))
-    # after projection Z is admissible: Z = Phi(Psi(Z)) and L^r(Z) equals the network's L_lambda
-    Ws = bn.weights_from_representations(state.Zs, X, ridge=1e-4)
-    for a, b in zip(bn.representations(Ws, X), state.Zs):
-        np.testing.assert_allclose(a, b, atol=1e-4)
     l0 = float(bn.weight_loss(W0, X, cost=cost, lam=1e-2))
     assert losses[-1] < 0.5 * l0
-    np.testing.assert_allclose(
-        bn.representation_loss(state.Zs, X, cost=cost, lam=1e-2, ridge=0.0),
-        bn.weight_loss(bn.weights_from_representations(state.Zs, X), X, cost=cost, lam=1e-2),
-        rtol=1e-3)
+    # After projection Z is admissible, so Z = Phi(Psi(Z)) exactly (Proposition 1) and
+    # L^r(Z) equals the network's L_lambda.  The identity is exact only for the plain
+    # pseudo-inverse (ridge=0; the Tikhonov one used in training biases Psi by
+    # ~rho/sigma_min^2 ~ 1e-4 here), so it is checked in float64 with ridge=0 on the
+    # float32 iterate: what is left is float32 rounding of Z (eps32 ~ 1.2e-7 relative)
+    # amplified by the layers' conditioning (cond <= ~400 here) -> 1e-5 * max|Z|
+    # leaves a > 50x margin over the measured 1.8e-7 absolute.
+    with jax.enable_x64(True):
+        X64 = jnp.asarray(np.asarray(X, np.float64))
+        Y64 = jnp.asarray(np.asarray(Y, np.float64))
+        Zs64 = [jnp.asarray(np.asarray(z, np.float64)) for z in state.Zs]
+        cost64 = lambda Z: jnp.sum((Z - Y64) ** 2) / 12  # noqa: E731
+        Ws64 = bn.weights_from_representations(Zs64, X64, ridge=0.0)
+        scale = max(float(jnp.abs(z).max()) for z in Zs64)
+        for a, b in zip(bn.representations(Ws64, X64), Zs64):
+            np.testing.assert_allclose(a, b, atol=1e-5 * scale)
+        np.testing.assert_allclose(
+            bn.representation_loss(Zs64, X64, cost=cost64, lam=1e-2, ridge=0.0),
+            bn.weight_loss(Ws64, X64, cost=cost64, lam=1e-2),
+            rtol=1e-6)  # Gram-matrix route: cond(A)^2 ~ 1e5 times eps64; measured 7.7e-9

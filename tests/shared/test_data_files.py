@@ -42,11 +42,11 @@ def _write_mnist(d, n_train=12, n_test=5, gz=True, seed=0):
 @pytest.mark.parametrize("gz,sub", [(True, "mnist"), (False, "")])
 def test_mnist_idx(tmp_path, gz, sub):
     raw = _write_mnist(tmp_path / sub if sub else tmp_path, gz=gz)
-    tr = D.load("mnist", data_dir=tmp_path)
+    tr = D.load("mnist", data_dir=tmp_path, verify=False)
     assert tr.x.shape == (12, 28, 28, 1) and tr.x.dtype == np.float32 and tr.y.dtype == np.int32
     np.testing.assert_array_equal(tr.x[..., 0], raw["train"][0] / np.float32(255))
     np.testing.assert_array_equal(tr.y, raw["train"][1])
-    te = D.load("mnist", "test", data_dir=tmp_path)
+    te = D.load("mnist", "test", data_dir=tmp_path, verify=False)
     np.testing.assert_array_equal(te.y, raw["t10k"][1])
     assert te.num_classes == 10 and te.class_names[7] == "7"
 
@@ -116,13 +116,13 @@ def _write_files(root, folder, tarname, files, tar):
 @pytest.mark.parametrize("tar", [False, True])
 def test_cifar10_pickles_and_tarball(tmp_path, tar):
     xs, ys = _write_cifar10(tmp_path, tar=tar)
-    tr = D.load("cifar10", data_dir=tmp_path)
+    tr = D.load("cifar10", data_dir=tmp_path, verify=False)
     assert tr.x.shape == (15, 32, 32, 3) and tr.num_classes == 10
     want_x = np.concatenate([xs[f"data_batch_{i}"] for i in range(1, 6)])
     np.testing.assert_array_equal(tr.x, want_x / np.float32(255))  # CHW rows -> HWC
     np.testing.assert_array_equal(tr.y, sum((ys[f"data_batch_{i}"] for i in range(1, 6)), []))
     assert tr.class_names[0] == "airplane" and tr.class_names[9] == "truck"
-    te = D.load("cifar10", "test", data_dir=tmp_path)
+    te = D.load("cifar10", "test", data_dir=tmp_path, verify=False)
     np.testing.assert_array_equal(te.x, xs["test_batch"] / np.float32(255))
     np.testing.assert_array_equal(te.y, ys["test_batch"])
 
@@ -138,11 +138,11 @@ def test_cifar10_npz(tmp_path):
     )
     (tmp_path / "cifar10").mkdir()
     np.savez_compressed(tmp_path / "cifar10" / "cifar10.npz", **arrs)
-    te = D.load("cifar10", "test", data_dir=tmp_path)
+    te = D.load("cifar10", "test", data_dir=tmp_path, verify=False)
     np.testing.assert_array_equal(te.x, arrs["x_test"] / np.float32(255))
     np.testing.assert_array_equal(te.y, [3, 8])
     assert te.class_names[3] == "a3"
-    sub = D.load("cifar10", n=4, shuffle=False, data_dir=tmp_path)
+    sub = D.load("cifar10", n=4, shuffle=False, data_dir=tmp_path, verify=False)
     np.testing.assert_array_equal(sub.y, [0, 1, 2, 3])
 
 
@@ -160,15 +160,15 @@ def test_cifar100_fine_and_coarse(tmp_path, tar):
     }
     files["meta"] = pickle.dumps(meta, protocol=2)
     _write_files(tmp_path / "cifar100", "cifar-100-python", "cifar-100-python.tar.gz", files, tar)
-    fine = D.load("cifar100", data_dir=tmp_path)
+    fine = D.load("cifar100", data_dir=tmp_path, verify=False)
     assert fine.num_classes == 100 and fine.class_names[42] == "fine42"
     np.testing.assert_array_equal(fine.x, ref["train"][0] / np.float32(255))
     np.testing.assert_array_equal(fine.y, ref["train"][1]["fine_labels"])
-    coarse = D.load("cifar100", "test", data_dir=tmp_path, label_mode="coarse")
+    coarse = D.load("cifar100", "test", data_dir=tmp_path, label_mode="coarse", verify=False)
     assert coarse.num_classes == 20 and coarse.class_names[3] == "coarse3"
     np.testing.assert_array_equal(coarse.y, ref["test"][1]["coarse_labels"])
     with pytest.raises(ValueError, match="label_mode"):
-        D.load("cifar100", data_dir=tmp_path, label_mode="medium")
+        D.load("cifar100", data_dir=tmp_path, label_mode="medium", verify=False)
 
 
 def test_pickles_cannot_run_code(tmp_path):
@@ -181,7 +181,7 @@ def test_pickles_cannot_run_code(tmp_path):
     for name in [f"data_batch_{i}" for i in range(1, 6)]:
         (d / name).write_bytes(pickle.dumps({b"data": Evil()}))
     with pytest.raises(ValueError, match="refusing to load builtins.print"):
-        D.load("cifar10", data_dir=tmp_path)
+        D.load("cifar10", data_dir=tmp_path, verify=False)
 
 
 def _superconduct_csv(rng, n=10):
@@ -201,9 +201,9 @@ def test_superconductivity_csv_and_zip(tmp_path, as_zip):
             z.writestr("unique_m.csv", "x\n1\n")
     else:
         (d / "train.csv").write_text(text)
-    tr = D.load("superconductivity", data_dir=tmp_path)
-    te = D.load("superconductivity", "test", data_dir=tmp_path)
-    al = D.load("superconductivity", "all", data_dir=tmp_path)
+    tr = D.load("superconductivity", data_dir=tmp_path, verify=False)
+    te = D.load("superconductivity", "test", data_dir=tmp_path, verify=False)
+    al = D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
     test_rows = np.arange(10) % 5 == 4
     assert tr.num_classes == 0 and tr.x.shape == (8, 81) and te.x.shape == (2, 81)
     np.testing.assert_allclose(te.x, vals[test_rows, :81], rtol=1e-6)
@@ -216,7 +216,7 @@ def test_superconductivity_rejects_wrong_columns(tmp_path):
     (tmp_path / "superconductivity").mkdir()
     (tmp_path / "superconductivity" / "train.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="critical_temp"):
-        D.load("superconductivity", data_dir=tmp_path)
+        D.load("superconductivity", data_dir=tmp_path, verify=False)
 
 
 def test_winequality_small_files(tmp_path):
@@ -231,19 +231,20 @@ def test_winequality_small_files(tmp_path):
             header + "\n" + "\n".join(";".join(map(str, r)) for r in v)
         )
         ref[color] = v
-    both = D.load("winequality", "all", data_dir=tmp_path)
+    both = D.load("winequality", "all", data_dir=tmp_path, verify=False)
     np.testing.assert_allclose(both.y, np.concatenate([ref["red"][:, -1], ref["white"][:, -1]]))
-    red = D.load("winequality", "test", variant="red", color_feature=True, data_dir=tmp_path)
+    red = D.load("winequality", "test", variant="red", color_feature=True, data_dir=tmp_path,
+                 verify=False)
     np.testing.assert_allclose(red.x[:, :11], ref["red"][[4], :11], rtol=1e-6)
     np.testing.assert_array_equal(red.x[:, 11], [1.0])
     assert red.feature_names[-1] == "is_red" and red.feature_names[0] == "c0"
     with pytest.raises(ValueError, match="variant"):
-        D.load("winequality", variant="rose", data_dir=tmp_path)
+        D.load("winequality", variant="rose", data_dir=tmp_path, verify=False)
 
 
 def test_missing_dataset_error_is_helpful(tmp_path):
     with pytest.raises(D.DatasetNotFoundError) as e:
-        D.load("cifar100", data_dir=tmp_path)
+        D.load("cifar100", data_dir=tmp_path, verify=False)
     msg = str(e.value)
     assert isinstance(e.value, FileNotFoundError)
     assert "'cifar100' not found" in msg
@@ -257,14 +258,14 @@ def test_missing_dataset_error_is_helpful(tmp_path):
         ("winequality", "archive.ics.uci.edu"),
     ]:
         with pytest.raises(D.DatasetNotFoundError, match=url):
-            D.load(name, data_dir=tmp_path)
+            D.load(name, data_dir=tmp_path, verify=False)
 
 
 def test_search_path_env_var(tmp_path, monkeypatch):
     raw = _write_mnist(tmp_path / "b" / "mnist", n_train=3, n_test=2)
     monkeypatch.setenv(D.ENV_VAR, os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")]))
     assert D.data_roots()[:2] == [tmp_path / "a", tmp_path / "b"]
-    np.testing.assert_array_equal(D.load("mnist", "test").y, raw["t10k"][1])
+    np.testing.assert_array_equal(D.load("mnist", "test", verify=False).y, raw["t10k"][1])
 
 
 def test_load_argument_errors():
@@ -311,18 +312,18 @@ def test_tfds_source_with_a_fake_module(tmp_path, monkeypatch):
         for i in range(4)
     ]
     calls = _fake_tfds(monkeypatch, ex)
-    ds = D.load("mnist", "test", source="tfds", data_dir=tmp_path)
+    ds = D.load("mnist", "test", source="tfds", data_dir=tmp_path, verify=False)
     assert calls["download"] is False and calls["try_gcs"] is False
     assert calls["name"] == "mnist" and calls["split"] == "test" and calls["data_dir"] == tmp_path
     np.testing.assert_array_equal(ds.x, np.stack([e["image"] for e in ex]) / np.float32(255))
     np.testing.assert_array_equal(ds.y, [0, 1, 2, 3])
     # auto: files missing -> falls back to tfds
-    ds2 = D.load("mnist", "test", data_dir=tmp_path)
+    ds2 = D.load("mnist", "test", data_dir=tmp_path, verify=False)
     np.testing.assert_array_equal(ds2.y, ds.y)
 
 
 def test_tfds_failure_becomes_dataset_not_found(tmp_path, monkeypatch):
     _fake_tfds(monkeypatch, error=RuntimeError("no prepared dataset"))
     with pytest.raises(D.DatasetNotFoundError, match="no prepared dataset") as e:
-        D.load("mnist", data_dir=tmp_path)
+        D.load("mnist", data_dir=tmp_path, verify=False)
     assert "yann.lecun.com" in str(e.value)  # the files error is kept too

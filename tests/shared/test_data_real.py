@@ -7,6 +7,7 @@ import pytest
 from layerlab import data as D
 
 
+@pytest.mark.datasets("mnist")
 def test_mnist_counts_and_pixels(shared_data):
     tr = D.load("mnist", data_dir=shared_data)
     assert tr.x.shape == (60000, 28, 28, 1) and tr.x.dtype == np.float32
@@ -27,6 +28,7 @@ def test_mnist_counts_and_pixels(shared_data):
     np.testing.assert_array_equal(te.y, raw)
 
 
+@pytest.mark.datasets("cifar10")
 def test_cifar10_known_values(shared_data):
     first = D.load("cifar10", n=10, shuffle=False, data_dir=shared_data)
     np.testing.assert_array_equal(first.y, [6, 9, 9, 4, 1, 1, 2, 7, 8, 3])
@@ -57,6 +59,7 @@ def test_cifar10_known_values(shared_data):
     D.clear_cache()
 
 
+@pytest.mark.datasets("winequality")
 def test_winequality_real(shared_data):
     al = D.load("winequality", "all", data_dir=shared_data)
     assert al.x.shape == (1599 + 4898, 11) and al.num_classes == 0
@@ -70,6 +73,7 @@ def test_winequality_real(shared_data):
     assert len(tr) + len(te) == len(al) and len(te) == 1599 // 5 + 4898 // 5
 
 
+@pytest.mark.datasets("mnist")
 def test_dgl_protocol_bmnist(shared_data):
     s = D.dgl_protocol("BMNIST2k", n_train=200, data_dir=shared_data)
     np.testing.assert_array_equal(s.train.class_counts(), [100, 100])

@@ -1,0 +1,95 @@
+"""One convention for classification targets at the training entry points.
+
+Every training entry point that needs class labels accepts integer labels ``[N]`` (as
+:func:`layerlab.data.load` returns them) or one-hot rows ``[N, C]``; those whose maths
+needs target vectors (MSE on one-hot targets: DGL, LEGO, the bottleneck's ``mse_cost``)
+turn integer labels into plain one-hot rows with :func:`as_targets`; those that need labels
+(density matrices, accuracy) turn one-hot rows into labels with :func:`as_labels`. Value
+checks (labels in ``[0, C)``) run on concrete arrays only, so both stay traceable under
+``jit``; shapes and dtypes are checked always.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["as_labels", "as_targets", "is_labels"]
+
+
+def _concrete(a) -> bool:
+    return not isinstance(a, jax.core.Tracer)
+
+
+def is_labels(y) -> bool:
+    """``True`` for integer labels ``[N]``."""
+    return np.ndim(y) == 1 and jnp.issubdtype(jnp.result_type(y), jnp.integer)
+
+
+def _check_range(y, num_classes: int, name: str) -> None:
+    if _concrete(y) and np.size(y):
+        yn = np.asarray(y)
+        lo, hi = int(yn.min()), int(yn.max())
+        if lo < 0 or hi >= num_classes:
+            raise ValueError(f"{name}: integer labels must lie in [0, {num_classes}), "
+                             f"got range [{lo}, {hi}].")
+
+
+def as_targets(y, num_classes: int, *, name: str = "y", n: int | None = None,
+               dtype=None) -> jax.Array:
+    """Targets ``[N, C]``: one-hot rows of integer labels ``[N]``, or ``y`` itself when it is
+    already ``[N, C]`` (one-hot, zero-mean one-hot or any real targets).
+
+    Args:
+      y: ``[N]`` integer labels in ``[0, C)`` or ``[N, C]`` float targets.
+      num_classes: ``C`` (e.g. the network's output width).
+      name: argument name for error messages.
+      n: expected ``N`` (checked when given).
+      dtype: float dtype of the one-hot rows (default float32, or ``y``'s float dtype).
+
+    Raises:
+      ValueError: wrong rank/shape, labels out of range.  TypeError: float ``[N]``.
+    """
+    if not hasattr(y, "shape"):
+        y = np.asarray(y)
+    if n is not None and (np.ndim(y) == 0 or y.shape[0] != n):
+        raise ValueError(f"{name}: expected {n} rows (one per sample), got shape {y.shape}.")
+    if np.ndim(y) == 1:
+        if not jnp.issubdtype(jnp.result_type(y), jnp.integer):
+            raise TypeError(f"{name}: a [N] target must hold integer class labels, got dtype "
+                            f"{jnp.result_type(y)}; pass [N, {num_classes}] float targets "
+                            "for regression.")
+        _check_range(y, num_classes, name)
+        return jax.nn.one_hot(y, num_classes, dtype=dtype or jnp.float32)
+    if np.ndim(y) == 2:
+        if y.shape[1] != num_classes:
+            raise ValueError(f"{name}: targets [N, C] must have C = {num_classes} columns "
+                             f"(the output width), got shape {y.shape}.")
+        return jnp.asarray(y) if dtype is None else jnp.asarray(y, dtype)
+    raise ValueError(f"{name}: expected integer labels [N] or targets [N, {num_classes}], "
+                     f"got shape {np.shape(y)}.")
+
+
+def as_labels(y, num_classes: int | None = None, *, name: str = "labels",
+              n: int | None = None):
+    """Integer labels ``[N]``: ``y`` itself, or ``argmax`` of one-hot rows ``[N, C]``.
+
+    Host (numpy) input stays numpy. Raises ``ValueError`` for other shapes, labels out of
+    ``[0, num_classes)`` or a row count other than ``n``.
+    """
+    if not hasattr(y, "shape"):
+        y = np.asarray(y)
+    if np.ndim(y) == 2:
+        if num_classes is not None and y.shape[1] != num_classes:
+            raise ValueError(f"{name}: one-hot rows must have {num_classes} columns, "
+                             f"got shape {y.shape}.")
+        y = (np.argmax(y, axis=1) if isinstance(y, np.ndarray) else jnp.argmax(y, axis=1))
+    elif np.ndim(y) != 1 or not jnp.issubdtype(jnp.result_type(y), jnp.integer):
+        raise ValueError(f"{name}: expected integer labels [N] or one-hot rows [N, C], got "
+                         f"{jnp.result_type(y)} of shape {np.shape(y)}.")
+    if n is not None and y.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} labels (one per sample), got {y.shape[0]}.")
+    if num_classes is not None:
+        _check_range(y, num_classes, name)
+    return y

@@ -1,0 +1,60 @@
+"""Speed benchmarks and the quickstart explain themselves: ``--help`` imports no JAX (flags
+are parsed first), every flag has help text and shows its default, and the default output
+folder is ``scratch/`` (only ``--record`` writes the committed ``results/``)."""
+
+import argparse
+import importlib
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SPEED = ["dgl_loss", "gnrev_step", "loop_overhead", "kernels_eval", "probes_cka", "dmn_fit",
+         "bottleneck_sweep"]
+SCRIPTS = SPEED + ["quickstart"]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_help_imports_no_jax(name):
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = ['{name}', '--help']\n"
+        "try:\n"
+        f"    runpy.run_module('benchmarks.{name}', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        "heavy = [m for m in ('jax', 'flax', 'optax', 'matplotlib') if m in sys.modules]\n"
+        "print('HEAVY=' + ','.join(heavy))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage:" in out.stdout
+    assert out.stdout.rstrip().endswith("HEAVY="), (
+        f"{name} --help imported {out.stdout.rsplit('HEAVY=', 1)[-1].strip()}")
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_flag_has_help_and_shows_its_default(name):
+    mod = importlib.import_module(f"benchmarks.{name}")
+    ap = mod.build_parser()
+    assert isinstance(ap.formatter_class, type) and issubclass(
+        ap.formatter_class, argparse.ArgumentDefaultsHelpFormatter)
+    flags = [a for a in ap._actions if a.option_strings and a.dest != "help"]
+    assert flags
+    missing = [a.option_strings[0] for a in flags if not (a.help or "").strip()]
+    assert not missing, f"{name}: flags without help: {missing}"
+    assert {"--out", "--record"} <= {s for a in flags for s in a.option_strings}
+
+
+@pytest.mark.parametrize("name", SPEED)
+def test_default_output_is_scratch(name, tmp_path):
+    from benchmarks import _common
+
+    args = importlib.import_module(f"benchmarks.{name}").build_parser().parse_args([])
+    assert args.out is None and args.record is False
+    assert _common.out_dir(name, None, False) == _common.SCRATCH / name
+    assert _common.out_dir(name, None, True) == _common.RESULTS / name
+    assert _common.out_dir(name, str(tmp_path), True) == tmp_path

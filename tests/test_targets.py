@@ -1,0 +1,108 @@
+"""Integer labels and one-hot rows are accepted consistently by the training entry points.
+
+Each check compares the integer-label call with the same call on explicit one-hot rows
+(``jax.nn.one_hot``, an independent route): identical results, and clear errors naming the
+argument for out-of-range labels or wrong shapes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from layerlab import bottleneck as bn
+from layerlab import data, dgl, dmn, gnrev, loop, nets
+
+
+@pytest.fixture(scope="module")
+def digits17():
+    tr = data.load("digits", "train", classes=(1, 7), n=120, seed=0)
+    return data.flatten(tr.x), tr.y
+
+
+def test_as_targets_and_as_labels():
+    y = np.array([0, 2, 1])
+    np.testing.assert_array_equal(data.as_targets(y, 3), np.eye(3)[y])
+    np.testing.assert_array_equal(data.as_labels(np.eye(3)[y], 3), y)
+    with pytest.raises(ValueError, match=r"y: integer labels must lie in \[0, 3\), got range"):
+        data.as_targets(np.array([0, 3]), 3)
+    with pytest.raises(ValueError, match="labels: integer labels must lie"):
+        data.as_labels(np.array([-1, 0]), 3)
+    with pytest.raises(TypeError, match="y: a \\[N\\] target must hold integer"):
+        data.as_targets(np.array([0.0, 1.0]), 2)
+    with pytest.raises(ValueError, match="C = 4 columns"):
+        data.as_targets(np.zeros((2, 3)), 4)
+    with pytest.raises(ValueError, match="expected 5 rows"):
+        data.as_targets(y, 3, n=5)
+    # traceable: under jit only shapes are checked
+    out = jax.jit(lambda v: data.as_targets(v, 3))(jnp.asarray(y))
+    np.testing.assert_array_equal(out, np.eye(3)[y])
+
+
+def test_dgl_entry_points_integer_labels_equal_one_hot(digits17):
+    x, y = digits17
+    key = jax.random.key(0)
+    p0 = nets.mlp_init(key, [64, 8, 2], init="he")
+    oh = jax.nn.one_hot(y, 2)
+    kw = dict(optimizer=optax.adam(1e-2), steps=20, batch_size=40, progress=False)
+    pi, _ = dgl.train_end_to_end(key, p0, x, y, **kw)
+    po, _ = dgl.train_end_to_end(key, p0, x, oh, **kw)
+    for a, b in zip(jax.tree.leaves(pi), jax.tree.leaves(po)):
+        np.testing.assert_array_equal(a, b)
+    cfg = dgl.LegoConfig(steps=3, eps_rel=0.05, batch_size=None)
+    v = dgl.mf_variances(pi)
+    li, _ = dgl.lego(key, p0, x, y, v, cfg, progress=False)
+    lo, _ = dgl.lego(key, p0, x, oh, v, cfg, progress=False)
+    for a, b in zip(jax.tree.leaves(li), jax.tree.leaves(lo)):
+        np.testing.assert_array_equal(a, b)
+    ri = dgl.random_features(p0, x, y)
+    np.testing.assert_array_equal(ri[-1]["w"], dgl.random_features(p0, x, oh)[-1]["w"])
+    acc = float(dgl.accuracy(li, x, y))
+    brute = np.mean(np.argmax(np.asarray(nets.mlp_apply(li, x)), 1) == np.asarray(y))
+    assert acc == pytest.approx(brute)
+    assert float(dgl.accuracy(li, x, oh)) == acc
+    ev = dgl.monitor_fn(x, y, eps_rel=0.05)(loop.TrainState(li, None, 0))
+    ev1 = dgl.monitor_fn(x, oh, eps_rel=0.05)(loop.TrainState(li, None, 0))
+    assert float(ev["mse"]) == float(ev1["mse"])
+    with pytest.raises(ValueError, match="labels: integer labels must lie in \\[0, 2\\)"):
+        dgl.accuracy(li, x, jnp.full(len(x), 7))
+    with pytest.raises(ValueError, match="labels"):
+        dgl.accuracy(li, x, 7)
+    with pytest.raises(ValueError, match="y: expected 120 rows"):
+        dgl.train_end_to_end(key, p0, x, y[:10], **kw)
+
+
+def test_gnrev_step_integer_labels_equal_one_hot_ce(digits17):
+    x, y = digits17
+    x = x[:40]
+    y = y[:40]
+    params, frozen = gnrev.revmlp_init(jax.random.key(0), dim=64, depth=1, bottleneck=64)
+    P = gnrev.readout_init(jax.random.key(1), 64, 2)
+    gn = gnrev.gn_step(frozen, P, learning_rate=0.5, loss="ce")
+    si, mi = gn.step(gn.init(params), (x, y), jax.random.key(2))
+    so, mo = gn.step(gn.init(params), (x, jax.nn.one_hot(y, 2)), jax.random.key(2))
+    np.testing.assert_allclose(mi["loss"], mo["loss"], rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(si.params), jax.tree.leaves(so.params)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_dmn_train_and_evaluate_one_hot_equals_labels():
+    tr = data.load("digits", "train", n=200, seed=0)
+    te = data.load("digits", "test", n=100, seed=0)
+    kw = dict(key=jax.random.key(0), epochs=1, batch_size=50, progress=False)
+    ri = dmn.train_and_evaluate("d4,m,de10", tr.x, tr.y, te.x, te.y, 10, **kw)
+    ro = dmn.train_and_evaluate("d4,m,de10", tr.x, np.eye(10)[tr.y], te.x, np.eye(10)[te.y],
+                                10, **kw)
+    assert ri["val_acc"] == ro["val_acc"] and ri["final_loss"] == ro["final_loss"]
+    with pytest.raises(ValueError, match="y_train: integer labels must lie in \\[0, 10\\)"):
+        dmn.train_and_evaluate("d4,m,de10", tr.x, tr.y + 5, te.x, te.y, 10, **kw)
+
+
+def test_width_sweep_mse_integer_labels_equal_one_hot():
+    x = jnp.eye(4)
+    y = jnp.array([0, 0, 1, 1])
+    kw = dict(widths=[2], depth=2, cost=bn.mse_cost, lam=1e-2, seeds=1, adam_steps=30,
+              progress=False)
+    ri = bn.width_sweep(jax.random.key(0), x, y, **kw)
+    ro = bn.width_sweep(jax.random.key(0), x, jax.nn.one_hot(y, 2), **kw)
+    np.testing.assert_array_equal(ri["loss"], ro["loss"])
