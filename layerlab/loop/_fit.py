@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from layerlab.loop._history import empty_history, history_from_jsonable, history_to_jsonable
+from layerlab._checks import check_int, check_number
+from layerlab.loop._history import empty_history, history_from_jsonable
 
 __all__ = ["fit", "EarlyStopping", "NonFiniteError"]
 
@@ -78,11 +79,42 @@ def _epoch_perm(data_key, epoch, n):
 @partial(
     jax.jit,
     static_argnames=("step", "length", "batch_size", "steps_per_epoch", "n", "runs",
-                     "data_runs_axis", "batch_sharding", "state_sharding"),
+                     "data_runs_axis", "batch_sharding", "state_sharding", "check_state"),
 )
 def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step, length,
                batch_size,
-               steps_per_epoch, n, runs, data_runs_axis, batch_sharding, state_sharding):
+               steps_per_epoch, n, runs, data_runs_axis, batch_sharding, state_sharding,
+               check_state=False):
+    state, metrics, last, e_last = _run_chunk_body(
+        state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step=step, length=length,
+        batch_size=batch_size, steps_per_epoch=steps_per_epoch, n=n, runs=runs,
+        data_runs_axis=data_runs_axis, batch_sharding=batch_sharding,
+        state_sharding=state_sharding)
+    # one reduction per chunk (read back with the metrics: no extra host sync)
+    ok = _finite_flags(state, runs) if check_state else jnp.asarray(True)
+    return state, metrics, last, e_last, ok
+
+
+def _finite_flags(tree, runs):
+    """``all(isfinite)`` over the float leaves of ``tree``: ``[]`` or per run ``[R]``."""
+    flags = []
+    for a in jax.tree_util.tree_leaves(tree):
+        if not jnp.issubdtype(a.dtype, jnp.inexact):
+            continue
+        f = jnp.isfinite(a)
+        flags.append(jnp.all(f.reshape(f.shape[0], -1), axis=1) if runs and a.ndim
+                     else jnp.all(f))
+    if not flags:
+        return jnp.asarray(True)
+    out = flags[0]
+    for f in flags[1:]:
+        out = out & f
+    return out
+
+
+def _run_chunk_body(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step,
+                    length, batch_size, steps_per_epoch, n, runs, data_runs_axis,
+                    batch_sharding, state_sharding):
     """``length`` steps ``t0 .. t0+length-1`` of ``step`` in one ``lax.scan``.
 
     Step ``t`` uses the batch ``perm_e[p*B:(p+1)*B]`` with ``e = t // S``, ``p = t % S``
@@ -191,6 +223,31 @@ def _all_finite(tree):
 
 # --------------------------------------------------------------------------- host helpers
 
+def _records(chunk_steps, chunks_train, chunk_eval_steps, chunks_eval) -> list[dict]:
+    """History chunks as the records of ``history.jsonl``."""
+    recs = [{"kind": "train", "step": st, "metrics": m}
+            for st, m in zip(chunk_steps, chunks_train, strict=True)]
+    return recs + [{"kind": "eval", "step": st, "metrics": m}
+                   for st, m in zip(chunk_eval_steps, chunks_eval, strict=True)]
+
+
+def _load_records(records, chunk_steps, chunks_train, eval_steps, chunk_eval_steps,
+                  chunks_eval) -> None:
+    """Inverse of :func:`_records` (JSON ``None`` back to NaN), appending to the lists."""
+    from layerlab.loop._history import _arr
+
+    for r in records:
+        metrics = {k: _arr(v) for k, v in r["metrics"].items()}
+        if r["kind"] == "train":
+            chunk_steps.append(np.asarray(r["step"], np.int64))
+            chunks_train.append(metrics)
+        else:
+            steps_r = [int(v) for v in r["step"]]
+            chunk_eval_steps.append(steps_r)
+            eval_steps.extend(steps_r)
+            chunks_eval.append(metrics)
+
+
 def _ceil_to(t: int, k: int) -> int:
     return (t // k + 1) * k
 
@@ -228,6 +285,24 @@ def _as_key(key):
         return jax.random.wrap_key_data(key)
     raise TypeError(
         f"fit: key must be jax.random.key(seed), got dtype {key.dtype} shape {key.shape}."
+    )
+
+
+def _state_message(state, t_from, t_to, bad_runs, ckpt, last_ckpt) -> str:
+    """Name the state leaves holding NaN/Inf after the chunk ``t_from .. t_to - 1``."""
+    names = []
+    for path, a in jax.tree_util.tree_flatten_with_path(state)[0]:
+        if jnp.issubdtype(a.dtype, jnp.inexact) and not bool(jnp.all(jnp.isfinite(a))):
+            names.append(jax.tree_util.keystr(path))
+    where = f" in runs {bad_runs}" if bad_runs is not None else ""
+    where_ck = ""
+    if ckpt is not None and last_ckpt is not None:
+        where_ck = f"; the last good checkpoint (step {last_ckpt}) is in {ckpt.directory}"
+    return (
+        f"fit: the state became non-finite (NaN/Inf in {names[:5]}) during steps "
+        f"{t_from}..{t_to - 1}{where} while every checked metric stayed finite. Training "
+        f"stopped; err.state holds the last good state (after {t_from} steps){where_ck}. "
+        "Lower the learning rate, or check the step for division by zero / overflow."
     )
 
 
@@ -400,6 +475,10 @@ def fit(
         raise ValueError(
             f"fit: data arrays disagree on the number of samples (axis {axis}): shapes {shapes}."
         )
+    if n == 0:
+        raise ValueError(
+            f"fit: data has 0 samples (shapes {shapes}); pass at least one sample."
+        )
     R = None
     state_leaves = jax.tree_util.tree_leaves(state)
     if runs:
@@ -419,19 +498,30 @@ def fit(
     if batch_size is None:
         spe = 1
     else:
-        batch_size = int(batch_size)
+        batch_size = check_int(batch_size, "batch_size", fn="fit")
         if not 1 <= batch_size <= n:
             raise ValueError(f"fit: batch_size={batch_size} must be in [1, n={n}] (or None).")
         spe = n // batch_size
     if (steps is None) == (epochs is None):
         raise ValueError("fit: give exactly one of steps= or epochs=.")
-    total = int(steps) if steps is not None else int(epochs) * spe
-    if total < 0:
-        raise ValueError(f"fit: the number of steps must be >= 0, got {total}.")
+    if steps is not None:
+        total = check_int(steps, "steps", fn="fit", min_value=0)
+    else:
+        total = check_int(epochs, "epochs", fn="fit", min_value=0) * spe
     for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every),
                     ("chunk_size", chunk_size)):
-        if v is not None and int(v) < 1:
-            raise ValueError(f"fit: {name} must be a positive integer, got {v}.")
+        check_int(v, name, fn="fit", min_value=1, allow_none=True)
+    check_int(max_to_keep, "max_to_keep", fn="fit", min_value=1, allow_none=True)
+    if not (isinstance(check_finite, bool) or (
+            isinstance(check_finite, Sequence) and not isinstance(check_finite, str))):
+        raise TypeError(
+            "fit: check_finite must be True, False or a sequence of metric names, got "
+            f"{check_finite!r}."
+        )
+    if eval_fn is not None and not callable(eval_fn):
+        raise TypeError(f"fit: eval_fn must be callable, got {type(eval_fn).__name__}.")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"fit: callback must be callable, got {type(callback).__name__}.")
     if eval_every is not None and eval_fn is None:
         raise ValueError("fit: eval_every given without eval_fn.")
     if early_stopping is not None:
@@ -441,12 +531,14 @@ def fit(
             raise ValueError(
                 f"fit: EarlyStopping.mode must be 'min' or 'max', got {early_stopping.mode!r}."
             )
-        if early_stopping.patience < 1:
-            raise ValueError("fit: EarlyStopping.patience must be >= 1.")
+        check_int(early_stopping.patience, "EarlyStopping.patience", fn="fit", min_value=1)
+        check_number(early_stopping.min_delta, "EarlyStopping.min_delta", fn="fit",
+                     min_value=0.0)
     if checkpoint_every is not None and checkpoint_dir is None:
         raise ValueError("fit: checkpoint_every given without checkpoint_dir.")
 
     # ---------------------------------------------------------------- placement
+    data_host = data  # as given (hashed for the checkpoint fingerprint)
     batch_sharding = None
     state_sh = None
     if mesh is not None:
@@ -494,6 +586,7 @@ def fit(
     chunks_eval: list[dict[str, np.ndarray]] = []
     chunk_steps: list[np.ndarray] = []
     eval_steps: list[int] = []
+    chunk_eval_steps: list[list[int]] = []  # the steps of each chunks_eval entry
     es = early_stopping
     es_best = es_wait = es_best_step = None
     best_state = None
@@ -506,43 +599,53 @@ def fit(
             best_state = state
     stopped = False
     t = 0
-    fingerprint = {"total": total, "batch_size": batch_size, "n": int(n), "runs": R,
-                   "key": np.asarray(jax.random.key_data(key)).ravel().tolist()}
     ckpt = None
     last_ckpt = None
+    written = [0, 0]  # chunks_train / chunks_eval entries already appended to history.jsonl
     if checkpoint_dir is not None:
-        from layerlab.loop._checkpoint import Checkpointer
+        from layerlab.loop._checkpoint import Checkpointer, resume, run_fingerprint
 
-        ckpt = Checkpointer(checkpoint_dir, max_to_keep=max_to_keep)
-        latest = ckpt.latest_step()
-        if latest is not None:
-            arrays, meta = ckpt.restore(latest, {"state": state, "best": best_state})
-            saved = meta.get("fingerprint", {})
-            diff = {k: (saved.get(k), v) for k, v in fingerprint.items() if saved.get(k) != v}
-            if diff:
-                raise ValueError(
-                    f"fit: {checkpoint_dir} holds a checkpoint of a different run "
-                    f"(saved vs now: {diff}); resume with the same arguments or use a new "
-                    "checkpoint_dir."
-                )
+        # the fingerprint hashes the data and the initial state once per call
+        fingerprint = run_fingerprint(
+            step=step, state=state, data=data_host, key_data=jax.random.key_data(key),
+            total=total, batch_size=batch_size, n=n, runs=R, data_runs_axis=data_runs_axis,
+        )
+        ckpt = Checkpointer(checkpoint_dir, max_to_keep=max_to_keep,
+                            writer=jax.process_index() == 0)
+        try:
+            found = resume(ckpt, fingerprint, {"state": state, "best": best_state})
+        except BaseException:
+            ckpt.close()
+            raise
+        if found is not None:
+            t, arrays, meta, records = found
             state = arrays["state"]
             if es is not None and es.restore_best:
                 best_state = arrays["best"]
-            t = int(meta["step"])
             last_ckpt = t
-            h = history_from_jsonable(meta["history"])
-            if h["step"].size:
-                chunk_steps.append(h["step"])
-                chunks_train.append(h["train"])
-            eval_steps.extend(int(s) for s in h["eval_step"])
-            if h["eval_step"].size:
-                chunks_eval.append(h["eval"])
+            if records is None:  # older format: the whole history in the meta
+                h = history_from_jsonable(meta["history"])
+                if h["step"].size:
+                    chunk_steps.append(h["step"])
+                    chunks_train.append(h["train"])
+                eval_steps.extend(int(s) for s in h["eval_step"])
+                if h["eval_step"].size:
+                    chunks_eval.append(h["eval"])
+                    chunk_eval_steps.append([int(s) for s in h["eval_step"]])
+                records = _records(chunk_steps, chunks_train, chunk_eval_steps, chunks_eval)
+            else:
+                _load_records(records, chunk_steps, chunks_train, eval_steps,
+                              chunk_eval_steps, chunks_eval)
+            ckpt.rewrite_history(records)  # drop rows newer than step t (once per resume)
+            written[:] = [len(chunks_train), len(chunks_eval)]
             if es is not None and meta.get("early_stopping") is not None:
                 e = meta["early_stopping"]
                 es_best = np.asarray(e["best"], np.float64).reshape(es_best.shape)
                 es_wait = np.asarray(e["wait"], np.int64).reshape(es_wait.shape)
                 es_best_step = np.asarray(e["best_step"], np.int64).reshape(es_best.shape)
             stopped = bool(meta.get("stopped", False))
+        else:
+            ckpt.rewrite_history([])
 
     def assemble():
         hist = empty_history()
@@ -565,10 +668,23 @@ def fit(
         nonlocal last_ckpt
         if ckpt is None:
             return
+        from layerlab.loop._checkpoint import content_hash
+
+        # history: append only what is new since the last save (O(new rows))
+        recs = [{"kind": "train", "step": st, "metrics": m}
+                for st, m in zip(chunk_steps[written[0]:], chunks_train[written[0]:],
+                                 strict=True)]
+        recs += [{"kind": "eval", "step": st, "metrics": m}
+                 for st, m in zip(chunk_eval_steps[written[1]:], chunks_eval[written[1]:],
+                                  strict=True)]
+        ckpt.append_history(recs)
+        written[:] = [len(chunks_train), len(chunks_eval)]
+        arrays = {"state": state, "best": best_state}
         meta = {
             "step": int(t_now),
             "fingerprint": fingerprint,
-            "history": history_to_jsonable(assemble()),
+            "history_rows": int(sum(len(c) for c in chunk_steps)),
+            "state_hash": content_hash(arrays),
             "stopped": bool(stopped),
             "early_stopping": None if es is None else {
                 "best": np.asarray(es_best).ravel().tolist(),
@@ -576,7 +692,7 @@ def fit(
                 "best_step": np.asarray(es_best_step).ravel().tolist(),
             },
         }
-        ckpt.save(t_now, {"state": state, "best": best_state}, meta)
+        ckpt.save(t_now, arrays, meta)
         last_ckpt = t_now
 
     def evaluate(t_now):
@@ -594,6 +710,7 @@ def fit(
                     "(per run)."
                 )
         eval_steps.append(int(t_now))
+        chunk_eval_steps.append([int(t_now)])
         chunks_eval.append({k: np.asarray(v)[None] for k, v in out.items()})
         if es is not None:
             if es.metric not in out:
@@ -650,11 +767,11 @@ def fit(
         """Dispatch the chunk starting at ``t_from`` (asynchronously; nothing is read back)."""
         t_to = min([_ceil_to(t_from, k) for k in period] + [total])
         try:
-            st_new, m, perm_box[0], perm_box[1] = _run_chunk(
+            st_new, m, perm_box[0], perm_box[1], ok = _run_chunk(
                 st, jnp.asarray(t_from, jnp.int32), data, data_key, step_keys, *perm_box,
                 step=step, length=t_to - t_from, batch_size=batch_size, steps_per_epoch=spe, n=n,
                 runs=runs, data_runs_axis=data_runs_axis, batch_sharding=batch_sharding,
-                state_sharding=state_sh,
+                state_sharding=state_sh, check_state=check_finite is not False,
             )
         except TypeError as e:
             if "carry" in str(e) or "scan" in str(e):
@@ -664,14 +781,14 @@ def fit(
                     f"JAX said: {e}"
                 ) from e
             raise
-        return t_from, t_to, st, st_new, m
+        return t_from, t_to, st, st_new, m, ok
 
     try:
         # One chunk of look-ahead: chunk k+1 is dispatched before chunk k's metrics are read,
         # so the device never waits for the host (progress, history, eval, checkpoints).
         inflight = launch(t, state) if t < total else None
         while inflight is not None:
-            t_from, nxt, prev_state, new_state, metrics = inflight
+            t_from, nxt, prev_state, new_state, metrics, state_ok = inflight
             inflight = launch(nxt, new_state) if nxt < total else None
             length = nxt - t_from
             metrics = _to_host(metrics)
@@ -723,6 +840,15 @@ def fit(
                         raise NonFiniteError(msg, step=t_from + i, metric=k, value=v[i],
                                              runs=bad_runs, last_good_step=t_from,
                                              state=prev_state, history=assemble())
+                state_ok = np.asarray(state_ok)
+                if not state_ok.all():
+                    if ckpt is not None:
+                        ckpt.wait()
+                    bad_runs = np.flatnonzero(~state_ok).tolist() if runs else None
+                    raise NonFiniteError(
+                        _state_message(new_state, t_from, nxt, bad_runs, ckpt, last_ckpt),
+                        step=t_from, metric="state", value=None, runs=bad_runs,
+                        last_good_step=t_from, state=prev_state, history=assemble())
             chunk_steps.append(np.arange(t_from, nxt, dtype=np.int64))
             chunks_train.append(metrics)
             last_metrics = {k: v[-1] for k, v in metrics.items()}
