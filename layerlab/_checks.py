@@ -368,11 +368,12 @@ def check_same_length(*named: tuple[str, Any], fn: str | None = None) -> int:
 # --------------------------------------------------------------------------- results
 
 
-def check_result_finite(value: Any, what: str, *, fn: str | None = None, hint: str = ""):
+def check_result_finite(value: Any, what: str, *, fn: str | None = None, hint: Any = ""):
     """Raise :class:`NonFiniteResultError` if a computed result has NaN/Inf entries.
 
     Eager only (a traced result passes through, to be caught by the caller, e.g. the loop's
-    finiteness check).  Returns ``value`` unchanged.
+    finiteness check).  ``hint`` (a string, or a callable returning one, evaluated only on
+    failure) says what to do.  Returns ``value`` unchanged.
     """
     if is_traced(value):
         return value
@@ -382,7 +383,8 @@ def check_result_finite(value: Any, what: str, *, fn: str | None = None, hint: s
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
             raise NonFiniteResultError(
                 f"{_where(fn)}the result ({what}) has {bad} non-finite (NaN/Inf) entries out of "
-                f"{arr.size}; " + (hint or "check the inputs' scale and degenerate cases.")
+                f"{arr.size}; " + ((hint() if callable(hint) else hint)
+                                   or "check the inputs' scale and degenerate cases.")
             )
     return value
 
