@@ -66,8 +66,15 @@ def is_traced(*xs: Any) -> bool:
 
 
 def is_concrete(*xs: Any) -> bool:
-    """True if no leaf of ``xs`` is traced: value checks can run on them."""
-    return not is_traced(*xs)
+    """True if no leaf of ``xs`` is traced (or a multi-process array this process cannot
+    read whole): value checks can run on them."""
+    for x in xs:
+        for leaf in jax.tree_util.tree_leaves(x):
+            if isinstance(leaf, jax.core.Tracer):
+                return False
+            if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+                return False
+    return True
 
 
 def _where(fn: str | None) -> str:
@@ -198,7 +205,7 @@ def check_finite(x: Any, name: str, *, fn: str | None = None, hint: str = "") ->
 
     Eager only: a no-op on tracers.  Non-float arrays are always finite.
     """
-    if is_traced(x):
+    if not is_concrete(x):
         return
     for leaf in jax.tree_util.tree_leaves(x):
         arr = np.asarray(leaf)
@@ -242,7 +249,7 @@ def check_labels(
             c = int(num_classes)
             if lo < 0 or hi >= c:
                 raise ValueError(
-                    f"{_where(fn)}{name} must hold integer labels in [0, {c}) "
+                    f"{_where(fn)}{name} must be integer class labels in [0, {c}) "
                     f"(num_classes={c}), got values in [{lo}, {hi}]."
                 )
     return y
@@ -308,7 +315,7 @@ def check_number(
         raise TypeError(f"{where}{name} must be a number, got None.")
     if isinstance(v, (str, bytes)) or isinstance(v, (bool, np.bool_)):
         raise TypeError(f"{where}{name} must be a number, got {_describe(v)}.")
-    if is_traced(v):
+    if not is_concrete(v):
         return v
     try:
         arr = np.asarray(v)
@@ -375,7 +382,7 @@ def check_result_finite(value: Any, what: str, *, fn: str | None = None, hint: A
     finiteness check).  ``hint`` (a string, or a callable returning one, evaluated only on
     failure) says what to do.  Returns ``value`` unchanged.
     """
-    if is_traced(value):
+    if not is_concrete(value):
         return value
     for leaf in jax.tree_util.tree_leaves(value):
         arr = np.asarray(leaf)

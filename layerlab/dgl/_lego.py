@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from layerlab._checks import check_array, check_int, check_labels, check_number
 from layerlab.loop import fit, optax_step
 from layerlab.nets import mlp_apply
 
@@ -63,6 +64,17 @@ class LegoConfig:
     eps_rel: float = 0.05
     variance: bool = False
     ridge_rel: float = 1e-4
+
+    def __post_init__(self):
+        fn = "LegoConfig"
+        check_int(self.steps, "steps", fn=fn, min_value=0)
+        check_number(self.lr, "lr", fn=fn, min_value=0.0, lo_open=True,
+                     what="a learning rate")
+        check_number(self.weight_decay, "weight_decay", fn=fn, min_value=0.0)
+        check_int(self.batch_size, "batch_size", fn=fn, min_value=2, allow_none=True)
+        check_number(self.eps_rel, "eps_rel", fn=fn, min_value=0.0,
+                     what="a noise variance relative to the kernel's mean diagonal")
+        check_number(self.ridge_rel, "ridge_rel", fn=fn, min_value=0.0)
 
 
 def mse_loss(params, batch) -> jax.Array:
@@ -203,8 +215,12 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
 
 
 def accuracy(params, x: jax.Array, labels: jax.Array) -> jax.Array:
-    """Fraction of ``argmax f(x) == labels`` (``x [N, d_in]``, ``labels [N]`` ints)."""
-    return jnp.mean(jnp.argmax(mlp_apply(params, x), axis=-1) == labels)
+    """Fraction of ``argmax f(x) == labels`` (``x [N, d_in]``, ``labels [N]`` ints in
+    ``[0, C)``, ``C`` the output width; the range is checked eagerly)."""
+    logits = mlp_apply(params, x)
+    labels = check_labels(labels, logits.shape[-1], "labels", fn="accuracy",
+                          n=logits.shape[0])
+    return jnp.mean(jnp.argmax(logits, axis=-1) == labels)
 
 
 def lego(
@@ -231,6 +247,12 @@ def lego(
     References:
       Fig. 2 and Sec. VI of Ben-David & Ringel (2019).
     """
+    if not isinstance(cfg, LegoConfig):
+        raise TypeError(f"lego: cfg must be a LegoConfig, got {type(cfg).__name__}.")
+    x = check_array(x, "x", fn="lego", ndim=2, kind="real", finite=True)
+    y = check_array(y, "y", fn="lego", ndim=2, kind="real", finite=True)
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"lego: x and y must have the same N rows, got {x.shape} and {y.shape}.")
     params = [dict(p) for p in params_init]
     L = len(params) - 1
     h = x
