@@ -293,7 +293,7 @@ def _state_message(state, t_from, t_to, bad_runs, ckpt, last_ckpt) -> str:
     names = []
     for path, a in jax.tree_util.tree_flatten_with_path(state)[0]:
         if jnp.issubdtype(a.dtype, jnp.inexact) and not bool(jnp.all(jnp.isfinite(a))):
-            names.append(jax.tree_util.keystr(path))
+            names.append(jax.tree_util.keystr(path) or "state")
     where = f" in runs {bad_runs}" if bad_runs is not None else ""
     where_ck = ""
     if ckpt is not None and last_ckpt is not None:
