@@ -598,3 +598,30 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         + "; ".join(f"step {f}: {why}" for f, why in failures)
         + ". Move the directory (or the bad step directories) away to start afresh."
     )
+
+
+def open_checkpoint(directory, max_to_keep, fingerprint: dict, arrays_like: dict[str, Any]):
+    """Validate and lock ``directory``, then :func:`resume` from it.
+
+    Returns ``(checkpointer, found)`` with ``found`` as returned by :func:`resume` (``None``
+    for a fresh directory); the lock is released again when resuming raises.
+    """
+    ckpt = Checkpointer(directory, max_to_keep=max_to_keep, writer=jax.process_index() == 0)
+    try:
+        return ckpt, resume(ckpt, fingerprint, arrays_like)
+    except BaseException:
+        ckpt.close()
+        raise
+
+
+def checkpoint_meta(step: int, fingerprint: dict, history_rows: int, arrays: dict[str, Any],
+                    stopped: bool, early_stopping: dict | None) -> dict[str, Any]:
+    """The JSON meta saved beside the arrays of one step (small: no history)."""
+    return {
+        "step": int(step),
+        "fingerprint": fingerprint,
+        "history_rows": int(history_rows),
+        "state_hash": content_hash(arrays),
+        "stopped": bool(stopped),
+        "early_stopping": early_stopping,
+    }
