@@ -8,6 +8,7 @@ axis in one program; a ``Mesh`` shards batches over devices (and hosts, after
 """
 from layerlab.loop._checkpoint import CheckpointCorruptError as CheckpointCorruptError
 from layerlab.loop._checkpoint import CheckpointFallbackWarning as CheckpointFallbackWarning
+from layerlab.loop._checkpoint import Checkpointing as Checkpointing
 from layerlab.loop._checkpoint import CheckpointLockedError as CheckpointLockedError
 from layerlab.loop._checkpoint import CheckpointMismatchError as CheckpointMismatchError
 from layerlab.loop._distributed import initialize_distributed as initialize_distributed
@@ -16,6 +17,7 @@ from layerlab.loop._fit import NonFiniteError as NonFiniteError
 from layerlab.loop._fit import fit as fit
 from layerlab.loop._history import history_from_jsonable as history_from_jsonable
 from layerlab.loop._history import history_to_jsonable as history_to_jsonable
+from layerlab.loop._placement import Placement as Placement
 from layerlab.loop._step import TrainState as TrainState
 from layerlab.loop._step import TrainStep as TrainStep
 from layerlab.loop._step import optax_step as optax_step
@@ -25,8 +27,10 @@ __all__ = [
     "CheckpointFallbackWarning",
     "CheckpointLockedError",
     "CheckpointMismatchError",
+    "Checkpointing",
     "EarlyStopping",
     "NonFiniteError",
+    "Placement",
     "TrainState",
     "TrainStep",
     "fit",

@@ -30,7 +30,7 @@ import socket
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -38,6 +38,7 @@ import numpy as np
 from layerlab.loop._history import _to_py
 
 __all__ = [
+    "Checkpointing",
     "Checkpointer",
     "CheckpointLockedError",
     "CheckpointMismatchError",
@@ -49,6 +50,18 @@ __all__ = [
 LOCK_NAME = ".layerlab.lock"
 HISTORY_NAME = "history.jsonl"
 FINGERPRINT_VERSION = 2
+
+
+class Checkpointing(NamedTuple):
+    """Checkpoint arguments of :func:`layerlab.loop.fit`, grouped.
+
+    ``fit(..., checkpoint=Checkpointing("ckpt/run1", every=500, max_to_keep=2))`` is the same
+    as ``checkpoint_dir=..., checkpoint_every=..., max_to_keep=...``.
+    """
+
+    directory: str | os.PathLike
+    every: int | None = None
+    max_to_keep: int | None = 2
 
 
 class CheckpointLockedError(RuntimeError):

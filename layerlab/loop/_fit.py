@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from layerlab.loop._args import check_fit_args
+from layerlab.loop._checkpoint import Checkpointing
 from layerlab.loop._chunks import (
     _all_finite,
     _ceil_to,
@@ -32,7 +33,7 @@ from layerlab.loop._early_stopping import (
     es_update,
 )
 from layerlab.loop._history import HistoryLog
-from layerlab.loop._placement import place
+from layerlab.loop._placement import Placement, place
 
 __all__ = ["fit", "EarlyStopping", "NonFiniteError"]
 
@@ -166,6 +167,8 @@ def fit(
     state_sharding: Any = None,
     data_sharding: jax.sharding.Sharding | None = None,
     callback: Callable[[int, Any, dict[str, np.ndarray]], None] | None = None,
+    checkpoint: Checkpointing | None = None,
+    placement: Placement | None = None,
 ):
     """Run ``state_{t+1}, m_t = step(state_t, batch_t, key_t)`` for ``T`` steps.
 
@@ -221,6 +224,10 @@ def fit(
         (``jax.make_array_from_process_local_data``) are used as given.
       callback: ``callback(t, state, chunk_metrics)`` on the host after every chunk (after
         evaluation and checkpointing); ``t`` is the number of updates applied.
+      checkpoint: :class:`Checkpointing` grouping ``checkpoint_dir``, ``checkpoint_every`` and
+        ``max_to_keep`` (give either form).
+      placement: :class:`Placement` grouping ``mesh``, ``data_axis``, ``state_sharding`` and
+        ``data_sharding`` (give either form).
 
     Returns:
       ``(state, history)``: the final state (the best one with
@@ -237,6 +244,22 @@ def fit(
         step that restores (see ``docs/loop.md``).
       ValueError / TypeError: inconsistent arguments, with what to change.
     """
+    if checkpoint is not None:  # the grouped form of checkpoint_dir/_every/max_to_keep
+        if checkpoint_dir is not None or checkpoint_every is not None:
+            raise ValueError("fit: give checkpoint= or checkpoint_dir=/checkpoint_every=, "
+                             "not both.")
+        if not isinstance(checkpoint, Checkpointing):
+            raise TypeError("fit: checkpoint must be a loop.Checkpointing, got "
+                            f"{type(checkpoint).__name__}.")
+        checkpoint_dir, checkpoint_every, max_to_keep = checkpoint
+    if placement is not None:  # the grouped form of mesh/data_axis/state_/data_sharding
+        if mesh is not None or state_sharding is not None or data_sharding is not None:
+            raise ValueError("fit: give placement= or mesh=/state_sharding=/data_sharding=, "
+                             "not both.")
+        if not isinstance(placement, Placement):
+            raise TypeError("fit: placement must be a loop.Placement, got "
+                            f"{type(placement).__name__}.")
+        mesh, data_axis, state_sharding, data_sharding = placement
     plan = check_fit_args(
         step, state, data, key=key, steps=steps, epochs=epochs, batch_size=batch_size,
         eval_fn=eval_fn, eval_every=eval_every, chunk_size=chunk_size,

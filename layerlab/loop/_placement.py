@@ -48,6 +48,19 @@ def _place(tree, sharding):
     return jax.tree_util.tree_map(_put, tree, sharding)
 
 
+class Placement(NamedTuple):
+    """Rarely used placement arguments of :func:`layerlab.loop.fit`, grouped.
+
+    ``fit(..., placement=Placement(mesh, data_axis="data", state_sharding=None,
+    data_sharding=None))`` is the same as passing the four keywords to ``fit``.
+    """
+
+    mesh: Any = None
+    data_axis: str = "data"
+    state_sharding: Any = None
+    data_sharding: Any = None
+
+
 class Placed(NamedTuple):
     data: Any
     state: Any

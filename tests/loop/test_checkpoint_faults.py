@@ -287,3 +287,19 @@ def test_checkpoint_dir_as_pathlib_and_finished_run(tmp_path, reference):
     _same(s1, s2)
     np.testing.assert_array_equal(h1["train"]["loss"], h2["train"]["loss"])
     _same(s1, reference[0])
+
+
+def test_grouped_checkpoint_and_placement_arguments(tmp_path, reference):
+    ck = tmp_path / "ck"
+    st = TS.init(_params())
+    s1, h1 = loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=8, batch_size=4,
+                      chunk_size=2, progress=False, placement=loop.Placement(),
+                      checkpoint=loop.Checkpointing(str(ck), every=2, max_to_keep=10))
+    _same(s1, reference[0])
+    assert sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit()) == [2, 4, 6, 8]
+    with pytest.raises(ValueError, match="checkpoint= or checkpoint_dir="):
+        loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
+                 checkpoint_dir=str(ck), checkpoint=loop.Checkpointing(str(ck)))
+    with pytest.raises(TypeError, match="placement"):
+        loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
+                 placement={"mesh": None})
