@@ -25,7 +25,6 @@ computed result that is NaN/Inf.
 """
 from __future__ import annotations
 
-import math
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -394,11 +393,3 @@ def check_result_finite(value: Any, what: str, *, fn: str | None = None, hint: A
                                    or "check the inputs' scale and degenerate cases.")
             )
     return value
-
-
-def finite_float(x: float) -> bool:
-    """``math.isfinite`` that accepts anything ``float()`` accepts."""
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False

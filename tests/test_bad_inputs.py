@@ -267,6 +267,15 @@ for name, f, exc, arg in [
 ]:
     add(f"hparam:{name}", f, exc, arg)
 
+# ----------------------------------------------------------------- n = 1 data
+for name, f, arg in [
+    ("probes.linear_cka", lambda: probes.linear_cka(X[:1], X[:1]), "2 samples"),
+    ("dgl.dgl_loss", lambda: dgl.dgl_loss(K_PSD[:1, :1], Y1H[:1], eps2=0.1), "N = 2"),
+    ("probes.unbiased_hsic", lambda: probes.unbiased_hsic(K_PSD[:3, :3], K_PSD[:3, :3]),
+     "n >= 4"),
+]:
+    add(f"n=1:{name}", f, ValueError, arg)
+
 # ----------------------------------------------------------------- non-finite results
 for name, f, arg in [
     ("kernels.relu_nngp.1e30", lambda: kernels.relu_nngp(X * 1e30, depth=2, w_var=1.0,
