@@ -567,7 +567,11 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
             failures.append((s, f"metadata unreadable ({type(e).__name__}: {_short(str(e), 160)})"))
             continue
         saved = meta.get("fingerprint")
-        diff = fingerprint_diff(saved if isinstance(saved, dict) else {}, fingerprint)
+        saved = saved if isinstance(saved, dict) else {}
+        now = fingerprint
+        if "version" not in saved and saved:  # written before fingerprint version 2:
+            now = {k: v for k, v in fingerprint.items() if k in saved}  # compare what it has
+        diff = fingerprint_diff(saved, now)
         if diff:
             raise CheckpointMismatchError(
                 f"fit: {ckpt.directory} holds a checkpoint of a different run (step {s}); "

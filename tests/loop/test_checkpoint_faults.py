@@ -303,3 +303,28 @@ def test_grouped_checkpoint_and_placement_arguments(tmp_path, reference):
     with pytest.raises(TypeError, match="placement"):
         loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
                  placement={"mesh": None})
+
+
+def test_checkpoint_of_the_previous_format_resumes(killed, reference):
+    # before history.jsonl: the whole history in the meta, a five-entry fingerprint, no hash
+    from layerlab.loop._history import history_to_jsonable
+
+    for s in ("2", "4", "6"):
+        path = killed / s / "meta" / "metadata"
+        meta = json.loads(path.read_text())
+        t = meta["step"]
+        ref = reference[1]
+        meta["history"] = history_to_jsonable({
+            "step": ref["step"][:t], "train": {k: v[:t] for k, v in ref["train"].items()},
+            "eval_step": ref["eval_step"], "eval": {}})
+        meta["fingerprint"] = {k: meta["fingerprint"][k]
+                               for k in ("total", "batch_size", "n", "runs", "key")}
+        for k in ("state_hash", "history_rows"):
+            meta.pop(k)
+        path.write_text(json.dumps(meta))
+    os.remove(killed / HISTORY_NAME)
+    state, hist = _run(killed)
+    _same(state, reference[0])
+    np.testing.assert_array_equal(hist["train"]["loss"], reference[1]["train"]["loss"])
+    with pytest.raises(CheckpointMismatchError, match="total: saved 8, now 10"):
+        _run(killed, steps=10)
