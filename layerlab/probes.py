@@ -23,7 +23,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from layerlab._checks import check_array, check_finite, check_result_finite, is_concrete
+from layerlab._checks import (
+    check_array,
+    check_finite,
+    check_number,
+    check_result_finite,
+    is_concrete,
+)
 
 __all__ = [
     "gram_linear",
@@ -131,6 +137,11 @@ def gram_rbf(x, *, sigma_frac: float = 0.8, sigma=None) -> jax.Array:
       ``[n, n]``.
     """
     x = _features(x, "gram_rbf")
+    if sigma is None:
+        check_number(sigma_frac, "sigma_frac", fn="gram_rbf", min_value=0.0, lo_open=True,
+                     what="a fraction of the median distance")
+    else:
+        check_number(sigma, "sigma", fn="gram_rbf", min_value=0.0, lo_open=True)
     d2 = _sq_dists(x)
     s2 = sigma**2 if sigma is not None else sigma_frac**2 * jnp.median(d2)
     return jnp.exp(-d2 / (2.0 * s2))
@@ -572,7 +583,8 @@ def count_near_one(s, tol: float = 0.1) -> jax.Array:
     Returns:
       int array of shape ``s.shape[:-1]``.
     """
-    s = jnp.asarray(s)
+    s = check_array(s, "s", fn="count_near_one", kind="real")
+    check_number(tol, "tol", fn="count_near_one", min_value=0.0, lo_open=True)
     return jnp.sum(jnp.abs(s - 1.0) < tol, axis=-1)
 
 

@@ -267,6 +267,21 @@ for name, f, exc, arg in [
 ]:
     add(f"hparam:{name}", f, exc, arg)
 
+for name, f, exc, arg in [
+    ("dgl.dgl_features.eps_rel<0", lambda: dgl.dgl_features(
+        X, Y1H, lambda h: h @ h.T, eps_rel=-1.0), ValueError, "eps_rel"),
+    ("probes.gram_rbf.sigma_frac=0", lambda: probes.gram_rbf(X, sigma_frac=0.0), ValueError,
+     "sigma_frac"),
+    ("probes.gram_rbf.sigma<0", lambda: probes.gram_rbf(X, sigma=-1.0), ValueError, "sigma"),
+    ("probes.count_near_one.tol<0", lambda: probes.count_near_one(jnp.ones(3), -0.1),
+     ValueError, "tol"),
+    ("data.standardize.None", lambda: data.standardize(None), TypeError, r"\bx\b"),
+    ("data.flatten.str", lambda: data.flatten("abc"), TypeError, r"\bx\b"),
+    ("dmn.num_components.var_fraction", lambda: dmn.num_components(
+        jnp.array([3.0, 2.0, 1.0]), 1.5), ValueError, "var_fraction"),
+]:
+    add(f"hparam:{name}", f, exc, arg)
+
 # ----------------------------------------------------------------- n = 1 data
 for name, f, arg in [
     ("probes.linear_cka", lambda: probes.linear_cka(X[:1], X[:1]), "2 samples"),

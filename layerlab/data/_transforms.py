@@ -37,6 +37,9 @@ def _xp(*arrays):
 
 
 def _check_batch(x, fn: str, min_ndim: int = 2):
+    if x is None or isinstance(x, (str, bytes, dict)):
+        raise TypeError(f"{fn}: x must be an array with a leading sample axis, got "
+                        f"{type(x).__name__}.")
     if np.ndim(x) < min_ndim:
         raise ValueError(
             f"{fn} expects a batch with a leading sample axis and at least {min_ndim} dims, "

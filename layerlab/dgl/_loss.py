@@ -310,6 +310,8 @@ def dgl_features(
         raise ValueError("dgl_features: pass exactly one of eps2= (absolute) or eps_rel=.")
     K = kernel_fn(H)
     if eps_rel is not None:
+        check_number(eps_rel, "eps_rel", fn="dgl_features", min_value=0.0,
+                     what="a noise variance relative to the mean diagonal of K")
         eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
     return dgl_loss(K, Y, eps2=eps2, variance=variance)
 
