@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
+from layerlab._checks import check_array
+
 __all__ = ["mlp_init", "mlp_apply", "INITS"]
 
 INITS = ("glorot", "he", "ntk", "normal", "lecun")
@@ -131,8 +133,12 @@ def mlp_apply(
       ``logits`` of shape ``[..., d_L]``, or ``(logits, hidden)`` where ``hidden`` is a list
       of the ``L - 1`` post-activation arrays ``[..., d_l]``.
     """
-    if len(params) == 0:
-        raise ValueError("mlp_apply: params is empty; build it with mlp_init(key, sizes).")
+    if params is None or isinstance(params, (str, dict)) or len(params) == 0:
+        raise ValueError(
+            "mlp_apply: params must be the non-empty list of layers from mlp_init(key, sizes), "
+            f"got {type(params).__name__}."
+        )
+    x = check_array(x, "x", fn="mlp_apply", kind="real", ndim=tuple(range(1, 8)))
     d0 = params[0]["w"].shape[0]
     if x.shape[-1] != d0:
         raise ValueError(

@@ -23,6 +23,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from layerlab._checks import (
+    check_array,
+    check_finite,
+    check_number,
+    check_result_finite,
+    is_concrete,
+)
+
 __all__ = [
     "gram_linear",
     "gram_rbf",
@@ -53,7 +61,9 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- checks
 def _features(x, name: str) -> jax.Array:
-    x = jnp.asarray(x)
+    fn, _, arg = name.partition(" ")
+    x = check_array(x, arg or "x", fn=fn, kind="real")
+    check_finite(x, arg or "x", fn=fn)  # eager only
     if x.ndim < 2:
         raise ValueError(
             f"{name}: expected a representation of shape [n, features...], got {x.shape}; "
@@ -74,7 +84,9 @@ def _pair(x, y, fn: str):
 
 
 def _square(k, name: str) -> jax.Array:
-    k = jnp.asarray(k)
+    fn, _, arg = name.partition(" ")
+    k = check_array(k, arg or "k", fn=fn, kind="real")
+    check_finite(k, arg or "k", fn=fn)  # eager only
     if k.ndim != 2 or k.shape[0] != k.shape[1]:
         raise ValueError(f"{name}: expected a square [n, n] kernel matrix, got {k.shape}.")
     return k
@@ -125,6 +137,11 @@ def gram_rbf(x, *, sigma_frac: float = 0.8, sigma=None) -> jax.Array:
       ``[n, n]``.
     """
     x = _features(x, "gram_rbf")
+    if sigma is None:
+        check_number(sigma_frac, "sigma_frac", fn="gram_rbf", min_value=0.0, lo_open=True,
+                     what="a fraction of the median distance")
+    else:
+        check_number(sigma, "sigma", fn="gram_rbf", min_value=0.0, lo_open=True)
     d2 = _sq_dists(x)
     s2 = sigma**2 if sigma is not None else sigma_frac**2 * jnp.median(d2)
     return jnp.exp(-d2 / (2.0 * s2))
@@ -200,9 +217,11 @@ def cka(k1, k2, *, unbiased: bool = False) -> jax.Array:
 
     Returns:
       scalar in ``[0, 1]`` (biased); the unbiased estimate may leave that range slightly.
+      0 when ``HSIC(K, K) HSIC(L, L) = 0`` (a constant representation), where CKA is 0/0.
     """
     h = unbiased_hsic if unbiased else hsic
-    return h(k1, k2) / jnp.sqrt(h(k1, k1) * h(k2, k2))
+    den = jnp.sqrt(h(k1, k1) * h(k2, k2))
+    return jnp.where(den > 0, h(k1, k2) / jnp.where(den > 0, den, 1.0), 0.0)
 
 
 def linear_cka(x, y, *, method: str = "auto") -> jax.Array:
@@ -223,23 +242,43 @@ def linear_cka(x, y, *, method: str = "auto") -> jax.Array:
       method: ``"auto"`` (the cheaper form), ``"features"`` or ``"gram"``.
 
     Returns:
-      scalar in ``[0, 1]``.
+      scalar in ``[0, 1]``; **0 when either representation is constant over the samples**
+      (CKA is 0/0 there: a constant representation shares no variation with anything).
+
+    Raises:
+      ValueError: non-finite inputs (eager calls only).
     """
     x, y = _pair(x, y, "linear_cka")
     if method not in ("auto", "features", "gram"):
         raise ValueError(
             f"linear_cka: method must be 'auto', 'features' or 'gram', got {method!r}."
         )
-    x = x - jnp.mean(x, axis=0, keepdims=True)
-    y = y - jnp.mean(y, axis=0, keepdims=True)
+    x, x_const = _centre_scaled(x)
+    y, y_const = _centre_scaled(y)
+    degenerate = x_const | y_const
     n, p, q = x.shape[0], x.shape[1], y.shape[1]
     # pick the cheaper of the two equal forms: n^2 (p + q) flops (Gram) vs n (pq + p^2 + q^2)
     use_gram = n * (p + q) < p * q + p * p + q * q if method == "auto" else method == "gram"
     if use_gram:  # Gram form: ||Yc^T Xc||^2 = <Kc, Lc>_F
         k1, k2 = x @ x.T, y @ y.T
-        return jnp.sum(k1 * k2) / jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
-    xy, xx, yy = y.T @ x, x.T @ x, y.T @ y
-    return jnp.sum(xy * xy) / jnp.sqrt(jnp.sum(xx * xx) * jnp.sum(yy * yy))
+        num, den = jnp.sum(k1 * k2), jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
+    else:
+        xy, xx, yy = y.T @ x, x.T @ x, y.T @ y
+        num, den = jnp.sum(xy * xy), jnp.sqrt(jnp.sum(xx * xx) * jnp.sum(yy * yy))
+    out = jnp.where(degenerate, 0.0, num / jnp.where(degenerate, 1.0, den))
+    return check_result_finite(out, "linear CKA", fn="linear_cka")
+
+
+def _centre_scaled(x):
+    """Column-centred ``x`` divided by its largest entry (CKA is scale invariant; this keeps
+    ``1e30``-sized inputs from overflowing), and whether ``x`` is constant over samples
+    (centred entries at rounding level: ``max|x_c| <= n eps max|x|``)."""
+    scale = jnp.max(jnp.abs(x))
+    x = x / jnp.where(scale > 0, scale, 1.0)
+    xc = x - jnp.mean(x, axis=0, keepdims=True)
+    eps = jnp.finfo(xc.dtype).eps if jnp.issubdtype(xc.dtype, jnp.inexact) else 1e-7
+    const = jnp.max(jnp.abs(xc)) <= x.shape[0] * eps * jnp.max(jnp.abs(x))
+    return xc, const
 
 
 def rbf_cka(x, y, *, sigma_frac: float = 0.8) -> jax.Array:
@@ -251,10 +290,19 @@ def rbf_cka(x, y, *, sigma_frac: float = 0.8) -> jax.Array:
         (see :func:`gram_rbf`).
 
     Returns:
-      scalar in ``[0, 1]``.
+      scalar in ``[0, 1]``; 0 when either representation is constant over the samples.
     """
     x, y = _pair(x, y, "rbf_cka")
-    return cka(gram_rbf(x, sigma_frac=sigma_frac), gram_rbf(y, sigma_frac=sigma_frac))
+    x, x_const = _centre_scaled(x)
+    y, y_const = _centre_scaled(y)
+    degenerate = x_const | y_const
+    # a constant representation has a zero median distance (0/0 bandwidth): use K = 1
+    kx = jnp.where(x_const, 1.0, gram_rbf(x, sigma_frac=sigma_frac))
+    ky = jnp.where(y_const, 1.0, gram_rbf(y, sigma_frac=sigma_frac))
+    out = jnp.where(degenerate, 0.0, cka(kx, ky))
+    return check_result_finite(out, "RBF CKA", fn="rbf_cka",
+                               hint="a representation has a zero median distance (more than "
+                                    "half of the samples coincide); use linear_cka.")
 
 
 # ----------------------------------------------------------------------- minibatch CKA
@@ -457,8 +505,9 @@ def product_singular_values(
     return out
 
 
-def _spectrum(s) -> jax.Array:
-    s = jnp.asarray(s)
+def _spectrum(s, fn: str = "spectrum") -> jax.Array:
+    s = check_array(s, "s", fn=fn, kind="real")
+    check_finite(s, "s", fn=fn)  # eager only
     if s.ndim == 2:
         return jnp.linalg.svd(s, compute_uv=False)
     if s.ndim != 1:
@@ -478,12 +527,14 @@ def effective_rank(s) -> jax.Array:
       s: ``[k]`` singular values, or a matrix ``[m, n]`` (its singular values are used).
 
     Returns:
-      scalar.
+      scalar; **0 for an all-zero spectrum** (the zero matrix has rank 0).
     """
-    s = _spectrum(s)
-    p = s / jnp.sum(s)
+    s = _spectrum(s, "effective_rank")
+    total = jnp.sum(s)
+    p = s / jnp.where(total > 0, total, 1.0)
     safe = jnp.where(p > 0, p, 1.0)
-    return jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(safe), 0.0)))
+    erank = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(safe), 0.0)))
+    return jnp.where(total > 0, erank, 0.0)
 
 
 def stable_rank(m) -> jax.Array:
@@ -495,10 +546,11 @@ def stable_rank(m) -> jax.Array:
       m: matrix ``[m, n]`` or its singular values ``[k]``.
 
     Returns:
-      scalar.
+      scalar; 0 for the zero matrix.
     """
-    s = _spectrum(m)
-    return jnp.sum(s * s) / jnp.max(s) ** 2
+    s = _spectrum(m, "stable_rank")
+    top = jnp.max(s) ** 2
+    return jnp.where(top > 0, jnp.sum(s * s) / jnp.where(top > 0, top, 1.0), 0.0)
 
 
 def participation_ratio(eigs) -> jax.Array:
@@ -511,12 +563,14 @@ def participation_ratio(eigs) -> jax.Array:
       eigs: ``[k]`` non-negative values.
 
     Returns:
-      scalar in ``[1, k]``.
+      scalar in ``[1, k]``; 0 for an all-zero spectrum.
     """
-    e = jnp.asarray(eigs)
+    e = check_array(eigs, "eigs", fn="participation_ratio", kind="real")
     if e.ndim != 1:
         raise ValueError(f"participation_ratio expects a 1-D spectrum, got shape {e.shape}.")
-    return jnp.sum(e) ** 2 / jnp.sum(e * e)
+    check_finite(e, "eigs", fn="participation_ratio")  # eager only
+    sq = jnp.sum(e * e)
+    return jnp.where(sq > 0, jnp.sum(e) ** 2 / jnp.where(sq > 0, sq, 1.0), 0.0)
 
 
 def count_near_one(s, tol: float = 0.1) -> jax.Array:
@@ -529,7 +583,8 @@ def count_near_one(s, tol: float = 0.1) -> jax.Array:
     Returns:
       int array of shape ``s.shape[:-1]``.
     """
-    s = jnp.asarray(s)
+    s = check_array(s, "s", fn="count_near_one", kind="real")
+    check_number(tol, "tol", fn="count_near_one", min_value=0.0, lo_open=True)
     return jnp.sum(jnp.abs(s - 1.0) < tol, axis=-1)
 
 
@@ -559,6 +614,16 @@ def tree_cosine_similarity(a, b) -> jax.Array:
 
 
 def tree_relative_change(a, a0) -> jax.Array:
-    r"""Relative distance :math:`\|a - a_0\| / \|a_0\|` (e.g. how far weights moved from init)."""
+    r"""Relative distance :math:`\|a - a_0\| / \|a_0\|` (e.g. how far weights moved from init).
+
+    Raises ``ValueError`` when ``a0`` is all zeros (eager calls; under ``jit`` the result is
+    ``inf`` there, or NaN when ``a`` is zero too).
+    """
     _tree_dot(a, a0)  # structure / shape check
-    return tree_norm(jax.tree.map(lambda x, y: x - y, a, a0)) / tree_norm(a0)
+    den = tree_norm(a0)
+    if is_concrete(den) and not float(den) > 0:
+        raise ValueError(
+            "tree_relative_change: a0 has norm 0 (all leaves zero), so the relative change is "
+            "undefined; use tree_norm(a - a0) for the absolute change."
+        )
+    return tree_norm(jax.tree.map(lambda x, y: x - y, a, a0)) / den

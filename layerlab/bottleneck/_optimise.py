@@ -71,6 +71,10 @@ def representation_step(X, cost: Callable, optimizer: optax.GradientTransformati
     Returns:
       :class:`RepresentationStep`.
     """
+    from layerlab._checks import check_number
+
+    check_number(lam, "lam", fn="representation_step", min_value=0.0, what="a regulariser")
+    check_number(ridge, "ridge", fn="representation_step", min_value=0.0)
     kw = dict(beta=beta, activation=activation)
 
     def init(Zs):

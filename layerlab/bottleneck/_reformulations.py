@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from layerlab._checks import check_array, check_finite, check_number
+
 Array = jax.Array
 Activation = Callable[[Array], Array]
 Cost = Callable[[Array], Array]
@@ -29,9 +31,8 @@ Cost = Callable[[Array], Array]
 
 # ----------------------------------------------------------------------------- helpers
 def _check_x(X) -> Array:
-    if not isinstance(X, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(X))):
-        raise ValueError("X contains NaN or Inf; clean or impute the inputs first.")
-    X = jnp.asarray(X)
+    X = check_array(X, "X", kind="real")
+    check_finite(X, "X", hint="clean or impute the inputs first.")  # eager only
     if X.ndim != 2:
         raise ValueError(
             f"X must be a matrix [n_0, N] with one column per data point; got shape {X.shape}. "
@@ -214,6 +215,7 @@ def weight_loss(weights: Sequence[Array], X, *, cost: Cost, lam, beta=1.0,
       (A) Section 2.
     """
     Zs = representations(weights, X, beta=beta, activation=activation)
+    check_number(lam, "lam", fn="weight_loss", min_value=0.0, what="a regulariser")
     return cost(Zs[-1]) + lam * sum(jnp.sum(W * W) for W in weights)
 
 
@@ -238,6 +240,9 @@ def representation_loss(Zs: Sequence[Array], X, *, cost: Cost, lam, beta=1.0,
     References:
       (A) Proposition 1.
     """
+    check_number(lam, "lam", fn="representation_loss", min_value=0.0,
+                 what="a regulariser; a negative one rewards large weights")
+    check_number(ridge, "ridge", fn="representation_loss", min_value=0.0)
     Ws = weights_from_representations(Zs, X, beta=beta, activation=activation, ridge=ridge)
     return cost(Zs[-1]) + lam * sum(jnp.sum(W * W) for W in Ws)
 
@@ -310,6 +315,7 @@ def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *,
         )
     Ks = list(K[: L - 1]) + [Z_L.T @ Z_L]
     reg = sum(jnp.sum(Kl * psd_pinv(Ks_prev, ridge)) for Kl, Ks_prev in zip(Ks, K_sigma))
+    check_number(lam, "lam", fn="covariance_loss", min_value=0.0, what="a regulariser")
     return cost(Z_L) + lam * reg
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 
 from layerlab import loop, nets
+from layerlab._checks import check_array, check_int, check_number, check_same_length
 from layerlab.bottleneck._reformulations import representations
 from layerlab.data._targets import as_targets
 
@@ -157,7 +158,14 @@ def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: fl
 
     with ``L_inf = reference`` or ``min_w L(w)``.
     """
+    check_same_length(("widths", widths), ("losses", losses), fn="plateau_start")
+    if len(widths) == 0:
+        raise ValueError("plateau_start: widths and losses are empty.")
+    check_number(rel_tol, "rel_tol", fn="plateau_start", min_value=0.0)
+    losses = check_array(losses, "losses", fn="plateau_start", ndim=1, kind="real", xp="np")
     losses = np.asarray(losses, dtype=np.float64)
+    if not np.all(np.isfinite(losses)):
+        raise ValueError(f"plateau_start: losses must be finite, got {losses.tolist()}.")
     ref = float(np.min(losses)) if reference is None else float(reference)
     ok = np.nonzero(losses <= ref * (1 + rel_tol) + 1e-12)[0]
     return int(np.asarray(widths)[ok[0]]) if ok.size else -1
@@ -194,10 +202,23 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
       ``cost``, ``reg`` (same shape), ``best`` ``[W]`` (min over seeds), ``history`` (Adam phase
       ``loss`` ``[T, R]``) and ``state`` (final ``TrainState`` with runs axis).
     """
-    x = jnp.asarray(x)
-    y = jnp.asarray(y)
-    widths = [int(w) for w in widths]
-    max_width = max(widths) if max_width is None else int(max_width)
+    fn = "width_sweep"
+    x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)
+    y = check_array(y, "y", fn=fn, ndim=(1, 2), kind="real", finite=True)
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"{fn}: x and y must have the same N rows, got {x.shape} and {y.shape}.")
+    check_int(depth, "depth", fn=fn, min_value=1)
+    check_int(seeds, "seeds", fn=fn, min_value=1)
+    check_int(adam_steps, "adam_steps", fn=fn, min_value=0)
+    check_int(gd_steps, "gd_steps", fn=fn, min_value=0)
+    check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    check_number(adam_lr, "adam_lr", fn=fn, min_value=0.0, lo_open=True)
+    check_number(gd_lr, "gd_lr", fn=fn, min_value=0.0, lo_open=True)
+    if widths is None or len(widths) == 0:
+        raise ValueError(f"{fn}: widths must be a non-empty sequence of positive ints.")
+    widths = [check_int(w, "widths[i]", fn=fn, min_value=1) for w in widths]
+    max_width = max(widths) if max_width is None else check_int(
+        max_width, "max_width", fn=fn, min_value=max(widths))
     n_out = int(cost_output_dim(y, cost))
     if cost is mse_cost and y.ndim == 1:  # integer labels -> one-hot MSE targets
         y = as_targets(y, n_out, name="y", n=x.shape[0], dtype=x.dtype)

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from layerlab._checks import check_int, is_concrete
 from layerlab.data._dataset import Dataset
 
 __all__ = [
@@ -36,6 +37,9 @@ def _xp(*arrays):
 
 
 def _check_batch(x, fn: str, min_ndim: int = 2):
+    if x is None or isinstance(x, (str, bytes, dict)):
+        raise TypeError(f"{fn}: x must be an array with a leading sample axis, got "
+                        f"{type(x).__name__}.")
     if np.ndim(x) < min_ndim:
         raise ValueError(
             f"{fn} expects a batch with a leading sample axis and at least {min_ndim} dims, "
@@ -160,19 +164,21 @@ def one_hot(y, num_classes: int, *, zero_mean: bool = False, dtype=np.float32):
     Returns:
       ``[N, C]``.
     """
+    if y is None or isinstance(y, (str, bytes)):
+        raise TypeError(f"one_hot: y must be an array of integer labels, got {y!r:.40}.")
     if np.ndim(y) != 1:
         raise ValueError(f"one_hot expects labels of shape [N], got {np.shape(y)}.")
-    if num_classes < 1:
-        raise ValueError(f"one_hot: num_classes must be >= 1, got {num_classes}.")
+    num_classes = check_int(num_classes, "num_classes", fn="one_hot", min_value=1)
     xp = _xp(y)
-    if xp is np:
-        y = np.asarray(y)
-        if not np.issubdtype(y.dtype, np.integer):
-            raise TypeError(f"one_hot expects integer labels, got dtype {y.dtype}.")
-        if y.size and (y.min() < 0 or y.max() >= num_classes):
+    y = np.asarray(y) if xp is np else y
+    if not xp.issubdtype(y.dtype, xp.integer):
+        raise TypeError(f"one_hot expects integer labels, got dtype {y.dtype}.")
+    if is_concrete(y) and y.size:  # numpy and eager jax arrays alike (skipped under jit)
+        lo, hi = int(y.min()), int(y.max())
+        if lo < 0 or hi >= num_classes:
             raise ValueError(
                 f"one_hot: labels must lie in [0, {num_classes}), got range "
-                f"[{y.min()}, {y.max()}]; pass the right num_classes or relabel "
+                f"[{lo}, {hi}]; pass the right num_classes or relabel "
                 "(select_classes(..., relabel=True))."
             )
     t = (y[:, None] == xp.arange(num_classes)[None, :]).astype(dtype)

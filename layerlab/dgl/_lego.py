@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from layerlab._checks import check_array, check_int, check_labels, check_number  # noqa: F401
 from layerlab.data._targets import as_labels, as_targets
 from layerlab.loop import fit, optax_step
 from layerlab.nets import mlp_apply
@@ -64,6 +65,17 @@ class LegoConfig:
     eps_rel: float = 0.05
     variance: bool = False
     ridge_rel: float = 1e-4
+
+    def __post_init__(self):
+        fn = "LegoConfig"
+        check_int(self.steps, "steps", fn=fn, min_value=0)
+        check_number(self.lr, "lr", fn=fn, min_value=0.0, lo_open=True,
+                     what="a learning rate")
+        check_number(self.weight_decay, "weight_decay", fn=fn, min_value=0.0)
+        check_int(self.batch_size, "batch_size", fn=fn, min_value=2, allow_none=True)
+        check_number(self.eps_rel, "eps_rel", fn=fn, min_value=0.0,
+                     what="a noise variance relative to the kernel's mean diagonal")
+        check_number(self.ridge_rel, "ridge_rel", fn=fn, min_value=0.0)
 
 
 def mse_loss(params, batch) -> jax.Array:
@@ -246,8 +258,12 @@ def lego(
     References:
       Fig. 2 and Sec. VI of Ben-David & Ringel (2019).
     """
+    if not isinstance(cfg, LegoConfig):
+        raise TypeError(f"lego: cfg must be a LegoConfig, got {type(cfg).__name__}.")
+    x = check_array(x, "x", fn="lego", ndim=2, kind="real", finite=True)
     params = [dict(p) for p in params_init]
     y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+    y = check_array(y, "y", fn="lego", ndim=2, kind="real", finite=True)
     L = len(params) - 1
     h = x
     hists = []

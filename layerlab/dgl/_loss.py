@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
+from layerlab._checks import check_array, check_number, check_result_finite, is_concrete
+
 __all__ = [
     "check_kernel",
     "dgl_loss",
@@ -40,7 +42,7 @@ __all__ = [
 
 
 def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y") -> jax.Array:
-    Y = jnp.asarray(Y)
+    Y = check_array(Y, name, kind="real")
     if Y.ndim == 1:
         Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n:
@@ -58,8 +60,7 @@ def _check_square(K: jax.Array) -> None:
         raise ValueError("DGL needs at least N = 2 training points (leave-one-out).")
 
 
-def _is_concrete(*xs) -> bool:
-    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+_is_concrete = is_concrete  # the shared "validate when not traced" test (layerlab._checks)
 
 
 def _jitter(K: jax.Array) -> jax.Array:
@@ -264,9 +265,10 @@ def dgl_loss(
       Eq. (3) and App. A eqs. (A4), (A5), (A7) of Ben-David & Ringel, "The role of a layer in
       deep neural networks: a Gaussian Process perspective" (2019).
     """
-    K = jnp.asarray(K)
+    K = check_array(K, "K", fn="dgl_loss", kind="real")
     _check_square(K)
     Y = _as_2d_targets(Y, K.shape[0])
+    check_number(eps2, "eps2", fn="dgl_loss", min_value=0.0, what="a noise variance")
     dtype = jnp.result_type(K.dtype, Y.dtype, jnp.float32)
     K = K.astype(dtype)
     Y = Y.astype(dtype)
@@ -308,6 +310,8 @@ def dgl_features(
         raise ValueError("dgl_features: pass exactly one of eps2= (absolute) or eps_rel=.")
     K = kernel_fn(H)
     if eps_rel is not None:
+        check_number(eps_rel, "eps_rel", fn="dgl_features", min_value=0.0,
+                     what="a noise variance relative to the mean diagonal of K")
         eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
     return dgl_loss(K, Y, eps2=eps2, variance=variance)
 
@@ -380,9 +384,10 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *, eps2=0.0) ->
     References:
       Eq. (6) and App. C eq. (C8) of Ben-David & Ringel (2019).
     """
-    H = jnp.asarray(H)
+    H = check_array(H, "H", fn="dgl_linear", kind="real")
     if H.ndim != 2:
         raise ValueError(f"H must be (N, d) representations; got shape {H.shape}.")
+    check_number(eps2, "eps2", fn="dgl_linear", min_value=0.0, what="a ridge")
     n, d = H.shape
     if d >= n and _is_concrete(eps2) and float(eps2) == 0.0:
         raise ValueError(
@@ -393,7 +398,11 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *, eps2=0.0) ->
     S = H.T @ H + eps2 * jnp.eye(d, dtype=H.dtype)
     c = jax.scipy.linalg.cho_factor(S, lower=True)
     HY = H.T @ Y
-    return jnp.sum(Y * Y) - jnp.sum(HY * jax.scipy.linalg.cho_solve(c, HY))
+    out = jnp.sum(Y * Y) - jnp.sum(HY * jax.scipy.linalg.cho_solve(c, HY))
+    return check_result_finite(  # eager only
+        out, "DGL@Linear", fn="dgl_linear",
+        hint="H^T H + eps2 I is singular: H has linearly dependent (e.g. constant) columns, "
+             "rank < d. Pass eps2 > 0 or drop the redundant features.")
 
 
 # ----------------------------------------------------------------------------- IB

@@ -24,8 +24,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from layerlab._checks import check_array, check_labels
+
 
 def _check_hy(h, y, num_classes):
+    check_array(h, "h", fn="class_density_matrices", kind="real")
+    check_array(y, "y", fn="class_density_matrices", kind=None)
     if h.ndim != 2:
         raise ValueError(f"h must have shape (N, d); got shape {h.shape}. Flatten features first.")
     if y.ndim != 1 or y.shape[0] != h.shape[0]:
@@ -34,8 +38,8 @@ def _check_hy(h, y, num_classes):
         )
     if not jnp.issubdtype(y.dtype, jnp.integer):
         raise TypeError(f"y must hold integer class labels; got dtype {y.dtype}.")
-    if int(num_classes) < 1:
-        raise ValueError(f"num_classes must be >= 1; got {num_classes}.")
+    # eager only: labels in [0, num_classes) (one_hot would silently drop the others)
+    check_labels(y, num_classes, "y", fn="class_density_matrices")
 
 
 def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.Array:
@@ -51,8 +55,9 @@ def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.
 
     Args:
       h: ``[N, d]`` layer inputs (features or flattened patches).
-      y: ``[N]`` integer class labels in ``[0, num_classes)``; labels outside that range
-        contribute to no class (but still count in ``N``).
+      y: ``[N]`` integer class labels in ``[0, num_classes)`` (checked eagerly: a label
+        outside that range raises ``ValueError``; under ``jit`` it would contribute to no
+        class).
       num_classes: number of classes ``C``.
 
     Returns:
@@ -63,8 +68,8 @@ def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.
       Eq. (15) of Dehmamy, Rohani & Katsaggelos, "Separation of time scales and direct
       computation of weights in deep neural networks", arXiv:1703.04757.
     """
-    h = jnp.asarray(h)
-    y = jnp.asarray(y)
+    h = check_array(h, "h", kind="real")
+    y = check_array(y, "y", kind=None)
     _check_hy(h, y, num_classes)
     onehot = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [N, C]
     return _weighted_outer(onehot, h) / h.shape[0]
@@ -95,7 +100,7 @@ def naive_density_matrix(h: jax.Array) -> jax.Array:
     References:
       Eq. (15) of Dehmamy et al., arXiv:1703.04757 (summed over classes: "naive" DMN).
     """
-    h = jnp.asarray(h)
+    h = check_array(h, "h", kind="real")
     if h.ndim != 2:
         raise ValueError(f"h must have shape (N, d); got shape {h.shape}.")
     return h.T @ h / h.shape[0]
@@ -143,7 +148,7 @@ def density_update(
       The updated ``DensityState``.
     """
     h = jnp.asarray(h, state.outer.dtype)
-    y = jnp.asarray(y)
+    y = check_array(y, "y", kind=None)
     num_classes, d = state.total.shape
     _check_hy(h, y, num_classes)
     if h.shape[1] != d:
@@ -182,7 +187,7 @@ def density_update_grouped(
       The updated ``DensityState`` (each group counts ``p`` samples).
     """
     h = jnp.asarray(h, state.outer.dtype)
-    y = jnp.asarray(y)
+    y = check_array(y, "y", kind=None)
     num_classes, d = state.total.shape
     if h.ndim != 3 or h.shape[2] != d or y.shape != (h.shape[0],):
         raise ValueError(
@@ -231,8 +236,8 @@ def streaming_class_density_matrices(
     References:
       Eq. (15) of Dehmamy et al., arXiv:1703.04757.
     """
-    h = jnp.asarray(h)
-    y = jnp.asarray(y)
+    h = check_array(h, "h", kind="real")
+    y = check_array(y, "y", kind=None)
     _check_hy(h, y, num_classes)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1; got {chunk_size}.")
@@ -306,8 +311,8 @@ def sharded_class_density_matrices(
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    h = jnp.asarray(h)
-    y = jnp.asarray(y)
+    h = check_array(h, "h", kind="real")
+    y = check_array(y, "y", kind=None)
     _check_hy(h, y, num_classes)
     size = mesh.shape[axis_name]
     if h.shape[0] % size:

@@ -27,6 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from layerlab._checks import check_array, check_labels
+
 from ._revmlp import (
     RevMLPFrozen,
     _block_inverse,
@@ -309,9 +311,12 @@ def gn_residual(
 
 
 def _as_targets(labels, num_outputs, dtype):
+    labels = check_array(labels, "labels", kind="real")
     if jnp.issubdtype(labels.dtype, jnp.integer):
         if labels.ndim != 1:
             raise ValueError(f"integer labels must have shape (n,), got {labels.shape}")
+        # eager only: labels in [0, C) (one_hot would give an all-zero row otherwise)
+        check_labels(labels, num_outputs, "labels")
         return jax.nn.one_hot(labels, num_outputs, dtype=dtype)
     if labels.ndim == 1:
         labels = labels[:, None]
@@ -374,7 +379,11 @@ def output_target(
     """
     if target not in ("gradient", "newton"):
         raise ValueError(f"target must be 'gradient' or 'newton', got {target!r}")
+    logits = check_array(logits, "logits", fn="output_target", ndim=2, kind="float")
     y = _as_targets(labels, logits.shape[1], logits.dtype)
+    if y.shape[0] != logits.shape[0]:
+        raise ValueError(f"output_target: labels have {y.shape[0]} rows but logits "
+                         f"{logits.shape[0]}; pass one label per sample.")
     if loss == "mse":
         return logits - y
     if loss == "ce":

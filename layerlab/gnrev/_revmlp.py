@@ -32,6 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from layerlab import _checks
+
 __all__ = [
     "RevMLPFrozen",
     "revmlp_init",
@@ -68,18 +70,18 @@ class RevMLPFrozen:
 
 def check_finite(x, name: str) -> None:
     """Raise ``ValueError`` if a concrete array has NaN/inf entries (no-op under tracing)."""
-    if isinstance(x, jax.core.Tracer):
-        return
-    arr = np.asarray(x)
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
-        raise ValueError(
-            f"{name} has {bad} non-finite (NaN/inf) entries out of {arr.size}; "
-            "clean the data (or lower the learning rate if it came from training)."
+    _checks.check_finite(
+        x, name, hint="clean the data (or lower the learning rate if it came from training)."
+    )
+
+
+def _check_x(x, dim: int, name: str = "x", dtype=None) -> None:
+    _checks.check_array(x, name, kind="float")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the parameters are {dtype}; cast it with "
+            f"{name}.astype(jnp.{jnp.dtype(dtype).name}) (the reversible blocks keep one dtype)."
         )
-
-
-def _check_x(x, dim: int, name: str = "x") -> None:
     if x.ndim != 2 or x.shape[1] != dim:
         raise ValueError(
             f"{name} must have shape (n, {dim}) with samples as rows, got {x.shape}; "
@@ -212,7 +214,8 @@ def revmlp_apply(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
     References:
       Eqs. (14)–(15) of Buffelli et al. 2024.
     """
-    _check_x(x, 2 * params["b1"].shape[1])
+    x = _checks.check_array(x, "x", fn="revmlp_apply", kind="float")
+    _check_x(x, 2 * params["b1"].shape[1], dtype=params["b1"].dtype)
     _check_params(params, frozen, x.shape[1])
 
     def body(xc, pf):

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from layerlab._checks import check_choice, check_number
 from layerlab.loop import TrainState, TrainStep, optax_step
 
 from ._gauss_newton import gn_direction, gn_residual, loss_value, output_target
@@ -87,9 +88,19 @@ def gn_step(
     References:
       Eqs. (5), (19), Prop. 4.4 of Buffelli et al. 2024.
     """
+    check_number(learning_rate, "learning_rate", fn="gn_step", min_value=0.0, lo_open=True,
+                 what="a step size; a negative one ascends the loss")
+    check_number(weight_decay, "weight_decay", fn="gn_step", min_value=0.0)
+    check_choice(loss, "loss", ("ce", "mse"), fn="gn_step")
+    check_choice(target, "target", ("gradient", "newton"), fn="gn_step")
     lr0, wd0 = float(learning_rate), float(weight_decay)
 
     def init(params, hparams=None) -> TrainState:
+        if isinstance(hparams, dict):  # eager only (a traced/vmapped hparams passes through)
+            check_number(hparams.get("learning_rate", 1.0), "hparams['learning_rate']",
+                         fn="gn_step init", min_value=0.0, lo_open=True)
+            check_number(hparams.get("weight_decay", 0.0), "hparams['weight_decay']",
+                         fn="gn_step init", min_value=0.0)
         if hparams is None:
             dt = jax.tree.leaves(params)[0].dtype
             hparams = {"learning_rate": jnp.asarray(lr0, dt), "weight_decay": jnp.asarray(wd0, dt)}

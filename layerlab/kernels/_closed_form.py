@@ -63,6 +63,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._checks import (
+    check_array,
+    check_finite,
+    check_result_finite,
+    is_concrete,
+)
+
 __all__ = [
     "FCKernel",
     "fc_kernels",
@@ -165,17 +172,13 @@ def _erf_step(k11, k12, k22, mode, with_ntk):
 
 
 # -------------------------------------------------------------------------- validation
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 def _check_inputs(x1, x2, diagonal):
-    x1 = jnp.asarray(x1)
+    x1 = check_array(x1, "x1", fn="fc_kernels", kind="real")
+    x2 = check_array(x2, "x2", fn="fc_kernels", kind="real", allow_none=True)
     if x1.ndim != 2:
         raise ValueError(f"x1 must be a [n1, d] matrix (flatten images first), got shape "
                          f"{x1.shape}")
     if x2 is not None:
-        x2 = jnp.asarray(x2)
         if x2.ndim != 2:
             raise ValueError(f"x2 must be a [n2, d] matrix, got shape {x2.shape}")
         if x2.shape[1] != x1.shape[1]:
@@ -187,8 +190,8 @@ def _check_inputs(x1, x2, diagonal):
     if x1.shape[1] == 0:
         raise ValueError("inputs have feature dimension d = 0")
     for name, x in (("x1", x1), ("x2", x2)):
-        if x is not None and _is_concrete(x) and not np.all(np.isfinite(np.asarray(x))):
-            raise ValueError(f"{name} contains NaN or inf entries; clean the data first")
+        if x is not None:  # eager only (skipped under jit)
+            check_finite(x, name, hint="clean the data first.")
     return x1, x2
 
 
@@ -199,7 +202,7 @@ def _check_variance(name: str, v, depth: int, dtype) -> jax.Array:
     elif v.shape != (depth + 1,):
         raise ValueError(f"{name} must be a scalar or a sequence of length depth + 1 = "
                          f"{depth + 1} (entry 0 for the input layer), got shape {v.shape}")
-    if _is_concrete(v):
+    if is_concrete(v):
         vals = np.asarray(v)
         if not np.all(np.isfinite(vals)) or np.any(vals < 0):
             raise ValueError(f"{name} must be finite and >= 0 (it is a variance sigma^2), "
@@ -294,9 +297,16 @@ def fc_kernels(
     (k11, k12, k22, ntk), (all_nngp, all_ntk) = jax.lax.scan(
         layer, (k11, k12, k22, ntk), (w[1:], b[1:]), unroll=max(1, min(depth, _MAX_UNROLL)))
     if return_all_layers:
-        return FCKernel(jnp.concatenate([k0[None], all_nngp]),
-                        jnp.concatenate([k0[None], all_ntk]) if with_ntk else None)
-    return FCKernel(k12, ntk)
+        out = FCKernel(jnp.concatenate([k0[None], all_nngp]),
+                       jnp.concatenate([k0[None], all_ntk]) if with_ntk else None)
+    else:
+        out = FCKernel(k12, ntk)
+    # eager only: an overflow (inputs of huge norm) is an error, not a result
+    return check_result_finite(
+        out, f"{activation} kernels of depth {depth}", fn="fc_kernels",
+        hint=lambda: "the inputs' squared norms overflow the dtype (max |x1_i|^2 / d = "
+                     f"{float(jnp.max(sq1)):.3g}); rescale x1/x2 (e.g. "
+                     "layerlab.data.standardize) or use float64.")
 
 
 _FORMULAS = {

@@ -1,13 +1,82 @@
-"""Orbax checkpointing for :func:`layerlab.loop.fit` (state, key, data position, history)."""
+"""Checkpoints for :func:`layerlab.loop.fit`: orbax steps, a run fingerprint, a lock, history.
+
+Layout of a checkpoint directory::
+
+    <dir>/<step>/arrays        orbax StandardSave of {"state", "best"}
+    <dir>/<step>/meta          orbax JsonSave: step, fingerprint, early-stopping bookkeeping,
+                               number of history rows covered
+    <dir>/history.jsonl        the training history, one JSON line per chunk / evaluation,
+                               appended at every save (never rewritten, except once on resume
+                               to drop rows newer than the step resumed from)
+    <dir>/.layerlab.lock       {"pid", "host", "start"} of the process writing the directory
+
+* **Fallback**: :meth:`Checkpointer.resume` tries the steps newest first; a step whose meta,
+  history rows or arrays do not restore is skipped with a :class:`CheckpointFallbackWarning`
+  naming it and the step resumed from.  Nothing is deleted; a skipped step directory is
+  renamed ``<step>.unrestorable-<time>`` only when the resumed run reaches that step again.
+* **Fingerprint**: everything that changes the result (see :func:`run_fingerprint`); a
+  different one is refused with :class:`CheckpointMismatchError` listing saved vs now.
+* **Lock**: one writer per directory (process 0 of a multi-process run); a second one gets
+  :class:`CheckpointLockedError` naming the holder's pid; a lock whose process is gone (same
+  host) is stale and taken over with a warning.
+"""
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import os
-from typing import Any
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
-__all__ = ["Checkpointer"]
+from layerlab.loop._history import _to_py
+
+__all__ = [
+    "Checkpointing",
+    "Checkpointer",
+    "CheckpointLockedError",
+    "CheckpointMismatchError",
+    "CheckpointFallbackWarning",
+    "run_fingerprint",
+    "fingerprint_diff",
+]
+
+LOCK_NAME = ".layerlab.lock"
+HISTORY_NAME = "history.jsonl"
+FINGERPRINT_VERSION = 2
+
+
+class Checkpointing(NamedTuple):
+    """Checkpoint arguments of :func:`layerlab.loop.fit`, grouped.
+
+    ``fit(..., checkpoint=Checkpointing("ckpt/run1", every=500, max_to_keep=2))`` is the same
+    as ``checkpoint_dir=..., checkpoint_every=..., max_to_keep=...``.
+    """
+
+    directory: str | os.PathLike
+    every: int | None = None
+    max_to_keep: int | None = 2
+
+
+class CheckpointLockedError(RuntimeError):
+    """Another live process holds the checkpoint directory's lock."""
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint directory holds a different run (fingerprints differ)."""
+
+
+class CheckpointFallbackWarning(UserWarning):
+    """The newest checkpoint did not restore; an older one was used."""
+
+
+# --------------------------------------------------------------------------- fingerprint
 
 
 def _abstract(tree):
@@ -21,52 +90,555 @@ def _abstract(tree):
     return jax.tree_util.tree_map(f, tree)
 
 
+def _leaf_specs(tree) -> list[str]:
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        dt = getattr(leaf, "dtype", None)
+        dt = np.asarray(leaf).dtype if dt is None else dt
+        out.append(f"{jax.tree_util.keystr(path)}: {tuple(np.shape(leaf))} {dt}")
+    return out
+
+
+def _host_bytes(leaf) -> bytes | None:
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        return None
+    if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        leaf = jax.random.key_data(leaf)
+    arr = np.ascontiguousarray(np.asarray(jax.device_get(leaf)))
+    return arr.tobytes()
+
+
+def content_hash(tree) -> str:
+    """SHA-256 over every leaf's path, shape, dtype and bytes (``"unhashed"`` for leaves that
+    are global multi-process arrays)."""
+    h = hashlib.sha256()
+    for spec, (_, leaf) in zip(_leaf_specs(tree),
+                               jax.tree_util.tree_flatten_with_path(tree)[0], strict=True):
+        h.update(spec.encode())
+        b = _host_bytes(leaf)
+        if b is None:
+            return "unhashed (multi-process arrays)"
+        h.update(b)
+    return h.hexdigest()[:16]
+
+
+def _closure_scalars(fn: Callable, limit: int = 200) -> list[str]:
+    """Names and hyper-parameters reachable from ``fn``'s closure: function qualnames and the
+    Python scalars/short strings/small arrays captured (e.g. an optax learning rate)."""
+    out: list[str] = []
+    seen: set[int] = set()
+
+    def visit(obj, depth, label):
+        if len(out) >= limit or depth > 10:
+            return
+        if obj is None or isinstance(obj, (bool, int, float, np.integer, np.floating)):
+            out.append(f"{label}={obj!r}" if not isinstance(obj, float) or math.isfinite(obj)
+                       else f"{label}={obj}")
+            return
+        if isinstance(obj, str):
+            if len(obj) <= 64:
+                out.append(f"{label}={obj!r}")
+            return
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (np.ndarray, jax.Array)) and not isinstance(obj, jax.core.Tracer):
+            if obj.size <= 16 and not jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
+                try:
+                    out.append(f"{label}={np.asarray(obj).tolist()!r}")
+                except Exception:  # pragma: no cover - non-addressable
+                    out.append(f"{label}=<array {obj.shape} {obj.dtype}>")
+            else:
+                out.append(f"{label}=<array {tuple(obj.shape)} {obj.dtype}>")
+            return
+        if isinstance(obj, (tuple, list)):
+            for i, v in enumerate(obj[:64]):
+                visit(v, depth + 1, f"{label}[{i}]")
+            return
+        if isinstance(obj, dict):
+            for k in list(obj)[:64]:
+                visit(obj[k], depth + 1, f"{label}[{k!r}]")
+            return
+        func = getattr(obj, "func", None)
+        if func is not None and hasattr(obj, "keywords"):  # functools.partial
+            visit(func, depth + 1, f"{label}.func")
+            visit(obj.args, depth + 1, f"{label}.args")
+            visit(obj.keywords, depth + 1, f"{label}.keywords")
+            return
+        wrapped = getattr(obj, "__wrapped__", None)
+        if wrapped is not None and callable(obj):
+            visit(wrapped, depth + 1, label)
+            return
+        code = getattr(obj, "__code__", None)
+        if code is not None:
+            out.append(f"{label}:{getattr(obj, '__qualname__', code.co_name)}")
+            cells = getattr(obj, "__closure__", None) or ()
+            for name, cell in zip(code.co_freevars, cells, strict=False):
+                try:
+                    v = cell.cell_contents
+                except ValueError:  # empty cell
+                    continue
+                visit(v, depth + 1, f"{label}.{name}")
+            visit(getattr(obj, "__defaults__", None) or (), depth + 1, f"{label}.defaults")
+            visit(getattr(obj, "__kwdefaults__", None) or {}, depth + 1, f"{label}.kwdefaults")
+            return
+
+    visit(fn, 0, "step")
+    return out
+
+
+def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
+                    data_runs_axis) -> dict[str, Any]:
+    """Everything that changes the result of ``fit``: compared on resume.
+
+    ``state``: the tree structure, every leaf's shape/dtype and a content hash of the
+    *initial* state (covers the initialisation and hyper-parameters kept in the state, e.g.
+    ``TrainState.hparams`` or ``optax.inject_hyperparams``); ``step``: the qualnames and the
+    scalars captured by its closure (the optimizer's hyper-parameters for
+    :func:`layerlab.loop.optax_step`); ``data``: shapes/dtypes and a content hash (computed
+    once per ``fit`` call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key.
+    """
+    return {
+        "version": FINGERPRINT_VERSION,
+        "total": int(total),
+        "batch_size": batch_size,
+        "n": int(n),
+        "runs": runs,
+        "data_runs_axis": bool(data_runs_axis),
+        "key": [int(v) for v in np.asarray(key_data).ravel().tolist()],
+        "state_structure": str(jax.tree_util.tree_structure(state)),
+        "state_leaves": _leaf_specs(state),
+        "state_hash": content_hash(state),
+        "step": _closure_scalars(step),
+        "data_leaves": _leaf_specs(data),
+        "data_hash": content_hash(data),
+    }
+
+
+def _short(v, width=120) -> str:
+    s = repr(v)
+    return s if len(s) <= width else s[: width - 3] + "..."
+
+
+def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """Human-readable differences ``key: saved X, now Y`` (lists: the differing entries)."""
+    lines = []
+    for k, v in now.items():
+        s = saved.get(k, "<absent>")
+        if s == v:
+            continue
+        if isinstance(s, list) and isinstance(v, list):
+            only_s = [e for e in s if e not in v][:3]
+            only_n = [e for e in v if e not in s][:3]
+            if not only_s and not only_n:
+                only_s, only_n = s[:3], v[:3]
+            lines.append(f"{k}: saved {_short(only_s)}, now {_short(only_n)}")
+        else:
+            lines.append(f"{k}: saved {_short(s)}, now {_short(v)}")
+    return lines
+
+
+# --------------------------------------------------------------------------- lock
+
+
+def _proc_start(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Lock:
+    def __init__(self, directory: str):
+        self.path = os.path.join(directory, LOCK_NAME)
+        self.held = False
+
+    def acquire(self) -> None:
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
+              "time": time.time()}
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._read()
+                if not self._stale(holder):
+                    raise CheckpointLockedError(
+                        f"fit: checkpoint_dir {os.path.dirname(self.path)} is locked by process "
+                        f"pid {holder.get('pid')} on host {holder.get('host')!r} (lock file "
+                        f"{self.path}); two writers would corrupt it. Wait for that run to end, "
+                        "use another checkpoint_dir, or delete the lock file if that process "
+                        "is gone."
+                    ) from None
+                warnings.warn(
+                    f"fit: removing the stale lock {self.path} of process pid "
+                    f"{holder.get('pid')} (no longer running).",
+                    RuntimeWarning, stacklevel=4,
+                )
+                try:
+                    os.remove(self.path)
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(me, f)
+            self.held = True
+            return
+        raise CheckpointLockedError(f"fit: could not take the lock {self.path}.")
+
+    def _read(self) -> dict:
+        try:
+            with open(self.path) as f:
+                out = json.load(f)
+            return out if isinstance(out, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _stale(self, holder: dict) -> bool:
+        pid = holder.get("pid")
+        if not isinstance(pid, int):
+            # unreadable lock: stale only if old (a writer may be between create and write)
+            try:
+                return time.time() - os.path.getmtime(self.path) > 10.0
+            except OSError:
+                return True
+        if holder.get("host") != socket.gethostname():
+            return False  # cannot check a process on another host
+        if not _alive(pid):
+            return True
+        start = holder.get("start")
+        return start is not None and _proc_start(pid) not in (None, start)  # pid reused
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        holder = self._read()
+        if holder.get("pid") == os.getpid():
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                pass
+
+
+# --------------------------------------------------------------------------- checkpointer
+
+
+def validate_directory(directory: str | os.PathLike) -> str:
+    """Absolute path of a usable checkpoint directory (created if absent); clear error if not."""
+    try:
+        path = os.path.abspath(os.fspath(directory))
+    except TypeError:
+        raise TypeError(
+            f"fit: checkpoint_dir must be a path (str or os.PathLike), got "
+            f"{type(directory).__name__}."
+        ) from None
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NotADirectoryError(
+            f"fit: checkpoint_dir {path} exists and is not a directory; pass a directory path "
+            "(it is created if missing)."
+        )
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise type(e)(
+            e.errno, f"fit: cannot create checkpoint_dir {path}: {e.strerror}"
+        ) from e
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PermissionError(f"fit: checkpoint_dir {path} is not writable.")
+    return path
+
+
 class Checkpointer:
-    """Thin wrapper over ``ocp.CheckpointManager`` with two items per step.
+    """``ocp.CheckpointManager`` with two items per step, a lock and an appended history.
 
     * ``"arrays"``: ``StandardSave`` of ``{"state": state, "best": best_state_or_None}``
       (optax states and typed PRNG keys round-trip);
-    * ``"meta"``: ``JsonSave`` of the step, the fit key's raw data, the history so far, the
-      early-stopping bookkeeping and a fingerprint of the fit arguments.
+    * ``"meta"``: ``JsonSave`` of the step, the fit key, the early-stopping bookkeeping, the
+      number of history rows and the run fingerprint.
     """
 
-    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int | None = 2):
+    def __init__(self, directory: str | os.PathLike, *, max_to_keep: int | None = 2,
+                 writer: bool = True):
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
-        self.directory = os.path.abspath(os.fspath(directory))
-        self.manager = ocp.CheckpointManager(
-            self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
-        )
+        self.directory = validate_directory(directory)
+        self.writer = writer
+        self._lock = _Lock(self.directory)
+        if writer:
+            self._lock.acquire()
+        try:
+            self.manager = ocp.CheckpointManager(
+                self.directory,
+                options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+            )
+        except BaseException:
+            self._lock.release()
+            raise
+        self._history_path = os.path.join(self.directory, HISTORY_NAME)
+        self._unrestorable: set[int] = set()
+
+    # ------------------------------------------------------------------ steps
+    def steps(self) -> list[int]:
+        """Step numbers present on disk, newest first."""
+        return sorted((int(s) for s in self.manager.all_steps()), reverse=True)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
+    def read_meta(self, step: int) -> dict:
+        ocp = self._ocp
+        out = self.manager.restore(int(step), args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+        meta = out["meta"]
+        if not isinstance(meta, dict) or "step" not in meta:
+            raise ValueError(f"meta of step {step} has no 'step' entry")
+        if int(meta["step"]) != int(step):
+            raise ValueError(f"meta of step {step} says step {meta['step']}")
+        return meta
+
+    def restore_arrays(self, step: int, arrays_like: dict[str, Any]) -> dict[str, Any]:
+        ocp = self._ocp
+        out = self.manager.restore(
+            int(step),
+            args=ocp.args.Composite(arrays=ocp.args.StandardRestore(_abstract(arrays_like))),
+        )
+        return out["arrays"]
+
+    def restore(self, step: int, arrays_like: dict[str, Any]) -> tuple[dict[str, Any], dict]:
+        return self.restore_arrays(step, arrays_like), self.read_meta(step)
+
+    # ------------------------------------------------------------------ history file
+    def read_history_lines(self) -> list[dict]:
+        """Parsed lines of ``history.jsonl`` (a torn last line is ignored)."""
+        if not os.path.exists(self._history_path):
+            return []
+        out = []
+        with open(self._history_path) as f:
+            lines = f.read().split("\n")
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                if i < len(lines) - 2:  # not the last (possibly torn) line
+                    raise ValueError(
+                        f"{self._history_path}: line {i + 1} is not valid JSON"
+                    ) from None
+        return out
+
+    def rewrite_history(self, records: list[dict]) -> None:
+        if not self.writer:
+            return
+        tmp = self._history_path + ".tmp"
+        with open(tmp, "w") as f:
+            for r in records:
+                f.write(json.dumps(_to_py(r), allow_nan=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._history_path)
+
+    def append_history(self, records: list[dict]) -> None:
+        """Append records (one JSON line each) and fsync: O(new rows), not O(history)."""
+        if not self.writer or not records:
+            return
+        with open(self._history_path, "a") as f:
+            for r in records:
+                f.write(json.dumps(_to_py(r), allow_nan=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    # ------------------------------------------------------------------ save
+    def mark_unrestorable(self, step: int) -> None:
+        self._unrestorable.add(int(step))
+
     def save(self, step: int, arrays: dict[str, Any], meta: dict[str, Any]) -> None:
         ocp = self._ocp
+        step = int(step)
+        if step in self._unrestorable:
+            # the run reached a step whose old directory did not restore: move it aside
+            # (kept for inspection, never deleted) so the new one can be written
+            self.manager.wait_until_finished()
+            old = os.path.join(self.directory, str(step))
+            if os.path.exists(old) and jax.process_index() == 0:
+                aside = f"{old}.unrestorable-{int(time.time())}"
+                os.replace(old, aside)
+                warnings.warn(
+                    f"fit: moved the unrestorable checkpoint step {step} to {aside} to write "
+                    "the new one.", CheckpointFallbackWarning, stacklevel=3,
+                )
+            self._unrestorable.discard(step)
+            self.manager.reload()
         self.manager.save(
-            int(step),
+            step,
             args=ocp.args.Composite(
                 arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)
             ),
             force=True,
         )
 
-    def restore(self, step: int, arrays_like: dict[str, Any]) -> tuple[dict[str, Any], dict]:
-        ocp = self._ocp
-        out = self.manager.restore(
-            int(step),
-            args=ocp.args.Composite(
-                arrays=ocp.args.StandardRestore(_abstract(arrays_like)),
-                meta=ocp.args.JsonRestore(),
-            ),
-        )
-        return out["arrays"], out["meta"]
-
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.manager.wait_until_finished()
+            self.manager.close()
+        finally:
+            self._lock.release()
+
+
+# --------------------------------------------------------------------------- resume
+
+
+class CheckpointCorruptError(RuntimeError):
+    """No checkpoint step in the directory restores."""
+
+
+def _history_upto(records: list[dict], t: int) -> tuple[list[dict], dict | None]:
+    """Records covering exactly train steps ``0..t-1`` and evaluations at steps ``<= t``."""
+    kept: list[dict] = []
+    steps: list[int] = []
+    for r in records:
+        kind = r.get("kind")
+        if kind == "train":
+            s = [int(v) for v in r["step"]]
+            keep = [i for i, v in enumerate(s) if v < t]
+            if not keep:
+                continue
+            if len(keep) < len(s):
+                r = {"kind": "train", "step": [s[i] for i in keep],
+                     "metrics": {k: [v[i] for i in keep] for k, v in r["metrics"].items()}}
+            steps.extend(s[i] for i in keep)
+            kept.append(r)
+        elif kind == "eval":
+            s = [int(v) for v in r["step"]]
+            keep = [i for i, v in enumerate(s) if v <= t]
+            if len(keep) == len(s):
+                kept.append(r)
+            elif keep:
+                kept.append({"kind": "eval", "step": [s[i] for i in keep],
+                             "metrics": {k: [v[i] for i in keep]
+                                         for k, v in r["metrics"].items()}})
+        else:
+            raise ValueError(f"history record of unknown kind {kind!r}")
+    if steps != list(range(t)):
+        missing = sorted(set(range(t)) - set(steps))[:5]
+        raise ValueError(
+            f"{HISTORY_NAME} does not cover steps 0..{t - 1} exactly (missing e.g. {missing}, "
+            f"{len(steps)} rows)"
+        )
+    return kept, None
+
+
+def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
+    """Restore the newest step that restores; ``None`` when the directory has no step.
+
+    Returns ``(step, arrays, meta, history_records)``.  Steps newer than the one restored
+    that failed are reported in one :class:`CheckpointFallbackWarning` and remembered (moved
+    aside, not deleted, when the run reaches them again).  A readable step with another
+    fingerprint raises :class:`CheckpointMismatchError`; when no step restores,
+    :class:`CheckpointCorruptError` lists why each failed.
+    """
+    failures: list[tuple[int, str]] = []
+    steps = ckpt.steps()
+    if not steps:
+        return None
+    try:
+        all_records = ckpt.read_history_lines()
+        records_error = None
+    except (OSError, ValueError) as e:
+        all_records, records_error = None, f"{type(e).__name__}: {e}"
+    for s in steps:
+        try:
+            meta = ckpt.read_meta(s)
+        except Exception as e:  # orbax raises many kinds (JSONDecodeError, KeyError, OSError)
+            failures.append((s, f"metadata unreadable ({type(e).__name__}: {_short(str(e), 160)})"))
+            continue
+        saved = meta.get("fingerprint")
+        saved = saved if isinstance(saved, dict) else {}
+        now = fingerprint
+        if "version" not in saved and saved:  # written before fingerprint version 2:
+            now = {k: v for k, v in fingerprint.items() if k in saved}  # compare what it has
+        diff = fingerprint_diff(saved, now)
+        if diff:
+            raise CheckpointMismatchError(
+                f"fit: {ckpt.directory} holds a checkpoint of a different run (step {s}); "
+                "saved vs now:\n  " + "\n  ".join(diff)
+                + "\nResume with the same arguments, data and initial state, or use a new "
+                "checkpoint_dir."
+            )
+        try:
+            if "history" in meta:  # format of layerlab <= 0.1: the whole history in the meta
+                records = None
+            elif all_records is None:
+                raise ValueError(records_error)
+            else:
+                records, _ = _history_upto(all_records, s)
+        except Exception as e:
+            failures.append((s, f"history rows missing ({_short(str(e), 160)})"))
+            continue
+        try:
+            arrays = ckpt.restore_arrays(s, arrays_like)
+            want = meta.get("state_hash")
+            if want is not None and not str(want).startswith("unhashed"):
+                got = content_hash(arrays)
+                if got != want:
+                    raise ValueError(f"content hash {got} differs from the saved {want}")
+        except Exception as e:
+            failures.append((s, f"arrays do not restore ({type(e).__name__}: "
+                                f"{_short(str(e), 160)})"))
+            continue
+        if failures:
+            warnings.warn(
+                f"fit: checkpoint step(s) {[f for f, _ in failures]} in {ckpt.directory} do not "
+                f"restore ({'; '.join(f'step {f}: {why}' for f, why in failures)}); resuming "
+                f"from step {s} instead. Nothing was deleted.",
+                CheckpointFallbackWarning, stacklevel=3,
+            )
+            for f, _ in failures:
+                ckpt.mark_unrestorable(f)
+        return s, arrays, meta, records
+    raise CheckpointCorruptError(
+        f"fit: no checkpoint in {ckpt.directory} restores: "
+        + "; ".join(f"step {f}: {why}" for f, why in failures)
+        + ". Move the directory (or the bad step directories) away to start afresh."
+    )
+
+
+def open_checkpoint(directory, max_to_keep, fingerprint: dict, arrays_like: dict[str, Any]):
+    """Validate and lock ``directory``, then :func:`resume` from it.
+
+    Returns ``(checkpointer, found)`` with ``found`` as returned by :func:`resume` (``None``
+    for a fresh directory); the lock is released again when resuming raises.
+    """
+    ckpt = Checkpointer(directory, max_to_keep=max_to_keep, writer=jax.process_index() == 0)
+    try:
+        return ckpt, resume(ckpt, fingerprint, arrays_like)
+    except BaseException:
+        ckpt.close()
+        raise
+
+
+def checkpoint_meta(step: int, fingerprint: dict, history_rows: int, arrays: dict[str, Any],
+                    stopped: bool, early_stopping: dict | None) -> dict[str, Any]:
+    """The JSON meta saved beside the arrays of one step (small: no history)."""
+    return {
+        "step": int(step),
+        "fingerprint": fingerprint,
+        "history_rows": int(history_rows),
+        "state_hash": content_hash(arrays),
+        "stopped": bool(stopped),
+        "early_stopping": early_stopping,
+    }

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["empty_history", "history_to_jsonable", "history_from_jsonable"]
+__all__ = ["HistoryLog", "empty_history", "history_to_jsonable", "history_from_jsonable"]
 
 
 def empty_history() -> dict[str, Any]:
@@ -90,3 +90,81 @@ def history_from_jsonable(obj: dict[str, Any]) -> dict[str, Any]:
     out["train"] = {k: _arr(v) for k, v in obj.get("train", {}).items()}
     out["eval"] = {k: _arr(v) for k, v in obj.get("eval", {}).items()}
     return out
+
+
+class HistoryLog:
+    """The history of one ``fit`` call, kept as chunks (no O(T) work per chunk).
+
+    ``train_steps[i]`` / ``train[i]``: the steps ``[L]`` and metrics ``{name: [L] or [L, R]}``
+    of chunk ``i``; ``eval_steps[j]`` / ``eval[j]``: the steps and metrics of evaluation block
+    ``j``.  :meth:`new_records` gives the blocks added since its previous call, as the JSON
+    records of a checkpoint's ``history.jsonl``.
+    """
+
+    def __init__(self):
+        self.train_steps: list[np.ndarray] = []
+        self.train: list[dict[str, np.ndarray]] = []
+        self.eval_steps: list[list[int]] = []
+        self.eval: list[dict[str, np.ndarray]] = []
+        self._written = (0, 0)
+
+    def add_train(self, steps: np.ndarray, metrics: dict[str, np.ndarray]) -> None:
+        self.train_steps.append(steps)
+        self.train.append(metrics)
+
+    def add_eval(self, t: int, metrics: dict[str, Any]) -> None:
+        self.eval_steps.append([int(t)])
+        self.eval.append({k: np.asarray(v)[None] for k, v in metrics.items()})
+
+    def rows(self) -> int:
+        return int(sum(len(s) for s in self.train_steps))
+
+    def assemble(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        hist = empty_history()
+        if self.train_steps:
+            hist["step"] = np.concatenate(self.train_steps)
+            names = self.train[-1].keys()
+            hist["train"] = {k: np.concatenate([c[k] for c in self.train]) for k in names}
+        if self.eval_steps:
+            hist["eval_step"] = np.asarray([t for b in self.eval_steps for t in b], np.int64)
+            names = self.eval[-1].keys()
+            hist["eval"] = {k: np.concatenate([c[k] for c in self.eval]) for k in names}
+        if extra:
+            hist.update(extra)
+        return hist
+
+    def _records(self, i0: int, j0: int) -> list[dict]:
+        recs = [{"kind": "train", "step": st, "metrics": m}
+                for st, m in zip(self.train_steps[i0:], self.train[i0:], strict=True)]
+        return recs + [{"kind": "eval", "step": st, "metrics": m}
+                       for st, m in zip(self.eval_steps[j0:], self.eval[j0:], strict=True)]
+
+    def records(self) -> list[dict]:
+        """All blocks as records (marks them written)."""
+        self._written = (len(self.train), len(self.eval))
+        return self._records(0, 0)
+
+    def new_records(self) -> list[dict]:
+        """The blocks added since the previous call (marks them written)."""
+        out = self._records(*self._written)
+        self._written = (len(self.train), len(self.eval))
+        return out
+
+    def load_records(self, records: list[dict]) -> None:
+        """Append the blocks of ``history.jsonl`` records (JSON ``None`` back to NaN)."""
+        for r in records:
+            metrics = {k: _arr(v) for k, v in r["metrics"].items()}
+            if r["kind"] == "train":
+                self.add_train(np.asarray(r["step"], np.int64), metrics)
+            else:
+                self.eval_steps.append([int(v) for v in r["step"]])
+                self.eval.append(metrics)
+
+    def load_jsonable(self, obj: dict[str, Any]) -> None:
+        """Append a whole history in :func:`history_to_jsonable` form (older checkpoints)."""
+        h = history_from_jsonable(obj)
+        if h["step"].size:
+            self.add_train(h["step"], h["train"])
+        if h["eval_step"].size:
+            self.eval_steps.append([int(s) for s in h["eval_step"]])
+            self.eval.append(h["eval"])

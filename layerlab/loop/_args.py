@@ -1,0 +1,134 @@
+"""Argument checks of :func:`layerlab.loop.fit`: everything is validated before compiling."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab._checks import check_int, check_number
+
+__all__ = ["FitPlan", "check_fit_args"]
+
+
+class FitPlan(NamedTuple):
+    """What the checks derive: the key, the sample axis and count, runs, steps per epoch, total."""
+
+    key: jax.Array
+    axis: int          # sample axis of the data leaves (1 with data_runs_axis)
+    n: int             # number of samples
+    R: int | None      # number of runs (runs=True), else None
+    batch_size: int | None
+    spe: int           # steps per epoch
+    total: int         # number of steps T
+
+
+def _as_key(key):
+    if key is None:
+        raise ValueError(
+            "fit: pass key=jax.random.key(seed); it drives shuffling and the step keys."
+        )
+    key = jnp.asarray(key) if not isinstance(key, jax.Array) else key
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"fit: key must be a single PRNG key, got shape {key.shape}.")
+        return key
+    if key.dtype == jnp.uint32 and key.shape == (2,):
+        return jax.random.wrap_key_data(key)
+    raise TypeError(
+        f"fit: key must be jax.random.key(seed), got dtype {key.dtype} shape {key.shape}."
+    )
+
+
+def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn, eval_every,
+                   chunk_size, checkpoint_dir, checkpoint_every, max_to_keep, early_stopping,
+                   check_finite, runs, data_runs_axis, callback) -> FitPlan:
+    """Validate ``fit``'s arguments (messages name the argument, the expectation and the value).
+
+    Raises:
+      TypeError / ValueError: on the first bad argument.
+    """
+    if not callable(step):
+        raise TypeError(
+            "fit: step must be callable step(state, batch, key) -> (state, metrics); "
+            "for an optax optimizer use layerlab.loop.optax_step(loss_fn, opt).step."
+        )
+    key = _as_key(key)
+    if data_runs_axis and not runs:
+        raise ValueError("fit: data_runs_axis=True needs runs=True.")
+    data_leaves = jax.tree_util.tree_leaves(data)
+    if not data_leaves:
+        raise ValueError("fit: data is empty; pass a pytree of arrays such as (x, y).")
+    axis = 1 if data_runs_axis else 0
+    shapes = [np.shape(a) for a in data_leaves]
+    if any(len(s) <= axis for s in shapes):
+        raise ValueError(f"fit: every data array needs a sample axis {axis}; got shapes {shapes}.")
+    n = shapes[0][axis]
+    if any(s[axis] != n for s in shapes):
+        raise ValueError(
+            f"fit: data arrays disagree on the number of samples (axis {axis}): shapes {shapes}."
+        )
+    if n == 0:
+        raise ValueError(
+            f"fit: data has 0 samples (shapes {shapes}); pass at least one sample."
+        )
+    R = None
+    state_leaves = jax.tree_util.tree_leaves(state)
+    if runs:
+        if not state_leaves or any(np.ndim(a) == 0 for a in state_leaves):
+            raise ValueError(
+                "fit(runs=True): every state leaf needs a leading runs axis [R, ...]; build the "
+                "state with jax.vmap(init)(...) over the runs."
+            )
+        R = int(np.shape(state_leaves[0])[0])
+        if any(np.shape(a)[0] != R for a in state_leaves):
+            raise ValueError(
+                "fit(runs=True): state leaves disagree on the runs axis: "
+                f"{sorted({np.shape(a)[0] for a in state_leaves})}."
+            )
+        if data_runs_axis and any(s[0] != R for s in shapes):
+            raise ValueError(f"fit: data_runs_axis=True but data shapes {shapes} lack R={R} first.")
+    if batch_size is None:
+        spe = 1
+    else:
+        batch_size = check_int(batch_size, "batch_size", fn="fit")
+        if not 1 <= batch_size <= n:
+            raise ValueError(f"fit: batch_size={batch_size} must be in [1, n={n}] (or None).")
+        spe = n // batch_size
+    if (steps is None) == (epochs is None):
+        raise ValueError("fit: give exactly one of steps= or epochs=.")
+    if steps is not None:
+        total = check_int(steps, "steps", fn="fit", min_value=0)
+    else:
+        total = check_int(epochs, "epochs", fn="fit", min_value=0) * spe
+    for name, v in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every),
+                    ("chunk_size", chunk_size)):
+        check_int(v, name, fn="fit", min_value=1, allow_none=True)
+    check_int(max_to_keep, "max_to_keep", fn="fit", min_value=1, allow_none=True)
+    if not (isinstance(check_finite, bool) or (
+            isinstance(check_finite, Sequence) and not isinstance(check_finite, str))):
+        raise TypeError(
+            "fit: check_finite must be True, False or a sequence of metric names, got "
+            f"{check_finite!r}."
+        )
+    if eval_fn is not None and not callable(eval_fn):
+        raise TypeError(f"fit: eval_fn must be callable, got {type(eval_fn).__name__}.")
+    if callback is not None and not callable(callback):
+        raise TypeError(f"fit: callback must be callable, got {type(callback).__name__}.")
+    if eval_every is not None and eval_fn is None:
+        raise ValueError("fit: eval_every given without eval_fn.")
+    if early_stopping is not None:
+        if eval_fn is None:
+            raise ValueError("fit: early_stopping needs eval_fn (it watches an eval metric).")
+        if early_stopping.mode not in ("min", "max"):
+            raise ValueError(
+                f"fit: EarlyStopping.mode must be 'min' or 'max', got {early_stopping.mode!r}."
+            )
+        check_int(early_stopping.patience, "EarlyStopping.patience", fn="fit", min_value=1)
+        check_number(early_stopping.min_delta, "EarlyStopping.min_delta", fn="fit",
+                     min_value=0.0)
+    if checkpoint_every is not None and checkpoint_dir is None:
+        raise ValueError("fit: checkpoint_every given without checkpoint_dir.")
+    return FitPlan(key, axis, int(n), R, batch_size, spe, total)

@@ -1,0 +1,194 @@
+"""The compiled parts of :func:`layerlab.loop.fit`: the chunk runner and its permutations.
+
+One ``jax.jit``-compiled ``lax.scan`` runs a chunk of steps; batches are gathered on device
+from per-epoch permutations drawn from ``fold_in(data_key, epoch)``; the chunk also returns a
+finiteness flag of the final state (one reduction, read back with the metrics).  Plus the
+jitted evaluation, best-state selection and data finiteness test, and the host-side choice of
+chunk lengths.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_MAX_PERM_ENTRIES = 1 << 24  # int32 entries of precomputed permutations per chunk (64 MiB)
+
+
+def _epoch_perm(data_key, epoch, n):
+    return jax.random.permutation(jax.random.fold_in(data_key, epoch), n).astype(jnp.int32)
+
+
+@partial(
+    jax.jit,
+    static_argnames=("step", "length", "batch_size", "steps_per_epoch", "n", "runs",
+                     "data_runs_axis", "batch_sharding", "state_sharding", "check_state"),
+)
+def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step, length,
+               batch_size,
+               steps_per_epoch, n, runs, data_runs_axis, batch_sharding, state_sharding,
+               check_state=False):
+    state, metrics, last, e_last = _run_chunk_body(
+        state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step=step, length=length,
+        batch_size=batch_size, steps_per_epoch=steps_per_epoch, n=n, runs=runs,
+        data_runs_axis=data_runs_axis, batch_sharding=batch_sharding,
+        state_sharding=state_sharding)
+    # one reduction per chunk (read back with the metrics: no extra host sync)
+    ok = _finite_flags(state, runs) if check_state else jnp.asarray(True)
+    return state, metrics, last, e_last, ok
+
+
+def _finite_flags(tree, runs):
+    """``all(isfinite)`` over the float leaves of ``tree``: ``[]`` or per run ``[R]``."""
+    flags = []
+    for a in jax.tree_util.tree_leaves(tree):
+        if not jnp.issubdtype(a.dtype, jnp.inexact):
+            continue
+        f = jnp.isfinite(a)
+        flags.append(jnp.all(f.reshape(f.shape[0], -1), axis=1) if runs and a.ndim
+                     else jnp.all(f))
+    if not flags:
+        return jnp.asarray(True)
+    out = flags[0]
+    for f in flags[1:]:
+        out = out & f
+    return out
+
+
+def _run_chunk_body(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step,
+                    length, batch_size, steps_per_epoch, n, runs, data_runs_axis,
+                    batch_sharding, state_sharding):
+    """``length`` steps ``t0 .. t0+length-1`` of ``step`` in one ``lax.scan``.
+
+    Step ``t`` uses the batch ``perm_e[p*B:(p+1)*B]`` with ``e = t // S``, ``p = t % S``
+    (``S`` steps per epoch, ``perm_e`` a permutation drawn from ``fold_in(data_key, e)``) and
+    the key ``fold_in(step_key, t)`` (per run with ``runs``).  Both depend only on ``t``, so
+    any chunking (and a resumed run) sees exactly the same batches and keys.  ``prev_perm`` is
+    the permutation of epoch ``prev_epoch`` (from the previous chunk), reused when this chunk
+    starts inside that epoch, so every permutation is drawn once per run.
+
+    Returns ``(state, metrics, last_perm, last_epoch)``.
+    """
+    full = batch_size is None
+    axis = 1 if data_runs_axis else 0
+    if runs:
+        vstep = jax.vmap(step, in_axes=(0, 0 if data_runs_axis else None, 0))
+        fold = jax.vmap(jax.random.fold_in, in_axes=(0, None))
+    if state_sharding is not None:
+        sh_leaves, sh_def = state_sharding
+        state_sh_tree = jax.tree_util.tree_unflatten(sh_def, sh_leaves)
+
+    # All permutations a chunk needs are drawn up front, [E, n] for the E epochs it touches
+    # (cheaper than a lax.cond inside the scan); past _MAX_PERM_ENTRIES a cond redraws them.
+    n_epochs = (length - 1) // steps_per_epoch + 2
+    precompute = not full and n_epochs * n <= _MAX_PERM_ENTRIES
+    e0 = t0 // steps_per_epoch
+
+    def gather(idx):
+        return jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=axis, mode="clip"), data)
+
+    def advance(st, batch, t):
+        if batch_sharding is not None:
+            batch = jax.tree_util.tree_map(
+                lambda a: lax.with_sharding_constraint(a, batch_sharding), batch
+            )
+        if runs:
+            new, metrics = vstep(st, batch, fold(step_keys, t))
+        else:
+            new, metrics = step(st, batch, jax.random.fold_in(step_keys, t))
+        if state_sharding is not None:
+            new = lax.with_sharding_constraint(new, state_sh_tree)
+        return new, metrics
+
+    ts = t0 + jnp.arange(length, dtype=t0.dtype)
+    if full:
+        def body_full(st, t):
+            return advance(st, data, t)
+
+        state, metrics = lax.scan(body_full, state, ts)
+        return state, metrics, prev_perm, prev_epoch
+    first = lax.cond(prev_epoch == e0, lambda: prev_perm, lambda: _epoch_perm(data_key, e0, n))
+    e_last = (t0 + length - 1) // steps_per_epoch
+    if precompute:
+        need = e_last - e0 + 1
+
+        def draw(j):  # epochs e0+1 .. e_last; the bound n_epochs may exceed them by one
+            return lax.cond(j < need, lambda: _epoch_perm(data_key, e0 + j, n),
+                            lambda: jnp.zeros((n,), jnp.int32))
+
+        rest = lax.map(draw, jnp.arange(1, n_epochs, dtype=e0.dtype))
+        perms = jnp.concatenate([first[None], rest], axis=0)
+
+        def body_pre(st, t):
+            row, pos = t // steps_per_epoch - e0, t % steps_per_epoch
+            idx = lax.dynamic_slice(perms, (row, pos * batch_size), (1, batch_size))[0]
+            return advance(st, gather(idx), t)
+
+        state, metrics = lax.scan(body_pre, state, ts)
+        last = lax.dynamic_index_in_dim(perms, need - 1, axis=0, keepdims=False)
+        return state, metrics, last, e_last
+
+    def body_cond(carry, t):
+        st, perm = carry
+        epoch, pos = t // steps_per_epoch, t % steps_per_epoch
+        perm = lax.cond(pos == 0, lambda: _epoch_perm(data_key, epoch, n), lambda: perm)
+        idx = lax.dynamic_slice_in_dim(perm, pos * batch_size, batch_size)
+        st, metrics = advance(st, gather(idx), t)
+        return (st, perm), metrics
+
+    (state, last), metrics = lax.scan(body_cond, (state, first), ts)
+    return state, metrics, last, e_last
+
+
+@partial(jax.jit, static_argnames=("eval_fn", "runs"))
+def _run_eval(state, *, eval_fn, runs):
+    return jax.vmap(eval_fn)(state) if runs else eval_fn(state)
+
+
+@partial(jax.jit, static_argnames=("runs",))
+def _select_best(improved, new, best, *, runs):
+    if not runs:
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(improved, a, b), new, best)
+
+    def sel(a, b):
+        m = improved.reshape(improved.shape + (1,) * (a.ndim - 1))
+        return jnp.where(m, a, b)
+
+    return jax.tree_util.tree_map(sel, new, best)
+
+
+@jax.jit
+def _all_finite(tree):
+    leaves = [jnp.all(jnp.isfinite(a)) for a in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(a.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+# --------------------------------------------------------------------------- host helpers
+
+
+def _ceil_to(t: int, k: int) -> int:
+    return (t // k + 1) * k
+
+
+def _default_chunk(total: int, intervals: Sequence[int]) -> int:
+    target = max(1, math.ceil(total / 10))
+    if not intervals:
+        return target
+    g = 0
+    for k in intervals:
+        g = math.gcd(g, int(k))
+    if g <= target:
+        return g
+    # the largest divisor of g that is <= target keeps every chunk the same length
+    best = 1
+    for d in range(1, int(math.isqrt(g)) + 1):
+        if g % d == 0:
+            for c in (d, g // d):
+                if c <= target and c > best:
+                    best = c
+    return best if best * 4 >= target else g

@@ -1,0 +1,82 @@
+"""Tests for layerlab._checks (the shared argument checkers): eager checks raise, traced
+arguments pass through (the same functions stay jit-able)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import _checks as C
+
+
+def test_check_int_refuses_bools_floats_and_out_of_range():
+    assert C.check_int(np.int64(3), "k") == 3
+    assert C.check_int(jnp.asarray(4), "k") == 4
+    for bad in (True, 2.7, 2.0, "3", None):
+        with pytest.raises(TypeError, match=r"f: k must be an integer"):
+            C.check_int(bad, "k", fn="f")
+    with pytest.raises(ValueError, match=r"k must be >= 1, got 0"):
+        C.check_int(0, "k", min_value=1)
+    assert C.check_int(None, "k", allow_none=True) is None
+
+
+def test_check_number_ranges_and_arrays():
+    assert C.check_number(0.5, "lr", min_value=0.0, lo_open=True) == 0.5
+    with pytest.raises(ValueError, match=r"lr must be > 0.0 \(a rate\), got 0.0"):
+        C.check_number(0.0, "lr", min_value=0.0, lo_open=True, what="a rate")
+    with pytest.raises(ValueError, match=r"lam must be >= 0.0, got \[0.1, -1.0\]"):
+        C.check_number(np.array([0.1, -1.0]), "lam", min_value=0.0)
+    with pytest.raises(ValueError, match="finite"):
+        C.check_number(np.inf, "x")
+    with pytest.raises(TypeError, match="number"):
+        C.check_number("1e-3", "lr")
+    # traced: passes through unchecked (eager only)
+    out = jax.jit(lambda v: C.check_number(v, "lr", min_value=0.0) * 2)(-1.0)
+    assert float(out) == -2.0
+
+
+def test_check_labels_eager_and_traced():
+    y = C.check_labels([0, 2, 1], 3, "y", fn="f")
+    np.testing.assert_array_equal(np.asarray(y), [0, 2, 1])
+    with pytest.raises(ValueError, match=r"f: y must be integer class labels in \[0, 3\) "
+                                         r"\(num_classes=3\), got values in \[0, 3\]"):
+        C.check_labels(jnp.array([0, 3]), 3, "y", fn="f")
+    with pytest.raises(TypeError, match="integer"):
+        C.check_labels(np.array([0.0, 1.0]), 3, "y")
+    with pytest.raises(ValueError, match="2 labels"):
+        C.check_labels(np.array([0, 1, 2]), 3, "y", n=2)
+    traced = jax.jit(lambda v: C.check_labels(v, 3, "y") + 1)(jnp.array([0, 7]))
+    np.testing.assert_array_equal(np.asarray(traced), [1, 8])
+
+
+def test_check_array_shapes_types_and_finiteness():
+    a = C.check_array([[1.0, 2.0]], "x", ndim=2, shape=(None, 2), kind="float")
+    assert a.shape == (1, 2)
+    with pytest.raises(ValueError, match=r"x must have rank 2 .*got shape \(2,\)"):
+        C.check_array([1.0, 2.0], "x", ndim=2, shape=(None, 2))
+    with pytest.raises(ValueError, match=r"x must have shape \[\?, 3\], got \(1, 2\)"):
+        C.check_array([[1.0, 2.0]], "x", shape=(None, 3))
+    with pytest.raises(TypeError, match="floating-point"):
+        C.check_array(np.arange(3), "x", kind="float")
+    with pytest.raises(TypeError, match="must be an array, got None"):
+        C.check_array(None, "x")
+    with pytest.raises(TypeError, match="a string"):
+        C.check_array("abc", "x")
+    with pytest.raises(ValueError, match="1 non-finite"):
+        C.check_array([1.0, np.nan], "x", finite=True)
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        C.check_array(np.zeros((1, 3)), "x", min_rows=2)
+    # under jit the static checks still run (at trace time), value checks are skipped
+    f = jax.jit(lambda v: C.check_array(v, "x", ndim=1, finite=True))
+    assert np.isnan(np.asarray(f(jnp.array([jnp.nan])))[0])
+    with pytest.raises(ValueError, match="rank 1"):
+        f(jnp.zeros((2, 2)))
+
+
+def test_same_length_and_result_finite():
+    assert C.check_same_length(("a", [1, 2]), ("b", np.zeros(2))) == 2
+    with pytest.raises(ValueError, match=r"len\(a\) = 2, len\(b\) = 3"):
+        C.check_same_length(("a", [1, 2]), ("b", [1, 2, 3]), fn="f")
+    with pytest.raises(C.NonFiniteResultError, match="rescale"):
+        C.check_result_finite(jnp.array([1.0, jnp.inf]), "k", hint=lambda: "rescale")
+    assert issubclass(C.NonFiniteResultError, ValueError)
+    assert issubclass(C.NonFiniteResultError, FloatingPointError)
