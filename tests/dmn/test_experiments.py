@@ -1,10 +1,10 @@
-"""Tests for layerlab.dmn._pipeline: DMN build + classifier trained by layerlab.loop.fit."""
+"""Tests for layerlab.dmn.experiments: DMN build + classifier trained by layerlab.loop.fit."""
 import jax
 import numpy as np
 
 from layerlab.data import load
 from layerlab.dmn import DMNConfig
-from layerlab.dmn._pipeline import train_and_evaluate
+from layerlab.dmn.experiments import train_and_evaluate
 
 
 def test_dmn_classifier_learns_digits():
