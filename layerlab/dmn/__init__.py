@@ -24,6 +24,9 @@ from layerlab.dmn._density import sharded_class_density_matrices as sharded_clas
 from layerlab.dmn._density import (
     streaming_class_density_matrices as streaming_class_density_matrices,
 )
+from layerlab.dmn._filters import back_project as back_project
+from layerlab.dmn._filters import plot_energies as plot_energies
+from layerlab.dmn._filters import plot_filters as plot_filters
 from layerlab.dmn._layers import BuildInfo as BuildInfo
 from layerlab.dmn._layers import DMNConfig as DMNConfig
 from layerlab.dmn._layers import Head as Head
@@ -46,9 +49,6 @@ from layerlab.dmn._layers import max_pool_2x2 as max_pool_2x2
 from layerlab.dmn._layers import parse_spec as parse_spec
 from layerlab.dmn._layers import split_spec as split_spec
 from layerlab.dmn._layers import standardize_features as standardize_features
-from layerlab.dmn._filters import back_project as back_project
-from layerlab.dmn._filters import plot_energies as plot_energies
-from layerlab.dmn._filters import plot_filters as plot_filters
 from layerlab.dmn._timescales import distance_to_final as distance_to_final
 from layerlab.dmn._timescales import eigenvalue_convergence as eigenvalue_convergence
 from layerlab.dmn._timescales import eigenvalue_fluctuations as eigenvalue_fluctuations

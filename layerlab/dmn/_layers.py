@@ -313,7 +313,8 @@ class DMNConfig:
       pca: ``"class"`` (class-based PCA, eq. 15 per class) or ``"naive"`` (PCA of
         ``sum_c rho_c``); ``"naive_first"`` uses naive PCA for the first DMN layer only.
       var_fraction: per-class variance fraction selecting the candidates ("Var."); None =
-        fixed-count mode.
+        fixed-count mode; a tuple gives one value per DMN layer (the last one repeats; a
+        ``None`` entry makes that layer fixed-count).
       cutoff: de-duplication threshold ("Cutoff"); None disables.
       threshold: ``"crossing"`` (keep the eigenvector that crosses Var) or ``"below"``
         (cumulative energy <= Var, the authors'); see ``num_components``.
@@ -344,7 +345,7 @@ class DMNConfig:
     """
 
     pca: str = "class"
-    var_fraction: float | None = None
+    var_fraction: float | tuple | None = None
     cutoff: float | None = 0.9
     threshold: str = "crossing"
     correlation: str = "cosine"
@@ -362,6 +363,13 @@ class DMNConfig:
     patch: int = 3
     chunk_size: int = 500
 
+    def layer_var(self, j: int) -> float | None:
+        """``var_fraction`` of the ``j``-th DMN layer (0-based)."""
+        v = self.var_fraction
+        if isinstance(v, tuple):
+            return v[min(j, len(v) - 1)]
+        return v
+
     def __post_init__(self):
         choices = {
             "pca": ("class", "naive", "naive_first"), "threshold": THRESHOLD_RULES,
@@ -375,9 +383,10 @@ class DMNConfig:
                 raise ValueError(
                     f"DMNConfig.{name} must be one of {allowed}; got {getattr(self, name)!r}."
                 )
-        if self.var_fraction is not None and not 0.0 < self.var_fraction <= 1.0:
-            raise ValueError(f"DMNConfig.var_fraction must be in (0, 1] or None; got "
-                             f"{self.var_fraction}.")
+        vs = self.var_fraction if isinstance(self.var_fraction, tuple) else (self.var_fraction,)
+        if not vs or any(v is not None and not 0.0 < v <= 1.0 for v in vs):
+            raise ValueError(f"DMNConfig.var_fraction must be in (0, 1], None, or a non-empty "
+                             f"tuple of those; got {self.var_fraction}.")
         if self.cutoff is not None and not 0.0 < self.cutoff <= 1.0:
             raise ValueError(f"DMNConfig.cutoff must be in (0, 1] or None; got {self.cutoff}.")
         if not 0.0 < self.input_fraction <= 1.0:
@@ -521,6 +530,7 @@ def build_dmn(
     k = config.patch
     padding = config.padding.upper()
     first_dmn = True
+    j_dmn = 0
     for i, lay in enumerate(layers):
         if lay.kind == "pool":
             params.append(None)
@@ -557,7 +567,7 @@ def build_dmn(
         lam, vec = density_eigh(rho)
         vec = _signs(vec, means, config.signs)
         f = select_filters(
-            lam, vec, num_filters=lay.width, var_fraction=config.var_fraction,
+            lam, vec, num_filters=lay.width, var_fraction=config.layer_var(j_dmn),
             cutoff=None if naive else config.cutoff, threshold=config.threshold,
             correlation=config.correlation, within_class=config.within_class,
             order=config.order,
@@ -565,7 +575,7 @@ def build_dmn(
         if f.w.shape[1] == 0:
             raise ValueError(
                 f"layer {i} ({format_spec([lay])}) kept no filters: var_fraction="
-                f"{config.var_fraction} with threshold={config.threshold!r} keeps none of the "
+                f"{config.layer_var(j_dmn)} with threshold={config.threshold!r} keeps none of the "
                 "eigenvectors; raise var_fraction or use threshold='crossing'."
             )
         w = f.w
@@ -579,6 +589,7 @@ def build_dmn(
         info.input_dims.append(int(d))
         info.spectra.append(np.asarray(lam))
         first_dmn = False
+        j_dmn += 1
     return params, info
 
 
