@@ -35,7 +35,7 @@ from layerlab.dmn import (  # noqa: E402
     format_spec,
     streaming_class_density_matrices,
 )
-from layerlab.dmn._pipeline import train_and_evaluate  # noqa: E402
+from layerlab.dmn.experiments import train_and_evaluate  # noqa: E402
 
 
 def time_to_accuracy(curve, target):
