@@ -80,4 +80,6 @@ def test_table_rows_are_the_papers():
     assert [len(ex.table_rows(t)) for t in ("table3", "table4", "table5")] == [7, 9, 9]
     assert ex.table_rows("table4")[6].arch == "d27,m,c108,m,bn,de10"
     cfg = ex.TableConfig.paper("table2")
-    assert cfg.dmn_config(r).var_fraction == (0.995, 0.99) and cfg.is_paper_scale()
+    assert cfg.dmn_config(r).var_fraction == (0.999, 0.995) and cfg.is_paper_scale()
+    assert cfg.dmn_config(t2[3]).var_fraction == (0.85, 0.99)
+    assert cfg.dmn_config(t2[6]).var_fraction == (0.99, 0.99)
