@@ -17,6 +17,8 @@ from reproduce import _cli
 def build_parser():
     p = _cli.parser("dmn", "table2", __doc__)
     _cli_dmn_flags(p)
+    p.add_argument("--no-convnet", action="store_true",
+                   help="skip the matching ConvNets (e.g. CIFAR DMN rows on a CPU)")
     return p
 
 
@@ -46,6 +48,7 @@ def main(argv=None) -> int:
         "table2", scale, preset=args.preset, seeds=args.seeds, epochs=args.epochs,
         n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
         datasets=tuple(args.datasets.split(",")) if args.datasets else None,
+        convnet=False if args.no_convnet else None,
     )
     rec = ex.run_table(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))
