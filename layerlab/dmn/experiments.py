@@ -522,18 +522,48 @@ def run_table(
                                             [_acc(r, config, "train") for r in rs],
                                             paper=row.paper_train, unit="%", tol=tol))
     claims = _table_claims(config, rows)
+    cost = _cost(runs)
+    if cost:
+        ratios = [c["ratio"] for c in cost if c["ratio"] is not None]
+        claims.append(Claim(
+            "cost: the DMN pipeline (build + features + head) reaches its accuracy faster than "
+            "the ConvNet of the same widths", bool(ratios) and min(ratios) > 1.0 and
+            len(ratios) == len(cost),
+            "; ".join(f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
+                      + (f"{c['convnet_s']:.0f} s ({c['ratio']:.1f}x)" if c["ratio"] is not None
+                         else "never reached it") for c in cost)))
     scale = "paper" if config.is_paper_scale() and not missing else "reduced"
     return Record(
         paper="dmn", artifact=config.artifact, title=_TITLES.get(config.artifact, "Fig. 10"),
         scale=scale, config=_config_dict(config), rows=rows, claims=claims,
         note=_note(config) + ("" if not missing else
                               f" Not run (files absent): {sorted(missing)}."),
-        extra={"compute_s": time.perf_counter() - t0,
+        extra={"compute_s": time.perf_counter() - t0, "cost": cost,
                "runs": [{k: r[k] for k in ("dataset", "row", "variant", "seed", "spec",
                                            "widths", "val_acc", "best_val_acc", "train_acc",
                                            "build_s", "features_s", "train_s", "total_s")}
                         for r in runs]},
     )
+
+
+def _cost(runs) -> list[dict]:
+    """Per row with both variants: mean DMN wall time (build + features + head, compilation
+    included) and the mean time the ConvNet needed to first reach the DMN's final accuracy
+    (from its per-epoch curve; ``None`` when it never did)."""
+    out = []
+    keys = dict.fromkeys((r["dataset"], r["row"]) for r in runs)
+    for ds, row in keys:
+        d = [r for r in runs if (r["dataset"], r["row"], r["variant"]) == (ds, row, "dmn")]
+        c = [r for r in runs if (r["dataset"], r["row"], r["variant"]) == (ds, row, "convnet")]
+        if not d or not c:
+            continue
+        target = statistics.fmean(r["val_acc"] for r in d)
+        hit = [next((t for _, t, a in r["curve"] if a >= target), None) for r in c]
+        conv_s = None if None in hit else statistics.fmean(hit)
+        dmn_s = statistics.fmean(r["total_s"] for r in d)
+        out.append({"row": f"{ds} {row}", "dmn_val_acc": target, "dmn_s": dmn_s,
+                    "convnet_s": conv_s, "ratio": None if conv_s is None else conv_s / dmn_s})
+    return out
 
 
 def _config_dict(cfg) -> dict:

@@ -83,3 +83,22 @@ def test_table_rows_are_the_papers():
     assert cfg.dmn_config(r).var_fraction == (0.999, 0.995) and cfg.is_paper_scale()
     assert cfg.dmn_config(t2[3]).var_fraction == (0.85, 0.99)
     assert cfg.dmn_config(t2[6]).var_fraction == (0.99, 0.99)
+
+
+def test_cost_is_convnet_time_to_dmn_accuracy_over_dmn_time():
+    from layerlab.dmn.experiments import _cost
+
+    runs = [
+        {"dataset": "mnist", "row": "d6", "variant": "dmn", "val_acc": 0.9, "total_s": 10.0},
+        {"dataset": "mnist", "row": "d6", "variant": "dmn", "val_acc": 0.92, "total_s": 14.0},
+        {"dataset": "mnist", "row": "d6", "variant": "convnet",
+         "curve": [(1, 5.0, 0.85), (2, 30.0, 0.91), (3, 45.0, 0.95)]},
+        {"dataset": "mnist", "row": "d6", "variant": "convnet",
+         "curve": [(1, 8.0, 0.93)]},
+        {"dataset": "mnist", "row": "d9", "variant": "dmn", "val_acc": 0.99, "total_s": 1.0},
+        {"dataset": "mnist", "row": "d9", "variant": "convnet", "curve": [(1, 2.0, 0.5)]},
+    ]
+    c6, c9 = _cost(runs)
+    # target 0.91: first epochs reaching it at 30 s and 8 s -> 19 s; DMN mean 12 s
+    assert c6["convnet_s"] == 19.0 and c6["dmn_s"] == 12.0 and abs(c6["ratio"] - 19 / 12) < 1e-12
+    assert c9["convnet_s"] is None and c9["ratio"] is None
