@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import flax.linen as nn
 import jax
 import numpy as np
 import optax
@@ -45,6 +46,7 @@ from layerlab.record import Claim, Record, Row, row_from_values
 
 __all__ = [
     "ArchRow",
+    "Fig5CNN",
     "Fig6Config",
     "TableConfig",
     "plot_fig6",
@@ -788,6 +790,24 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
                "runs": [{k: r[k] for k in ("dataset", "filters", "variant", "seed", "widths",
                                            "val_acc", "train_acc", "total_s")} for r in runs]},
     )
+
+
+# ----------------------------------------------------------------------------- Fig. 5
+
+
+class Fig5CNN(nn.Module):
+    """SI Fig. 5's network: conv32, maxpool, conv32, maxpool, dense 10 (3x3 kernels, SAME,
+    ReLU, 2x2 pools), He-normal initialised (``benchmarks/dmn_timescales.py`` trains it and
+    tracks each layer's distance to its final weights)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        he = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+        x = nn.max_pool(jax.nn.relu(nn.Conv(32, (3, 3), kernel_init=he, name="conv1")(x)),
+                        (2, 2), strides=(2, 2))
+        x = nn.max_pool(jax.nn.relu(nn.Conv(32, (3, 3), kernel_init=he, name="conv2")(x)),
+                        (2, 2), strides=(2, 2))
+        return nn.Dense(10, kernel_init=he, name="dense")(x.reshape(x.shape[0], -1))
 
 
 # ----------------------------------------------------------------------------- plots
