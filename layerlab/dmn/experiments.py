@@ -442,8 +442,11 @@ def _cache_path(checkpoint_dir, tag):
 def _one(cfg, row, variant, seed, data, *, key, progress, checkpoint_dir):
     """One (row, variant, seed) run, cached as JSON under ``checkpoint_dir``."""
     spec = row.arch if variant == "dmn" else format_spec(convnet_spec(row.arch))
-    tag = (f"{cfg.preset}-{row.dataset}-{spec}-in{row.input_fraction}-var{row.var_fraction}"
-           f"-lv{row.layer_vars}-cut{row.cutoff}-s{seed}-e{cfg.epochs}-n{cfg.n_train}-{cfg.optimizer_name}")
+    built = bool({"dmn_conv", "dmn_dense"} & {t.kind for t in parse_spec(spec)})
+    dmn_tag = (f"{cfg.preset}-in{row.input_fraction}-var{row.var_fraction}-lv{row.layer_vars}"
+               f"-cut{row.cutoff}-" if built else "")  # a ConvNet run is shared by rows
+    tag = (f"{row.dataset}-{spec}-{dmn_tag}s{seed}-e{cfg.epochs}-n{cfg.n_train}-{cfg.n_test}"
+           f"-b{cfg.batch_size}-{cfg.optimizer_name}-{cfg.dtype}")
     path = _cache_path(checkpoint_dir, tag)
     if path is not None and path.exists():
         return json.loads(path.read_text())
