@@ -508,6 +508,9 @@ def run_table(
                 paper = row.paper_val if v == "dmn" else row.paper_convnet
                 rows.append(Row(f"{name} {'ConvNet ' if v == 'convnet' else ''}val acc", None,
                                 paper, "%", tol, 0, None, None, f"not run: {err}"))
+            if row.paper_train is not None:
+                rows.append(Row(f"{name} train acc", None, row.paper_train, "%", tol, 0, None,
+                                None, f"not run: {err}"))
             continue
         for v in variants:
             rs = [_one(config, row, v, s, data, key=key, progress=progress,
