@@ -15,7 +15,7 @@ import jax
 from benchmarks._common import write_json
 from layerlab.data import load
 from layerlab.dmn import DMNConfig
-from layerlab.dmn._pipeline import train_and_evaluate
+from layerlab.dmn.experiments import train_and_evaluate
 
 
 def run(out_dir: pathlib.Path, progress: bool = True) -> dict:

@@ -42,7 +42,7 @@ def _imports():
         format_spec,
         streaming_class_density_matrices,
     )
-    from layerlab.dmn._pipeline import train_and_evaluate
+    from layerlab.dmn.experiments import train_and_evaluate
 
 
 def time_to_accuracy(curve, target):

@@ -37,6 +37,7 @@ from layerlab.dmn import (  # noqa: E402
     eq18_variance,
     layer_spectra,
 )
+from layerlab.dmn.experiments import Fig5CNN  # noqa: E402
 
 HE = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
 
@@ -86,21 +87,9 @@ def fig2(tr, te, args, out):
     return {k: np.asarray(v) for k, v in hist["eval"].items()} | {"eval_step": steps}
 
 
-class SmallCNN(nn.Module):
-    """conv32, maxpool, conv32, maxpool, dense 10 (Fig. 5), He-normal initialised."""
-
-    @nn.compact
-    def __call__(self, x):
-        x = nn.max_pool(jax.nn.relu(nn.Conv(32, (3, 3), kernel_init=HE, name="conv1")(x)),
-                        (2, 2), strides=(2, 2))
-        x = nn.max_pool(jax.nn.relu(nn.Conv(32, (3, 3), kernel_init=HE, name="conv2")(x)),
-                        (2, 2), strides=(2, 2))
-        return nn.Dense(10, kernel_init=HE, name="dense")(x.reshape(x.shape[0], -1))
-
-
 def fig5(tr, te, args, out):
     """Per-layer ||w(t) - w(T)|| / ||w(T)|| of a small CNN."""
-    model = SmallCNN()
+    model = Fig5CNN()
     params = model.init(jax.random.key(3), tr.x[:1])["params"]
 
     def loss_fn(p, batch):

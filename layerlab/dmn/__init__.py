@@ -14,6 +14,8 @@ from layerlab.dmn._density import density_init as density_init
 from layerlab.dmn._density import density_merge as density_merge
 from layerlab.dmn._density import density_update as density_update
 from layerlab.dmn._density import density_update_grouped as density_update_grouped
+from layerlab.dmn._density import energies as energies
+from layerlab.dmn._density import filter_correlation as filter_correlation
 from layerlab.dmn._density import fix_signs as fix_signs
 from layerlab.dmn._density import naive_density_matrix as naive_density_matrix
 from layerlab.dmn._density import num_components as num_components
@@ -22,13 +24,16 @@ from layerlab.dmn._density import sharded_class_density_matrices as sharded_clas
 from layerlab.dmn._density import (
     streaming_class_density_matrices as streaming_class_density_matrices,
 )
+from layerlab.dmn._filters import back_project as back_project
+from layerlab.dmn._filters import plot_energies as plot_energies
+from layerlab.dmn._filters import plot_filters as plot_filters
 from layerlab.dmn._layers import BuildInfo as BuildInfo
 from layerlab.dmn._layers import DMNConfig as DMNConfig
 from layerlab.dmn._layers import Head as Head
-from layerlab.dmn._layers import HeadState as HeadState
 from layerlab.dmn._layers import Layer as Layer
 from layerlab.dmn._layers import Network as Network
 from layerlab.dmn._layers import accuracy as accuracy
+from layerlab.dmn._layers import add_input_noise as add_input_noise
 from layerlab.dmn._layers import build_dmn as build_dmn
 from layerlab.dmn._layers import classifier_step as classifier_step
 from layerlab.dmn._layers import convnet_spec as convnet_spec
@@ -36,19 +41,20 @@ from layerlab.dmn._layers import dmn_apply as dmn_apply
 from layerlab.dmn._layers import dmn_conv_apply as dmn_conv_apply
 from layerlab.dmn._layers import dmn_dense_apply as dmn_dense_apply
 from layerlab.dmn._layers import format_spec as format_spec
+from layerlab.dmn._layers import grid_patches as grid_patches
 from layerlab.dmn._layers import head_variables as head_variables
 from layerlab.dmn._layers import make_network as make_network
 from layerlab.dmn._layers import map_batches as map_batches
 from layerlab.dmn._layers import max_pool_2x2 as max_pool_2x2
 from layerlab.dmn._layers import parse_spec as parse_spec
 from layerlab.dmn._layers import split_spec as split_spec
-from layerlab.dmn._pipeline import make_optimizer as make_optimizer
-from layerlab.dmn._pipeline import train_and_evaluate as train_and_evaluate
+from layerlab.dmn._layers import standardize_features as standardize_features
 from layerlab.dmn._timescales import distance_to_final as distance_to_final
 from layerlab.dmn._timescales import eigenvalue_convergence as eigenvalue_convergence
 from layerlab.dmn._timescales import eigenvalue_fluctuations as eigenvalue_fluctuations
 from layerlab.dmn._timescales import eq18_variance as eq18_variance
 from layerlab.dmn._timescales import layer_spectra as layer_spectra
+from layerlab.dmn.experiments import train_and_evaluate as train_and_evaluate
 
 __all__ = [
     "BuildInfo",
@@ -56,10 +62,11 @@ __all__ = [
     "DensityState",
     "Filters",
     "Head",
-    "HeadState",
     "Layer",
     "Network",
     "accuracy",
+    "add_input_noise",
+    "back_project",
     "build_dmn",
     "class_density_matrices",
     "classifier_step",
@@ -77,22 +84,27 @@ __all__ = [
     "dmn_conv_apply",
     "dmn_dense_apply",
     "eigenvalue_convergence",
+    "energies",
     "eigenvalue_fluctuations",
     "eq18_variance",
+    "filter_correlation",
     "fix_signs",
     "format_spec",
+    "grid_patches",
     "head_variables",
     "layer_spectra",
     "make_network",
-    "make_optimizer",
     "map_batches",
     "max_pool_2x2",
     "naive_density_matrix",
     "num_components",
     "parse_spec",
+    "plot_energies",
+    "plot_filters",
     "select_filters",
     "sharded_class_density_matrices",
     "split_spec",
+    "standardize_features",
     "train_and_evaluate",
     "streaming_class_density_matrices",
 ]

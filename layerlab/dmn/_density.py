@@ -397,28 +397,76 @@ class Filters(NamedTuple):
     index: np.ndarray
 
 
-def num_components(eigvals, var_fraction: float) -> int:
-    """Smallest ``k`` with ``sum(lambda[:k]) >= var_fraction * sum(lambda)`` (descending).
+THRESHOLD_RULES = ("crossing", "below")
+CORRELATIONS = ("cosine", "pearson")
+ORDERS = ("eigenvalue", "class")
+
+
+def energies(eigvals) -> np.ndarray:
+    """The authors' "energy" of each eigenvector, ``E_a = -log(lambda_a / sum_b lambda_b)``.
+
+    Low energy = a likely (prevalent) feature; the paper's SI Fig. 7 plots the spectrum this
+    way.  Non-positive eigenvalues get ``+inf``.
+
+    Args:
+      eigvals: ``[..., d]`` eigenvalues (any order).
+
+    Returns:
+      ``[..., d]`` float64 energies.
+    """
+    lam = np.asarray(eigvals, np.float64)
+    tot = np.clip(lam, 0.0, None).sum(-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = -np.log(lam / np.where(tot > 0, tot, 1.0))
+    return np.where(lam > 0, e, np.inf)
+
+
+def num_components(eigvals, var_fraction: float, *, rule: str = "crossing") -> int:
+    """How many leading eigenvectors a variance threshold keeps (eigenvalues descending).
+
+    * ``rule="crossing"``: the smallest ``k`` with ``sum(lambda[:k]) >= var_fraction *
+      sum(lambda)`` (the eigenvector that crosses ``var_fraction`` is kept, so at least that
+      fraction is explained; at least 1).
+    * ``rule="below"``: every ``k`` with ``sum(lambda[:k]) <= var_fraction * sum(lambda)``
+      (the authors' code: cumulative energy at most ``var_fraction``; may be 0).
 
     Args:
       eigvals: ``[d]`` eigenvalues, descending.
-      var_fraction: fraction of the trace to keep, in ``(0, 1]``.
+      var_fraction: fraction of the trace, in ``(0, 1]``.
+      rule: ``"crossing"`` or ``"below"``.
 
     Returns:
-      ``k`` in ``[1, d]``.
+      ``k`` in ``[1, d]`` (``crossing``) or ``[0, d]`` (``below``).
     """
     lam = np.clip(np.asarray(eigvals, np.float64), 0.0, None)
     if lam.ndim != 1:
         raise ValueError(f"eigvals must be 1-d; got shape {lam.shape}.")
     if not 0.0 < var_fraction <= 1.0:
         raise ValueError(f"var_fraction must be in (0, 1]; got {var_fraction}.")
+    if rule not in THRESHOLD_RULES:
+        raise ValueError(f"rule must be one of {THRESHOLD_RULES}; got {rule!r}.")
     if np.any(np.diff(lam) > 1e-12 * max(lam[0], 1e-30)):
         raise ValueError("eigvals must be sorted in descending order (use density_eigh).")
     tot = lam.sum()
     if tot <= 0:
-        return 1
+        return 1 if rule == "crossing" else 0
     cum = np.cumsum(lam) / tot
+    if rule == "below":
+        return int(np.sum(cum <= var_fraction + 1e-12))
     return int(min(np.searchsorted(cum, var_fraction - 1e-12) + 1, lam.size))
+
+
+def filter_correlation(a, b, measure: str = "cosine") -> float:
+    """Similarity of two filters: ``|a . b| / (|a| |b|)`` (``"cosine"``) or the absolute
+    Pearson correlation of their entries (``"pearson"``, ``numpy.corrcoef``; the authors')."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    if measure == "cosine":
+        return float(abs(a @ b) / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
+    if measure == "pearson":
+        a, b = a - a.mean(), b - b.mean()
+        return float(abs(a @ b) / max(np.linalg.norm(a) * np.linalg.norm(b), 1e-300))
+    raise ValueError(f"measure must be one of {CORRELATIONS}; got {measure!r}.")
 
 
 def select_filters(
@@ -428,16 +476,26 @@ def select_filters(
     num_filters: int | None = None,
     var_fraction: float | None = None,
     cutoff: float | None = 0.9,
+    threshold: str = "crossing",
+    correlation: str = "cosine",
+    within_class: bool = False,
+    order: str = "eigenvalue",
 ) -> Filters:
-    """Choose DMN filters from per-class spectra, dropping cross-class duplicates.
+    """Choose DMN filters from per-class spectra, dropping duplicates.
 
-    Candidates: from each class ``c`` its leading eigenvectors, as many as explain
-    ``var_fraction`` of ``tr rho_c`` (all of them if ``var_fraction`` is None).  They are
-    visited by decreasing eigenvalue; a candidate is dropped when its **correlation** with
-    an already kept filter of a *different* class exceeds ``cutoff``, where the correlation
-    of two filters is the absolute cosine between the unit eigenvectors,
-    ``|v_a . v_b|`` (eigenvectors of one class are orthogonal, so they never collide).
-    Selection stops after ``num_filters`` kept filters (if given).
+    1. **Candidates**: from each class ``c`` its leading eigenvectors, as many as
+       ``num_components(lambda_c, var_fraction, rule=threshold)`` (all ``d`` if
+       ``var_fraction`` is None: the fixed-count mode, top ``num_filters``).
+    2. **Order**: ``"eigenvalue"`` visits all candidates by decreasing eigenvalue (so the
+       normalisation of ``rho_c`` matters: eq. 15 divides by the total ``N``);
+       ``"class"`` visits class 0's candidates (descending), then class 1's, ... (the
+       authors' code).
+    3. **Duplicates**: a candidate is dropped when its ``correlation`` (``"cosine"`` =
+       ``|v_a . v_b|``, ``"pearson"`` = ``|corrcoef(v_a, v_b)|``) with an already kept
+       filter exceeds ``cutoff``; only kept filters of *other* classes count unless
+       ``within_class`` (the authors compare all pairs).  The first of a duplicate pair in
+       visiting order is kept.
+    4. **Cap**: selection stops after ``num_filters`` kept filters (if given).
 
     With a single spectrum (``eigvals`` ``[d]``, naive PCA) this is "the top
     ``num_filters`` eigenvectors" or "the top ones explaining ``var_fraction``".
@@ -445,18 +503,24 @@ def select_filters(
     Args:
       eigvals: ``[C, d]`` (or ``[d]``) eigenvalues, each row descending.
       eigvecs: ``[C, d, d]`` (or ``[d, d]``) unit eigenvectors in columns.
-      num_filters: maximum number of filters to keep.
-      var_fraction: per-class fraction of variance (trace) to keep, in ``(0, 1]``.
-      cutoff: |cosine| above which a cross-class candidate counts as a duplicate; None
+      num_filters: maximum number of filters to keep (the architecture token's width).
+      var_fraction: per-class fraction of variance (trace) to keep, in ``(0, 1]`` ("Var.").
+      cutoff: correlation above which a candidate counts as a duplicate ("Cutoff"); None
         disables de-duplication.
+      threshold: ``"crossing"`` or ``"below"`` (see ``num_components``).
+      correlation: ``"cosine"`` or ``"pearson"``.
+      within_class: also compare candidates with kept filters of their own class.
+      order: ``"eigenvalue"`` or ``"class"``.
 
     Returns:
-      ``Filters`` with ``w`` ``[d, k]``.
+      ``Filters`` with ``w`` ``[d, k]`` in the dtype of ``eigvecs`` (float32 or float64).
 
     References:
-      Sec. "Density matrix networks" and Table 2 ("Var.", "Cutoff") of Dehmamy et al.,
-      arXiv:1703.04757.
+      Sec. "Creating trained network layers" and Table 2 ("Var.", "Cutoff") of Dehmamy et
+      al., arXiv:1703.04757; the authors' ``layer2.get_eigs``/``truncate``
+      (github.com/nimadehmamy/DMN).
     """
+    out_dtype = np.float64 if np.asarray(eigvecs).dtype == np.float64 else np.float32
     lam = np.asarray(eigvals, np.float64)
     vec = np.asarray(eigvecs, np.float64)
     if lam.ndim == 1:
@@ -471,48 +535,66 @@ def select_filters(
         raise ValueError(f"num_filters must be >= 1; got {num_filters}.")
     if cutoff is not None and not 0.0 < cutoff <= 1.0:
         raise ValueError(f"cutoff must be in (0, 1] or None; got {cutoff}.")
+    if correlation not in CORRELATIONS:
+        raise ValueError(f"correlation must be one of {CORRELATIONS}; got {correlation!r}.")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}; got {order!r}.")
     if not np.all(np.isfinite(lam)) or not np.all(np.isfinite(vec)):
         raise ValueError("eigvals/eigvecs contain NaN or inf; check the input data.")
     n_cls, d = lam.shape
     cands = []
     for c in range(n_cls):
-        k = num_components(lam[c], var_fraction) if var_fraction is not None else d
+        k = (num_components(lam[c], var_fraction, rule=threshold)
+             if var_fraction is not None else d)
         cands += [(lam[c, a], c, a) for a in range(k)]
-    cands.sort(key=lambda t: (-t[0], t[1], t[2]))
+    if order == "eigenvalue":
+        cands.sort(key=lambda t: (-t[0], t[1], t[2]))
     kept: list[tuple[float, int, int]] = []
     for lam_a, c, a in cands:
         if num_filters is not None and len(kept) >= num_filters:
             break
         v = vec[c, :, a]
         dup = cutoff is not None and any(
-            c2 != c and abs(v @ vec[c2, :, a2]) > cutoff for _, c2, a2 in kept
+            (within_class or c2 != c)
+            and filter_correlation(v, vec[c2, :, a2], correlation) > cutoff
+            for _, c2, a2 in kept
         )
         if not dup:
             kept.append((lam_a, c, a))
-    w = np.stack([vec[c, :, a] for _, c, a in kept], axis=1)
+    w = (np.stack([vec[c, :, a] for _, c, a in kept], axis=1) if kept
+         else np.zeros((d, 0)))
     return Filters(
-        w=w.astype(np.float32),
-        eigvals=np.array([t[0] for t in kept]),
+        w=w.astype(out_dtype),
+        eigvals=np.array([t[0] for t in kept], np.float64),
         source=np.array([t[1] for t in kept], np.int32),
         index=np.array([t[2] for t in kept], np.int32),
     )
 
 
-def data_fraction_indices(key: jax.Array, y, fraction: float) -> np.ndarray:
-    """Indices of a class-stratified random ``fraction`` of a data set (Table 2's "Input").
+def data_fraction_indices(
+    key: jax.Array, y, fraction: float, *, sampling: str = "stratified"
+) -> np.ndarray:
+    """Indices of a random ``fraction`` of a data set (Table 2's "Input").
 
     Args:
       key: PRNG key.
       y: ``[N]`` integer labels.
-      fraction: in ``(0, 1]``; each class keeps ``ceil(fraction * N_c)`` samples.
+      fraction: in ``(0, 1]``.
+      sampling: ``"stratified"`` (each class keeps ``ceil(fraction * N_c)`` samples) or
+        ``"random"`` (a plain random subset of ``int(fraction * N)`` samples, the authors'
+        ``argsort(rand(N))[:int(frac * N)]``).
 
     Returns:
       ``[M]`` sorted int indices.
     """
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"fraction must be in (0, 1]; got {fraction}.")
+    if sampling not in ("stratified", "random"):
+        raise ValueError(f"sampling must be 'stratified' or 'random'; got {sampling!r}.")
     y = np.asarray(y)
     perm = np.asarray(jax.random.permutation(key, y.shape[0]))
+    if sampling == "random":
+        return np.sort(perm[: max(int(fraction * y.shape[0]), 1)])
     out = []
     for c in np.unique(y):
         idx = perm[y[perm] == c]

@@ -2,7 +2,7 @@
 
 A DMN (density-matrix network) layer replaces a trained layer by the leading eigenvectors
 of the class density matrices of its inputs (eqs. 15, 19-24 of Dehmamy, Rohani &
-Katsaggelos, arXiv:1703.04757), with zero bias and a ReLU:
+Katsaggelos, arXiv:1703.04757), with zero bias and a ReLU (``DMNConfig(activation=...)``):
 
 .. math::  h^{(k)} = \\mathrm{ReLU}(W^{(k)\\top} h^{(k-1)}),
    \\qquad W^{(k)} = [v_1, \\dots, v_F],\\ \\rho_c v = \\lambda v .
@@ -38,10 +38,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from layerlab import loop
 from layerlab.data import extract_patches
 from layerlab.dmn._density import (
+    CORRELATIONS,
+    ORDERS,
+    THRESHOLD_RULES,
+    data_fraction_indices,
     density_eigh,
-    density_finalize,
     density_init,
     density_update,
     density_update_grouped,
@@ -135,21 +139,37 @@ def max_pool_2x2(x: jax.Array) -> jax.Array:
     return nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID")
 
 
-def dmn_conv_apply(kernel: jax.Array, x: jax.Array, *, padding: str = "SAME") -> jax.Array:
-    """Convolutional DMN layer: ``ReLU`` of the projections of every patch on the filters.
+ACTIVATIONS = ("relu", "linear")
+STANDARDIZE = ("none", "sample", "sample_channel", "notebook")
 
-    .. math::  y[n, i, j, f] = \\mathrm{ReLU}\\Big(\\sum_{a,b,c} K[a,b,c,f]\\,
-       \\tilde x[n, i + a, j + b, c]\\Big) = \\mathrm{ReLU}(P[n,i,j,:] \\cdot v_f)
 
-    where ``P = extract_patches(x, k, padding=padding)`` and ``v_f = K[..., f].ravel()``.
+def _activate(y: jax.Array, activation: str) -> jax.Array:
+    if activation == "relu":
+        return jax.nn.relu(y)
+    if activation == "linear":
+        return y
+    raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
+
+
+def dmn_conv_apply(
+    kernel: jax.Array, x: jax.Array, *, padding: str = "SAME", activation: str = "relu"
+) -> jax.Array:
+    """Convolutional DMN layer: the projections of every patch on the filters (then ReLU).
+
+    .. math::  y[n, i, j, f] = \\sigma\\Big(\\sum_{a,b,c} K[a,b,c,f]\\,
+       \\tilde x[n, i + a, j + b, c]\\Big) = \\sigma(P[n,i,j,:] \\cdot v_f)
+
+    where ``P = extract_patches(x, k, padding=padding)``, ``v_f = K[..., f].ravel()`` and
+    ``sigma`` is ReLU (the paper's Fig. 4 caption) or the identity (the authors' code).
 
     Args:
       kernel: ``[k, k, C, F]`` filters (HWIO).
       x: ``[N, H, W, C]`` images (or a single ``[H, W, C]`` image).
       padding: ``"SAME"`` (output ``H x W``, zero padding) or ``"VALID"``.
+      activation: ``"relu"`` or ``"linear"``.
 
     Returns:
-      ``[N, H', W', F]`` (or ``[H', W', F]``).
+      ``[N, H', W', F]`` (or ``[H', W', F]``) in the dtype of ``x``.
 
     References:
       Sec. "Convolutional DMN" of Dehmamy et al., arXiv:1703.04757.
@@ -165,17 +185,52 @@ def dmn_conv_apply(kernel: jax.Array, x: jax.Array, *, padding: str = "SAME") ->
         xb, kernel.astype(xb.dtype), (1, 1), padding.upper(),
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
     )
-    y = jax.nn.relu(y)
+    y = _activate(y, activation)
     return y[0] if single else y
 
 
-def dmn_dense_apply(w: jax.Array, x: jax.Array) -> jax.Array:
-    """Dense DMN layer ``ReLU(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
-    return jax.nn.relu(x.reshape(x.shape[0], -1) @ w.astype(x.dtype))
+def dmn_dense_apply(w: jax.Array, x: jax.Array, *, activation: str = "relu") -> jax.Array:
+    """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
+    return _activate(x.reshape(x.shape[0], -1) @ w.astype(x.dtype), activation)
+
+
+def standardize_features(h: jax.Array, mode: str = "sample") -> jax.Array:
+    """Per-sample standardisation of a DMN layer's output ``h [N, H, W, F]`` (or ``[N, F]``).
+
+    * ``"none"``: unchanged.
+    * ``"sample"``: zero mean, unit std over all of a sample's features.
+    * ``"sample_channel"``: per sample and channel over the spatial axes (``dmn2.py``'s
+      ``tf.nn.moments(axes=[2, 3])`` in NCHW).
+    * ``"notebook"``: per sample and image column over (rows, channels) -- what the
+      authors' notebook's numpy override ``ims.mean(axis=(1, 2))`` on NCHW computes.
+
+    A zero std leaves the (centred) values as they are.
+    """
+    if mode == "none":
+        return h
+    if mode not in STANDARDIZE:
+        raise ValueError(f"standardize must be one of {STANDARDIZE}; got {mode!r}.")
+    if h.ndim == 2 or mode == "sample":
+        axes = tuple(range(1, h.ndim))
+    elif h.ndim != 4:
+        raise ValueError(f"h must be [N, H, W, F] or [N, F]; got shape {h.shape}.")
+    elif mode == "sample_channel":
+        axes = (1, 2)
+    else:  # notebook: NCHW axes (1, 2) = channels and rows
+        axes = (1, 3)
+    mu = h.mean(axes, keepdims=True)
+    sd = h.std(axes, keepdims=True)
+    return (h - mu) / jnp.where(sd > 0, sd, 1.0)
 
 
 def dmn_apply(
-    params: Sequence[Any], layers: Sequence[Layer], x: jax.Array, *, padding: str = "SAME"
+    params: Sequence[Any],
+    layers: Sequence[Layer],
+    x: jax.Array,
+    *,
+    padding: str = "SAME",
+    activation: str = "relu",
+    standardize: str = "none",
 ) -> jax.Array:
     """Run a closed-form DMN prefix (``d``, ``dd`` and ``m`` layers) on a batch ``[N, H, W, C]``.
 
@@ -184,84 +239,241 @@ def dmn_apply(
       layers: the parsed prefix (``split_spec(...)[0]``).
       x: ``[N, H, W, C]`` images.
       padding: padding of the convolutional DMN layers.
+      activation: after each DMN layer, ``"relu"`` or ``"linear"``.
+      standardize: ``standardize_features`` mode applied right after the *last* DMN layer
+        (before its pooling), as the authors do before the classifier.
 
     Returns:
       The prefix's output features (``[N, H', W', F]`` or ``[N, F]``).
     """
-    for lay, p in zip(layers, params, strict=True):
+    last = max((i for i, lay in enumerate(layers) if lay.kind != "pool"), default=-1)
+    for i, (lay, p) in enumerate(zip(layers, params, strict=True)):
         if lay.kind == "dmn_conv":
-            x = dmn_conv_apply(p["w"], x, padding=padding)
+            x = dmn_conv_apply(p["w"], x, padding=padding, activation=activation)
         elif lay.kind == "dmn_dense":
-            x = dmn_dense_apply(p["w"], x)
+            x = dmn_dense_apply(p["w"], x, activation=activation)
         elif lay.kind == "pool":
             x = max_pool_2x2(x)
         else:
             raise ValueError(f"{lay.kind!r} is not a closed-form layer.")
+        if i == last:
+            x = standardize_features(x, standardize)
     return x
+
+
+def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """Non-overlapping ``k x k`` blocks at the grid offsets ``(a, b) in {0..k-2}^2`` (the
+    authors' ``get_rho_fast``/``sub_rho``), flattened like ``extract_patches``.
+
+    Args:
+      x: ``[N, H, W, C]`` images.
+      k: block size (``k >= 2``; ``k = 1`` uses the single offset 0).
+
+    Returns:
+      ``(patches [N, P, k*k*C], weights [P])``: the weights make every offset count equally
+      and sum to ``P`` (so a weighted sum over an image's patches, divided by ``P``, is the
+      authors' per-image density matrix ``mean_offsets mean_blocks p p^T``).
+    """
+    if x.ndim != 4:
+        raise ValueError(f"x must be [N, H, W, C]; got shape {x.shape}.")
+    n, H, W, C = x.shape
+    offs = range(max(k - 1, 1))
+    blocks, counts = [], []
+    for a in offs:
+        for b in offs:
+            sx, sy = (H - a) // k, (W - b) // k
+            if sx < 1 or sy < 1:
+                raise ValueError(f"images {H}x{W} are too small for {k}x{k} blocks at ({a}, {b}).")
+            blk = x[:, a : a + k * sx, b : b + k * sy].reshape(n, sx, k, sy, k, C)
+            blocks.append(blk.transpose(0, 1, 3, 2, 4, 5).reshape(n, sx * sy, k * k * C))
+            counts.append(sx * sy)
+    p = sum(counts)
+    w = jnp.concatenate([jnp.full((c,), p / (len(counts) * c), x.dtype) for c in counts])
+    return jnp.concatenate(blocks, axis=1), w
 
 
 # ------------------------------------------------------------------------------ build
 
 
+SIGNS = ("mean", "max_abs", "none")
+
+
 @dataclasses.dataclass(frozen=True)
 class DMNConfig:
-    """How DMN layers are built (Table 2's columns).
+    """How DMN layers are built: Table 2's columns and every selection rule, as options.
+
+    The two presets differ where the paper's text and the authors' code
+    (``github.com/nimadehmamy/DMN``, ``dmn2.py`` and ``2dmn-010818-classes.ipynb``) differ
+    or where the text is silent; see ``DMNConfig.paper`` / ``DMNConfig.authors`` and
+    docs/dmn.md.  The architecture token's width (``d6``) is a **cap** on the outcome of
+    ``var_fraction`` and ``cutoff``; with ``var_fraction=None`` it is a fixed count (the top
+    ``F`` filters after de-duplication; the authors' ``nf`` / ``TruncatedSVD`` mode).
 
     Attributes:
       pca: ``"class"`` (class-based PCA, eq. 15 per class) or ``"naive"`` (PCA of
         ``sum_c rho_c``); ``"naive_first"`` uses naive PCA for the first DMN layer only.
       var_fraction: per-class variance fraction selecting the candidates ("Var."); None =
-        all eigenvectors are candidates and the token's width alone sets the count.
-      cutoff: cross-class |cosine| de-duplication threshold ("Cutoff"); None disables.
-      input_fraction: stratified fraction of the training set used to build ("Input").
+        fixed-count mode; a tuple gives one value per DMN layer (the last one repeats; a
+        ``None`` entry makes that layer fixed-count).
+      cutoff: de-duplication threshold ("Cutoff"); None disables.
+      threshold: ``"crossing"`` (keep the eigenvector that crosses Var) or ``"below"``
+        (cumulative energy <= Var, the authors'); see ``num_components``.
+      correlation: duplicate measure, ``"cosine"`` or ``"pearson"`` (the authors').
+      within_class: compare candidates with kept filters of their own class too (authors).
+      order: ``"eigenvalue"`` (global, by eigenvalue) or ``"class"`` (class by class).
+      rho_norm: ``"total"`` (``rho_c`` divided by the total number of samples, eq. 15) or
+        ``"class"`` (by the class's own count, the authors'); matters for ``order=
+        "eigenvalue"`` only (a per-class scale).
+      patches: ``"all"`` (every stride-1 patch, padded as ``padding``) or ``"grid"``
+        (non-overlapping ``k x k`` grids at offsets ``{0..k-2}^2``, averaged per image).
+      padding: ``"SAME"`` or ``"VALID"`` for convolutional DMN layers (and trained convs).
+      input_noise: amplitude ``a`` of ``U[0, a)`` noise added to the input images against
+        degenerate spectra (``Network.prepare``); the authors add ``U[0, 1)`` to 0-255
+        pixels, i.e. ``a = 1/255`` on ``[0, 1]`` images.
+      standardize: per-sample standardisation of the last DMN layer's output
+        (``standardize_features``: ``"none"``, ``"sample"``, ``"sample_channel"``,
+        ``"notebook"``).
+      activation: after each DMN layer: ``"relu"`` (paper, Fig. 4 caption) or ``"linear"``
+        (the authors' code).
+      signs: eigenvector sign convention: ``"mean"`` (non-negative overlap with the class
+        mean), ``"max_abs"`` (largest-magnitude entry positive) or ``"none"`` (as ``eigh``
+        returns them, the authors').
+      frac_sampling: how ``input_fraction`` samples: ``"stratified"`` or ``"random"``.
+      input_fraction: fraction of the training set used to build ("Input").
       patch: patch size ``k`` of convolutional DMN layers.
-      padding: ``"SAME"`` or ``"VALID"`` for convolutional DMN layers.
       chunk_size: images per streaming chunk while accumulating density matrices.
     """
 
     pca: str = "class"
-    var_fraction: float | None = None
+    var_fraction: float | tuple | None = None
     cutoff: float | None = 0.9
+    threshold: str = "crossing"
+    correlation: str = "cosine"
+    within_class: bool = False
+    order: str = "eigenvalue"
+    rho_norm: str = "total"
+    patches: str = "all"
+    padding: str = "SAME"
+    input_noise: float = 0.0
+    standardize: str = "none"
+    activation: str = "relu"
+    signs: str = "mean"
+    frac_sampling: str = "stratified"
     input_fraction: float = 1.0
     patch: int = 3
-    padding: str = "SAME"
     chunk_size: int = 500
 
+    def layer_var(self, j: int) -> float | None:
+        """``var_fraction`` of the ``j``-th DMN layer (0-based)."""
+        v = self.var_fraction
+        if isinstance(v, tuple):
+            return v[min(j, len(v) - 1)]
+        return v
+
     def __post_init__(self):
-        if self.pca not in ("class", "naive", "naive_first"):
-            raise ValueError(f"pca must be 'class', 'naive' or 'naive_first'; got {self.pca!r}.")
-        if self.padding.upper() not in ("SAME", "VALID"):
-            raise ValueError(f"padding must be 'SAME' or 'VALID'; got {self.padding!r}.")
+        choices = {
+            "pca": ("class", "naive", "naive_first"), "threshold": THRESHOLD_RULES,
+            "correlation": CORRELATIONS, "order": ORDERS, "rho_norm": ("total", "class"),
+            "patches": ("all", "grid"), "padding": ("SAME", "VALID", "same", "valid"),
+            "standardize": STANDARDIZE, "activation": ACTIVATIONS, "signs": SIGNS,
+            "frac_sampling": ("stratified", "random"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"DMNConfig.{name} must be one of {allowed}; got {getattr(self, name)!r}."
+                )
+        vs = self.var_fraction if isinstance(self.var_fraction, tuple) else (self.var_fraction,)
+        if not vs or any(v is not None and not 0.0 < v <= 1.0 for v in vs):
+            raise ValueError(f"DMNConfig.var_fraction must be in (0, 1], None, or a non-empty "
+                             f"tuple of those; got {self.var_fraction}.")
+        if self.cutoff is not None and not 0.0 < self.cutoff <= 1.0:
+            raise ValueError(f"DMNConfig.cutoff must be in (0, 1] or None; got {self.cutoff}.")
+        if not 0.0 < self.input_fraction <= 1.0:
+            raise ValueError(f"DMNConfig.input_fraction must be in (0, 1]; got "
+                             f"{self.input_fraction}.")
+        if self.input_noise < 0:
+            raise ValueError(f"DMNConfig.input_noise must be >= 0; got {self.input_noise}.")
+        if self.patch < 1:
+            raise ValueError(f"DMNConfig.patch must be >= 1; got {self.patch}.")
+
+    @classmethod
+    def paper(cls, **changes) -> DMNConfig:
+        """The paper's text: class PCA (eq. 15, ``rho_c`` over the total ``N``), the
+        eigenvectors explaining Var (the crossing one kept), ReLU after each DMN layer
+        (Fig. 4 caption), every patch (a convolution), Keras' default VALID padding (the
+        paper used Keras), Cutoff 0.9 (Table 2).  Where the text is silent (duplicate
+        measure, visiting order, signs, how "Input" samples) the toolkit's reading:
+        |cosine| across classes, global eigenvalue order, signs by the class mean,
+        stratified fraction."""
+        base = dict(pca="class", cutoff=0.9, threshold="crossing", correlation="cosine",
+                    within_class=False, order="eigenvalue", rho_norm="total", patches="all",
+                    padding="VALID", input_noise=0.0, standardize="none", activation="relu",
+                    signs="mean", frac_sampling="stratified")
+        return cls(**(base | changes))
+
+    @classmethod
+    def authors(cls, **changes) -> DMNConfig:
+        """The authors' code (``layer2``/``DMN2`` in ``2dmn-010818-classes.ipynb``):
+        cumulative energy <= Var, Pearson correlation over all pairs, class by class,
+        ``rho_c`` per class count, non-overlapping grids at offsets ``{0, .., k-2}^2``,
+        ``U[0, 1)`` noise on 0-255 pixels, linear layers, VALID convolution, the notebook's
+        per-sample standardisation before the classifier, ``eigh``'s signs, a plain
+        random fraction."""
+        base = dict(pca="class", cutoff=0.9, threshold="below", correlation="pearson",
+                    within_class=True, order="class", rho_norm="class", patches="grid",
+                    padding="VALID", input_noise=1.0 / 255.0, standardize="notebook",
+                    activation="linear", signs="none", frac_sampling="random")
+        return cls(**(base | changes))
 
 
 class BuildInfo(NamedTuple):
-    """Per DMN layer: filters kept, their eigenvalues and source classes, input dim."""
+    """Per DMN layer: filters kept, their eigenvalues and source classes, input dim, and
+    the full per-class spectra (``spectra[j]`` ``[C, d]``, for the energy view)."""
 
     widths: list
     eigvals: list
     sources: list
     input_dims: list
+    spectra: list | None = None
 
 
-def _layer_inputs(below_params, xc, *, below, kind, k, padding):
-    """Inputs of a DMN layer for a chunk of images: patches ``[n, H', W', k*k*C]`` or ``[n, D]``."""
-    h = dmn_apply(below_params, below, xc, padding=padding)
+def _layer_inputs(below_params, xc, *, below, kind, k, padding, activation, patches):
+    """Inputs of a DMN layer for a chunk of images: ``([n, P, d], weights [P])`` patches or
+    ``([n, D], None)``."""
+    h = dmn_apply(below_params, below, xc, padding=padding, activation=activation)
     if kind == "dmn_conv":
-        return extract_patches(h, k, padding=padding)
-    return h.reshape(h.shape[0], -1)
+        if patches == "grid":
+            return grid_patches(h, k)
+        p = extract_patches(h, k, padding=padding)
+        return p.reshape(p.shape[0], -1, p.shape[-1]), None
+    return h.reshape(h.shape[0], -1), None
 
 
-def _density_chunk(state, below_params, xc, yc, mc, *, below, kind, k, padding):
+def _density_chunk(state, below_params, xc, yc, mc, **static):
     """Add one chunk of images to the running density sums of the layer above ``below``."""
-    h = _layer_inputs(below_params, xc, below=below, kind=kind, k=k, padding=padding)
-    if h.ndim == 4:  # the patches of one image share its label: per-image Gram matrices
-        return density_update_grouped(state, h.reshape(h.shape[0], -1, h.shape[-1]), yc, mc)
+    h, w = _layer_inputs(below_params, xc, **static)
+    if h.ndim == 3:  # the patches of one image share its label: per-image Gram matrices
+        if w is not None:
+            h = h * jnp.sqrt(w)[None, :, None]
+        return density_update_grouped(state, h, yc, mc)
     return density_update(state, h, yc, mc)
 
 
 # build_dmn is a host-side loop (a jit boundary, like layerlab.loop.fit): one module-level
 # compiled chunk update, so repeated builds with the same shapes reuse the compilation.
-_density_chunk_jit = jax.jit(_density_chunk, static_argnames=("below", "kind", "k", "padding"))
+_STATIC = ("below", "kind", "k", "padding", "activation", "patches")
+_density_chunk_jit = jax.jit(_density_chunk, static_argnames=_STATIC)
+
+
+def _signs(vec, means, rule):
+    if rule == "mean":
+        return fix_signs(vec, means)
+    if rule == "max_abs":
+        idx = jnp.argmax(jnp.abs(vec), axis=-2)
+        big = jnp.take_along_axis(vec, idx[..., None, :], axis=-2)[..., 0, :]
+        return vec * jnp.where(big < 0, -1.0, 1.0).astype(vec.dtype)[..., None, :]
+    return vec
 
 
 def build_dmn(
@@ -279,12 +491,12 @@ def build_dmn(
     For each DMN layer the class density matrices of its inputs (patches for ``d``, the
     flattened features for ``dd``) are accumulated in chunks of images, each chunk pushed
     through the already built layers below; the filters are the selected eigenvectors
-    (``select_filters``), signs fixed by ``fix_signs`` (each filter fires on its class mean).
+    (``select_filters`` with the config's rules), signs fixed by ``config.signs``.
 
     Args:
       key: PRNG key (for the data fraction).
       layers: the parsed prefix (DMN layers and pools only).
-      x: ``[N, H, W, C]`` training images.
+      x: ``[N, H, W, C]`` training images (float32 or float64; the build follows it).
       y: ``[N]`` integer labels.
       num_classes: ``C``.
       config: ``DMNConfig``.
@@ -297,7 +509,10 @@ def build_dmn(
     References:
       Eqs. (15), (19)-(24) and Table 2 of Dehmamy et al., arXiv:1703.04757.
     """
-    x = np.asarray(x, np.float32)
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float32)
+    dtype = jax.dtypes.canonicalize_dtype(x.dtype)  # float64 only when jax x64 is enabled
     y = np.asarray(y)
     if x.ndim != 4:
         raise ValueError(f"x must be images [N, H, W, C]; got shape {x.shape}.")
@@ -306,16 +521,16 @@ def build_dmn(
     if not np.all(np.isfinite(x)):
         raise ValueError("x contains NaN or inf; clean the data before building DMN layers.")
     if config.input_fraction < 1.0:
-        from layerlab.dmn._density import data_fraction_indices
-
-        idx = data_fraction_indices(key, y, config.input_fraction)
+        idx = data_fraction_indices(key, y, config.input_fraction,
+                                    sampling=config.frac_sampling)
         x, y = x[idx], y[idx]
     layers = tuple(layers)
     params: list = []
-    info = BuildInfo([], [], [], [])
+    info = BuildInfo([], [], [], [], [])
     k = config.patch
     padding = config.padding.upper()
     first_dmn = True
+    j_dmn = 0
     for i, lay in enumerate(layers):
         if lay.kind == "pool":
             params.append(None)
@@ -323,45 +538,58 @@ def build_dmn(
         if lay.kind not in ("dmn_conv", "dmn_dense"):
             raise ValueError(f"build_dmn builds closed-form layers only; got {lay.kind!r}.")
         below, below_params = layers[:i], list(params)
-        static = dict(below=below, kind=lay.kind, k=k, padding=padding)
+        static = dict(below=below, kind=lay.kind, k=k, padding=padding,
+                      activation=config.activation, patches=config.patches)
         d = jax.eval_shape(
             partial(_layer_inputs, **static), below_params,
-            jax.ShapeDtypeStruct((1, *x.shape[1:]), jnp.float32),
-        ).shape[-1]
+            jax.ShapeDtypeStruct((1, *x.shape[1:]), dtype),
+        )[0].shape[-1]
         upd = partial(_density_chunk_jit if jit else _density_chunk, **static)
-        state = density_init(num_classes, d)
+        state = density_init(num_classes, d, dtype)
         cs = min(config.chunk_size, x.shape[0])
         for s in range(0, x.shape[0], cs):
-            xc, yc = x[s : s + cs], y[s : s + cs]
-            mc = np.ones(xc.shape[0], np.float32)
+            xc, yc = x[s : s + cs].astype(dtype), y[s : s + cs]
+            mc = np.ones(xc.shape[0], dtype)
             if xc.shape[0] < cs:  # pad so the jitted update compiles once
                 pad = cs - xc.shape[0]
                 xc = np.concatenate([xc, np.zeros((pad, *xc.shape[1:]), xc.dtype)])
                 yc = np.concatenate([yc, np.zeros(pad, yc.dtype)])
-                mc = np.concatenate([mc, np.zeros(pad, np.float32)])
+                mc = np.concatenate([mc, np.zeros(pad, dtype)])
             state = upd(state, below_params, xc, yc, mc)
-        rho = density_finalize(state)
-        means = state.total / jnp.maximum(state.count, 1.0)[:, None]
         naive = config.pca == "naive" or (config.pca == "naive_first" and first_dmn)
         if naive:
-            rho = rho.sum(0, keepdims=True)
+            rho = state.outer.sum(0, keepdims=True) / jnp.maximum(state.n, 1.0)
             means = state.total.sum(0, keepdims=True) / jnp.maximum(state.n, 1.0)
+        else:
+            denom = state.count if config.rho_norm == "class" else state.n[None]
+            rho = state.outer / jnp.maximum(denom, 1.0)[:, None, None]
+            means = state.total / jnp.maximum(state.count, 1.0)[:, None]
         lam, vec = density_eigh(rho)
-        vec = fix_signs(vec, means)
+        vec = _signs(vec, means, config.signs)
         f = select_filters(
-            lam, vec, num_filters=lay.width, var_fraction=config.var_fraction,
-            cutoff=None if naive else config.cutoff,
+            lam, vec, num_filters=lay.width, var_fraction=config.layer_var(j_dmn),
+            cutoff=None if naive else config.cutoff, threshold=config.threshold,
+            correlation=config.correlation, within_class=config.within_class,
+            order=config.order,
         )
+        if f.w.shape[1] == 0:
+            raise ValueError(
+                f"layer {i} ({format_spec([lay])}) kept no filters: var_fraction="
+                f"{config.layer_var(j_dmn)} with threshold={config.threshold!r} keeps none of the "
+                "eigenvectors; raise var_fraction or use threshold='crossing'."
+            )
         w = f.w
         if lay.kind == "dmn_conv":
             c_in = d // (k * k)
             w = w.reshape(k, k, c_in, w.shape[1])
-        params.append({"w": jnp.asarray(w)})
+        params.append({"w": jnp.asarray(w, dtype)})
         info.widths.append(int(f.w.shape[1]))
         info.eigvals.append(f.eigvals.tolist())
         info.sources.append(f.source.tolist())
         info.input_dims.append(int(d))
+        info.spectra.append(np.asarray(lam))
         first_dmn = False
+        j_dmn += 1
     return params, info
 
 
@@ -369,7 +597,11 @@ def build_dmn(
 
 
 class Head(nn.Module):
-    """Trainable layers (``c``, ``bn``, ``m``, ``de``) as a flax module; last ``de`` = logits."""
+    """Trainable layers (``c``, ``bn``, ``m``, ``de``) as a flax module; last ``de`` = logits.
+
+    Keras' defaults, as the paper used Keras: Glorot-uniform kernels, zero biases, 3x3
+    convolutions with ReLU, batch-norm momentum 0.99 and epsilon 1e-3.
+    """
 
     layers: tuple
     padding: str = "SAME"
@@ -378,16 +610,21 @@ class Head(nn.Module):
     def __call__(self, x, train: bool = False):
         n_dense = sum(lay.kind == "dense" for lay in self.layers)
         seen = 0
+        init = nn.initializers.glorot_uniform()
         for lay in self.layers:
             if lay.kind == "conv":
-                x = jax.nn.relu(nn.Conv(lay.width, (3, 3), padding=self.padding.upper())(x))
+                x = jax.nn.relu(nn.Conv(lay.width, (3, 3), padding=self.padding.upper(),
+                                        kernel_init=init, dtype=x.dtype,
+                                        param_dtype=x.dtype)(x))
             elif lay.kind == "bn":
-                x = nn.BatchNorm(use_running_average=not train, momentum=0.9)(x)
+                x = nn.BatchNorm(use_running_average=not train, momentum=0.99, epsilon=1e-3,
+                                 dtype=x.dtype, param_dtype=x.dtype)(x)
             elif lay.kind == "pool":
                 x = max_pool_2x2(x)
             elif lay.kind == "dense":
                 seen += 1
-                x = nn.Dense(lay.width)(x.reshape(x.shape[0], -1))
+                x = nn.Dense(lay.width, kernel_init=init, dtype=x.dtype,
+                             param_dtype=x.dtype)(x.reshape(x.shape[0], -1))
                 if seen < n_dense:
                     x = jax.nn.relu(x)
             else:
@@ -395,21 +632,13 @@ class Head(nn.Module):
         return x
 
 
-class HeadState(NamedTuple):
-    """Training state of the head: flax ``params``, ``batch_stats`` (or {}), optax state, step."""
-
-    params: Any
-    batch_stats: Any
-    opt_state: Any
-    step: jax.Array
-
-
 class Network(NamedTuple):
     """A DMN/hybrid/ConvNet classifier as pure functions.
 
-    ``build(key, x, y) -> (dmn_params, info)`` (closed form), ``features(dmn_params, x)``,
-    ``init_head(key, feats) -> variables``, ``head_apply(variables, feats, train=False)``
-    and ``apply(params, x) -> logits`` with ``params = {"dmn": ..., "head": variables}``.
+    ``prepare(key, x)`` (the config's input noise), ``build(key, x, y) -> (dmn_params,
+    info)`` (closed form), ``features(dmn_params, x)``, ``init_head(key, feats) ->
+    variables``, ``head_apply(variables, feats)`` and ``apply(params, x) -> logits`` with
+    ``params = {"dmn": ..., "head": variables}``.
     """
 
     layers: tuple
@@ -420,6 +649,16 @@ class Network(NamedTuple):
     init_head: Callable
     head_apply: Callable
     apply: Callable
+    prepare: Callable
+
+
+def add_input_noise(key: jax.Array, x: jax.typing.ArrayLike, amplitude: float) -> jax.Array:
+    """``x + U[0, amplitude)`` elementwise (the authors' guard against degenerate spectra);
+    ``x`` unchanged when ``amplitude == 0``.  Dtype follows ``x``."""
+    x = jnp.asarray(x)
+    if amplitude == 0:
+        return x
+    return x + amplitude * jax.random.uniform(key, x.shape, x.dtype)
 
 
 def make_network(
@@ -430,7 +669,7 @@ def make_network(
     Args:
       spec: architecture string or parsed layers; must end with ``de<num_classes>``.
       num_classes: number of classes.
-      config: how the DMN layers are built.
+      config: how the DMN layers are built (and the padding of trained convolutions).
 
     Returns:
       A ``Network``.  For a pure ConvNet pass ``convnet_spec(spec)`` (empty DMN prefix).
@@ -444,11 +683,15 @@ def make_network(
     head = Head(head_layers, padding=config.padding)
     padding = config.padding
 
+    def prepare(key, x):
+        return add_input_noise(key, x, config.input_noise) if prefix else jnp.asarray(x)
+
     def build(key, x, y, *, jit=True):
         return build_dmn(key, prefix, x, y, num_classes, config, jit=jit)
 
     def features(dmn_params, x):
-        return dmn_apply(dmn_params, prefix, x, padding=padding)
+        return dmn_apply(dmn_params, prefix, x, padding=padding, activation=config.activation,
+                         standardize=config.standardize)
 
     def init_head(key, feats):
         v = head.init(key, feats, train=False)
@@ -463,22 +706,25 @@ def make_network(
     def apply(params, x):
         return head_apply(params["head"], features(params["dmn"], x))
 
-    return Network(layers, prefix, head, build, features, init_head, head_apply, apply)
+    return Network(layers, prefix, head, build, features, init_head, head_apply, apply,
+                   prepare)
 
 
-def classifier_step(net: Network, optimizer: optax.GradientTransformation):
-    """``(init, step)`` training the trainable head by softmax cross-entropy.
+def classifier_step(net: Network, optimizer: optax.GradientTransformation) -> loop.TrainStep:
+    """``loop.TrainStep`` training the trainable head by softmax cross-entropy.
 
     .. math::  L = -\\frac{1}{B} \\sum_i \\log \\mathrm{softmax}(f(h_i))_{y_i}
 
-    ``init(variables) -> HeadState``; ``step(state, (feats, y), key) -> (state, metrics)``
-    (metrics: ``loss``, ``accuracy``), batch-norm statistics updated in train mode.  Drive it
-    with ``layerlab.loop.fit``.
+    ``init(variables) -> loop.TrainState`` (flax ``params`` as ``params``, ``batch_stats``
+    as ``model_state``); ``step(state, (feats, y), key) -> (state, metrics)`` (metrics:
+    ``loss``, ``accuracy``), batch-norm statistics updated in train mode.  Drive it with
+    ``layerlab.loop.fit``.
     """
 
-    def init(variables):
-        return HeadState(variables["params"], variables.get("batch_stats", {}),
-                         optimizer.init(variables["params"]), jnp.zeros((), jnp.int32))
+    def init(variables, hparams=None):
+        return loop.TrainState(variables["params"], optimizer.init(variables["params"]),
+                               jnp.zeros((), jnp.int32), hparams,
+                               variables.get("batch_stats", {}))
 
     def loss_fn(p, stats, feats, y):
         v = {"params": p}
@@ -496,18 +742,19 @@ def classifier_step(net: Network, optimizer: optax.GradientTransformation):
         del key
         feats, y = batch
         (loss, (stats, acc)), g = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.batch_stats, feats, y
+            state.params, state.model_state, feats, y
         )
         upd, opt_state = optimizer.update(g, state.opt_state, state.params)
         params = optax.apply_updates(state.params, upd)
-        return HeadState(params, stats, opt_state, state.step + 1), {"loss": loss, "accuracy": acc}
+        new = loop.TrainState(params, opt_state, state.step + 1, state.hparams, stats)
+        return new, {"loss": loss, "accuracy": acc}
 
-    return init, step
+    return loop.TrainStep(init, step)
 
 
-def head_variables(state: HeadState) -> dict:
+def head_variables(state: loop.TrainState) -> dict:
     """The head's flax variables from a training state."""
-    return {"params": state.params, "batch_stats": state.batch_stats}
+    return {"params": state.params, "batch_stats": state.model_state or {}}
 
 
 def accuracy(apply_fn: Callable, variables, x, y, *, batch_size: int = 1000) -> float:

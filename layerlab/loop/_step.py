@@ -27,12 +27,15 @@ class TrainState(NamedTuple):
         strength ``{"l2": []}``); ``None`` when unused.  With ``fit(..., runs=True)`` each leaf
         carries the leading runs axis like every other state leaf, which is how a sweep over
         regularisation strengths runs in one program.
+      model_state: optional non-trainable model state carried between steps (e.g. flax
+        ``batch_stats`` of batch-norm layers); ``None`` when unused.
     """
 
     params: Any
     opt_state: Any
     step: jax.Array
     hparams: Any = None
+    model_state: Any = None
 
 
 class TrainStep(NamedTuple):
@@ -114,6 +117,7 @@ def optax_step(
         metrics = {"loss": loss, **aux}
         if grad_norm:
             metrics["grad_norm"] = optax.tree.norm(grads)
-        return TrainState(params, opt_state, state.step + 1, state.hparams), metrics
+        return TrainState(params, opt_state, state.step + 1, state.hparams,
+                          state.model_state), metrics
 
     return TrainStep(init, step)

@@ -1,0 +1,127 @@
+"""Looking at DMN filters: back-projection to image space, filter pictures, energy spectra.
+
+What the authors' code offers besides the layers themselves (``viz_filters``,
+``image_filter``/``get_mask`` and the energies ``-log(lambda / sum lambda)`` in
+``github.com/nimadehmamy/DMN``), as pure functions of a built prefix.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from layerlab.dmn._density import energies
+from layerlab.dmn._layers import Layer
+
+
+def back_project(
+    params: Sequence[Any], layers: Sequence[Layer], *, pooling: str = "stride"
+) -> np.ndarray:
+    """Image-space kernels of the last convolutional DMN layer of a prefix.
+
+    The network below the last layer is linearised (ReLU dropped, as in the authors'
+    linear layers) and its kernels composed: with cross-correlation ``y[i] = sum_a K[a]
+    x[i + a]``, a layer ``K2`` on top of ``K1`` acts on the image through
+
+    .. math::  K_\\mathrm{eff}[s a' + a, c, o] = \\sum_f K_2[a', f, o]\\, K_1[a, c, f],
+
+    where ``s`` is the stride between them: ``2`` per 2x2 max-pool treated as a
+    subsampling (``pooling="stride"``), or ``1`` (``pooling="ignore"``: the authors'
+    ``image_filter``, which notes that it does not account for pooling).
+
+    Args:
+      params: the built prefix's parameters (``build_dmn``), ``{"w": [k, k, C, F]}`` or
+        ``None`` per layer.
+      layers: the prefix's layers (``d`` and ``m`` only; ``dd`` cannot be back-projected).
+      pooling: ``"stride"`` or ``"ignore"``.
+
+    Returns:
+      ``[K, K, C_image, F_last]`` float64 kernels (``K = k`` for one layer).
+    """
+    if pooling not in ("stride", "ignore"):
+        raise ValueError(f"pooling must be 'stride' or 'ignore'; got {pooling!r}.")
+    eff = None
+    stride = 1  # accumulated stride between the image and the current layer's input
+    for lay, p in zip(layers, params, strict=True):
+        if lay.kind == "pool":
+            if pooling == "stride":
+                stride *= 2
+            continue
+        if lay.kind != "dmn_conv":
+            raise ValueError(f"back_project handles conv DMN layers and pools; got {lay.kind!r}.")
+        k2 = np.asarray(p["w"], np.float64)  # [k, k, F_prev, F]
+        if eff is None:
+            eff = k2
+            continue
+        kb = eff.shape[0]
+        kk = stride * (k2.shape[0] - 1) + kb
+        out = np.zeros((kk, kk, eff.shape[2], k2.shape[3]))
+        for a in range(k2.shape[0]):
+            for b in range(k2.shape[1]):
+                out[stride * a : stride * a + kb, stride * b : stride * b + kb] += np.einsum(
+                    "xycf,fo->xyco", eff, k2[a, b])
+        eff = out
+    if eff is None:
+        raise ValueError("the prefix has no convolutional DMN layer.")
+    return eff
+
+
+def plot_filters(kernel, path, *, energies_: Sequence[float] | None = None,
+                 title: str = "") -> None:
+    """Save a picture of filters ``[k, k, C, F]`` (one tile per filter; RGB when ``C == 3``,
+    else the channel-summed map), titled with their energies when given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    w = np.asarray(kernel, np.float64)
+    if w.ndim != 4:
+        raise ValueError(f"kernel must be [k, k, C, F]; got shape {w.shape}.")
+    f = w.shape[3]
+    cols = int(np.ceil(np.sqrt(f)))
+    rows = int(np.ceil(f / cols))
+    fig, axs = plt.subplots(rows, cols, figsize=(1.3 * cols, 1.4 * rows + 0.4), squeeze=False)
+    for i, ax in enumerate(axs.ravel()):
+        ax.set_xticks([])
+        ax.set_yticks([])
+        if i >= f:
+            ax.axis("off")
+            continue
+        t = w[..., i]
+        if t.shape[2] == 3:
+            lo, hi = t.min(), t.max()
+            ax.imshow((t - lo) / max(hi - lo, 1e-12))
+        else:
+            ax.imshow(t.sum(2), cmap="RdBu_r")
+        if energies_ is not None:
+            ax.set_title(f"{energies_[i]:.3g}", fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_energies(spectra, path, *, title: str = "") -> None:
+    """The energy view of per-class spectra ``[C, d]`` (or ``[d]``): ``-log(lambda /
+    sum lambda)`` against rank, one line per class (lower = more prevalent feature)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lam = np.atleast_2d(np.asarray(spectra, np.float64))
+    e = energies(lam)
+    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    for c, row in enumerate(e):
+        ax.plot(np.arange(1, row.size + 1), row, ".-", lw=0.8, label=f"class {c}")
+    ax.set_xlabel("rank")
+    ax.set_ylabel("energy  -log(lambda / sum lambda)")
+    if lam.shape[0] <= 10:
+        ax.legend(fontsize=6)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

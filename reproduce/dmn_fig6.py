@@ -1,0 +1,54 @@
+"""Fig. 6 of Dehmamy, Rohani & Katsaggelos: test accuracy vs number of filters F, one DMN layer
+(top-F class-PCA filters, Cutoff 0.9) vs one conv layer (dF/cF, m, de), MNIST, CIFAR-10 and
+CIFAR-100 (not run when its files are absent), with the classifier-only baselines.
+
+    python -m reproduce.dmn_fig6 --paper      # F = 2..27, full data, 3 seeds, 50 epochs
+    python -m reproduce.dmn_fig6              # MNIST + CIFAR-10, 6000/2000 images, 10 epochs
+    python -m reproduce.dmn_fig6 --smoke      # seconds
+"""
+from __future__ import annotations
+
+from reproduce import _cli
+
+
+def build_parser():
+    p = _cli.parser("dmn", "fig6", __doc__)
+    p.add_argument("--preset", choices=("authors", "paper"), default=None,
+                   help="DMN selection rules (default: authors)")
+    p.add_argument("--datasets", default=None, help="comma-separated datasets (default: config's)")
+    p.add_argument("--filters", default=None, help="comma-separated F values (default: config's)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
+    p.add_argument("--n-train", type=int, default=None, help="training images (paper: all)")
+    p.add_argument("--n-test", type=int, default=None, help="test images (paper: all)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    import dataclasses
+
+    import jax
+
+    from layerlab.dmn import experiments as ex
+
+    if args.paper:
+        cfg = ex.Fig6Config.paper()
+    elif args.smoke:
+        cfg = ex.Fig6Config.smoke()
+    else:
+        cfg = ex.Fig6Config(datasets=("mnist", "cifar10"), seeds=1, epochs=10, n_train=6000,
+                            n_test=2000)
+    changes = dict(preset=args.preset, seeds=args.seeds, epochs=args.epochs,
+                   n_train=args.n_train, n_test=args.n_test, data_dir=args.data_dir,
+                   datasets=tuple(args.datasets.split(",")) if args.datasets else None,
+                   filters=tuple(int(f) for f in args.filters.split(",")) if args.filters
+                   else None)
+    cfg = dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
+    rec = ex.run_fig6(cfg, key=jax.random.key(0), progress=not args.no_progress,
+                      checkpoint_dir=_cli.checkpoint_dir(args))
+    _cli.finish(args, rec, figure=lambda path: ex.plot_fig6(rec, path), argv=argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

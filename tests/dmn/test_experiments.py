@@ -1,0 +1,105 @@
+"""Tests for layerlab.dmn.experiments: DMN build + classifier trained by layerlab.loop.fit."""
+import jax
+import numpy as np
+
+from layerlab.data import load
+from layerlab.dmn import DMNConfig
+from layerlab.dmn.experiments import train_and_evaluate
+
+
+def test_dmn_classifier_learns_digits():
+    tr, te = load("digits", "train"), load("digits", "test")
+    r = train_and_evaluate("d4,m,de10", tr.x, tr.y, te.x, te.y, 10,
+                           key=jax.random.key(0), config=DMNConfig(pca="class"), epochs=8,
+                           batch_size=64, lr=1e-2, progress=False, eval_every_epoch=True)
+    assert r["widths"] == [4]
+    assert len(r["curve"]) == 8
+    # a linear classifier on 4 PCA filters of 3x3 patches: far above chance (0.1)
+    assert r["val_acc"] > 0.85, r["val_acc"]
+    assert np.isfinite(r["final_loss"]) and r["final_loss"] < 1.0
+
+
+def _write_cifar100(root, n_train=200, n_test=100, seed=0):
+    """A tiny CIFAR-100 in the official python format (cifar-100-python/{train,test,meta})."""
+    import pickle
+
+    rng = np.random.default_rng(seed)
+    d = root / "cifar-100-python"
+    d.mkdir(parents=True)
+    for split, n in (("train", n_train), ("test", n_test)):
+        fine = np.arange(n) % 100
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        data[:, :1024] = (fine[:, None] * 2).astype(np.uint8)  # red channel encodes the class
+        with open(d / split, "wb") as f:
+            pickle.dump({b"data": data, b"fine_labels": fine.tolist(),
+                         b"coarse_labels": (fine // 5).tolist()}, f)
+    with open(d / "meta", "wb") as f:
+        pickle.dump({b"fine_label_names": [f"c{i}".encode() for i in range(100)],
+                     b"coarse_label_names": [f"s{i}".encode() for i in range(20)]}, f)
+
+
+def test_table5_runs_on_official_format_files_and_marks_absent(tmp_path):
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import load_record, write_record
+
+    _write_cifar100(tmp_path / "c100")
+    cfg = ex.TableConfig(artifact="table5", rows=(ex.TABLE5[1],), convnet=False, seeds=1,
+                         epochs=2, data_dir=str(tmp_path / "c100"))
+    rec = ex.run_table5(cfg, key=jax.random.key(0), progress=False,
+                        checkpoint_dir=tmp_path / "ck")
+    val, train = rec.rows
+    assert val.name == "cifar100 d15, m, de100 val acc" and val.paper == 22.93
+    assert 0.0 <= val.ours <= 100.0 and val.seeds == 1 and val.tol == 2.0
+    assert train.paper == 37.48 and train.ours is not None
+    run = rec.extra["runs"][0]
+    assert run["widths"] == [15] and run["spec"] == "d15,m,de100"
+    assert len(list((tmp_path / "ck").glob("*.json"))) == 1  # resumable: one cached run
+    again = ex.run_table5(cfg, key=jax.random.key(0), progress=False,
+                          checkpoint_dir=tmp_path / "ck")
+    assert again.rows[0].ours == val.ours
+    load_record(write_record(rec, tmp_path / "out"))
+    # without the files: every row recorded as not run, with the loader's message
+    (tmp_path / "empty").mkdir()
+    cfg2 = ex.TableConfig(artifact="table5", rows=ex.TABLE5[:2], convnet=False, seeds=1,
+                          epochs=1, data_dir=str(tmp_path / "empty"))
+    rec2 = ex.run_table5(cfg2, key=jax.random.key(0), progress=False)
+    assert [r.ours for r in rec2.rows] == [None] * 4  # val and train acc of two rows
+    assert [r.paper for r in rec2.rows] == [15.96, 23.68, 22.93, 37.48]
+    assert all("cifar100" in r.note and r.note.startswith("not run") for r in rec2.rows)
+    assert rec2.scale == "reduced" and "Not run" in rec2.note
+    load_record(write_record(rec2, tmp_path / "out2"))
+
+
+def test_table_rows_are_the_papers():
+    from layerlab.dmn import experiments as ex
+
+    t2 = ex.table_rows("table2")
+    assert len(t2) == 14 and sum(r.dataset == "cifar10" for r in t2) == 7
+    r = t2[8]
+    assert (r.arch, r.input_fraction, r.var_fraction, r.paper_val, r.paper_convnet) == (
+        "d22,m,d41,m,de10", 0.2, 0.995, 59.64, 51.96)
+    assert [len(ex.table_rows(t)) for t in ("table3", "table4", "table5")] == [7, 9, 9]
+    assert ex.table_rows("table4")[6].arch == "d27,m,c108,m,bn,de10"
+    cfg = ex.TableConfig.paper("table2")
+    assert cfg.dmn_config(r).var_fraction == (0.999, 0.995) and cfg.is_paper_scale()
+    assert cfg.dmn_config(t2[3]).var_fraction == (0.85, 0.99)
+    assert cfg.dmn_config(t2[6]).var_fraction == (0.99, 0.99)
+
+
+def test_cost_is_convnet_time_to_dmn_accuracy_over_dmn_time():
+    from layerlab.dmn.experiments import _cost
+
+    runs = [
+        {"dataset": "mnist", "row": "d6", "variant": "dmn", "val_acc": 0.9, "total_s": 10.0},
+        {"dataset": "mnist", "row": "d6", "variant": "dmn", "val_acc": 0.92, "total_s": 14.0},
+        {"dataset": "mnist", "row": "d6", "variant": "convnet",
+         "curve": [(1, 5.0, 0.85), (2, 30.0, 0.91), (3, 45.0, 0.95)]},
+        {"dataset": "mnist", "row": "d6", "variant": "convnet",
+         "curve": [(1, 8.0, 0.93)]},
+        {"dataset": "mnist", "row": "d9", "variant": "dmn", "val_acc": 0.99, "total_s": 1.0},
+        {"dataset": "mnist", "row": "d9", "variant": "convnet", "curve": [(1, 2.0, 0.5)]},
+    ]
+    c6, c9 = _cost(runs)
+    # target 0.91: first epochs reaching it at 30 s and 8 s -> 19 s; DMN mean 12 s
+    assert c6["convnet_s"] == 19.0 and c6["dmn_s"] == 12.0 and abs(c6["ratio"] - 19 / 12) < 1e-12
+    assert c9["convnet_s"] is None and c9["ratio"] is None
