@@ -213,11 +213,11 @@ def _ridge_fit(h, y, ridge_rel):
 
 
 def _head_mse(head, h, y):
-    return jnp.mean(jnp.sum((h @ head["w"] + head["b"] - y) ** 2, axis=-1))
+    return jnp.mean(jnp.sum((h @ head["w"] + head["b"][None, :] - y) ** 2, axis=-1))
 
 
 def _head_acc(head, h, labels):
-    return jnp.mean(jnp.argmax(h @ head["w"] + head["b"], axis=-1) == labels)
+    return jnp.mean(jnp.argmax(h @ head["w"] + head["b"][None, :], axis=-1) == labels)
 
 
 def classifier_on_val(h_tr, y_tr, h_va, y_va, ridges: Sequence[float]) -> tuple[dict, float, float]:
