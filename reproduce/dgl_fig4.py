@@ -17,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=None, help="SGD learning rate")
     p.add_argument("--evals", type=int, default=None, help="monitoring points")
     p.add_argument("--eps-rel", type=float, default=None, help="eps^2 / mean diag K")
+    p.add_argument("--monitor-n", type=int, default=None,
+                   help="training points the DGLs are evaluated on (default: all)")
     return p
 
 
@@ -28,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = ex.Fig4Config.paper() if args.paper else ex.Fig4Config.smoke() if args.smoke else \
         ex.Fig4Config()
-    kw = {k: getattr(args, k) for k in ("epochs", "lr", "evals", "eps_rel")
+    kw = {k: getattr(args, k) for k in ("epochs", "lr", "evals", "eps_rel", "monitor_n")
           if getattr(args, k) is not None}
     if args.data_dir is not None:
         kw["data_dir"] = args.data_dir
