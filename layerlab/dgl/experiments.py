@@ -60,6 +60,7 @@ __all__ = [
     "run_table1_row",
     "merge_table1",
     "run_table1",
+    "run_lego_ablation",
     "run_fig1",
     "run_fig4",
     "plot_table1",
@@ -590,6 +591,87 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
     return merge_table1(parts_dir)
 
 
+def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
+                      key: jax.Array, state_file, seed: int = 0,
+                      progress: bool = True) -> dict:
+    """Issue item 2: LEGO on one row under variants of the protocol, sharing one end-to-end
+    net (hence one set of MF variances), one split and one random init.
+
+    Each variant is a dict of :class:`Table1Config` overrides (``dgl_batch``, ``eps_rel``,
+    ``dgl_steps``, ``dgl_evals``, ``dgl_lrs``, ...) plus optional ``"top": "he"`` (top kernel
+    with He variances ``w_var = 2, b_var = 0`` instead of the MF ones) and ``"width"``
+    (another width: then a fresh init of that width).  Results are appended to the JSON
+    ``state_file`` after each variant; a rerun skips the variants already there.
+
+    Returns:
+      ``{variant: {"lego_test", "lego_val_acc", "layers": [...]}, "_e2e": {...}}``.
+    """
+    path = pathlib.Path(state_file)
+    res = json.loads(path.read_text()) if path.exists() else {}
+    dataset, L, _, _ = ROWS[row]
+    d = prepare_row_data(dataset, cfg.n_train(dataset), seed, cfg.data_dir)
+    x, y, _ = d["train"]
+    xt, _, lt = d["test"]
+    k_init, k_e2e, k_lego = jax.random.split(key, 3)
+    sizes = lambda w: [x.shape[1]] + [w] * L + [d["num_classes"]]  # noqa: E731
+    p0 = nets.mlp_init(k_init, sizes(cfg.width(row)), init=cfg.init)
+    acc = lambda p, xx, ll: 100.0 * float(jnp.mean(jnp.argmax(nets.mlp_apply(p, xx), -1) == ll))  # noqa: E731
+    ck = path.with_suffix(".e2e.npz")
+    if ck.exists():
+        z = np.load(ck)
+        pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])} for i in range(L + 1)]
+    else:
+        kind = "sgd" if dataset == "BMNIST2k" else "adam"
+        lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
+        pe, info = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=cfg.e2e_epochs,
+                               batch=cfg.e2e_batch, monitor_n=0, monitor_evals=0,
+                               eps_rel=cfg.eps_rel, progress=progress, desc="ablation e2e")
+        np.savez(ck, **{f"w{i}": np.asarray(p["w"]) for i, p in enumerate(pe)},
+                 **{f"b{i}": np.asarray(p["b"]) for i, p in enumerate(pe)})
+        h0 = hidden_representations(p0, x)[-1]
+        h0v = hidden_representations(p0, d["val"][0])[-1]
+        hr, _, _ = classifier_on_val(h0, y, h0v, d["val"][1], cfg.ridges)
+        pr = [dict(p) for p in p0]
+        pr[-1] = hr
+        res["_e2e"] = {"test": acc(pe, xt, lt), "random_test": acc(pr, xt, lt),
+                       "lr": info["lr"], "wd": info["wd"]}
+        path.write_text(json.dumps(to_jsonable_(res), indent=1))
+    v_mf = mf_variances(pe)
+    for name, over in variants.items():
+        if name in res:
+            continue
+        over = dict(over)
+        top = over.pop("top", "mf")
+        width = over.pop("width", None)
+        c = dataclasses.replace(cfg, **over)
+        p_start = p0 if width is None else nets.mlp_init(k_init, sizes(width), init=cfg.init)
+        v = v_mf if top == "mf" else LayerVariances(jnp.full((L + 1,), 2.0), jnp.zeros(L + 1))
+        t0 = time.perf_counter()
+        with jax.default_matmul_precision("highest"):
+            pl, h, hv, layers = _lego(k_lego, p_start, d, v, c, batch=c.dgl_batch,
+                                      progress=progress, desc=f"ablation {name}")
+        head, ridge, vmse = classifier_on_val(h, y, hv, d["val"][1], c.ridges)
+        pl[-1] = head
+        res[name] = {"lego_test": acc(pl, xt, lt), "lego_val_acc": acc(pl, d["val"][0],
+                                                                          d["val"][2]),
+                     "ridge": ridge, "wall_s": time.perf_counter() - t0, "overrides": over,
+                     "top": top, "width": width or cfg.width(row),
+                     "layers": [{k: li[k] for k in ("lr", "wd", "best_step",
+                                                    "train_dgl_first_last",
+                                                    "val_dgl_first_best")} for li in layers]}
+        path.write_text(json.dumps(to_jsonable_(res), indent=1))
+        if progress:
+            print(f"[{name}] LEGO test {res[name]['lego_test']:.2f} "
+                  f"({res[name]['wall_s']:.0f} s)", flush=True)
+    return res
+
+
+def to_jsonable_(obj):
+    from layerlab.record import to_jsonable
+
+    return to_jsonable(obj)
+
+
 def plot_table1(record: Record | dict, path) -> None:
     """Bar chart: ours (mean ± std over seeds) beside the paper per row and column."""
     import matplotlib
@@ -655,7 +737,7 @@ class Fig1Config:
 
     @classmethod
     def smoke(cls, **kw) -> Fig1Config:
-        return cls(**{**dict(widths=(3, 20), depths=(2,), num_nets=400, repeats=2,
+        return cls(**{**dict(widths=(3,), depths=(2,), num_nets=400, repeats=2,
                              n_points=8, fit_steps=30, dataset="digits"), **kw})
 
 
@@ -725,7 +807,8 @@ def run_fig1(cfg: Fig1Config, *, key: jax.Array, progress: bool = True,
               bool(dev), f"{len(dev)} of {len(res)} (depth, width) cells"),
     ]
     return Record("dgl", "fig1", "Fig. 1: MF vs FIT covariance accuracy in units of sampling "
-                  "noise", "paper" if cfg.num_nets >= 10_000 else "reduced",
+                  "noise", "paper" if cfg == Fig1Config.paper(data_dir=cfg.data_dir)
+                  else "reduced",
                   config=dataclasses.asdict(cfg), rows=rows, claims=claims,
                   wall_s=time.perf_counter() - t_all,
                   note=("z = RMS over kernel entries of (K_pred - K_MC)/se_MC on an independent "
