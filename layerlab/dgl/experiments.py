@@ -105,7 +105,8 @@ class Table1Config:
       max_width: cap on the paper's widths (``None``: the paper's 2000 / 1000 / 20).
       seeds: seeds per cell (each seed redraws the split, the init and the batches).
       init: ``layerlab.nets.mlp_init`` scheme (the paper does not state one).
-      e2e_epochs, e2e_batch: end-to-end training length and batch (not stated in the paper).
+      e2e_epochs, e2e_batch: end-to-end training length and batch (not stated in the paper);
+        e2e_epochs_sgd: epochs of the vanilla-SGD rows (BMNIST2k, 20 steps per epoch).
       e2e_adam_lrs: Adam learning-rate grid (MNIST, CIFAR); e2e_sgd_lrs: vanilla SGD grid
         (BMNIST); e2e_wds: weight-decay grid (L2 added to the gradient, as PyTorch's).
       dgl_steps: Adam steps per LEGO layer; dgl_batch: points per DGL evaluation (the
@@ -117,7 +118,8 @@ class Table1Config:
       monitor_n, monitor_evals: step 3, DGL monitoring on ``monitor_n`` training points at
         ``monitor_evals`` points of the run (0 = off).
       full_n_rows: rows on which LEGO is rerun (seed 0, the selected hyper-parameters) with
-        the full-N DGL beside the mini-batch one, timing both (issue item 3).
+        the full-N DGL beside the mini-batch one, timing both (issue item 3), each with
+        ``full_n_steps`` Adam steps per layer (``None``: ``dgl_steps``).
       data_dir: dataset root.
     """
 
@@ -129,6 +131,7 @@ class Table1Config:
     seeds: int = 3
     init: str = "he"
     e2e_epochs: int = 30
+    e2e_epochs_sgd: int = 100
     e2e_batch: int = 100
     e2e_adam_lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
     e2e_sgd_lrs: tuple[float, ...] = (0.03, 0.1, 0.3)
@@ -144,6 +147,7 @@ class Table1Config:
     monitor_n: int = 1000
     monitor_evals: int = 4
     full_n_rows: tuple[str, ...] = ()
+    full_n_steps: int | None = 300
     data_dir: str | None = None
 
     @classmethod
@@ -153,9 +157,10 @@ class Table1Config:
 
     @classmethod
     def smoke(cls, **kw) -> Table1Config:
-        """Seconds: two tiny rows, one seed, tiny grids; every code path (full-N included)."""
+        """Seconds: one tiny row, one seed, tiny grids; every code path (full-N included)."""
         base = dict(rows=("bmnist-2x20",), n_bmnist=100, max_width=16, seeds=1,
-                    e2e_epochs=2, e2e_batch=50, e2e_sgd_lrs=(0.1,), e2e_wds=(0.0, 1e-4),
+                    e2e_epochs=2, e2e_epochs_sgd=2, full_n_steps=None, e2e_batch=50,
+                    e2e_sgd_lrs=(0.1,), e2e_wds=(0.0, 1e-4),
                     dgl_steps=4, dgl_batch=50, dgl_lrs=(1e-3,), dgl_wds=(0.0, 1e-4),
                     dgl_evals=1, val_subsets=1, ridges=(1e-4, 1e-2), monitor_n=50,
                     monitor_evals=1, full_n_rows=("bmnist-2x20",))
@@ -165,7 +170,8 @@ class Table1Config:
     def cpu(cls, **kw) -> Table1Config:
         """The largest faithful configuration that fits a 2-core CPU in ~30 min per row."""
         base = dict(rows=("cifar-5x2000",), n_cifar=2000, n_mnist=2000, max_width=256,
-                    e2e_epochs=30, dgl_steps=300, dgl_batch=500, dgl_lrs=(3e-4, 1e-3),
+                    e2e_epochs=30, full_n_rows=(), dgl_steps=300, dgl_batch=500,
+                    dgl_lrs=(3e-4, 1e-3),
                     e2e_adam_lrs=(3e-4, 1e-3), e2e_wds=(0.0,), dgl_wds=(0.0,),
                     monitor_n=300, monitor_evals=3)
         return cls(**{**base, **kw})
@@ -417,7 +423,8 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     kind = "sgd" if dataset == "BMNIST2k" else "adam"
     lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
     t0 = time.perf_counter()
-    pe, e2e = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=cfg.e2e_epochs,
+    epochs = cfg.e2e_epochs_sgd if kind == "sgd" else cfg.e2e_epochs
+    pe, e2e = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=epochs,
                           batch=cfg.e2e_batch, monitor_n=cfg.monitor_n,
                           monitor_evals=cfg.monitor_evals, eps_rel=cfg.eps_rel,
                           progress=progress, desc=f"{row} s{seed} end-to-end")
@@ -454,11 +461,13 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
             pf, hf, hfv, lay = _lego(k_full, p0, d, v, cfg, batch=batch,
                                      lrs=[li["lr"] for li in layers],
                                      wds=[li["wd"] for li in layers],
+                                     steps=cfg.full_n_steps or cfg.dgl_steps,
                                      progress=progress, desc=f"{row} LEGO {name}")
             hd, _, _ = classifier_on_val(hf, y, hfv, d["val"][1], cfg.ridges)
             pf[-1] = hd
             cmp[name] = {"test": acc(pf, xt, lt), "batch": batch,
                          "dgl_wall_s": sum(li["wall_s"] for li in lay),
+                         "steps": cfg.full_n_steps or cfg.dgl_steps,
                          "wall_s": time.perf_counter() - t0}
         out["full_n_vs_minibatch"] = cmp
     out["wall_s"] = time.perf_counter() - t_row
@@ -515,7 +524,8 @@ def merge_table1(parts_dir, *, config: dict | None = None) -> Record:
                     rows.append(Row(f"{ds} L={L} d={wp} LEGO {nm} DGL test acc (seed 0)",
                                     c[nm]["test"], None, "%", note=(
                                         f"DGL training wall {c[nm]['dgl_wall_s']:.1f} s, "
-                                        f"batch {c[nm]['batch']}, same selected lr/wd/steps")))
+                                        f"batch {c[nm]['batch']}, {c[nm].get('steps')} steps "
+                                        "per layer, the same selected lr/wd")))
 
     def cmp(rid, a, b, slack=0.0):
         if (rid, a) not in means or (rid, b) not in means:
