@@ -954,6 +954,11 @@ def run_fig4(cfg: Fig4Config, *, key: jax.Array, progress: bool = True,
     dec = all(fv[i] > fv[i + 1] for i in range(L - 1))
     inc = all(fv[i] < fv[i + 1] for i in range(L - 1))
     rows.append(Row("final max/min of the layers' DGLs", max(fv) / min(fv), None, ""))
+    D = np.stack([dg[i] for i in range(1, L + 1)])  # [L, E]
+    rows.append(Row("fraction of evaluations with DGL_1 <= ... <= DGL_L (ascending in l)",
+                    float(np.mean(np.all(np.diff(D, axis=0) >= 0, axis=0))), None, ""))
+    rows.append(Row("fraction of evaluations with DGL_1 >= ... >= DGL_L (descending in l)",
+                    float(np.mean(np.all(np.diff(D, axis=0) <= 0, axis=0))), None, ""))
     claims = [
         Claim("DGL of every layer is monotone in the training MSE (Spearman rho > 0.9)",
               all(r > 0.9 for r in rho.values()),
