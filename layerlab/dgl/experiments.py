@@ -329,8 +329,10 @@ def _end_to_end(key, p0, d, kind, lrs, wds, *, epochs, batch, monitor_n, monitor
         m = min(monitor_n, n)
         kw = dict(eval_fn=_monitor_eval(x[:m], y[:m], eps_rel),
                   eval_every=max(1, steps // monitor_evals), eval_at_start=True)
+    # check_finite=False: a diverging grid point (e.g. the largest SGD rate) must not stop
+    # the others; it is excluded at selection (non-finite validation loss)
     st, hist = fit(ts.step, states, (x, y), key=key, steps=steps, batch_size=b, runs=True,
-                   progress=progress, desc=desc, **kw)
+                   progress=progress, desc=desc, check_finite=False, **kw)
     xv, yv, _ = d["val"]
     val = np.asarray(jax.vmap(lambda p: mse_loss(p, (xv, yv)))(st.params))
     val = np.where(np.isfinite(val), val, np.inf)
@@ -367,6 +369,7 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     t0 = time.perf_counter()
     st, hist = fit(ts.step, states, (h_tr, y_tr), key=key, steps=steps, batch_size=bs,
                    runs=True, eval_fn=eval_fn, eval_every=every, eval_at_start=True,
+                   check_finite=False,
                    early_stopping=EarlyStopping("val_dgl", "min", patience=10**6,
                                                 restore_best=True),
                    progress=progress, desc=desc)
