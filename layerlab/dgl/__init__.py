@@ -10,8 +10,11 @@ Process perspective" (2019).
   :func:`stax_kernel_fn` (any neural-tangents top network), :func:`mf_variances` (MF),
   :func:`fit_variances` (FIT), :func:`sample_relu_outputs`, :func:`mc_covariance`;
 * LEGO and monitoring through ``layerlab.loop``: :func:`lego`, :func:`train_end_to_end`,
-  :func:`train_layer_dgl`, :func:`random_features`, :func:`monitor_fn`.
+  :func:`train_layer_dgl`, :func:`random_features`, :func:`monitor_fn`;
+* the paper's data protocol: :func:`dgl_protocol` (alias :func:`protocol`);
+* reproductions (Table I, Figs. 1 and 4): :mod:`layerlab.dgl.experiments`.
 """
+from . import experiments as experiments
 from ._kernels import LayerVariances as LayerVariances
 from ._kernels import fit_variances as fit_variances
 from ._kernels import mc_covariance as mc_covariance
@@ -40,8 +43,12 @@ from ._loss import dgl_minibatch as dgl_minibatch
 from ._loss import dgl_subsets_exact as dgl_subsets_exact
 from ._loss import ib_pairwise_loss as ib_pairwise_loss
 from ._loss import loo_residuals as loo_residuals
+from ._protocol import DGLSplits as DGLSplits
+from ._protocol import dgl_protocol as dgl_protocol
+from ._protocol import protocol as protocol
 
 __all__ = [
+    "DGLSplits",
     "LayerVariances",
     "LegoConfig",
     "accuracy",
@@ -51,6 +58,8 @@ __all__ = [
     "dgl_loss",
     "dgl_loss_reference",
     "dgl_minibatch",
+    "dgl_protocol",
+    "experiments",
     "dgl_subsets_exact",
     "fit_classifier",
     "fit_variances",
@@ -63,6 +72,7 @@ __all__ = [
     "mf_variances",
     "monitor_fn",
     "mse_loss",
+    "protocol",
     "random_features",
     "sample_relu_outputs",
     "stax_kernel_fn",

@@ -1,0 +1,45 @@
+"""Fig. 4 of Ben-David & Ringel (2019): DGL monitoring of end-to-end vanilla-SGD training on
+BMNIST2k with (L, d) = (3, 20): every layer's DGL (MF variances of the current net) beside
+the training MSE, and the caption's three observations checked as claims.
+
+    python -m reproduce.dgl_fig4 --paper
+"""
+from __future__ import annotations
+
+import argparse
+
+from reproduce import _cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _cli.parser("dgl", "fig4", __doc__)
+    p.add_argument("--epochs", type=int, default=None, help="SGD epochs")
+    p.add_argument("--lr", type=float, default=None, help="SGD learning rate")
+    p.add_argument("--evals", type=int, default=None, help="monitoring points")
+    p.add_argument("--eps-rel", type=float, default=None, help="eps^2 / mean diag K")
+    p.add_argument("--monitor-n", type=int, default=None,
+                   help="training points the DGLs are evaluated on (default: all)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import jax
+
+    from layerlab.dgl import experiments as ex
+
+    cfg = ex.Fig4Config.paper() if args.paper else ex.Fig4Config.smoke() if args.smoke else \
+        ex.Fig4Config()
+    kw = {k: getattr(args, k) for k in ("epochs", "lr", "evals", "eps_rel", "monitor_n")
+          if getattr(args, k) is not None}
+    if args.data_dir is not None:
+        kw["data_dir"] = args.data_dir
+    cfg = ex.Fig4Config(**{**cfg.__dict__, **kw})
+    rec = ex.run_fig4(cfg, key=jax.random.key(args.seeds or 0), progress=not args.no_progress,
+                      checkpoint_dir=_cli.checkpoint_dir(args))
+    _cli.finish(args, rec, figure=lambda path: ex.plot_fig4(rec, path), argv=argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Table I of Ben-David & Ringel (2019): test accuracy of End-to-end / DGL-LEGO / Random.
+
+The five-step protocol of Sec. VI (see ``layerlab.dgl.experiments``) on MNIST10k (2/2000,
+3/1000), CIFAR10_10k (5/2000) and BMNIST2k (2/20, 3/20), 3 seeds per cell, hyper-parameters
+chosen on a disjoint balanced validation set.  Rows run separately (``--rows``, e.g. MNIST
+and BMNIST on a GPU, CIFAR on a CPU) leave per-row parts in ``<out>/table1_parts/``; every
+run merges all parts there into ``<out>/table1.json``.
+
+    python -m reproduce.dgl_table1 --paper --rows mnist,bmnist   # GPU
+    python -m reproduce.dgl_table1 --record --rows cifar          # CPU, reduced CIFAR row
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from reproduce import _cli
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _cli.parser("dgl", "table1", __doc__)
+    p.add_argument("--rows", default=None,
+                   help="comma list of rows: mnist, cifar, bmnist or ids like mnist-2x2000 "
+                   "(default: the configuration's)")
+    p.add_argument("--n-mnist", type=int, default=None, help="MNIST10k training size")
+    p.add_argument("--n-cifar", type=int, default=None, help="CIFAR10_10k training size")
+    p.add_argument("--n-bmnist", type=int, default=None, help="BMNIST2k training size")
+    p.add_argument("--max-width", type=int, default=None,
+                   help="cap on the paper's widths (0: no cap)")
+    p.add_argument("--e2e-epochs", type=int, default=None, help="end-to-end epochs")
+    p.add_argument("--dgl-steps", type=int, default=None, help="Adam steps per LEGO layer")
+    p.add_argument("--dgl-batch", default=None,
+                   help="points per DGL step (an int, or 'full' for the full-N DGL)")
+    p.add_argument("--eps-rel", type=float, default=None, help="eps^2 / mean diag K")
+    p.add_argument("--full-n", default=None,
+                   help="rows (as --rows) on which to compare full-N vs mini-batch LEGO; "
+                   "'none' for none")
+    p.add_argument("--merge-only", action="store_true",
+                   help="do not train: merge the parts already in <out>/table1_parts")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import jax
+
+    from layerlab.dgl import experiments as ex
+
+    C = ex.Table1Config
+    cfg = C.paper() if args.paper else C.smoke() if args.smoke else C.cpu()
+    kw = {}
+    if args.rows:
+        kw["rows"] = ex.select_rows(args.rows)
+    for name in ("n_mnist", "n_cifar", "n_bmnist", "e2e_epochs", "dgl_steps", "eps_rel"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    if args.seeds is not None:
+        kw["seeds"] = args.seeds
+    if args.max_width is not None:
+        kw["max_width"] = None if args.max_width == 0 else args.max_width
+    if args.dgl_batch is not None:
+        kw["dgl_batch"] = None if args.dgl_batch == "full" else int(args.dgl_batch)
+    if args.full_n is not None:
+        kw["full_n_rows"] = () if args.full_n == "none" else ex.select_rows(args.full_n)
+    if args.data_dir is not None:
+        kw["data_dir"] = args.data_dir
+    cfg = ex.Table1Config(**{**cfg.__dict__, **kw})
+    parts = _cli.out_dir(args) / "table1_parts"
+    flags = sys.argv[1:] if argv is None else list(argv)
+    command = shlex.join(["python", "-m", "reproduce.dgl_table1", *flags])
+    if args.merge_only:
+        rec = ex.merge_table1(parts)
+    else:
+        rec = ex.run_table1(cfg, key=jax.random.key(0), progress=not args.no_progress,
+                            parts_dir=parts, command=command)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_table1(rec, path), argv=flags)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

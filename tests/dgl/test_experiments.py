@@ -1,0 +1,141 @@
+"""Tests for layerlab.dgl.experiments and layerlab.dgl.dgl_protocol: the paper's split sizes
+and disjointness, the full-N DGL against the mini-batch estimator, the classifier and the
+Table I merge."""
+import itertools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import dgl
+from layerlab.dgl import experiments as ex
+
+
+def _rows_as_set(x):
+    x = np.asarray(x).reshape(len(x), -1)
+    return {r.tobytes() for r in x}
+
+
+def test_protocol_sizes_balance_and_disjointness(shared_data):
+    sp = dgl.protocol("BMNIST2k", n_train=200, seed=3, data_dir=shared_data)
+    assert len(sp.train) == len(sp.val) == 200
+    np.testing.assert_array_equal(np.bincount(sp.train.y), [100, 100])
+    np.testing.assert_array_equal(np.bincount(sp.val.y), [100, 100])
+    # the standard test set's 1s and 7s: 1135 + 1028, not balanced
+    np.testing.assert_array_equal(np.bincount(sp.test.y), [1135, 1028])
+    tr, va = _rows_as_set(sp.train.x), _rows_as_set(sp.val.x)
+    assert len(tr) == 200 and len(va) == 200 and not tr & va
+    assert float(sp.train.x.max()) == 1.0 and float(sp.train.x.min()) == 0.0
+    sp2 = dgl.dgl_protocol("mnist10k", n_train=100, data_dir=shared_data)
+    assert len(sp2.train) == len(sp2.val) == 100 and len(sp2.test) == 10_000
+    np.testing.assert_array_equal(np.bincount(sp2.train.y), [10] * 10)
+    assert not _rows_as_set(sp2.train.x) & _rows_as_set(sp2.val.x)
+    # another seed draws another training set
+    sp3 = dgl.protocol("BMNIST2k", n_train=200, seed=4, data_dir=shared_data)
+    assert _rows_as_set(sp3.train.x) != tr
+    with pytest.raises(ValueError, match="multiple of the 10 classes"):
+        dgl.protocol("MNIST10k", n_train=105, data_dir=shared_data)
+    with pytest.raises(ValueError, match="must be one of"):
+        dgl.protocol("MNIST5k")
+
+
+def _layer_problem(n=8, d_in=3, d=4, c=2, seed=0):
+    rng = np.random.default_rng(seed)
+    h = jnp.asarray(rng.normal(size=(n, d_in)))
+    y = jnp.asarray(np.eye(c)[np.arange(n) % c] - 1.0 / c)
+    layer = {"w": jnp.asarray(rng.normal(size=(d_in, d)) / np.sqrt(d_in)),
+             "b": jnp.asarray(0.1 * rng.normal(size=(d,)))}
+    return h, y, layer, jnp.asarray([2.0, 1.5]), jnp.asarray([0.1, 0.05])
+
+
+def _brute_per_sample_dgl(layer, h, y, w_var, b_var, eps_rel):
+    """(1/N) sum_n |y_n - GP mean from the other N-1 points|^2, numpy, no Cholesky."""
+    r = np.maximum(np.asarray(h) @ np.asarray(layer["w"]) + np.asarray(layer["b"]), 0.0)
+    K = np.asarray(dgl.top_kernel(jnp.asarray(r), w_var=w_var, b_var=b_var))
+    Y = np.asarray(y)
+    eps2 = eps_rel * np.mean(np.diag(K))
+    n = len(Y)
+    out = 0.0
+    for i in range(n):
+        m = np.arange(n) != i
+        pred = K[i, m] @ np.linalg.solve(K[np.ix_(m, m)] + eps2 * np.eye(n - 1), Y[m])
+        out += np.sum((Y[i] - pred) ** 2)
+    return out / n
+
+
+def test_full_n_and_minibatch_dgl_estimators(x64):
+    """The LEGO step's loss: full-N (batch None) = the brute-force LOO DGL of all N points;
+    mini-batch (batch B) = on average the exact mean over all B-subsets, its value and
+    gradient agree with the full-N ones at B = N and approach them as B grows."""
+    h, y, layer, wv, bv = _layer_problem()
+    eps = 0.05
+    f = lambda p, hh, yy: ex._layer_dgl(p, hh, yy, wv, bv, eps)  # noqa: E731
+    full = float(f(layer, h, y))
+    np.testing.assert_allclose(full, _brute_per_sample_dgl(layer, h, y, wv, bv, eps), rtol=1e-9)
+    g_full = jax.grad(f)(layer, h, y)
+    n = h.shape[0]
+    gaps, coss = [], []
+    jf, jg = jax.jit(f), jax.jit(jax.grad(f))
+    for B in (4, 6, 8):
+        subs = jnp.asarray(list(itertools.combinations(range(n), B)))
+        vals = np.asarray(jax.vmap(lambda s: jf(layer, h[s], y[s]))(subs))
+        grads = jax.vmap(lambda s: jg(layer, h[s], y[s]))(subs)
+        g_mean = jax.tree_util.tree_map(lambda a: jnp.mean(a, axis=0), grads)
+        flat = lambda t: np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(t)])  # noqa: E731
+        a, b = flat(g_mean), flat(g_full)
+        coss.append(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+        gaps.append(vals.mean() - full)
+        if B == 4:  # what the training loop's random batches average to (Monte Carlo)
+            key = jax.random.key(0)
+            idx = jax.vmap(lambda k: jax.random.permutation(k, n)[:B])(jax.random.split(key, 3000))
+            mc = np.asarray(jax.vmap(lambda i: f(layer, h[i], y[i]))(idx))
+            assert abs(mc.mean() - vals.mean()) < 4 * vals.std() / np.sqrt(len(mc))
+    # B = N: the mini-batch estimator is the full-N DGL, value and gradient
+    assert abs(gaps[-1]) < 1e-12 and coss[-1] > 1 - 1e-12
+    # fewer points -> worse LOO prediction: the subset DGL is larger, and shrinks towards N
+    assert gaps[0] > gaps[1] > 0
+    # the expected mini-batch gradient points along the full-N one
+    assert 0.8 < coss[0] < coss[1] < coss[2]
+
+
+def test_classifier_on_val_is_ridge_least_squares_and_picks_val_mse(x64):
+    rng = np.random.default_rng(1)
+    h, hv = jnp.asarray(rng.normal(size=(40, 5))), jnp.asarray(rng.normal(size=(30, 5)))
+    W = rng.normal(size=(5, 3))
+    y, yv = h @ W + 0.3, hv @ W + 0.3 + 0.5 * rng.normal(size=(30, 3))
+    head, ridge, vmse = ex.classifier_on_val(h, y, hv, yv, (1e-8, 10.0))
+    A = np.c_[np.asarray(h), np.ones(40)]
+    sol = np.linalg.lstsq(A, np.asarray(y), rcond=None)[0]
+    assert ridge == 1e-8
+    np.testing.assert_allclose(np.asarray(head["w"]), sol[:5], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(head["b"]), sol[5], atol=1e-6)
+    want = np.mean(np.sum((np.asarray(hv) @ sol[:5] + sol[5] - np.asarray(yv)) ** 2, 1))
+    np.testing.assert_allclose(vmse, want, rtol=1e-6)
+
+
+def test_select_rows_and_merge_of_parts(tmp_path):
+    assert ex.select_rows("mnist,bmnist-3x20") == ("mnist-2x2000", "mnist-3x1000", "bmnist-3x20")
+    with pytest.raises(ValueError, match="matches none"):
+        ex.select_rows("svhn")
+    cfg = ex.Table1Config.paper()
+    for seed, (e, lego, r) in enumerate([(45.0, 47.0, 34.0), (46.0, 48.0, 35.0),
+                                         (44.0, 49.0, 33.0)]):
+        part = {"row": "cifar-5x2000", "seed": seed, "width": 2000, "n_train": 10000,
+                "paper_scale": True, "end_to_end": {"test": e}, "lego": {"test": lego},
+                "random": {"test": r}, "wall_s": 1.0, "device": "cpu", "config": {},
+                "command": "python -m reproduce.dgl_table1 --rows cifar"}
+        (tmp_path / f"cifar-5x2000_seed{seed}.json").write_text(json.dumps(part))
+    rec = ex.merge_table1(tmp_path)
+    assert rec.scale == "reduced"  # other rows missing
+    by = {r.name: r for r in rec.rows}
+    lego = by["CIFAR10_10k L=5 d=2000 LEGO test acc"]
+    assert lego.ours == pytest.approx(48.0) and lego.spread == pytest.approx(1.0)
+    assert lego.seeds == 3 and lego.tol == 2.0 and lego.holds is True
+    assert by["MNIST10k L=2 d=2000 LEGO test acc"].ours is None
+    claim = next(c for c in rec.claims if c.claim.startswith("CIFAR"))
+    assert claim.holds is True
+    assert "Ref. [10]" in by["CIFAR10_10k L=5 d=2000 End-to-end test acc"].note
+    assert cfg.is_paper_scale("cifar-5x2000") and not ex.Table1Config.smoke().is_paper_scale(
+        "bmnist-2x20")
