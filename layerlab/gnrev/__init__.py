@@ -14,8 +14,8 @@ The paper's experiments (configs and ``run_*`` functions returning records) are 
 from ._gauss_newton import COMBINE as COMBINE
 from ._gauss_newton import PINV_METHODS as PINV_METHODS
 from ._gauss_newton import PINV_SOLVERS as PINV_SOLVERS
-from ._gauss_newton import PinvConfig as PinvConfig
 from ._gauss_newton import GNInfo as GNInfo
+from ._gauss_newton import PinvConfig as PinvConfig
 from ._gauss_newton import gn_direction as gn_direction
 from ._gauss_newton import gn_residual as gn_residual
 from ._gauss_newton import loss_value as loss_value

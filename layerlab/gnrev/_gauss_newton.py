@@ -279,8 +279,9 @@ def gn_direction(
     so ``α`` is the function-space step of Eq. 11.  ``"per_block"`` is the authors' code:
     every block takes its full solution ``J_ℓ⁺ ε`` (``J·delta = L ε``), so the same update needs
     ``α_per_block = α_average / L``; their learning rates (0.1 mini-batch and 0.5 full batch on
-    MNIST, 1.0 on CIFAR-10) are in this convention.  Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a
-    forward pass.
+    MNIST, 1.0 on CIFAR-10) are in this convention.
+
+    Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a forward pass.
 
     Args:
       params: trainable pytree (``[L, ...]`` stacked), from :func:`revmlp_init`.

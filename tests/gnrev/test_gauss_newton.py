@@ -141,7 +141,8 @@ def test_pinv_regularisations_on_known_spectrum(x64, key, shape, solver):
     pt, rank, _ = g.regularized_pinv(jnp.asarray(a), g.PinvConfig(atol=2.0, solver=solver))
     assert int(rank) == 2
     # damp: 1 / (s + 0.01 s_max), singular values above atol only
-    pdmp, rank, cond = g.regularized_pinv(jnp.asarray(a), g.PinvConfig(method="damp", solver=solver))
+    damp = g.PinvConfig(method="damp", solver=solver)
+    pdmp, rank, cond = g.regularized_pinv(jnp.asarray(a), damp)
     ref = w[:, :4] @ np.diag(1 / (s[:4] + 0.1)) @ u[:, :4].T
     np.testing.assert_allclose(pdmp, ref, atol=1e-7)
     assert int(rank) == 4
