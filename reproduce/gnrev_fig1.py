@@ -5,7 +5,7 @@ learning-rate grid runs in one vmapped program and the largest non-diverging rat
 (§5.1).  GN uses the authors' per-block step convention; the 'gn' arm is the exact regime (ReLU
 in every block), 'gn_first_linear' the authors' code (linear first block: inexact at n = 1024).
 
-    python -m reproduce.gnrev_fig1                    # reduced CPU config (d'=1024, 60 steps)
+    python -m reproduce.gnrev_fig1                    # reduced CPU config (n=512, d'=512, 40 steps)
     python -m reproduce.gnrev_fig1 --paper            # MNIST, d'=8000, 100 steps, 3 seeds (GPU)
     python -m reproduce.gnrev_fig1 --dataset cifar10  # Fig. 1b (6 blocks; --paper on a GPU)
 """
@@ -31,6 +31,8 @@ def build_parser():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
     import jax
 
     from layerlab.gnrev import experiments as ex
@@ -41,7 +43,7 @@ def main(argv=None) -> int:
         cfg = ex.FullBatchConfig.smoke()
     else:
         cfg = ex.FullBatchConfig(dataset=args.dataset,
-                                 depth=2 if args.dataset == "mnist" else 4)
+                                 depth=2 if args.dataset == "mnist" else 6)
     over = {k: v for k, v in (("steps", args.steps), ("bottleneck", args.bottleneck),
                               ("depth", args.depth), ("seeds", args.seeds)) if v is not None}
     if over:

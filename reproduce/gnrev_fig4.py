@@ -10,7 +10,7 @@ exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexa
 
     python -m reproduce.gnrev_fig4                    # reduced CPU config (MNIST 8192, d'=1024)
     python -m reproduce.gnrev_fig4 --paper            # full MNIST, batch 1024, d'=8000, 3 seeds
-    python -m reproduce.gnrev_fig4 --dataset cifar10  # CIFAR-10, 6 blocks, d'=1024 (CPU)
+    python -m reproduce.gnrev_fig4 --dataset cifar10  # CIFAR-10, 6 blocks, 10240 imgs (CPU)
 """
 from __future__ import annotations
 
@@ -39,6 +39,8 @@ def build_parser():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
     import jax
 
     from layerlab.gnrev import experiments as ex
