@@ -666,13 +666,13 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     Returns ``{"config", "steps_per_epoch", "n_train", "wall_s", "arms": {name: {"lr",
     "sweep", "seeds": [per-seed dict of arrays]}}}``.  With ``cache_dir`` the result is
     pickled there under the config's fingerprint and reused (Figs. 2, 3, 4 and Apps. G, H are
-    views of one run); ``checkpoint_dir`` makes each (arm, seed) run resumable.
+    views of one run); with ``checkpoint_dir`` every sweep and finished (arm, seed) run is
+    kept there and every epoch checkpointed, so re-running an interrupted call resumes.
     """
     fp = _fingerprint(cfg, repr(jax.random.key_data(key).tolist()))
     cache = None if cache_dir is None else pathlib.Path(cache_dir) / f"minibatch_{fp}.pkl"
     if cache is not None and cache.exists():
-        with open(cache, "rb") as fh:
-            return pickle.load(fh)
+        return _load(cache)
     t0 = time.perf_counter()
     prep = load_classification(cfg.dataset, cfg.n_train, cfg.n_test, data_dir=data_dir)
     if len(prep.x_train) < cfg.batch_size:
@@ -684,33 +684,54 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     keys = _seed_keys(key, cfg.seeds)
     out: dict[str, Any] = {"config": _cfg_dict(cfg), "steps_per_epoch": spe,
                            "n_train": len(prep.x_train), "arms": {}}
+    done = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"done_{fp}"
     for arm in cfg.arms:
-        params, frozen, P = make_model(keys[0], dim, cfg.depth, prep.num_outputs,
-                                       bottleneck=cfg.bottleneck,
-                                       first_linear=_first_linear(arm, cfg.first_linear),
-                                       init=cfg.init)
-        if len(arm.lrs) > 1:
+        sweep_file = None if done is None else done / f"{arm.name}_sweep.pkl"
+        if sweep_file is not None and sweep_file.exists():
+            sw = _load(sweep_file)
+        elif len(arm.lrs) > 1:
+            params, frozen, P = make_model(keys[0], dim, cfg.depth, prep.num_outputs,
+                                           bottleneck=cfg.bottleneck,
+                                           first_linear=_first_linear(arm, cfg.first_linear),
+                                           init=cfg.init)
             sw = lr_sweep(arm, params, frozen, P, data, steps=cfg.sweep_epochs * spe,
                           batch_size=cfg.batch_size, rule="progress",
                           key=jax.random.fold_in(keys[0], 3), progress=progress)
             sw.pop("state")
-            lr = sw["best"]
+            if sweep_file is not None:
+                _dump(sw, sweep_file)
         else:
-            sw, lr = None, float(arm.lrs[0])
+            sw = None
+        lr = float(arm.lrs[0]) if sw is None else sw["best"]
         runs = []
         for s, ks in enumerate(keys):
+            run_file = None if done is None else done / f"{arm.name}_s{s}.pkl"
+            if run_file is not None and run_file.exists():
+                runs.append(_load(run_file))
+                continue
             ck = (None if checkpoint_dir is None
-                  else pathlib.Path(checkpoint_dir) / f"{arm.name}_s{s}")
+                  else pathlib.Path(checkpoint_dir) / f"{fp}_{arm.name}_s{s}")
             runs.append(_train_arm(cfg, arm, lr, prep, ks, progress=progress, checkpoint_dir=ck))
+            if run_file is not None:
+                _dump(runs[-1], run_file)
         out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs}
     out["wall_s"] = time.perf_counter() - t0
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            pickle.dump(out, fh)
-        os.replace(tmp, cache)
+        _dump(out, cache)
     return out
+
+
+def _dump(obj, path: pathlib.Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+def _load(path: pathlib.Path):
+    with open(path, "rb") as fh:
+        return pickle.load(fh)
 
 
 def _stack(res, arm: str, name: str) -> np.ndarray:
