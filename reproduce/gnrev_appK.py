@@ -40,8 +40,13 @@ def main(argv=None) -> int:
         over = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds)) if v}
         cfg = dataclasses.replace(cfg, **over,
                                   scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
+    import pathlib
+    import tempfile
+    cache = (pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache" if args.smoke
+             else None)
     rec = ex.run_variants(cfg, "appK", key=jax.random.key(0), progress=not args.no_progress,
-                          checkpoint_dir=_cli.checkpoint_dir(args), data_dir=args.data_dir)
+                          checkpoint_dir=_cli.checkpoint_dir(args), cache_dir=cache,
+                          data_dir=args.data_dir)
     _cli.finish(args, rec, figure=lambda path: ex.plot_variants(rec, path), argv=argv)
     return 0
 

@@ -24,6 +24,10 @@ def build_parser():
                    help="full-batch steps (default: the configuration's)")
     p.add_argument("--bottleneck", type=int, default=None,
                    help="inverted-bottleneck width d' (default: the configuration's)")
+    p.add_argument("--n-train", type=int, default=None,
+                   help="training images of the fixed full-batch subset (paper: 1024)")
+    p.add_argument("--no-bottleneck", action="store_true",
+                   help="no inverted bottleneck (V = I, d' = d/2): Fig. 5's full-batch panel")
     p.add_argument("--depth", type=int, default=None,
                    help="number of reversible blocks (default: 2 MNIST, 6 CIFAR-10 at --paper)")
     return p
@@ -45,7 +49,10 @@ def main(argv=None) -> int:
         cfg = ex.FullBatchConfig(dataset=args.dataset,
                                  depth=2 if args.dataset == "mnist" else 6)
     over = {k: v for k, v in (("steps", args.steps), ("bottleneck", args.bottleneck),
-                              ("depth", args.depth), ("seeds", args.seeds)) if v is not None}
+                              ("depth", args.depth), ("seeds", args.seeds),
+                              ("n_train", args.n_train)) if v is not None}
+    if args.no_bottleneck:
+        over["bottleneck"] = None
     if over:
         cfg = dataclasses.replace(cfg, **over,
                                   scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
