@@ -376,7 +376,8 @@ class FullBatchConfig:
 
     Defaults: the reduced CPU configuration (MNIST 512 images, d'=1024 = 2n so that every ReLU
     block reaches rank n with a moderate condition number, 2 blocks, 40 steps, 1 seed);
-    ``paper()`` is §5/App. L: n=1024, d'=8000, 100 full-batch steps (the authors' full-batch configs), 3 seeds.
+    ``paper()`` is §5/App. L: n=1024, d'=8000, 100 full-batch steps (the authors' full-batch
+    configs), 3 seeds.
     """
 
     dataset: str = "mnist"
@@ -549,7 +550,8 @@ class MinibatchConfig:
 
     Defaults: the reduced CPU configuration (MNIST 8192/2000 images, d'=2048 so that the ReLU
     blocks reach rank n = 1024 with a moderate condition number, 2 blocks, 10 epochs, 1 seed).
-    ``paper()``: full MNIST (60000/10000), batch 1024, d'=8000, 2 blocks, 3 seeds, 10 epochs (the paper shows up to
+    ``paper()``: full MNIST (60000/10000), batch 1024, d'=8000, 2 blocks, 3 seeds, 10 epochs
+    (the paper shows up to
     80–100; budget), as in §5 and the authors' configs.
     """
 
