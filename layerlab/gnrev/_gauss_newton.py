@@ -321,7 +321,8 @@ def gn_direction(
     check_rank_bounds(n, frozen, params["w1"].shape[1])
     if y is None:
         y = revmlp_apply(params, frozen, x)
-    keys = jax.random.split(key, (depth, 2)) if key is not None else None
+    needs_key = cfg.method == "noise" or cfg.solver == "rsvd"
+    keys = jax.random.split(key, (depth, 2)) if (key is not None and needs_key) else None
     act = frozen.activation
     h = dim // 2
     share = depth if combine == "average" else 1
