@@ -9,6 +9,9 @@ All steps are full training steps on the same RevMLP + readout and the same batc
 
 * ``gn``: :func:`layerlab.gnrev.gn_step` without the residual certificate, and ``gn_cert``
   with it (one extra jvp);
+* ``gn_rsvd``: the same step with the randomized-SVD pseudo-inverse
+  (``PinvConfig(solver="rsvd", rank=--rsvd-rank)``, as the authors' code offers), and its
+  accuracy: ``‖Δ_rsvd − Δ_gram‖/‖Δ_gram‖`` of the two GN directions on one target;
 * ``adam`` / ``sgd``: :func:`layerlab.gnrev.revmlp_optax_step`;
 * ``dense_gn`` (small shapes only): the dense body Jacobian ``J`` (``[n d, P]``, ``jacrev``)
   and ``Δθ = Jᵀ (J Jᵀ)⁺ ε`` (Eq. 5), skipped when ``J`` needs more than ``--dense-max-gb``.
@@ -73,7 +76,7 @@ def _problem(n, d, dp, depth):
     return params, frozen, P, x, y
 
 
-def bench_case(n, d, dp, depth, *, repeats, dense_max_gb):
+def bench_case(n, d, dp, depth, *, repeats, dense_max_gb, rsvd_rank=0):
     params, frozen, P, x, y = _problem(n, d, dp, depth)
     key = jax.random.key(0)
     rec = {"n": n, "d": d, "bottleneck": dp, "depth": depth,
@@ -81,6 +84,8 @@ def bench_case(n, d, dp, depth, *, repeats, dense_max_gb):
     steps = {
         "gn": g.gn_step(frozen, P, residual=False),
         "gn_cert": g.gn_step(frozen, P, residual=True),
+        "gn_rsvd": g.gn_step(frozen, P, residual=False,
+                             pinv=g.PinvConfig(solver="rsvd", rank=rsvd_rank)),
         "adam": g.revmlp_optax_step(frozen, P, optax.adam(1e-3)),
         "sgd": g.revmlp_optax_step(frozen, P, optax.sgd(0.1)),
     }
@@ -90,6 +95,15 @@ def bench_case(n, d, dp, depth, *, repeats, dense_max_gb):
         t = timeit(c, st, (x, y), key, repeats=repeats)
         rec[name] = {"median_s": t["median_s"], "iqr_s": t["iqr_s"], "memory_bytes": mem,
                      "flops": flops, "gflops_per_s": flops / t["median_s"] / 1e9}
+    # accuracy of the randomized SVD against the Gram solver on one body target
+    eps0 = jax.random.normal(jax.random.key(5), (n, d))
+    dg = jax.jit(lambda e: g.gn_direction(params, frozen, x, e))(eps0)
+    dr = jax.jit(lambda e: g.gn_direction(
+        params, frozen, x, e, pinv=g.PinvConfig(solver="rsvd", rank=rsvd_rank),
+        key=jax.random.key(6)))(eps0)
+    diff = ravel_pytree(jax.tree.map(lambda a, b: a - b, dr, dg))[0]
+    rec["rsvd_rel_diff"] = float(jnp.linalg.norm(diff) / jnp.linalg.norm(ravel_pytree(dg)[0]))
+    rec["rsvd_over_gram"] = rec["gn_rsvd"]["median_s"] / rec["gn"]["median_s"]
     # reference matmul of the dominant shape
     a = jax.random.normal(key, (n, dp))
     b = jax.random.normal(key, (dp, d // 2))
@@ -139,6 +153,8 @@ def build_parser():
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per case (median)")
     ap.add_argument("--dense-max-gb", type=float, default=0.3,
                     help="largest dense Jacobian (GB) built for the dense-pinv comparison")
+    ap.add_argument("--rsvd-rank", type=int, default=0,
+                    help="target rank of the randomized SVD (0: full, min(n, d'+1))")
     add_output_flags(ap, "gnrev_step")
     return ap
 
@@ -149,12 +165,14 @@ def main(argv=None):
     out = out_dir("gnrev_step", args.out, args.record)
     recs = []
     for case in tqdm(_grid(args.grid), desc="gnrev_step"):
-        r = bench_case(*case, repeats=args.repeats, dense_max_gb=args.dense_max_gb)
+        r = bench_case(*case, repeats=args.repeats, dense_max_gb=args.dense_max_gb,
+                       rsvd_rank=args.rsvd_rank)
         recs.append(r)
         tqdm.write(f"{case}: gn {r['gn']['median_s']:.4f}s  adam {r['adam']['median_s']:.4f}s  "
                    f"gn/adam {r['gn_over_adam']:.2f}  mem gn/adam "
                    f"{r.get('gn_memory_over_adam', float('nan')):.2f}  dense/gn "
-                   f"{r.get('dense_over_gn', float('nan')):.1f}")
+                   f"{r.get('dense_over_gn', float('nan')):.1f}  rsvd/gram "
+                   f"{r['rsvd_over_gram']:.2f} (rel. diff {r['rsvd_rel_diff']:.1e})")
     dense = [r for r in recs if "dense_over_gn" in r]
     paper = [r for r in recs
              if (r["n"], r["d"], r["bottleneck"], r["depth"]) == (1024, 784, 8000, 2)]

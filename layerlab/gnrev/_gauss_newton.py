@@ -20,6 +20,7 @@ a right inverse of the full Jacobian (Theorem 4.3: same loss dynamics as ``J⁺`
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -35,13 +36,16 @@ from ._revmlp import (
     _check_params,
     _check_x,
     _frozen_xs,
+    check_rank_bounds,
     revmlp_apply,
-    warn_if_underdetermined,
 )
 
 __all__ = [
+    "COMBINE",
     "GNInfo",
     "PINV_METHODS",
+    "PINV_SOLVERS",
+    "PinvConfig",
     "regularized_pinv",
     "pinv_solve",
     "gn_direction",
@@ -52,6 +56,54 @@ __all__ = [
 ]
 
 PINV_METHODS = ("truncate", "damp", "noise")
+PINV_SOLVERS = ("gram", "svd", "rsvd")
+COMBINE = ("average", "per_block")
+
+
+@dataclasses.dataclass(frozen=True)
+class PinvConfig:
+    """How every pseudo-inverse of the Gauss–Newton update is regularised and computed.
+
+    Attributes:
+      method: ``"truncate"`` (drop ``s <= max(rtol s_1, atol)``; §5 and App. K, the paper's
+        default), ``"damp"`` (``1/(s + damping s_1)``, App. K) or ``"noise"`` (add Gaussian
+        noise of std ``noise_scale * std(A)`` to ``A`` first, App. K; needs a key).
+      rtol, atol: truncation tolerances (paper §5: 1% and 1e-5).
+      damping: relative damping (App. K: 1% of ``s_1``).
+      noise_scale: relative noise std (App. K: 10% of ``std(A)``).
+      solver: ``"gram"`` (``eigh`` of the smaller Gram matrix; default, fastest),
+        ``"svd"`` (thin SVD of ``A``) or ``"rsvd"`` (randomized SVD, Halko et al. 2011
+        Alg. 4.4, as offered by the authors' code: range of ``A`` from ``A Ω`` with
+        ``rank + oversample`` Gaussian probes and ``power_iters`` power iterations; exact
+        when ``rank + oversample >= rank(A)``).
+      rank, oversample, power_iters: randomized-SVD settings (``rank=0``: ``min(n, k)``).
+    """
+
+    method: str = "truncate"
+    rtol: float = 0.01
+    atol: float = 1e-5
+    damping: float = 0.01
+    noise_scale: float = 0.1
+    solver: str = "gram"
+    rank: int = 0
+    oversample: int = 10
+    power_iters: int = 2
+
+    def __post_init__(self) -> None:
+        if self.method not in PINV_METHODS:
+            raise ValueError(f"PinvConfig.method must be one of {PINV_METHODS}, "
+                             f"got {self.method!r}")
+        if self.solver not in PINV_SOLVERS:
+            raise ValueError(f"PinvConfig.solver must be one of {PINV_SOLVERS}, "
+                             f"got {self.solver!r}")
+        for name in ("rtol", "atol", "damping", "noise_scale"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
+                raise ValueError(f"PinvConfig.{name} must be a finite number >= 0, got {v!r}")
+        for name in ("rank", "oversample", "power_iters"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and v >= 0):
+                raise ValueError(f"PinvConfig.{name} must be an int >= 0, got {v!r}")
 
 
 class GNInfo(NamedTuple):
@@ -98,14 +150,9 @@ def _filter(s, method, rtol, atol, damping, floor):
 def pinv_solve(
     a: jax.Array,
     e: jax.Array,
+    config: PinvConfig | None = None,
     *,
-    method: str = "truncate",
-    rtol: float = 0.01,
-    atol: float = 1e-5,
-    damping: float = 0.01,
-    noise_scale: float = 0.1,
     key: jax.Array | None = None,
-    solver: str = "gram",
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Regularised pseudo-inverse solve ``A_reg⁺ e`` via the SVD ``A = U S Wᵀ``.
 
@@ -118,17 +165,16 @@ def pinv_solve(
     ``solver="gram"`` (default, fast) diagonalises the smaller Gram matrix ``A Aᵀ``
     (``n <= k``) or ``AᵀA`` with ``eigh`` and uses ``A⁺ = Aᵀ U diag(φ/s) Uᵀ``; singular values
     below ``10 sqrt(eps) s_1`` are always dropped there, since squaring loses them.
-    ``solver="svd"`` uses a thin SVD of ``A`` (slower, more accurate).
+    ``solver="svd"`` uses a thin SVD of ``A`` (slower, more accurate); ``solver="rsvd"`` a
+    randomized SVD (:class:`PinvConfig`).
 
     Args:
       a: ``[n, k]`` matrix.
       e: ``[n, m]`` right-hand sides.
-      method: ``"truncate"`` (drop ``s <= max(rtol s_1, atol)``), ``"damp"`` (``1/(s + damping
-        s_1)``) or ``"noise"`` (add Gaussian noise of std ``noise_scale * std(a)`` to ``a``
-        before the SVD; needs ``key``; draw = ``jax.random.normal(key, a.shape)``).
-      rtol, atol, damping, noise_scale: see ``method``.
-      key: PRNG key for ``"noise"``.
-      solver: ``"gram"`` or ``"svd"``.
+      config: :class:`PinvConfig` (default: truncation at ``rtol=1%``, ``atol=1e-5``, Gram
+        solver); ``"noise"`` draws ``jax.random.normal(key, a.shape)``.
+      key: PRNG key for ``method="noise"`` (and the ``"rsvd"`` sketch; a fixed key when
+        ``None``).
 
     Returns:
       ``(x, rank, cond)``: ``x`` ``[k, m]``, ``rank`` (int scalar, kept singular values) and
@@ -137,18 +183,24 @@ def pinv_solve(
     References:
       App. K of Buffelli et al. 2024 (pseudo-inverse regularisations).
     """
-    if method not in PINV_METHODS:
-        raise ValueError(f"pinv method must be one of {PINV_METHODS}, got {method!r}")
-    if solver not in ("gram", "svd"):
-        raise ValueError(f"solver must be 'gram' or 'svd', got {solver!r}")
+    cfg = PinvConfig() if config is None else config
+    if not isinstance(cfg, PinvConfig):
+        raise TypeError(f"config must be a PinvConfig, got {type(cfg).__name__}")
+    method, rtol, atol, damping = cfg.method, cfg.rtol, cfg.atol, cfg.damping
+    solver = cfg.solver
     if method == "noise":
         if key is None:
             raise ValueError("pinv method 'noise' needs a PRNG key (key=jax.random.key(...))")
-        a = a + noise_scale * jnp.std(a) * jax.random.normal(key, a.shape, a.dtype)
+        a = a + cfg.noise_scale * jnp.std(a) * jax.random.normal(key, a.shape, a.dtype)
     n, k = a.shape
     eps = float(np.finfo(np.dtype(a.dtype)).eps)
     if solver == "svd":
         u, s, wt = jnp.linalg.svd(a, full_matrices=False)
+        phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
+        return wt.T @ (phi[:, None] * (u.T @ e)), rank, cond
+    if solver == "rsvd":
+        sketch = jax.random.key(0) if key is None else jax.random.fold_in(key, 1)
+        u, s, wt = _randomized_svd(a, cfg, sketch)
         phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
         return wt.T @ (phi[:, None] * (u.T @ e)), rank, cond
     floor = 10.0 * np.sqrt(eps)
@@ -165,12 +217,32 @@ def pinv_solve(
     return w @ (coef[:, None] * (w.T @ (a.T @ e))), rank, cond
 
 
-def regularized_pinv(a: jax.Array, **kwargs) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _randomized_svd(a, cfg: PinvConfig, key):
+    """Thin randomized SVD ``a ≈ U diag(s) Wᵀ`` (Halko, Martinsson, Tropp 2011, Alg. 4.4)."""
+    n, k = a.shape
+    r = min(n, k) if cfg.rank == 0 else min(n, k, cfg.rank + cfg.oversample)
+    at = n > k  # sketch the smaller side: range of a (n <= k) or of aᵀ
+    m = a.T if at else a
+    omega = jax.random.normal(key, (m.shape[1], r), a.dtype)
+    q, _ = jnp.linalg.qr(m @ omega)
+    for _ in range(cfg.power_iters):
+        q, _ = jnp.linalg.qr(m.T @ q)
+        q, _ = jnp.linalg.qr(m @ q)
+    ub, s, wt = jnp.linalg.svd(q.T @ m, full_matrices=False)
+    u = q @ ub
+    if at:  # m = aᵀ = u s wt  ->  a = wtᵀ s uᵀ
+        return wt.T, s, u.T
+    return u, s, wt
+
+
+def regularized_pinv(
+    a: jax.Array, config: PinvConfig | None = None, *, key: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Dense regularised pseudo-inverse ``[k, n]`` of ``a`` ``[n, k]`` (see :func:`pinv_solve`).
 
     Returns ``(a_pinv, rank, cond)``.
     """
-    return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), **kwargs)
+    return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), config, key=key)
 
 
 def _act_jvp(z, dz, linear, activation):
@@ -186,13 +258,9 @@ def gn_direction(
     target: jax.Array,
     *,
     y: jax.Array | None = None,
-    pinv: str = "truncate",
-    rtol: float = 0.01,
-    atol: float = 1e-5,
-    damping: float = 0.01,
-    noise_scale: float = 0.1,
+    pinv: PinvConfig | None = None,
+    combine: str = "average",
     key: jax.Array | None = None,
-    solver: str = "gram",
     return_info: bool = False,
 ):
     """Exact Gauss–Newton direction: the layer-wise right inverse of the body Jacobian.
@@ -206,8 +274,16 @@ def gn_direction(
     ``x2_ℓ`` with respect to ``W1_ℓ``.  With exact pseudo-inverses (``n <= d'+1``, nothing
     truncated), ``jvp(revmlp_apply, params)[delta] == target`` and each block's
     ``L * delta_ℓ`` is the Moore–Penrose solution ``J_ℓ⁺ ε`` of that block's Jacobian.  The GN
-    step is ``params - α * delta``.  Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a
-    forward pass.
+    step is ``params - α * delta``.
+
+    **Step-size convention** (``combine``): ``"average"`` (default) is Eqs. 16–17 as written,
+    the average ``(1/L) Σ_ℓ J_ℓ⁺ ε`` of the block solutions, a right inverse (``J·delta = ε``),
+    so ``α`` is the function-space step of Eq. 11.  ``"per_block"`` is the authors' code:
+    every block takes its full solution ``J_ℓ⁺ ε`` (``J·delta = L ε``), so the same update needs
+    ``α_per_block = α_average / L``; their learning rates (0.1 mini-batch and 0.5 full batch on
+    MNIST, 1.0 on CIFAR-10) are in this convention.
+
+    Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a forward pass.
 
     Args:
       params: trainable pytree (``[L, ...]`` stacked), from :func:`revmlp_init`.
@@ -216,10 +292,10 @@ def gn_direction(
       target: ``[n, d]`` output-space error ``ε`` (e.g. ``∇_f L`` mapped through the readout:
         ``ε_logits Pᵀ``).
       y: optional ``[n, d]`` body output ``revmlp_apply(params, frozen, x)`` if already known.
-      pinv: ``"truncate"`` | ``"damp"`` | ``"noise"`` (App. K), see :func:`pinv_solve`.
-      rtol, atol, damping, noise_scale: regularisation constants.
-      key: PRNG key (needed for ``pinv="noise"``).
-      solver: ``"gram"`` (eigh of the small Gram matrix) or ``"svd"``.
+      pinv: :class:`PinvConfig` (regularisation of App. K and solver; default truncation at
+        1% / 1e-5 with the Gram solver, as in §5).
+      combine: ``"average"`` (Eqs. 16–17) or ``"per_block"`` (authors' code, ``L ×``).
+      key: PRNG key (needed for ``PinvConfig(method="noise")``).
       return_info: also return :class:`GNInfo` (rank/condition of every pseudo-inverse).
 
     Returns:
@@ -234,20 +310,24 @@ def gn_direction(
     _check_params(params, frozen, dim)
     if target.shape != x.shape:
         raise ValueError(f"target shape {target.shape} must equal x shape {x.shape}")
-    if pinv not in PINV_METHODS:
-        raise ValueError(f"pinv must be one of {PINV_METHODS}, got {pinv!r}")
-    if pinv == "noise" and key is None:
-        raise ValueError("pinv='noise' needs key=jax.random.key(...)")
+    cfg = PinvConfig() if pinv is None else pinv
+    if not isinstance(cfg, PinvConfig):
+        raise TypeError(
+            f"pinv must be a PinvConfig (e.g. PinvConfig(method='damp')), got {pinv!r}")
+    if combine not in COMBINE:
+        raise ValueError(f"combine must be one of {COMBINE}, got {combine!r}")
+    if cfg.method == "noise" and key is None:
+        raise ValueError("PinvConfig(method='noise') needs key=jax.random.key(...)")
     n = x.shape[0]
     depth = frozen.depth
-    warn_if_underdetermined(n, params["w1"].shape[1])
+    check_rank_bounds(n, frozen, params["w1"].shape[1])
     if y is None:
         y = revmlp_apply(params, frozen, x)
-    keys = jax.random.split(key, (depth, 2)) if pinv == "noise" else None
+    needs_key = cfg.method == "noise" or cfg.solver == "rsvd"
+    keys = jax.random.split(key, (depth, 2)) if (key is not None and needs_key) else None
     act = frozen.activation
     h = dim // 2
-    opts = dict(method=pinv, rtol=rtol, atol=atol, damping=damping, noise_scale=noise_scale,
-                solver=solver)
+    share = depth if combine == "average" else 1
     ones = jnp.ones((n, 1), x.dtype)
 
     def body(carry, xs):
@@ -265,18 +345,18 @@ def gn_direction(
         k1 = k2 = None
         if k is not None:
             k1, k2 = k[0], k[1]
-        d1, r1, c1 = pinv_solve(A1, e1, key=k1, **opts)
+        d1, r1, c1 = pinv_solve(A1, e1, cfg, key=k1)
         # correction: jvp of x2_ℓ w.r.t. W1_ℓ along d1, = (σ'(z2) ⊙ (δx1 V2)) W2
         dx1 = A1 @ d1
         z2 = yc[:, :h] if f["v2"] is None else yc[:, :h] @ f["v2"]
         dz2 = dx1 if f["v2"] is None else dx1 @ f["v2"]
         cdx = _act_jvp(z2, dz2, f["linear"], act) @ p["w2"]
-        d2, r2, c2 = pinv_solve(A2, e2 - cdx, key=k2, **opts)
+        d2, r2, c2 = pinv_solve(A2, e2 - cdx, cfg, key=k2)
         out = {
-            "w1": d1[:-1] / depth,
-            "b1": d1[-1] / depth,
-            "w2": d2[:-1] / depth,
-            "b2": d2[-1] / depth,
+            "w1": d1[:-1] / share,
+            "b1": d1[-1] / share,
+            "w2": d2[:-1] / share,
+            "b2": d2[-1] / share,
         }
         return (xp, ep), (out, jnp.stack([r1, r2]), jnp.stack([c1, c2]))
 

@@ -42,7 +42,12 @@ __all__ = [
     "revmlp_hidden",
     "readout_init",
     "check_finite",
+    "INITS",
+    "rank_bounds",
+    "check_rank_bounds",
 ]
+
+INITS = ("xavier_uniform", "xavier_normal_relu")
 
 
 @jax.tree_util.register_dataclass
@@ -99,16 +104,21 @@ def revmlp_init(
     activation: Callable = jax.nn.relu,
     first_linear: bool = False,
     w_scale: float = 1.0,
+    init: str = "xavier_uniform",
     dtype=jnp.float32,
 ) -> tuple[dict, RevMLPFrozen]:
     """Initialise a RevMLP of ``depth`` reversible blocks on ``dim`` features.
 
     .. math::
-        W \\sim \\mathcal{U}(\\pm s\\sqrt{6/(d'+d/2)}),\\quad b = 0,\\quad
+        W \\sim \\mathcal{U}(\\pm s\\sqrt{6/(d'+d/2)})\\ \\text{or}\\
+        W \\sim \\mathcal{N}(0, s^2 g^2\\, 2/(d'+d/2)),\\quad b = 0,\\quad
         V_{ij} \\sim \\mathcal{N}(0, 1/d')
 
-    (Xavier-uniform ``W`` scaled by ``w_scale`` (App. J init-variance study), zero bias,
-    fixed Gaussian ``V``.)
+    ``init="xavier_uniform"`` (variance ``2 s²/(d'+d/2)``) or ``"xavier_normal_relu"``: the
+    authors' code, Xavier-normal with the ReLU gain ``g = √2`` in blocks with a nonlinearity
+    and ``g = 1`` in a linear first block (variance ``2 g² s²/(d'+d/2)``, twice Xavier's in
+    ReLU blocks).  ``s = w_scale`` (App. F init-variance study), zero bias (App. L), fixed
+    Gaussian ``V`` (App. L).
 
     Args:
       key: PRNG key (``jax.random.key``).
@@ -118,7 +128,8 @@ def revmlp_init(
         (``V`` is the identity and ``d' = d/2``, paper §5.3).
       activation: ``σ``, any differentiable elementwise nonlinearity.
       first_linear: use the identity instead of ``σ`` in the first block.
-      w_scale: multiplies the Xavier scale of ``W``.
+      w_scale: multiplies the Xavier scale (standard deviation) of ``W``.
+      init: ``"xavier_uniform"`` or ``"xavier_normal_relu"`` (authors' code, App. L).
       dtype: parameter dtype.
 
     Returns:
@@ -135,18 +146,26 @@ def revmlp_init(
         )
     if depth < 1:
         raise ValueError(f"depth must be >= 1 block, got {depth}")
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
     h = dim // 2
     if bottleneck is not None and bottleneck < 1:
         raise ValueError(f"bottleneck must be a positive width or None, got {bottleneck}")
     dp = h if bottleneck is None else int(bottleneck)
     k1, k2, k3, k4 = jax.random.split(key, 4)
-    lim = w_scale * np.sqrt(6.0 / (dp + h))
-    params = {
-        "w1": jax.random.uniform(k1, (depth, dp, h), dtype, -lim, lim),
-        "b1": jnp.zeros((depth, h), dtype),
-        "w2": jax.random.uniform(k2, (depth, dp, h), dtype, -lim, lim),
-        "b2": jnp.zeros((depth, h), dtype),
-    }
+    if init == "xavier_uniform":
+        lim = w_scale * np.sqrt(6.0 / (dp + h))
+        w1 = jax.random.uniform(k1, (depth, dp, h), dtype, -lim, lim)
+        w2 = jax.random.uniform(k2, (depth, dp, h), dtype, -lim, lim)
+    else:
+        gain = np.full((depth, 1, 1), np.sqrt(2.0))
+        if first_linear:
+            gain[0] = 1.0
+        std = jnp.asarray(w_scale * gain * np.sqrt(2.0 / (dp + h)), dtype)
+        w1 = std * jax.random.normal(k1, (depth, dp, h), dtype)
+        w2 = std * jax.random.normal(k2, (depth, dp, h), dtype)
+    params = {"w1": w1, "b1": jnp.zeros((depth, h), dtype),
+              "w2": w2, "b2": jnp.zeros((depth, h), dtype)}
     if bottleneck is None:
         v1 = v2 = None
     else:
@@ -302,13 +321,62 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int, dtype=jnp.float32) 
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
-def warn_if_underdetermined(n: int, bottleneck: int) -> None:
-    """Warn when ``[σ(xV), 1]`` (``[n, d'+1]``) cannot have full row rank ``n``."""
-    if n > bottleneck + 1:
+def rank_bounds(frozen: RevMLPFrozen, bottleneck: int) -> list[int] | None:
+    """Largest possible rank of each block's pseudo-inverse matrices ``[σ(x V), 1]``.
+
+    A block with a nonlinearity has ``d' + 1`` columns (rank ``<= d' + 1``); a linear block
+    computes ``x V`` from the ``h = d/2`` features of its input, so its rank is at most
+    ``min(h, d') + 1`` whatever ``d'`` is (``h = d'`` without bottleneck).  The layer-wise
+    update is an exact right inverse only when every bound is ``>= n`` (Prop. 4.4).
+
+    Args:
+      frozen: :class:`RevMLPFrozen`.
+      bottleneck: ``d'`` (``params["w1"].shape[1]``).
+
+    Returns:
+      ``[L]`` ints, or ``None`` when ``frozen.linear`` is traced (not known on the host).
+    """
+    try:
+        linear = np.asarray(frozen.linear)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return None
+    h = bottleneck if frozen.v1 is None else int(frozen.v1.shape[1])
+    return [(min(h, bottleneck) if lin else bottleneck) + 1 for lin in linear.tolist()]
+
+
+def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int) -> list[int]:
+    """Warn (once per call site and message) when a block's rank bound is below ``n``.
+
+    Names every block whose ``[σ(x V), 1]`` cannot reach rank ``n`` (see :func:`rank_bounds`),
+    its bound and the batch size; the update then misses its target (the ``residual``
+    certificate measures by how much).  Under ``jit`` the warning is raised once, at trace
+    time.  When ``frozen.linear`` is traced only the nonlinear bound ``d'+1`` is checked.
+
+    Returns:
+      the indices of the rank-deficient blocks.
+    """
+    bounds = rank_bounds(frozen, bottleneck)
+    if bounds is None:
+        bounds = [bottleneck + 1] * frozen.depth
+    bad = [i for i, b in enumerate(bounds) if b < n]
+    if bad:
+        what = ", ".join(
+            f"block {i} ({'linear, ' if _is_linear(frozen, i) else ''}rank <= {bounds[i]})"
+            for i in bad)
         warnings.warn(
-            f"batch size n={n} exceeds bottleneck width + 1 = {bottleneck + 1}: the "
-            f"pseudo-inverse of [σ(xV), 1] has rank at most {bottleneck + 1} < n, so the "
-            "layer-wise update cannot hit its target exactly (residual > 0; see the 'ranks' "
-            "diagnostics). Use a bottleneck d' >= n or a smaller batch.",
+            f"batch size n={n} exceeds the rank bound of {what}: the pseudo-inverse of "
+            "[σ(xV), 1] cannot reach rank n, so the layer-wise Gauss-Newton update is not an "
+            "exact right inverse (residual ‖JΔθ−ε‖/‖ε‖ > 0; see the 'residual' and 'min_rank' "
+            "metrics). Use a batch n <= every bound, a bottleneck d' >= n, or no linear first "
+            "block (first_linear=False).",
+            UserWarning,
             stacklevel=3,
         )
+    return bad
+
+
+def _is_linear(frozen: RevMLPFrozen, i: int) -> bool:
+    try:
+        return bool(np.asarray(frozen.linear)[i])
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        return False

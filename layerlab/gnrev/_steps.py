@@ -15,7 +15,7 @@ import optax
 from layerlab._checks import check_choice, check_number
 from layerlab.loop import TrainState, TrainStep, optax_step
 
-from ._gauss_newton import gn_direction, gn_residual, loss_value, output_target
+from ._gauss_newton import PinvConfig, gn_direction, gn_residual, loss_value, output_target
 from ._revmlp import RevMLPFrozen, revmlp_apply
 
 __all__ = ["gn_step", "revmlp_optax_step", "revmlp_logits", "revmlp_loss", "with_loss_after"]
@@ -49,19 +49,16 @@ def gn_step(
     weight_decay: float = 0.0,
     loss: str = "ce",
     target: str = "gradient",
-    pinv: str = "truncate",
-    rtol: float = 0.01,
-    atol: float = 1e-5,
-    damping: float = 0.01,
-    noise_scale: float = 0.1,
-    solver: str = "gram",
+    pinv: PinvConfig | None = None,
+    combine: str = "average",
     residual: bool = True,
     loss_after: bool = False,
 ) -> TrainStep:
     """Exact Gauss–Newton training step (Prop. 4.4) for ``layerlab.loop.fit``.
 
     .. math::
-        θ \\leftarrow θ - α\\,(J^{⊣} P^\\top ε + λ θ),\\qquad ε = \\nabla_f \\tilde L\\
+        θ \\leftarrow θ - α\\,(c\\, J^{⊣} P^\\top ε + λ θ),\\quad c = 1\\ (\\text{average})\\
+        \\text{or } L\\ (\\text{per\\_block}),\\qquad ε = \\nabla_f \\tilde L\\
         \\text{(Eq. 5) or } H^+\\nabla_f \\tilde L\\ \\text{(Eq. 19)}
 
     The state is a ``layerlab.loop.TrainState`` with ``opt_state=()`` and
@@ -75,8 +72,12 @@ def gn_step(
       weight_decay: ``λ`` (default in ``init``); decoupled, added to the GN direction.
       loss: ``"ce"`` or ``"mse"``.
       target: ``"gradient"`` (Eq. 5) or ``"newton"`` (Eq. 19).
-      pinv, rtol, atol, damping, noise_scale, solver: see :func:`gn_direction`.
-      residual: log ``residual = ‖JΔθ − ε‖/‖ε‖`` (one extra jvp per step).
+      pinv: :class:`PinvConfig` (App. K regularisation and solver).
+      combine: step-size convention, ``"average"`` (Eqs. 16–17: ``α`` is the function-space
+        step) or ``"per_block"`` (authors' code: every block takes its full ``J_ℓ⁺ε``, the
+        update is ``L ×`` the averaged one, so ``α_per_block = α_average / L``).
+      residual: log the certificate ``residual = ‖J Δ − ε‖/‖ε‖`` of the averaged direction
+        ``Δ`` (one extra jvp per step; 0 for an exact right inverse, in both conventions).
       loss_after: also log the loss on the same batch after the update (``loss_after``) and
         its percentage change ``loss_change_pct`` (Fig. 3); one extra forward pass.
 
@@ -113,10 +114,8 @@ def gn_step(
         logits = y @ readout
         val = loss_value(logits, labels, loss=loss)
         eps = output_target(logits, labels, loss=loss, target=target) @ readout.T
-        delta, info = gn_direction(
-            params, frozen, x, eps, y=y, pinv=pinv, rtol=rtol, atol=atol, damping=damping,
-            noise_scale=noise_scale, key=key, solver=solver, return_info=True,
-        )
+        delta, info = gn_direction(params, frozen, x, eps, y=y, pinv=pinv, combine=combine,
+                                   key=key, return_info=True)
         lr = state.hparams["learning_rate"]
         wd = state.hparams["weight_decay"]
         new = jax.tree.map(lambda p, d: p - lr * (d + wd * p), params, delta)
@@ -129,7 +128,9 @@ def gn_step(
         if jnp.issubdtype(labels.dtype, jnp.integer):
             metrics["accuracy"] = jnp.mean(jnp.argmax(logits, axis=-1) == labels)
         if residual:
-            metrics["residual"] = gn_residual(params, frozen, x, delta, eps)
+            avg = delta if combine == "average" else jax.tree.map(
+                lambda d: d / frozen.depth, delta)
+            metrics["residual"] = gn_residual(params, frozen, x, avg, eps)
         if loss_after:
             after = loss_value(revmlp_logits(new, frozen, readout, x), labels, loss=loss)
             metrics["loss_after"] = after

@@ -35,7 +35,8 @@ def test_block_update_is_moore_penrose_of_block_jacobian(
     x = jax.random.normal(jax.random.key(1), (n, dim))
     eps = jax.random.normal(jax.random.key(2), (n, dim))
     delta, info = jax.jit(
-        lambda p, x, e: g.gn_direction(p, f, x, e, rtol=1e-12, atol=1e-13, return_info=True)
+        lambda p, x, e: g.gn_direction(p, f, x, e, pinv=g.PinvConfig(rtol=1e-12, atol=1e-13),
+                                       return_info=True)
     )(p, x, eps)
     np.testing.assert_array_equal(info.rank, n)  # full row rank: exact pseudo-inverses
 
@@ -69,7 +70,8 @@ def test_right_inverse_and_residual_certificate(x64, key):
     def run(p, x, eps):
         out = {}
         for solver in ("gram", "svd"):
-            d = g.gn_direction(p, f, x, eps, rtol=1e-10, atol=1e-12, solver=solver)
+            d = g.gn_direction(p, f, x, eps, pinv=g.PinvConfig(rtol=1e-10, atol=1e-12,
+                                                                 solver=solver))
             _, jd = jax.jvp(lambda q: g.revmlp_apply(q, f, x), (p,), (d,))
             out[solver] = (jd, g.gn_residual(p, f, x, d, eps))
         # default truncation (1% of the largest singular value) may cut directions
@@ -89,8 +91,9 @@ def test_underdetermined_warns_and_reports_rank(x64, key):
     p, f = _perturbed(key, 4, 1, bottleneck=3)  # d' + 1 = 4 < n = 6
     x = jax.random.normal(jax.random.key(1), (6, 4))
     eps = jax.random.normal(jax.random.key(2), (6, 4))
-    with pytest.warns(UserWarning, match="rank at most 4"):
-        d, info = g.gn_direction(p, f, x, eps, rtol=1e-12, atol=1e-13, return_info=True)
+    with pytest.warns(UserWarning, match=r"n=6 exceeds the rank bound of block 0 \(rank <= 4\)"):
+        d, info = g.gn_direction(p, f, x, eps, pinv=g.PinvConfig(rtol=1e-12, atol=1e-13),
+                                 return_info=True)
     assert int(info.rank.max()) == 4
     # the target can no longer be hit exactly
     assert float(g.gn_residual(p, f, x, d, eps)) > 1e-3
@@ -101,10 +104,14 @@ def test_bad_inputs(key):
     x = jnp.ones((3, 4))
     with pytest.raises(ValueError, match="non-finite"):
         g.gn_direction(p, f, x, x.at[0, 0].set(jnp.inf))
-    with pytest.raises(ValueError, match="pinv must be one of"):
+    with pytest.raises(TypeError, match="pinv must be a PinvConfig"):
         g.gn_direction(p, f, x, x, pinv="svd")
+    with pytest.raises(ValueError, match="PinvConfig.method must be one of"):
+        g.PinvConfig(method="svd")
+    with pytest.raises(ValueError, match="combine must be one of"):
+        g.gn_direction(p, f, x, x, combine="sum")
     with pytest.raises(ValueError, match="key"):
-        g.gn_direction(p, f, x, x, pinv="noise")
+        g.gn_direction(p, f, x, x, pinv=g.PinvConfig(method="noise"))
     with pytest.raises(ValueError, match=r"shape \(n, 4\)"):
         g.gn_direction(p, f, x, jnp.ones((3, 6)))
     with warnings.catch_warnings():
@@ -120,27 +127,29 @@ def _matrix(s, n, k, seed=0):
 
 
 @pytest.mark.parametrize("shape", [(5, 9), (9, 5)])  # both Gram orientations
-@pytest.mark.parametrize("solver", ["gram", "svd"])
+@pytest.mark.parametrize("solver", ["gram", "svd", "rsvd"])
 def test_pinv_regularisations_on_known_spectrum(x64, key, shape, solver):
     n, k = shape
     s = np.array([10.0, 3.0, 1.0, 0.05, 1e-9])
     a, u, w = _matrix(s, n, k)
     # truncate: max(1% of s_max, atol) = 0.1 -> keeps 3
-    pt, rank, cond = g.regularized_pinv(jnp.asarray(a), method="truncate", solver=solver)
+    pt, rank, cond = g.regularized_pinv(jnp.asarray(a), g.PinvConfig(solver=solver))
     ref = w[:, :3] @ np.diag(1 / s[:3]) @ u[:, :3].T
     np.testing.assert_allclose(pt, ref, atol=1e-8)
     assert int(rank) == 3 and abs(float(cond) - 10.0) < 1e-6
     # atol wins when larger: atol = 2 -> keeps 2
-    pt, rank, _ = g.regularized_pinv(jnp.asarray(a), method="truncate", atol=2.0, solver=solver)
+    pt, rank, _ = g.regularized_pinv(jnp.asarray(a), g.PinvConfig(atol=2.0, solver=solver))
     assert int(rank) == 2
     # damp: 1 / (s + 0.01 s_max), singular values above atol only
-    pdmp, rank, cond = g.regularized_pinv(jnp.asarray(a), method="damp", solver=solver)
+    damp = g.PinvConfig(method="damp", solver=solver)
+    pdmp, rank, cond = g.regularized_pinv(jnp.asarray(a), damp)
     ref = w[:, :4] @ np.diag(1 / (s[:4] + 0.1)) @ u[:, :4].T
     np.testing.assert_allclose(pdmp, ref, atol=1e-7)
     assert int(rank) == 4
     np.testing.assert_allclose(float(cond), 10.1 / 0.15, rtol=1e-6)
     # noise: plain pinv of a + 0.1 std(a) * N(key)
-    pn, rank, _ = g.regularized_pinv(jnp.asarray(a), method="noise", key=key, solver=solver)
+    pn, rank, _ = g.regularized_pinv(jnp.asarray(a), g.PinvConfig(method="noise", solver=solver),
+                                    key=key)
     noisy = a + 0.1 * a.std() * np.asarray(jax.random.normal(key, a.shape, jnp.float64))
     np.testing.assert_allclose(pn, np.linalg.pinv(noisy), atol=1e-7)
     assert int(rank) == min(n, k)
@@ -172,3 +181,62 @@ def test_softmax_newton_target_is_pinv_of_hessian(x64):
     np.testing.assert_allclose(grad, logits - t, atol=1e-12)
     grad = jax.grad(lambda f: 6 * g.loss_value(f, labels, loss="ce"))(logits)
     np.testing.assert_allclose(grad, p - y, atol=1e-12)
+
+
+def test_combine_conventions_differ_by_exactly_depth(x64, key):
+    """per_block (authors' code) = L x average (Eqs. 16-17), for the direction and the step."""
+    depth = 3
+    p, f = _perturbed(key, 6, depth, bottleneck=12)
+    x = jax.random.normal(jax.random.key(1), (5, 6))
+    eps = jax.random.normal(jax.random.key(2), (5, 6))
+    avg = g.gn_direction(p, f, x, eps)
+    per = g.gn_direction(p, f, x, eps, combine="per_block")
+    for k in p:
+        np.testing.assert_allclose(per[k], depth * avg[k], rtol=1e-12, atol=1e-14)
+    # the averaged direction is a right inverse, the per-block one overshoots by L
+    _, jd = jax.jvp(lambda q: g.revmlp_apply(q, f, x), (p,), (per,))
+    np.testing.assert_allclose(jd, depth * eps, atol=1e-8)
+    # one training step: per_block at alpha equals average at L * alpha
+    P = g.readout_init(jax.random.key(3), 6, 3)
+    labels = jnp.array([0, 1, 2, 0, 1])
+    s_avg = g.gn_step(f, P, learning_rate=0.3 * depth)
+    s_per = g.gn_step(f, P, learning_rate=0.3, combine="per_block")
+    a, ma = s_avg.step(s_avg.init(p), (x, labels), key)
+    b, mb = s_per.step(s_per.init(p), (x, labels), key)
+    for k in p:
+        np.testing.assert_allclose(a.params[k], b.params[k], rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ma["residual"], mb["residual"], rtol=1e-8)
+    assert float(ma["residual"]) < 1e-6
+
+
+def test_rank_warning_names_linear_first_block(x64, key):
+    """first_linear: block 0's [xV, 1] has rank <= d/2 + 1 even though d' + 1 >= n."""
+    p, f = g.revmlp_init(key, 8, 2, bottleneck=32, first_linear=True, dtype=jnp.float64)
+    assert g.rank_bounds(f, 32) == [5, 33]
+    x = jax.random.normal(jax.random.key(1), (7, 8))  # n = 7 > d/2 + 1 = 5
+    eps = jax.random.normal(jax.random.key(2), (7, 8))
+    with pytest.warns(UserWarning, match=r"n=7 exceeds the rank bound of block 0 "
+                                         r"\(linear, rank <= 5\)"):
+        d, info = g.gn_direction(p, f, x, eps, return_info=True)
+    assert int(info.rank[0].max()) <= 5 and int(info.rank[1].min()) == 7
+    assert float(g.gn_residual(p, f, x, d, eps)) > 1e-3  # not a right inverse
+    p2, f2 = g.revmlp_init(key, 8, 2, bottleneck=32, dtype=jnp.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # all blocks nonlinear: bounds 33 >= 7, no warning
+        d2 = g.gn_direction(p2, f2, x, eps, pinv=g.PinvConfig(rtol=1e-10, atol=1e-12))
+    assert float(g.gn_residual(p2, f2, x, d2, eps)) < 1e-8
+
+
+def test_randomized_svd_matches_svd_solver(x64, key):
+    a = jax.random.normal(key, (20, 50)) @ jnp.diag(jnp.linspace(1.0, 3.0, 50))
+    e = jax.random.normal(jax.random.key(1), (20, 3))
+    ref, r0, _ = g.pinv_solve(a, e, g.PinvConfig(solver="svd"))
+    got, r1, _ = g.pinv_solve(a, e, g.PinvConfig(solver="rsvd"), key=jax.random.key(2))
+    np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
+    assert int(r0) == int(r1) == 20
+    # low target rank + oversampling still finds the exact range of a rank-6 matrix
+    low = a[:, :6] @ jax.random.normal(jax.random.key(3), (6, 50))
+    ref, _, _ = g.pinv_solve(low, e, g.PinvConfig(solver="svd"))
+    got, rank, _ = g.pinv_solve(low, e, g.PinvConfig(solver="rsvd", rank=4, oversample=4))
+    np.testing.assert_allclose(got, ref, rtol=1e-7, atol=1e-9)
+    assert int(rank) == 6

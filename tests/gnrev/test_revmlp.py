@@ -51,6 +51,24 @@ def test_init_statistics(key):
     assert float(jnp.abs(p["b1"]).max()) == 0.0
 
 
+def test_xavier_normal_relu_init_variance(key):
+    """Authors' init: Xavier-normal, gain sqrt(2) in ReLU blocks, 1 in a linear first block."""
+    d, dp = 200, 400
+    p, _ = g.revmlp_init(key, d, 3, bottleneck=dp, first_linear=True, init="xavier_normal_relu")
+    w = np.asarray(p["w1"], np.float64)
+    xavier = 2.0 / (dp + d // 2)
+    np.testing.assert_allclose(w[0].var(), xavier, rtol=0.03)  # linear block: gain 1
+    np.testing.assert_allclose(w[1:].var(), 2.0 * xavier, rtol=0.03)  # ReLU: gain^2 = 2
+    # Gaussian, not uniform: kurtosis 3 (a uniform's is 1.8)
+    z = w[1:].ravel() / w[1:].std()
+    assert abs(np.mean(z**4) - 3.0) < 0.1
+    pu, _ = g.revmlp_init(key, d, 1, bottleneck=dp)
+    zu = np.asarray(pu["w1"]).ravel() / np.asarray(pu["w1"]).std()
+    assert abs(np.mean(zu**4) - 1.8) < 0.05
+    with pytest.raises(ValueError, match="init must be one of"):
+        g.revmlp_init(key, d, 1, init="he")
+
+
 def test_readout_orthonormal(key):
     P = g.readout_init(key, 12, 5)
     # float32 Gram of 12-row columns: worst-case rounding ~ n * eps32 per entry (BLAS order)

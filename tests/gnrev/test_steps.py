@@ -29,7 +29,7 @@ def test_small_lr_trajectory_matches_dense_moore_penrose_gn(x64):
         J = jax.jacfwd(lambda t: logits(t).ravel())(th)
         return th - a * jnp.linalg.pinv(J, rtol=1e-12) @ (logits(th) - yt).ravel()
 
-    ts = g.gn_step(f, P, loss="mse", rtol=1e-10, atol=1e-12)
+    ts = g.gn_step(f, P, loss="mse", pinv=g.PinvConfig(rtol=1e-10, atol=1e-12))
 
     @jax.jit
     def run(a, k):
@@ -62,7 +62,7 @@ def test_full_batch_gn_contracts_loss_by_one_minus_alpha_squared():
     p, f, P, x, yt = _problem(jnp.float32, n=16, d=8, dp=48, depth=2, C=4,
                               activation=jax.nn.relu)
     alpha = 0.1
-    ts = g.gn_step(f, P, loss="mse", learning_rate=alpha, rtol=1e-4)
+    ts = g.gn_step(f, P, loss="mse", learning_rate=alpha, pinv=g.PinvConfig(rtol=1e-4))
 
     @jax.jit
     def run(st):

@@ -1,0 +1,76 @@
+"""App. H (Figs. 10, 11) of Buffelli et al. 2024: CKA with init for every block, and
+the CKA between the GN model and the Adam / SGD models per block and epoch.
+
+Figs. 2, 3, 4 and Apps. G, H are views of ONE mini-batch run per optimizer
+(`layerlab.gnrev.experiments.run_minibatch`), cached under the configuration's fingerprint, so
+running the five scripts in a row trains once.  Learning rates: one-epoch vmapped sweeps
+(largest progress without instability, §5.2); GN in the authors' per-block convention; 'gn' =
+exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexact at batch
+1024); every GN step logs the residual certificate ‖JΔθ−ε‖/‖ε‖.
+
+    python -m reproduce.gnrev_appH                    # reduced CPU config (MNIST 8192, d'=1024)
+    python -m reproduce.gnrev_appH --paper            # full MNIST, batch 1024, d'=8000, 3 seeds
+    python -m reproduce.gnrev_appH --dataset cifar10  # CIFAR-10, 6 blocks, 10240 imgs (CPU)
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+
+from reproduce import _cli
+
+
+def build_parser():
+    p = _cli.parser("gnrev", "appH", __doc__)
+    p.add_argument("--dataset", default="mnist", choices=("mnist", "cifar10"),
+                   help="dataset (non-MNIST records get the suffix _<dataset>)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="training epochs (default: the configuration's)")
+    p.add_argument("--bottleneck", type=int, default=None,
+                   help="inverted-bottleneck width d' (default: the configuration's)")
+    p.add_argument("--n-train", type=int, default=None,
+                   help="training images, label-balanced subset (default: the configuration's)")
+    p.add_argument("--cache-dir", type=pathlib.Path, default=None,
+                   help="where the shared mini-batch run is cached (default: "
+                   "checkpoints/gnrev_minibatch_<dataset> with --paper, else scratch/gnrev_cache)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
+    import jax
+
+    from layerlab.gnrev import experiments as ex
+
+    if args.paper:
+        cfg = ex.MinibatchConfig.paper(args.dataset)
+    elif args.smoke:
+        cfg = ex.MinibatchConfig.smoke()
+    else:
+        cfg = ex.MinibatchConfig() if args.dataset == "mnist" else ex.MinibatchConfig.cifar_cpu()
+    over = {k: v for k, v in (("epochs", args.epochs), ("bottleneck", args.bottleneck),
+                              ("n_train", args.n_train), ("seeds", args.seeds)) if v is not None}
+    if over:
+        cfg = dataclasses.replace(cfg, **over,
+                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
+    shared = _cli.REPO / "checkpoints" / f"gnrev_minibatch_{args.dataset}"
+    if args.cache_dir is not None:
+        cache = args.cache_dir
+    elif args.paper:
+        cache = shared
+    elif args.smoke:
+        cache = pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache"
+    else:
+        cache = _cli.REPO / "scratch" / "gnrev_cache"
+    ckpt = args.checkpoint_dir or (shared if args.paper else None)
+    rec = ex.run_appH(cfg, key=jax.random.key(0), progress=not args.no_progress,
+                    checkpoint_dir=ckpt, cache_dir=cache, data_dir=args.data_dir)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_appH(rec, path), argv=argv)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
