@@ -403,7 +403,7 @@ class FullBatchConfig:
     def paper(cls, dataset: str = "mnist") -> FullBatchConfig:
         depth = 2 if dataset == "mnist" else 6
         return cls(dataset=dataset, n_train=1024, bottleneck=8000, depth=depth, steps=100,
-                   seeds=3, n_test=10000, scale_note="")
+                   seeds=3, n_test=None, scale_note="")
 
     @classmethod
     def smoke(cls) -> FullBatchConfig:
