@@ -72,11 +72,33 @@ def build() -> str:
         details = []
         for s in by_paper[paper]:
             artifact = s.stem.split("_", 1)[1]
-            rec_path = REPO / "results" / paper / f"{artifact}.json"
             cmd = f"`python -m reproduce.{s.stem} --paper`"
-            if not rec_path.exists():
+            # the artifact's record plus variants written by the same script
+            # (``<artifact>_<dataset>.json``, e.g. ``fig2_cifar10.json``)
+            rec_paths = sorted((REPO / "results" / paper).glob(f"{artifact}*.json"))
+            rec_paths = [q for q in rec_paths if q.stem == artifact
+                         or (q.stem.startswith(artifact + "_")
+                             and not (HERE / f"{paper}_{q.stem}.py").exists())]
+            if not rec_paths:
                 out.append(f"| {artifact} | `{s.name}` | {cmd} | no record yet | – | – | – |")
                 continue
+            for rec_path in rec_paths:
+                n_rows, n_hold, n_claims, n_claims_hold = _entry(
+                    rec_path, s, paper, out, details, (n_rows, n_hold, n_claims, n_claims_hold))
+        out.append("")
+        out += details
+    out.insert(8, f"Overall: {n_hold}/{n_rows} rows within tolerance, "
+                  f"{n_claims_hold}/{n_claims} claims hold.\n")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _entry(rec_path, s, paper, out, details, counts):
+    """Append one record's index line and detail section; return the updated counts."""
+    n_rows, n_hold, n_claims, n_claims_hold = counts
+    if True:
+        if True:
+            artifact = rec_path.stem
+            cmd = f"`python -m reproduce.{s.stem} --paper`"
             rec = json.loads(rec_path.read_text())
             rows = rec.get("rows", [])
             judged = [r for r in rows if r.get("holds") is not None]
@@ -107,11 +129,7 @@ def build() -> str:
             if rec.get("note"):
                 det += ["", rec["note"]]
             details += det + [""]
-        out.append("")
-        out += details
-    out.insert(8, f"Overall: {n_hold}/{n_rows} rows within tolerance, "
-                  f"{n_claims_hold}/{n_claims} claims hold.\n")
-    return "\n".join(out).rstrip() + "\n"
+    return n_rows, n_hold, n_claims, n_claims_hold
 
 
 def main(argv=None) -> int:
