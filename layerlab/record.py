@@ -116,7 +116,8 @@ class Record:
         if self.scale not in ("paper", "reduced"):
             raise ValueError(f"Record.scale must be 'paper' or 'reduced', got {self.scale!r}")
         if not self.artifact or "/" in self.artifact:
-            raise ValueError(f"Record.artifact must be a plain name like 'table1', got {self.artifact!r}")
+            raise ValueError("Record.artifact must be a plain name like 'table1', "
+                             f"got {self.artifact!r}")
 
     def to_dict(self) -> dict[str, Any]:
         d = {

@@ -10,7 +10,8 @@ Every script::
     def main(argv=None) -> int:
         args = build_parser().parse_args(argv)
         from layerlab.dgl import experiments as ex      # heavy imports only after parsing
-        cfg = ex.Table1Config.paper() if args.paper else ex.Table1Config.smoke() if args.smoke else ...
+        cfg = (ex.Table1Config.paper() if args.paper
+               else ex.Table1Config.smoke() if args.smoke else ex.Table1Config())
         rec = ex.run_table1(cfg, key=...)
         _cli.finish(args, rec, figure=lambda path: ex.plot_table1(rec, path))
         return 0

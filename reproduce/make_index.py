@@ -67,7 +67,8 @@ def build() -> str:
         if paper not in by_paper:
             continue
         out += [f"## {paper}: {PAPER_TITLES[paper]}", "",
-                "| artifact | script | command | scale | rows within tol | claims hold | wall time |",
+                "| artifact | script | command | scale | rows within tol | claims hold "
+                "| wall time |",
                 "|---|---|---|---|---|---|---|"]
         details = []
         for s in by_paper[paper]:
@@ -110,7 +111,8 @@ def _entry(rec_path, s, paper, out, details, counts):
             n_claims += len(cl)
             n_claims_hold += cl_held
             wall = rec.get("wall_s")
-            wall_s = "–" if wall is None else (f"{wall / 60:.1f} min" if wall >= 120 else f"{wall:.0f} s")
+            wall_s = ("–" if wall is None
+                      else f"{wall / 60:.1f} min" if wall >= 120 else f"{wall:.0f} s")
             dev = rec.get("machine", {}).get("device_kind", "")
             out.append(f"| [{artifact}](../results/{paper}/{artifact}.json) | `{s.name}` | "
                        f"`{rec.get('command') or cmd.strip('`')}` | {rec['scale']} | "
@@ -118,9 +120,11 @@ def _entry(rec_path, s, paper, out, details, counts):
                        f"{' (' + dev + ')' if dev else ''} |")
             det = [f"### {paper} {artifact}: {rec['title']}", ""]
             if rows:
-                det += ["| row | ours | ± | paper | tol | holds | note |", "|---|---|---|---|---|---|---|"]
+                det += ["| row | ours | ± | paper | tol | holds | note |",
+                        "|---|---|---|---|---|---|---|"]
                 for r in rows:
-                    det.append(f"| {r['name']} | {_fmt(r['ours'])}{(' ' + r['unit']) if r.get('unit') and r['ours'] is not None else ''} "
+                    unit = f" {r['unit']}" if r.get("unit") and r["ours"] is not None else ""
+                    det.append(f"| {r['name']} | {_fmt(r['ours'])}{unit} "
                                f"| {_fmt(r.get('spread'))} | {_fmt(r['paper'])} | {_fmt(r['tol'])} "
                                f"| {_fmt(r['holds'])} | {r.get('note', '')} |")
                 det.append("")
