@@ -179,8 +179,9 @@ def cp_rank_lower_bound(A, *, rel_tol: float = 1e-6) -> dict:
     support graph ``G(A)`` (edge ``ij`` iff ``A_ij > 0``, no cancellation is possible), and the
     cliques cover every edge.  So ``Rank_cp(A) >=`` the edge clique cover number ``>=`` the size
     of any set of edges no two of which lie in a common clique (two edges lie in a common
-    clique iff their endpoints are pairwise adjacent).  We build such a set greedily; for a triangle-free ``G(A)`` it is every edge
-    (Prop. 13: ``Rank_cp(B_N) = N^2/4``).  Also ``Rank_cp(A) >= rank(A)``.
+    clique iff their endpoints are pairwise adjacent).  We build such a set greedily; for a
+    triangle-free ``G(A)`` it is every edge (Prop. 13: ``Rank_cp(B_N) = N^2/4``).
+    Also ``Rank_cp(A) >= rank(A)``.
 
     Args:
       A: ``[N, N]`` symmetric entrywise-nonnegative PSD (e.g. ``K^sigma - beta^2 1 1^T``).

@@ -75,6 +75,10 @@ def _sub(ckpt, name):
     return None if ckpt is None else os.path.join(os.fspath(ckpt), name)
 
 
+def _g2(v) -> float:
+    return float(np.format_float_positional(float(v), precision=2, unique=False, fractional=False))
+
+
 def _f(v) -> float:
     return float(np.asarray(v))
 
@@ -282,6 +286,10 @@ class AFig1Config:
         return cls()
 
     @classmethod
+    def cpu(cls) -> AFig1Config:
+        return cls(gd_steps=5000, lbfgs_iters=1000, newton_iters=50)
+
+    @classmethod
     def smoke(cls) -> AFig1Config:
         return cls(source="digits", n_per_class=4, width=12, gd_steps=50, smooth_n_per_class=3,
                    smooth_width=12, lbfgs_iters=200, newton_iters=5)
@@ -371,7 +379,7 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
         f"(grad norm {rl['polish']['grad_norm']:.1e}): full "
         f"{[round(s['imbalance'], 3) for s in rl['polished']]}, row space "
         f"{[round(s['imbalance_row_space'], 4) for s in rl['polished']]}; Z^sigma relative "
-        f"s_min {[float('%.2g' % s['smin_input_sigma']) for s in rl['polished']]} (rank "
+        f"s_min {[_g2(s['smin_input_sigma']) for s in rl['polished']]} (rank "
         f"{[int(s['rank_input_sigma']) for s in rl['polished']]} of N={rl['N']}): the "
         "remaining imbalance lies outside the admissible directions, where (K^sigma)^+ "
         "amplifies residuals"))
@@ -580,6 +588,682 @@ def plot_a_fig2(record: Record, path) -> None:
         a.axvline(s["plateau_start"], ls=":", c=line.get_color())
     ax[0].set(title="MNIST subset, cross-entropy, L=3", xlabel="width", ylabel="loss")
     ax[1].set(title="teacher (50,10,10,10), MSE, lambda=1e-6", xlabel="width")
+    for a in ax:
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# ============================================================================ A, Rank_sigma
+def remark4_check(lam: float = 0.1, a1: float | None = None, eps: float = 1e-2) -> dict:
+    """Proposition 19 / Remark 4: a local minimum of ``L_lambda`` whose covariances are not a
+    local minimum of ``L^k``.
+
+    Shallow bias-free ReLU net of widths (1, 2, 1), ``X = (1, -1)``, ``Y = (1, 1)``, cost
+    ``||Z_2 - Y||^2`` (the proof's normalisation).  At ``W_1 = (a_1, a_2)^T``,
+    ``W_2 = (a_1, a_2)`` with ``a_1^2 + a_2^2 = 1 - lambda``, ``a_1, a_2 > 0``: gradient 0 and
+    Hessian PSD (a local minimum; one flat direction along the circle).  The endpoint
+    ``a_2 = 0`` has the same ``(K_1, K_1^sigma, Z_2)`` but the dead neuron, turned to the input
+    ``-1`` with weights ``(-eps, eps)``, lowers the loss by ``2 (1 - lambda) eps^2 - eps^4``
+    while the covariances move by ``O(eps^2)``: so ``(K, Z_L)`` is not a local minimum of L^k.
+
+    Returns:
+      dict with ``grad_norm`` and ``hessian_eigs`` at the interior point, ``same_covariances``
+      (max entry difference of ``(K_1, K_1^sigma, Z_2)`` between interior point and endpoint),
+      ``endpoint_drop`` (loss decrease along the path at ``eps``), ``predicted_drop`` and
+      ``cov_shift`` (max covariance change along the path).
+    """
+    from layerlab.bottleneck._reformulations import covariances, weight_loss
+
+    if not 0 < lam < 1:
+        raise ValueError(f"remark4_check: lam must be in (0, 1); got {lam}.")
+    with jax.enable_x64(True):
+        X = jnp.array([[1.0, -1.0]])
+        Y = jnp.array([[1.0, 1.0]])
+        r = np.sqrt(1 - lam)
+        a1 = r / np.sqrt(2) if a1 is None else a1
+        a2 = np.sqrt(r ** 2 - a1 ** 2)
+        cost = lambda Z: jnp.sum((Z - Y) ** 2)  # noqa: E731
+
+        def net(v):
+            return [jnp.stack([jnp.stack([v[0], 0.0]), jnp.stack([v[1], 0.0])]),
+                    jnp.stack([jnp.stack([v[2], v[3], 0.0])])]
+
+        def loss(v):
+            return weight_loss(net(v), X, cost=cost, lam=lam, beta=0.0)
+
+        v = jnp.array([a1, a2, a1, a2])
+        g = jax.grad(loss)(v)
+        H = jax.hessian(loss)(v)
+        end = jnp.array([r, 0.0, r, 0.0])
+
+        def gam(w):
+            Zs = representations(w, X, beta=0.0)
+            c = covariances(Zs, X, beta=0.0)
+            return c.K[0], c.K_sigma[1], Zs[-1]
+
+        same = max(float(jnp.abs(a - b).max()) for a, b in zip(gam(net(v)), gam(net(end))))
+        pert = jnp.array([r, -eps, r, eps])
+        drop = float(loss(end) - loss(pert))
+        shift = max(float(jnp.abs(a - b).max()) for a, b in zip(gam(net(end)), gam(net(pert))))
+        return {"grad_norm": float(jnp.linalg.norm(g)),
+                "hessian_eigs": np.linalg.eigvalsh(np.asarray(H)),
+                "loss": float(loss(v)), "loss_endpoint": float(loss(end)),
+                "same_covariances": same, "endpoint_drop": drop,
+                "predicted_drop": 2 * (1 - lam) * eps ** 2 - eps ** 4, "cov_shift": shift}
+
+
+@dataclasses.dataclass(frozen=True)
+class ARankConfig:
+    """Rank_sigma of the optimum: B_N (Props. 13-14), Frank-Wolfe on L^k vs weight GD (Sec.
+    3.3), and the Remark 4 counterexample (Prop. 19).
+
+    ``X = I_N``, ``Y = B_N``, bias-free shallow ReLU (Prop. 14's setting), MSE ``/N``.
+    """
+
+    sizes: tuple[int, ...] = (4, 6, 8)
+    lam: float = 1e-3
+    fw_iters: int = 150
+    gd_steps: int = 20000
+    gd_lr: float = 0.2
+    gd_chunk: int = 500
+    gd_seeds: int = 4
+    cp_rel_tol: float = 0.05
+    remark4_lam: float = 0.1
+
+    @classmethod
+    def paper(cls) -> ARankConfig:
+        return cls()
+
+    @classmethod
+    def cpu(cls) -> ARankConfig:
+        return cls(sizes=(4, 6), fw_iters=100, gd_steps=5000)
+
+    @classmethod
+    def smoke(cls) -> ARankConfig:
+        return cls(sizes=(4,), fw_iters=6, gd_steps=40, gd_chunk=20, gd_seeds=2)
+
+
+def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
+               checkpoint_dir=None) -> Record:
+    """Frank-Wolfe vs weight-space GD on B_N, CP-rank lower bounds, Remark 4."""
+    del checkpoint_dir
+    cfg = config
+    t0 = time.perf_counter()
+    rows, claims, out = [], [], {}
+    for N in cfg.sizes:
+        B = bipartite_matrix(N)
+        lb = identity_inputs_loss_lower_bound(B, cfg.lam)
+        fw = frank_wolfe_shallow(B, cfg.lam, iters=cfg.fw_iters)
+        S = np.maximum(fw["atoms"], 0.0)
+        Ks = (S * fw["c"][:, None]).T @ S
+        cp = cp_rank_lower_bound(Ks, rel_tol=cfg.cp_rel_tol)
+        # weight-space full-batch GD at width N(N+1) (Caratheodory: enough for the optimum)
+        width = N * (N + 1)
+        with jax.enable_x64(True):
+            X = jnp.eye(N)
+            Y = jnp.asarray(B)
+            sizes = [N, width, N]
+            R = cfg.gd_seeds
+            W0 = jax.vmap(lambda k: init_weights(k, sizes, beta=0.0))(
+                jax.random.split(jax.random.fold_in(key, N), R))
+            W0 = jax.tree.map(lambda a: a.astype(jnp.float64), W0)
+            hp = {"masks": jnp.ones((R, 1, width)), "lam": jnp.full((R,), cfg.lam)}
+            ts = sweep_step(mse_cost, optax.sgd(cfg.gd_lr), beta=0.0)
+            st = jax.vmap(ts.init)(W0, hp)
+            vstep = jax.vmap(ts.step, in_axes=(0, None, None))
+
+            def step(s, b, k, vstep=vstep, X=X, Y=Y):
+                return vstep(s, (X, Y), k)
+
+            n_chunks = max(1, cfg.gd_steps // cfg.gd_chunk)
+            st, times, ms = run_chunked(step, st, n_chunks, cfg.gd_chunk)
+            gd_loss = np.array([np.asarray(m["loss"][-1]) for m in ms])  # [chunks, R]
+            Zs = jax.vmap(lambda W: representations(W, X, beta=0.0)[0])(st.params)
+            cps = [cp_rank_lower_bound(np.maximum(np.asarray(z), 0).T @ np.maximum(
+                np.asarray(z), 0), rel_tol=cfg.cp_rel_tol)["lower"] for z in Zs]
+        best = int(np.argmin(gd_loss[-1]))
+        gd_step_s = float(np.median(times)) / cfg.gd_chunk / R
+        fw_it_s = float(np.median(np.diff(np.concatenate([[0.0], fw["time_s"]]))))
+        out[f"B_{N}"] = {"N": N, "lower_bound": lb, "fw": {k: fw[k] for k in (
+            "loss", "gap", "time_s", "width", "final_loss")}, "fw_cp": cp,
+            "gd_loss": gd_loss, "gd_steps_axis": (np.arange(n_chunks) + 1) * cfg.gd_chunk,
+            "gd_step_s_per_run": gd_step_s, "fw_iter_s": fw_it_s, "gd_cp_lower": cps,
+            "gd_width": width}
+        rows.append(Row(f"B_{N}: Frank-Wolfe L^k / infinite-width loss - 1", fw["final_loss"] / lb
+                        - 1, paper=0.0, tol=1e-3,
+                        note=f"{len(fw['loss'])} oracle calls, final gap {fw['gap'][-1]:.1e}"))
+        rows.append(Row(f"B_{N}: weight-space GD (width N(N+1)={width}) best loss / "
+                        "infinite-width loss - 1", float(gd_loss[-1, best]) / lb - 1, paper=0.0,
+                        tol=1e-3, seeds=1,
+                        note=f"{cfg.gd_steps} full-batch GD steps, best of {R} seeds"))
+        rows.append(Row(f"B_{N}: CP-rank lower bound on Rank_sigma of the FW optimum", cp["lower"],
+                        paper=N * N / 4, tol=0.0,
+                        note=f"support graph edges {cp['edges']}, triangle-free "
+                             f"{cp['triangle_free']}, entries < {cfg.cp_rel_tol} max = 0"))
+        rows.append(Row(f"B_{N}: CP-rank lower bound, best weight-space GD net", cps[best],
+                        paper=N * N / 4, tol=0.0))
+        rows.append(Row(f"B_{N}: width (atoms) of the FW solution", fw["width"], paper=None,
+                        note=f"upper bound on Rank_sigma at the optimum found; N^2/4 = "
+                             f"{N * N // 4}, N(N+1) = {N * (N + 1)}"))
+        rows.append(Row(f"B_{N}: cost of one FW iteration / one GD step (wall time ratio)",
+                        fw_it_s / gd_step_s, note=f"FW {fw_it_s * 1e3:.2f} ms per iteration "
+                        f"(host numpy/scipy), GD {gd_step_s * 1e6:.1f} us per step and run"))
+    okfw = all(out[k]["fw"]["final_loss"] / out[k]["lower_bound"] - 1 <= 1e-3 for k in out)
+    claims.append(Claim("Frank-Wolfe on L^k reaches the infinite-width optimum without "
+                        "projections (Sec. 3.3)", okfw,
+                        "; ".join(f"{k}: FW {v['fw']['final_loss']:.6g} vs bound "
+                                  f"{v['lower_bound']:.6g} in {len(v['fw']['loss'])} iterations; "
+                                  f"GD best {np.min(v['gd_loss'][-1]):.6g} after "
+                                  f"{cfg.gd_steps} steps" for k, v in out.items())))
+    okcp = all(v["fw_cp"]["lower"] >= v["N"] ** 2 // 4 for v in out.values())
+    claims.append(Claim("at the optimum for Y = B_N, Rank_sigma >= N^2/4 (Props. 13-14), "
+                        "certified by a computable CP-rank lower bound", okcp,
+                        "; ".join(f"{k}: lower bound {v['fw_cp']['lower']} (N^2/4 = "
+                                  f"{v['N'] ** 2 // 4}), FW width {v['fw']['width']}"
+                                  for k, v in out.items())))
+    r4 = remark4_check(cfg.remark4_lam)
+    out["remark4"] = r4
+    rows.append(Row("Prop. 19: gradient norm at the interior local minimum", r4["grad_norm"],
+                    paper=0.0, tol=1e-9))
+    rows.append(Row("Prop. 19: smallest Hessian eigenvalue there", float(r4["hessian_eigs"][0]),
+                    paper=0.0, tol=1e-9, note="one flat direction (along the circle)"))
+    rows.append(Row("Prop. 19: loss drop along the endpoint's path (eps=1e-2)",
+                    r4["endpoint_drop"], paper=r4["predicted_drop"], tol=1e-12,
+                    note="same (K, Z_L) as the local minimum, covariances move O(eps^2)"))
+    claims.append(Claim("Remark 4: L^k has strictly fewer local minima than L_lambda",
+                        r4["grad_norm"] < 1e-9 and r4["hessian_eigs"][0] > -1e-9
+                        and r4["same_covariances"] < 1e-12 and r4["endpoint_drop"] > 0,
+                        f"interior point: grad {r4['grad_norm']:.1e}, Hessian eigenvalues "
+                        f"{np.round(r4['hessian_eigs'], 4).tolist()}; endpoint with the same "
+                        f"(K, Z_L) (max diff {r4['same_covariances']:.1e}) descends by "
+                        f"{r4['endpoint_drop']:.3e} at covariance shift {r4['cov_shift']:.1e}"))
+    return Record("bottleneck", "a_rank", "Rank_sigma: CP-rank bound, Frank-Wolfe on L^k, Remark 4",
+                  "paper" if tuple(cfg.sizes) == (4, 6, 8) else "reduced",
+                  dataclasses.asdict(cfg), rows=rows, claims=claims,
+                  wall_s=time.perf_counter() - t0,
+                  note="the paper proves these statements and runs no experiment for them; "
+                       "N values, lambda and budgets are ours", extra={"result": out})
+
+
+def plot_a_rank(record: Record, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    res = record.extra["result"]
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    for k, v in res.items():
+        if not k.startswith("B_"):
+            continue
+        lb = v["lower_bound"]
+        fl = np.asarray(v["fw"]["loss"]) / lb - 1
+        line, = ax[0].semilogy(np.arange(1, len(fl) + 1), np.maximum(fl, 1e-12), "o-", ms=3,
+                               label=f"{k} Frank-Wolfe (iterations)")
+        gl = np.min(np.asarray(v["gd_loss"]), axis=1) / lb - 1
+        ax[1].semilogy(v["gd_steps_axis"], np.maximum(gl, 1e-12), "-", c=line.get_color(),
+                       label=f"{k} weight GD (steps)")
+    ax[0].set(title="L^k by Frank-Wolfe: loss / infinite-width loss - 1", xlabel="iteration")
+    ax[1].set(title="weight-space GD at width N(N+1)", xlabel="step")
+    for a in ax:
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# ============================================================================ B, structure
+def _diag_runs(params, x, n_diag, tol, rel_tol, beta=1.0, activation=jax.nn.relu):
+    f = jax.jit(jax.vmap(lambda W: bottleneck_diagnostics(
+        W, x[:n_diag], tol=tol, rel_tol=rel_tol, beta=beta, activation=activation)))
+    return jax.tree.map(np.asarray, f(params))
+
+
+def _inner_median(c, frac=0.25):
+    """Median over the inner layers (drop the first and last ``frac`` of the depth)."""
+    L = len(c)
+    lo, hi = int(np.floor(frac * L)), L - int(np.floor(frac * L))
+    return float(np.median(np.asarray(c)[lo:max(hi, lo + 1)]))
+
+
+def _latent_task(key, n, k, d):
+    ds = data.latent(key, n, k=k, d_in=d, d_out=d)
+    x, y = np.asarray(ds.x), np.asarray(ds.y)
+    y = (y - y.mean(0)) / y.std()
+    return jnp.asarray(x), jnp.asarray(y)
+
+
+@dataclasses.dataclass(frozen=True)
+class BStructureConfig:
+    """Bottleneck structure vs depth (paper B, Thms. 3, 6, 7, Cor. 8) on latent-k data
+    (``layerlab.data.latent``: ``x = g(z)``, ``y = h(z)``, ``z in R^k``), and the learning-rate
+    effect with plain GD at one depth (Sec. 4: large rates keep the NTK of order L)."""
+
+    ks: tuple[int, ...] = (1, 2, 3)
+    depths: tuple[int, ...] = (4, 6, 8, 12, 16)
+    n: int = 500
+    dim: int = 20
+    width: int = 64
+    lam: float = 1e-3
+    seeds: int = 2
+    adam_steps: int = 20000
+    adam_lr: float = 3e-3
+    gd_steps: int = 5000
+    gd_lr: float = 0.01
+    lr_depth: int = 8
+    lr_k: int = 2
+    lr_gd_lrs: tuple[float, ...] = (0.003, 0.03)
+    lr_gd_steps: int = 40000
+    tol: float = 0.25
+    rel_tol: float = 1e-2
+    n_diag: int = 64
+
+    @classmethod
+    def paper(cls) -> BStructureConfig:
+        return cls()
+
+    @classmethod
+    def cpu(cls) -> BStructureConfig:
+        return cls(ks=(1, 2), depths=(4, 8, 12), n=200, width=32, seeds=1, adam_steps=3000,
+                   gd_steps=500, lr_gd_steps=3000)
+
+    @classmethod
+    def smoke(cls) -> BStructureConfig:
+        return cls(ks=(1, 2), depths=(3, 4), n=32, dim=6, width=8, seeds=1, adam_steps=20,
+                   gd_steps=5, lr_depth=3, lr_gd_steps=10, n_diag=8)
+
+
+def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = True,
+                    checkpoint_dir=None) -> Record:
+    cfg = config
+    t0 = time.perf_counter()
+    res: dict[str, Any] = {"depth_sweep": {}, "lr": {}}
+    for k in cfg.ks:
+        x, y = _latent_task(jax.random.fold_in(key, 100 + k), cfg.n, k, cfg.dim)
+        for L in cfg.depths:
+            sizes = [cfg.dim] + [cfg.width] * (L - 1) + [cfg.dim]
+            keys = list(jax.random.split(jax.random.fold_in(key, 1000 * k + L), cfg.seeds))
+            params, hist, gn, _ = _train_runs(
+                x, y, sizes, cfg.lam, keys, adam_steps=cfg.adam_steps, adam_lr=cfg.adam_lr,
+                gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr, progress=progress,
+                checkpoint_dir=_sub(checkpoint_dir, f"k{k}_L{L}"), desc=f"k={k} L={L}")
+            d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
+            res["depth_sweep"][f"k={k} L={L}"] = {
+                "k": k, "L": L, "grad_norm": gn, "cost": np.asarray(hist["train"]["cost"][-1]),
+                "count_near_one": d["count_near_one"], "effective_rank": d["effective_rank"],
+                "numerical_rank": d["numerical_rank"], "jacobian_rank": d["jacobian_rank"],
+                "jacobian_log_pdet": d["jacobian_log_pdet"], "ntk_trace": d["ntk_trace"],
+                "singular_values": [s[:, :8] for s in d["singular_values"]],
+                "inner_count": [_inner_median(c) for c in d["count_near_one"]],
+                "inner_numerical_rank": [_inner_median(c[:-1]) for c in d["numerical_rank"]]}
+    # learning-rate effect: plain GD from the same init, small and large rate, one program
+    x, y = _latent_task(jax.random.fold_in(key, 100 + cfg.lr_k), cfg.n, cfg.lr_k, cfg.dim)
+    sizes = [cfg.dim] + [cfg.width] * (cfg.lr_depth - 1) + [cfg.dim]
+    k0 = jax.random.fold_in(key, 777)
+    params, hist, gn, _ = _train_runs(x, y, sizes, cfg.lam, [k0] * len(cfg.lr_gd_lrs),
+                                      gd_steps=cfg.lr_gd_steps, gd_lrs=cfg.lr_gd_lrs,
+                                      progress=progress, desc="lr effect (GD)",
+                                      checkpoint_dir=_sub(checkpoint_dir, "lr"))
+    d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
+    res["lr"] = {"lrs": cfg.lr_gd_lrs, "grad_norm": gn, "ntk_trace": d["ntk_trace"],
+                 "jacobian_rank": d["jacobian_rank"], "effective_rank": d["effective_rank"],
+                 "count_near_one": d["count_near_one"],
+                 "cost": np.asarray(hist["train"]["cost"][-1])}
+    rows, claims = [], []
+    ds = res["depth_sweep"]
+    Ls = np.asarray(cfg.depths, float)
+    count_ok, ntk_slopes = [], []
+    for k in cfg.ks:
+        cnt = [float(np.mean(ds[f"k={k} L={L}"]["inner_count"])) for L in cfg.depths]
+        jr = [float(np.mean(ds[f"k={k} L={L}"]["jacobian_rank"])) for L in cfg.depths]
+        ntk = [float(np.mean(ds[f"k={k} L={L}"]["ntk_trace"])) for L in cfg.depths]
+        nr = [float(np.mean(ds[f"k={k} L={L}"]["inner_numerical_rank"])) for L in cfg.depths]
+        Lmax = cfg.depths[-1]
+        per_seed = ds[f"k={k} L={Lmax}"]
+        rows.append(Row(f"latent k={k}, L={Lmax}: median count of weight singular values within "
+                        f"{cfg.tol} of 1 (inner layers)", cnt[-1], paper=k, tol=0.5,
+                        seeds=cfg.seeds, spread=float(np.std(per_seed["inner_count"])),
+                        note=f"by depth {dict(zip(cfg.depths, [round(c, 2) for c in cnt]))}"))
+        rows.append(Row(f"latent k={k}, L={Lmax}: Jacobian rank", jr[-1], paper=k, tol=0.5,
+                        seeds=cfg.seeds, note=f"by depth {[round(v, 2) for v in jr]}"))
+        rows.append(Row(f"latent k={k}, L={Lmax}: numerical rank of inner representations",
+                        nr[-1], paper=k, tol=0.5, seeds=cfg.seeds,
+                        note=f"rel tol {cfg.rel_tol}; by depth {[round(v, 2) for v in nr]}"))
+        slope = float(np.polyfit(np.log(Ls), np.log(ntk), 1)[0]) if len(Ls) > 1 else float("nan")
+        ntk_slopes.append(slope)
+        rows.append(Row(f"latent k={k}: log-log slope of NTK trace vs depth", slope, paper=1.0,
+                        tol=0.5, note=f"NTK trace by depth {[round(v, 1) for v in ntk]}; "
+                                      f"trace/L {[round(v / L, 1) for v, L in zip(ntk, Ls)]}"))
+        rows.append(Row(f"latent k={k}: max final gradient norm", float(max(
+            np.max(ds[f"k={k} L={L}"]["grad_norm"]) for L in cfg.depths))))
+        count_ok.append(abs(cnt[-1] - k) <= 0.5 and abs(cnt[-1] - k) <= abs(cnt[0] - k) + 1e-9)
+    claims.append(Claim("number of weight singular values near 1 approaches k with depth "
+                        "(Thm. 6)", all(count_ok),
+                        "; ".join(f"k={k}: " + str([round(float(np.mean(
+                            ds[f'k={k} L={L}']['inner_count'])), 2) for L in cfg.depths])
+                                  for k in cfg.ks) + f" at depths {list(cfg.depths)}"))
+    claims.append(Claim("NTK trace of order L (Thm. 7 / Cor. 8)",
+                        all(0.5 <= s <= 1.5 for s in ntk_slopes),
+                        f"log-log slopes {[round(s, 2) for s in ntk_slopes]} for k={list(cfg.ks)}"))
+    jr_ok = all(abs(float(np.mean(ds[f"k={k} L={cfg.depths[-1]}"]["jacobian_rank"])) - k) <= 0.5
+                for k in cfg.ks)
+    claims.append(Claim("Jacobian rank equals the bottleneck rank k at large depth (Thm. 3)",
+                        jr_ok, str({k: round(float(np.mean(
+                            ds[f"k={k} L={cfg.depths[-1]}"]["jacobian_rank"])), 2)
+                            for k in cfg.ks})))
+    lr = res["lr"]
+    for i, eta in enumerate(cfg.lr_gd_lrs):
+        rows.append(Row(f"GD lr={eta:g} (L={cfg.lr_depth}, k={cfg.lr_k}): NTK trace",
+                        float(lr["ntk_trace"][i]),
+                        note=f"Jacobian rank {float(lr['jacobian_rank'][i]):.2f}, inner count "
+                             f"{_inner_median(lr['count_near_one'][i])}, cost "
+                             f"{float(lr['cost'][i]):.3g}, grad norm "
+                             f"{float(lr['grad_norm'][i]):.1e}"))
+    claims.append(Claim("larger GD learning rate -> smaller NTK trace (stability bound "
+                        "~ 1/eta, Sec. 4)",
+                        bool(np.all(np.diff(np.asarray(lr["ntk_trace"])) < 0)),
+                        f"lrs {list(cfg.lr_gd_lrs)}: NTK trace "
+                        f"{[round(float(v), 1) for v in lr['ntk_trace']]}"))
+    return Record("bottleneck", "b_structure", "Bottleneck structure vs depth (latent-k data)",
+                  "reduced", dataclasses.asdict(cfg), rows=rows, claims=claims,
+                  wall_s=time.perf_counter() - t0,
+                  note="paper B's experimental settings are not in the text; task sizes, "
+                       "lambda and budgets are ours",
+                  extra={"result": res})
+
+
+def plot_b_structure(record: Record, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    cfg = record.config
+    ds = record.extra["result"]["depth_sweep"]
+    ks, depths = cfg["ks"], cfg["depths"]
+    fig, ax = plt.subplots(1, 4, figsize=(22, 4.5))
+    Lmax = depths[-1]
+    for k in ks:
+        sv = ds[f"k={k} L={Lmax}"]["singular_values"]
+        for l, s in enumerate(sv):  # noqa: E741
+            ax[0].scatter(np.full(np.asarray(s).shape[-1], l + 1 + 0.1 * k), np.asarray(s)[0],
+                          s=8, label=f"k={k}" if l == 0 else None)
+        ax[1].plot(depths, [np.mean(ds[f"k={k} L={L}"]["inner_count"]) for L in depths], "o-",
+                   label=f"k={k}")
+        ax[2].plot(depths, [np.mean(ds[f"k={k} L={L}"]["jacobian_rank"]) for L in depths], "o-",
+                   label=f"k={k}")
+        ax[3].plot(depths, [np.mean(ds[f"k={k} L={L}"]["ntk_trace"]) for L in depths], "o-",
+                   label=f"k={k}")
+    ax[0].axhline(1, ls=":", c="k")
+    ax[0].set(title=f"weight singular values per layer, L={Lmax}", xlabel="layer")
+    ax[1].set(title="count near 1 (median, inner layers)", xlabel="depth L")
+    ax[2].set(title="Jacobian rank", xlabel="depth L")
+    ax[3].set(title="NTK trace (order L?)", xlabel="depth L")
+    for a in ax:
+        a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# ============================================================================ B, symmetry
+@dataclasses.dataclass(frozen=True)
+class BSymmetryConfig:
+    """Symmetry task of paper B, Sec. 5: from ``w_0`` predict the next ``T`` GD log-losses of
+    ``||w w^T - e e^T - E||^2``; BN-rank 2 (the summary statistics ``(w.e, |w_perp|)``)."""
+
+    n: int = 1000
+    d: int = 10
+    steps_T: int = 10
+    depth: int = 12
+    width: int = 64
+    lam: float = 1e-3
+    seeds: int = 2
+    adam_steps: int = 20000
+    adam_lr: float = 3e-3
+    gd_steps: int = 5000
+    gd_lr: float = 0.01
+    tol: float = 0.25
+    rel_tol: float = 1e-2
+    n_diag: int = 64
+
+    @classmethod
+    def paper(cls) -> BSymmetryConfig:
+        return cls()
+
+    @classmethod
+    def cpu(cls) -> BSymmetryConfig:
+        return cls(n=300, depth=8, width=32, seeds=1, adam_steps=3000, gd_steps=500)
+
+    @classmethod
+    def smoke(cls) -> BSymmetryConfig:
+        return cls(n=40, d=4, steps_T=3, depth=4, width=8, seeds=1, adam_steps=20, gd_steps=5,
+                   n_diag=8)
+
+
+def _knn_r2(P: np.ndarray, T: np.ndarray, k: int = 5) -> float:
+    """R^2 of predicting ``T [n, m]`` from ``P [n, 2]`` by leave-one-out k-NN averaging."""
+    D = np.sum((P[:, None] - P[None]) ** 2, -1)
+    np.fill_diagonal(D, np.inf)
+    idx = np.argsort(D, axis=1)[:, :k]
+    pred = T[idx].mean(1)
+    return float(1 - np.sum((pred - T) ** 2) / np.sum((T - T.mean(0)) ** 2))
+
+
+def run_b_symmetry(config: BSymmetryConfig, *, key: Array, progress: bool = True,
+                   checkpoint_dir=None) -> Record:
+    cfg = config
+    t0 = time.perf_counter()
+    ds, info = symmetry_task(jax.random.fold_in(key, 1), cfg.n, d=cfg.d, steps=cfg.steps_T,
+                             return_info=True)
+    x, y = np.asarray(ds.x), np.asarray(ds.y)
+    y = (y - y.mean(0)) / y.std()
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    sizes = [cfg.d] + [cfg.width] * (cfg.depth - 1) + [cfg.steps_T]
+    keys = list(jax.random.split(jax.random.fold_in(key, 2), cfg.seeds))
+    params, hist, gn, _ = _train_runs(x, y, sizes, cfg.lam, keys, adam_steps=cfg.adam_steps,
+                                      adam_lr=cfg.adam_lr, gd_steps=cfg.gd_steps,
+                                      gd_lrs=cfg.gd_lr, progress=progress, desc="symmetry",
+                                      checkpoint_dir=checkpoint_dir)
+    d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
+    cost = np.asarray(hist["train"]["cost"][-1])
+    best = int(np.argmin(cost))
+    W = [w[best] for w in params]
+    Zs = representations(W, x.T)
+    er = np.asarray(d["effective_rank"])[best]
+    mid = int(np.argmin(er[:-1]))  # most compressed hidden layer
+    Z = np.asarray(Zs[mid])
+    Zc = Z - Z.mean(1, keepdims=True)
+    U, s, _ = np.linalg.svd(Zc, full_matrices=False)
+    frac2 = float(np.sum(s[:2] ** 2) / np.sum(s ** 2))
+    P = (U[:, :2].T @ Zc).T
+    stats = np.asarray(info["stats"])
+    stats_n = (stats - stats.mean(0)) / stats.std(0)
+    r2 = _knn_r2(P, np.concatenate([np.abs(stats_n[:, :1]), stats_n[:, 1:]], 1))
+    r2_y = _knn_r2(P, np.asarray(y))
+    cnt = np.asarray(d["count_near_one"])[best]
+    sv = [np.asarray(s_)[best] for s_ in d["singular_values"]]
+    rows = [
+        Row("Jacobian rank", float(np.mean(d["jacobian_rank"])), paper=2, tol=0.5,
+            seeds=cfg.seeds, spread=float(np.std(d["jacobian_rank"]))),
+        Row("median count of weight singular values near 1 (inner layers)",
+            _inner_median(cnt), paper=2, tol=0.5, note=f"per layer {cnt.tolist()}"),
+        Row(f"variance in the top-2 PCs of the most compressed layer (layer {mid + 1})", frac2,
+            paper=None, note=f"effective rank per layer {np.round(er, 2).tolist()}"),
+        Row("R^2 of the summary statistics (|w.e|, |w_perp|) from the 2-D representation "
+            "(5-NN)", r2, paper=None),
+        Row("R^2 of the targets from the 2-D representation (5-NN)", r2_y, paper=None),
+        Row("train cost (MSE, standardised targets)", float(cost[best]),
+            note=f"grad norm {float(gn[best]):.1e}"),
+    ]
+    claims = [
+        Claim("the deep L2-regularised net learns a 2-D representation of the symmetry task "
+              "(BN-rank 2, Sec. 5)", frac2 > 0.9 and r2 > 0.8,
+              f"layer {mid + 1}: {frac2:.3f} of the variance in 2 PCs; the summary statistics "
+              f"are a function of those 2 coordinates with 5-NN R^2 {r2:.3f}; Jacobian rank "
+              f"{float(np.mean(d['jacobian_rank'])):.2f}"),
+        Claim("singular-value pattern: about 2 singular values near 1 in the inner layers",
+              abs(_inner_median(cnt) - 2) <= 0.5,
+              f"count per layer {cnt.tolist()}, top-3 singular values of the middle layer "
+              f"{np.round(sv[len(sv) // 2][:3], 3).tolist()}"),
+    ]
+    return Record("bottleneck", "b_symmetry", "Symmetry learning (paper B Sec. 5)", "reduced",
+                  dataclasses.asdict(cfg), rows=rows, claims=claims,
+                  wall_s=time.perf_counter() - t0,
+                  note="network size, lambda, noise and budgets are ours (not in the text)",
+                  extra={"P": P, "stats": stats, "mid_layer": mid + 1, "effective_rank": er,
+                         "count_near_one": cnt, "singular_values": [s_[:6] for s_ in sv]})
+
+
+def plot_b_symmetry(record: Record, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    e = record.extra
+    P, st = np.asarray(e["P"]), np.asarray(e["stats"])
+    fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
+    for i, name in enumerate(["|w.e|", "|w_perp|"]):
+        sc = ax[i].scatter(P[:, 0], P[:, 1], c=np.abs(st[:, i]), s=8, cmap="viridis")
+        fig.colorbar(sc, ax=ax[i])
+        ax[i].set(title=f"layer {e['mid_layer']} top-2 PCs coloured by {name}")
+    sv = e["singular_values"]
+    for l, s in enumerate(sv):  # noqa: E741
+        ax[2].scatter(np.full(len(s), l + 1), s, s=10, c="k")
+    ax[2].axhline(1, ls=":", c="r")
+    ax[2].set(title="weight singular values per layer", xlabel="layer")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# ============================================================================ B, Fig. 1
+@dataclasses.dataclass(frozen=True)
+class BMinimaConfig:
+    """Local minima across depths (paper B, Fig. 1): several seeds per depth on latent-k data;
+    each minimum is classified by its rank (Jacobian rank); minima of the same rank at
+    different depths represent about the same function and their parameter norm grows like
+    ``L R^(0) + R^(1)`` with ``R^(0)`` = the rank (Thm. 3 / the expansion of Sec. 3)."""
+
+    k: int = 2
+    depths: tuple[int, ...] = (4, 6, 8, 10, 12, 16)
+    seeds: int = 6
+    n: int = 500
+    dim: int = 20
+    width: int = 64
+    lam: float = 1e-3
+    adam_steps: int = 20000
+    adam_lr: float = 3e-3
+    gd_steps: int = 5000
+    gd_lr: float = 0.01
+    tol: float = 0.25
+    rel_tol: float = 1e-2
+    n_diag: int = 64
+    n_test: int = 500
+
+    @classmethod
+    def paper(cls) -> BMinimaConfig:
+        return cls()
+
+    @classmethod
+    def cpu(cls) -> BMinimaConfig:
+        return cls(depths=(4, 6, 8, 12), seeds=3, n=200, width=32, adam_steps=3000, gd_steps=500)
+
+    @classmethod
+    def smoke(cls) -> BMinimaConfig:
+        return cls(depths=(3, 4), seeds=2, n=32, dim=6, width=8, adam_steps=20, gd_steps=5,
+                   n_diag=8, n_test=16)
+
+
+def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
+                 checkpoint_dir=None) -> Record:
+    from layerlab.bottleneck._diagnostics import network_fn
+    cfg = config
+    t0 = time.perf_counter()
+    kd = jax.random.fold_in(key, 100 + cfg.k)
+    x, y = _latent_task(kd, cfg.n, cfg.k, cfg.dim)
+    te = data.latent(kd, cfg.n_test, k=cfg.k, d_in=cfg.dim, d_out=cfg.dim, split="val")
+    xt = jnp.asarray(te.x)
+    pts = []
+    funcs = {}
+    for L in cfg.depths:
+        sizes = [cfg.dim] + [cfg.width] * (L - 1) + [cfg.dim]
+        keys = list(jax.random.split(jax.random.fold_in(key, L), cfg.seeds))
+        params, hist, gn, _ = _train_runs(
+            x, y, sizes, cfg.lam, keys, adam_steps=cfg.adam_steps, adam_lr=cfg.adam_lr,
+            gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr, progress=progress, desc=f"L={L}",
+            checkpoint_dir=_sub(checkpoint_dir, f"L{L}"))
+        d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
+        norms = np.asarray(sum(jnp.sum(w ** 2, axis=(1, 2)) for w in params))
+        cost = np.asarray(hist["train"]["cost"][-1])
+        out = np.asarray(jax.jit(jax.vmap(lambda W: network_fn(W, xt)))(params))
+        for s in range(cfg.seeds):
+            r = int(np.round(float(d["jacobian_rank"][s])))
+            pts.append({"L": L, "seed": s, "rank": r, "jacobian_rank": float(d["jacobian_rank"][s]),
+                        "norm2": float(norms[s]), "cost": float(cost[s]),
+                        "loss": float(cost[s] + cfg.lam * norms[s]),
+                        "grad_norm": float(gn[s]), "inner_count": _inner_median(
+                            d["count_near_one"][s])})
+            funcs[(L, s)] = out[s]
+    rows, claims = [], []
+    ranks = sorted({p["rank"] for p in pts})
+    fits = {}
+    for r in ranks:
+        sel = [p for p in pts if p["rank"] == r]
+        Ls = np.array([p["L"] for p in sel], float)
+        if len(set(Ls)) >= 2:
+            a, b = np.polyfit(Ls, [p["norm2"] for p in sel], 1)
+            fits[r] = (float(a), float(b), len(sel), len(set(Ls)))
+    for r, (a, b, m, nL) in fits.items():
+        rows.append(Row(f"rank-{r} minima: slope of ||theta||^2 vs L", a, paper=r, tol=0.5 * r,
+                        note=f"{m} minima over {nL} depths, intercept (R^(1)-like) {b:.2f}; "
+                             "theory: ||theta||^2 ~ L R^(0) + R^(1), R^(0) = rank"))
+    # same function across depths: relative distance between the best minima of rank k
+    best = {}
+    for p in pts:
+        if p["rank"] == cfg.k and (p["L"] not in best or p["loss"] < best[p["L"]]["loss"]):
+            best[p["L"]] = p
+    dists = []
+    Lb = sorted(best)
+    for i in range(len(Lb) - 1):
+        f1, f2 = funcs[(Lb[i], best[Lb[i]]["seed"])], funcs[(Lb[i + 1], best[Lb[i + 1]]["seed"])]
+        dists.append(float(np.linalg.norm(f1 - f2) / np.linalg.norm(f2)))
+    if dists:
+        rows.append(Row(f"rank-{cfg.k} minima at consecutive depths: relative distance between "
+                        "their functions (test inputs)", float(np.mean(dists)), paper=None,
+                        note=f"depth pairs {list(zip(Lb[:-1], Lb[1:]))}: "
+                             f"{[round(v, 3) for v in dists]}"))
+    counts = {r: sum(p["rank"] == r for p in pts) for r in ranks}
+    rows.append(Row(f"fraction of minima with the true rank k={cfg.k}",
+                    counts.get(cfg.k, 0) / len(pts), note=f"ranks found {counts}"))
+    claims.append(Claim("GD finds local minima of several ranks, and minima of the same rank at "
+                        "different depths represent about the same function (Fig. 1)",
+                        len(dists) > 0 and float(np.mean(dists)) < 0.2,
+                        f"ranks (Jacobian rank, rounded) over {len(pts)} runs: {counts}; "
+                        f"relative function distance between depths "
+                        f"{[round(v, 3) for v in dists]}"))
+    if cfg.k in fits:
+        a = fits[cfg.k][0]
+        claims.append(Claim("parameter norm of rank-k minima grows like k L (R^(0) = k)",
+                            abs(a - cfg.k) <= 0.5 * cfg.k,
+                            f"fitted slope {a:.2f} vs k = {cfg.k}"))
+    return Record("bottleneck", "b_minima", "Local minima across depths (paper B Fig. 1)",
+                  "reduced", dataclasses.asdict(cfg), rows=rows, claims=claims,
+                  wall_s=time.perf_counter() - t0,
+                  note="paper B's Fig. 1 task and sizes are not in the text; ours: latent-k data",
+                  extra={"minima": pts, "fits": {str(r): v for r, v in fits.items()}})
+
+
+def plot_b_minima(record: Record, path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    pts = record.extra["minima"]
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    ranks = sorted({p["rank"] for p in pts})
+    for r in ranks:
+        sel = [p for p in pts if p["rank"] == r]
+        ax[0].scatter([p["L"] for p in sel], [p["norm2"] for p in sel], label=f"rank {r}")
+        ax[1].scatter([p["L"] for p in sel], [p["cost"] for p in sel], label=f"rank {r}")
+    ax[0].set(title="||theta||^2 of the minima vs depth", xlabel="L")
+    ax[1].set(title="train cost of the minima", xlabel="L", yscale="log")
     for a in ax:
         a.legend(fontsize=7)
     fig.tight_layout()
