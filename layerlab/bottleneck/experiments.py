@@ -129,9 +129,11 @@ def force_stats(Ws: Sequence[Array], X: Array, *, lam: float, ridge: float = 0.0
 
 
 def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iters: int = 2000,
-                        newton_iters: int = 50, gtol: float = 1e-10) -> tuple[Any, dict]:
-    """Polish ``params`` to a critical point in float64: L-BFGS, then trust-region Newton-CG
-    with exact Hessian-vector products (``scipy.optimize``, method ``trust-krylov``).
+                        newton_iters: int = 50, gtol: float = 1e-10,
+                        max_dense: int = 4000) -> tuple[Any, dict]:
+    """Polish ``params`` to a critical point in float64: L-BFGS, then Newton -- damped Newton
+    with the exact Hessian when there are at most ``max_dense`` parameters, else trust-region
+    Newton-CG with exact Hessian-vector products (``scipy.optimize``, ``trust-krylov``).
 
     Call inside ``jax.enable_x64(True)``.  Returns ``(params64, info)`` with ``grad_norm``
     (final Euclidean gradient norm), ``loss``, iteration counts and messages.
@@ -158,14 +160,33 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
         x = r.x
         info.update(lbfgs_iters=int(r.nit), lbfgs_message=str(r.message))
     info["grad_norm_after_lbfgs"] = float(np.linalg.norm(fun(x)[1]))
-    if newton_iters > 0 and info["grad_norm_after_lbfgs"] > gtol:
+    if newton_iters > 0 and info["grad_norm_after_lbfgs"] > gtol and x.size <= max_dense:
+        # damped Newton with the exact Hessian (small problems): quadratic convergence
+        hess = jax.jit(jax.hessian(f))
+        mu, it = 1e-8, 0
+        for it in range(newton_iters):  # noqa: B007
+            val, g = fun(x)
+            if np.linalg.norm(g) <= gtol:
+                break
+            H = np.asarray(hess(jnp.asarray(x)), np.float64)
+            w, V = np.linalg.eigh((H + H.T) / 2)
+            while True:
+                step = -V @ ((V.T @ g) / (np.abs(w) + mu))
+                xn = x + step
+                if np.linalg.norm(fun(xn)[1]) < np.linalg.norm(g) or mu > 1e6:
+                    break
+                mu *= 10
+            x, mu = xn, max(mu / 100, 1e-12)
+        info.update(newton="dense", newton_iters=it + 1)
+    elif newton_iters > 0 and info["grad_norm_after_lbfgs"] > gtol:
         r = scipy.optimize.minimize(
             fun, x, jac=True, method="trust-krylov",
             hessp=lambda v, t: np.asarray(hvp(jnp.asarray(v), jnp.asarray(t)), np.float64),
             options={"maxiter": newton_iters, "gtol": gtol})
         if np.linalg.norm(fun(r.x)[1]) < info["grad_norm_after_lbfgs"]:
             x = r.x
-        info.update(newton_iters=int(r.nit), newton_message=str(r.message))
+        info.update(newton="trust-krylov", newton_iters=int(r.nit),
+                    newton_message=str(r.message))
     val, g = fun(x)
     info.update(loss=val, grad_norm=float(np.linalg.norm(g)), max_abs_grad=float(np.abs(g).max()))
     return unravel(jnp.asarray(x)), info
@@ -257,9 +278,10 @@ def _train_runs(x, y, sizes, lam, keys, *, cost=mse_cost, activation=jax.nn.relu
 class AFig1Config:
     """Attraction/repulsion (paper A, Fig. 1, Sec. 3.1).
 
-    Part 1 (smooth, the identity at a true critical point): ``smooth_activation`` net of
-    width ``smooth_width >= N`` so every ``Z^sigma`` has full column rank; float64 full-batch GD
-    then L-BFGS + Newton-CG to ``grad_norm <= target_grad_norm``.
+    Part 1 (smooth, the identity at a true critical point; ours): ``smooth_activation`` net
+    of width ``smooth_width >= N`` on Gaussian inputs ``[N, N - 1]`` and Gaussian targets, so
+    every ``Z^sigma`` has full column rank (L^r differentiable); float64 full-batch GD then
+    L-BFGS + exact-Hessian Newton to ``grad_norm <= target_grad_norm``.
     Part 2 (the paper's figure): L = 3 ReLU, MNIST digits 7/8/9, N = 42, width 50, ``gd_steps``
     = 20k steps of full-batch GD (App.: "trained with full batch GD"), then the same polish.
     """
@@ -274,8 +296,11 @@ class AFig1Config:
     gd_lr: float = 0.05
     ridge: float = 1e-8                # Tikhonov approximation of the forces (caption)
     smooth_activation: str = "tanh"
-    smooth_n_per_class: int = 10       # N = 30 <= width: full-column-rank Z^sigma
-    smooth_width: int = 50
+    smooth_n: int = 12                 # Gaussian inputs [N, N-1], Gaussian targets [N, out]:
+    smooth_out: int = 6                # high-rank targets keep every Z^sigma of full column
+    smooth_width: int = 16             # rank N (the regime where L^r is differentiable)
+    smooth_lam: float = 1e-2
+    smooth_gd_lr: float = 0.02
     lbfgs_iters: int = 3000
     newton_iters: int = 100
     target_grad_norm: float = 1e-8
@@ -291,14 +316,14 @@ class AFig1Config:
 
     @classmethod
     def smoke(cls) -> AFig1Config:
-        return cls(source="digits", n_per_class=4, width=12, gd_steps=50, smooth_n_per_class=3,
-                   smooth_width=12, lbfgs_iters=200, newton_iters=5)
+        return cls(source="digits", n_per_class=4, width=12, gd_steps=50, smooth_n=6,
+                   smooth_width=8, lbfgs_iters=200, newton_iters=5)
 
 
-def _relu_smooth_net(cfg, x, y, act, width, key, progress, ckpt, desc):
+def _relu_smooth_net(cfg, x, y, act, width, key, progress, ckpt, desc, lam, lr):
     sizes = [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]]
-    params, hist, gn, hp = _train_runs(jnp.asarray(x), jnp.asarray(y), sizes, cfg.lam, [key],
-                                       activation=act, gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr,
+    params, hist, gn, hp = _train_runs(jnp.asarray(x), jnp.asarray(y), sizes, lam, [key],
+                                       activation=act, gd_steps=cfg.gd_steps, gd_lrs=lr,
                                        progress=progress, checkpoint_dir=ckpt, desc=desc)
     W = [w[0] for w in params]
     hp1 = jax.tree.map(lambda a: a[0], hp)
@@ -315,17 +340,26 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
     t0 = time.perf_counter()
     with jax.enable_x64(True):
         res: dict[str, Any] = {}
-        for part, act_name, npc, width in [
-                ("smooth", cfg.smooth_activation, cfg.smooth_n_per_class, cfg.smooth_width),
-                ("relu", "relu", cfg.n_per_class, cfg.width)]:
+        for part, act_name, npc, width, lam in [
+                ("smooth", cfg.smooth_activation, cfg.smooth_n, cfg.smooth_width,
+                 cfg.smooth_lam),
+                ("relu", "relu", cfg.n_per_class, cfg.width, cfg.lam)]:
             act = _act(act_name)
-            x, y, labels = _digits_subset(cfg.source, cfg.classes, npc, cfg.seed, data_dir)
+            if part == "smooth":  # Gaussian regression, n_0 + 1 = N: full-rank regime
+                rng = np.random.default_rng(cfg.seed)
+                x = rng.standard_normal((cfg.smooth_n, cfg.smooth_n - 1))
+                y = rng.standard_normal((cfg.smooth_n, cfg.smooth_out))
+                labels = np.zeros(cfg.smooth_n, int)
+            else:
+                x, y, labels = _digits_subset(cfg.source, cfg.classes, npc, cfg.seed, data_dir)
             X = jnp.asarray(x).T
             W, gn_gd, loss, _ = _relu_smooth_net(cfg, x, y, act, width,
                                                  jax.random.fold_in(key, len(part)), progress,
-                                                 _sub(checkpoint_dir, part), part)
-            stats = jax.jit(lambda Ws, r, act=act, X=X: force_stats(
-                Ws, X, lam=cfg.lam, ridge=r, activation=act)[2])
+                                                 _sub(checkpoint_dir, part), part, lam,
+                                                 cfg.smooth_gd_lr if part == "smooth"
+                                                 else cfg.gd_lr)
+            stats = jax.jit(lambda Ws, r, act=act, X=X, lam=lam: force_stats(
+                Ws, X, lam=lam, ridge=r, activation=act)[2])
             ridge = 0.0 if part == "smooth" else cfg.ridge
             st_gd = stats(W, ridge)
             Wp, info = polish_second_order(loss, W, lbfgs_iters=cfg.lbfgs_iters,
@@ -337,6 +371,7 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
             st_0 = stats([w.astype(jnp.float64) for w in init], ridge)
             res[part] = {
                 "activation": act_name, "N": x.shape[0], "width": width, "ridge": ridge,
+                "lam": lam, "n_0": x.shape[1],
                 "grad_norm_after_gd": gn_gd, "polish": info,
                 "init": [{k: _f(v) for k, v in s.items()} for s in st_0],
                 "after_gd": [{k: _f(v) for k, v in s.items()} for s in st_gd],
@@ -348,7 +383,8 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
     for l, s in enumerate(sm["polished"]):  # noqa: E741
         rows.append(Row(f"smooth ({sm['activation']}) layer {l + 1}: |F_att+F_rep|/|F_att| at "
                         "the critical point", s["imbalance"], paper=0.0, tol=1e-3,
-                        note=f"N={sm['N']}, width {sm['width']}, float64, grad norm "
+                        note=f"Gaussian data N={sm['N']}, n_0={sm['n_0']}, width {sm['width']}, "
+                             f"lambda {sm['lam']:g}, float64, grad norm "
                              f"{sm['polish']['grad_norm']:.1e}; exact pseudo-inverses"))
     rows.append(Row("smooth: final gradient norm", sm["polish"]["grad_norm"], paper=None,
                     note=f"target <= {cfg.target_grad_norm:g}"))
@@ -399,7 +435,6 @@ def plot_a_fig1(record: Record, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     res = record.extra["result"]
-    cfg = record.config
     fig, axes = plt.subplots(2, 2, figsize=(11, 10))
     colors = np.array(["tab:blue", "tab:orange", "tab:green", "tab:red"])
     with jax.enable_x64(True):
@@ -409,7 +444,7 @@ def plot_a_fig1(record: Record, path) -> None:
             X = jnp.asarray(r["x"]).T
             Ws = [jnp.asarray(w) for w in r["weights"]]
             Zs = representations(Ws, X, activation=act)
-            F = forces(Zs, X, lam=cfg["lam"], activation=act, ridge=r["ridge"])
+            F = forces(Zs, X, lam=r["lam"], activation=act, ridge=r["ridge"])
             for l in range(min(2, len(Zs) - 1)):  # noqa: E741
                 ax = axes[row, l]
                 Z = np.asarray(Zs[l])
