@@ -316,8 +316,8 @@ class AFig1Config:
 
     @classmethod
     def smoke(cls) -> AFig1Config:
-        return cls(source="digits", n_per_class=4, width=12, gd_steps=50, smooth_n=6,
-                   smooth_width=8, lbfgs_iters=200, newton_iters=5)
+        return cls(source="digits", n_per_class=4, width=12, gd_steps=20, smooth_n=6,
+                   smooth_width=8, lbfgs_iters=30, newton_iters=2)
 
 
 def _relu_smooth_net(cfg, x, y, act, width, key, progress, ckpt, desc, lam, lr):
@@ -733,7 +733,7 @@ class ARankConfig:
 
     @classmethod
     def smoke(cls) -> ARankConfig:
-        return cls(sizes=(4,), fw_iters=6, gd_steps=40, gd_chunk=20, gd_seeds=2, sweep_steps=20,
+        return cls(sizes=(4,), fw_iters=3, gd_steps=40, gd_chunk=20, gd_seeds=2, sweep_steps=20,
                    lr_n=12,
                    lr_width=8, lr_steps=20)
 
