@@ -1320,10 +1320,13 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
         rows.append(Row(f"rank-{r} minima: slope of ||theta||^2 vs L", a, paper=r, tol=0.5 * r,
                         note=f"{m} minima over {nL} depths, intercept (R^(1)-like) {b:.2f}; "
                              "theory: ||theta||^2 ~ L R^(0) + R^(1), R^(0) = rank"))
-    # same function across depths: relative distance between the best minima of rank k
+    # same function across depths: relative distance between the best minima of rank k (or of
+    # the most frequent rank when no run found rank k)
+    counts = {r: sum(p["rank"] == r for p in pts) for r in ranks}
+    r_star = cfg.k if counts.get(cfg.k, 0) else max(counts, key=counts.get)
     best = {}
     for p in pts:
-        if p["rank"] == cfg.k and (p["L"] not in best or p["loss"] < best[p["L"]]["loss"]):
+        if p["rank"] == r_star and (p["L"] not in best or p["loss"] < best[p["L"]]["loss"]):
             best[p["L"]] = p
     dists = []
     Lb = sorted(best)
@@ -1331,11 +1334,10 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
         f1, f2 = funcs[(Lb[i], best[Lb[i]]["seed"])], funcs[(Lb[i + 1], best[Lb[i + 1]]["seed"])]
         dists.append(float(np.linalg.norm(f1 - f2) / np.linalg.norm(f2)))
     if dists:
-        rows.append(Row(f"rank-{cfg.k} minima at consecutive depths: relative distance between "
+        rows.append(Row(f"rank-{r_star} minima at consecutive depths: relative distance between "
                         "their functions (test inputs)", float(np.mean(dists)), paper=None,
                         note=f"depth pairs {list(zip(Lb[:-1], Lb[1:]))}: "
                              f"{[round(v, 3) for v in dists]}"))
-    counts = {r: sum(p["rank"] == r for p in pts) for r in ranks}
     rows.append(Row(f"fraction of minima with the true rank k={cfg.k}",
                     counts.get(cfg.k, 0) / len(pts), note=f"ranks found {counts}"))
     claims.append(Claim("GD finds local minima of several ranks, and minima of the same rank at "
