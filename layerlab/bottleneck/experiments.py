@@ -570,11 +570,13 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
                         note="convergence check, per width in extra" if np.all(np.isfinite(g))
                         else f"some widths diverged (all seeds): {g.tolist()}"))
     if starts:
-        ok = all(v is not None and 0 < v <= 32 for v in starts.values())
+        ok = all(v is not None and v <= 16 and v < max(out[k]["widths"])
+                 for k, v in starts.items())
         claims.append(Claim(
             "train loss plateaus in width on MNIST N=1000 and on the teacher task, starting "
-            "around width 10, far below N^2",
-            ok, "; ".join(f"{k}: start {v}, best loss by width "
+            "around width 10 (<= 16 and before the largest width), far below N^2",
+            ok, f"N = {cfg.mnist_n} (MNIST), {cfg.teacher_n} (teacher); " + "; ".join(
+                f"{k}: start {v}, best loss by width "
                           f"{[float(f'{b:.4g}') for b in out[k]['best']]}, final grad norms "
                           f"{[float(f'{g:.2g}') for g in out[k]['grad_norm_best']]}"
                           for k, v in starts.items())))
