@@ -26,8 +26,8 @@ from layerlab.bottleneck._diagnostics import layer_singular_values as layer_sing
 from layerlab.bottleneck._diagnostics import network_fn as network_fn
 from layerlab.bottleneck._diagnostics import ntk_trace as ntk_trace
 from layerlab.bottleneck._diagnostics import representation_dims as representation_dims
-from layerlab.bottleneck._optimise import RepresentationState as RepresentationState
-from layerlab.bottleneck._optimise import RepresentationStep as RepresentationStep
+from layerlab.bottleneck._frank_wolfe import cp_rank_lower_bound as cp_rank_lower_bound
+from layerlab.bottleneck._frank_wolfe import frank_wolfe_shallow as frank_wolfe_shallow
 from layerlab.bottleneck._optimise import representation_step as representation_step
 from layerlab.bottleneck._reformulations import Covariances as Covariances
 from layerlab.bottleneck._reformulations import Forces as Forces
@@ -76,8 +76,6 @@ __all__ = [
     "Gamma",
     "Phi",
     "Psi",
-    "RepresentationState",
-    "RepresentationStep",
     "augment",
     "bipartite_matrix",
     "bipartite_width_n_network",
@@ -87,8 +85,10 @@ __all__ = [
     "count_near_one",
     "covariance_loss",
     "covariances",
+    "cp_rank_lower_bound",
     "cross_entropy_cost",
     "forces",
+    "frank_wolfe_shallow",
     "from_mlp_layer",
     "identity_inputs_loss_lower_bound",
     "incidence_matrix",

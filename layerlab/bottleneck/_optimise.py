@@ -3,8 +3,8 @@
 One step: ``Z <- Z - update(grad L^r_rho(Z))`` then the projection ``Z <- Phi(Psi_rho(Z))`` onto
 representations realised by a network (the admissible set of Proposition 1, whose L^r is then the
 true regularised loss of the network ``Psi_rho(Z)``, up to the ridge).  Papers (A)/(B) leave the
-practicality of optimising L^r open; ``benchmarks/bottleneck_reformulation.py`` compares it with
-weight-space training.
+practicality of optimising L^r open; ``experiments.run_a_rank`` compares it with weight-space
+training.
 
 References:
   (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022, Proposition 1.
@@ -12,12 +12,12 @@ References:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from layerlab import loop
 from layerlab.bottleneck._reformulations import (
     representation_loss,
     representations,
@@ -28,30 +28,9 @@ from layerlab.bottleneck._reformulations import (
 Array = jax.Array
 
 
-class RepresentationState(NamedTuple):
-    """State of representation-space optimisation.
-
-    Fields:
-      Zs: ``[Z_1, ..., Z_L]``, ``Z_l`` ``[n_l, N]``.
-      opt_state: optax state of the ``Zs``.
-      step: int32 ``[]``.
-    """
-
-    Zs: list
-    opt_state: optax.OptState
-    step: Array
-
-
-class RepresentationStep(NamedTuple):
-    """``init(Zs) -> RepresentationState``; ``step(state, batch, key) -> (state, metrics)``."""
-
-    init: Callable
-    step: Callable
-
-
 def representation_step(X, cost: Callable, optimizer: optax.GradientTransformation, *, lam,
                         beta=1.0, activation=jax.nn.relu, ridge=1e-4,
-                        project: bool = True) -> RepresentationStep:
+                        project: bool = True) -> loop.TrainStep:
     """(Projected) gradient step on L^r over the representations of the full data set ``X``.
 
     .. math:: Z \\leftarrow \\Phi\\big(\\Psi_\\rho(Z - u_t)\\big),\\qquad
@@ -69,7 +48,8 @@ def representation_step(X, cost: Callable, optimizer: optax.GradientTransformati
       project: apply ``Phi o Psi_rho`` after each update.
 
     Returns:
-      :class:`RepresentationStep`.
+      :class:`layerlab.loop.TrainStep` whose state is a :class:`layerlab.loop.TrainState` with
+      ``params = [Z_1, ..., Z_L]`` (``init(Zs)``).
     """
     from layerlab._checks import check_number
 
@@ -77,20 +57,22 @@ def representation_step(X, cost: Callable, optimizer: optax.GradientTransformati
     check_number(ridge, "ridge", fn="representation_step", min_value=0.0)
     kw = dict(beta=beta, activation=activation)
 
-    def init(Zs):
-        return RepresentationState(list(Zs), optimizer.init(list(Zs)), jnp.zeros((), jnp.int32))
+    def init(Zs, hparams=None):
+        return loop.TrainState(list(Zs), optimizer.init(list(Zs)), jnp.zeros((), jnp.int32),
+                               hparams)
 
     def step(state, batch, key):
         del batch, key
         loss, g = jax.value_and_grad(
-            lambda Z: representation_loss(Z, X, cost=cost, lam=lam, ridge=ridge, **kw))(state.Zs)
-        upd, opt_state = optimizer.update(g, state.opt_state, state.Zs)
-        Zs = optax.apply_updates(state.Zs, upd)
+            lambda Z: representation_loss(Z, X, cost=cost, lam=lam, ridge=ridge, **kw))(
+            state.params)
+        upd, opt_state = optimizer.update(g, state.opt_state, state.params)
+        Zs = optax.apply_updates(state.params, upd)
         Ws = weights_from_representations(Zs, X, ridge=ridge, **kw)
         if project:
             Zs = representations(Ws, X, **kw)
         wl = weight_loss(Ws, X, cost=cost, lam=lam, **kw)
-        return RepresentationState(Zs, opt_state, state.step + 1), {"loss": loss,
-                                                                    "weight_loss": wl}
+        return loop.TrainState(Zs, opt_state, state.step + 1, state.hparams), {
+            "loss": loss, "weight_loss": wl}
 
-    return RepresentationStep(init, step)
+    return loop.TrainStep(init, step)

@@ -12,6 +12,7 @@ References:
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import jax
@@ -177,7 +178,8 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
                 gd_lr: float = 1e-2, lr_decay: float | None = 1e-2, beta=1.0,
                 activation=jax.nn.relu, init: str = "he",
                 w_std: float | None = None, batch_size: int | None = None,
-                progress: bool = True, desc: str = "width sweep") -> dict:
+                progress: bool = True, desc: str = "width sweep",
+                checkpoint_dir=None) -> dict:
     """Minimal regularised loss vs hidden width: widths x seeds in one program per phase.
 
     Trains ``len(widths) * seeds`` runs (all hidden layers of width ``w``, masked inside a
@@ -196,11 +198,14 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
       adam_steps, adam_lr, gd_steps, gd_lr: the two phases (``gd_steps = 0`` skips GD).
       lr_decay: cosine-decay the Adam rate to ``adam_lr * lr_decay`` (``None``: constant).
       beta, activation, init, w_std: network.  batch_size: Adam batch (``None``: full batch).
+      checkpoint_dir: resumable ``loop.fit`` checkpoints of both phases under this folder.
 
     Returns:
       dict with ``widths`` ``[W]``, ``loss`` ``[W, seeds]`` (final full-data regularised loss),
-      ``cost``, ``reg`` (same shape), ``best`` ``[W]`` (min over seeds), ``history`` (Adam phase
-      ``loss`` ``[T, R]``) and ``state`` (final ``TrainState`` with runs axis).
+      ``cost``, ``reg``, ``grad_norm`` (final full-batch gradient norm of the regularised loss;
+      same shape), ``best`` ``[W]`` (min over seeds, NaN runs ignored), ``best_seed`` ``[W]``,
+      ``history`` (Adam phase ``loss`` ``[T, R]``) and ``state`` (final ``TrainState`` with runs
+      axis).  A run that diverges in the GD phase ends as NaN (it does not stop the others).
     """
     fn = "width_sweep"
     x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)
@@ -235,26 +240,34 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
           else optax.cosine_decay_schedule(adam_lr, adam_steps, alpha=lr_decay))
     adam = sweep_step(cost, optax.adam(lr), beta=beta, activation=activation)
     state = jax.vmap(adam.init)(inits, hparams)
+    ck = (lambda name: None) if checkpoint_dir is None else (
+        lambda name: os.path.join(os.fspath(checkpoint_dir), name))
     state, hist = loop.fit(adam.step, state, (x, y), key=k_fit, steps=adam_steps,
                            batch_size=batch_size, runs=True, progress=progress,
-                           desc=f"{desc} (adam)")
+                           desc=f"{desc} (adam)", checkpoint_dir=ck("adam"))
     if gd_steps > 0:
         gd = sweep_step(cost, optax.sgd(gd_lr), beta=beta, activation=activation)
         state = jax.vmap(gd.init)(state.params, hparams)
         state, _ = loop.fit(gd.step, state, (x, y), key=k_gd, steps=gd_steps, runs=True,
-                            progress=progress, desc=f"{desc} (gd)")
+                            progress=progress, desc=f"{desc} (gd)", check_finite=False,
+                            checkpoint_dir=ck("gd"))
 
     def final(params, hp):
-        return masked_loss(params, (x, y), hparams=hp, cost=cost, beta=beta,
-                           activation=activation)
+        (val, aux), g = jax.value_and_grad(
+            lambda p: masked_loss(p, (x, y), hparams=hp, cost=cost, beta=beta,
+                                  activation=activation), has_aux=True)(params)
+        return val, aux, optax.tree.norm(g)
 
-    loss, aux = jax.jit(jax.vmap(final))(state.params, hparams)
+    loss, aux, gn = jax.jit(jax.vmap(final))(state.params, hparams)
     shape = (len(widths), seeds)
     loss = np.asarray(loss).reshape(shape)
+    safe = np.where(np.isfinite(loss), loss, np.inf)
     return {"widths": np.asarray(widths), "loss": loss,
             "cost": np.asarray(aux["cost"]).reshape(shape),
             "reg": np.asarray(aux["reg"]).reshape(shape),
-            "best": np.nanmin(loss, axis=1), "history": hist, "state": state}
+            "grad_norm": np.asarray(gn).reshape(shape),
+            "best": np.min(safe, axis=1), "best_seed": np.argmin(safe, axis=1),
+            "history": hist, "state": state}
 
 
 def cost_output_dim(y, cost) -> int:

@@ -33,7 +33,7 @@ def test_projected_representation_gd_decreases_true_loss(key):
     with jax.enable_x64(True):
         X64 = jnp.asarray(np.asarray(X, np.float64))
         Y64 = jnp.asarray(np.asarray(Y, np.float64))
-        Zs64 = [jnp.asarray(np.asarray(z, np.float64)) for z in state.Zs]
+        Zs64 = [jnp.asarray(np.asarray(z, np.float64)) for z in state.params]
         cost64 = lambda Z: jnp.sum((Z - Y64) ** 2) / 12  # noqa: E731
         Ws64 = bn.weights_from_representations(Zs64, X64, ridge=0.0)
         scale = max(float(jnp.abs(z).max()) for z in Zs64)

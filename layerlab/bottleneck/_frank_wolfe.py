@@ -1,0 +1,219 @@
+"""Frank-Wolfe on the covariance reformulation L^k of a shallow bias-free ReLU net (Sec. 3.3).
+
+Setting of Proposition 14: ``X = I_N``, no bias, depth ``L = 2``, MSE cost
+``C(Z) = ||Z - Y||_F^2 / N``.  With ``K_0^sigma = I``,
+
+.. math:: \\mathcal L^k(K, K^\\sigma, Z) = C(Z) + \\lambda \\operatorname{Tr} K
+          + \\lambda \\operatorname{Tr}[Z (K^\\sigma)^+ Z^T],
+          \\qquad (K, K^\\sigma) \\in S = \\operatorname{cone}\\{(x x^T, \\sigma(x)\\sigma(x)^T)\\}
+
+is jointly convex (the matrix-fractional term is jointly convex in ``(Z, K^sigma)``), but the
+cone ``S`` has infinitely many generators and no usable projection.  Frank-Wolfe needs only a
+linear minimisation oracle (LMO) over the generators: with ``G = -dL^k/dK^sigma =
+lambda P Z^T Z P`` (``P = (K^sigma + rho I)^{-1}``, ``Z`` the optimal output),
+
+.. math:: \\min_{\\|x\\| = 1} \\lambda \\|x\\|^2 - \\sigma(x)^T G \\sigma(x)
+          = \\lambda - \\max_{u \\ge 0, \\|u\\| = 1} u^T G u
+
+(a nonnegative principal-eigenvector problem, solved by projected power iterations from several
+starts).  We run the fully-corrective variant: after adding the oracle's atom, all atom weights
+``c >= 0`` are re-optimised (L-BFGS-B).  The atoms with ``c_i > 0`` are the neurons
+``sqrt(c_i) x_i`` of a network of that width reaching the same loss; their number upper-bounds
+``Rank_sigma`` at the optimum found.  Host-side numpy/scipy (float64).
+
+References:
+  (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022: Proposition 3 (L^k), Proposition 5
+  (partial convexity), Section 3.3 (Frank-Wolfe), Proposition 14.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def _inner(Ks: np.ndarray, Y: np.ndarray, lam: float, ridge: float):
+    """Optimal ``Z`` for fixed ``K^sigma`` and the value of ``C(Z) + lam Tr[Z P Z^T]``."""
+    N = Y.shape[1]
+    A = Ks + ridge * np.eye(N)
+    # Z (I/N + lam P) = Y/N  <=>  Z = Y A (A + N lam I)^{-1}
+    Z = np.linalg.solve((A + N * lam * np.eye(N)).T, (Y @ A).T).T
+    P = np.linalg.pinv(A, hermitian=True)
+    val = np.sum((Z - Y) ** 2) / N + lam * np.sum((Z @ P) * Z)
+    return Z, P, val
+
+
+def shallow_lk_loss(c: np.ndarray, atoms: np.ndarray, Y: np.ndarray, lam: float,
+                    ridge: float = 1e-9) -> float:
+    """``L^k`` at ``K = sum_i c_i x_i x_i^T``, ``K^sigma = sum_i c_i sigma(x_i) sigma(x_i)^T``,
+    minimised over the outputs ``Z``.
+
+    Args:
+      c: ``[m]`` nonnegative weights.  atoms: ``[m, N]`` unit vectors ``x_i``.
+      Y: ``[n_out, N]``.  lam: ``lambda``.  ridge: Tikhonov ``rho`` of ``(K^sigma)^+``.
+
+    Returns:
+      float.
+    """
+    S = np.maximum(atoms, 0.0)
+    Ks = (S * c[:, None]).T @ S
+    return float(lam * np.sum(c * np.sum(atoms ** 2, 1)) + _inner(Ks, Y, lam, ridge)[2])
+
+
+def _loss_and_grad(c, atoms, Y, lam, ridge):
+    S = np.maximum(atoms, 0.0)
+    Ks = (S * c[:, None]).T @ S
+    Z, P, val = _inner(Ks, Y, lam, ridge)
+    G = lam * P @ Z.T @ Z @ P
+    sq = np.sum(atoms ** 2, 1)
+    # envelope theorem: d/dc_i = lam |x_i|^2 - sigma(x_i)^T G sigma(x_i)
+    grad = lam * sq - np.einsum("ia,ab,ib->i", S, G, S)
+    return float(lam * np.sum(c * sq) + val), grad
+
+
+def _lmo(G: np.ndarray, rng: np.random.Generator, starts: int = 16, iters: int = 200):
+    """``argmax_{u >= 0, |u| = 1} u^T G u`` by projected power iteration from several starts."""
+    N = G.shape[0]
+    w, V = np.linalg.eigh(G)
+    cands = [np.maximum(V[:, -1], 0), np.maximum(-V[:, -1], 0)] + list(np.eye(N))
+    cands += list(np.abs(rng.standard_normal((starts, N))))
+    best, best_val = None, -np.inf
+    shift = max(0.0, -float(w[0])) + 1e-12
+    for u in cands:
+        if np.linalg.norm(u) == 0:
+            continue
+        u = u / np.linalg.norm(u)
+        for _ in range(iters):
+            v = np.maximum(G @ u + shift * u, 0.0)
+            nv = np.linalg.norm(v)
+            if nv == 0:
+                break
+            v = v / nv
+            if np.linalg.norm(v - u) < 1e-13:
+                u = v
+                break
+            u = v
+        val = float(u @ G @ u)
+        if val > best_val:
+            best, best_val = u, val
+    return best, best_val
+
+
+def frank_wolfe_shallow(Y, lam: float, *, iters: int = 100, ridge: float = 1e-9, seed: int = 0,
+                        tol: float = 1e-9, prune: float = 1e-10) -> dict:
+    """Fully-corrective Frank-Wolfe on ``L^k`` over the cone ``S`` (``X = I_N``, ``L = 2``).
+
+    Args:
+      Y: ``[n_out, N]`` targets (columns are data points).
+      lam: ``lambda``.
+      iters: maximal number of oracle calls.
+      ridge: Tikhonov ``rho`` of ``(K^sigma)^+``.
+      seed: seed of the oracle's random starts.
+      tol: stop when the oracle's best atom has directional derivative ``>= -tol * lambda``
+        (no descent direction left in the cone: a global minimum of the convex problem).
+      prune: atoms with weight below ``prune * max(c)`` are dropped.
+
+    Returns:
+      dict with ``loss`` ``[T]`` (after each iteration), ``gap`` ``[T]`` (``lambda - max u^T G u``,
+      ``>= 0`` at the optimum), ``time_s`` ``[T]`` (cumulative), ``atoms`` ``[m, N]``,
+      ``c`` ``[m]``, ``width`` (number of atoms kept), ``weights`` (``[W_1, W_2]`` of the width-m
+      network in the package convention with zero bias columns) and ``final_loss``.
+
+    References:
+      (A) Section 3.3 (Frank-Wolfe on the second reformulation), Proposition 3.
+    """
+    import scipy.optimize
+
+    Y = np.asarray(Y, dtype=np.float64)
+    if Y.ndim != 2:
+        raise ValueError(f"frank_wolfe_shallow: Y must be [n_out, N]; got shape {Y.shape}.")
+    if lam <= 0:
+        raise ValueError(f"frank_wolfe_shallow: lam must be > 0; got {lam}.")
+    N = Y.shape[1]
+    rng = np.random.default_rng(seed)
+    atoms = np.zeros((0, N))
+    c = np.zeros((0,))
+    losses, gaps, times = [], [], []
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        S = np.maximum(atoms, 0.0)
+        Ks = (S * c[:, None]).T @ S if atoms.shape[0] else np.zeros((N, N))
+        Z, P, _ = _inner(Ks, Y, lam, ridge)
+        G = lam * P @ Z.T @ Z @ P
+        u, val = _lmo(G, rng)
+        gap = lam - val
+        gaps.append(gap)
+        if gap >= -tol * lam and atoms.shape[0]:
+            losses.append(shallow_lk_loss(c, atoms, Y, lam, ridge))
+            times.append(time.perf_counter() - t0)
+            break
+        atoms = np.concatenate([atoms, u[None]], 0)
+        c = np.concatenate([c, [0.0]])
+        c0 = c.copy()
+        c0[-1] = max(1e-3, float(np.max(c, initial=0.0)))
+
+        res = scipy.optimize.minimize(_loss_and_grad, c0, args=(atoms, Y, lam, ridge), jac=True,
+                                      method="L-BFGS-B",
+                                      bounds=[(0.0, None)] * len(c0),
+                                      options={"maxiter": 500, "ftol": 1e-15, "gtol": 1e-12})
+        c = res.x
+        keep = c > prune * max(c.max(), 1e-300)
+        atoms, c = atoms[keep], c[keep]
+        losses.append(float(res.fun))
+        times.append(time.perf_counter() - t0)
+    S = np.maximum(atoms, 0.0)
+    W1 = np.sqrt(c)[:, None] * atoms                       # [m, N]
+    Ks = (S * c[:, None]).T @ S
+    Z, _, _ = _inner(Ks, Y, lam, ridge)
+    W2 = Z @ np.linalg.pinv(np.maximum(W1, 0.0))           # [n_out, m]
+    zc = lambda W: np.concatenate([W, np.zeros((W.shape[0], 1))], 1)  # noqa: E731
+    return {"loss": np.asarray(losses), "gap": np.asarray(gaps), "time_s": np.asarray(times),
+            "atoms": atoms, "c": c, "width": int(atoms.shape[0]),
+            "weights": [zc(W1), zc(W2)], "final_loss": float(losses[-1])}
+
+
+def cp_rank_lower_bound(A, *, rel_tol: float = 1e-6) -> dict:
+    """A computable lower bound on the CP-rank of a completely positive ``A``.
+
+    If ``A = sum_i b_i b_i^T`` with ``b_i >= 0``, each support ``supp(b_i)`` is a clique of the
+    support graph ``G(A)`` (edge ``ij`` iff ``A_ij > 0``, no cancellation is possible), and the
+    cliques cover every edge.  So ``Rank_cp(A) >=`` the edge clique cover number ``>=`` the size
+    of any set of edges no two of which lie in a common clique (two edges lie in a common
+    clique iff their endpoints are pairwise adjacent).  We build such a set greedily; for a
+    triangle-free ``G(A)`` it is every edge (Prop. 13: ``Rank_cp(B_N) = N^2/4``).
+    Also ``Rank_cp(A) >= rank(A)``.
+
+    Args:
+      A: ``[N, N]`` symmetric entrywise-nonnegative PSD (e.g. ``K^sigma - beta^2 1 1^T``).
+      rel_tol: entries ``<= rel_tol * max|A|`` count as zero.
+
+    Returns:
+      dict with ``lower`` (the max of both bounds), ``rank``, ``edge_packing``, ``edges``
+      (edges of the support graph) and ``triangle_free``.
+
+    References:
+      (A) Definition 12, Proposition 13 and the bound ``Rank_sigma(K, K^sigma) >=
+      Rank_cp(K^sigma - beta^2 11^T)`` for ReLU (Section 4.1).
+    """
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"cp_rank_lower_bound: A must be square [N, N]; got shape {A.shape}.")
+    N = A.shape[0]
+    thr = rel_tol * np.abs(A).max(initial=0.0)
+    adj = (A > thr) & ~np.eye(N, dtype=bool)
+    edges = [(i, j) for i in range(N) for j in range(i + 1, N) if adj[i, j]]
+    chosen: list[tuple[int, int]] = []
+    for e in edges:
+        ok = True
+        for f in chosen:
+            verts = set(e) | set(f)
+            if all(adj[a, b] for a in verts for b in verts if a < b):  # a common clique
+                ok = False
+                break
+        if ok:
+            chosen.append(e)
+    s = np.linalg.svd(A, compute_uv=False)
+    rank = int(np.sum(s > 1e-9 * max(s.max(initial=0.0), 1e-300)))
+    tri_free = bool(np.trace(np.linalg.matrix_power(adj.astype(float), 3)) == 0)
+    return {"lower": max(rank, len(chosen)), "rank": rank, "edge_packing": len(chosen),
+            "edges": len(edges), "triangle_free": tri_free}
