@@ -27,6 +27,12 @@ def is_labels(y) -> bool:
     return np.ndim(y) == 1 and jnp.issubdtype(jnp.result_type(y), jnp.integer)
 
 
+def _check_type(y, name: str) -> None:
+    if y is None or isinstance(y, (str, bytes)):
+        raise TypeError(f"{name}: expected an array of integer labels [N] or targets [N, C], "
+                        f"got {type(y).__name__}.")
+
+
 def _check_range(y, num_classes: int, name: str) -> None:
     if _concrete(y) and np.size(y):
         yn = np.asarray(y)
@@ -49,8 +55,10 @@ def as_targets(y, num_classes: int, *, name: str = "y", n: int | None = None,
       dtype: float dtype of the one-hot rows (default float32, or ``y``'s float dtype).
 
     Raises:
-      ValueError: wrong rank/shape, labels out of range.  TypeError: float ``[N]``.
+      ValueError: wrong rank/shape, labels out of range.  TypeError: float ``[N]``, ``None``
+        or a string.
     """
+    _check_type(y, name)
     if not hasattr(y, "shape"):
         y = np.asarray(y)
     if n is not None and (np.ndim(y) == 0 or y.shape[0] != n):
@@ -78,8 +86,11 @@ def as_labels(y, num_classes: int | None = None, *, name: str = "labels",
     Host (numpy) input stays numpy. Raises ``ValueError`` for other shapes, labels out of
     ``[0, num_classes)`` or a row count other than ``n``.
     """
+    _check_type(y, name)
     if not hasattr(y, "shape"):
         y = np.asarray(y)
+    if np.ndim(y) == 1 and not jnp.issubdtype(jnp.result_type(y), jnp.integer):
+        raise TypeError(f"{name}: [N] labels must be integers, got dtype {jnp.result_type(y)}.")
     if np.ndim(y) == 2:
         if num_classes is not None and y.shape[1] != num_classes:
             raise ValueError(f"{name}: one-hot rows must have {num_classes} columns, "
