@@ -19,11 +19,12 @@ def test_readme_has_the_api_tour():
 
 
 @pytest.mark.parametrize("i", range(len(BLOCKS)), ids=lambda i: f"block{i + 1}")
-def test_readme_block_runs(i, monkeypatch):
+def test_readme_block_runs(i, monkeypatch, tmp_path):
     from layerlab import data
 
     code = BLOCKS[i]
     monkeypatch.setenv("TQDM_DISABLE", "1")
+    monkeypatch.chdir(tmp_path)  # blocks that save figures write there, not into the checkout
     try:
         exec(compile(code, f"README.md python block {i + 1}", "exec"), {"__name__": "readme"})
     except data.DatasetNotFoundError as e:
