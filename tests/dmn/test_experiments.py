@@ -38,9 +38,13 @@ def _write_cifar100(root, n_train=200, n_test=100, seed=0):
                      b"coarse_label_names": [f"s{i}".encode() for i in range(20)]}, f)
 
 
-def test_table5_runs_on_official_format_files_and_marks_absent(tmp_path):
+def test_table5_runs_on_official_format_files_and_marks_absent(tmp_path, monkeypatch):
     from layerlab.dmn import experiments as ex
     from layerlab.record import load_record, write_record
+
+    # small stand-ins in the official format, not the official files: skip the checksums
+    # (format, shape and label checks still run)
+    monkeypatch.setattr("layerlab.data._files.verify_file", lambda *a, **k: None)
 
     _write_cifar100(tmp_path / "c100")
     cfg = ex.TableConfig(artifact="table5", rows=(ex.TABLE5[1],), convnet=False, seeds=1,
