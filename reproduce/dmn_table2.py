@@ -11,30 +11,15 @@ Adam (lr 1e-3), batch 128, as the authors' notebook does. See docs/dmn.md.
 """
 from __future__ import annotations
 
-from reproduce import _cli
+from reproduce import _cli, _dmn
 
 
 def build_parser():
     p = _cli.parser("dmn", "table2", __doc__)
-    _cli_dmn_flags(p)
+    _dmn.dmn_flags(p)
     p.add_argument("--no-convnet", action="store_true",
                    help="skip the matching ConvNets (e.g. CIFAR DMN rows on a CPU)")
     return p
-
-
-def _cli_dmn_flags(p):
-    p.add_argument("--preset", choices=("authors", "paper"), default=None,
-                   help="DMN selection rules: the authors' code or the paper's text "
-                   "(default: authors)")
-    p.add_argument("--datasets", default=None,
-                   help="comma-separated: run only these datasets' rows (e.g. mnist)")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
-    p.add_argument("--n-train", type=int, default=None,
-                   help="training images per dataset (default: config's; paper: all)")
-    p.add_argument("--n-test", type=int, default=None,
-                   help="test images per dataset (default: config's; paper: all)")
-    p.add_argument("--report", choices=("final", "best"), default=None,
-                   help="accuracy after the last epoch, or the best epoch (authors' checkpoint)")
 
 
 def main(argv=None) -> int:

@@ -11,43 +11,15 @@ SGD 0.1; every GN step logs the residual certificate.
 """
 from __future__ import annotations
 
-import dataclasses
-
-from reproduce import _cli
+from reproduce import _gnrev
 
 
 def build_parser():
-    p = _cli.parser("gnrev", "appJ", __doc__)
-    p.add_argument("--dataset", default="cifar10", choices=("cifar10", "mnist"),
-                   help="dataset (the paper: cifar10)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="training epochs (default: the configuration's)")
-    return p
+    return _gnrev.variants_parser("appJ", __doc__)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    import os
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
-    import jax
-
-    from layerlab.gnrev import experiments as ex
-
-    scale = "paper" if args.paper else "smoke" if args.smoke else "cpu"
-    cfg = ex.variants_config("appJ", scale, args.dataset)
-    if args.epochs or args.seeds:
-        over = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds)) if v}
-        cfg = dataclasses.replace(cfg, **over,
-                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
-    import pathlib
-    import tempfile
-    cache = (pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache" if args.smoke
-             else None)
-    rec = ex.run_variants(cfg, "appJ", key=jax.random.key(0), progress=not args.no_progress,
-                          checkpoint_dir=_cli.checkpoint_dir(args), cache_dir=cache,
-                          data_dir=args.data_dir)
-    _cli.finish(args, rec, figure=lambda path: ex.plot_variants(rec, path), argv=argv)
-    return 0
+    return _gnrev.variants_main("appJ", __doc__, argv)
 
 
 if __name__ == "__main__":

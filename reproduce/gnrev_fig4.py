@@ -14,62 +14,15 @@ exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexa
 """
 from __future__ import annotations
 
-import dataclasses
-import pathlib
-import tempfile
-
-from reproduce import _cli
+from reproduce import _gnrev
 
 
 def build_parser():
-    p = _cli.parser("gnrev", "fig4", __doc__)
-    p.add_argument("--dataset", default="mnist", choices=("mnist", "cifar10"),
-                   help="dataset (non-MNIST records get the suffix _<dataset>)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="training epochs (default: the configuration's)")
-    p.add_argument("--bottleneck", type=int, default=None,
-                   help="inverted-bottleneck width d' (default: the configuration's)")
-    p.add_argument("--n-train", type=int, default=None,
-                   help="training images, label-balanced subset (default: the configuration's)")
-    p.add_argument("--cache-dir", type=pathlib.Path, default=None,
-                   help="where the shared mini-batch run is cached (default: "
-                   "checkpoints/gnrev_minibatch_<dataset> with --paper, else scratch/gnrev_cache)")
-    return p
+    return _gnrev.minibatch_parser("fig4", __doc__)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    import os
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
-    import jax
-
-    from layerlab.gnrev import experiments as ex
-
-    if args.paper:
-        cfg = ex.MinibatchConfig.paper(args.dataset)
-    elif args.smoke:
-        cfg = ex.MinibatchConfig.smoke()
-    else:
-        cfg = ex.MinibatchConfig() if args.dataset == "mnist" else ex.MinibatchConfig.cifar_cpu()
-    over = {k: v for k, v in (("epochs", args.epochs), ("bottleneck", args.bottleneck),
-                              ("n_train", args.n_train), ("seeds", args.seeds)) if v is not None}
-    if over:
-        cfg = dataclasses.replace(cfg, **over,
-                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
-    shared = _cli.REPO / "checkpoints" / f"gnrev_minibatch_{args.dataset}"
-    if args.cache_dir is not None:
-        cache = args.cache_dir
-    elif args.paper:
-        cache = shared
-    elif args.smoke:
-        cache = pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache"
-    else:
-        cache = _cli.REPO / "scratch" / "gnrev_cache"
-    ckpt = args.checkpoint_dir or (shared if args.paper else None)
-    rec = ex.run_fig4(cfg, key=jax.random.key(0), progress=not args.no_progress,
-                    checkpoint_dir=ckpt, cache_dir=cache, data_dir=args.data_dir)
-    _cli.finish(args, rec, figure=lambda path: ex.plot_fig4(rec, path), argv=argv)
-    return 0
+    return _gnrev.minibatch_main("fig4", __doc__, argv)
 
 
 if __name__ == "__main__":

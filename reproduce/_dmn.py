@@ -1,0 +1,46 @@
+"""Shared command lines of the dmn table scripts (no JAX import at module level)."""
+from __future__ import annotations
+
+from reproduce import _cli
+
+
+def table_parser(artifact: str, doc: str | None):
+    """Flags of a table-like dmn reproduction (Tables 3-5, Fig. 10)."""
+    p = _cli.parser("dmn", artifact, doc)
+    dmn_flags(p)
+    return p
+
+
+def dmn_flags(p):
+    """The flags every dmn table script shares."""
+    p.add_argument("--preset", choices=("authors", "paper"), default=None,
+                   help="DMN selection rules: the authors' code or the paper's text "
+                   "(default: authors)")
+    p.add_argument("--datasets", default=None,
+                   help="comma-separated: run only these datasets' rows (e.g. mnist)")
+    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
+    p.add_argument("--n-train", type=int, default=None,
+                   help="training images per dataset (default: config's; paper: all)")
+    p.add_argument("--n-test", type=int, default=None,
+                   help="test images per dataset (default: config's; paper: all)")
+    p.add_argument("--report", choices=("final", "best"), default=None,
+                   help="accuracy after the last epoch, or the best epoch (authors' checkpoint)")
+
+
+def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_table") -> int:
+    """Build the artifact's config from the flags, run it, write the record and figure."""
+    args = table_parser(artifact, doc).parse_args(argv)
+    import jax
+
+    from layerlab.dmn import experiments as ex
+
+    scale = "paper" if args.paper else "smoke" if args.smoke else "default"
+    cfg = ex.table_config(
+        artifact, scale, preset=args.preset, seeds=args.seeds, epochs=args.epochs,
+        n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
+        datasets=tuple(args.datasets.split(",")) if args.datasets else None,
+    )
+    rec = getattr(ex, run)(cfg, key=jax.random.key(0), progress=not args.no_progress,
+                       checkpoint_dir=_cli.checkpoint_dir(args))
+    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv)
+    return 0

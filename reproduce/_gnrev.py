@@ -1,0 +1,103 @@
+"""Shared command lines of the gnrev reproduction scripts (no JAX import at module level).
+
+The mini-batch artifacts (Figs. 2, 3, 4, Apps. G, H) are views of one cached run; the variant
+artifacts (Fig. 5, Apps. E, F, I, J, K) share one runner.  Each script names its artifact and
+passes its docstring; everything else lives here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import tempfile
+
+from reproduce import _cli
+
+
+def minibatch_parser(artifact: str, doc: str | None):
+    """Flags of the mini-batch scripts (Figs. 2-4, Apps. G, H): one shared cached run."""
+    p = _cli.parser("gnrev", artifact, doc)
+    p.add_argument("--dataset", default="mnist", choices=("mnist", "cifar10"),
+                   help="dataset (non-MNIST records get the suffix _<dataset>)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="training epochs (default: the configuration's)")
+    p.add_argument("--bottleneck", type=int, default=None,
+                   help="inverted-bottleneck width d' (default: the configuration's)")
+    p.add_argument("--n-train", type=int, default=None,
+                   help="training images, label-balanced subset (default: the configuration's)")
+    p.add_argument("--cache-dir", type=pathlib.Path, default=None,
+                   help="where the shared mini-batch run is cached (default: "
+                   "checkpoints/gnrev_minibatch_<dataset> with --paper, else scratch/gnrev_cache)")
+    return p
+
+
+def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
+    """Run one view of the shared mini-batch run and write its record."""
+    args = minibatch_parser(artifact, doc).parse_args(argv)
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
+    import jax
+
+    from layerlab.gnrev import experiments as ex
+
+    if args.paper:
+        cfg = ex.MinibatchConfig.paper(args.dataset)
+    elif args.smoke:
+        cfg = ex.MinibatchConfig.smoke()
+    else:
+        cfg = ex.MinibatchConfig() if args.dataset == "mnist" else ex.MinibatchConfig.cifar_cpu()
+    over = {k: v for k, v in (("epochs", args.epochs), ("bottleneck", args.bottleneck),
+                              ("n_train", args.n_train), ("seeds", args.seeds)) if v is not None}
+    if over:
+        cfg = dataclasses.replace(cfg, **over,
+                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
+    shared = _cli.REPO / "checkpoints" / f"gnrev_minibatch_{args.dataset}"
+    if args.cache_dir is not None:
+        cache = args.cache_dir
+    elif args.paper:
+        cache = shared
+    elif args.smoke:
+        cache = pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache"
+    else:
+        cache = _cli.REPO / "scratch" / "gnrev_cache"
+    ckpt = args.checkpoint_dir or (shared if args.paper else None)
+    run, plot = getattr(ex, f"run_{artifact}"), getattr(ex, f"plot_{artifact}")
+    rec = run(cfg, key=jax.random.key(0), progress=not args.no_progress,
+              checkpoint_dir=ckpt, cache_dir=cache, data_dir=args.data_dir)
+    _cli.finish(args, rec, figure=lambda path: plot(rec, path), argv=argv)
+    return 0
+
+
+def variants_parser(artifact: str, doc: str | None):
+    """Flags of the variant scripts (Fig. 5, Apps. E, F, I, J, K)."""
+    p = _cli.parser("gnrev", artifact, doc)
+    p.add_argument("--dataset", default="cifar10", choices=("cifar10", "mnist"),
+                   help="dataset (the paper: cifar10)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="training epochs (default: the configuration's)")
+    return p
+
+
+def variants_main(artifact: str, doc: str | None, argv=None) -> int:
+    """Run one variant experiment and write its record."""
+    args = variants_parser(artifact, doc).parse_args(argv)
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
+    import jax
+
+    from layerlab.gnrev import experiments as ex
+
+    scale = "paper" if args.paper else "smoke" if args.smoke else "cpu"
+    cfg = ex.variants_config(artifact, scale, args.dataset)
+    if args.epochs or args.seeds:
+        over = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds)) if v}
+        cfg = dataclasses.replace(cfg, **over,
+                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
+    import pathlib
+    import tempfile
+    cache = (pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache" if args.smoke
+             else None)
+    rec = ex.run_variants(cfg, artifact, key=jax.random.key(0), progress=not args.no_progress,
+                          checkpoint_dir=_cli.checkpoint_dir(args), cache_dir=cache,
+                          data_dir=args.data_dir)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_variants(rec, path), argv=argv)
+    return 0
