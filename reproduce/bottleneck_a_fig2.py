@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 
-from reproduce import _cli
+from reproduce import _bottleneck
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _cli.parser("bottleneck", "a_fig2", __doc__)
+    p = _bottleneck.parser("a_fig2", __doc__)
     p.add_argument("--parts", nargs="+", choices=["mnist", "teacher"], default=None,
                    help="run only these panels (default: both)")
     return p
@@ -21,26 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    import dataclasses
-
-    import jax
-
-    from layerlab.bottleneck import experiments as ex
-
-    C = ex.AFig2Config
-    cfg = C.paper() if args.paper else C.smoke() if args.smoke else (
-        C.cpu() if hasattr(C, "cpu") else C())
-    if args.seeds is not None:
-        field = next((f for f in ("seeds", "teacher_seeds", "gd_seeds")
-                      if f in {f.name for f in dataclasses.fields(cfg)}), None)
-        if field is not None:
-            cfg = dataclasses.replace(cfg, **{field: args.seeds})
-    if args.parts:
-        cfg = dataclasses.replace(cfg, parts=tuple(args.parts))
-    rec = ex.run_a_fig2(cfg, key=jax.random.key(0), progress=not args.no_progress,
-                      checkpoint_dir=_cli.checkpoint_dir(args), data_dir=args.data_dir)
-    _cli.finish(args, rec, figure=lambda path: ex.plot_a_fig2(rec, path), argv=argv)
-    return 0
+    parts = tuple(args.parts) if args.parts else None
+    return _bottleneck.main("a_fig2", "AFig2Config", args, argv, data=True, parts=parts)
 
 
 if __name__ == "__main__":
