@@ -123,6 +123,31 @@ def _tril_inverse(L: jax.Array) -> jax.Array:
     return solve_triangular(L, jnp.eye(L.shape[0], dtype=L.dtype), lower=True)
 
 
+@jax.custom_batching.custom_vmap
+def _leaf_chol_inv(A: jax.Array) -> jax.Array:
+    """``L^{-1}`` of ``A = L L^T`` by LAPACK, whose ``vmap`` on CPU maps over the batch one
+    matrix at a time.
+
+    jaxlib's batched CPU Cholesky (``ParallelBatchMap`` on XLA's intra-op thread pool) can
+    deadlock when several of them run concurrently in one program (a vmapped sweep of runs
+    with several layers' DGLs: every pool thread ends up waiting for batch tasks that are
+    queued behind it; seen with jaxlib 0.10 on 2 cores, see docs/dgl.md).  Mapping over the
+    batch issues unbatched LAPACK calls, the same flops; on accelerators the batched
+    factorisation is kept.
+    """
+    return _tril_inverse(jnp.linalg.cholesky(A))
+
+
+@_leaf_chol_inv.def_vmap
+def _leaf_chol_inv_vmap(axis_size, in_batched, A):
+    (batched,) = in_batched
+    if not batched:
+        return _leaf_chol_inv(A), False
+    if jax.default_backend() == "cpu":
+        return jax.lax.map(_leaf_chol_inv, A), True
+    return jax.vmap(lambda a: _tril_inverse(jnp.linalg.cholesky(a)))(A), True
+
+
 def _chol_inv(A: jax.Array, leaf: int = 256) -> jax.Array:
     """``L^{-1}`` for the Cholesky factor ``L`` of ``A``, by recursive 2x2 blocking.
 
@@ -134,7 +159,7 @@ def _chol_inv(A: jax.Array, leaf: int = 256) -> jax.Array:
     """
     n = A.shape[0]
     if n <= 2 * leaf:
-        return _tril_inverse(jnp.linalg.cholesky(A))
+        return _leaf_chol_inv(A)
     h = n // 2
     Li11 = _chol_inv(A[:h, :h], leaf)
     L21 = A[h:, :h] @ Li11.T
