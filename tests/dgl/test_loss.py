@@ -174,10 +174,6 @@ def test_vmapped_dgl_loss_equals_per_run_losses_and_grads():
     deadlock of concurrent batched Cholesky calls) changes no number: vmapped values and
     gradients equal the per-run ones, at a size (N = 600 > 2 leaves) that goes through the
     recursive blocked inverse."""
-    import jax
-    import jax.numpy as jnp
-    from layerlab import dgl
-
     runs, n, d = 3, 600, 8
     with jax.enable_x64(True):  # float64: the two routes' rounding differs, the maths does not
         H = jax.random.normal(jax.random.key(0), (runs, n, d), jnp.float64)
