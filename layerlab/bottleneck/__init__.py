@@ -20,8 +20,8 @@ from layerlab.bottleneck._cprank import (
     shallow_min_norm_identity_inputs as shallow_min_norm_identity_inputs,
 )
 from layerlab.bottleneck._diagnostics import bottleneck_diagnostics as bottleneck_diagnostics
-from layerlab.bottleneck._diagnostics import count_near_one as count_near_one
 from layerlab.bottleneck._diagnostics import jacobian_stats as jacobian_stats
+from layerlab.bottleneck._diagnostics import layer_counts_near_one as layer_counts_near_one
 from layerlab.bottleneck._diagnostics import layer_singular_values as layer_singular_values
 from layerlab.bottleneck._diagnostics import network_fn as network_fn
 from layerlab.bottleneck._diagnostics import ntk_trace as ntk_trace
@@ -82,7 +82,6 @@ __all__ = [
     "bottleneck_diagnostics",
     "caratheodory_reduce",
     "complete_bipartite_edges",
-    "count_near_one",
     "covariance_loss",
     "covariances",
     "cp_rank_lower_bound",
@@ -95,6 +94,7 @@ __all__ = [
     "init_weights",
     "is_triangle_free",
     "jacobian_stats",
+    "layer_counts_near_one",
     "layer_singular_values",
     "linear_optimal_covariances",
     "linear_optimal_regulariser",

@@ -36,9 +36,10 @@ def layer_singular_values(weights: Sequence[Array], *, include_bias: bool = Fals
     return probes.singular_values(mats)
 
 
-def count_near_one(weights: Sequence[Array], *, tol: float = 0.25,
-                   include_bias: bool = False) -> Array:
-    """Per-layer count of singular values within ``tol`` of 1.
+def layer_counts_near_one(weights: Sequence[Array], *, tol: float = 0.25,
+                          include_bias: bool = False) -> Array:
+    """Per-layer count of singular values within ``tol`` of 1: ``probes.count_near_one`` (the
+    one definition) applied to each weight matrix's spectrum.
 
     .. math:: k_\\ell = \\#\\{i : |s_i(W_\\ell) - 1| < \\text{tol}\\}
 
@@ -149,7 +150,7 @@ def bottleneck_diagnostics(weights: Sequence[Array], x: Array, *, beta=1.0,
       dict of arrays (see the individual functions).
     """
     out = {"singular_values": layer_singular_values(weights),
-           "count_near_one": count_near_one(weights, tol=tol)}
+           "count_near_one": layer_counts_near_one(weights, tol=tol)}
     out.update(representation_dims(weights, x.T, beta=beta, activation=activation,
                                    rel_tol=rel_tol))
     js = jacobian_stats(weights, x, beta=beta, activation=activation, rel_tol=rel_tol)
