@@ -828,7 +828,8 @@ def _rec_dict(record) -> dict:
 
 
 def plot_table(record: Record | dict, path) -> None:
-    """Bar chart: ours (mean +- std over seeds) and the paper's number, per row."""
+    """Two panels per row of the table: ours (mean +- std over seeds) beside the paper's number,
+    and ours - paper in points against the +-tol band (where the differences are visible)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -836,20 +837,36 @@ def plot_table(record: Record | dict, path) -> None:
 
     d = _rec_dict(record)
     rows = d["rows"]
-    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows) + 2), 4.8))
     x = np.arange(len(rows))
-    ours = [r["ours"] if r["ours"] is not None else np.nan for r in rows]
-    ax.bar(x - 0.2, ours, 0.4, yerr=[r["spread"] or 0 for r in rows], label="ours",
-           color="C0")
-    ax.bar(x + 0.2, [r["paper"] if r["paper"] is not None else np.nan for r in rows], 0.4,
-           label="paper", color="C7")
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(6, 0.45 * len(rows) + 2), 7.2),
+                                  sharex=True, gridspec_kw={"height_ratios": [1, 1.2]})
+    ours = np.array([r["ours"] if r["ours"] is not None else np.nan for r in rows], float)
+    paper = np.array([r["paper"] if r["paper"] is not None else np.nan for r in rows], float)
+    spread = np.array([r["spread"] or 0.0 for r in rows], float)
+    ax.bar(x - 0.2, ours, 0.4, yerr=spread, label="ours", color="C0")
+    ax.bar(x + 0.2, paper, 0.4, label="paper", color="C7")
+    finite = np.concatenate([ours[np.isfinite(ours)], paper[np.isfinite(paper)]])
+    if finite.size:
+        ax.set_ylim(max(0.0, finite.min() - 5), min(100.0, finite.max() + 2))
     for i, r in enumerate(rows):
         if r["ours"] is None:
-            ax.text(i - 0.2, 1, "not run", rotation=90, fontsize=6, ha="center")
-    ax.set_xticks(x, [r["name"] for r in rows], rotation=90, fontsize=6)
+            ax.text(i - 0.2, ax.get_ylim()[0], "not run", rotation=90, fontsize=6,
+                    ha="center", va="bottom")
     ax.set_ylabel("accuracy %")
     ax.set_title(d["title"], fontsize=9)
     ax.legend(fontsize=7)
+    diff = ours - paper
+    tol = np.array([r["tol"] if r["tol"] is not None else np.nan for r in rows], float)
+    colors = ["C2" if r["holds"] else "C3" if r["holds"] is False else "C7" for r in rows]
+    ax2.bar(x, diff, 0.6, yerr=spread, color=colors)
+    ax2.fill_between(np.r_[x - 0.5, x[-1:] + 0.5] if len(x) else x,
+                     -np.r_[tol, tol[-1:]] if len(x) else x,
+                     np.r_[tol, tol[-1:]] if len(x) else x,
+                     step="post", color="C2", alpha=0.12, label="tolerance")
+    ax2.axhline(0, color="k", lw=0.6)
+    ax2.set_ylabel("ours - paper (points)")
+    ax2.legend(fontsize=7)
+    ax2.set_xticks(x, [r["name"] for r in rows], rotation=90, fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
