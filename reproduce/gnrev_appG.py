@@ -1,16 +1,5 @@
 """App. G (Fig. 9) of Buffelli et al. 2024: cosine similarity of every half-layer's
 weights with their initial values during mini-batch training.
-
-Figs. 2, 3, 4 and Apps. G, H are views of ONE mini-batch run per optimizer
-(`layerlab.gnrev.experiments.run_minibatch`), cached under the configuration's fingerprint, so
-running the five scripts in a row trains once.  Learning rates: one-epoch vmapped sweeps
-(largest progress without instability, §5.2); GN in the authors' per-block convention; 'gn' =
-exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexact at batch
-1024); every GN step logs the residual certificate ‖JΔθ−ε‖/‖ε‖.
-
-    python -m reproduce.gnrev_appG                    # reduced CPU config (MNIST 8192, d'=1024)
-    python -m reproduce.gnrev_appG --paper            # full MNIST, batch 1024, d'=8000, 3 seeds
-    python -m reproduce.gnrev_appG --dataset cifar10  # CIFAR-10, 6 blocks, 10240 imgs (CPU)
 """
 from __future__ import annotations
 

@@ -1,16 +1,5 @@
 """Fig. 3 of Buffelli et al. 2024: % change of each mini-batch's loss across its own
 update (does GN overfit each mini-batch?).
-
-Figs. 2, 3, 4 and Apps. G, H are views of ONE mini-batch run per optimizer
-(`layerlab.gnrev.experiments.run_minibatch`), cached under the configuration's fingerprint, so
-running the five scripts in a row trains once.  Learning rates: one-epoch vmapped sweeps
-(largest progress without instability, §5.2); GN in the authors' per-block convention; 'gn' =
-exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexact at batch
-1024); every GN step logs the residual certificate ‖JΔθ−ε‖/‖ε‖.
-
-    python -m reproduce.gnrev_fig3                    # reduced CPU config (MNIST 8192, d'=1024)
-    python -m reproduce.gnrev_fig3 --paper            # full MNIST, batch 1024, d'=8000, 3 seeds
-    python -m reproduce.gnrev_fig3 --dataset cifar10  # CIFAR-10, 6 blocks, 10240 imgs (CPU)
 """
 from __future__ import annotations
 
