@@ -75,3 +75,29 @@ def test_largest_stable_rejects_a_rate_whose_loss_spikes_then_recovers(key):
     with pytest.raises(ValueError, match="peak must be > 1"):
         ex.lr_sweep(arm, params, frozen, P, (x, y), steps=2, batch_size=None,
                     rule="largest_stable", key=key, peak=1.0)
+
+
+def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monkeypatch):
+    """A sweep-selected rate whose full run goes non-finite falls back to the next smaller
+    rate of the grid, for every seed; runs are kept per (arm, rate, seed)."""
+    calls = []
+
+    def fake_train(cfg, arm, lr, prep, ks, *, progress, checkpoint_dir):
+        calls.append((lr, ks))
+        return {"loss": np.array([1.0, np.nan if (lr > 0.05 and ks == 1) else 0.5])}
+
+    monkeypatch.setattr(ex, "_train_arm", fake_train)
+    cfg = ex.MinibatchConfig.smoke()
+    arm = ex.Arm("sgd", optax.sgd, (0.01, 0.1, 0.3))
+    lr, runs, dropped = ex._train_stable(cfg, arm, 0.3, None, [0, 1], tmp_path, None, "fp",
+                                         False)
+    assert (lr, dropped) == (0.01, [0.3, 0.1])
+    assert calls == [(0.3, 0), (0.3, 1), (0.1, 0), (0.1, 1), (0.01, 0), (0.01, 1)]
+    assert all(np.isfinite(r["loss"]).all() for r in runs)
+    # a second call (a resumed run) trains nothing
+    assert ex._train_stable(cfg, arm, 0.3, None, [0, 1], tmp_path, None, "fp", False)[0] == 0.01
+    assert len(calls) == 6
+    # nothing smaller left: the diverged runs are returned as they are
+    lr, runs, dropped = ex._train_stable(cfg, ex.Arm("sgd", optax.sgd, (0.3,)), 0.3, None,
+                                         [1], tmp_path / "b", None, "fp", False)
+    assert lr == 0.3 and dropped == [] and not np.isfinite(runs[0]["loss"]).all()
