@@ -136,6 +136,20 @@ def fit(
         checkpoint directory holds another run / is used by another live process / has no
         step that restores (see ``docs/loop.md``).
       ValueError / TypeError: inconsistent arguments, with what to change.
+
+    Examples:
+      Least squares ``y = 3 x`` by SGD in mini-batches of 8:
+
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from layerlab import loop
+      >>> x = jnp.linspace(-1.0, 1.0, 32)[:, None]
+      >>> ts = loop.optax_step(lambda w, b: jnp.mean((b[0] * w - b[1]) ** 2), optax.sgd(0.5))
+      >>> state, hist = loop.fit(ts.step, ts.init(jnp.zeros(())), (x, 3.0 * x),
+      ...                        key=jax.random.key(0), steps=20, batch_size=8, progress=False)
+      >>> hist["train"]["loss"].shape
+      (20,)
+      >>> round(float(state.params), 3)
+      3.0
     """
     checkpoint = grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every, max_to_keep)
     placement = grouped_placement(placement, mesh, data_axis, state_sharding, data_sharding)
