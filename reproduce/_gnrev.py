@@ -37,7 +37,8 @@ def minibatch_parser(artifact: str, doc: str | None):
     p.add_argument("--bottleneck", type=int, default=None,
                    help="inverted-bottleneck width d' (default: the configuration's)")
     p.add_argument("--n-train", type=int, default=None,
-                   help="training images, label-balanced subset (default: the configuration's)")
+                   help="training images, label-balanced subset; 0 = the whole training set "
+                   "(default: the configuration's)")
     p.add_argument("--cache-dir", type=pathlib.Path, default=None,
                    help="where the shared mini-batch run is cached (default: "
                    "checkpoints/gnrev_minibatch_<dataset> with --paper, else scratch/gnrev_cache)")
@@ -61,6 +62,8 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
         cfg = ex.MinibatchConfig() if args.dataset == "mnist" else ex.MinibatchConfig.cifar_cpu()
     over = {k: v for k, v in (("epochs", args.epochs), ("bottleneck", args.bottleneck),
                               ("n_train", args.n_train), ("seeds", args.seeds)) if v is not None}
+    if over.get("n_train") == 0:
+        over["n_train"] = None
     if over:
         cfg = dataclasses.replace(cfg, **over,
                                   scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
