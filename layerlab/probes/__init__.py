@@ -11,8 +11,8 @@ Kernels: :func:`gram_linear`, :func:`gram_rbf`, :func:`center_gram`,
   :func:`kernel_alignment`, :func:`kernel_change_rate`.
 Spectra: :func:`singular_values`, :func:`product_singular_values`, :func:`effective_rank`,
   :func:`stable_rank`, :func:`participation_ratio`, :func:`count_near_one`.
-Parameter pytrees: :func:`tree_norm`, :func:`tree_cosine_similarity`,
-  :func:`tree_relative_change`.
+Parameter pytrees: :func:`tree_cosine_similarity`, :func:`tree_relative_change` (for the
+  norm of a pytree use ``optax.tree.norm``).
 """
 
 from layerlab.probes._cka import MinibatchCKAState as MinibatchCKAState
@@ -37,7 +37,6 @@ from layerlab.probes._spectra import product_singular_values as product_singular
 from layerlab.probes._spectra import singular_values as singular_values
 from layerlab.probes._spectra import stable_rank as stable_rank
 from layerlab.probes._trees import tree_cosine_similarity as tree_cosine_similarity
-from layerlab.probes._trees import tree_norm as tree_norm
 from layerlab.probes._trees import tree_relative_change as tree_relative_change
 
 __all__ = [
@@ -62,7 +61,6 @@ __all__ = [
     "stable_rank",
     "participation_ratio",
     "count_near_one",
-    "tree_norm",
     "tree_cosine_similarity",
     "tree_relative_change",
 ]
