@@ -28,7 +28,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from benchmarks._common import results_dir, write_json  # noqa: E402
-from layerlab import loop, nets  # noqa: E402
+from layerlab import loop, nets, probes  # noqa: E402
 from layerlab.data import extract_patches, load  # noqa: E402
 from layerlab.dmn import (  # noqa: E402
     distance_to_final,
@@ -58,7 +58,7 @@ def fig2(tr, te, args, out):
 
     def eval_fn(state):
         s, pr = layer_spectra(state.params, top=1)
-        acc = jnp.mean(jnp.argmax(nets.mlp_apply(state.params, xte), -1) == te.y)
+        acc = probes.accuracy(nets.mlp_apply(state.params, xte), te.y)
         out = {f"sW{k + 1}": s[k, 0] for k in range(len(sizes) - 1)}
         out |= {f"sP{k + 1}": pr[k, 0] for k in range(len(sizes) - 1)}
         return out | {"val_acc": acc}

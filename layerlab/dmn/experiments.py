@@ -29,12 +29,11 @@ import jax
 import numpy as np
 import optax
 
-from layerlab import loop
+from layerlab import loop, probes
 from layerlab.data import DatasetNotFoundError, load
 from layerlab.data._targets import as_labels
 from layerlab.dmn._layers import (
     DMNConfig,
-    accuracy,
     classifier_step,
     convnet_spec,
     format_spec,
@@ -144,6 +143,10 @@ def train_and_evaluate(
     t_feat = time.perf_counter() - t0 - t_build
     state = ts.init(net.init_head(k_init, f_tr[:2]))
     predict = _jitted(net.head_apply)
+
+    def score(variables, f, y):  # accuracy on a whole split, logits chunk by chunk
+        return float(probes.accuracy(map_batches(lambda fb: predict(variables, fb), f), y))
+
     curve: list = []
     bs = min(batch_size, f_tr.shape[0])
     spe = f_tr.shape[0] // bs
@@ -151,7 +154,7 @@ def train_and_evaluate(
 
     def callback(t, st, metrics):
         if eval_every_epoch and t % spe == 0:
-            acc = accuracy(predict, head_variables(st), f_val, y_val)
+            acc = score(head_variables(st), f_val, y_val)
             curve.append((t // spe, time.perf_counter() - t0, acc))
 
     state, hist = loop.fit(
@@ -162,9 +165,9 @@ def train_and_evaluate(
     jax.block_until_ready(state)
     t_train = time.perf_counter() - t_start
     v = head_variables(state)
-    val_acc = accuracy(predict, v, f_val, y_val)
+    val_acc = score(v, f_val, y_val)
     n_tr = f_tr.shape[0] if train_eval_n is None else train_eval_n
-    train_acc = accuracy(predict, v, f_tr[:n_tr], y_train[:n_tr])
+    train_acc = score(v, f_tr[:n_tr], y_train[:n_tr])
     return {
         "spec": format_spec(net.layers),
         "pca": config.pca if net.prefix else None,

@@ -11,10 +11,12 @@ Kernels: :func:`gram_linear`, :func:`gram_rbf`, :func:`center_gram`,
   :func:`kernel_alignment`, :func:`kernel_change_rate`.
 Spectra: :func:`singular_values`, :func:`product_singular_values`, :func:`effective_rank`,
   :func:`stable_rank`, :func:`participation_ratio`, :func:`count_near_one`.
+Classification: :func:`accuracy` (scores ``[N, C]`` against labels ``[N]`` or one-hot rows).
 Parameter pytrees: :func:`tree_cosine_similarity`, :func:`tree_relative_change` (for the
   norm of a pytree use ``optax.tree.norm``).
 """
 
+from layerlab.probes._accuracy import accuracy as accuracy
 from layerlab.probes._cka import MinibatchCKAState as MinibatchCKAState
 from layerlab.probes._cka import center_gram as center_gram
 from layerlab.probes._cka import cka as cka
@@ -63,4 +65,5 @@ __all__ = [
     "count_near_one",
     "tree_cosine_similarity",
     "tree_relative_change",
+    "accuracy",
 ]
