@@ -1,6 +1,6 @@
 """Scale-out tests for layerlab.loop: 8 simulated devices, two joined processes.
 
-Each test runs ``tests/shared/_loop_worker.py`` in fresh subprocesses so the simulated
+Each test runs ``tests/loop/_loop_worker.py`` in fresh subprocesses so the simulated
 device counts (XLA_FLAGS) never leak into the other tests, which keep one CPU device.
 """
 import json
