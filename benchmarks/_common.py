@@ -141,14 +141,6 @@ def write_json(path: str | os.PathLike, payload: dict[str, Any]) -> pathlib.Path
     return path
 
 
-def results_dir(name: str, override: str | None = None) -> pathlib.Path:
-    """``results/<name>/`` (or ``override``), created. Prefer :func:`out_dir`, which writes
-    to ``scratch/`` unless ``--record``."""
-    d = pathlib.Path(override) if override else RESULTS / name
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
 def csv_list(s: str, type: Callable = float) -> list:
     """Parse a comma-separated command-line value (``"0.1,1,3"``) into a list of ``type``."""
     return [type(v) for v in s.split(",") if v.strip()]

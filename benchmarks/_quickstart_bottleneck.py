@@ -18,7 +18,7 @@ import optax
 
 from benchmarks._common import write_json
 from layerlab import bottleneck as bn
-from layerlab import data, loop
+from layerlab import data, loop, nets
 
 
 def run(out_dir: pathlib.Path, progress: bool = True) -> dict:
@@ -27,7 +27,7 @@ def run(out_dir: pathlib.Path, progress: bool = True) -> dict:
     ds = data.latent(jax.random.key(1), 100, k=2, d_in=10, d_out=10)
     x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
     y = (y - y.mean(0)) / y.std()
-    W0 = bn.init_weights(jax.random.key(2), [10] + [width] * (depth - 1) + [10])
+    W0 = nets.mlp_init(jax.random.key(2), [10] + [width] * (depth - 1) + [10], init="he")
     hp = {"masks": jnp.ones((depth - 1, width)), "lam": jnp.asarray(3e-3)}
     ts = bn.sweep_step(bn.mse_cost, optax.adam(optax.cosine_decay_schedule(1e-2, steps, 1e-2)))
     state, hist = loop.fit(ts.step, ts.init(W0, hp), (x, y), key=jax.random.key(3),

@@ -23,7 +23,7 @@ from benchmarks._common import add_output_flags, arg_parser
 
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
-    global jax, jnp, np, optax, out_dir, timeit, write_json, bn, data, loop
+    global jax, jnp, np, optax, out_dir, timeit, write_json, bn, data, loop, nets
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -31,7 +31,7 @@ def _imports():
 
     from benchmarks._common import out_dir, timeit, write_json
     from layerlab import bottleneck as bn
-    from layerlab import data, loop
+    from layerlab import data, loop, nets
 
 
 def build_parser():
@@ -60,7 +60,8 @@ def main(argv=None):
     R = len(run_widths)
     hp = {"masks": bn.width_masks(run_widths, W, args.depth - 1),
           "lam": jnp.full((R,), args.lam)}
-    W0 = jax.vmap(lambda k: bn.init_weights(k, sizes))(jax.random.split(jax.random.key(1), R))
+    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(
+        jax.random.split(jax.random.key(1), R))
     ts = bn.sweep_step(bn.mse_cost, optax.adam(1e-3))
     state0 = jax.vmap(ts.init)(W0, hp)
     key = jax.random.key(2)
@@ -115,16 +116,15 @@ def main(argv=None):
           f"final losses agree to {sweep['final_loss_max_rel_diff']:.1e}", flush=True)
 
     # 2. cost of L^r vs a forward+backward pass on the same network
-    X = x.T
     cost = lambda Z: bn.mse_cost(Z, y)  # noqa: E731
-    Wt = bn.init_weights(jax.random.key(3), [x.shape[1], 64, 64, y.shape[1]])
-    Zs = bn.representations(Wt, X)
-    fwd_bwd = jax.jit(jax.value_and_grad(lambda w: bn.weight_loss(w, X, cost=cost,
+    Wt = nets.mlp_init(jax.random.key(3), [x.shape[1], 64, 64, y.shape[1]], init="he")
+    Zs = bn.representations(Wt, x)
+    fwd_bwd = jax.jit(jax.value_and_grad(lambda w: bn.weight_loss(w, x, cost=cost,
                                                                   lam=args.lam)))
     lr_exact = jax.jit(jax.value_and_grad(lambda z: bn.representation_loss(
-        z, X, cost=cost, lam=args.lam)))
+        z, x, cost=cost, lam=args.lam)))
     lr_ridge = jax.jit(jax.value_and_grad(lambda z: bn.representation_loss(
-        z, X, cost=cost, lam=args.lam, ridge=1e-4)))
+        z, x, cost=cost, lam=args.lam, ridge=1e-4)))
     t_w = timeit(fwd_bwd, Wt, repeats=11)
     t_e = timeit(lr_exact, Zs, repeats=11)
     t_r = timeit(lr_ridge, Zs, repeats=11)

@@ -109,8 +109,7 @@ NON_ARRAY_TARGETS = {
                                    "labels"),
     "gnrev.loss_value.labels": (lambda v: gnrev.loss_value(jnp.ones((6, 3)), v), "labels"),
     "bottleneck.width_sweep.x": (lambda v: _sweep(x=v), r"\bx\b"),
-    "bottleneck.representations.X": (
-        lambda v: bottleneck.representations([jnp.ones((2, 4))], v), r"\bX\b"),
+    "bottleneck.representations.x": (lambda v: bottleneck.representations(MLP, v), r"\bx\b"),
     "data.one_hot.y": (lambda v: data.one_hot(v, 3), r"\by\b"),
 }
 for name, (f, arg) in NON_ARRAY_TARGETS.items():
@@ -133,8 +132,8 @@ for name, f, arg in [
     ("gnrev.revmlp_apply", lambda: gnrev.revmlp_apply(
         REV_PARAMS, REV_FROZEN, jnp.full((2, 4), jnp.nan)), r"\bx\b"),
     ("loop.fit.data", lambda: _fit(data=(X_NAN, Y1H)), r"data"),
-    ("bottleneck.representations.X", lambda: bottleneck.representations(
-        [jnp.ones((2, 4))], jnp.full((3, 4), jnp.inf)), r"\bX\b"),
+    ("bottleneck.representations.x", lambda: bottleneck.representations(MLP, X_NAN),
+     r"\bx\b"),
     ("bottleneck.width_sweep.x", lambda: _sweep(x=X_NAN), r"\bx\b"),
     ("dgl.lego.x", lambda: dgl.lego(KEY, MLP, X_NAN, Y1H, dgl.LayerVariances(
         jnp.ones(2), jnp.ones(2)), dgl.LegoConfig(steps=1)), r"\bx\b"),
@@ -213,17 +212,41 @@ for name, f, exc, arg in [
     ("dgl.dgl_loss.eps2<0", lambda: dgl.dgl_loss(K_PSD, Y1H, eps2=-1.0), ValueError, "eps2"),
     ("dgl.dgl_linear.eps2<0", lambda: dgl.dgl_linear(X, Y1H, eps2=-1.0), ValueError, "eps2"),
     ("bottleneck.repr_loss.lam<0", lambda: bottleneck.representation_loss(
-        [X.T[:2]], X.T, cost=lambda z: jnp.sum(z ** 2), lam=-1), ValueError, "lam"),
+        [X[:, :2]], X, cost=lambda z: jnp.sum(z ** 2), lam=-1), ValueError, "lam"),
     ("bottleneck.repr_loss.ridge<0", lambda: bottleneck.representation_loss(
-        [X.T[:2]], X.T, cost=lambda z: jnp.sum(z ** 2), lam=1.0, ridge=-1.0), ValueError,
+        [X[:, :2]], X, cost=lambda z: jnp.sum(z ** 2), lam=1.0, ridge=-1.0), ValueError,
      "ridge"),
     ("bottleneck.weight_loss.lam<0", lambda: bottleneck.weight_loss(
-        [jnp.ones((2, 4))], X.T, cost=lambda z: jnp.sum(z ** 2), lam=-1), ValueError, "lam"),
+        MLP, X, cost=lambda z: jnp.sum(z ** 2), lam=-1), ValueError, "lam"),
     ("bottleneck.repr_step.lam<0", lambda: bottleneck.representation_step(
-        X.T, lambda z: jnp.sum(z ** 2), optax.sgd(0.1), lam=-0.1), ValueError, "lam"),
+        X, lambda z: jnp.sum(z ** 2), optax.sgd(0.1), lam=-0.1), ValueError, "lam"),
     ("bottleneck.repr_step.ridge<0", lambda: bottleneck.representation_step(
-        X.T, lambda z: jnp.sum(z ** 2), optax.sgd(0.1), lam=0.1, ridge=-1.0), ValueError,
+        X, lambda z: jnp.sum(z ** 2), optax.sgd(0.1), lam=0.1, ridge=-1.0), ValueError,
      "ridge"),
+    # samples are rows at every public function: a transposed argument is named
+    ("bottleneck.representations.x.T", lambda: bottleneck.representations(MLP, X.T),
+     ValueError, r"params\[0\]"),
+    ("bottleneck.representations.x.1d", lambda: bottleneck.representations(MLP, X[0]),
+     ValueError, r"\bx\b.*\[N, n_0\]"),
+    ("bottleneck.weights_from_representations.Z.T", lambda: (
+        bottleneck.weights_from_representations([X.T], X)), ValueError, r"Z_1.*\[N, n_1\]"),
+    ("bottleneck.forces.Z.T", lambda: bottleneck.forces([X[:, :2], X.T], X, lam=0.1),
+     ValueError, r"Z_2.*\[N, n_2\]"),
+    ("bottleneck.mse_cost.y.T", lambda: bottleneck.mse_cost(jnp.asarray(Y1H),
+                                                            jnp.asarray(Y1H).T),
+     ValueError, r"\by\b.*\[N, n_L\]"),
+    ("bottleneck.cross_entropy_cost.Z_L.T", lambda: bottleneck.cross_entropy_cost(
+        jnp.asarray(Y1H).T, jnp.asarray(LAB)), ValueError, r"\by\b.*\[N\]"),
+    ("bottleneck.covariance_loss.Z_L.T", lambda: bottleneck.covariance_loss(
+        [K_PSD], [K_PSD, K_PSD], jnp.asarray(Y1H).T, cost=jnp.sum, lam=0.1), ValueError,
+     r"Z_L.*\[N, n_L\]"),
+    ("bottleneck.linear_optimal_covariances.Z_L.T", lambda: (
+        bottleneck.linear_optimal_covariances(np.eye(6, dtype=np.float32), Y1H[:, :2].T, 2)),
+     ValueError, r"Z_L.*\[N, n_L\]"),
+    ("bottleneck.frank_wolfe_shallow.y", lambda: bottleneck.frank_wolfe_shallow(
+        Y1H[0], 0.1), ValueError, r"\by\b.*\[N, n_out\]"),
+    ("bottleneck.rank_sigma_bounds.Z", lambda: bottleneck.rank_sigma_bounds(X[0]),
+     ValueError, r"\bZ\b.*\[N, n\]"),
     ("bottleneck.width_sweep.depth=0", lambda: _sweep(depth=0), ValueError, "depth"),
     ("bottleneck.width_sweep.depth=1.5", lambda: _sweep(depth=1.5), TypeError, "depth"),
     ("bottleneck.width_sweep.seeds=0", lambda: _sweep(seeds=0), ValueError, "seeds"),

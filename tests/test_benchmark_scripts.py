@@ -1,6 +1,7 @@
 """Speed benchmarks and the quickstart explain themselves: ``--help`` imports no JAX (flags
 are parsed first), every flag has help text and shows its default, and the default output
-folder is ``scratch/`` (only ``--record`` writes the committed ``results/``)."""
+folder is ``scratch/`` (only ``--record`` writes the committed ``results/``).  ``benchmarks/``
+holds only speed measurements: reproductions of a paper's figures live in ``reproduce/``."""
 
 import argparse
 import importlib
@@ -14,6 +15,15 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SPEED = ["dgl_loss", "gnrev_step", "loop_overhead", "kernels_eval", "probes_cka", "dmn_fit",
          "bottleneck_sweep"]
 SCRIPTS = SPEED + ["quickstart"]
+OTHER = ["inspect_overhead"]  # a speed measurement with its own tests (tests/inspect)
+
+
+def test_benchmarks_holds_only_the_listed_speed_measurements():
+    found = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py")
+                   if not p.name.startswith("_"))
+    assert found == sorted(SCRIPTS + OTHER), (
+        "benchmarks/ changed: a speed measurement goes into SPEED here; a reproduction of a "
+        "paper's figure or table goes into reproduce/ (reproduce/_cli.py, a record and a PNG)")
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -5,9 +5,24 @@ Attraction/Repulsion and Sparsity" (NeurIPS 2022).
 (B) Jacot, "Bottleneck Structure in Learned Features: Low-Dimension vs Regularity
 Tradeoff" (NeurIPS 2023).
 
-Convention (paper A): columns are data points, ``X`` is ``[n_0, N]``, ``Z_l`` is ``[n_l, N]`` and
-``W_l`` is ``[n_l, n_{l-1} + 1]`` with the last column multiplying the bias row ``beta 1^T``.
+Convention: samples are rows at every public function.  Inputs ``x`` are ``[N, n_0]``, the
+representations (pre-activations) ``Z_l`` are ``[N, n_l]``, outputs and targets ``[N, n_L]``,
+kernels over samples (``K_l = Z_l Z_l^T``) ``[N, N]``.  Parameters are ``layerlab.nets`` params
+``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]`` (the one dense-net layout:
+``Z_L = layerlab.nets.mlp_apply(params, x)``).
+
+Paper A writes the transpose (columns are data points): its ``X``, ``Z_l`` are our ``x^T``,
+``Z_l^T``, and its ``W_l = [w_l^T, b_l / beta]`` ``[n_l, n_{l-1} + 1]`` multiplies
+``[sigma(Z_{l-1})^T; beta 1^T]``.  That view of the params is :func:`from_mlp_params` (one layer:
+:func:`from_mlp_layer`), back with :func:`to_mlp_params`; the paper's maths lives in the private
+modules in its own notation and the public functions transpose at the edge.  ``beta`` (amount of
+bias) weighs the biases in the paper's norm ``||W_l||^2 = ||w_l||^2 + ||b_l||^2 / beta^2``
+(:func:`weight_norm_sq`); ``beta = 0`` is a net without biases.
 """
+from layerlab.bottleneck._covariances import Covariances as Covariances
+from layerlab.bottleneck._covariances import covariance_loss as covariance_loss
+from layerlab.bottleneck._covariances import covariances as covariances
+from layerlab.bottleneck._covariances import psd_pinv as psd_pinv
 from layerlab.bottleneck._cprank import bipartite_matrix as bipartite_matrix
 from layerlab.bottleneck._cprank import bipartite_width_n_network as bipartite_width_n_network
 from layerlab.bottleneck._cprank import complete_bipartite_edges as complete_bipartite_edges
@@ -26,41 +41,34 @@ from layerlab.bottleneck._diagnostics import layer_singular_values as layer_sing
 from layerlab.bottleneck._diagnostics import network_fn as network_fn
 from layerlab.bottleneck._diagnostics import ntk_trace as ntk_trace
 from layerlab.bottleneck._diagnostics import representation_dims as representation_dims
+from layerlab.bottleneck._forces import Forces as Forces
+from layerlab.bottleneck._forces import forces as forces
+from layerlab.bottleneck._forces import linear_optimal_covariances as linear_optimal_covariances
+from layerlab.bottleneck._forces import linear_optimal_regulariser as linear_optimal_regulariser
 from layerlab.bottleneck._frank_wolfe import cp_rank_lower_bound as cp_rank_lower_bound
 from layerlab.bottleneck._frank_wolfe import frank_wolfe_shallow as frank_wolfe_shallow
+from layerlab.bottleneck._layout import from_mlp_layer as from_mlp_layer
+from layerlab.bottleneck._layout import from_mlp_params as from_mlp_params
+from layerlab.bottleneck._layout import to_mlp_params as to_mlp_params
+from layerlab.bottleneck._layout import weight_norm_sq as weight_norm_sq
 from layerlab.bottleneck._optimise import representation_step as representation_step
-from layerlab.bottleneck._reformulations import Covariances as Covariances
-from layerlab.bottleneck._reformulations import Forces as Forces
-from layerlab.bottleneck._reformulations import augment as augment
-from layerlab.bottleneck._reformulations import caratheodory_reduce as caratheodory_reduce
-from layerlab.bottleneck._reformulations import covariance_loss as covariance_loss
-from layerlab.bottleneck._reformulations import covariances as covariances
-from layerlab.bottleneck._reformulations import forces as forces
-from layerlab.bottleneck._reformulations import (
-    linear_optimal_covariances as linear_optimal_covariances,
-)
-from layerlab.bottleneck._reformulations import (
-    linear_optimal_regulariser as linear_optimal_regulariser,
-)
-from layerlab.bottleneck._reformulations import neuron_pairs as neuron_pairs
-from layerlab.bottleneck._reformulations import psd_pinv as psd_pinv
-from layerlab.bottleneck._reformulations import rank_sigma_bounds as rank_sigma_bounds
-from layerlab.bottleneck._reformulations import representation_loss as representation_loss
-from layerlab.bottleneck._reformulations import representations as representations
-from layerlab.bottleneck._reformulations import tikhonov_pinv as tikhonov_pinv
-from layerlab.bottleneck._reformulations import weight_loss as weight_loss
-from layerlab.bottleneck._reformulations import (
+from layerlab.bottleneck._rank_sigma import caratheodory_reduce as caratheodory_reduce
+from layerlab.bottleneck._rank_sigma import neuron_pairs as neuron_pairs
+from layerlab.bottleneck._rank_sigma import rank_sigma_bounds as rank_sigma_bounds
+from layerlab.bottleneck._representations import augment as augment
+from layerlab.bottleneck._representations import representation_loss as representation_loss
+from layerlab.bottleneck._representations import representations as representations
+from layerlab.bottleneck._representations import tikhonov_pinv as tikhonov_pinv
+from layerlab.bottleneck._representations import weight_loss as weight_loss
+from layerlab.bottleneck._representations import (
     weights_from_representations as weights_from_representations,
 )
 from layerlab.bottleneck._sweeps import cross_entropy_cost as cross_entropy_cost
-from layerlab.bottleneck._sweeps import from_mlp_layer as from_mlp_layer
-from layerlab.bottleneck._sweeps import init_weights as init_weights
 from layerlab.bottleneck._sweeps import masked_loss as masked_loss
 from layerlab.bottleneck._sweeps import masked_weights as masked_weights
 from layerlab.bottleneck._sweeps import mse_cost as mse_cost
 from layerlab.bottleneck._sweeps import plateau_start as plateau_start
 from layerlab.bottleneck._sweeps import sweep_step as sweep_step
-from layerlab.bottleneck._sweeps import to_mlp_params as to_mlp_params
 from layerlab.bottleneck._sweeps import width_masks as width_masks
 from layerlab.bottleneck._sweeps import width_sweep as width_sweep
 from layerlab.bottleneck._tasks import symmetry_objective as symmetry_objective
@@ -89,9 +97,9 @@ __all__ = [
     "forces",
     "frank_wolfe_shallow",
     "from_mlp_layer",
+    "from_mlp_params",
     "identity_inputs_loss_lower_bound",
     "incidence_matrix",
-    "init_weights",
     "is_triangle_free",
     "jacobian_stats",
     "layer_counts_near_one",
@@ -118,6 +126,7 @@ __all__ = [
     "tikhonov_pinv",
     "to_mlp_params",
     "weight_loss",
+    "weight_norm_sq",
     "weights_from_representations",
     "width_masks",
     "width_sweep",

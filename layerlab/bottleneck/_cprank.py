@@ -5,7 +5,8 @@ entrywise; its CP-rank is the least number of terms.  For a triangle-free graph 
 matrix ``E`` (one row per edge), ``A = E^T E`` is CP with CP-rank equal to the number of edges.
 The complete bipartite graph ``K_{N/2, N/2}`` gives ``B_N`` with CP-rank ``N^2 / 4``.
 
-With ``X = I_N`` and targets ``Y`` such that ``(Y^T Y)^{1/2} = B_N`` (e.g. ``Y = B_N``), every
+With inputs ``x = I_N`` and targets ``y`` ``[N, n_out]`` (rows are samples) such that
+``(y y^T)^{1/2} = B_N`` (paper A's ``(Y^T Y)^{1/2}``, ``Y = y^T``; e.g. ``y = B_N``), every
 optimum of a shallow bias-free ReLU net needs ``>= N^2/4`` hidden neurons, while a width-``N``
 net reaches norm ``N^2 + N`` (Remark 23's construction) or ``N sqrt((N+2)(N-1)) < N^2 + N``
 (ours, :func:`bipartite_width_n_network`), both within ``N`` of the optimum ``N^2``.
@@ -76,53 +77,61 @@ def bipartite_matrix(N: int) -> np.ndarray:
         complete_bipartite_edges(N), N)
 
 
-def shallow_min_norm_identity_inputs(Y) -> float:
-    """Minimal ``||W_1||^2 + ||W_2||^2`` of a bias-free shallow ReLU net with ``X = I_N`` fitting Y.
+def shallow_min_norm_identity_inputs(y) -> float:
+    """Minimal ``||w_1||^2 + ||w_2||^2`` of a bias-free shallow ReLU net with ``x = I_N`` fitting y.
 
-    .. math:: \\min_{W_2 \\sigma(W_1) = Y} \\|W_1\\|^2 + \\|W_2\\|^2
-              \\ \\ge\\ \\min_{K \\succeq 0} \\operatorname{Tr} K + \\operatorname{Tr}[Y^TY K^+]
-              = 2 \\operatorname{Tr}(Y^T Y)^{1/2}
+    .. math:: \\min_{\\sigma(x w_1) w_2 = y} \\|w_1\\|^2 + \\|w_2\\|^2
+              \\ \\ge\\ \\min_{K \\succeq 0} \\operatorname{Tr} K + \\operatorname{Tr}[y y^T K^+]
+              = 2 \\operatorname{Tr}(y y^T)^{1/2}
 
-    with equality iff ``(Y^T Y)^{1/2}`` is completely positive (then ``K = (Y^TY)^{1/2}`` is
-    realised by nonnegative neurons, using CP-rank many of them).  ``= N^2`` for ``Y = B_N``.
+    with equality iff ``(y y^T)^{1/2}`` is completely positive (then ``K = (y y^T)^{1/2}`` is
+    realised by nonnegative neurons, using CP-rank many of them).  ``= N^2`` for ``y = B_N``.
+    (Paper A's ``(Y^T Y)^{1/2}`` with ``Y = y^T``.)
 
     Args:
-      Y: ``[n_out, N]``.
+      y: ``[N, n_out]`` (rows are samples).
 
     Returns:
-      the lower bound ``2 Tr (Y^T Y)^{1/2}`` (a float).
+      the lower bound ``2 Tr (y y^T)^{1/2}`` (a float; twice the nuclear norm of ``y``).
+
+    References:
+      (A) Proposition 14 and its proof (``K_1 = K_1^sigma = (Y^T Y)^{1/2}`` at the optimum).
     """
-    s = np.linalg.svd(np.asarray(Y, dtype=np.float64), compute_uv=False)
+    s = np.linalg.svd(np.asarray(y, dtype=np.float64), compute_uv=False)
     return float(2 * s.sum())
 
 
-def identity_inputs_loss_lower_bound(Y, lam: float) -> float:
-    """Lower bound of the regularised loss of a bias-free shallow ReLU net with ``X = I_N``.
+def identity_inputs_loss_lower_bound(y, lam: float) -> float:
+    """Lower bound of the regularised loss of a bias-free shallow ReLU net with ``x = I_N``.
 
-    .. math:: \\min_{\\hat Y} \\tfrac1N\\|\\hat Y - Y\\|_F^2 + 2\\lambda \\|\\hat Y\\|_*
+    .. math:: \\min_{\\hat y} \\tfrac1N\\|\\hat y - y\\|_F^2 + 2\\lambda \\|\\hat y\\|_*
               = \\sum_i \\tfrac1N \\min(s_i, \\lambda N)^2 + 2\\lambda (s_i - \\lambda N)_+
 
     (singular-value soft thresholding; valid at every width, attained at infinite width when the
-    shrunk target's ``(\\hat Y^T \\hat Y)^{1/2}`` is CP).  Cost convention: ``C = ||Z_L - Y||^2/N``.
+    shrunk target's ``(\\hat y \\hat y^T)^{1/2}`` is CP).  Cost convention:
+    ``C = ||Z_L - y||^2 / N`` (:func:`mse_cost`).
 
     Args:
-      Y: ``[n_out, N]``.
+      y: ``[N, n_out]`` (rows are samples).
       lam: ``lambda``.
 
     Returns:
       float.
+
+    References:
+      (A) Proposition 14 (with :func:`shallow_min_norm_identity_inputs` as the penalty).
     """
-    Y = np.asarray(Y, dtype=np.float64)
-    N = Y.shape[1]
-    s = np.linalg.svd(Y, compute_uv=False)
+    y = np.asarray(y, dtype=np.float64)
+    N = y.shape[0]
+    s = np.linalg.svd(y, compute_uv=False)
     t = lam * N
     return float(np.sum(np.minimum(s, t) ** 2) / N + 2 * lam * np.sum(np.maximum(s - t, 0.0)))
 
 
 def bipartite_width_n_network(N: int) -> tuple[list, float]:
-    """Width-``N`` bias-free shallow ReLU net with ``X = I_N`` fitting ``Y = B_N`` exactly.
+    """Width-``N`` bias-free shallow ReLU net with ``x = I_N`` fitting ``y = B_N`` exactly.
 
-    ``W_1 = B_N / sqrt(c)`` (nonnegative, so ``sigma(W_1) = W_1``) and
+    In paper A's view ``W_1 = B_N / sqrt(c)`` (nonnegative, so ``sigma(W_1) = W_1``) and
     ``W_2 = sqrt(c) B_N B_N^+``, ``c = (N/2) sqrt((N+2)/(N-1))``, so that
 
     .. math:: \\|W_1\\|^2 + \\|W_2\\|^2 = \\tfrac{\\operatorname{Tr} B_N^2}{c} + c (N - 1)
@@ -132,8 +141,8 @@ def bipartite_width_n_network(N: int) -> tuple[list, float]:
       N: even size.
 
     Returns:
-      ``([W_1, W_2], norm)`` with ``W_1`` ``[N, N + 1]`` and ``W_2`` ``[N, N + 1]`` in the
-      package's convention (zero bias columns; use ``beta=0``), and the squared norm.
+      ``(params, norm)``: ``layerlab.nets`` params ``[{"w": W_1^T, "b": 0}, {"w": W_2^T,
+      "b": 0}]`` (weights ``[N, N]``, zero biases; use ``beta=0``) and the squared norm.
 
     References:
       Our construction.  (A) Remark 23 gives a different width-N net,
@@ -145,6 +154,6 @@ def bipartite_width_n_network(N: int) -> tuple[list, float]:
     c = (N / 2) * np.sqrt((N + 2) / (N - 1))
     W1 = B / np.sqrt(c)
     W2 = np.sqrt(c) * (B @ np.linalg.pinv(B))
-    zeros = np.zeros((N, 1))
-    Ws = [jnp.asarray(np.concatenate([W1, zeros], 1)), jnp.asarray(np.concatenate([W2, zeros], 1))]
-    return Ws, float(np.sum(W1 ** 2) + np.sum(W2 ** 2))
+    params = [{"w": jnp.asarray(W.T), "b": jnp.zeros((N,), jnp.asarray(W).dtype)}
+              for W in (W1, W2)]
+    return params, float(np.sum(W1 ** 2) + np.sum(W2 ** 2))

@@ -9,43 +9,52 @@ References:
   NeurIPS 2023: Theorem 3 (R^(0) = bottleneck rank, R^(1) bounds the log pseudo-determinant of
   the Jacobian), Theorem 6 (k singular values ~ 1), Theorem 7 / Corollary 8 (representations of
   dimension k, NTK of order L).
+
+Samples are rows (``x [B, n_0]``) and parameters are ``layerlab.nets`` params; the weight
+spectra are those of paper A's ``W_l = [w_l^T, b_l / beta]`` (bias column dropped unless
+``include_bias``), i.e. of ``w_l``.
 """
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 
 from layerlab import kernels, probes
-from layerlab.bottleneck._reformulations import representations
+from layerlab.bottleneck._layout import Params, check_params, check_x, from_mlp_params
+from layerlab.bottleneck._representations import _phi
 
 Array = jax.Array
 
 
-def layer_singular_values(weights: Sequence[Array], *, include_bias: bool = False) -> list[Array]:
-    """Singular values of each ``W_l`` (bias column dropped unless ``include_bias``).
+def layer_singular_values(params: Params, *, include_bias: bool = False,
+                          beta=1.0) -> list[Array]:
+    """Singular values of each weight matrix ``w_l`` (or of ``[w_l^T, b_l / beta]`` with
+    ``include_bias``).
 
     Args:
-      weights: ``[W_1, ..., W_L]``, ``W_l`` ``[n_l, n_{l-1} + 1]``.
+      params: ``layerlab.nets`` params ``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]``.
+      include_bias: use paper A's ``W_l`` ``[n_l, n_{l-1} + 1]`` with its bias column.
+      beta: amount of bias (only with ``include_bias``).
 
     Returns:
-      list of ``L`` arrays ``[min(n_l, n_{l-1})]`` (descending).
+      list of ``L`` arrays ``[min(n_l, n_{l-1})]`` (``[min(n_l, n_{l-1} + 1)]`` with
+      ``include_bias``), descending.
     """
-    mats = [W if include_bias else W[:, :-1] for W in weights]
+    mats = [W if include_bias else W[:, :-1] for W in from_mlp_params(params, beta)]
     return probes.singular_values(mats)
 
 
-def layer_counts_near_one(weights: Sequence[Array], *, tol: float = 0.25,
-                          include_bias: bool = False) -> Array:
+def layer_counts_near_one(params: Params, *, tol: float = 0.25,
+                          include_bias: bool = False, beta=1.0) -> Array:
     """Per-layer count of singular values within ``tol`` of 1: ``probes.count_near_one`` (the
     one definition) applied to each weight matrix's spectrum.
 
-    .. math:: k_\\ell = \\#\\{i : |s_i(W_\\ell) - 1| < \\text{tol}\\}
+    .. math:: k_\\ell = \\#\\{i : |s_i(w_\\ell) - 1| < \\text{tol}\\}
 
     Args:
-      weights: ``[W_1, ..., W_L]``.
+      params: ``layerlab.nets`` params.
       tol: tolerance.
+      include_bias, beta: as in :func:`layer_singular_values`.
 
     Returns:
       int ``[L]``.
@@ -54,19 +63,19 @@ def layer_counts_near_one(weights: Sequence[Array], *, tol: float = 0.25,
       (B) Theorem 6.
     """
     return jnp.stack([probes.count_near_one(s, tol) for s in
-                      layer_singular_values(weights, include_bias=include_bias)])
+                      layer_singular_values(params, include_bias=include_bias, beta=beta)])
 
 
-def representation_dims(weights: Sequence[Array], X, *, beta=1.0, activation=jax.nn.relu,
+def representation_dims(params: Params, x, *, beta=1.0, activation=jax.nn.relu,
                         rel_tol: float = 1e-2, centre: bool = True) -> dict:
     """Dimension of each hidden representation along depth.
 
-    For each ``Z_l`` ``[n_l, N]`` (centred over the data if ``centre``): the entropy effective
-    rank of its singular values (``layerlab.probes.effective_rank``) and the numerical rank
-    ``#{i : s_i > rel_tol * s_1}``.
+    For each ``Z_l`` ``[N, n_l]`` (centred over the samples if ``centre``): the entropy
+    effective rank of its singular values (``layerlab.probes.effective_rank``) and the numerical
+    rank ``#{i : s_i > rel_tol * s_1}``.
 
     Args:
-      weights: ``[W_1, ..., W_L]``.  X: ``[n_0, N]``.
+      params: ``layerlab.nets`` params.  x: ``[N, n_0]`` (rows are samples).
 
     Returns:
       ``{"effective_rank": [L], "numerical_rank": [L]}`` (``l = 1..L``, the last being the
@@ -75,7 +84,10 @@ def representation_dims(weights: Sequence[Array], X, *, beta=1.0, activation=jax
     References:
       (B) Theorem 7 and Corollary 8.
     """
-    Zs = representations(weights, X, beta=beta, activation=activation)
+    fn = "representation_dims"
+    x = check_x(x, fn)
+    check_params(params, x.shape[1], fn)
+    Zs = _phi(from_mlp_params(params, beta), x.T, beta, activation)  # paper A: [n_l, N]
     er, nr = [], []
     for Z in Zs:
         if centre:
@@ -86,12 +98,32 @@ def representation_dims(weights: Sequence[Array], X, *, beta=1.0, activation=jax
     return {"effective_rank": jnp.stack(er), "numerical_rank": jnp.stack(nr)}
 
 
-def network_fn(weights: Sequence[Array], x: Array, *, beta=1.0, activation=jax.nn.relu) -> Array:
-    """``f(x)`` for a batch in the rows convention: ``x [B, n_0] -> [B, n_L]``."""
-    return representations(weights, x.T, beta=beta, activation=activation)[-1].T
+def _network_fn_paper(Ws, x, beta, activation) -> Array:
+    """``f(x)`` ``[B, n_L]`` of paper A's weights ``Ws`` for rows ``x [B, n_0]``."""
+    return _phi(Ws, x.T, beta, activation)[-1].T
 
 
-def jacobian_stats(weights: Sequence[Array], x: Array, *, beta=1.0, activation=jax.nn.relu,
+def network_fn(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu) -> Array:
+    """The network function on a batch: ``x [B, n_0] -> [B, n_L]``.
+
+    .. math:: f(x) = Z_L = \\sigma(\\cdots\\sigma(x w_1 + 1 b_1^T)\\cdots) w_L + 1 b_L^T
+
+    Equals ``layerlab.nets.mlp_apply(params, x)`` for ``beta > 0`` (``beta = 0`` drops the
+    biases).
+
+    Args:
+      params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
+
+    Returns:
+      ``[B, n_L]``.
+
+    References:
+      (A) Section 2 (the network function ``f_W``).
+    """
+    return _network_fn_paper(from_mlp_params(params, beta), x, beta, activation)
+
+
+def jacobian_stats(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu,
                    rel_tol: float = 1e-2) -> dict:
     """Rank and log pseudo-determinant of the input-output Jacobian, averaged over inputs.
 
@@ -99,7 +131,7 @@ def jacobian_stats(weights: Sequence[Array], x: Array, *, beta=1.0, activation=j
               \\log|J f(x_i)|_+ = \\sum_{j \\le \\text{rank}} \\log s_j
 
     Args:
-      weights: ``[W_1, ..., W_L]``.  x: ``[B, n_0]`` (rows = samples).
+      params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
 
     Returns:
       ``{"rank": [], "log_pdet": [], "rank_per_point": [B], "singular_values": [B, r]}``.
@@ -107,9 +139,10 @@ def jacobian_stats(weights: Sequence[Array], x: Array, *, beta=1.0, activation=j
     References:
       (B) Theorem 3 (R^(1) >= log pseudo-determinant of the Jacobian on the data).
     """
+    Ws = from_mlp_params(params, beta)
+
     def one(xi):
-        return jax.jacfwd(lambda v: network_fn(weights, v[None], beta=beta,
-                                               activation=activation)[0])(xi)
+        return jax.jacfwd(lambda v: _network_fn_paper(Ws, v[None], beta, activation)[0])(xi)
 
     J = jax.vmap(one)(x)
     s = jnp.linalg.svd(J, compute_uv=False)
@@ -120,42 +153,50 @@ def jacobian_stats(weights: Sequence[Array], x: Array, *, beta=1.0, activation=j
             "rank_per_point": rank, "singular_values": s}
 
 
-def ntk_trace(weights: Sequence[Array], x: Array, *, beta=1.0, activation=jax.nn.relu) -> Array:
+def ntk_trace(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu) -> Array:
     """Mean trace of the empirical NTK on the data, ``(1/B) sum_i Tr Theta(x_i, x_i)``.
 
-    Uses :func:`layerlab.kernels.empirical_ntk` (traced over outputs).  Paper B: of order ``L``
-    at large learning rates.
+    Uses :func:`layerlab.kernels.empirical_ntk` (traced over outputs) with respect to paper A's
+    parameters ``W_l = [w_l^T, b_l / beta]`` (for ``beta = 1`` the NTK of ``params``).  Paper B:
+    of order ``L`` at large learning rates.
 
     Args:
-      weights: ``[W_1, ..., W_L]``.  x: ``[B, n_0]``.
+      params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
 
     Returns:
       scalar.
+
+    References:
+      (B) Theorem 7 / Corollary 8 (NTK of order L).
     """
     K = kernels.empirical_ntk(
-        lambda W, v: network_fn(W, v, beta=beta, activation=activation), list(weights), x)
+        lambda W, v: _network_fn_paper(W, v, beta, activation), from_mlp_params(params, beta),
+        x)
     return jnp.mean(jnp.diag(K))
 
 
-def bottleneck_diagnostics(weights: Sequence[Array], x: Array, *, beta=1.0,
+def bottleneck_diagnostics(params: Params, x: Array, *, beta=1.0,
                            activation=jax.nn.relu, tol: float = 0.25,
                            rel_tol: float = 1e-2, ntk: bool = True) -> dict:
     """All diagnostics at once (host dict of arrays): weight spectra, counts of singular values
     near 1, representation dimensions, Jacobian rank / log pseudo-determinant, NTK trace.
 
     Args:
-      weights: ``[W_1, ..., W_L]``.  x: ``[B, n_0]`` (rows = samples).
+      params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
 
     Returns:
       dict of arrays (see the individual functions).
+
+    References:
+      (B) Theorems 3, 6, 7 and Corollary 8.
     """
-    out = {"singular_values": layer_singular_values(weights),
-           "count_near_one": layer_counts_near_one(weights, tol=tol)}
-    out.update(representation_dims(weights, x.T, beta=beta, activation=activation,
+    out = {"singular_values": layer_singular_values(params, beta=beta),
+           "count_near_one": layer_counts_near_one(params, tol=tol, beta=beta)}
+    out.update(representation_dims(params, x, beta=beta, activation=activation,
                                    rel_tol=rel_tol))
-    js = jacobian_stats(weights, x, beta=beta, activation=activation, rel_tol=rel_tol)
+    js = jacobian_stats(params, x, beta=beta, activation=activation, rel_tol=rel_tol)
     out["jacobian_rank"] = js["rank"]
     out["jacobian_log_pdet"] = js["log_pdet"]
     if ntk:
-        out["ntk_trace"] = ntk_trace(weights, x, beta=beta, activation=activation)
+        out["ntk_trace"] = ntk_trace(params, x, beta=beta, activation=activation)
     return out

@@ -1,7 +1,8 @@
 """Frank-Wolfe on the covariance reformulation L^k of a shallow bias-free ReLU net (Sec. 3.3).
 
 Setting of Proposition 14: ``X = I_N``, no bias, depth ``L = 2``, MSE cost
-``C(Z) = ||Z - Y||_F^2 / N``.  With ``K_0^sigma = I``,
+``C(Z) = ||Z - Y||_F^2 / N``.  The public :func:`frank_wolfe_shallow` takes the targets with
+samples as rows (``y = Y^T`` ``[N, n_out]``); inside, paper A's columns.  With ``K_0^sigma = I``,
 
 .. math:: \\mathcal L^k(K, K^\\sigma, Z) = C(Z) + \\lambda \\operatorname{Tr} K
           + \\lambda \\operatorname{Tr}[Z (K^\\sigma)^+ Z^T],
@@ -43,14 +44,15 @@ def _inner(Ks: np.ndarray, Y: np.ndarray, lam: float, ridge: float):
     return Z, P, val
 
 
-def shallow_lk_loss(c: np.ndarray, atoms: np.ndarray, Y: np.ndarray, lam: float,
+def _shallow_lk_loss(c: np.ndarray, atoms: np.ndarray, Y: np.ndarray, lam: float,
                     ridge: float = 1e-9) -> float:
     """``L^k`` at ``K = sum_i c_i x_i x_i^T``, ``K^sigma = sum_i c_i sigma(x_i) sigma(x_i)^T``,
     minimised over the outputs ``Z``.
 
     Args:
       c: ``[m]`` nonnegative weights.  atoms: ``[m, N]`` unit vectors ``x_i``.
-      Y: ``[n_out, N]``.  lam: ``lambda``.  ridge: Tikhonov ``rho`` of ``(K^sigma)^+``.
+      Y: ``[n_out, N]`` (paper A's columns).  lam: ``lambda``.
+      ridge: Tikhonov ``rho`` of ``(K^sigma)^+``.
 
     Returns:
       float.
@@ -99,12 +101,12 @@ def _lmo(G: np.ndarray, rng: np.random.Generator, starts: int = 16, iters: int =
     return best, best_val
 
 
-def frank_wolfe_shallow(Y, lam: float, *, iters: int = 100, ridge: float = 1e-9, seed: int = 0,
+def frank_wolfe_shallow(y, lam: float, *, iters: int = 100, ridge: float = 1e-9, seed: int = 0,
                         tol: float = 1e-9, prune: float = 1e-10) -> dict:
     """Fully-corrective Frank-Wolfe on ``L^k`` over the cone ``S`` (``X = I_N``, ``L = 2``).
 
     Args:
-      Y: ``[n_out, N]`` targets (columns are data points).
+      y: ``[N, n_out]`` targets (rows are samples).
       lam: ``lambda``.
       iters: maximal number of oracle calls.
       ridge: Tikhonov ``rho`` of ``(K^sigma)^+``.
@@ -115,18 +117,22 @@ def frank_wolfe_shallow(Y, lam: float, *, iters: int = 100, ridge: float = 1e-9,
 
     Returns:
       dict with ``loss`` ``[T]`` (after each iteration), ``gap`` ``[T]`` (``lambda - max u^T G u``,
-      ``>= 0`` at the optimum), ``time_s`` ``[T]`` (cumulative), ``atoms`` ``[m, N]``,
-      ``c`` ``[m]``, ``width`` (number of atoms kept), ``weights`` (``[W_1, W_2]`` of the width-m
-      network in the package convention with zero bias columns) and ``final_loss``.
+      ``>= 0`` at the optimum), ``time_s`` ``[T]`` (cumulative), ``atoms`` ``[N, m]`` (unit
+      columns ``x_i``, one per neuron), ``c`` ``[m]``, ``K_sigma`` ``[N, N]``
+      (``sum_i c_i sigma(x_i) sigma(x_i)^T``), ``width`` (number of atoms kept), ``params``
+      (``layerlab.nets`` params of the width-m network, zero biases: use ``beta=0``) and
+      ``final_loss``.
 
     References:
       (A) Section 3.3 (Frank-Wolfe on the second reformulation), Proposition 3.
     """
     import scipy.optimize
 
-    Y = np.asarray(Y, dtype=np.float64)
-    if Y.ndim != 2:
-        raise ValueError(f"frank_wolfe_shallow: Y must be [n_out, N]; got shape {Y.shape}.")
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 2:
+        raise ValueError(f"frank_wolfe_shallow: y must be [N, n_out] (rows are samples); got "
+                         f"shape {y.shape}.")
+    Y = np.ascontiguousarray(y.T)  # paper A's columns from here on (C order: same BLAS calls)
     if lam <= 0:
         raise ValueError(f"frank_wolfe_shallow: lam must be > 0; got {lam}.")
     N = Y.shape[1]
@@ -144,7 +150,7 @@ def frank_wolfe_shallow(Y, lam: float, *, iters: int = 100, ridge: float = 1e-9,
         gap = lam - val
         gaps.append(gap)
         if gap >= -tol * lam and atoms.shape[0]:
-            losses.append(shallow_lk_loss(c, atoms, Y, lam, ridge))
+            losses.append(_shallow_lk_loss(c, atoms, Y, lam, ridge))
             times.append(time.perf_counter() - t0)
             break
         atoms = np.concatenate([atoms, u[None]], 0)
@@ -166,10 +172,10 @@ def frank_wolfe_shallow(Y, lam: float, *, iters: int = 100, ridge: float = 1e-9,
     Ks = (S * c[:, None]).T @ S
     Z, _, _ = _inner(Ks, Y, lam, ridge)
     W2 = Z @ np.linalg.pinv(np.maximum(W1, 0.0))           # [n_out, m]
-    zc = lambda W: np.concatenate([W, np.zeros((W.shape[0], 1))], 1)  # noqa: E731
+    params = [{"w": W.T, "b": np.zeros(W.shape[0])} for W in (W1, W2)]
     return {"loss": np.asarray(losses), "gap": np.asarray(gaps), "time_s": np.asarray(times),
-            "atoms": atoms, "c": c, "width": int(atoms.shape[0]),
-            "weights": [zc(W1), zc(W2)], "final_loss": float(losses[-1])}
+            "atoms": atoms.T, "c": c, "K_sigma": Ks, "width": int(atoms.shape[0]),
+            "params": params, "final_loss": float(losses[-1])}
 
 
 def cp_rank_lower_bound(A, *, rel_tol: float = 1e-6) -> dict:

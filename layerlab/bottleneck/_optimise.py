@@ -18,20 +18,22 @@ import jax.numpy as jnp
 import optax
 
 from layerlab import loop
-from layerlab.bottleneck._reformulations import (
-    representation_loss,
-    representations,
-    weight_loss,
-    weights_from_representations,
+from layerlab._checks import check_number
+from layerlab.bottleneck._layout import check_x, col_cost, cols
+from layerlab.bottleneck._representations import (
+    _phi,
+    _psi,
+    _representation_loss,
+    _weight_loss,
 )
 
 Array = jax.Array
 
 
-def representation_step(X, cost: Callable, optimizer: optax.GradientTransformation, *, lam,
+def representation_step(x, cost: Callable, optimizer: optax.GradientTransformation, *, lam,
                         beta=1.0, activation=jax.nn.relu, ridge=1e-4,
                         project: bool = True) -> loop.TrainStep:
-    """(Projected) gradient step on L^r over the representations of the full data set ``X``.
+    """(Projected) gradient step on L^r over the representations of the full data set ``x``.
 
     .. math:: Z \\leftarrow \\Phi\\big(\\Psi_\\rho(Z - u_t)\\big),\\qquad
               u_t = \\text{opt}(\\nabla_Z \\mathcal L^r_\\rho(Z))
@@ -41,20 +43,24 @@ def representation_step(X, cost: Callable, optimizer: optax.GradientTransformati
     and ``weight_loss`` (``L_lambda`` of the network ``Psi_rho(Z)`` after the step).
 
     Args:
-      X: ``[n_0, N]``.
-      cost: ``C(Z_L) -> scalar``.
+      x: ``[N, n_0]`` (rows are samples).
+      cost: ``C(Z_L) -> scalar``, ``Z_L`` ``[N, n_L]``.
       optimizer: optax transformation on the list of ``Z_l``.
       lam: ``lambda``.  ridge: Tikhonov ``rho > 0``.
       project: apply ``Phi o Psi_rho`` after each update.
 
     Returns:
       :class:`layerlab.loop.TrainStep` whose state is a :class:`layerlab.loop.TrainState` with
-      ``params = [Z_1, ..., Z_L]`` (``init(Zs)``).
-    """
-    from layerlab._checks import check_number
+      ``params = [Z_1, ..., Z_L]``, ``Z_l`` ``[N, n_l]`` (``init(Zs)``).
 
-    check_number(lam, "lam", fn="representation_step", min_value=0.0, what="a regulariser")
-    check_number(ridge, "ridge", fn="representation_step", min_value=0.0)
+    References:
+      (A) Proposition 1.
+    """
+    fn = "representation_step"
+    check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    check_number(ridge, "ridge", fn=fn, min_value=0.0)
+    x = check_x(x, fn)
+    X, C = x.T, col_cost(cost)  # paper A's columns inside the step
     kw = dict(beta=beta, activation=activation)
 
     def init(Zs, hparams=None):
@@ -64,15 +70,15 @@ def representation_step(X, cost: Callable, optimizer: optax.GradientTransformati
     def step(state, batch, key):
         del batch, key
         loss, g = jax.value_and_grad(
-            lambda Z: representation_loss(Z, X, cost=cost, lam=lam, ridge=ridge, **kw))(
+            lambda Z: _representation_loss(cols(Z), X, C, lam, ridge=ridge, **kw))(
             state.params)
         upd, opt_state = optimizer.update(g, state.opt_state, state.params)
-        Zs = optax.apply_updates(state.params, upd)
-        Ws = weights_from_representations(Zs, X, ridge=ridge, **kw)
+        Zs = cols(optax.apply_updates(state.params, upd))
+        Ws = _psi(Zs, X, ridge=ridge, **kw)
         if project:
-            Zs = representations(Ws, X, **kw)
-        wl = weight_loss(Ws, X, cost=cost, lam=lam, **kw)
-        return loop.TrainState(Zs, opt_state, state.step + 1, state.hparams), {
+            Zs = _phi(Ws, X, **kw)
+        wl = _weight_loss(Ws, X, C, lam, **kw)
+        return loop.TrainState(cols(Zs), opt_state, state.step + 1, state.hparams), {
             "loss": loss, "weight_loss": wl}
 
     return loop.TrainStep(init, step)

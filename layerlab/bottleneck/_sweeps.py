@@ -1,10 +1,11 @@
 """Width sweeps as masked neurons of one maximal width, many runs in one compiled program.
 
-A run of hidden width ``w`` is the maximal-width net whose weights are multiplied by a 0/1 mask:
-rows of ``W_l`` (outgoing neurons) and columns of ``W_{l+1}`` (incoming) beyond ``w`` are zeroed,
-both in the forward pass and in the penalty, so masked entries get no gradient and cost nothing.
-Widths x seeds then share one program: ``layerlab.loop.fit(..., runs=True)`` vmaps the step over
-the runs axis, with each run's masks and ``lambda`` in ``TrainState.hparams``.
+A run of hidden width ``w`` is the maximal-width net whose parameters (``layerlab.nets`` layout)
+are multiplied by a 0/1 mask: columns of ``w_l`` and entries of ``b_l`` (outgoing neurons) and rows
+of ``w_{l+1}`` (incoming) beyond ``w`` are zeroed, both in the forward pass and in the penalty, so
+masked entries get no gradient and cost nothing.  Widths x seeds then share one program:
+``layerlab.loop.fit(..., runs=True)`` vmaps the step over the runs axis, with each run's masks and
+``lambda`` in ``TrainState.hparams``.  Samples are rows (``x [N, n_0]``, outputs ``[N, n_L]``).
 
 References:
   (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022, Section 4 and Figure 2 (plateau of the
@@ -22,7 +23,8 @@ import optax
 
 from layerlab import loop, nets
 from layerlab._checks import check_array, check_int, check_number, check_same_length
-from layerlab.bottleneck._reformulations import representations
+from layerlab.bottleneck._layout import from_mlp_params
+from layerlab.bottleneck._representations import _phi
 from layerlab.data._targets import as_targets
 
 Array = jax.Array
@@ -30,58 +32,28 @@ Array = jax.Array
 
 # ----------------------------------------------------------------------------- costs
 def mse_cost(Z_L: Array, y: Array) -> Array:
-    """Mean squared error ``(1/N) sum_i ||z_i - y_i||^2`` (columns of ``Z_L`` vs rows of ``y``).
+    """Mean squared error over the samples, ``(1/N) sum_i ||z_i - y_i||^2``.
+
+    .. math:: C(Z_L) = \\tfrac1N \\|Z_L - y\\|_F^2
 
     Args:
-      Z_L: ``[n_L, N]``.  y: ``[N, n_L]``.
+      Z_L: outputs ``[N, n_L]`` (rows are samples).  y: targets ``[N, n_L]``.
 
     Returns:
       scalar.
     """
-    if y.ndim != 2 or y.shape != (Z_L.shape[1], Z_L.shape[0]):
-        raise ValueError(f"mse_cost: y must be [N, n_L] = {(Z_L.shape[1], Z_L.shape[0])}; "
+    if y.ndim != 2 or y.shape != Z_L.shape:
+        raise ValueError(f"mse_cost: y must be [N, n_L] = {tuple(Z_L.shape)} like Z_L; "
                          f"got {y.shape}.")
-    return jnp.sum(jnp.square(Z_L.T - y)) / y.shape[0]
+    return jnp.sum(jnp.square(Z_L - y)) / y.shape[0]
 
 
 def cross_entropy_cost(Z_L: Array, y: Array) -> Array:
-    """Mean softmax cross-entropy of logits ``Z_L`` ``[C, N]`` against int labels ``y`` ``[N]``."""
-    if y.ndim != 1 or y.shape[0] != Z_L.shape[1]:
-        raise ValueError(f"cross_entropy_cost: y must be int labels [N] = [{Z_L.shape[1]}]; "
+    """Mean softmax cross-entropy of logits ``Z_L`` ``[N, C]`` against int labels ``y`` ``[N]``."""
+    if y.ndim != 1 or y.shape[0] != Z_L.shape[0]:
+        raise ValueError(f"cross_entropy_cost: y must be int labels [N] = [{Z_L.shape[0]}]; "
                          f"got {y.shape}.")
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(Z_L.T, y))
-
-
-# ----------------------------------------------------------------------------- params
-def init_weights(key: Array, sizes: Sequence[int], *, beta=1.0, init: str = "he",
-                 w_std: float | None = None) -> list[Array]:
-    """Paper-convention weights ``W_l`` ``[n_l, n_{l-1} + 1]`` from :func:`layerlab.nets.mlp_init`.
-
-    The bias column is ``b_l / beta`` so that ``W_l [h; beta] = w_l^T h + b_l``.
-
-    Args:
-      key: PRNG key.  sizes: ``(n_0, ..., n_L)``.  beta: amount of bias (``> 0``).
-      init, w_std: passed to ``mlp_init``.
-
-    Returns:
-      ``[W_1, ..., W_L]``.
-    """
-    params = nets.mlp_init(key, sizes, init=init, w_std=w_std)
-    return [from_mlp_layer(p, beta) for p in params]
-
-
-def from_mlp_layer(p: dict, beta=1.0) -> Array:
-    """``{"w": [d_in, d_out], "b": [d_out]}`` to ``W = [w^T, b / beta]`` ``[d_out, d_in + 1]``.
-
-    ``beta = 0`` (no bias) gives a zero bias column.
-    """
-    inv = 0.0 if float(beta) == 0.0 else 1.0 / float(beta)
-    return jnp.concatenate([p["w"].T, inv * p["b"][:, None]], axis=1)
-
-
-def to_mlp_params(weights: Sequence[Array], beta=1.0) -> list[dict]:
-    """Paper-convention weights to ``layerlab.nets`` params (rows = samples)."""
-    return [{"w": W[:, :-1].T, "b": beta * W[:, -1]} for W in weights]
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(Z_L, y))
 
 
 # ----------------------------------------------------------------------------- masks
@@ -94,50 +66,59 @@ def width_masks(widths: Sequence[int], max_width: int, n_hidden: int) -> Array:
     return jnp.asarray(np.repeat(m[:, None, :], n_hidden, axis=1))
 
 
-def masked_weights(weights: Sequence[Array], masks: Array) -> list[Array]:
-    """Zero the rows/columns of masked neurons.
+def masked_weights(params: Sequence[dict], masks: Array) -> list[dict]:
+    """Zero the parameters of masked neurons (``layerlab.nets`` layout).
 
-    .. math:: \\tilde W_\\ell = W_\\ell \\odot (m_\\ell\\, [m_{\\ell-1}; 1]^T),\\quad
-              m_0 = m_L = 1
+    .. math:: \\tilde w_\\ell = w_\\ell \\odot (m_{\\ell-1}\\, m_\\ell^T),\\quad
+              \\tilde b_\\ell = b_\\ell \\odot m_\\ell,\\quad m_0 = m_L = 1
+
+    (paper A's view: ``W_l * (m_l [m_{l-1}; 1]^T)``).
 
     Args:
-      weights: ``[W_1, ..., W_L]`` at maximal width, ``W_l`` ``[n_l, n_{l-1} + 1]``.
+      params: ``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]`` at maximal width.
       masks: ``[L - 1, n_max]`` hidden masks (all hidden layers of width ``n_max``).
 
     Returns:
-      the masked weights, same shapes.
+      the masked params, same shapes.
     """
-    L = len(weights)
+    L = len(params)
     if masks.shape[0] != L - 1:
         raise ValueError(f"masks must be [L-1, n_max] = [{L - 1}, ...]; got {masks.shape}.")
     out = []
-    for l, W in enumerate(weights):  # noqa: E741
-        row = masks[l] if l < L - 1 else jnp.ones((W.shape[0],), W.dtype)
-        col = (jnp.concatenate([masks[l - 1], jnp.ones((1,), W.dtype)]) if l > 0
-               else jnp.ones((W.shape[1],), W.dtype))
-        out.append(W * (row[:, None] * col[None, :]))
+    for l, p in enumerate(params):  # noqa: E741
+        w = p["w"]
+        m_in = masks[l - 1] if l > 0 else jnp.ones((w.shape[0],), w.dtype)
+        m_out = masks[l] if l < L - 1 else jnp.ones((w.shape[1],), w.dtype)
+        out.append({"w": w * (m_in[:, None] * m_out[None, :]), "b": p["b"] * m_out})
     return out
 
 
-def masked_loss(weights, batch, *, hparams, cost: Callable, beta=1.0,
+def masked_loss(params, batch, *, hparams, cost: Callable, beta=1.0,
                 activation=jax.nn.relu):
     """Regularised loss of the masked net on a batch ``(x [B, n_0], y)``.
 
-    .. math:: \\mathcal L_\\lambda = C(Z_L(\\tilde W)) + \\lambda \\sum_\\ell\\|\\tilde W_\\ell\\|^2
+    .. math:: \\mathcal L_\\lambda = C(Z_L(\\tilde W))
+              + \\lambda \\sum_\\ell\\|\\tilde W_\\ell\\|_F^2
+
+    with ``||W_l||_F^2 = ||w_l||^2 + ||b_l||^2 / beta^2`` (paper A's norm, see
+    :func:`weight_norm_sq`).
 
     Args:
-      weights: maximal-width weights.
-      batch: ``(x [B, n_0], y)`` (rows = samples, as stored for ``loop.fit``).
+      params: maximal-width ``layerlab.nets`` params.
+      batch: ``(x [B, n_0], y)`` (rows are samples, as stored for ``loop.fit``).
       hparams: ``{"masks": [L-1, n_max], "lam": []}``.
-      cost: ``cost(Z_L [n_L, B], y) -> scalar``.
+      cost: ``cost(Z_L [B, n_L], y) -> scalar`` (e.g. :func:`mse_cost`).
 
     Returns:
       ``(loss, {"cost": ..., "reg": ...})``.
+
+    References:
+      (A) Section 2.1.
     """
     x, y = batch
-    Ws = masked_weights(weights, hparams["masks"])
-    Z_L = representations(Ws, x.T, beta=beta, activation=activation)[-1]
-    c = cost(Z_L, y)
+    Ws = from_mlp_params(masked_weights(params, hparams["masks"]), beta)
+    Z_L = _phi(Ws, x.T, beta, activation)[-1]
+    c = cost(Z_L.T, y)
     reg = sum(jnp.sum(W * W) for W in Ws)
     return c + hparams["lam"] * reg, {"cost": c, "reg": reg}
 
@@ -192,12 +173,14 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
         :func:`mse_cost`, integer labels ``[N]`` are turned into one-hot rows ``[N, C]``
         (``C = max(y) + 1``).
       widths: hidden widths to try.  depth: ``L`` (number of weight matrices).
-      cost: ``cost(Z_L [n_L, N], y) -> scalar`` (e.g. :func:`mse_cost`).
+      cost: ``cost(Z_L [N, n_L], y) -> scalar`` (e.g. :func:`mse_cost`).
       lam: ``lambda``.  seeds: runs per width (best one kept).
       max_width: default ``max(widths)``.
       adam_steps, adam_lr, gd_steps, gd_lr: the two phases (``gd_steps = 0`` skips GD).
       lr_decay: cosine-decay the Adam rate to ``adam_lr * lr_decay`` (``None``: constant).
-      beta, activation, init, w_std: network.  batch_size: Adam batch (``None``: full batch).
+      beta: amount of bias (weighs ``||b||^2 / beta^2`` in the penalty; 0: no biases).
+      activation, init, w_std: network (``init``, ``w_std`` for ``layerlab.nets.mlp_init``).
+      batch_size: Adam batch (``None``: full batch).
       checkpoint_dir: resumable ``loop.fit`` checkpoints of both phases under this folder.
 
     Returns:
@@ -205,7 +188,8 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
       ``cost``, ``reg``, ``grad_norm`` (final full-batch gradient norm of the regularised loss;
       same shape), ``best`` ``[W]`` (min over seeds, NaN runs ignored), ``best_seed`` ``[W]``,
       ``history`` (Adam phase ``loss`` ``[T, R]``) and ``state`` (final ``TrainState`` with runs
-      axis).  A run that diverges in the GD phase ends as NaN (it does not stop the others).
+      axis; ``state.params`` in the ``layerlab.nets`` layout).  A run that diverges in the GD
+      phase ends as NaN (it does not stop the others).
     """
     fn = "width_sweep"
     x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)
@@ -233,7 +217,7 @@ def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Ca
     masks = width_masks(run_widths, max_width, depth - 1)
     hparams = {"masks": masks, "lam": jnp.full((R,), lam, x.dtype)}
     k_init, k_fit, k_gd = jax.random.split(key, 3)
-    inits = jax.vmap(lambda k: init_weights(k, sizes, beta=beta, init=init, w_std=w_std))(
+    inits = jax.vmap(lambda k: nets.mlp_init(k, sizes, init=init, w_std=w_std))(
         jax.random.split(k_init, R))
 
     lr = (adam_lr if lr_decay is None

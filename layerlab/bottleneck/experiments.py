@@ -18,6 +18,9 @@ artifact           run function                                 paper
 =================  ===========================================  ==============================
 
 Drivers here may ``jit`` (library maths never does).  Every run takes an explicit ``key``.
+Samples are rows and parameters ``layerlab.nets`` params, as in :mod:`layerlab.bottleneck`;
+where a number must not depend on the layout (the float64 polish flattens the parameters) the
+driver works on paper A's view ``from_mlp_params``.
 """
 from __future__ import annotations
 
@@ -32,18 +35,33 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import data, loop
+from layerlab import data, loop, nets
+from layerlab.bottleneck._covariances import covariances
 from layerlab.bottleneck._cprank import bipartite_matrix, identity_inputs_loss_lower_bound
-from layerlab.bottleneck._diagnostics import bottleneck_diagnostics
+from layerlab.bottleneck._diagnostics import bottleneck_diagnostics, network_fn
+from layerlab.bottleneck._forces import Forces, _forces, forces
 from layerlab.bottleneck._frank_wolfe import cp_rank_lower_bound, frank_wolfe_shallow
-from layerlab.bottleneck._reformulations import augment, forces, representations
+from layerlab.bottleneck._layout import (
+    cols,
+    from_mlp_params,
+    to_mlp_params,
+    weight_norm_sq,
+)
+from layerlab.bottleneck._optimise import representation_step
+from layerlab.bottleneck._representations import (
+    _layer_inputs,
+    _phi,
+    representations,
+    weight_loss,
+)
 from layerlab.bottleneck._sweeps import (
     cross_entropy_cost,
-    init_weights,
     masked_loss,
+    masked_weights,
     mse_cost,
     plateau_start,
     sweep_step,
+    width_masks,
     width_sweep,
 )
 from layerlab.bottleneck._tasks import symmetry_task
@@ -84,37 +102,40 @@ def _f(v) -> float:
 
 
 # ============================================================================ shared tools
-def force_stats(Ws: Sequence[Array], X: Array, *, lam: float, ridge: float = 0.0,
+def force_stats(params: Sequence[dict], x: Array, *, lam: float, ridge: float = 0.0,
                 beta: float = 1.0, activation: Callable = jax.nn.relu,
-                rank_rtol: float = 1e-6) -> tuple[list, Any, list[dict]]:
-    """Attraction/repulsion balance on each hidden layer of the network ``Ws``.
+                rank_rtol: float = 1e-6) -> tuple[list, Forces, list[dict]]:
+    """Attraction/repulsion balance on each hidden layer of the network ``params``.
 
     .. math:: r_\\ell = \\frac{\\|F^{att}_\\ell + F^{rep}_\\ell\\|}{\\|F^{att}_\\ell\\|},
-              \\qquad r^{row}_\\ell = \\frac{\\|(F^{att}_\\ell + F^{rep}_\\ell) P_\\ell\\|}
-              {\\|F^{att}_\\ell P_\\ell\\|}
+              \\qquad r^{row}_\\ell = \\frac{\\|P_\\ell (F^{att}_\\ell + F^{rep}_\\ell)\\|}
+              {\\|P_\\ell F^{att}_\\ell\\|}
 
-    with ``P_l`` the projection on the row space of ``Z_{l-1}^sigma`` (the variations of
-    ``Z_l`` a change of ``W_l`` can realise).  At a critical point of ``L_lambda`` where every
-    ``Z_{l-1}^sigma`` has full column rank ``N``, ``r_l = 0`` (Sec. 3.1).
+    with ``P_l`` ``[N, N]`` the projection on the column space of ``Z_{l-1}^sigma``
+    ``[N, n_{l-1} + 1]`` (the variations of ``Z_l`` a change of ``W_l`` can realise; paper A's
+    row space of its transpose).  At a critical point of ``L_lambda`` where every
+    ``Z_{l-1}^sigma`` has full rank ``N``, ``r_l = 0`` (Sec. 3.1).
 
     Args:
-      Ws: ``[W_1, ..., W_L]`` (paper convention).  X: ``[n_0, N]``.  lam: ``lambda``.
+      params: ``layerlab.nets`` params.  x: ``[N, n_0]`` (rows are samples).  lam: ``lambda``.
       ridge: Tikhonov ``rho`` of the pseudo-inverses (0: Moore-Penrose).
 
     Returns:
-      ``(Zs, Forces, stats)`` with one dict per hidden layer: ``imbalance``,
-      ``imbalance_row_space``, ``att``, ``rep``, ``cos_att_minus_rep``, ``rank_input_sigma``,
-      ``smin_input_sigma`` (smallest singular value of ``Z_{l-1}^sigma`` relative to its largest).
+      ``(Zs, Forces, stats)``: ``Z_l`` and the forces ``[N, n_l]``, and one dict per hidden
+      layer: ``imbalance``, ``imbalance_row_space``, ``att``, ``rep``, ``cos_att_minus_rep``,
+      ``rank_input_sigma``, ``smin_input_sigma`` (smallest singular value of ``Z_{l-1}^sigma``
+      relative to its largest).
 
     References:
       (A) Section 3.1 and Figure 1.
     """
-    Zs = representations(Ws, X, beta=beta, activation=activation)
-    F = forces(Zs, X, lam=lam, beta=beta, activation=activation, ridge=ridge)
-    As = [augment(X, beta)] + [augment(activation(Z), beta) for Z in Zs[:-1]]
+    X = x.T  # paper A's columns: the numbers of the committed records
+    Zs = _phi(from_mlp_params(params, beta), X, beta, activation)
+    att, rep = _forces(Zs, X, lam, beta, activation, ridge)
+    As = _layer_inputs(Zs, X, beta, activation)
     out = []
     for l in range(len(Zs) - 1):  # noqa: E741
-        a, r = F.attraction[l], F.repulsion[l]
+        a, r = att[l], rep[l]
         _, s, vt = jnp.linalg.svd(As[l], full_matrices=False)
         keep = (s > rank_rtol * s[0]).astype(s.dtype)
         P = (vt.T * keep[None, :]) @ vt
@@ -125,7 +146,7 @@ def force_stats(Ws: Sequence[Array], X: Array, *, lam: float, ridge: float = 0.0
                     "cos_att_minus_rep": jnp.sum(a * -r) / (na * jnp.linalg.norm(r)),
                     "rank_input_sigma": jnp.sum(keep),
                     "smin_input_sigma": s[-1] / s[0]})
-    return Zs, F, out
+    return cols(Zs), Forces(attraction=cols(att), repulsion=cols(rep)), out
 
 
 def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iters: int = 2000,
@@ -241,7 +262,7 @@ def _train_runs(x, y, sizes, lam, keys, *, cost=mse_cost, activation=jax.nn.relu
     R = len(keys)
     depth = len(sizes) - 1
     width = sizes[1]
-    W0 = jax.vmap(lambda k: init_weights(k, sizes, beta=beta))(jnp.stack(keys))
+    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jnp.stack(keys))
     W0 = jax.tree.map(lambda a: a.astype(x.dtype), W0)
     hp = {"masks": jnp.ones((R, depth - 1, width), x.dtype), "lam": jnp.full((R,), lam, x.dtype)}
     params, hist = W0, None
@@ -325,7 +346,7 @@ def _relu_smooth_net(cfg, x, y, act, width, key, progress, ckpt, desc, lam, lr):
     params, hist, gn, hp = _train_runs(jnp.asarray(x), jnp.asarray(y), sizes, lam, [key],
                                        activation=act, gd_steps=cfg.gd_steps, gd_lrs=lr,
                                        progress=progress, checkpoint_dir=ckpt, desc=desc)
-    W = [w[0] for w in params]
+    W = jax.tree.map(lambda a: a[0], params)
     hp1 = jax.tree.map(lambda a: a[0], hp)
     xx, yy = jnp.asarray(x), jnp.asarray(y)
     loss = lambda p: masked_loss(p, (xx, yy), hparams=hp1, cost=mse_cost,  # noqa: E731
@@ -353,23 +374,27 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
                 labels = np.zeros(cfg.smooth_n, int)
             else:
                 x, y, labels = _digits_subset(cfg.source, cfg.classes, npc, cfg.seed, data_dir)
-            X = jnp.asarray(x).T
             W, gn_gd, loss, _ = _relu_smooth_net(cfg, x, y, act, width,
                                                  jax.random.fold_in(key, len(part)), progress,
                                                  _sub(checkpoint_dir, part), part, lam,
                                                  cfg.smooth_gd_lr if part == "smooth"
                                                  else cfg.gd_lr)
-            stats = jax.jit(lambda Ws, r, act=act, X=X, lam=lam: force_stats(
-                Ws, X, lam=lam, ridge=r, activation=act)[2])
+            stats = jax.jit(lambda p, r, act=act, x=jnp.asarray(x), lam=lam: force_stats(
+                p, x, lam=lam, ridge=r, activation=act)[2])
             ridge = 0.0 if part == "smooth" else cfg.ridge
             st_gd = stats(W, ridge)
-            Wp, info = polish_second_order(loss, W, lbfgs_iters=cfg.lbfgs_iters,
+            # polish paper A's view [W_1, ..., W_L] (beta = 1, exact round trip): the flattened
+            # vector, hence L-BFGS's arithmetic, is the one of the committed records
+            Wc, info = polish_second_order(lambda Wc: loss(to_mlp_params(Wc)),
+                                           from_mlp_params(W), lbfgs_iters=cfg.lbfgs_iters,
                                            newton_iters=cfg.newton_iters,
                                            gtol=cfg.target_grad_norm * 1e-2)
+            Wp = to_mlp_params(Wc)
             st_p = stats(Wp, ridge)
-            init = init_weights(jax.random.fold_in(key, len(part)),
-                                [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]])
-            st_0 = stats([w.astype(jnp.float64) for w in init], ridge)
+            init = nets.mlp_init(jax.random.fold_in(key, len(part)),
+                                 [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]],
+                                 init="he")
+            st_0 = stats(jax.tree.map(lambda w: w.astype(jnp.float64), init), ridge)
             res[part] = {
                 "activation": act_name, "N": x.shape[0], "width": width, "ridge": ridge,
                 "lam": lam, "n_0": x.shape[1],
@@ -379,7 +404,7 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
                 "polished": [{k: _f(v) for k, v in s.items()} for s in st_p],
                 "labels": labels,
             }
-            arrays[part] = {"x": x, "weights": [np.asarray(w) for w in Wp]}
+            arrays[part] = {"x": x, "params": jax.tree.map(np.asarray, Wp)}
     rows, claims = [], []
     sm, rl = res["smooth"], res["relu"]
     for l, s in enumerate(sm["polished"]):  # noqa: E741
@@ -439,8 +464,8 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
 
 
 def plot_a_fig1(record: Record, path) -> None:
-    """Hidden representations (top-2 PCs of the columns) with attraction/repulsion arrows
-    (needs the record returned by :func:`run_a_fig1`, which carries the weights)."""
+    """Hidden representations (the samples on their top-2 PCs) with attraction/repulsion arrows
+    (needs the record returned by :func:`run_a_fig1`, which carries the parameters)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -451,18 +476,18 @@ def plot_a_fig1(record: Record, path) -> None:
         for row, part in enumerate(["smooth", "relu"]):
             r = res[part]
             act = _act(r["activation"])
-            X = jnp.asarray(record.arrays[part]["x"]).T
-            Ws = [jnp.asarray(w) for w in record.arrays[part]["weights"]]
-            Zs = representations(Ws, X, activation=act)
-            F = forces(Zs, X, lam=r["lam"], activation=act, ridge=r["ridge"])
+            x = jnp.asarray(record.arrays[part]["x"])
+            params = jax.tree.map(jnp.asarray, record.arrays[part]["params"])
+            Zs = representations(params, x, activation=act)
+            F = forces(Zs, x, lam=r["lam"], activation=act, ridge=r["ridge"])
             for l in range(min(2, len(Zs) - 1)):  # noqa: E741
                 ax = axes[row, l]
-                Z = np.asarray(Zs[l])
-                mu = Z.mean(1, keepdims=True)
-                U, _, _ = np.linalg.svd(Z - mu, full_matrices=False)
-                P = U[:, :2].T
-                pts = P @ (Z - mu)
-                a, rr = P @ np.asarray(F.attraction[l]), P @ np.asarray(F.repulsion[l])
+                Z = np.asarray(Zs[l])                                  # [N, n_l]
+                mu = Z.mean(0, keepdims=True)
+                _, _, Vt = np.linalg.svd(Z - mu, full_matrices=False)
+                P = Vt[:2]                                             # top-2 PCs [2, n_l]
+                pts = P @ (Z - mu).T
+                a, rr = P @ np.asarray(F.attraction[l]).T, P @ np.asarray(F.repulsion[l]).T
                 sc = 0.25 * np.abs(pts).max() / max(np.abs(a).max(), np.abs(rr).max(), 1e-300)
                 ax.scatter(pts[0], pts[1], c=colors[np.asarray(r["labels"]) % 4], s=18, zorder=3)
                 ax.quiver(pts[0], pts[1], sc * a[0], sc * a[1], color="tab:green", angles="xy",
@@ -605,17 +630,12 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
 def _sweep_summary(r, xt, yt, cost, cfg) -> dict:
     W, S = r["loss"].shape
     best_seed = r["best_seed"]
-    flat = jax.tree.map(lambda a: a, r["state"].params)
-    masks = None
 
     def test_cost(p, m):
-        from layerlab.bottleneck._sweeps import masked_weights
-        Ws = masked_weights(p, m)
-        return cost(representations(Ws, xt.T)[-1], yt)
+        return cost(representations(masked_weights(p, m), xt)[-1], yt)
 
-    from layerlab.bottleneck._sweeps import width_masks
     masks = width_masks(np.repeat(r["widths"], S), max(r["widths"]), cfg.depth - 1)
-    tc = np.asarray(jax.jit(jax.vmap(test_cost))(flat, masks)).reshape(W, S)
+    tc = np.asarray(jax.jit(jax.vmap(test_cost))(r["state"].params, masks)).reshape(W, S)
     idx = (np.arange(W), best_seed)
     return {"widths": r["widths"], "loss": r["loss"], "cost": r["cost"], "reg": r["reg"],
             "grad_norm": r["grad_norm"], "best": r["best"],
@@ -651,13 +671,15 @@ def remark4_check(lam: float = 0.1, a1: float | None = None, eps: float = 1e-2) 
     """Proposition 19 / Remark 4: a local minimum of ``L_lambda`` whose covariances are not a
     local minimum of ``L^k``.
 
-    Shallow bias-free ReLU net of widths (1, 2, 1), ``X = (1, -1)``, ``Y = (1, 1)``, cost
-    ``||Z_2 - Y||^2`` (the proof's normalisation).  At ``W_1 = (a_1, a_2)^T``,
-    ``W_2 = (a_1, a_2)`` with ``a_1^2 + a_2^2 = 1 - lambda``, ``a_1, a_2 > 0``: gradient 0 and
-    Hessian PSD (a local minimum; one flat direction along the circle).  The endpoint
-    ``a_2 = 0`` has the same ``(K_1, K_1^sigma, Z_2)`` but the dead neuron, turned to the input
-    ``-1`` with weights ``(-eps, eps)``, lowers the loss by ``2 (1 - lambda) eps^2 - eps^4``
-    while the covariances move by ``O(eps^2)``: so ``(K, Z_L)`` is not a local minimum of L^k.
+    Shallow bias-free ReLU net of widths (1, 2, 1), inputs ``x = (1, -1)^T``, targets
+    ``y = (1, 1)^T`` (``[N, 1]``, rows are samples), cost ``||Z_2 - y||^2`` (the proof's
+    normalisation).  At ``W_1 = (a_1, a_2)^T``, ``W_2 = (a_1, a_2)`` (paper A's view; ``w_1 =
+    (a_1, a_2)``, ``w_2 = (a_1, a_2)^T`` as ``layerlab.nets`` params) with
+    ``a_1^2 + a_2^2 = 1 - lambda``, ``a_1, a_2 > 0``: gradient 0 and Hessian PSD (a local
+    minimum; one flat direction along the circle).  The endpoint ``a_2 = 0`` has the same
+    ``(K_1, K_1^sigma, Z_2)`` but the dead neuron, turned to the input ``-1`` with weights
+    ``(-eps, eps)``, lowers the loss by ``2 (1 - lambda) eps^2 - eps^4`` while the covariances
+    move by ``O(eps^2)``: so ``(K, Z_L)`` is not a local minimum of L^k.
 
     Returns:
       dict with ``grad_norm`` and ``hessian_eigs`` at the interior point, ``same_covariances``
@@ -665,33 +687,31 @@ def remark4_check(lam: float = 0.1, a1: float | None = None, eps: float = 1e-2) 
       ``endpoint_drop`` (loss decrease along the path at ``eps``), ``predicted_drop`` and
       ``cov_shift`` (max covariance change along the path).
     """
-    from layerlab.bottleneck._reformulations import covariances, weight_loss
-
     if not 0 < lam < 1:
         raise ValueError(f"remark4_check: lam must be in (0, 1); got {lam}.")
     with jax.enable_x64(True):
-        X = jnp.array([[1.0, -1.0]])
-        Y = jnp.array([[1.0, 1.0]])
+        x = jnp.array([[1.0], [-1.0]])
+        y = jnp.array([[1.0], [1.0]])
         r = np.sqrt(1 - lam)
         a1 = r / np.sqrt(2) if a1 is None else a1
         a2 = np.sqrt(r ** 2 - a1 ** 2)
-        cost = lambda Z: jnp.sum((Z - Y) ** 2)  # noqa: E731
+        cost = lambda Z: jnp.sum((Z - y) ** 2)  # noqa: E731
 
-        def net(v):
-            return [jnp.stack([jnp.stack([v[0], 0.0]), jnp.stack([v[1], 0.0])]),
-                    jnp.stack([jnp.stack([v[2], v[3], 0.0])])]
+        def net(v):  # bias-free (beta = 0): the biases are ignored
+            return [{"w": jnp.stack([v[0], v[1]])[None, :], "b": jnp.zeros(2)},
+                    {"w": jnp.stack([v[2], v[3]])[:, None], "b": jnp.zeros(1)}]
 
         def loss(v):
-            return weight_loss(net(v), X, cost=cost, lam=lam, beta=0.0)
+            return weight_loss(net(v), x, cost=cost, lam=lam, beta=0.0)
 
         v = jnp.array([a1, a2, a1, a2])
         g = jax.grad(loss)(v)
         H = jax.hessian(loss)(v)
         end = jnp.array([r, 0.0, r, 0.0])
 
-        def gam(w):
-            Zs = representations(w, X, beta=0.0)
-            c = covariances(Zs, X, beta=0.0)
+        def gam(p):
+            Zs = representations(p, x, beta=0.0)
+            c = covariances(Zs, x, beta=0.0)
             return c.K[0], c.K_sigma[1], Zs[-1]
 
         same = max(float(jnp.abs(a - b).max()) for a, b in zip(gam(net(v)), gam(net(end))))
@@ -710,7 +730,7 @@ class ARankConfig:
     """Rank_sigma of the optimum: B_N (Props. 13-14), Frank-Wolfe on L^k vs weight GD (Sec.
     3.3), and the Remark 4 counterexample (Prop. 19).
 
-    ``X = I_N``, ``Y = B_N``, bias-free shallow ReLU (Prop. 14's setting), MSE ``/N``.
+    ``x = I_N``, ``y = B_N``, bias-free shallow ReLU (Prop. 14's setting), MSE ``/N``.
     """
 
     sizes: tuple[int, ...] = (4, 6, 8)
@@ -756,17 +776,15 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
         B = bipartite_matrix(N)
         lb = identity_inputs_loss_lower_bound(B, cfg.lam)
         fw = frank_wolfe_shallow(B, cfg.lam, iters=cfg.fw_iters)
-        S = np.maximum(fw["atoms"], 0.0)
-        Ks = (S * fw["c"][:, None]).T @ S
-        cp = cp_rank_lower_bound(Ks, rel_tol=cfg.cp_rel_tol)
+        cp = cp_rank_lower_bound(fw["K_sigma"], rel_tol=cfg.cp_rel_tol)
         # weight-space full-batch GD at width N(N+1) (Caratheodory: enough for the optimum)
         width = N * (N + 1)
         with jax.enable_x64(True):
-            X = jnp.eye(N)
-            Y = jnp.asarray(B)
+            x = jnp.eye(N)
+            y = jnp.asarray(B)
             sizes = [N, width, N]
             R = cfg.gd_seeds
-            W0 = jax.vmap(lambda k: init_weights(k, sizes, beta=0.0))(
+            W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(
                 jax.random.split(jax.random.fold_in(key, N), R))
             W0 = jax.tree.map(lambda a: a.astype(jnp.float64), W0)
             hp = {"masks": jnp.ones((R, 1, width)), "lam": jnp.full((R,), cfg.lam)}
@@ -774,15 +792,15 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
             st = jax.vmap(ts.init)(W0, hp)
             vstep = jax.vmap(ts.step, in_axes=(0, None, None))
 
-            def step(s, b, k, vstep=vstep, X=X, Y=Y):
-                return vstep(s, (X, Y), k)
+            def step(s, b, k, vstep=vstep, x=x, y=y):
+                return vstep(s, (x, y), k)
 
             n_chunks = max(1, cfg.gd_steps // cfg.gd_chunk)
             st, times, ms = run_chunked(step, st, n_chunks, cfg.gd_chunk)
             gd_loss = np.array([np.asarray(m["loss"][-1]) for m in ms])  # [chunks, R]
-            Zs = jax.vmap(lambda W: representations(W, X, beta=0.0)[0])(st.params)
-            cps = [cp_rank_lower_bound(np.maximum(np.asarray(z), 0).T @ np.maximum(
-                np.asarray(z), 0), rel_tol=cfg.cp_rel_tol)["lower"] for z in Zs]
+            Zs = jax.vmap(lambda p: representations(p, x, beta=0.0)[0])(st.params)  # [R, N, n_1]
+            cps = [cp_rank_lower_bound(np.maximum(np.asarray(z), 0) @ np.maximum(
+                np.asarray(z), 0).T, rel_tol=cfg.cp_rel_tol)["lower"] for z in Zs]
         best = int(np.argmin(gd_loss[-1]))
         gd_step_s = float(np.median(times)) / cfg.gd_chunk / R
         fw_it_s = float(np.median(np.diff(np.concatenate([[0.0], fw["time_s"]]))))
@@ -871,30 +889,26 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
 
 def _lr_vs_weights(cfg: ARankConfig, key: Array) -> dict:
     """Projected Adam on L^r (``representation_step``) vs Adam on the weights, same init."""
-    from layerlab.bottleneck._optimise import representation_step
-    from layerlab.bottleneck._reformulations import weight_loss
-
     ds = data.teacher(jax.random.fold_in(key, 5), cfg.lr_n, (10, 10, 10, 3))
     x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
-    X = x.T
     cost = lambda Z: mse_cost(Z, y)  # noqa: E731
     sizes = [x.shape[1], cfg.lr_width, cfg.lr_width, y.shape[1]]
-    W0 = init_weights(jax.random.fold_in(key, 6), sizes)
+    W0 = nets.mlp_init(jax.random.fold_in(key, 6), sizes, init="he")
     chunk = max(1, min(100, cfg.lr_steps))
     n = max(1, cfg.lr_steps // chunk)
     wstep = sweep_step(mse_cost, optax.adam(cfg.lr_rate))
     hp = {"masks": jnp.ones((2, cfg.lr_width)), "lam": jnp.asarray(cfg.lam * 10)}
     _, tw, mw = run_chunked(lambda s, b, k: wstep.step(s, (x, y), jax.random.key(0)),
                             wstep.init(W0, hp), n, chunk)
-    rstep = representation_step(X, cost, optax.adam(cfg.lr_rate), lam=cfg.lam * 10,
+    rstep = representation_step(x, cost, optax.adam(cfg.lr_rate), lam=cfg.lam * 10,
                                 ridge=cfg.lr_ridge)
-    _, tr, mr = run_chunked(rstep.step, rstep.init(representations(W0, X)), n, chunk)
+    _, tr, mr = run_chunked(rstep.step, rstep.init(representations(W0, x)), n, chunk)
     return {"steps": (np.arange(n) + 1) * chunk,
             "weight": [float(m["loss"][-1]) for m in mw],
             "representation": [float(m["weight_loss"][-1]) for m in mr],
             "final": {"weight": float(mw[-1]["loss"][-1]),
                       "representation": float(mr[-1]["weight_loss"][-1])},
-            "initial": float(weight_loss(W0, X, cost=cost, lam=cfg.lam * 10)),
+            "initial": float(weight_loss(W0, x, cost=cost, lam=cfg.lam * 10)),
             "step_s": {"weight": float(np.median(tw)) / chunk,
                        "representation": float(np.median(tr)) / chunk}}
 
@@ -1178,11 +1192,10 @@ def run_b_symmetry(config: BSymmetryConfig, *, key: Array, progress: bool = True
     d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
     cost = np.asarray(hist["train"]["cost"][-1])
     best = int(np.argmin(cost))
-    W = [w[best] for w in params]
-    Zs = representations(W, x.T)
+    Zs = representations(jax.tree.map(lambda a: a[best], params), x)
     er = np.asarray(d["effective_rank"])[best]
     mid = int(np.argmin(er[:-1]))  # most compressed hidden layer
-    Z = np.asarray(Zs[mid])
+    Z = np.asarray(Zs[mid]).T  # [n, N]: PCA in paper A's columns (the records' numbers)
     Zc = Z - Z.mean(1, keepdims=True)
     U, s, _ = np.linalg.svd(Zc, full_matrices=False)
     frac2 = float(np.sum(s[:2] ** 2) / np.sum(s ** 2))
@@ -1286,7 +1299,6 @@ class BMinimaConfig:
 
 def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
                  checkpoint_dir=None) -> Record:
-    from layerlab.bottleneck._diagnostics import network_fn
     cfg = config
     t0 = time.perf_counter()
     kd = jax.random.fold_in(key, 100 + cfg.k)
@@ -1303,9 +1315,9 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
             gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr, progress=progress, desc=f"L={L}",
             checkpoint_dir=_sub(checkpoint_dir, f"L{L}"))
         d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
-        norms = np.asarray(sum(jnp.sum(w ** 2, axis=(1, 2)) for w in params))
+        norms = np.asarray(jax.vmap(weight_norm_sq)(params))
         cost = np.asarray(hist["train"]["cost"][-1])
-        out = np.asarray(jax.jit(jax.vmap(lambda W: network_fn(W, xt)))(params))
+        out = np.asarray(jax.jit(jax.vmap(lambda p: network_fn(p, xt)))(params))
         for s in range(cfg.seeds):
             r = int(np.round(float(d["jacobian_rank"][s])))
             pts.append({"L": L, "seed": s, "rank": r, "jacobian_rank": float(d["jacobian_rank"][s]),

@@ -539,6 +539,20 @@ def load(
         which files it expects and where to get them).
       DatasetCorruptError: a file is damaged (checksum, size, format or label range; the
         message names the file and the ``python -m layerlab.data download`` command).
+
+    Examples:
+      The embedded 8x8 digits need no files (every 5th image is the test split):
+
+      >>> import numpy as np
+      >>> from layerlab import data
+      >>> ds = data.load("digits", "train")
+      >>> ds.x.shape, ds.y.shape, ds.num_classes
+      ((1438, 8, 8, 1), (1438,), 10)
+      >>> float(ds.x.min()), float(ds.x.max())
+      (0.0, 1.0)
+      >>> b17 = data.load("digits", classes=(1, 7), n=20, balanced=True)   # relabelled 0, 1
+      >>> np.bincount(b17.y).tolist()
+      [10, 10]
     """
     key = _canonical(name)
     spec = _REGISTRY[key]

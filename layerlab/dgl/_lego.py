@@ -243,6 +243,23 @@ def lego(
     Returns:
       ``(params, histories)``: the LEGO net and one loop history per layer.
 
+    Examples:
+      Three DGL steps for the one ReLU layer of a tiny net, then the ridge classifier:
+
+      >>> import jax
+      >>> from layerlab import dgl, nets
+      >>> x = jax.random.normal(jax.random.key(0), (16, 4))
+      >>> y = (x[:, 0] > 0).astype(int)                              # [N] labels
+      >>> p0 = nets.mlp_init(jax.random.key(1), [4, 8, 2], init="he")
+      >>> cfg = dgl.LegoConfig(steps=3, batch_size=None)
+      >>> params, hists = dgl.lego(jax.random.key(2), p0, x, y, dgl.mf_variances(p0), cfg,
+      ...                          progress=False)
+      >>> [p["w"].shape for p in params], hists[0]["train"]["loss"].shape
+      ([(4, 8), (8, 2)], (3,))
+      >>> loss = hists[0]["train"]["loss"]
+      >>> bool(loss[-1] < loss[0])
+      True
+
     References:
       Fig. 2 and Sec. VI of Ben-David & Ringel (2019).
     """

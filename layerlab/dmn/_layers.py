@@ -506,6 +506,20 @@ def build_dmn(
       ``(params, info)``: ``params`` a list with ``{"w": kernel [k, k, C, F]}`` (conv),
       ``{"w": [D, F]}`` (dense) or ``None`` (pool) per layer, and a ``BuildInfo``.
 
+    Examples:
+      The filters are unit eigenvectors of class density matrices of 3x3 patches:
+
+      >>> import jax, numpy as np
+      >>> from layerlab import data, dmn
+      >>> tr = data.load("digits", n=100, seed=0)
+      >>> prefix, head = dmn.split_spec(dmn.parse_spec("d3,m,de10"))    # (d3, m), (de10,)
+      >>> params, info = dmn.build_dmn(jax.random.key(0), prefix, tr.x, tr.y, 10, jit=False)
+      >>> params[0]["w"].shape, params[1], info.widths, info.input_dims
+      ((3, 3, 1, 3), None, [3], [9])
+      >>> w = np.asarray(params[0]["w"]).reshape(9, 3)
+      >>> bool(np.allclose(np.linalg.norm(w, axis=0), 1.0, atol=1e-5))
+      True
+
     References:
       Eqs. (15), (19)-(24) and Table 2 of Dehmamy et al., arXiv:1703.04757.
     """
@@ -673,6 +687,19 @@ def make_network(
 
     Returns:
       A ``Network``.  For a pure ConvNet pass ``convnet_spec(spec)`` (empty DMN prefix).
+
+    Examples:
+      One closed-form conv layer of 3 filters (eager build: ``jit=False`` is quicker for a
+      tiny data set) and a 2x2 max-pool give the features a trainable dense classifier
+      (``de10``; ``net.init_head``, :func:`classifier_step`) is then trained on:
+
+      >>> import jax
+      >>> from layerlab import data, dmn
+      >>> tr = data.load("digits", n=100, seed=0)                      # x [100, 8, 8, 1]
+      >>> net = dmn.make_network("d3,m,de10", 10)
+      >>> dmn_params, info = net.build(jax.random.key(0), tr.x, tr.y, jit=False)
+      >>> net.features(dmn_params, tr.x[:5]).shape                     # [n, H/2, W/2, F]
+      (5, 4, 4, 3)
     """
     layers = parse_spec(spec)
     if layers[-1].width != num_classes:

@@ -1,4 +1,5 @@
-"""Reproductions of Dehmamy, Rohani & Katsaggelos (arXiv:1703.04757): Tables 2-5, Figs. 6, 10.
+"""Reproductions of Dehmamy, Rohani & Katsaggelos (arXiv:1703.04757): Tables 2-5, Figs. 6, 10,
+and the separation of time scales (Figs. 2, 3, SI Figs. 5, 7: :func:`run_timescales`).
 
 Every table row is one architecture written as in the paper (``d`` conv DMN layer, ``m``
 2x2 max-pool, ``c`` trained conv, ``bn`` batch-norm, ``de`` dense; the last ``de`` is the
@@ -26,11 +27,12 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import loop, probes
-from layerlab.data import DatasetNotFoundError, load
+from layerlab import loop, nets, probes
+from layerlab.data import DatasetNotFoundError, extract_patches, load
 from layerlab.data._targets import as_labels
 from layerlab.dmn._layers import (
     DMNConfig,
@@ -42,15 +44,24 @@ from layerlab.dmn._layers import (
     map_batches,
     parse_spec,
 )
-from layerlab.record import Claim, Record, Row, row_from_values
+from layerlab.dmn._timescales import (
+    distance_to_final,
+    eigenvalue_convergence,
+    eigenvalue_fluctuations,
+    eq18_variance,
+    layer_spectra,
+)
+from layerlab.record import Claim, Record, Row, row_from_values, to_jsonable
 
 __all__ = [
     "ArchRow",
     "Fig5CNN",
     "Fig6Config",
     "TableConfig",
+    "TimescalesConfig",
     "plot_fig6",
     "plot_table",
+    "plot_timescales",
     "run_fig10",
     "run_fig6",
     "run_table",
@@ -58,6 +69,7 @@ __all__ = [
     "run_table3",
     "run_table4",
     "run_table5",
+    "run_timescales",
     "table_rows",
     "train_and_evaluate",
 ]
@@ -805,13 +817,17 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
     )
 
 
-# ----------------------------------------------------------------------------- Fig. 5
+# ----------------------------------------------------------------------------- time scales
+#
+# Separation of time scales: Figs. 2 and 3 of the main text, Figs. 5 and 7 of the SI.
 
 
 class Fig5CNN(nn.Module):
-    """SI Fig. 5's network: conv32, maxpool, conv32, maxpool, dense 10 (3x3 kernels, SAME,
-    ReLU, 2x2 pools), He-normal initialised (``benchmarks/dmn_timescales.py`` trains it and
-    tracks each layer's distance to its final weights)."""
+    """SI Fig. 5's network: conv32, maxpool, conv32, maxpool, dense (3x3 kernels, SAME, ReLU,
+    2x2 pools), He-normal initialised; :func:`run_timescales` trains it with SGD and tracks
+    each layer's distance to its final weights."""
+
+    num_classes: int = 10
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -820,7 +836,423 @@ class Fig5CNN(nn.Module):
                         (2, 2), strides=(2, 2))
         x = nn.max_pool(jax.nn.relu(nn.Conv(32, (3, 3), kernel_init=he, name="conv2")(x)),
                         (2, 2), strides=(2, 2))
-        return nn.Dense(10, kernel_init=he, name="dense")(x.reshape(x.shape[0], -1))
+        return nn.Dense(self.num_classes, kernel_init=he, name="dense")(
+            x.reshape(x.shape[0], -1))
+
+
+TIMESCALE_PARTS = ("fig2", "fig3", "fig5", "fig7")
+
+
+@dataclasses.dataclass(frozen=True)
+class TimescalesConfig:
+    """Separation of time scales: Figs. 2 and 3 (main text), Figs. 5 and 7 (SI), on MNIST.
+
+    Attributes:
+      parts: which of ``"fig2"``, ``"fig3"``, ``"fig5"`` (SI), ``"fig7"`` (SI) to run.
+      n_train: MNIST training images (label-balanced subset; ``None``: all 60 000); Figs. 3
+        and 7 take their patches from the first of these images.
+      n_test: test images for Fig. 2's validation accuracy (``None``: all 10 000).
+      lr, batch_size: plain SGD of Figs. 2 and 5.
+      mlp_widths: Fig. 2's four dense layers after a 3x3 max-pool (81 inputs), ReLU,
+        weights ``N(0, 2/d_in)`` ("Glorot" in the paper, He et al. in today's naming).
+      mlp_epochs, evals_per_epoch: Fig. 2's training length and spectra per epoch.
+      cnn_datasets: SI Fig. 5's data sets (the caption: "3 datasets"; missing files: the
+        rows are recorded as not run).
+      cnn_epochs, snapshots_per_epoch: SI Fig. 5's training length ("the final weight at step
+        t=100", epochs) and weight snapshots per epoch.
+      fig3_images, fig3_pool, fig3_ns, fig3_draws: Fig. 3: 5x5 patches of the first
+        ``fig3_images`` images, a random pool of ``fig3_pool`` of them, sample counts ``N``
+        (``dN = N / 10``) and draws per ``N``.
+      fig7_images: SI Fig. 7's numbers of images ``N`` (the caption: 10, 100, 1000, 10000);
+        ``rho`` of the 3x3 patches of the first ``N`` images.
+      data_dir: dataset root (default: the loader's search path).
+    """
+
+    parts: tuple[str, ...] = TIMESCALE_PARTS
+    n_train: int | None = 6000
+    n_test: int | None = 2000
+    lr: float = 0.05
+    batch_size: int = 64
+    mlp_widths: tuple[int, ...] = (30, 100, 30)
+    mlp_epochs: int = 3
+    evals_per_epoch: int = 8
+    cnn_datasets: tuple[str, ...] = ("mnist",)
+    cnn_epochs: int = 1
+    snapshots_per_epoch: int = 10
+    fig3_images: int = 2000
+    fig3_pool: int = 100_000
+    fig3_ns: tuple[int, ...] = (250, 1000, 4000, 16000)
+    fig3_draws: int = 40
+    fig7_images: tuple[int, ...] = (10, 18, 32, 56, 100, 178, 316, 562, 1000)
+    data_dir: str | None = None
+
+    def __post_init__(self):
+        bad = [p for p in self.parts if p not in TIMESCALE_PARTS]
+        if bad:
+            raise ValueError(f"TimescalesConfig.parts: unknown {bad}; choose from "
+                             f"{TIMESCALE_PARTS}.")
+        if any(n * 11 // 10 > self.fig3_pool for n in self.fig3_ns):
+            raise ValueError(f"TimescalesConfig: fig3_pool={self.fig3_pool} must hold N + dN "
+                             f"samples for every N in fig3_ns={self.fig3_ns}.")
+
+    @classmethod
+    def paper(cls, **changes) -> TimescalesConfig:
+        """All of MNIST, 10 MLP epochs, SI Fig. 5 on MNIST, CIFAR-10 and CIFAR-100 for 100
+        epochs (one snapshot per epoch), Fig. 3 with 100 draws, SI Fig. 7 up to 10^4 images."""
+        return cls(**(dict(
+            n_train=None, n_test=None, mlp_epochs=10,
+            cnn_datasets=("mnist", "cifar10", "cifar100"), cnn_epochs=100,
+            snapshots_per_epoch=1, fig3_images=10_000, fig3_draws=100,
+            fig7_images=tuple(int(v) for v in np.unique(np.logspace(1, 4, 13).astype(int))),
+        ) | changes))
+
+    @classmethod
+    def smoke(cls, **changes) -> TimescalesConfig:
+        """Seconds: 256 / 128 images, a few SGD steps, small patch pools."""
+        return cls(**(dict(
+            n_train=256, n_test=128, mlp_widths=(8, 16, 8), mlp_epochs=1, evals_per_epoch=2,
+            cnn_epochs=1, snapshots_per_epoch=4, fig3_images=50, fig3_pool=5000,
+            fig3_ns=(250, 1000), fig3_draws=4, fig7_images=(2, 5, 10, 20),
+        ) | changes))
+
+
+def _pool3(x):
+    return nn.max_pool(x, (3, 3), strides=(3, 3)).reshape(x.shape[0], -1)
+
+
+def _timescales_fig2(cfg, tr, te, key, progress):
+    """Top singular values of every W(k) and of the products above it during SGD."""
+    sizes = [81, *cfg.mlp_widths, tr.num_classes]
+    k_init, k_fit = jax.random.split(key)
+    params = nets.mlp_init(k_init, sizes, init="he")
+    xtr, xte = _pool3(jnp.asarray(tr.x)), _pool3(jnp.asarray(te.x))
+    L = len(sizes) - 1
+
+    def loss_fn(p, batch):
+        x, y = batch
+        return optax.softmax_cross_entropy_with_integer_labels(nets.mlp_apply(p, x), y).mean()
+
+    def eval_fn(state):
+        s, pr = layer_spectra(state.params, top=1)
+        acc = probes.accuracy(nets.mlp_apply(state.params, xte), te.y)
+        out = {f"sW{k + 1}": s[k, 0] for k in range(L)}
+        return out | {f"sP{k + 1}": pr[k, 0] for k in range(L)} | {"val_acc": acc}
+
+    ts = loop.optax_step(loss_fn, optax.sgd(cfg.lr))
+    spe = xtr.shape[0] // cfg.batch_size
+    _, hist = loop.fit(ts.step, ts.init(params), (xtr, tr.y), key=k_fit,
+                       epochs=cfg.mlp_epochs, batch_size=cfg.batch_size, eval_fn=eval_fn,
+                       eval_every=max(spe // cfg.evals_per_epoch, 1), eval_at_start=True,
+                       progress=progress, desc="Fig. 2 MLP")
+    return {"eval_step": hist["eval_step"], "steps_per_epoch": spe, "layers": L,
+            **{k: np.asarray(v) for k, v in hist["eval"].items()}}
+
+
+def _timescales_fig5(cfg, tr, key, progress):
+    """Per-layer ``||w(t) - w(T)|| / ||w(T)||`` of :class:`Fig5CNN` trained with SGD."""
+    model = Fig5CNN(num_classes=tr.num_classes)
+    k_init, k_fit = jax.random.split(key)
+    params = model.init(k_init, tr.x[:1])["params"]
+
+    def loss_fn(p, batch):
+        x, y = batch
+        return optax.softmax_cross_entropy_with_integer_labels(
+            model.apply({"params": p}, x), y).mean()
+
+    ts = loop.optax_step(loss_fn, optax.sgd(cfg.lr))
+    spe = tr.x.shape[0] // cfg.batch_size
+    every = max(spe // cfg.snapshots_per_epoch, 1)
+    snaps, steps = [jax.device_get(params)], [0]
+
+    def keep(t, state, metrics):
+        snaps.append(jax.device_get(state.params))
+        steps.append(t)
+
+    _, hist = loop.fit(ts.step, ts.init(params), (tr.x, tr.y), key=k_fit,
+                       epochs=cfg.cnn_epochs, batch_size=cfg.batch_size, chunk_size=every,
+                       callback=keep, progress=progress, desc=f"SI Fig. 5 CNN ({tr.name})")
+    names = ["conv1", "conv2", "dense"]
+    layered = [[s[n] for n in names] for s in snaps]
+    dist = distance_to_final(layered, layered[-1], relative=True)
+    frac = dist / np.maximum(dist[:1], 1e-12)   # distance relative to the initial one
+    # first snapshot from which a layer stays below 20% of its initial distance
+    t20 = [int(steps[int(np.argmax([np.all(frac[i:, k] < 0.2) for i in range(len(steps))]))])
+           for k in range(len(names))]
+    return {"steps": steps, "steps_per_epoch": spe, "layers": names,
+            "relative_distance": dist, "mean_fraction": frac.mean(axis=0),
+            "steps_to_20pct": t20, "final_loss": float(hist["train"]["loss"][-1])}
+
+
+def _timescales_fig3(cfg, tr, key):
+    """``std(delta lambda) / dN`` against ``lambda / N`` for 5x5 patches (25 dims), eq. 18."""
+    pt = np.asarray(extract_patches(tr.x[: cfg.fig3_images], 5)).reshape(-1, 25)
+    rng = np.random.default_rng(0)
+    pool = jnp.asarray(pt[rng.choice(pt.shape[0], min(cfg.fig3_pool, pt.shape[0]),
+                                     replace=False)])
+    fn = jax.jit(eigenvalue_fluctuations, static_argnames=("n", "dn", "num_draws"))
+    rows = []
+    for n in cfg.fig3_ns:
+        dn = max(n // 10, 1)
+        lam, dlam = fn(jax.random.fold_in(key, n), pool, n=n, dn=dn, num_draws=cfg.fig3_draws)
+        lam_m = np.asarray(lam).mean(0)
+        rows.append({"n": n, "dn": dn, "lam": lam_m, "std_dlam": np.asarray(dlam).std(0),
+                     "eq18_std": np.sqrt(np.asarray(eq18_variance(lam_m, n, dn)))})
+    x = np.concatenate([r["lam"] / r["n"] for r in rows])
+    y = np.concatenate([r["std_dlam"] / r["dn"] for r in rows])
+    ok = (x > 0) & (y > 0)
+    ratio = np.concatenate([r["std_dlam"] / r["eq18_std"] for r in rows])
+    ratio = ratio[np.isfinite(ratio) & (ratio > 0)]
+    q10, q50, q90 = np.quantile(ratio, [0.1, 0.5, 0.9])
+    return {"rows": rows, "loglog_slope": float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0]),
+            "ratio_median": float(q50), "ratio_q90_over_q10": float(q90 / q10)}
+
+
+def _timescales_fig7(cfg, tr):
+    """Eigenvalues of the 3x3-patch density matrix of the first ``N`` images."""
+    images = sorted({min(int(n), tr.x.shape[0]) for n in cfg.fig7_images})
+    pt = np.asarray(extract_patches(tr.x[: images[-1]], 3))
+    per_image = pt.shape[1] * pt.shape[2]
+    lam = eigenvalue_convergence(pt.reshape(-1, 9), [n * per_image for n in images])
+    rel = np.abs(lam / lam[-1] - 1)
+    # smallest N from which eigenvalue a stays within 10% of its value at the largest N
+    within = [int(images[int(np.argmax([np.all(rel[i:, a] < 0.1) for i in range(len(images))]))])
+              for a in range(lam.shape[1])]
+    return {"images": images, "patches_per_image": per_image, "eigvals": lam,
+            "images_within_10pct": within}
+
+
+def _cached_part(checkpoint_dir, tag, fields, compute):
+    """``compute()``'s JSON form, cached under ``checkpoint_dir`` by ``tag`` and ``fields``."""
+    import hashlib
+
+    h = hashlib.sha1(json.dumps(to_jsonable(fields), sort_keys=True).encode()).hexdigest()[:12]
+    path = _cache_path(checkpoint_dir, f"timescales-{tag}-{h}")
+    if path is not None and path.exists():
+        return json.loads(path.read_text())
+    out = to_jsonable(compute())
+    if path is not None:
+        path.write_text(json.dumps(out))
+    return out
+
+
+def run_timescales(config: TimescalesConfig | None = None, *, key: jax.Array,
+                   progress: bool = True, checkpoint_dir=None) -> Record:
+    """Separation of time scales: Figs. 2 and 3, SI Figs. 5 and 7 of Dehmamy et al.
+
+    * Fig. 2: MNIST -> 3x3 max-pool -> four dense layers (ReLU, softmax), ``N(0, 2/d_in)``
+      weights, SGD: the top singular value of every ``W(k)`` and of ``prod_{m>=k} W(m)``
+      (a proxy for ``A(k)``) during training; lower layers should see the larger products.
+    * Fig. 3: eigenvalue changes of the 5x5-patch density matrix when ``dN`` samples are
+      added to ``N``: ``std(delta lambda)/dN`` against ``lambda/N`` (eq. 18: slope 1).
+    * SI Fig. 5: conv32, m, conv32, m, dense trained with SGD: each layer's distance to its
+      final weights; the first layer should converge first.
+    * SI Fig. 7: eigenvalues of the 3x3-patch ``rho`` of the first ``N`` images converge
+      within a small subset of the data.
+
+    The paper gives these as figures only, so rows carry no paper number (except eq. 18's
+    slope); the claims are the paper's statements, checked.  With ``checkpoint_dir`` every
+    finished part is cached as JSON and skipped when the same part runs again.
+    """
+    cfg = config or TimescalesConfig.paper()
+    t0 = time.perf_counter()
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    rows: list[Row] = []
+    claims: list[Claim] = []
+    extra: dict[str, Any] = {}
+    keys = dict(zip(TIMESCALE_PARTS, jax.random.split(key, len(TIMESCALE_PARTS))))
+    def mnist():  # loaded once, when a part needs it
+        return _load_cached("mnist", cfg.n_train, cfg.n_test, cfg.data_dir, "float32")
+
+    common = {k: fields[k] for k in ("n_train", "n_test", "lr", "batch_size", "data_dir")}
+
+    if "fig2" in cfg.parts:
+        f2 = _cached_part(checkpoint_dir, "fig2", common | {
+            k: fields[k] for k in ("mlp_widths", "mlp_epochs", "evals_per_epoch")},
+            lambda: _timescales_fig2(cfg, *mnist(), keys["fig2"], progress))
+        extra["fig2"] = f2
+        rows += _fig2_rows(f2)
+        claims += _fig2_claims(f2)
+    if "fig3" in cfg.parts:
+        f3 = _cached_part(checkpoint_dir, "fig3", {k: fields[k] for k in (
+            "n_train", "data_dir", "fig3_images", "fig3_pool", "fig3_ns", "fig3_draws")},
+            lambda: _timescales_fig3(cfg, mnist()[0], keys["fig3"]))
+        extra["fig3"] = f3
+        rows += [
+            Row("Fig. 3: log-log slope of std(δλ)/δN against λ/N", f3["loglog_slope"],
+                paper=1.0, tol=0.2, note="the paper's prediction (eq. 18: Var[δλ] = 2 δN λ²/N²); "
+                "the figure shows the collapse, not a fitted number"),
+            Row("Fig. 3: median std(δλ) / eq. 18 std", f3["ratio_median"],
+                note="1 for Gaussian samples; pixel patches have heavier tails"),
+        ]
+        claims.append(Claim(
+            "Fig. 3: scaled by eq. 18, the fluctuations of all 25 eigenvalues collapse onto one "
+            "value (90th / 10th percentile of std(δλ) / eq. 18 std within 2x, over every "
+            "eigenvalue and N)", f3["ratio_q90_over_q10"] <= 2.0,
+            f"90th / 10th percentile {f3['ratio_q90_over_q10']:.2f}, median "
+            f"{f3['ratio_median']:.2f}, N = {list(cfg.fig3_ns)}"))
+    if "fig5" in cfg.parts:
+        extra["fig5"] = {}
+        for ds in cfg.cnn_datasets:
+            try:
+                tr = _load_cached(ds, cfg.n_train, cfg.n_test, cfg.data_dir, "float32")[0]
+            except DatasetNotFoundError as e:
+                msg = f"not run: {str(e).splitlines()[0]}"
+                rows += [Row(f"SI Fig. 5 {ds}: {n} epochs to 20% of its initial distance",
+                             None, unit="epochs", note=msg) for n in ("conv1", "conv2", "dense")]
+                claims.append(Claim(f"SI Fig. 5 {ds}: the first layer converges first", None,
+                                    msg))
+                continue
+            f5 = _cached_part(checkpoint_dir, f"fig5-{ds}", common | {k: fields[k] for k in (
+                "cnn_epochs", "snapshots_per_epoch")} | {"dataset": ds},
+                lambda tr=tr, ds=ds: _timescales_fig5(
+                    cfg, tr, jax.random.fold_in(keys["fig5"], list(NUM_CLASSES).index(ds)),
+                    progress))
+            extra["fig5"][ds] = f5
+            rows += _fig5_rows(ds, f5)
+            claims.append(_fig5_claim(ds, f5))
+    if "fig7" in cfg.parts:
+        f7 = _cached_part(checkpoint_dir, "fig7", {k: fields[k] for k in (
+            "n_train", "data_dir", "fig7_images")}, lambda: _timescales_fig7(cfg, mnist()[0]))
+        extra["fig7"] = f7
+        n_max = f7["images"][-1]
+        rows += [Row(f"SI Fig. 7: images until eigenvalue {a + 1} stays within 10% of its "
+                     f"N = {n_max} value", float(v), unit="images")
+                 for a, v in enumerate(f7["images_within_10pct"])]
+        worst = max(f7["images_within_10pct"])
+        claims.append(Claim(
+            "SI Fig. 7: the eigenvalues of rho converge on a small subset of the data (all 9 "
+            f"within 10% of their N = {n_max} value from N <= {n_max // 10} images on)",
+            worst <= n_max // 10, f"slowest eigenvalue from N = {worst} images "
+            f"({f7['patches_per_image']} patches per image)"))
+
+    full = TimescalesConfig.paper(data_dir=cfg.data_dir)
+    scale = "paper" if cfg == full and all(r.ours is not None for r in rows) else "reduced"
+    return Record(
+        paper="dmn", artifact="timescales",
+        title="Separation of time scales: Figs. 2, 3 and SI Figs. 5, 7", scale=scale,
+        config=fields, rows=rows, claims=claims,
+        note="Fig. 2's widths (81 -> 30, 100, 30 -> 10 after a 3x3 max-pool), the learning rate "
+        "and the batch size are ours (the paper gives four dense layers, ReLU, Glorot/He "
+        "init, SGD); SI Fig. 5 uses He-normal weights and SGD.",
+        extra={"compute_s": time.perf_counter() - t0, **extra})
+
+
+def _fig2_rows(f2) -> list[Row]:
+    rows = []
+    for kind, label in (("sW", "W({k})"), ("sP", "prod_(m>={k}) W(m)")):
+        for k in range(1, f2["layers"] + 1):
+            v = f2[f"{kind}{k}"]
+            for when, i in (("init", 0), ("end", -1)):
+                rows.append(Row(f"Fig. 2{'A' if kind == 'sW' else 'B'}: top singular value of "
+                                f"{label.format(k=k)}, {when}", v[i]))
+    rows.append(Row("Fig. 2: validation accuracy, end", 100 * f2["val_acc"][-1], unit="%"))
+    return rows
+
+
+def _fig2_claims(f2) -> list[Claim]:
+    L = f2["layers"]
+    w0 = [f2[f"sW{k}"][0] for k in range(1, L + 1)]
+    w1 = [f2[f"sW{k}"][-1] for k in range(1, L + 1)]
+    p1 = [f2[f"sP{k}"][-1] for k in range(1, L + 1)]
+    fmt = ", ".join
+    return [
+        Claim("Fig. 2A: the top singular value of every W(k) grows during training",
+              all(b > a for a, b in zip(w0, w1)),
+              f"init {fmt(f'{v:.2f}' for v in w0)} -> end {fmt(f'{v:.2f}' for v in w1)}"),
+        Claim("Fig. 2A: the top singular value of every W(k) ends above 2", min(w1) > 2.0,
+              f"end {fmt(f'{v:.2f}' for v in w1)}"),
+        Claim("Fig. 2B: the top singular value of prod_(m>=k) W(m) is larger for lower layers "
+              "(decreasing in k) at the end", all(a > b for a, b in zip(p1, p1[1:])),
+              f"k = 1..{L}: {fmt(f'{v:.2f}' for v in p1)}"),
+    ]
+
+
+def _fig5_rows(ds, f5) -> list[Row]:
+    spe = f5["steps_per_epoch"]
+    rows = []
+    for k, n in enumerate(f5["layers"]):
+        rows.append(Row(f"SI Fig. 5 {ds}: {n} relative distance to its final weights at init",
+                        f5["relative_distance"][0][k]))
+        rows.append(Row(f"SI Fig. 5 {ds}: {n} epochs to 20% of its initial distance",
+                        f5["steps_to_20pct"][k] / spe, unit="epochs"))
+    return rows
+
+
+def _fig5_claim(ds, f5) -> Claim:
+    m = f5["mean_fraction"]
+    names = f5["layers"]
+    return Claim(
+        f"SI Fig. 5 {ds}: the first layer converges first (smallest mean distance to its "
+        "final weights, relative to its initial one, over training)",
+        m[0] < min(m[1:]),
+        ", ".join(f"{n} {v:.3f} (20% after {t / f5['steps_per_epoch']:.3g} epochs)"
+                  for n, v, t in zip(names, m, f5["steps_to_20pct"])))
+
+
+def plot_timescales(record: Record | dict, path) -> None:
+    """Five panels from the record: Fig. 2A, 2B, Fig. 3, SI Fig. 5, SI Fig. 7."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ex = _rec_dict(record).get("extra", {})
+    fig, axs = plt.subplots(2, 3, figsize=(14, 7.6))
+    axs = axs.ravel()
+    if "fig2" in ex:
+        f2 = ex["fig2"]
+        for k in range(1, f2["layers"] + 1):
+            axs[0].plot(f2["eval_step"], f2[f"sW{k}"], label=f"W({k})")
+            axs[1].plot(f2["eval_step"], f2[f"sP{k}"], label=f"prod m>={k}")
+        axs[0].axhline(2.0, color="k", lw=0.5)
+        axs[0].set_title("Fig. 2A: top singular value of W(k)", fontsize=9)
+        axs[1].set_title("Fig. 2B: top singular value of prod_{m>=k} W(m)", fontsize=9)
+        axs[1].set_yscale("log")
+        for a in axs[:2]:
+            a.set_xlabel("SGD step")
+            a.legend(fontsize=7)
+    if "fig3" in ex:
+        f3 = ex["fig3"]
+        for r in f3["rows"]:
+            lam, n, dn = np.asarray(r["lam"]), r["n"], r["dn"]
+            axs[2].loglog(lam / n, np.asarray(r["std_dlam"]) / dn, "o", ms=3, label=f"N={n}")
+            axs[2].loglog(lam / n, np.asarray(r["eq18_std"]) / dn, "k-", lw=0.5)
+        axs[2].set_xlabel("λ / N")
+        axs[2].set_ylabel("std(δλ) / δN")
+        axs[2].set_title(f"Fig. 3: slope {f3['loglog_slope']:.2f} (eq. 18: 1; lines)",
+                         fontsize=9)
+        axs[2].legend(fontsize=7)
+    if ex.get("fig5"):
+        for j, (ds, f5) in enumerate(ex["fig5"].items()):
+            ep = np.asarray(f5["steps"]) / f5["steps_per_epoch"]
+            dist = np.asarray(f5["relative_distance"])
+            for k, n in enumerate(f5["layers"]):
+                axs[3].plot(ep, dist[:, k], color=f"C{j}", lw=0.8 + 1.0 * k,
+                            label=f"{ds} {n}")
+        axs[3].set_xlabel("epoch")
+        axs[3].set_ylabel("||w(t) - w(T)|| / ||w(T)||")
+        axs[3].set_title("SI Fig. 5: distance to the final weights (thicker: higher layer)",
+                         fontsize=9)
+        axs[3].legend(fontsize=6)
+    if "fig7" in ex:
+        f7 = ex["fig7"]
+        lam = np.asarray(f7["eigvals"])
+        for a in range(lam.shape[1]):
+            axs[4].plot(f7["images"], lam[:, a], "o-", ms=3, label=f"λ{a + 1}")
+        axs[4].set_xscale("log")
+        axs[4].set_yscale("log")
+        axs[4].set_xlabel("N (images; 3x3 patches)")
+        axs[4].set_ylabel("eigenvalue of rho")
+        axs[4].set_title("SI Fig. 7: eigenvalues converge with N", fontsize=9)
+        axs[4].legend(fontsize=6, ncol=2)
+    for ax, title in zip(axs, ("Fig. 2A", "Fig. 2B", "Fig. 3", "SI Fig. 5", "SI Fig. 7")):
+        if not ax.has_data():
+            ax.set_title(title, fontsize=9)
+            ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes)
+    axs[5].axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- plots

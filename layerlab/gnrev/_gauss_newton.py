@@ -301,6 +301,21 @@ def gn_direction(
     Returns:
       ``delta`` with the structure of ``params`` (or ``(delta, GNInfo)``).
 
+    Examples:
+      With ``n <= d' + 1`` samples the direction hits the target exactly (``J delta = eps``):
+
+      >>> import jax
+      >>> from layerlab import gnrev
+      >>> params, frozen = gnrev.revmlp_init(jax.random.key(0), dim=4, depth=2, bottleneck=16)
+      >>> x = jax.random.normal(jax.random.key(1), (4, 4))       # n = 4 samples as rows
+      >>> eps = jax.random.normal(jax.random.key(2), (4, 4))     # output-space target
+      >>> direction = jax.jit(lambda p: gnrev.gn_direction(p, frozen, x, eps))
+      >>> delta = direction(params)
+      >>> delta["w1"].shape == params["w1"].shape
+      True
+      >>> float(gnrev.gn_residual(params, frozen, x, delta, eps)) < 1e-3
+      True
+
     References:
       Prop. 4.4, Theorem 4.3, Eqs. (5), (14)–(15) and App. N of Buffelli et al. 2024.
     """

@@ -87,6 +87,22 @@ def gn_step(
       of all pseudo-inverses, compare to the batch size), ``max_cond``, ``update_norm`` and
       optionally ``residual``, ``loss_after``, ``loss_change_pct``.
 
+    Examples:
+      Five full-batch GN steps on six points (``fit`` compiles the step once):
+
+      >>> import jax
+      >>> from layerlab import gnrev, loop
+      >>> params, frozen = gnrev.revmlp_init(jax.random.key(0), dim=4, depth=2, bottleneck=8)
+      >>> P = gnrev.readout_init(jax.random.key(1), 4, 2)
+      >>> x = jax.random.normal(jax.random.key(2), (6, 4))
+      >>> labels = (x[:, 0] > 0).astype(int)
+      >>> gn = gnrev.gn_step(frozen, P, learning_rate=0.5)
+      >>> state, hist = loop.fit(gn.step, gn.init(params), (x, labels),
+      ...                        key=jax.random.key(3), steps=5, progress=False)
+      >>> loss = hist["train"]["loss"]
+      >>> bool(loss[-1] < 0.5 * loss[0])
+      True
+
     References:
       Eqs. (5), (19), Prop. 4.4 of Buffelli et al. 2024.
     """

@@ -282,14 +282,16 @@ def _first_linear(arm: Arm, default: bool) -> bool:
 
 
 def lr_sweep(arm: Arm, params, frozen, readout, data, *, steps: int, batch_size: int | None,
-             rule: str, loss: str = "ce", key: jax.Array, progress: bool = False
-             ) -> dict[str, Any]:
+             rule: str, loss: str = "ce", key: jax.Array, progress: bool = False,
+             peak: float = 10.0) -> dict[str, Any]:
     """Train one run per rate of ``arm.lrs`` in one vmapped program; pick the rate by ``rule``.
 
     ``rule="progress"`` (§5.2): lowest mean loss over the last tenth of the steps among rates
     that stayed stable (finite, and in the second half never above 1.5× the initial loss).
-    ``rule="largest_stable"`` (§5.1): the largest rate whose loss stayed finite and ended below
-    its initial value.  Returns ``{"lrs", "final", "stable", "best", "loss" [T, R], ...}``.
+    ``rule="largest_stable"`` (§5.1, "the largest one that did not cause the loss to diverge"):
+    the largest rate whose loss stayed finite, never rose above ``peak`` times its initial value
+    (a run that blows up to 1e3x and later recovers has diverged on the way) and ended below its
+    initial value.  Returns ``{"lrs", "final", "stable", "best", "loss" [T, R], ...}``.
     """
     lrs = np.asarray(arm.lrs, np.float32)
     ts = _make_step(arm, frozen, readout, loss=loss, loss_after=False)
@@ -305,11 +307,15 @@ def lr_sweep(arm: Arm, params, frozen, readout, data, *, steps: int, batch_size:
         stable = finite & np.all(np.where(np.isfinite(late), late, np.inf) <= 1.5 * lt[0], axis=0)
         best = float(lrs[stable][np.argmin(final[stable])]) if stable.any() else float(lrs.min())
     elif rule == "largest_stable":
-        stable = finite & (lt[-1] < lt[0])
+        if not peak > 1:
+            raise ValueError(f"peak must be > 1 (a bound relative to the initial loss), got {peak}")
+        peak_ok = np.all(np.where(np.isfinite(lt), lt, np.inf) <= peak * lt[0], axis=0)
+        stable = finite & peak_ok & (lt[-1] < lt[0])
         best = float(lrs[stable].max()) if stable.any() else float(lrs.min())
     else:
         raise ValueError(f"rule must be 'progress' or 'largest_stable', got {rule!r}")
     out = {"lrs": lrs, "final": final, "stable": stable, "best": best, "loss": lt, "rule": rule,
+           "peak_ratio": np.nanmax(np.where(np.isfinite(lt), lt, np.inf), axis=0) / lt[0],
            "state": states}
     for name in ("residual", "min_rank", "accuracy"):
         if name in hist["train"]:
@@ -439,8 +445,11 @@ def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
                           progress=progress)
             r = int(np.nonzero(sw["lrs"] == np.float32(sw["best"]))[0][0])
             c = curves.setdefault(arm.name, {k: [] for k in (
-                "loss", "accuracy", "residual", "min_rank", "lr", "sweep_final", "test_acc")})
+                "loss", "accuracy", "residual", "min_rank", "lr", "sweep_final", "test_acc",
+                "peak_ratio", "grid")})
             c["loss"].append(sw["loss"][:, r])
+            c["peak_ratio"].append(sw["peak_ratio"])
+            c["grid"].append(sw["lrs"])
             c["accuracy"].append(sw["accuracy"][:, r])
             c["lr"].append(sw["best"])
             c["sweep_final"].append(sw["final"])
@@ -463,10 +472,12 @@ def _fig1_record(cfg: FullBatchConfig, curves, prep: Prepared) -> Record:
         rows.append(_row(f"{a}: final training accuracy", 100 * c["accuracy"][:, -1],
                                     unit="%"))
         rows.append(_row(f"{a}: test accuracy", 100 * c["test_acc"], unit="%"))
+        peaks = ", ".join(f"{lr:g}: {p:.3g}" for lr, p in zip(c["grid"][0], c["peak_ratio"].max(0)))
         rows.append(_row(f"{a}: selected learning rate", c["lr"],
-                                    note="largest non-diverging rate of the grid (§5.1)"
-                                    + ("; per-block convention (authors')" if a.startswith("gn")
-                                       else "")))
+                         note="largest non-diverging rate of the grid (§5.1: finite, peak loss "
+                         "<= 10x the initial, final below the initial); peak/initial loss per "
+                         f"rate (max over seeds) {{{peaks}}}"
+                         + ("; per-block convention (authors')" if a.startswith("gn") else "")))
         if a.startswith("gn"):
             rows += _cert_row(a, c["residual"], c["min_rank"], cfg.n_train)
     adam, sgd = curves["adam"], curves["sgd"]
@@ -757,22 +768,48 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
         else:
             sw = None
         lr = float(arm.lrs[0]) if sw is None else sw["best"]
-        runs = []
-        for s, ks in enumerate(keys):
-            run_file = None if done is None else done / f"{arm.name}_s{s}.pkl"
-            if run_file is not None and run_file.exists():
-                runs.append(_load(run_file))
-                continue
-            ck = (None if checkpoint_dir is None
-                  else pathlib.Path(checkpoint_dir) / f"{fp}_{arm.name}_s{s}")
-            runs.append(_train_arm(cfg, arm, lr, prep, ks, progress=progress, checkpoint_dir=ck))
-            if run_file is not None:
-                _dump(runs[-1], run_file)
-        out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs}
+        # §5.2 "without any training instabilities": a rate that passed the one-epoch sweep
+        # but makes a full run diverge is replaced by the next smaller rate of the grid (all
+        # seeds rerun at it), and the replaced rates are reported.
+        lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp,
+                                           progress)
+        out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs, "diverged_lrs": diverged}
     out["wall_s"] = time.perf_counter() - t0
     if cache is not None:
         _dump(out, cache)
     return out
+
+
+def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
+                  checkpoint_dir, fp: str, progress: bool
+                  ) -> tuple[float, list[dict[str, np.ndarray]], list[float]]:
+    """Train every seed at ``lr``; while a seed's loss goes non-finite, retrain all seeds at
+    the next smaller rate of ``arm.lrs``.  Returns ``(rate used, runs, replaced rates)``."""
+    lower = sorted((float(r) for r in arm.lrs if float(r) < lr), reverse=True)
+    diverged: list[float] = []
+    while True:
+        runs = _train_seeds(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp, progress)
+        if all(np.all(np.isfinite(r["loss"])) for r in runs) or not lower:
+            return lr, runs, diverged
+        diverged.append(lr)
+        lr = lower.pop(0)
+
+
+def _train_seeds(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
+                 checkpoint_dir, fp: str, progress: bool) -> list[dict[str, np.ndarray]]:
+    """One run per seed at rate ``lr``, each kept under ``done`` (resumable)."""
+    runs = []
+    for s, ks in enumerate(keys):
+        name = f"{arm.name}_lr{lr:g}_s{s}"
+        run_file = None if done is None else done / f"{name}.pkl"
+        if run_file is not None and run_file.exists():
+            runs.append(_load(run_file))
+            continue
+        ck = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"{fp}_{name}"
+        runs.append(_train_arm(cfg, arm, lr, prep, ks, progress=progress, checkpoint_dir=ck))
+        if run_file is not None:
+            _dump(runs[-1], run_file)
+    return runs
 
 
 def _dump(obj, path: pathlib.Path) -> None:
@@ -804,8 +841,12 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
                paper_figure_dataset: str, extra=None, note: str = "") -> Record:
     scale = "paper" if (cfg.is_paper_scale and cfg.dataset == paper_figure_dataset) else "reduced"
     lrs = {a: res["arms"][a]["lr"] for a in res["arms"]}
+    dropped = {a: res["arms"][a]["diverged_lrs"] for a in res["arms"]
+               if res["arms"][a].get("diverged_lrs")}
     notes = [f"learning rates (one-epoch vmapped sweep, largest progress without instability; "
-             f"GN in the authors' per-block convention): {lrs}",
+             f"GN in the authors' per-block convention): {lrs}"
+             + (f"; rates that passed the sweep but diverged in the full run, replaced by the "
+                f"next smaller rate of the grid: {dropped}" if dropped else ""),
              f"{cfg.epochs} epochs of {res['steps_per_epoch']} steps (paper: up to 80-100 on "
              "MNIST/CIFAR-10, 1000 in App. E)"]
     if "gn_first_linear" in res["arms"]:

@@ -380,6 +380,24 @@ def layer_report(
     Returns:
       :class:`Report`.
 
+    Examples:
+      Two diagnostics of a small MLP's hidden layers; against itself as the reference each
+      layer has CKA 1:
+
+      >>> import jax
+      >>> from layerlab import inspect, nets
+      >>> x = jax.random.normal(jax.random.key(0), (16, 5))          # probe batch [n, d]
+      >>> y = (x[:, 0] > 0).astype(int)
+      >>> params = nets.mlp_init(jax.random.key(1), [5, 8, 8, 2])
+      >>> model = inspect.from_mlp()
+      >>> cfg = inspect.InspectConfig(diagnostics=("dgl_linear", "cka"), num_classes=2)
+      >>> ref = inspect.make_reference(model, params, x, config=cfg)
+      >>> rep = inspect.layer_report(model, params, x, y, reference=ref, config=cfg)
+      >>> rep.layers, rep.layer_values["dgl_linear"].shape
+      (('hidden_1', 'hidden_2'), (2,))
+      >>> [round(v, 3) for v in rep.layer_values["cka"].tolist()]
+      [1.0, 1.0]
+
     References:
       DGL: eqs. (2), (3), (6) of Ben-David & Ringel (2019).  CKA: Kornblith et al. (2019).
       Singular values near 1: Thm. 6 of Jacot (2023).  NTK: Jacot et al. (2018).

@@ -246,6 +246,21 @@ def fc_kernels(
       ``FCKernel(nngp, ntk)``, each ``[n1, n2]`` (``[n]`` if ``diagonal``), with a leading
       ``[depth + 1]`` axis if ``return_all_layers``.
 
+    Examples:
+      With ``w_var = 2`` and no bias a ReLU layer keeps ``K(x, x)`` and adds it to the NTK:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from layerlab.kernels import fc_kernels
+      >>> x = jax.random.normal(jax.random.key(0), (4, 3))                 # [n, d]
+      >>> k = fc_kernels(x, depth=2, w_var=2.0, b_var=0.0)
+      >>> k.nngp.shape, k.ntk.shape
+      ((4, 4), (4, 4))
+      >>> k0 = 2.0 * jnp.sum(x * x, axis=1) / 3                             # K^0(x, x)
+      >>> bool(jnp.allclose(jnp.diag(k.nngp), k0, rtol=1e-5))
+      True
+      >>> bool(jnp.allclose(jnp.diag(k.ntk), 3 * k0, rtol=1e-5))          # depth + 1 terms
+      True
+
     References:
       Eq. (2) of the DGL paper; Lee et al. 2018; Jacot et al. 2018 Thm. 1; Arora et al. 2019.
     """

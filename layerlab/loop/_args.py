@@ -9,8 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from layerlab._checks import check_int, check_number
+from layerlab.loop._checkpoint import Checkpointing
+from layerlab.loop._placement import Placement
 
-__all__ = ["FitPlan", "check_fit_args"]
+__all__ = ["FitPlan", "check_fit_args", "grouped_checkpoint", "grouped_placement"]
 
 
 class FitPlan(NamedTuple):
@@ -23,6 +25,35 @@ class FitPlan(NamedTuple):
     batch_size: int | None
     spe: int           # steps per epoch
     total: int         # number of steps T
+
+
+def grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every,
+                       max_to_keep) -> Checkpointing:
+    """``fit``'s checkpoint arguments as one :class:`Checkpointing` (``directory`` ``None``:
+    no checkpoints), from ``checkpoint=`` or the flat ``checkpoint_dir=/_every=/max_to_keep=``."""
+    if checkpoint is None:
+        return Checkpointing(checkpoint_dir, checkpoint_every, max_to_keep)
+    if checkpoint_dir is not None or checkpoint_every is not None:
+        raise ValueError("fit: give checkpoint= or checkpoint_dir=/checkpoint_every=, "
+                         "not both.")
+    if not isinstance(checkpoint, Checkpointing):
+        raise TypeError("fit: checkpoint must be a loop.Checkpointing, got "
+                        f"{type(checkpoint).__name__}.")
+    return checkpoint
+
+
+def grouped_placement(placement, mesh, data_axis, state_sharding, data_sharding) -> Placement:
+    """``fit``'s placement arguments as one :class:`Placement`, from ``placement=`` or the flat
+    ``mesh=/data_axis=/state_sharding=/data_sharding=``."""
+    if placement is None:
+        return Placement(mesh, data_axis, state_sharding, data_sharding)
+    if mesh is not None or state_sharding is not None or data_sharding is not None:
+        raise ValueError("fit: give placement= or mesh=/state_sharding=/data_sharding=, "
+                         "not both.")
+    if not isinstance(placement, Placement):
+        raise TypeError("fit: placement must be a loop.Placement, got "
+                        f"{type(placement).__name__}.")
+    return placement
 
 
 def _as_key(key):

@@ -4,13 +4,15 @@ One ``jax.jit``-compiled ``lax.scan`` runs a chunk of steps; batches are gathere
 from per-epoch permutations drawn from ``fold_in(data_key, epoch)``; the chunk also returns a
 finiteness flag of the final state (one reduction, read back with the metrics).  Plus the
 jitted evaluation, best-state selection and data finiteness test, and the host-side choice of
-chunk lengths.
+chunk lengths, and :class:`ChunkLauncher`, which dispatches the chunks of one ``fit`` call in
+order.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from functools import partial
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -192,3 +194,60 @@ def _default_chunk(total: int, intervals: Sequence[int]) -> int:
                 if c <= target and c > best:
                     best = c
     return best if best * 4 >= target else g
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+class InFlight(NamedTuple):
+    """One dispatched chunk: steps ``t_from .. t_to - 1`` from ``prev_state`` to ``state``
+    (device arrays, not read back yet), its stacked ``metrics`` and its state-finiteness flag."""
+
+    t_from: int
+    t_to: int
+    prev_state: Any
+    state: Any
+    metrics: dict[str, jax.Array]
+    state_ok: jax.Array
+
+
+class ChunkLauncher:
+    """Dispatches the chunks of one ``fit`` call in order (asynchronously: nothing is read back).
+
+    Chunk boundaries fall on every multiple of ``chunk`` and of each of ``intervals`` (the
+    eval and checkpoint periods) and on ``total``.  The last drawn epoch permutation is
+    carried from one chunk to the next, so each is drawn once per run.
+    """
+
+    def __init__(self, step, data, key, *, total, chunk, intervals, batch_size, steps_per_epoch,
+                 n, runs, data_runs_axis, batch_sharding, state_sharding, check_state, R=None):
+        data_key, step_key = jax.random.split(key)
+        self._data, self._data_key = data, data_key
+        self._step_keys = jax.random.split(step_key, R) if runs else step_key
+        self._period = [chunk, *intervals]
+        self.total = total
+        self._static = dict(step=step, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
+                            n=n, runs=runs, data_runs_axis=data_runs_axis,
+                            batch_sharding=batch_sharding, state_sharding=state_sharding,
+                            check_state=check_state)
+        self._perm = [jnp.zeros((1 if batch_size is None else n,), jnp.int32),
+                      jnp.asarray(-1, jnp.int32)]  # last drawn permutation and its epoch
+
+    def launch(self, t_from: int, state) -> InFlight | None:
+        """Dispatch the chunk starting at ``t_from`` (``None`` once ``t_from`` reaches the end)."""
+        if t_from >= self.total:
+            return None
+        t_to = min([_ceil_to(t_from, k) for k in self._period] + [self.total])
+        try:
+            new, metrics, self._perm[0], self._perm[1], ok = _run_chunk(
+                state, jnp.asarray(t_from, jnp.int32), self._data, self._data_key,
+                self._step_keys, *self._perm, length=t_to - t_from, **self._static)
+        except TypeError as e:
+            if "carry" in str(e) or "scan" in str(e):
+                raise TypeError(
+                    "fit: step(state, batch, key) must return (new_state, metrics) with "
+                    "new_state of the same pytree structure, shapes and dtypes as state. "
+                    f"JAX said: {e}"
+                ) from e
+            raise
+        return InFlight(t_from, t_to, state, new, metrics, ok)

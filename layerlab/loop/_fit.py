@@ -1,9 +1,12 @@
 """``fit``: drive a pure step over in-memory data inside jit-compiled ``lax.scan`` chunks.
 
-The parts, one job each: :mod:`._args` (argument checks), :mod:`._placement` (mesh),
-:mod:`._chunks` (the compiled chunk runner and its permutations), :mod:`._checkpoint` (save,
-resume with the run fingerprint, lock, fallback), :mod:`._early_stopping` (a pure update),
-:mod:`._history` (the history kept as chunks).  ``fit`` below strings them together.
+The parts, one job each: :mod:`._args` (argument checks, grouped arguments),
+:mod:`._placement` (mesh), :mod:`._chunks` (the compiled chunk runner and the launcher that
+dispatches chunks), :mod:`._run` (the host side: history, evaluation, early stopping,
+checkpoints, progress), :mod:`._nonfinite` (the NaN/Inf test and error),
+:mod:`._checkpoint` (save, resume with the run fingerprint, lock, fallback),
+:mod:`._early_stopping` (a pure update), :mod:`._history` (the history kept as chunks).
+``fit`` below strings them together.
 """
 from __future__ import annotations
 
@@ -12,133 +15,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from layerlab.loop._args import check_fit_args
-from layerlab.loop._checkpoint import Checkpointing
-from layerlab.loop._chunks import (
-    _all_finite,
-    _ceil_to,
-    _default_chunk,
-    _run_chunk,
-    _run_eval,
-    _select_best,
-)
-from layerlab.loop._early_stopping import (
-    EarlyStopping,
-    es_from_json,
-    es_init,
-    es_to_json,
-    es_update,
-)
-from layerlab.loop._history import HistoryLog
+from layerlab.loop._args import check_fit_args, grouped_checkpoint, grouped_placement
+from layerlab.loop._checkpoint import Checkpointing, run_fingerprint
+from layerlab.loop._chunks import ChunkLauncher, _all_finite, _default_chunk
+from layerlab.loop._early_stopping import EarlyStopping
+from layerlab.loop._nonfinite import NonFiniteError
 from layerlab.loop._placement import Placement, place
+from layerlab.loop._run import FitRun
 
 __all__ = ["fit", "EarlyStopping", "NonFiniteError"]
 
 
-class NonFiniteError(FloatingPointError):
-    """A training metric became NaN/Inf.
+def _due(t: int, every: int | None, total: int) -> bool:
+    """Whether a period-``every`` action (evaluation, checkpoint) falls after ``t`` updates."""
+    return (every is not None and t % every == 0) or t == total
 
-    Attributes:
-      step: index of the first update whose metric was non-finite.
-      metric: the metric's name.
-      value: the offending value(s).
-      runs: indices of the runs that diverged (``runs=True``), else ``None``.
-      last_good_step: number of updates applied in ``state`` (and in the last checkpoint
-        written, when checkpointing).
-      state: the last good state (before the chunk that diverged).
-      history: the history up to ``last_good_step``.
-    """
-
-    def __init__(self, message, *, step, metric, value, runs=None, last_good_step=None,
-                 state=None, history=None):
-        super().__init__(message)
-        self.step = step
-        self.metric = metric
-        self.value = value
-        self.runs = runs
-        self.last_good_step = last_good_step
-        self.state = state
-        self.history = history
-
-
-# --------------------------------------------------------------------------- host helpers
-
-def _state_message(state, t_from, t_to, bad_runs, ckpt, last_ckpt) -> str:
-    """Name the state leaves holding NaN/Inf after the chunk ``t_from .. t_to - 1``."""
-    names = []
-    for path, a in jax.tree_util.tree_flatten_with_path(state)[0]:
-        if jnp.issubdtype(a.dtype, jnp.inexact) and not bool(jnp.all(jnp.isfinite(a))):
-            names.append(jax.tree_util.keystr(path) or "state")
-    where = f" in runs {bad_runs}" if bad_runs is not None else ""
-    where_ck = ""
-    if ckpt is not None and last_ckpt is not None:
-        where_ck = f"; the last good checkpoint (step {last_ckpt}) is in {ckpt.directory}"
-    return (
-        f"fit: the state became non-finite (NaN/Inf in {names[:5]}) during steps "
-        f"{t_from}..{t_to - 1}{where} while every checked metric stayed finite. Training "
-        f"stopped; err.state holds the last good state (after {t_from} steps){where_ck}. "
-        "Lower the learning rate, or check the step for division by zero / overflow."
-    )
-
-
-def _to_host(tree):
-    return jax.tree_util.tree_map(np.asarray, jax.device_get(tree))
-
-
-def _fmt(metrics: dict[str, np.ndarray]) -> dict[str, str]:
-    out = {}
-    for k, v in list(metrics.items())[:4]:
-        v = np.asarray(v)
-        out[k] = f"{float(np.nanmedian(v)) if v.size else float('nan'):.4g}"
-    return out
-
-
-def _check_metrics(metrics, length, R):
-    """The first chunk's metrics: a dict of scalars per step (per run)."""
-    if not isinstance(metrics, dict):
-        raise TypeError(
-            f"fit: step must return metrics as a dict of scalars, got {type(metrics).__name__}."
-        )
-    want = (length, R) if R is not None else (length,)
-    for k, v in metrics.items():
-        if np.shape(v) != want:
-            raise ValueError(
-                f"fit: metric {k!r} from step is not a scalar (per step it has shape "
-                f"{np.shape(v)[1:]}); return scalars, e.g. jnp.mean(...)."
-            )
-
-
-def _nonfinite_metric(metrics, names, t_from, length, runs, where_ck):
-    """``(message, step, metric, value, bad_runs)`` of the first NaN/Inf metric, or ``None``."""
-    for k in names:
-        if k not in metrics:
-            raise KeyError(
-                f"fit: check_finite names {k!r}, not a metric of step: {sorted(metrics)}."
-            )
-        v = np.asarray(metrics[k])
-        if not np.issubdtype(v.dtype, np.inexact):
-            continue
-        bad = ~np.isfinite(v)
-        if bad.any():
-            i = int(np.argmax(bad.reshape(length, -1).any(axis=1)))
-            bad_runs = np.flatnonzero(bad[i]).tolist() if runs else None
-            where = f" in runs {bad_runs}" if runs else ""
-            msg = (
-                f"fit: training metric {k!r} became non-finite ({v[i].tolist()}) "
-                f"at step {t_from + i}{where}. Training stopped; err.state holds the "
-                f"last good state (after {t_from} steps){where_ck}. Lower the learning "
-                "rate, check the data and the loss for log(0)/division by zero"
-                + (", or pass check_finite=False to let a sweep continue past "
-                   "diverging runs." if runs else ".")
-            )
-            return msg, t_from + i, k, v[i], bad_runs
-    return None
-
-
-# --------------------------------------------------------------------------- fit
 
 def fit(
     step: Callable[[Any, Any, jax.Array], tuple[Any, dict[str, jax.Array]]],
@@ -243,222 +136,76 @@ def fit(
         checkpoint directory holds another run / is used by another live process / has no
         step that restores (see ``docs/loop.md``).
       ValueError / TypeError: inconsistent arguments, with what to change.
+
+    Examples:
+      Least squares ``y = 3 x`` by SGD in mini-batches of 8:
+
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from layerlab import loop
+      >>> x = jnp.linspace(-1.0, 1.0, 32)[:, None]
+      >>> ts = loop.optax_step(lambda w, b: jnp.mean((b[0] * w - b[1]) ** 2), optax.sgd(0.5))
+      >>> state, hist = loop.fit(ts.step, ts.init(jnp.zeros(())), (x, 3.0 * x),
+      ...                        key=jax.random.key(0), steps=20, batch_size=8, progress=False)
+      >>> hist["train"]["loss"].shape
+      (20,)
+      >>> round(float(state.params), 3)
+      3.0
     """
-    if checkpoint is not None:  # the grouped form of checkpoint_dir/_every/max_to_keep
-        if checkpoint_dir is not None or checkpoint_every is not None:
-            raise ValueError("fit: give checkpoint= or checkpoint_dir=/checkpoint_every=, "
-                             "not both.")
-        if not isinstance(checkpoint, Checkpointing):
-            raise TypeError("fit: checkpoint must be a loop.Checkpointing, got "
-                            f"{type(checkpoint).__name__}.")
-        checkpoint_dir, checkpoint_every, max_to_keep = checkpoint
-    if placement is not None:  # the grouped form of mesh/data_axis/state_/data_sharding
-        if mesh is not None or state_sharding is not None or data_sharding is not None:
-            raise ValueError("fit: give placement= or mesh=/state_sharding=/data_sharding=, "
-                             "not both.")
-        if not isinstance(placement, Placement):
-            raise TypeError("fit: placement must be a loop.Placement, got "
-                            f"{type(placement).__name__}.")
-        mesh, data_axis, state_sharding, data_sharding = placement
+    checkpoint = grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every, max_to_keep)
+    placement = grouped_placement(placement, mesh, data_axis, state_sharding, data_sharding)
     plan = check_fit_args(
         step, state, data, key=key, steps=steps, epochs=epochs, batch_size=batch_size,
         eval_fn=eval_fn, eval_every=eval_every, chunk_size=chunk_size,
-        checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
-        max_to_keep=max_to_keep, early_stopping=early_stopping, check_finite=check_finite,
-        runs=runs, data_runs_axis=data_runs_axis, callback=callback)
-    n, R, total, batch_size = plan.n, plan.R, plan.total, plan.batch_size
-    data_host = data  # as given (hashed for the checkpoint fingerprint)
-    placed = place(data, state, plan.key, mesh=mesh, data_axis=data_axis,
-                   state_sharding=state_sharding, data_sharding=data_sharding,
-                   batch_size=batch_size, n=n, data_runs_axis=data_runs_axis)
-    data, state, key = placed.data, placed.state, placed.key
-    if check_finite is not False and not bool(_all_finite(data)):
+        checkpoint_dir=checkpoint.directory, checkpoint_every=checkpoint.every,
+        max_to_keep=checkpoint.max_to_keep, early_stopping=early_stopping,
+        check_finite=check_finite, runs=runs, data_runs_axis=data_runs_axis, callback=callback)
+    total, batch_size = plan.total, plan.batch_size
+    placed = place(data, state, plan.key, placement, batch_size=batch_size, n=plan.n,
+                   data_runs_axis=data_runs_axis)
+    if check_finite is not False and not bool(_all_finite(placed.data)):
         raise ValueError(
             "fit: the data contain NaN or Inf values; clean or impute them first "
             "(or pass check_finite=False to skip all finiteness checks)."
         )
-    data_key, step_key = jax.random.split(key)
-    step_keys = jax.random.split(step_key, R) if runs else step_key
 
     # ---------------------------------------------------------------- resume
-    es = early_stopping
-    es_state = es_init(es, R) if es is not None else None
-    best_state = state if (es is not None and es.restore_best) else None
-    log = HistoryLog()
-    t, ckpt, last_ckpt, stopped = 0, None, None, False
-    if checkpoint_dir is not None:
-        from layerlab.loop._checkpoint import checkpoint_meta, open_checkpoint, run_fingerprint
-
-        fingerprint = run_fingerprint(  # hashes the data and the initial state, once
-            step=step, state=state, data=data_host, key_data=jax.random.key_data(key),
-            total=total, batch_size=batch_size, n=n, runs=R, data_runs_axis=data_runs_axis)
-        ckpt, found = open_checkpoint(checkpoint_dir, max_to_keep, fingerprint,
-                                      {"state": state, "best": best_state})
-        if found is not None:
-            t, arrays, meta, records = found
-            last_ckpt, state = t, arrays["state"]
-            if best_state is not None:
-                best_state = arrays["best"]
-            if records is None:  # older format: the whole history inside the meta
-                log.load_jsonable(meta["history"])
-            else:
-                log.load_records(records)
-            stopped = bool(meta.get("stopped", False))
-            if es is not None and meta.get("early_stopping") is not None:
-                es_state = es_from_json(meta["early_stopping"], es_state, stopped)
-        ckpt.rewrite_history(log.records())  # drops rows newer than step t (once per resume)
-
-    def assemble():
-        return log.assemble(None if es is None else {"early_stopping": {
-            "stopped": stopped, "best": es_state.best, "best_step": es_state.best_step,
-            "metric": es.metric, "mode": es.mode}})
-
-    def save(t_now):
-        nonlocal last_ckpt
-        ckpt.append_history(log.new_records())  # O(new rows)
-        arrays = {"state": state, "best": best_state}
-        ckpt.save(t_now, arrays, checkpoint_meta(
-            t_now, fingerprint, log.rows(), arrays, stopped,
-            None if es is None else es_to_json(es_state)))
-        last_ckpt = t_now
-
-    def evaluate(t_now):
-        nonlocal best_state, stopped, es_state
-        out = _run_eval(state, eval_fn=eval_fn, runs=runs)
-        if not isinstance(out, dict):
-            raise TypeError(
-                f"fit: eval_fn must return a dict of scalars, got {type(out).__name__}."
-            )
-        out = _to_host(out)
-        for k, v in out.items():
-            if np.shape(v) != ((R,) if runs else ()):
-                raise ValueError(
-                    f"fit: eval_fn metric {k!r} has shape {np.shape(v)}; metrics must be scalars "
-                    "(per run)."
-                )
-        log.add_eval(t_now, out)
-        if es is not None:
-            if es.metric not in out:
-                raise KeyError(
-                    f"fit: EarlyStopping.metric {es.metric!r} is not among the eval metrics "
-                    f"{sorted(out)}."
-                )
-            es_state, improved = es_update(es, es_state, out[es.metric], t_now)
-            if es.restore_best and np.any(improved):
-                best_state = _select_best(jnp.asarray(improved), state, best_state, runs=runs)
-            stopped = stopped or es_state.stopped
-        if progress_bar is not None:
-            evals = {f"eval_{k}": s for k, s in _fmt(out).items()}
-            progress_bar.set_postfix({**_fmt(last_metrics), **evals})
-
-    def finish():
-        if ckpt is not None:
-            ckpt.close()
-        if progress_bar is not None:
-            progress_bar.close()
-        return (best_state if best_state is not None else state), assemble()
-
-    if stopped or t >= total:
-        progress_bar = None
-        return finish()
+    run = FitRun(placed.state, early_stopping=early_stopping, R=plan.R, runs=runs)
+    if checkpoint.directory is not None:
+        run.resume(checkpoint, run_fingerprint(  # hashes the data (as given) and the state
+            step=step, state=placed.state, data=data, key_data=jax.random.key_data(placed.key),
+            total=total, batch_size=batch_size, n=plan.n, runs=plan.R,
+            data_runs_axis=data_runs_axis))
+    if run.stopped or run.t >= total:
+        return run.finish()
 
     # ---------------------------------------------------------------- main loop
-    from tqdm.auto import tqdm
-
-    show = bool(progress) and jax.process_index() == 0
-    progress_bar = tqdm(total=total, initial=t, desc=desc, disable=not show, dynamic_ncols=True,
-                        unit="step", leave=True) if show else None
-    last_metrics: dict[str, np.ndarray] = {}
-    intervals = [k for k in (eval_every, checkpoint_every) if k is not None]
-    chunk = int(chunk_size) if chunk_size is not None else _default_chunk(total, intervals)
-    period = [chunk] + intervals
-    if eval_fn is not None and eval_at_start and t == 0:
-        evaluate(0)
-    checked_metrics = False
-
-    perm_box = [jnp.zeros((1 if batch_size is None else n,), jnp.int32),
-                jnp.asarray(-1, jnp.int32)]  # last drawn permutation and its epoch
-
-    def launch(t_from, st):
-        """Dispatch the chunk starting at ``t_from`` (asynchronously; nothing is read back)."""
-        t_to = min([_ceil_to(t_from, k) for k in period] + [total])
-        try:
-            st_new, m, perm_box[0], perm_box[1], ok = _run_chunk(
-                st, jnp.asarray(t_from, jnp.int32), data, data_key, step_keys, *perm_box,
-                step=step, length=t_to - t_from, batch_size=batch_size, steps_per_epoch=plan.spe,
-                n=n, runs=runs, data_runs_axis=data_runs_axis,
-                batch_sharding=placed.batch_sharding, state_sharding=placed.state_sharding,
-                check_state=check_finite is not False,
-            )
-        except TypeError as e:
-            if "carry" in str(e) or "scan" in str(e):
-                raise TypeError(
-                    "fit: step(state, batch, key) must return (new_state, metrics) with "
-                    "new_state of the same pytree structure, shapes and dtypes as state. "
-                    f"JAX said: {e}"
-                ) from e
-            raise
-        return t_from, t_to, st, st_new, m, ok
-
+    intervals = [k for k in (eval_every, checkpoint.every) if k is not None]
+    chunks = ChunkLauncher(
+        step, placed.data, placed.key, total=total,
+        chunk=int(chunk_size) if chunk_size is not None else _default_chunk(total, intervals),
+        intervals=intervals, batch_size=batch_size, steps_per_epoch=plan.spe, n=plan.n,
+        runs=runs, data_runs_axis=data_runs_axis, batch_sharding=placed.batch_sharding,
+        state_sharding=placed.state_sharding, check_state=check_finite is not False, R=plan.R)
+    run.open_progress(progress, total, desc)
     try:
+        if eval_fn is not None and eval_at_start and run.t == 0:
+            run.evaluate(eval_fn)
         # One chunk of look-ahead: chunk k+1 is dispatched before chunk k's metrics are read,
         # so the device never waits for the host (progress, history, eval, checkpoints).
-        inflight = launch(t, state) if t < total else None
+        inflight = chunks.launch(run.t, run.state)
         while inflight is not None:
-            t_from, nxt, prev_state, new_state, metrics, state_ok = inflight
-            inflight = launch(nxt, new_state) if nxt < total else None
-            length = nxt - t_from
-            metrics = _to_host(metrics)
-            if not checked_metrics:
-                _check_metrics(metrics, length, R if runs else None)
-                checked_metrics = True
-            if check_finite is not False:
-                where_ck = ""
-                if ckpt is not None and last_ckpt is not None:
-                    where_ck = (f"; the last good checkpoint (step {last_ckpt}) is in "
-                                f"{ckpt.directory}")
-                names = list(metrics) if check_finite is True else list(check_finite)
-                bad = _nonfinite_metric(metrics, names, t_from, length, runs, where_ck)
-                state_ok = np.asarray(state_ok)
-                if bad is None and not state_ok.all():
-                    bad_runs = np.flatnonzero(~state_ok).tolist() if runs else None
-                    bad = (_state_message(new_state, t_from, nxt, bad_runs, ckpt, last_ckpt),
-                           t_from, "state", None, bad_runs)
-                if bad is not None:
-                    if ckpt is not None:
-                        ckpt.wait()
-                    msg, bad_step, name, value, bad_runs = bad
-                    raise NonFiniteError(msg, step=bad_step, metric=name, value=value,
-                                         runs=bad_runs, last_good_step=t_from,
-                                         state=prev_state, history=assemble())
-            log.add_train(np.arange(t_from, nxt, dtype=np.int64), metrics)
-            last_metrics = {k: v[-1] for k, v in metrics.items()}
-            t, state = nxt, new_state
-            if progress_bar is not None:
-                progress_bar.update(length)
-                progress_bar.set_postfix(_fmt(last_metrics), refresh=False)
-            if eval_fn is not None and ((eval_every is not None and t % eval_every == 0)
-                                        or t == total):
-                evaluate(t)
-                if stopped:
+            done, inflight = inflight, chunks.launch(inflight.t_to, inflight.state)
+            metrics = run.take_chunk(done, check_finite)  # raises NonFiniteError
+            if eval_fn is not None and _due(run.t, eval_every, total):
+                run.evaluate(eval_fn)
+                if run.stopped:
                     inflight = None  # drop the look-ahead chunk: training ends here
-            if ckpt is not None and ((checkpoint_every is not None and t % checkpoint_every == 0)
-                                     or t == total or stopped):
-                save(t)
+            if run.ckpt is not None and (_due(run.t, checkpoint.every, total) or run.stopped):
+                run.save()
             if callback is not None:
-                callback(t, state, metrics)
+                callback(run.t, run.state, metrics)
     except BaseException:
-        if progress_bar is not None:
-            progress_bar.close()
-            progress_bar = None
-        if ckpt is not None:
-            ckpt.close()
-            ckpt = None
+        run.abort()
         raise
-    if stopped and eval_fn is not None and progress_bar is not None:
-        progress_bar.write(
-            f"{desc}: early stopping at step {t} ({es.metric} best "
-            f"{np.asarray(es_state.best).tolist()} at step "
-            f"{np.asarray(es_state.best_step).tolist()})"
-        )
-    return finish()
+    run.note_early_stop(desc)
+    return run.finish()

@@ -69,14 +69,14 @@ class Placed(NamedTuple):
     state_sharding: Any        # (leaf shardings, treedef) for the compiled step, or None
 
 
-def place(data, state, key, *, mesh, data_axis, state_sharding, data_sharding, batch_size, n,
-          data_runs_axis) -> Placed:
+def place(data, state, key, placement: Placement, *, batch_size, n, data_runs_axis) -> Placed:
     """Put the data, state and key on the mesh's devices (or the default device).
 
-    With a ``mesh``: batches are constrained to ``P(data_axis)`` (``P(None, data_axis)`` with a
-    runs axis) inside the compiled step, the stored data set is replicated (or
-    ``data_sharding``), the state replicated (or ``state_sharding``), the key replicated.
+    With a ``placement.mesh``: batches are constrained to ``P(data_axis)`` (``P(None,
+    data_axis)`` with a runs axis) inside the compiled step, the stored data set is replicated
+    (or ``data_sharding``), the state replicated (or ``state_sharding``), the key replicated.
     """
+    mesh, data_axis, state_sharding, data_sharding = placement
     batch_sharding = state_sh = None
     if mesh is not None:
         from jax.sharding import NamedSharding

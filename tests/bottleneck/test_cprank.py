@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from layerlab import bottleneck as bn
+from layerlab import nets
 
 
 @pytest.mark.parametrize("N", [4, 6, 8])
@@ -34,10 +35,12 @@ def test_triangle_detection():
 
 @pytest.mark.parametrize("N", [4, 6, 10])
 def test_width_n_construction(N, x64):
-    Ws, norm = bn.bipartite_width_n_network(N)
-    out = bn.representations(Ws, jnp.eye(N), beta=0.0)[-1]
+    params, norm = bn.bipartite_width_n_network(N)
+    out = bn.representations(params, jnp.eye(N), beta=0.0)[-1]
     np.testing.assert_allclose(out, bn.bipartite_matrix(N), atol=1e-9)
-    np.testing.assert_allclose(norm, sum(float(jnp.sum(W ** 2)) for W in Ws), rtol=1e-12)
+    np.testing.assert_allclose(out, nets.mlp_apply(params, jnp.eye(N)), atol=1e-12)  # b = 0
+    np.testing.assert_allclose(norm, sum(float(jnp.sum(p["w"] ** 2)) for p in params),
+                               rtol=1e-12)
     np.testing.assert_allclose(norm, N * np.sqrt((N + 2) * (N - 1)), rtol=1e-12)
     assert N * N <= norm < N * N + N
     # and it is a critical point-free upper bound: the lower bound N^2 is below it
@@ -45,13 +48,15 @@ def test_width_n_construction(N, x64):
 
 
 def test_loss_lower_bound_is_soft_threshold_minimum(key):
-    Y = np.asarray(jax.random.normal(key, (3, 5)), dtype=np.float64)
+    y = np.asarray(jax.random.normal(key, (3, 5)), dtype=np.float64).T   # [N, n_out] = [5, 3]
     lam, N = 0.07, 5
-    f = lambda Yh: np.sum((Yh - Y) ** 2) / N + 2 * lam * np.linalg.svd(Yh, compute_uv=False).sum()  # noqa: E731
-    U, s, Vt = np.linalg.svd(Y, full_matrices=False)
-    Ystar = (U * np.maximum(s - lam * N, 0)) @ Vt
-    lb = bn.identity_inputs_loss_lower_bound(Y, lam)
-    np.testing.assert_allclose(f(Ystar), lb, rtol=1e-12)
+    f = lambda yh: np.sum((yh - y) ** 2) / N + 2 * lam * np.linalg.svd(yh, compute_uv=False).sum()  # noqa: E731
+    U, s, Vt = np.linalg.svd(y, full_matrices=False)
+    ystar = (U * np.maximum(s - lam * N, 0)) @ Vt
+    lb = bn.identity_inputs_loss_lower_bound(y, lam)
+    np.testing.assert_allclose(f(ystar), lb, rtol=1e-12)
     rng = np.random.default_rng(0)
     for _ in range(50):  # convex objective: random perturbations never go below
-        assert f(Ystar + 0.05 * rng.standard_normal(Y.shape)) >= lb - 1e-12
+        assert f(ystar + 0.05 * rng.standard_normal(y.shape)) >= lb - 1e-12
+    # N is the number of rows: the transposed targets give another (wrong) N
+    assert bn.identity_inputs_loss_lower_bound(y.T, lam) != pytest.approx(lb)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from layerlab import bottleneck as bn
+from layerlab import nets
 
 
 def test_diagnostics_on_constructed_rank_k_net(key, x64):
@@ -13,7 +14,7 @@ def test_diagnostics_on_constructed_rank_k_net(key, x64):
     d, L, k = 6, 5, 2
     Q, _ = jnp.linalg.qr(jax.random.normal(key, (d, d)))
     P = Q[:, :k] @ Q[:, :k].T
-    Ws = [jnp.concatenate([P, jnp.zeros((d, 1))], 1) for _ in range(L)]
+    Ws = [{"w": P.T, "b": jnp.zeros(d)} for _ in range(L)]
     ident = lambda z: z  # noqa: E731
     x = jax.random.normal(jax.random.fold_in(key, 1), (20, d))
     out = jax.jit(lambda W, v: bn.bottleneck_diagnostics(W, v, activation=ident, tol=1e-6))(Ws, x)
@@ -23,14 +24,15 @@ def test_diagnostics_on_constructed_rank_k_net(key, x64):
     np.testing.assert_allclose(out["jacobian_log_pdet"], 0.0, atol=1e-9)
     # NTK trace of a linear net: sum_l ||d f / d W_l||^2, closed form for f = P^L x
     # dF/dW_l contributes ||P||_F^2-type terms: Tr Theta(x, x) = sum_l (||P x||^2 + beta^2 ...)
-    # check it against a brute-force Jacobian instead
+    # check it against a brute-force Jacobian instead (with respect to the nets params w, b:
+    # for beta = 1 the same kernel as paper A's W_l = [w_l^T, b_l])
     J = jax.jacrev(lambda W: bn.network_fn(W, x[:1], activation=ident)[0])(Ws)
-    brute = sum(float(jnp.sum(j ** 2)) for j in J)
+    brute = sum(float(jnp.sum(j ** 2)) for j in jax.tree.leaves(J))
     np.testing.assert_allclose(bn.ntk_trace(Ws, x[:1], activation=ident), brute, rtol=1e-9)
 
 
 def test_jacobian_stats_against_finite_differences(key, x64):
-    Ws = bn.init_weights(key, [3, 5, 2])
+    Ws = nets.mlp_init(key, [3, 5, 2], init="he")
     x = jax.random.normal(jax.random.fold_in(key, 2), (4, 3))
     js = jax.jit(lambda W, v: bn.jacobian_stats(W, v, activation=jnp.tanh))(Ws, x)
     f = jax.jit(lambda v: bn.network_fn(Ws, v[None], activation=jnp.tanh)[0])

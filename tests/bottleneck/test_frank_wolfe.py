@@ -25,18 +25,20 @@ def test_cp_rank_lower_bound_on_graph_matrices():
 def test_frank_wolfe_reaches_the_infinite_width_loss():
     # one-hot targets with 2 classes (X = I_4): (Y^T Y)^{1/2} is CP, so the soft-threshold
     # bound (an independent closed form) is the infinite-width optimum
-    Y = np.eye(2)[[0, 0, 1, 1]].T
+    y = np.eye(2)[[0, 0, 1, 1]]                       # [N, n_out] = [4, 2]
     lam = 1e-2
-    r = bn.frank_wolfe_shallow(Y, lam, iters=30)
-    lb = bn.identity_inputs_loss_lower_bound(Y, lam)
+    r = bn.frank_wolfe_shallow(y, lam, iters=30)
+    lb = bn.identity_inputs_loss_lower_bound(y, lam)
     assert abs(r["final_loss"] - lb) <= 1e-5 * lb
     assert r["gap"][-1] >= -1e-6 * lam  # no descent atom left
-    assert r["width"] <= 4
+    assert r["width"] <= 4 and r["atoms"].shape == (4, r["width"])
+    S = np.maximum(r["atoms"], 0.0)
+    np.testing.assert_allclose(r["K_sigma"], (S * r["c"]) @ S.T, atol=1e-12)
     # the network built from the atoms has exactly this L_lambda (second route: weight space)
     with jax.enable_x64(True):
-        W = [jnp.asarray(w) for w in r["weights"]]
-        wl = bn.weight_loss(W, jnp.eye(4), cost=lambda Z: jnp.sum((Z - Y) ** 2) / 4, lam=lam,
-                            beta=0.0)
+        params = jax.tree.map(jnp.asarray, r["params"])
+        wl = bn.weight_loss(params, jnp.eye(4), cost=lambda Z: jnp.sum((Z - y) ** 2) / 4,
+                            lam=lam, beta=0.0)
     np.testing.assert_allclose(float(wl), r["final_loss"], rtol=1e-6)
 
 

@@ -5,23 +5,25 @@ import numpy as np
 import optax
 
 from layerlab import bottleneck as bn
+from layerlab import nets
 
 
 def test_projected_representation_gd_decreases_true_loss(key):
     kx, ky, kw = jax.random.split(key, 3)
-    X = jax.random.normal(kx, (3, 12))
-    Y = jnp.tanh(X[:2] * 2.0)
-    cost = lambda Z: jnp.sum((Z - Y) ** 2) / 12  # noqa: E731
-    W0 = bn.init_weights(kw, [3, 8, 8, 2])
-    Zs0 = bn.representations(W0, X)
-    rs = bn.representation_step(X, cost, optax.adam(1e-2), lam=1e-2, ridge=1e-4)
+    x = jax.random.normal(kx, (3, 12)).T                      # [N, n_0] = [12, 3]
+    y = jnp.tanh(x[:, :2] * 2.0)                              # [N, n_L] = [12, 2]
+    cost = lambda Z: jnp.sum((Z - y) ** 2) / 12  # noqa: E731
+    W0 = nets.mlp_init(kw, [3, 8, 8, 2], init="he")
+    Zs0 = bn.representations(W0, x)
+    rs = bn.representation_step(x, cost, optax.adam(1e-2), lam=1e-2, ridge=1e-4)
     step = jax.jit(rs.step)
     state = rs.init(Zs0)
     losses = []
     for _ in range(300):
         state, m = step(state, None, None)
         losses.append(float(m["weight_loss"]))
-    l0 = float(bn.weight_loss(W0, X, cost=cost, lam=1e-2))
+    assert [Z.shape for Z in state.params] == [(12, 8), (12, 8), (12, 2)]
+    l0 = float(bn.weight_loss(W0, x, cost=cost, lam=1e-2))
     assert losses[-1] < 0.5 * l0
     # After projection Z is admissible, so Z = Phi(Psi(Z)) exactly (Proposition 1) and
     # L^r(Z) equals the network's L_lambda.  The identity is exact only for the plain
@@ -31,15 +33,15 @@ def test_projected_representation_gd_decreases_true_loss(key):
     # amplified by the layers' conditioning (cond <= ~400 here) -> 1e-5 * max|Z|
     # leaves a > 50x margin over the measured 1.8e-7 absolute.
     with jax.enable_x64(True):
-        X64 = jnp.asarray(np.asarray(X, np.float64))
-        Y64 = jnp.asarray(np.asarray(Y, np.float64))
+        x64 = jnp.asarray(np.asarray(x, np.float64))
+        y64 = jnp.asarray(np.asarray(y, np.float64))
         Zs64 = [jnp.asarray(np.asarray(z, np.float64)) for z in state.params]
-        cost64 = lambda Z: jnp.sum((Z - Y64) ** 2) / 12  # noqa: E731
-        Ws64 = bn.weights_from_representations(Zs64, X64, ridge=0.0)
+        cost64 = lambda Z: jnp.sum((Z - y64) ** 2) / 12  # noqa: E731
+        P64 = bn.weights_from_representations(Zs64, x64, ridge=0.0)
         scale = max(float(jnp.abs(z).max()) for z in Zs64)
-        for a, b in zip(bn.representations(Ws64, X64), Zs64):
+        for a, b in zip(bn.representations(P64, x64), Zs64):
             np.testing.assert_allclose(a, b, atol=1e-5 * scale)
         np.testing.assert_allclose(
-            bn.representation_loss(Zs64, X64, cost=cost64, lam=1e-2, ridge=0.0),
-            bn.weight_loss(Ws64, X64, cost=cost64, lam=1e-2),
+            bn.representation_loss(Zs64, x64, cost=cost64, lam=1e-2, ridge=0.0),
+            bn.weight_loss(P64, x64, cost=cost64, lam=1e-2),
             rtol=1e-6)  # Gram-matrix route: cond(A)^2 ~ 1e5 times eps64; measured 7.7e-9

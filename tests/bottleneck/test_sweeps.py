@@ -3,30 +3,39 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from layerlab import bottleneck as bn
-from layerlab import loop
+from layerlab import loop, nets
 
 
 def test_masked_net_equals_narrow_net(key, x64):
     kx, kw, ky = jax.random.split(key, 3)
     x = jax.random.normal(kx, (7, 3))
     y = jax.random.normal(ky, (7, 2))
-    Ws = bn.init_weights(kw, [3, 6, 6, 2])
+    P = nets.mlp_init(kw, [3, 6, 6, 2], init="he", b_std=0.1, dtype=jnp.float64)
     masks = bn.width_masks([4], 6, 2)[0]
     hp = {"masks": masks, "lam": jnp.asarray(0.1)}
-    loss, aux = jax.jit(lambda W: bn.masked_loss(W, (x, y), hparams=hp, cost=bn.mse_cost))(Ws)
-    narrow = [Ws[0][:4], jnp.concatenate([Ws[1][:4, :4], Ws[1][:4, -1:]], 1),
-              jnp.concatenate([Ws[2][:, :4], Ws[2][:, -1:]], 1)]
-    ref = jax.jit(lambda W: bn.weight_loss(W, x.T, cost=lambda Z: bn.mse_cost(Z, y), lam=0.1))(
+    loss, aux = jax.jit(lambda p: bn.masked_loss(p, (x, y), hparams=hp, cost=bn.mse_cost))(P)
+    narrow = [{"w": P[0]["w"][:, :4], "b": P[0]["b"][:4]},
+              {"w": P[1]["w"][:4, :4], "b": P[1]["b"][:4]},
+              {"w": P[2]["w"][:4], "b": P[2]["b"]}]
+    ref = jax.jit(lambda p: bn.weight_loss(p, x, cost=lambda Z: bn.mse_cost(Z, y), lam=0.1))(
         narrow)
     np.testing.assert_allclose(loss, ref, rtol=1e-12)
+    # and by hand: nets.mlp_apply of the narrow net, squared parameters summed
+    by_hand = float(jnp.sum((nets.mlp_apply(narrow, x) - y) ** 2) / 7) + 0.1 * sum(
+        float(jnp.sum(p["w"] ** 2) + jnp.sum(p["b"] ** 2)) for p in narrow)
+    np.testing.assert_allclose(loss, by_hand, rtol=1e-12)
     # masked entries get exactly zero gradient
-    g = jax.jit(jax.grad(lambda W: bn.masked_loss(W, (x, y), hparams=hp, cost=bn.mse_cost)[0]))(
-        Ws)
-    assert float(jnp.abs(g[0][4:]).max()) == 0.0
-    assert float(jnp.abs(g[1][:, 4:6]).max()) == 0.0 and float(jnp.abs(g[2][:, 4:6]).max()) == 0.0
-    assert float(jnp.abs(g[1][:4, :4]).max()) > 0
+    g = jax.jit(jax.grad(lambda p: bn.masked_loss(p, (x, y), hparams=hp, cost=bn.mse_cost)[0]))(
+        P)
+    assert float(jnp.abs(g[0]["w"][:, 4:]).max()) == 0.0
+    assert float(jnp.abs(g[0]["b"][4:]).max()) == 0.0
+    assert float(jnp.abs(g[1]["w"][4:6]).max()) == 0.0
+    assert float(jnp.abs(g[1]["w"][:, 4:6]).max()) == 0.0
+    assert float(jnp.abs(g[2]["w"][4:6]).max()) == 0.0
+    assert float(jnp.abs(g[1]["w"][:4, :4]).max()) > 0
 
 
 def test_vectorised_sweep_matches_single_run(key):
@@ -40,19 +49,32 @@ def test_vectorised_sweep_matches_single_run(key):
     # width 1 cannot fit two classes with one ReLU ray; widths 2 and 3 reach the same plateau
     assert res["best"][0] > 1.5 * res["best"][1]
     np.testing.assert_allclose(res["best"][1], res["best"][2], rtol=0.01)
-    lb = bn.identity_inputs_loss_lower_bound(np.asarray(y).T, 1e-2)
+    lb = bn.identity_inputs_loss_lower_bound(np.asarray(y), 1e-2)
     assert res["best"][2] >= lb * (1 - 1e-4)
     # rerun run index 3 (width 2, seed 1) alone, with the same init, mask and optimiser
     r = 3
     state_r = jax.tree.map(lambda a: a[r], res["state"])
     k_init, k_fit, _ = jax.random.split(key, 3)
-    W0 = bn.init_weights(jax.random.split(k_init, 6)[r], [4, 3, 2], beta=0.0)
+    W0 = nets.mlp_init(jax.random.split(k_init, 6)[r], [4, 3, 2], init="he")
     hp = {"masks": bn.width_masks([2], 3, 1)[0], "lam": jnp.asarray(1e-2)}
     step = bn.sweep_step(bn.mse_cost, optax.adam(optax.cosine_decay_schedule(3e-2, T, 1e-2)),
                          beta=0.0)
     st, _ = loop.fit(step.step, step.init(W0, hp), (x, y), key=k_fit, steps=T, progress=False)
-    for a, b in zip(st.params, state_r.params):
+    for a, b in zip(jax.tree.leaves(st.params), jax.tree.leaves(state_r.params)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_costs_take_samples_as_rows():
+    Z = jnp.array([[1.0, 2.0], [0.0, -1.0], [3.0, 0.5]])       # [N, n_L] = [3, 2]
+    y = jnp.array([[1.0, 0.0], [0.0, 0.0], [2.0, 0.5]])
+    np.testing.assert_allclose(bn.mse_cost(Z, y), (4.0 + 1.0 + 1.0) / 3)
+    labels = jnp.array([1, 0, 0])
+    logp = jax.nn.log_softmax(Z, axis=1)
+    np.testing.assert_allclose(bn.cross_entropy_cost(Z, labels),
+                               -(logp[0, 1] + logp[1, 0] + logp[2, 0]) / 3, rtol=1e-6)
+    for bad in (y.T, y[:2]):
+        with pytest.raises(ValueError, match=r"y must be \[N, n_L\] = \(3, 2\)"):
+            bn.mse_cost(Z, bad)
 
 
 def test_plateau_start():

@@ -107,3 +107,22 @@ def test_cost_is_convnet_time_to_dmn_accuracy_over_dmn_time():
     # target 0.91: first epochs reaching it at 30 s and 8 s -> 19 s; DMN mean 12 s
     assert c6["convnet_s"] == 19.0 and c6["dmn_s"] == 12.0 and abs(c6["ratio"] - 19 / 12) < 1e-12
     assert c9["convnet_s"] is None and c9["ratio"] is None
+
+
+def test_timescales_config_checks_and_missing_data_set_is_recorded(tmp_path):
+    import pytest
+
+    from layerlab.dmn.experiments import TimescalesConfig, plot_timescales, run_timescales
+
+    with pytest.raises(ValueError, match="parts"):
+        TimescalesConfig(parts=("fig4",))
+    with pytest.raises(ValueError, match="fig3_pool"):
+        TimescalesConfig(fig3_pool=100, fig3_ns=(250,))
+    cfg = TimescalesConfig.smoke(parts=("fig5",), cnn_datasets=("cifar100",),
+                                 data_dir=str(tmp_path))  # no files there
+    rec = run_timescales(cfg, key=jax.random.key(0), progress=False)
+    assert rec.scale == "reduced" and rec.rows and all(r.ours is None for r in rec.rows)
+    assert all("not run" in r.note for r in rec.rows)
+    assert [c.holds for c in rec.claims] == [None]
+    plot_timescales(rec, tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 1000

@@ -43,3 +43,61 @@ def test_certificate_rows_and_diverged_rows():
 def test_superconductivity_missing_gives_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="superconductivity.*train.csv"):
         ex.load_regression("superconductivity", data_dir=str(tmp_path))
+
+
+def test_largest_stable_rejects_a_rate_whose_loss_spikes_then_recovers(key):
+    """§5.1 "did not cause the loss to diverge": a transient blow-up counts as divergence.
+
+    Brute force: rerun each rate alone, read its peak/initial loss, apply the rule by hand.
+    """
+    x = jax.random.normal(key, (32, 8))
+    y = jax.random.randint(jax.random.key(1), (32,), 0, 3)
+    params, frozen, P = ex.make_model(jax.random.key(2), 8, 1, 3, bottleneck=40,
+                                      first_linear=False)
+    lrs = (1e-3, 3e-2, 1.0)
+    arm = ex.Arm("adam", optax.adam, lrs)
+    sw = ex.lr_sweep(arm, params, frozen, P, (x, y), steps=30, batch_size=None,
+                     rule="largest_stable", key=key, peak=1.5)
+    ratios, ok = [], []
+    for lr in lrs:
+        one = ex.lr_sweep(ex.Arm("adam", optax.adam, (lr,)), params, frozen, P, (x, y),
+                          steps=30, batch_size=None, rule="largest_stable", key=key, peak=1.5)
+        lt = one["loss"][:, 0]
+        ratios.append(np.max(lt) / lt[0])
+        ok.append(bool(np.all(np.isfinite(lt)) and np.max(lt) <= 1.5 * lt[0] and lt[-1] < lt[0]))
+    np.testing.assert_allclose(sw["peak_ratio"], ratios, rtol=1e-4)
+    assert list(sw["stable"]) == ok
+    # the largest rate spikes above the bound yet ends below its initial loss: only the peak
+    # bound rejects it
+    assert sw["peak_ratio"][-1] > 1.5 and sw["loss"][-1, -1] < sw["loss"][0, -1]
+    assert not sw["stable"][-1]
+    assert sw["best"] == pytest.approx(max(lr for lr, o in zip(lrs, ok) if o))
+    with pytest.raises(ValueError, match="peak must be > 1"):
+        ex.lr_sweep(arm, params, frozen, P, (x, y), steps=2, batch_size=None,
+                    rule="largest_stable", key=key, peak=1.0)
+
+
+def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monkeypatch):
+    """A sweep-selected rate whose full run goes non-finite falls back to the next smaller
+    rate of the grid, for every seed; runs are kept per (arm, rate, seed)."""
+    calls = []
+
+    def fake_train(cfg, arm, lr, prep, ks, *, progress, checkpoint_dir):
+        calls.append((lr, ks))
+        return {"loss": np.array([1.0, np.nan if (lr > 0.05 and ks == 1) else 0.5])}
+
+    monkeypatch.setattr(ex, "_train_arm", fake_train)
+    cfg = ex.MinibatchConfig.smoke()
+    arm = ex.Arm("sgd", optax.sgd, (0.01, 0.1, 0.3))
+    lr, runs, dropped = ex._train_stable(cfg, arm, 0.3, None, [0, 1], tmp_path, None, "fp",
+                                         False)
+    assert (lr, dropped) == (0.01, [0.3, 0.1])
+    assert calls == [(0.3, 0), (0.3, 1), (0.1, 0), (0.1, 1), (0.01, 0), (0.01, 1)]
+    assert all(np.isfinite(r["loss"]).all() for r in runs)
+    # a second call (a resumed run) trains nothing
+    assert ex._train_stable(cfg, arm, 0.3, None, [0, 1], tmp_path, None, "fp", False)[0] == 0.01
+    assert len(calls) == 6
+    # nothing smaller left: the diverged runs are returned as they are
+    lr, runs, dropped = ex._train_stable(cfg, ex.Arm("sgd", optax.sgd, (0.3,)), 0.3, None,
+                                         [1], tmp_path / "b", None, "fp", False)
+    assert lr == 0.3 and dropped == [] and not np.isfinite(runs[0]["loss"]).all()

@@ -240,6 +240,13 @@ def test_lock_released_after_an_error(tmp_path):
     assert not (ck / LOCK_NAME).exists()
 
 
+def test_lock_released_when_the_first_evaluation_fails(tmp_path):
+    ck = tmp_path / "ck"
+    with pytest.raises(TypeError, match="eval_fn must return a dict"):
+        _run(ck, eval_fn=lambda s: s.step, eval_at_start=True)
+    assert not (ck / LOCK_NAME).exists()
+
+
 @pytest.mark.parametrize("kind", ["regular file", "under a file"])
 def test_bad_directory_fails_before_training(tmp_path, kind):
     f = tmp_path / "afile"

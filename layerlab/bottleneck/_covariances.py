@@ -1,0 +1,142 @@
+"""The second reformulation L^k: the loss over covariances (Sec. 3.2, Prop. 3).
+
+``L^r`` depends on the representations only through the kernels over samples
+``K_l = Z_l Z_l^T`` and ``K_l^sigma = Z_l^sigma (Z_l^sigma)^T`` (``[N, N]``, the same matrices
+as paper A's ``Z_l^T Z_l`` in its column convention), since
+``||(Z_{l-1}^sigma)^+ Z_l||_F^2 = Tr[K_l (K_{l-1}^sigma)^+]``.  Public functions take samples as
+rows; the ``_``-functions are paper A's column maths.
+
+References:
+  (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022: Section 3.2, Proposition 3.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from layerlab._checks import check_array, check_number
+from layerlab.bottleneck._layout import check_reps, check_x, col_cost, cols
+from layerlab.bottleneck._representations import (
+    Activation,
+    Cost,
+    _is_zero,
+    _layer_inputs,
+)
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------- paper A (columns)
+def _covariances(Zs, X, beta, activation) -> tuple[list, list]:
+    """``([Z_l^T Z_l], [(Z_l^sigma)^T Z_l^sigma])`` (columns)."""
+    As = _layer_inputs(Zs, X, beta, activation)
+    return [Z.T @ Z for Z in Zs], [A.T @ A for A in As]
+
+
+def _covariance_loss(K, K_sigma, Z_L, cost, lam, ridge) -> Array:
+    """``C(Z_L) + lam sum_l Tr[K_l (K_{l-1}^sigma)^+]``, ``K_L = Z_L^T Z_L`` (columns)."""
+    L = len(K_sigma)
+    Ks = list(K[: L - 1]) + [Z_L.T @ Z_L]
+    reg = sum(jnp.sum(Kl * psd_pinv(Ks_prev, ridge)) for Kl, Ks_prev in zip(Ks, K_sigma))
+    return cost(Z_L) + lam * reg
+
+
+# ----------------------------------------------------------------------------- public
+def psd_pinv(K: Array, ridge=0.0) -> Array:
+    """Regularised pseudo-inverse of a Gram matrix, matching :func:`tikhonov_pinv`.
+
+    .. math:: K^{+}_\\rho = (K + \\rho I)^{-1} K (K + \\rho I)^{-1},
+       \\quad\\text{so that}\\quad (A^+_\\rho)^T A^+_\\rho = (A A^T)^+_\\rho .
+
+    Args:
+      K: ``[N, N]`` symmetric PSD (e.g. a kernel over samples ``A A^T``).
+      ridge: scalar ``rho >= 0`` (Python 0 gives ``pinv(K)``).
+
+    Returns:
+      ``[N, N]``.
+    """
+    if _is_zero(ridge):
+        return jnp.linalg.pinv(K, hermitian=True)
+    N = K.shape[0]
+    M = jax.scipy.linalg.solve(K + ridge * jnp.eye(N, dtype=K.dtype), K, assume_a="pos")
+    return jax.scipy.linalg.solve(K + ridge * jnp.eye(N, dtype=K.dtype), M.T, assume_a="pos")
+
+
+class Covariances(NamedTuple):
+    """Output of Gamma: the kernels of the representations over the samples.
+
+    Fields:
+      K: ``[K_1, ..., K_L]``, ``K_l = Z_l Z_l^T`` of shape ``[N, N]``.
+      K_sigma: ``[K_0^sigma, ..., K_{L-1}^sigma]``,
+        ``K_l^sigma = Z_l^sigma (Z_l^sigma)^T = sigma(Z_l) sigma(Z_l)^T + beta^2 1 1^T`` and
+        ``K_0^sigma = x x^T + beta^2 1 1^T``; each ``[N, N]``.
+    """
+
+    K: list
+    K_sigma: list
+
+
+def covariances(Zs: Sequence[Array], x, *, beta=1.0,
+                activation: Activation = jax.nn.relu) -> Covariances:
+    """Gamma: representations to covariance pairs ``(K_l, K_l^sigma)``.
+
+    .. math:: K_\\ell = Z_\\ell Z_\\ell^T,\\quad
+              K_\\ell^\\sigma = \\sigma(Z_\\ell)\\sigma(Z_\\ell)^T
+              + \\beta^2 1 1^T,\\quad K_0^\\sigma = x x^T + \\beta^2 1 1^T
+
+    Args:
+      Zs: ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]`` (rows are samples).
+      x: ``[N, n_0]``.
+
+    Returns:
+      :class:`Covariances` with ``L`` matrices ``[N, N]`` in each field.
+
+    References:
+      (A) Section 3.2, Proposition 3.
+    """
+    fn = "covariances"
+    x = check_x(x, fn)
+    check_reps(Zs, x.shape[0], fn)
+    K, K_sigma = _covariances(cols(Zs), x.T, beta, activation)
+    return Covariances(K=K, K_sigma=K_sigma)
+
+
+def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *, cost: Cost,
+                    lam, ridge=0.0) -> Array:
+    """Second reformulation L^k (homogeneous sigma): loss in terms of covariances.
+
+    .. math:: \\mathcal L^k = C(Z_L) + \\lambda \\sum_{\\ell=1}^{L}
+              \\operatorname{Tr}[K_\\ell (K_{\\ell-1}^\\sigma)^+],\\qquad K_L = Z_L Z_L^T
+
+    Args:
+      K: hidden covariances ``[K_1, ..., K_{L-1}]`` (or all ``L`` of them, as returned by
+        :func:`covariances`; ``K_L`` is then ignored and recomputed from ``Z_L``), ``[N, N]``.
+      K_sigma: ``[K_0^sigma, ..., K_{L-1}^sigma]``, each ``[N, N]``.
+      Z_L: outputs ``[N, n_L]`` (rows are samples).
+      cost: ``C(Z_L) -> scalar``.
+      lam: ``lambda``.
+      ridge: regularisation of the pseudo-inverses, matching :func:`psd_pinv`.
+
+    Returns:
+      scalar; equals ``representation_loss(Zs, ...)`` at ``(K, K_sigma) = Gamma(Zs)``.
+
+    References:
+      (A) Proposition 3.
+    """
+    fn = "covariance_loss"
+    L = len(K_sigma)
+    if len(K) not in (L - 1, L):
+        raise ValueError(
+            f"{fn}: K must hold the L-1 hidden covariances (or all L); got {len(K)} with "
+            f"len(K_sigma) = L = {L}."
+        )
+    Z_L = check_array(Z_L, "Z_L", fn=fn, ndim=2, kind="real")
+    N = K_sigma[0].shape[0]
+    if Z_L.shape[0] != N:
+        raise ValueError(f"{fn}: Z_L must be [N, n_L] = [{N}, ?] (rows are samples); got "
+                         f"{Z_L.shape}.")
+    check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    return _covariance_loss(K, K_sigma, Z_L.T, col_cost(cost), lam, ridge)

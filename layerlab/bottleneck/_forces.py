@@ -1,0 +1,190 @@
+"""Attraction/repulsion forces on the representations, and the deep-linear closed form (Sec. 3.1).
+
+The two terms of ``L^r`` that depend on ``Z_l`` are an attraction
+``||(Z_{l-1}^sigma)^+ Z_l||^2`` (pulls ``Z_l`` to the origin) and a repulsion
+``||(Z_l^sigma)^+ Z_{l+1}||^2`` (pushes ``Z_l^sigma`` away); for linear networks the optimal
+hidden covariances interpolate geometrically between input and output (item 2 of Sec. 3.1).
+Public functions take samples as rows; the ``_``-functions are paper A's column maths.
+
+References:
+  (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022: Section 3.1 (items 2 and 4, Figure 1).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab._checks import check_array
+from layerlab.bottleneck._layout import check_reps, check_x, cols
+from layerlab.bottleneck._representations import Activation, _augment, tikhonov_pinv
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------- paper A (columns)
+def _forces(Zs, X, lam, beta, activation, ridge) -> tuple[list, list]:
+    """``(attraction, repulsion)``, each a list of ``[n_l, N]`` (columns)."""
+    L = len(Zs)
+
+    def term(Z_prev_sigma, Z):
+        return lam * jnp.sum(jnp.square(Z @ tikhonov_pinv(Z_prev_sigma, ridge)))
+
+    A0 = _augment(X, beta)
+    att, rep = [], []
+    for l in range(L):  # noqa: E741
+        A_prev = A0 if l == 0 else _augment(activation(Zs[l - 1]), beta)
+        att.append(-jax.grad(term, argnums=1)(A_prev, Zs[l]))
+        if l < L - 1:
+            g = jax.grad(lambda Z: term(_augment(activation(Z), beta), Zs[l + 1]))(Zs[l])
+            rep.append(-g)
+        else:
+            rep.append(jnp.zeros_like(Zs[l]))
+    return att, rep
+
+
+def _psd_power(M: np.ndarray | Array, p: float, *, rtol: float | None = None) -> Array:
+    r"""``M^p`` of a symmetric PSD matrix, with numerically-zero eigenvalues set to zero first.
+
+    .. math:: M^p = V \operatorname{diag}(\tilde w_i^{\,p}) V^T,\qquad
+              \tilde w_i = w_i\,[w_i > \text{rtol}\cdot \max_j w_j]
+
+    Without the threshold an eigenvalue that is zero in exact arithmetic but ``~eps * |M|``
+    in floating point is raised to ``p`` (``(1e-16)^{1/24} = 0.22``), which inflated the deep
+    linear closed forms by several percent whenever ``M`` is singular (issue 14).
+
+    Args:
+      M: ``[N, N]`` symmetric positive semi-definite.
+      p: power ``> 0``.
+      rtol: eigenvalues ``<= rtol * max(w)`` are treated as 0; default
+        ``100 * N * eps(dtype)``.
+
+    Returns:
+      ``[N, N]``.
+    """
+    M = jnp.asarray(M)
+    if rtol is None:
+        rtol = 100.0 * M.shape[-1] * float(jnp.finfo(M.dtype).eps)
+    w, V = jnp.linalg.eigh((M + M.T) / 2)
+    keep = w > rtol * jnp.max(w)
+    w = jnp.where(keep, w, 0.0)
+    wp = jnp.where(keep, jnp.where(keep, w, 1.0) ** p, 0.0)
+    return (V * wp[None, :]) @ V.T
+
+
+def _linear_M(X: Array, Z_L: Array) -> tuple[Array, Array]:
+    """``(X^{-1}, X^{-T} Z_L^T Z_L X^{-1})`` (columns)."""
+    Xinv = jnp.linalg.inv(X)
+    return Xinv, Xinv.T @ (Z_L.T @ Z_L) @ Xinv
+
+
+# ----------------------------------------------------------------------------- forces
+class Forces(NamedTuple):
+    """Attraction and repulsion on each representation (negative gradients).
+
+    Fields:
+      attraction: ``[F_1, ..., F_L]``,
+        ``F_l = -lambda d/dZ_l ||(Z_{l-1}^sigma)^+ Z_l||^2``, each ``[N, n_l]``.
+      repulsion: ``[R_1, ..., R_L]``, ``R_l = -lambda d/dZ_l ||(Z_l^sigma)^+ Z_{l+1}||^2``,
+        ``R_L = 0``.
+    """
+
+    attraction: list
+    repulsion: list
+
+
+def forces(Zs: Sequence[Array], x, *, lam, beta=1.0, activation: Activation = jax.nn.relu,
+           ridge=0.0) -> Forces:
+    """Attraction/repulsion forces on the hidden representations.
+
+    .. math:: F^{att}_\\ell =
+              -\\lambda\\,\\partial_{Z_\\ell}\\|(Z_{\\ell-1}^\\sigma)^+ Z_\\ell\\|_F^2
+              = -2\\lambda (K_{\\ell-1}^\\sigma)^+ Z_\\ell,\\qquad
+              F^{rep}_\\ell =
+              -\\lambda\\,\\partial_{Z_\\ell}\\|(Z_\\ell^\\sigma)^+ Z_{\\ell+1}\\|_F^2
+
+    At a critical point of L^r, ``F^att_l + F^rep_l = 0`` for hidden layers and
+    ``F^att_L = dC/dZ_L``.  This holds as stated in the wide regime where every ``Z`` is
+    admissible (``Z_{l-1}^sigma`` of full row rank ``N``, e.g. ``n_{l-1} + 1 >= N``); otherwise
+    only the components tangent to the admissible set cancel.
+
+    Args:
+      Zs: ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]`` (rows are samples).
+      x: ``[N, n_0]``.
+      lam: ``lambda``.
+      ridge: Tikhonov parameter of the pseudo-inverses (``> 0`` recommended away from minima).
+
+    Returns:
+      :class:`Forces`, two lists of ``L`` arrays ``[N, n_l]``.
+
+    References:
+      (A) Section 3.1 (item 4) and Figure 1.
+    """
+    fn = "forces"
+    x = check_x(x, fn)
+    check_reps(Zs, x.shape[0], fn)
+    att, rep = _forces(cols(Zs), x.T, lam, beta, activation, ridge)
+    return Forces(attraction=cols(att), repulsion=cols(rep))
+
+
+# ----------------------------------------------------------------------------- linear closed form
+def _check_linear(x, Z_L, fn: str) -> tuple[Array, Array]:
+    x = check_x(x, fn)
+    if x.shape[0] != x.shape[1]:
+        raise ValueError(f"{fn}: the closed form needs a square invertible x [N, N]; got shape "
+                         f"{x.shape}.")
+    Z_L = check_array(Z_L, "Z_L", fn=fn, ndim=2, kind="real")
+    if Z_L.shape[0] != x.shape[0]:
+        raise ValueError(f"{fn}: Z_L must be [N, n_L] = [{x.shape[0]}, ?] (rows are samples); "
+                         f"got {Z_L.shape}.")
+    return x, Z_L
+
+
+def linear_optimal_covariances(x, Z_L, depth: int) -> list[Array]:
+    """Hidden covariances of the optimal deep linear network (no bias) reaching ``Z_L``.
+
+    .. math:: K_\\ell = x \\left(x^{-1} Z_L Z_L^T x^{-T}\\right)^{\\ell / L} x^T,
+              \\qquad \\ell = 1, \\dots, L-1
+
+    (geometric interpolation between ``K_0 = x x^T`` and ``K_L = Z_L Z_L^T``; the minimal
+    regulariser is then ``L Tr[(x^{-1} Z_L Z_L^T x^{-T})^{1/L}]``).  Paper A's
+    ``X^T (X^{-T} Z_L^T Z_L X^{-1})^{l/L} X`` with ``X = x^T``.
+
+    Args:
+      x: ``[N, N]`` square invertible inputs (rows are samples).
+      Z_L: ``[N, n_L]`` outputs.
+      depth: ``L``.
+
+    Returns:
+      ``[K_1, ..., K_{L-1}]``, each ``[N, N]``.
+
+    References:
+      (A) Section 3.1, item 2 (linear networks).
+    """
+    x, Z_L = _check_linear(x, Z_L, "linear_optimal_covariances")
+    X = x.T
+    _, M = _linear_M(X, Z_L.T)
+    return [X.T @ _psd_power(M, l / depth) @ X for l in range(1, depth)]  # noqa: E741
+
+
+def linear_optimal_regulariser(x, Z_L, depth: int) -> Array:
+    """Minimal ``sum_l ||W_l||^2`` of a bias-free depth-``L`` linear net mapping x to Z_L.
+
+    .. math:: \\min \\sum_\\ell \\|W_\\ell\\|_F^2 = L\\,\\operatorname{Tr}
+              \\left[(x^{-1} Z_L Z_L^T x^{-T})^{1/L}\\right]
+
+    Args:
+      x: ``[N, N]`` invertible (rows are samples).  Z_L: ``[N, n_L]``.  depth: ``L``.
+
+    Returns:
+      scalar.
+
+    References:
+      (A) Section 3.1, item 2.
+    """
+    x, Z_L = _check_linear(x, Z_L, "linear_optimal_regulariser")
+    _, M = _linear_M(x.T, Z_L.T)
+    return depth * jnp.trace(_psd_power(M, 1.0 / depth))

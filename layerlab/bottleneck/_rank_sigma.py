@@ -1,0 +1,147 @@
+"""Rank_sigma of a covariance pair: neuron pairs, bounds and Caratheodory reduction (Sec. 4).
+
+A hidden representation ``Z`` ``[N, n]`` (rows are samples, columns are the ``n`` neurons
+``z_i in R^N``) realises the covariance pair
+
+.. math:: K = \\sum_{i=1}^n z_i z_i^T,\\qquad
+          K^\\sigma - \\beta^2 1 1^T = \\sum_{i=1}^n \\sigma(z_i)\\sigma(z_i)^T \\qquad (4.1)
+
+and ``Rank_sigma(K, K^sigma)`` is the least number of terms of such a decomposition: the width
+at which the pair becomes reachable.  Host-side numpy; the ``_``-functions are paper A's column
+maths (neurons as rows of ``Z^T``).
+
+References:
+  (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022: Section 4.1, eq. (4.1), Proposition 8
+  (``Rank_sigma`` is the least width) and Lemma 10 (``Rank K <= Rank_sigma <= N(N+1)``, from
+  Caratheodory's theorem for conical hulls, discussed after Remark 4).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab.bottleneck._representations import Activation
+
+Array = jax.Array
+
+
+# ----------------------------------------------------------------------------- paper A (columns)
+def _sym_vec(M: np.ndarray) -> np.ndarray:
+    iu = np.triu_indices(M.shape[-1])
+    return M[..., iu[0], iu[1]]
+
+
+def _as_neurons(Z, name: str = "Z") -> np.ndarray:
+    """``Z [N, n]`` (rows are samples) as paper A's ``[n, N]`` (one row per neuron), float64."""
+    Z = np.asarray(Z, dtype=np.float64)
+    if Z.ndim != 2:
+        raise ValueError(f"{name} must be [N, n] (rows are samples, columns are neurons); got "
+                         f"shape {Z.shape}.")
+    return Z.T
+
+
+def _neuron_pairs(Zc: np.ndarray, activation) -> np.ndarray:
+    S = np.asarray(activation(jnp.asarray(Zc)), dtype=np.float64)
+    P = np.einsum("ia,ib->iab", Zc, Zc)
+    Q = np.einsum("ia,ib->iab", S, S)
+    return np.concatenate([_sym_vec(P), _sym_vec(Q)], axis=1)
+
+
+# ----------------------------------------------------------------------------- public
+def neuron_pairs(Z, *, activation: Activation = jax.nn.relu) -> np.ndarray:
+    """One row ``(vec z_i z_i^T, vec sigma(z_i) sigma(z_i)^T)`` per neuron ``z_i`` (column of Z).
+
+    ``(K, K^sigma - beta^2 11^T) = sum_i (z_i z_i^T, sigma(z_i) sigma(z_i)^T)`` (eq. 4.1); the
+    pairs live in a space of dimension ``N (N + 1)``.
+
+    Args:
+      Z: ``[N, n]`` (rows are samples; numpy or jax).
+
+    Returns:
+      numpy ``[n, N (N + 1)]`` (upper triangles of both outer products).
+
+    References:
+      (A) eq. (4.1).
+    """
+    return _neuron_pairs(_as_neurons(Z), activation)
+
+
+def rank_sigma_bounds(Z, *, activation: Activation = jax.nn.relu, tol: float = 1e-9) -> dict:
+    """Bounds on ``Rank_sigma(K, K^sigma)`` for the covariance pair realised by ``Z``.
+
+    .. math:: \\max(\\operatorname{Rank} K, \\operatorname{Rank}(K^\\sigma - \\beta^2 11^T))
+              \\le \\operatorname{Rank}_\\sigma(K, K^\\sigma) \\le
+              \\min\\big(n,\\ \\operatorname{rank}[\\text{neuron pairs}]\\big) \\le N(N+1)
+
+    The upper bound is Caratheodory's theorem for cones (attained by
+    :func:`caratheodory_reduce`, homogeneous sigma).  Host-side numpy; not jittable.
+
+    Args:
+      Z: ``[N, n]`` a hidden representation (rows are samples, columns are neurons).
+      activation: the (positively homogeneous) nonlinearity.
+      tol: relative tolerance of the numerical ranks.
+
+    Returns:
+      dict with ``lower``, ``upper``, ``rank_K``, ``rank_K_sigma``, ``width`` (= n) and
+      ``N_times_N_plus_1``.
+
+    References:
+      (A) eq. (4.1) and Lemma 10 (``Rank K <= Rank_sigma <= N(N+1)``).
+    """
+    Zc = _as_neurons(Z)
+    n, N = Zc.shape
+    S = np.asarray(activation(jnp.asarray(Zc)), dtype=np.float64)
+
+    def rank(M):
+        s = np.linalg.svd(M, compute_uv=False)
+        return int(np.sum(s > tol * max(s.max(initial=0.0), 1e-300))) if s.size else 0
+
+    rK, rS = rank(Zc), rank(S)
+    rP = rank(_neuron_pairs(Zc, activation))
+    return {"lower": max(rK, rS), "upper": min(n, rP), "rank_K": rK, "rank_K_sigma": rS,
+            "width": n, "N_times_N_plus_1": N * (N + 1)}
+
+
+def caratheodory_reduce(Z, *, activation: Activation = jax.nn.relu,
+                        tol: float = 1e-10) -> np.ndarray:
+    """Remove neurons while keeping ``(K, K^sigma)`` exactly (positively homogeneous sigma).
+
+    Writes the pair as a conic combination ``sum_i c_i v_i`` (``c_i = 1``, ``v_i`` the neuron
+    pairs), and while the ``v_i`` with ``c_i > 0`` are linearly dependent moves ``c`` along a null
+    vector until one weight hits zero (Caratheodory).  Returns the neurons ``sqrt(c_i) z_i`` kept:
+    since ``sigma(a z) = a sigma(z)`` for ``a >= 0`` this realises the same pair with at most
+    ``rank(v) <= N (N + 1)`` neurons.  Host-side numpy.
+
+    Args:
+      Z: ``[N, n]`` (rows are samples, columns are neurons).
+      activation: positively homogeneous nonlinearity.
+      tol: null-space tolerance.
+
+    Returns:
+      numpy ``[N, m]`` with ``m <= min(n, N (N + 1))``.
+
+    References:
+      (A) Lemma 10 and the discussion after Remark 4 (Caratheodory's theorem for conical
+      hulls: ``S_n = S`` for ``n >= N(N+1)``).
+    """
+    Zc = _as_neurons(Z)
+    V = _neuron_pairs(Zc, activation)
+    c = np.ones(Zc.shape[0])
+    keep = np.arange(Zc.shape[0])
+    keep = keep[np.linalg.norm(V, axis=1) > 0]
+    while keep.size > 0:
+        M = V[keep].T  # [dim, m]
+        _, s, vt = np.linalg.svd(M, full_matrices=True)
+        rank = int(np.sum(s > tol * max(s.max(), 1e-300)))
+        if rank == keep.size:
+            break
+        a = vt[-1]  # null vector of M
+        if a.max() <= 0:
+            a = -a
+        pos = a > tol
+        t = np.min(c[keep][pos] / a[pos])
+        c[keep] = c[keep] - t * a
+        c[keep] = np.where(np.abs(c[keep]) < tol, 0.0, c[keep])
+        keep = keep[c[keep] > 0]
+    return (np.sqrt(c[keep])[:, None] * Zc[keep]).T

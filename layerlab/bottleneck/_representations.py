@@ -1,0 +1,245 @@
+"""The first reformulation L^r: the L2-regularised loss over hidden representations (Prop. 1).
+
+Public functions take samples as rows (``x [N, n_0]``, ``Z_l [N, n_l]``) and ``layerlab.nets``
+params; the private ``_``-functions hold paper A's column maths (``X [n_0, N]``,
+``Z_l [n_l, N]``, ``W_l [n_l, n_{l-1} + 1]``, see ``_layout``) and the public ones transpose at
+the edge.  In rows, with ``Z_{l-1}^sigma = [sigma(Z_{l-1}), beta 1]`` ``[N, n_{l-1} + 1]``
+(``Z_0^sigma = [x, beta 1]``):
+
+.. math:: Z_\\ell = Z_{\\ell-1}^\\sigma W_\\ell^T,\\qquad
+          \\mathcal L_\\lambda(W) = C(Z_L) + \\lambda \\sum_\\ell \\|W_\\ell\\|_F^2,\\qquad
+          \\mathcal L^r(Z) = C(Z_L) + \\lambda \\sum_\\ell \\|(Z_{\\ell-1}^\\sigma)^+ Z_\\ell\\|_F^2
+
+References:
+  (A) Jacot, Golikov, Hongler, Gabriel, "Feature Learning in L2-regularized DNNs:
+  Attraction/Repulsion and Sparsity", NeurIPS 2022: Section 2 (setup, ``L_lambda``),
+  Section 3.1 and Proposition 1 (``L^r``, the maps Phi and Psi).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from layerlab._checks import check_number
+from layerlab.bottleneck._layout import (
+    Params,
+    check_params,
+    check_reps,
+    check_x,
+    col_cost,
+    cols,
+    from_mlp_params,
+    to_mlp_params,
+)
+
+Array = jax.Array
+Activation = Callable[[Array], Array]
+Cost = Callable[[Array], Array]
+
+
+# ----------------------------------------------------------------------------- paper A (columns)
+def _augment(Z: Array, beta) -> Array:
+    """``[Z; beta 1^T]``: ``[n, N]`` to ``[n + 1, N]``."""
+    ones = jnp.ones((1, Z.shape[1]), Z.dtype)
+    return jnp.concatenate([Z, beta * ones], axis=0)
+
+
+def _phi(Ws: Sequence[Array], X: Array, beta, activation: Activation) -> list[Array]:
+    """``Z_l = W_l Z_{l-1}^sigma`` with ``Z_0^sigma = [X; beta 1^T]`` (columns)."""
+    A = _augment(X, beta)
+    Zs = []
+    for l, W in enumerate(Ws):  # noqa: E741
+        Z = W @ A
+        Zs.append(Z)
+        if l < len(Ws) - 1:
+            A = _augment(activation(Z), beta)
+    return Zs
+
+
+def _layer_inputs(Zs: Sequence[Array], X: Array, beta, activation) -> list[Array]:
+    """``[Z_0^sigma, ..., Z_{L-1}^sigma]`` (columns)."""
+    return [_augment(X, beta)] + [_augment(activation(Z), beta) for Z in Zs[:-1]]
+
+
+def _psi(Zs: Sequence[Array], X: Array, beta, activation, ridge) -> list[Array]:
+    """``W_l = Z_l (Z_{l-1}^sigma)^+_rho`` (columns)."""
+    As = _layer_inputs(Zs, X, beta, activation)
+    return [Z @ tikhonov_pinv(A, ridge) for Z, A in zip(Zs, As)]
+
+
+def _weight_loss(Ws, X, cost, lam, beta, activation) -> Array:
+    """``C(Z_L) + lam sum_l ||W_l||_F^2`` (columns; ``cost`` on ``[n_L, N]``)."""
+    return cost(_phi(Ws, X, beta, activation)[-1]) + lam * sum(jnp.sum(W * W) for W in Ws)
+
+
+def _representation_loss(Zs, X, cost, lam, beta, activation, ridge) -> Array:
+    """``C(Z_L) + lam sum_l ||Z_l (Z_{l-1}^sigma)^+||_F^2`` (columns)."""
+    Ws = _psi(Zs, X, beta, activation, ridge)
+    return cost(Zs[-1]) + lam * sum(jnp.sum(W * W) for W in Ws)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _is_zero(ridge) -> bool:
+    return isinstance(ridge, (int, float)) and ridge == 0
+
+
+def augment(Z: Array, beta) -> Array:
+    """Append the bias column: ``Z^sigma = [Z, beta 1]``.
+
+    Args:
+      Z: ``[N, n]`` (rows are samples).
+      beta: scalar, amount of bias.
+
+    Returns:
+      ``[N, n + 1]``.
+
+    References:
+      (A) Section 2 (``Z_l^sigma``, transposed).
+    """
+    ones = jnp.ones((Z.shape[0], 1), Z.dtype)
+    return jnp.concatenate([Z, beta * ones], axis=1)
+
+
+def tikhonov_pinv(A: Array, ridge=0.0) -> Array:
+    """Tikhonov-regularised pseudo-inverse ``A^+_rho = A^T (A A^T + rho I)^{-1}`` of any matrix.
+
+    .. math:: A^+_\\rho = A^T (A A^T + \\rho I)^{-1} = (A^T A + \\rho I)^{-1} A^T
+              \\xrightarrow{\\rho \\to 0} A^+
+
+    ``ridge = 0`` (a Python zero) gives the Moore-Penrose pseudo-inverse; the solve uses the
+    smaller of the two Gram matrices.  No samples axis: a plain matrix function.
+
+    Args:
+      A: ``[m, n]``.
+      ridge: scalar ``rho >= 0``.
+
+    Returns:
+      ``[n, m]``.
+    """
+    if _is_zero(ridge):
+        return jnp.linalg.pinv(A)
+    m, N = A.shape
+    if m <= N:
+        G = A @ A.T + ridge * jnp.eye(m, dtype=A.dtype)
+        return jax.scipy.linalg.solve(G, A, assume_a="pos").T
+    G = A.T @ A + ridge * jnp.eye(N, dtype=A.dtype)
+    return jax.scipy.linalg.solve(G, A.T, assume_a="pos")
+
+
+# ----------------------------------------------------------------------------- Phi and Psi
+def representations(params: Params, x, *, beta=1.0,
+                    activation: Activation = jax.nn.relu) -> list[Array]:
+    """Forward pass Phi: parameters to the pre-activations ``[Z_1, ..., Z_L]``.
+
+    .. math:: Z_\\ell = Z_{\\ell-1}^\\sigma W_\\ell^T = \\sigma(Z_{\\ell-1}) w_\\ell + 1 b_\\ell^T,
+              \\qquad Z_0^\\sigma = [x,\\ \\beta 1]
+
+    ``Z_L`` is ``layerlab.nets.mlp_apply(params, x)`` for any ``beta > 0``.
+
+    Args:
+      params: ``layerlab.nets`` params ``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]``.
+      x: ``[N, n_0]`` (rows are samples).
+      beta: amount of bias (``0``: the biases ``b`` are ignored).
+      activation: elementwise nonlinearity (not applied to the output ``Z_L``).
+
+    Returns:
+      ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]``.
+
+    References:
+      (A) Section 2 and the map Phi of Proposition 1.
+    """
+    fn = "representations"
+    x = check_x(x, fn)
+    check_params(params, x.shape[1], fn)
+    return cols(_phi(from_mlp_params(params, beta), x.T, beta, activation))
+
+
+def weights_from_representations(Zs: Sequence[Array], x, *, beta=1.0,
+                                 activation: Activation = jax.nn.relu,
+                                 ridge=0.0) -> list[dict]:
+    """Psi: representations to the minimal-norm parameters, ``W_l^T = (Z_{l-1}^sigma)^+ Z_l``.
+
+    .. math:: \\Psi(Z)_\\ell^T = (Z_{\\ell-1}^\\sigma)^+_\\rho Z_\\ell,
+              \\qquad W_\\ell = [w_\\ell^T,\\ b_\\ell / \\beta]
+
+    (minimal in ``||W_l||_F^2 = ||w_l||^2 + ||b_l||^2 / beta^2``).
+
+    Args:
+      Zs: ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]``.
+      x: ``[N, n_0]``.
+      beta: amount of bias (``0``: ``b = 0``).
+      activation: elementwise nonlinearity.
+      ridge: ``rho >= 0``; ``> 0`` uses the Tikhonov pseudo-inverse (differentiable everywhere).
+
+    Returns:
+      ``layerlab.nets`` params ``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]``.
+
+    References:
+      (A) Proposition 1 (the map Psi; Phi o Psi = id on the admissible set
+      ``Im Z_{l+1} subset Im Z_l^sigma``, column spaces in rows).
+    """
+    fn = "weights_from_representations"
+    x = check_x(x, fn)
+    check_reps(Zs, x.shape[0], fn)
+    return to_mlp_params(_psi(cols(Zs), x.T, beta, activation, ridge), beta)
+
+
+# ----------------------------------------------------------------------------- losses
+def weight_loss(params: Params, x, *, cost: Cost, lam, beta=1.0,
+                activation: Activation = jax.nn.relu) -> Array:
+    """L2-regularised loss in parameter space.
+
+    .. math:: \\mathcal L_\\lambda(W) = C(Z_L) + \\lambda \\sum_\\ell \\|W_\\ell\\|_F^2
+              = C(Z_L) + \\lambda \\sum_\\ell \\|w_\\ell\\|_F^2 + \\|b_\\ell\\|^2 / \\beta^2
+
+    Args:
+      params: ``layerlab.nets`` params (biases left out of the norm for ``beta = 0``).
+      x: ``[N, n_0]``.
+      cost: ``C(Z_L) -> scalar`` with ``Z_L`` of shape ``[N, n_L]``.
+      lam: regularisation ``lambda``.
+      beta, activation: as in :func:`representations`.
+
+    Returns:
+      scalar.
+
+    References:
+      (A) Section 2.1.
+    """
+    fn = "weight_loss"
+    x = check_x(x, fn)
+    check_params(params, x.shape[1], fn)
+    check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    return _weight_loss(from_mlp_params(params, beta), x.T, col_cost(cost), lam, beta,
+                        activation)
+
+
+def representation_loss(Zs: Sequence[Array], x, *, cost: Cost, lam, beta=1.0,
+                        activation: Activation = jax.nn.relu, ridge=0.0) -> Array:
+    """First reformulation L^r: the loss as a function of the representations.
+
+    .. math:: \\mathcal L^r(Z_1, \\dots, Z_L) = C(Z_L)
+              + \\lambda \\sum_{\\ell=1}^L \\|(Z_{\\ell-1}^\\sigma)^+ Z_\\ell\\|_F^2
+
+    Args:
+      Zs: ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]``.
+      x: ``[N, n_0]``.
+      cost: ``C(Z_L) -> scalar``, ``Z_L`` ``[N, n_L]``.
+      lam: ``lambda``.
+      beta, activation: as in :func:`representations`.
+      ridge: Tikhonov parameter of the pseudo-inverses (0: exact Moore-Penrose).
+
+    Returns:
+      scalar; equals ``weight_loss(weights_from_representations(Zs, x), x)``.
+
+    References:
+      (A) Proposition 1.
+    """
+    fn = "representation_loss"
+    check_number(lam, "lam", fn=fn, min_value=0.0,
+                 what="a regulariser; a negative one rewards large weights")
+    check_number(ridge, "ridge", fn=fn, min_value=0.0)
+    x = check_x(x, fn)
+    check_reps(Zs, x.shape[0], fn)
+    return _representation_loss(cols(Zs), x.T, col_cost(cost), lam, beta, activation, ridge)

@@ -1,0 +1,26 @@
+"""Tests for layerlab.bottleneck._rank_sigma (paper A: eq. 4.1, Lemma 10)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from layerlab import bottleneck as bn
+
+
+def test_rank_sigma_bounds_and_caratheodory(key, x64):
+    Z = jax.random.normal(key, (40, 3)).T          # [N, n] = [3, 40]: 40 neurons, 3 samples
+    covs_before = (Z @ Z.T, jax.nn.relu(Z) @ jax.nn.relu(Z).T)
+    Zr = bn.caratheodory_reduce(Z)
+    assert Zr.shape[0] == 3 and Zr.shape[1] <= 3 * 4 < 40
+    np.testing.assert_allclose(Zr @ Zr.T, covs_before[0], atol=1e-8)
+    Sr = np.maximum(Zr, 0)
+    np.testing.assert_allclose(Sr @ Sr.T, covs_before[1], atol=1e-8)
+    b = bn.rank_sigma_bounds(Z)
+    assert b["lower"] == 3 and b["upper"] == 12 and b["N_times_N_plus_1"] == 12
+    assert b["width"] == 40 and b["lower"] <= Zr.shape[1] <= b["upper"]
+    assert bn.neuron_pairs(Z).shape == (40, 12)
+    # a single ray: Rank_sigma = 1 exactly, bounds tight
+    z = jnp.abs(jax.random.normal(key, (3, 1)))
+    rays = jnp.concatenate([z, 2 * z, 0.5 * z], axis=1)
+    b1 = bn.rank_sigma_bounds(rays)
+    assert b1["lower"] == 1 and b1["upper"] == 1
+    assert bn.caratheodory_reduce(rays).shape == (3, 1)

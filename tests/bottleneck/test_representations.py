@@ -1,0 +1,127 @@
+"""Tests for layerlab.bottleneck._representations (paper A: Sec. 2, Prop. 1)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import bottleneck as bn
+from layerlab import nets
+
+
+def _rand_params(key, sizes, scale=1.0, beta=1.0):
+    """Random paper-view weights ``W_l ~ N(0, 1/(n_{l-1}+1))`` ``[n_l, n_{l-1}+1]`` as params."""
+    ks = jax.random.split(key, len(sizes) - 1)
+    Ws = [scale * jax.random.normal(k, (m, n + 1)) / np.sqrt(n + 1)
+          for k, n, m in zip(ks, sizes[:-1], sizes[1:])]
+    return bn.to_mlp_params(Ws, beta)
+
+
+def _mse(y):
+    return lambda Z: jnp.sum((Z - y) ** 2) / y.shape[0]
+
+
+def _min_norm_solution(A, Z):
+    """Independent route for Psi: paper-view ``W`` of least norm with ``A W^T = Z`` (lstsq)."""
+    Wt, *_ = np.linalg.lstsq(np.asarray(A), np.asarray(Z), rcond=None)
+    return Wt.T
+
+
+def _layer_inputs(Zs, x, beta):
+    return [bn.augment(x, beta)] + [bn.augment(jax.nn.relu(Z), beta) for Z in Zs[:-1]]
+
+
+def test_phi_psi_identity_and_min_norm(key, x64):
+    kx, kw = jax.random.split(key)
+    x = jax.random.normal(kx, (3, 7)).T                       # [N, n_0] = [7, 3]
+    params = _rand_params(kw, [3, 5, 4, 2], beta=0.7)
+    Zs = bn.representations(params, x, beta=0.7)
+    assert [Z.shape for Z in Zs] == [(7, 5), (7, 4), (7, 2)]
+    Ps = bn.weights_from_representations(Zs, x, beta=0.7)
+    Zs2 = bn.representations(Ps, x, beta=0.7)
+    for a, b in zip(Zs, Zs2):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+    # Psi(Z) is the minimum-norm solution (paper view, bias column included): lstsq per layer
+    for Wl, A, Z in zip(bn.from_mlp_params(Ps, 0.7), _layer_inputs(Zs, x, 0.7), Zs):
+        np.testing.assert_allclose(Wl, _min_norm_solution(A, Z), atol=1e-10)
+    # second route for Phi: layerlab.nets.mlp_apply on the same params (beta does not change
+    # the function, only the norm)
+    out, hidden = nets.mlp_apply(params, x, return_hidden=True)
+    np.testing.assert_allclose(out, Zs[-1], atol=1e-12)
+    for h, Z in zip(hidden, Zs[:-1]):
+        np.testing.assert_allclose(h, jax.nn.relu(Z), atol=1e-12)
+
+
+def test_weight_loss_of_psi_equals_representation_loss(key, x64):
+    kx, kw, ky = jax.random.split(key, 3)
+    x = jax.random.normal(kx, (3, 6)).T
+    y = jax.random.normal(ky, (2, 6)).T
+    Zs = bn.representations(_rand_params(kw, [3, 4, 5, 2]), x)
+    cost, lam = _mse(y), 0.3
+    lr = bn.representation_loss(Zs, x, cost=cost, lam=lam)
+    lw = bn.weight_loss(bn.weights_from_representations(Zs, x), x, cost=cost, lam=lam)
+    np.testing.assert_allclose(lr, lw, rtol=1e-12)
+    # independent value: lstsq min-norm weights, norms summed by hand
+    ref = float(cost(Zs[-1])) + lam * sum(
+        np.sum(_min_norm_solution(A, Z) ** 2) for A, Z in zip(_layer_inputs(Zs, x, 1.0), Zs))
+    np.testing.assert_allclose(lr, ref, rtol=1e-10)
+
+
+def test_representation_loss_below_weight_loss_gap_is_null_component(key, x64):
+    """L^r(Phi(W)) <= L_lambda(W), with gap = lambda * ||component outside Im Z^sigma||^2."""
+    kx, kw, ky, kd = jax.random.split(key, 4)
+    N = 4  # fewer points than n_{l-1}+1 so every layer has a null space
+    x = jax.random.normal(kx, (6, N)).T
+    y = jax.random.normal(ky, (2, N)).T
+    cost, lam = _mse(y), 0.05
+    P0 = _rand_params(kw, [6, 7, 6, 2])
+    Pp = bn.weights_from_representations(bn.representations(P0, x), x)  # params in Im Psi
+    Zs = bn.representations(Pp, x)
+    lr = bn.representation_loss(Zs, x, cost=cost, lam=lam)
+    np.testing.assert_allclose(bn.weight_loss(Pp, x, cost=cost, lam=lam), lr, rtol=1e-12)
+    # strict inequality by exactly lambda * ||D||^2 for D with Z^sigma D^T = 0 (paper view)
+    Ds = []
+    for k, A, Wl in zip(jax.random.split(kd, 3), _layer_inputs(Zs, x, 1.0),
+                        bn.from_mlp_params(Pp)):
+        G = jax.random.normal(k, Wl.shape)
+        P = jnp.linalg.pinv(A) @ A  # projector onto the row space of Z^sigma [N, n+1]
+        Ds.append(G @ (jnp.eye(A.shape[1]) - P))
+    W = bn.to_mlp_params([a + d for a, d in zip(bn.from_mlp_params(Pp), Ds)])
+    for a, b in zip(bn.representations(W, x), Zs):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+    gap = bn.weight_loss(W, x, cost=cost, lam=lam) - bn.representation_loss(
+        bn.representations(W, x), x, cost=cost, lam=lam)
+    expected = lam * sum(float(jnp.sum(D ** 2)) for D in Ds)
+    assert expected > 0.1
+    np.testing.assert_allclose(gap, expected, rtol=1e-9)
+    # and a random W (not projected) is strictly above its L^r
+    gap0 = bn.weight_loss(P0, x, cost=cost, lam=lam) - bn.representation_loss(
+        bn.representations(P0, x), x, cost=cost, lam=lam)
+    assert gap0 > 1e-3
+
+
+def test_pinvs(key, x64):
+    A = jax.random.normal(key, (4, 9))
+    np.testing.assert_allclose(bn.tikhonov_pinv(A, 1e-10), jnp.linalg.pinv(A), atol=1e-7)
+    np.testing.assert_allclose(bn.tikhonov_pinv(A.T, 1e-10), jnp.linalg.pinv(A.T), atol=1e-7)
+    P = bn.tikhonov_pinv(A, 0.3)
+    np.testing.assert_allclose(P, A.T @ jnp.linalg.inv(A @ A.T + 0.3 * jnp.eye(4)), atol=1e-12)
+    np.testing.assert_allclose(bn.psd_pinv(A.T @ A, 0.3), P @ P.T, atol=1e-12)
+    # rows: the kernel over samples of B = A^T [9, 4]
+    Q = bn.tikhonov_pinv(A.T, 0.3)
+    np.testing.assert_allclose(bn.psd_pinv(A.T @ A, 0.3), Q.T @ Q, atol=1e-12)
+
+
+def test_bad_inputs_raise():
+    x = jnp.ones((5, 3))
+    p = [{"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}]
+    with pytest.raises(ValueError, match=r"x must be a matrix \[N, n_0\]"):
+        bn.representations(p, jnp.ones(5))
+    with pytest.raises(ValueError, match=r"params\[0\] \(layer 1\) must be"):
+        bn.representations([{"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}], x)
+    with pytest.raises(ValueError, match=r"params\[1\] \(layer 2\) must be"):
+        bn.weight_loss(p + [{"w": jnp.ones((3, 1)), "b": jnp.zeros(1)}], x,
+                       cost=jnp.sum, lam=0.1)
+    with pytest.raises(ValueError, match=r"Z_2 must have shape \[N, n_2\] = \[5, \?\]"):
+        bn.weights_from_representations([jnp.ones((5, 2)), jnp.ones((4, 2))], x)
+    with pytest.raises(ValueError, match="NaN"):
+        bn.representations(p, x.at[0, 0].set(jnp.nan))
