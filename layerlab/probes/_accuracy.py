@@ -34,9 +34,14 @@ def accuracy(logits, labels) -> jax.Array:
       ValueError: ``logits`` not ``[N, C]`` with ``N >= 1``; labels of another length or
         width, or (eager calls) out of ``[0, C)``.  TypeError: float ``[N]`` labels.
 
-    Example:
-      >>> accuracy(jnp.array([[2.0, 0.1], [0.3, 0.9], [1.0, 0.0]]), jnp.array([0, 1, 1]))
-      Array(0.6666667, dtype=float32)
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from layerlab import probes
+      >>> logits = jnp.array([[2.0, 0.1], [0.3, 0.9], [1.0, 0.0]])
+      >>> round(float(probes.accuracy(logits, jnp.array([0, 1, 1]))), 4)
+      0.6667
+      >>> float(probes.accuracy(logits, jnp.eye(2)[jnp.array([0, 1, 0])]))  # one-hot rows
+      1.0
     """
     logits = check_array(logits, "logits", fn="accuracy", ndim=2, kind="real", min_rows=1)
     n, c = logits.shape
