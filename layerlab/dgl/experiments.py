@@ -627,8 +627,9 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
     acc = lambda p, xx, ll: 100.0 * float(probes.accuracy(nets.mlp_apply(p, xx), ll))  # noqa: E731
     ck = path.with_suffix(".e2e.npz")
     if ck.exists():
-        z = np.load(ck)
-        pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])} for i in range(L + 1)]
+        with np.load(ck) as z:
+            pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])}
+                  for i in range(L + 1)]
     else:
         kind = "sgd" if dataset == "BMNIST2k" else "adam"
         lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
