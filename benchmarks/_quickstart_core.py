@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import data, loop, nets
+from layerlab import data, loop, nets, probes
 
 
 def run(out_dir: pathlib.Path, progress: bool = True, *, steps: int = 600, batch_size: int = 64,
@@ -33,13 +33,13 @@ def run(out_dir: pathlib.Path, progress: bool = True, *, steps: int = 600, batch
         xb, yb = batch
         logits = nets.mlp_apply(params, xb)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
-        return loss, {"acc": jnp.mean(jnp.argmax(logits, -1) == yb)}
+        return loss, {"acc": probes.accuracy(logits, yb)}
 
     def eval_fn(state):
         logits = nets.mlp_apply(state.params, xt)
         return {
             "test_loss": optax.softmax_cross_entropy_with_integer_labels(logits, yt).mean(),
-            "test_acc": jnp.mean(jnp.argmax(logits, -1) == yt),
+            "test_acc": probes.accuracy(logits, yt),
         }
 
     key = jax.random.key(seed)

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import data, dgl, nets
+from layerlab import data, dgl, nets, probes
 
 
 def run(out_dir: pathlib.Path, progress: bool = True) -> dict:
@@ -32,9 +32,8 @@ def run(out_dir: pathlib.Path, progress: bool = True) -> dict:
     cfg = dgl.LegoConfig(steps=60, lr=1e-2, batch_size=None, eps_rel=0.05)
     pl, hists = dgl.lego(key, p0, x, y, v, cfg, progress=progress)
     pr = dgl.random_features(p0, x, y)
-    acc = {"end-to-end": float(dgl.accuracy(pe, xt, lt)),
-           "DGL-LEGO": float(dgl.accuracy(pl, xt, lt)),
-           "random features": float(dgl.accuracy(pr, xt, lt))}
+    acc = {name: float(probes.accuracy(nets.mlp_apply(p, xt), lt))
+           for name, p in (("end-to-end", pe), ("DGL-LEGO", pl), ("random features", pr))}
     res = {
         "n_train": int(x.shape[0]), "n_test": int(xt.shape[0]), "L": 2, "width": 32,
         "acc_end_to_end": acc["end-to-end"], "acc_dgl_lego": acc["DGL-LEGO"],

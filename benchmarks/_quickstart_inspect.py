@@ -78,7 +78,7 @@ def run(out_dir, progress: bool = True, *, steps: int = 1000, eval_every: int = 
     import jax
     import numpy as np
 
-    from layerlab import inspect, loop
+    from layerlab import inspect, loop, probes
 
     model, insp, params0, (x, y), (xp, yp), ts = build(dataset)
     cfg = config()
@@ -105,8 +105,7 @@ def run(out_dir, progress: bool = True, *, steps: int = 1000, eval_every: int = 
     te = __import__("layerlab").data.load(dataset, "test")
     xt = np.asarray(te.x, np.float32)
     xt = xt[..., None] if xt.ndim == 3 else xt
-    acc = float(np.mean(np.argmax(np.asarray(model.apply({"params": state.params}, xt)), -1)
-                        == te.y))
+    acc = float(probes.accuracy(model.apply({"params": state.params}, xt), te.y))
     res = {
         "dataset": dataset, "steps": steps, "eval_every": eval_every,
         "n_probe": int(xp.shape[0]), "test_accuracy": acc,

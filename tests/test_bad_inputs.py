@@ -24,6 +24,7 @@ LAB = np.array([0, 1, 2, 0, 1, 2])
 KEY = jax.random.key(0)
 K_PSD = X @ X.T + np.eye(6, dtype=np.float32)
 MLP = nets.mlp_init(KEY, [3, 4, 3])
+LOGITS = nets.mlp_apply(MLP, X)
 REV_PARAMS, REV_FROZEN = gnrev.revmlp_init(KEY, 4, 2)
 READOUT = gnrev.readout_init(KEY, 4, 3)
 
@@ -98,7 +99,8 @@ NON_ARRAY_TARGETS = {
     "dgl.dgl_loss.K": (lambda v: dgl.dgl_loss(v, Y1H, eps2=0.1), r"\bK\b"),
     "dgl.dgl_loss.Y": (lambda v: dgl.dgl_loss(K_PSD, v, eps2=0.1), r"\bY\b"),
     "dgl.dgl_linear.H": (lambda v: dgl.dgl_linear(v, Y1H), r"\bH\b"),
-    "dgl.accuracy.labels": (lambda v: dgl.accuracy(MLP, X, v), "labels"),
+    "probes.accuracy.logits": (lambda v: probes.accuracy(v, LAB), "logits"),
+    "probes.accuracy.labels": (lambda v: probes.accuracy(LOGITS, v), "labels"),
     "dmn.class_density_matrices.h": (lambda v: dmn.class_density_matrices(v, LAB, 3), r"\bh\b"),
     "dmn.class_density_matrices.y": (lambda v: dmn.class_density_matrices(X, v, 3), r"\by\b"),
     "gnrev.revmlp_apply.x": (lambda v: gnrev.revmlp_apply(REV_PARAMS, REV_FROZEN, v), r"\bx\b"),
@@ -159,11 +161,14 @@ for name, f, exc, arg in [
         jnp.ones((3, 3)), jnp.array([0, 1])), ValueError, "labels"),
     ("gnrev.loss_value.9", lambda: gnrev.loss_value(jnp.ones((2, 3)), jnp.array([0, 9])),
      ValueError, "labels"),
-    ("dgl.accuracy.7", lambda: dgl.accuracy(MLP, X, jnp.full((6,), 7)), ValueError, "labels"),
-    ("dgl.accuracy.-1", lambda: dgl.accuracy(MLP, X, jnp.full((6,), -1)), ValueError, "labels"),
-    ("dgl.accuracy.len", lambda: dgl.accuracy(MLP, X, jnp.zeros((5,), jnp.int32)), ValueError,
+    ("probes.accuracy.7", lambda: probes.accuracy(LOGITS, jnp.full((6,), 7)), ValueError,
      "labels"),
-    ("dgl.accuracy.float", lambda: dgl.accuracy(MLP, X, jnp.zeros((6,))), TypeError, "labels"),
+    ("probes.accuracy.-1", lambda: probes.accuracy(LOGITS, jnp.full((6,), -1)), ValueError,
+     "labels"),
+    ("probes.accuracy.len", lambda: probes.accuracy(LOGITS, jnp.zeros((5,), jnp.int32)),
+     ValueError, "labels"),
+    ("probes.accuracy.float", lambda: probes.accuracy(LOGITS, jnp.zeros((6,))), TypeError,
+     "labels"),
     ("data.one_hot.jnp5", lambda: data.one_hot(jnp.array([0, 1, 5]), 3), ValueError,
      r"labels.*\[0, 3\)"),
     ("data.one_hot.jnp-1", lambda: data.one_hot(jnp.array([0, -1]), 3), ValueError, "labels"),

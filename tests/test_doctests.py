@@ -22,6 +22,7 @@ ENTRY_POINTS = (
     "layerlab.inspect:layer_report",
     "layerlab.kernels:fc_kernels",
     "layerlab.data:load",
+    "layerlab.probes:accuracy",
 )
 
 

@@ -327,8 +327,8 @@ def read_idx(path) -> np.ndarray:
 # -------------------------------------------------------------------------------- npz
 @functools.lru_cache(maxsize=8)
 def _read_npz_key(path: str, mtime: int, size: int, key: str) -> np.ndarray:
-    try:
-        with np.load(path, allow_pickle=False) as d:
+    try:  # the file is opened here: np.load leaks its own handle when the zip is unreadable
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as d:
             if key not in d.files:
                 raise corrupt_error(path, f"it has no array {key!r} (it has {d.files})")
             return _readonly(d[key])
@@ -352,7 +352,7 @@ def read_npz_key(path, key: str) -> np.ndarray:
 
 def npz_keys(path) -> list[str]:
     try:
-        with np.load(path, allow_pickle=False) as d:
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as d:
             return list(d.files)
     except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib_error) as e:
         raise corrupt_error(path, _npz_problem(e)) from e

@@ -24,7 +24,6 @@ from ._kernels import stax_kernel_fn as stax_kernel_fn
 from ._kernels import top_kernel as top_kernel
 from ._kernels import top_kernel_fn as top_kernel_fn
 from ._lego import LegoConfig as LegoConfig
-from ._lego import accuracy as accuracy
 from ._lego import fit_classifier as fit_classifier
 from ._lego import hidden_representations as hidden_representations
 from ._lego import layer_dgl as layer_dgl
@@ -51,7 +50,6 @@ __all__ = [
     "DGLSplits",
     "LayerVariances",
     "LegoConfig",
-    "accuracy",
     "check_kernel",
     "dgl_features",
     "dgl_linear",

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import optax
 
 from layerlab._checks import check_array, check_int, check_labels, check_number  # noqa: F401
-from layerlab.data._targets import as_labels, as_targets
+from layerlab.data._targets import as_targets
 from layerlab.loop import fit, optax_step
 from layerlab.nets import mlp_apply
 
@@ -39,7 +39,6 @@ __all__ = [
     "layer_dgl",
     "train_layer_dgl",
     "fit_classifier",
-    "accuracy",
     "lego",
     "random_features",
     "monitor_fn",
@@ -220,17 +219,6 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
     A = Ht.T @ Ht + lam * jnp.eye(d + 1, dtype=h.dtype)
     W = jnp.linalg.solve(A, Ht.T @ y)
     return {"w": W[:d], "b": W[d]}
-
-
-def accuracy(params, x: jax.Array, labels: jax.Array) -> jax.Array:
-    """Fraction of ``argmax f(x) == labels``.
-
-    Args:
-      params: MLP params.  x: ``[N, d_in]``.  labels: ``[N]`` integer labels in ``[0, C)``
-        or ``[N, C]`` one-hot (or zero-mean one-hot) rows, whose argmax is the label.
-    """
-    labels = as_labels(labels, _num_outputs(params), name="labels", n=x.shape[0])
-    return jnp.mean(jnp.argmax(mlp_apply(params, x), axis=-1) == labels)
 
 
 def lego(

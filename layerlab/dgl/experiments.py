@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import nets
+from layerlab import nets, probes
 from layerlab.loop import EarlyStopping, fit, optax_step
 from layerlab.record import Claim, Record, Row, row_from_values
 
@@ -221,10 +221,6 @@ def _ridge_fit(h, y, ridge_rel):
 
 def _head_mse(head, h, y):
     return jnp.mean(jnp.sum((h @ head["w"] + head["b"][None, :] - y) ** 2, axis=-1))
-
-
-def _head_acc(head, h, labels):
-    return jnp.mean(jnp.argmax(h @ head["w"] + head["b"][None, :], axis=-1) == labels)
 
 
 def classifier_on_val(h_tr, y_tr, h_va, y_va, ridges: Sequence[float]) -> tuple[dict, float, float]:
@@ -433,7 +429,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
                           progress=progress, desc=f"{row} s{seed} end-to-end")
     e2e["wall_s"] = time.perf_counter() - t0
     xt, _, lt = d["test"]
-    acc = lambda p, xx, ll: 100.0 * float(jnp.mean(jnp.argmax(nets.mlp_apply(p, xx), -1) == ll))  # noqa: E731
+    acc = lambda p, xx, ll: 100.0 * float(probes.accuracy(nets.mlp_apply(p, xx), ll))  # noqa: E731
     e2e["test"] = acc(pe, xt, lt)
     v = mf_variances(pe)
     t0 = time.perf_counter()
@@ -628,11 +624,12 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
     k_init, k_e2e, k_lego = jax.random.split(key, 3)
     sizes = lambda w: [x.shape[1]] + [w] * L + [d["num_classes"]]  # noqa: E731
     p0 = nets.mlp_init(k_init, sizes(cfg.width(row)), init=cfg.init)
-    acc = lambda p, xx, ll: 100.0 * float(jnp.mean(jnp.argmax(nets.mlp_apply(p, xx), -1) == ll))  # noqa: E731
+    acc = lambda p, xx, ll: 100.0 * float(probes.accuracy(nets.mlp_apply(p, xx), ll))  # noqa: E731
     ck = path.with_suffix(".e2e.npz")
     if ck.exists():
-        z = np.load(ck)
-        pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])} for i in range(L + 1)]
+        with np.load(ck) as z:
+            pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])}
+                  for i in range(L + 1)]
     else:
         kind = "sgd" if dataset == "BMNIST2k" else "adam"
         lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs

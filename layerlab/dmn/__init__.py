@@ -32,7 +32,6 @@ from layerlab.dmn._layers import DMNConfig as DMNConfig
 from layerlab.dmn._layers import Head as Head
 from layerlab.dmn._layers import Layer as Layer
 from layerlab.dmn._layers import Network as Network
-from layerlab.dmn._layers import accuracy as accuracy
 from layerlab.dmn._layers import add_input_noise as add_input_noise
 from layerlab.dmn._layers import build_dmn as build_dmn
 from layerlab.dmn._layers import classifier_step as classifier_step
@@ -64,7 +63,6 @@ __all__ = [
     "Head",
     "Layer",
     "Network",
-    "accuracy",
     "add_input_noise",
     "back_project",
     "build_dmn",

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import loop
+from layerlab import loop, probes
 from layerlab.data import extract_patches
 from layerlab.dmn._density import (
     CORRELATIONS,
@@ -762,7 +762,7 @@ def classifier_step(net: Network, optimizer: optax.GradientTransformation) -> lo
         else:
             logits = net.head.apply(v, feats, train=True)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-        acc = jnp.mean(jnp.argmax(logits, -1) == y)
+        acc = probes.accuracy(logits, y)
         return loss, (stats, acc)
 
     def step(state, batch, key):
@@ -782,20 +782,6 @@ def classifier_step(net: Network, optimizer: optax.GradientTransformation) -> lo
 def head_variables(state: loop.TrainState) -> dict:
     """The head's flax variables from a training state."""
     return {"params": state.params, "batch_stats": state.model_state or {}}
-
-
-def accuracy(apply_fn: Callable, variables, x, y, *, batch_size: int = 1000) -> float:
-    """Classification accuracy of ``apply_fn(variables, x_batch) -> logits`` in batches.
-
-    ``apply_fn`` should be jitted by the caller.  Returns a Python float in ``[0, 1]``.
-    """
-    x = np.asarray(x)
-    y = np.asarray(y)
-    correct = 0
-    for s in range(0, x.shape[0], batch_size):
-        logits = apply_fn(variables, x[s : s + batch_size])
-        correct += int(np.sum(np.argmax(np.asarray(logits), -1) == y[s : s + batch_size]))
-    return correct / max(x.shape[0], 1)
 
 
 def map_batches(fn: Callable, x, *, batch_size: int = 1000) -> np.ndarray:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax.tree
 
 from layerlab import probes
 
@@ -70,7 +71,7 @@ def distance_to_final(snapshots: Sequence, final, *, relative: bool = False) -> 
             raise ValueError(f"snapshot {t} has {len(snap)} layers, final has {len(final)}.")
         for k, (a, b) in enumerate(zip(snap, final)):
             rel = float(probes.tree_relative_change(a, b))
-            out[t, k] = rel if relative else rel * float(probes.tree_norm(b))
+            out[t, k] = rel if relative else rel * float(optax.tree.norm(b))
     return out
 
 

@@ -31,12 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import loop, nets
+from layerlab import loop, nets, probes
 from layerlab.data import DatasetNotFoundError, extract_patches, load
 from layerlab.data._targets import as_labels
 from layerlab.dmn._layers import (
     DMNConfig,
-    accuracy,
     classifier_step,
     convnet_spec,
     format_spec,
@@ -156,6 +155,10 @@ def train_and_evaluate(
     t_feat = time.perf_counter() - t0 - t_build
     state = ts.init(net.init_head(k_init, f_tr[:2]))
     predict = _jitted(net.head_apply)
+
+    def score(variables, f, y):  # accuracy on a whole split, logits chunk by chunk
+        return float(probes.accuracy(map_batches(lambda fb: predict(variables, fb), f), y))
+
     curve: list = []
     bs = min(batch_size, f_tr.shape[0])
     spe = f_tr.shape[0] // bs
@@ -163,7 +166,7 @@ def train_and_evaluate(
 
     def callback(t, st, metrics):
         if eval_every_epoch and t % spe == 0:
-            acc = accuracy(predict, head_variables(st), f_val, y_val)
+            acc = score(head_variables(st), f_val, y_val)
             curve.append((t // spe, time.perf_counter() - t0, acc))
 
     state, hist = loop.fit(
@@ -174,9 +177,9 @@ def train_and_evaluate(
     jax.block_until_ready(state)
     t_train = time.perf_counter() - t_start
     v = head_variables(state)
-    val_acc = accuracy(predict, v, f_val, y_val)
+    val_acc = score(v, f_val, y_val)
     n_tr = f_tr.shape[0] if train_eval_n is None else train_eval_n
-    train_acc = accuracy(predict, v, f_tr[:n_tr], y_train[:n_tr])
+    train_acc = score(v, f_tr[:n_tr], y_train[:n_tr])
     return {
         "spec": format_spec(net.layers),
         "pca": config.pca if net.prefix else None,
@@ -931,7 +934,7 @@ def _timescales_fig2(cfg, tr, te, key, progress):
 
     def eval_fn(state):
         s, pr = layer_spectra(state.params, top=1)
-        acc = jnp.mean(jnp.argmax(nets.mlp_apply(state.params, xte), -1) == te.y)
+        acc = probes.accuracy(nets.mlp_apply(state.params, xte), te.y)
         out = {f"sW{k + 1}": s[k, 0] for k in range(L)}
         return out | {f"sP{k + 1}": pr[k, 0] for k in range(L)} | {"val_acc": acc}
 

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from layerlab import probes
 from layerlab._checks import check_choice, check_number
 from layerlab.loop import TrainState, TrainStep, optax_step
 
@@ -35,7 +36,7 @@ def revmlp_loss(params, frozen, readout, batch, *, loss: str = "ce"):
     logits = revmlp_logits(params, frozen, readout, x)
     val = loss_value(logits, labels, loss=loss)
     if jnp.issubdtype(labels.dtype, jnp.integer):
-        acc = jnp.mean(jnp.argmax(logits, axis=-1) == labels)
+        acc = probes.accuracy(logits, labels)
     else:
         acc = jnp.asarray(jnp.nan, val.dtype)
     return val, {"accuracy": acc}
@@ -142,7 +143,7 @@ def gn_step(
             "update_norm": optax.tree.norm(delta),
         }
         if jnp.issubdtype(labels.dtype, jnp.integer):
-            metrics["accuracy"] = jnp.mean(jnp.argmax(logits, axis=-1) == labels)
+            metrics["accuracy"] = probes.accuracy(logits, labels)
         if residual:
             avg = delta if combine == "average" else jax.tree.map(
                 lambda d: d / frozen.depth, delta)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from layerlab import dgl, nets
+from layerlab import dgl, nets, probes
 
 
 class State(NamedTuple):
@@ -60,6 +60,6 @@ def test_train_layer_dgl_decreases_loss_and_lego_runs():
     after = float(dgl.layer_dgl(params[0], x, y, top, eps_rel=0.05))
     assert after < 0.8 * before, (before, after)
     np.testing.assert_allclose(hists[0]["train"]["loss"][0], before, rtol=1e-4)
-    acc_lego = float(dgl.accuracy(params, x, labels))
-    acc_rand = float(dgl.accuracy(dgl.random_features(p0, x, y), x, labels))
+    acc_lego = float(probes.accuracy(nets.mlp_apply(params, x), labels))
+    acc_rand = float(probes.accuracy(nets.mlp_apply(dgl.random_features(p0, x, y), x), labels))
     assert acc_lego >= acc_rand - 0.02

@@ -13,7 +13,7 @@ import pytest
 from layerlab import _nt_compat
 from layerlab.kernels import monte_carlo_kernel_fn, nt, predict, relu_nngp, stax
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 _ISOLATION_SCRIPT = textwrap.dedent(
     """

@@ -1,6 +1,6 @@
 """Scale-out tests for layerlab.loop: 8 simulated devices, two joined processes.
 
-Each test runs ``tests/shared/_loop_worker.py`` in fresh subprocesses so the simulated
+Each test runs ``tests/loop/_loop_worker.py`` in fresh subprocesses so the simulated
 device counts (XLA_FLAGS) never leak into the other tests, which keep one CPU device.
 """
 import json
@@ -79,9 +79,9 @@ def test_two_processes_match_single_process(tmp_path):
     ref, hist = loop.fit(ts.step, w.init_state(), (x, y), steps=w.STEPS, batch_size=w.BATCH,
                          key=jax.random.key(0), progress=False)
     for r in (0, 1):
-        got = np.load(tmp_path / f"rank{r}.npz")
-        np.testing.assert_allclose(got["params"], w.flat(ref.params), atol=1e-5, rtol=1e-5)
-        np.testing.assert_allclose(got["loss"], hist["train"]["loss"], atol=1e-5, rtol=1e-5)
+        with np.load(tmp_path / f"rank{r}.npz") as got:
+            np.testing.assert_allclose(got["params"], w.flat(ref.params), atol=1e-5, rtol=1e-5)
+            np.testing.assert_allclose(got["loss"], hist["train"]["loss"], atol=1e-5, rtol=1e-5)
 
 
 def test_initialize_distributed_without_cluster_raises(monkeypatch):

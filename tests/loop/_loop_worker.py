@@ -1,4 +1,4 @@
-"""Subprocess helper for tests/shared/test_distributed.py (not collected by pytest).
+"""Subprocess helper for tests/loop/test_distributed.py (not collected by pytest).
 
 Modes (argv[1]):
   mesh  OUT.json              8 simulated CPU devices: sharded fit vs single-device fit.

@@ -1,0 +1,49 @@
+r"""Classification accuracy of scores against labels: the one ``accuracy`` in layerlab."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from layerlab._checks import check_array
+from layerlab.data._targets import as_labels
+
+__all__ = ["accuracy"]
+
+
+def accuracy(logits, labels) -> jax.Array:
+    r"""Fraction of samples whose highest score is the true class.
+
+    .. math:: \mathrm{acc} = \frac{1}{N}\sum_{i=1}^{N}
+              \big[\operatorname{argmax}_c z_{ic} = y_i\big]
+
+    Ties go to the first maximal class (``jnp.argmax``). Pure ``jnp``: jit or vmap it at the
+    call site. For a set too large for one forward pass, concatenate the logits of chunks
+    first (e.g. ``layerlab.dmn.map_batches``).
+
+    Args:
+      logits: ``[N, C]`` per-class scores :math:`z` (logits, probabilities, regression
+        outputs read as class scores).
+      labels: ``[N]`` integer labels in ``[0, C)``, or ``[N, C]`` one-hot (or zero-mean
+        one-hot) rows whose argmax is the label (``layerlab.data.as_labels``).
+
+    Returns:
+      scalar in ``[0, 1]`` (float32, float64 under x64).
+
+    Raises:
+      ValueError: ``logits`` not ``[N, C]`` with ``N >= 1``; labels of another length or
+        width, or (eager calls) out of ``[0, C)``.  TypeError: float ``[N]`` labels.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from layerlab import probes
+      >>> logits = jnp.array([[2.0, 0.1], [0.3, 0.9], [1.0, 0.0]])
+      >>> round(float(probes.accuracy(logits, jnp.array([0, 1, 1]))), 4)
+      0.6667
+      >>> float(probes.accuracy(logits, jnp.eye(2)[jnp.array([0, 1, 0])]))  # one-hot rows
+      1.0
+    """
+    logits = check_array(logits, "logits", fn="accuracy", ndim=2, kind="real", min_rows=1)
+    n, c = logits.shape
+    labels = as_labels(labels, c, name="accuracy: labels", n=n)
+    return jnp.mean(jnp.argmax(logits, axis=-1) == labels)

@@ -1,0 +1,195 @@
+r"""Spectra of weights and representations: singular values (per weight and of partial
+products), effective / stable rank, participation ratio, near-one counts (Jacot 2023).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from layerlab._checks import check_array, check_finite, check_number
+
+__all__ = [
+    "singular_values",
+    "product_singular_values",
+    "effective_rank",
+    "stable_rank",
+    "participation_ratio",
+    "count_near_one",
+]
+
+
+def _as_matrix(w) -> jax.Array:
+    w = jnp.asarray(w)
+    return w.reshape(-1, w.shape[-1])
+
+
+def singular_values(tree, *, min_ndim: int = 2):
+    """Singular values of every weight matrix in a parameter pytree.
+
+    Leaves with ``ndim >= min_ndim`` are treated as weights; ``[..., d_out]`` kernels (e.g.
+    convolutions ``[kh, kw, c_in, c_out]``) are reshaped to ``[prod(...), d_out]``. Other
+    leaves (biases) map to ``None``.
+
+    Args:
+      tree: pytree of arrays (e.g. ``[{"w": [d0, d1], "b": [d1]}, ...]``).
+
+    Returns:
+      pytree of the same structure: ``[min(rows, cols)]`` descending singular values per
+      weight, ``None`` elsewhere.
+    """
+    return jax.tree.map(
+        lambda w: (
+            jnp.linalg.svd(_as_matrix(w), compute_uv=False) if jnp.ndim(w) >= min_ndim else None
+        ),
+        tree,
+    )
+
+
+def _weights(mats) -> list[jax.Array]:
+    out = []
+    for m in mats:
+        if isinstance(m, dict):
+            if "w" not in m:
+                raise ValueError(
+                    f"product_singular_values: layer dict without a 'w' entry: {list(m)}."
+                )
+            m = m["w"]
+        m = jnp.asarray(m)
+        if m.ndim != 2:
+            raise ValueError(
+                f"product_singular_values expects 2-D weight matrices, got shape {m.shape}."
+            )
+        out.append(m)
+    if not out:
+        raise ValueError("product_singular_values: empty list of matrices.")
+    return out
+
+
+def product_singular_values(
+    mats: Sequence, *, convention: str = "row", suffix: bool = True
+) -> list[jax.Array]:
+    r"""Singular values of the partial products of a chain of weight matrices.
+
+    With ``suffix=True`` entry ``k`` is the spectrum of the map from layer ``k``'s input to
+    the output, :math:`W_L \cdots W_{k+1} W_k` (the products :math:`\prod_{m \ge k} W_m`
+    whose singular values cluster near 1 in deep L2-regularised nets, Jacot 2023, Thm. 6);
+    with ``suffix=False`` it is the prefix :math:`W_k \cdots W_1`.
+
+    Args:
+      mats: ``L`` matrices in the order they are applied, or layer dicts with a ``"w"``.
+        ``convention="row"`` (layerlab's ``x @ w``, ``w [d_in, d_out]``) or ``"column"``
+        (``W x``, ``W [d_out, d_in]``).  For square matrices the convention matters.
+      suffix: suffix products (default) or prefix products.
+
+    Returns:
+      list of ``L`` descending singular-value vectors, ``[min(dims of product k)]`` each.
+    """
+    ws = _weights(mats)
+    if convention == "column":
+        ws = [w.T for w in ws]
+    elif convention != "row":
+        raise ValueError(f"convention must be 'row' or 'column', got {convention!r}.")
+    for i, (a, b) in enumerate(zip(ws[:-1], ws[1:])):
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(
+                f"product_singular_values: matrix {i} ({a.shape}) does not chain into matrix "
+                f"{i + 1} ({b.shape}) in the {convention!r} convention."
+            )
+    out = []
+    if suffix:
+        p = None
+        for w in reversed(ws):
+            p = w if p is None else w @ p
+            out.append(jnp.linalg.svd(p, compute_uv=False))
+        return out[::-1]
+    p = None
+    for w in ws:
+        p = w if p is None else p @ w
+        out.append(jnp.linalg.svd(p, compute_uv=False))
+    return out
+
+
+def _spectrum(s, fn: str = "spectrum") -> jax.Array:
+    s = check_array(s, "s", fn=fn, kind="real")
+    check_finite(s, "s", fn=fn)  # eager only
+    if s.ndim == 2:
+        return jnp.linalg.svd(s, compute_uv=False)
+    if s.ndim != 1:
+        raise ValueError(f"expected singular values [k] or a matrix [m, n], got shape {s.shape}.")
+    return jnp.abs(s)
+
+
+def effective_rank(s) -> jax.Array:
+    r"""Entropy effective rank (Roy & Vetterli 2007, eq. 3).
+
+    .. math:: \operatorname{erank} = \exp\Big(-\sum_i p_i \log p_i\Big),\qquad
+              p_i = \sigma_i / \textstyle\sum_j \sigma_j
+
+    Equals ``r`` for ``r`` equal non-zero singular values; ``1 <= erank <= rank``.
+
+    Args:
+      s: ``[k]`` singular values, or a matrix ``[m, n]`` (its singular values are used).
+
+    Returns:
+      scalar; **0 for an all-zero spectrum** (the zero matrix has rank 0).
+    """
+    s = _spectrum(s, "effective_rank")
+    total = jnp.sum(s)
+    p = s / jnp.where(total > 0, total, 1.0)
+    safe = jnp.where(p > 0, p, 1.0)
+    erank = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(safe), 0.0)))
+    return jnp.where(total > 0, erank, 0.0)
+
+
+def stable_rank(m) -> jax.Array:
+    r"""Stable rank :math:`\|M\|_F^2 / \|M\|_2^2 = \sum_i \sigma_i^2 / \sigma_1^2`.
+
+    Reference: Rudelson & Vershynin 2007 (J. ACM), §1.
+
+    Args:
+      m: matrix ``[m, n]`` or its singular values ``[k]``.
+
+    Returns:
+      scalar; 0 for the zero matrix.
+    """
+    s = _spectrum(m, "stable_rank")
+    top = jnp.max(s) ** 2
+    return jnp.where(top > 0, jnp.sum(s * s) / jnp.where(top > 0, top, 1.0), 0.0)
+
+
+def participation_ratio(eigs) -> jax.Array:
+    r"""Participation ratio of a spectrum: :math:`(\sum_i\lambda_i)^2/\sum_i\lambda_i^2`.
+
+    For a representation ``x [n, d]`` pass the covariance eigenvalues, e.g.
+    ``singular_values`` of the centred ``x`` squared.
+
+    Args:
+      eigs: ``[k]`` non-negative values.
+
+    Returns:
+      scalar in ``[1, k]``; 0 for an all-zero spectrum.
+    """
+    e = check_array(eigs, "eigs", fn="participation_ratio", kind="real")
+    if e.ndim != 1:
+        raise ValueError(f"participation_ratio expects a 1-D spectrum, got shape {e.shape}.")
+    check_finite(e, "eigs", fn="participation_ratio")  # eager only
+    sq = jnp.sum(e * e)
+    return jnp.where(sq > 0, jnp.sum(e) ** 2 / jnp.where(sq > 0, sq, 1.0), 0.0)
+
+
+def count_near_one(s, tol: float = 0.1) -> jax.Array:
+    """Number of singular values within ``tol`` of 1: :math:`\\#\\{i : |\\sigma_i - 1| < tol\\}`
+    (the bottleneck rank read off the weights, Jacot 2023, Thm. 6).
+
+    Args:
+      s: ``[k]`` singular values (or ``[..., k]``: counted over the last axis).
+
+    Returns:
+      int array of shape ``s.shape[:-1]``.
+    """
+    s = check_array(s, "s", fn="count_near_one", kind="real")
+    check_number(tol, "tol", fn="count_near_one", min_value=0.0, lo_open=True)
+    return jnp.sum(jnp.abs(s - 1.0) < tol, axis=-1)

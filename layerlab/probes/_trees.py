@@ -1,0 +1,63 @@
+r"""Parameter pytrees as flat vectors: cosine similarity and relative change.
+
+Built on ``optax.tree`` (``optax.tree.norm``, ``optax.tree.vdot``, ``optax.tree.sub``); for
+the norm of a pytree call ``optax.tree.norm`` directly.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax.tree
+
+from layerlab._checks import is_concrete
+
+__all__ = ["tree_cosine_similarity", "tree_relative_change"]
+
+
+def _check_same_layout(a, b, fn: str) -> None:
+    if jax.tree.structure(a) != jax.tree.structure(b):
+        raise ValueError(f"{fn}: pytrees differ in structure.")
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        if jnp.shape(x) != jnp.shape(y):
+            raise ValueError(
+                f"{fn}: pytrees differ in leaf shapes: {jnp.shape(x)} vs {jnp.shape(y)}."
+            )
+
+
+def tree_cosine_similarity(a, b) -> jax.Array:
+    r"""Cosine similarity of pytrees read as flat vectors.
+
+    .. math:: \cos(a, b) = \frac{\langle a, b\rangle}{\|a\|\,\|b\|}
+
+    Args:
+      a, b: pytrees of the same structure and leaf shapes.
+
+    Returns:
+      scalar in ``[-1, 1]``.
+    """
+    _check_same_layout(a, b, "tree_cosine_similarity")
+    return optax.tree.vdot(a, b) / (optax.tree.norm(a) * optax.tree.norm(b))
+
+
+def tree_relative_change(a, a0) -> jax.Array:
+    r"""Relative distance :math:`\|a - a_0\| / \|a_0\|` (e.g. how far weights moved from init).
+
+    Args:
+      a, a0: pytrees of the same structure and leaf shapes.
+
+    Returns:
+      scalar.
+
+    Raises:
+      ValueError: ``a0`` all zeros (eager calls; under ``jit`` the result is ``inf`` there,
+        or NaN when ``a`` is zero too).
+    """
+    _check_same_layout(a, a0, "tree_relative_change")
+    den = optax.tree.norm(a0)
+    if is_concrete(den) and not float(den) > 0:
+        raise ValueError(
+            "tree_relative_change: a0 has norm 0 (all leaves zero), so the relative change is "
+            "undefined; use optax.tree.norm(optax.tree.sub(a, a0)) for the absolute change."
+        )
+    return optax.tree.norm(optax.tree.sub(a, a0)) / den

@@ -1,0 +1,80 @@
+"""Tests for layerlab/probes/_accuracy.py: accuracy against a numpy brute-force count."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import probes as P
+
+
+def _np_count(logits, labels):
+    """Correct predictions counted one sample at a time (first maximum wins ties)."""
+    hits = 0
+    for z, y in zip(logits, labels):
+        best = 0
+        for c in range(len(z)):
+            if z[c] > z[best]:
+                best = c
+        hits += best == y
+    return hits / len(labels)
+
+
+@pytest.fixture
+def scores():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, size=37)
+    logits = rng.normal(size=(37, 5)).astype(np.float32)
+    logits[np.arange(20), labels[:20]] += 3.0  # ~20 certain hits, the rest by chance
+    return logits, labels
+
+
+def test_accuracy_matches_numpy_count(scores):
+    logits, labels = scores
+    want = _np_count(logits, labels)
+    assert 0.5 < want < 1.0
+    np.testing.assert_allclose(float(P.accuracy(logits, labels)), want, rtol=1e-6)
+    np.testing.assert_allclose(float(P.accuracy(jnp.asarray(logits), jnp.asarray(labels))), want,
+                               rtol=1e-6)
+
+
+def test_accuracy_one_hot_rows_equal_integer_labels(scores):
+    logits, labels = scores
+    want = float(P.accuracy(logits, labels))
+    assert float(P.accuracy(logits, jax.nn.one_hot(labels, 5))) == want
+    zero_mean = np.eye(5)[labels] - 1.0 / 5  # the DGL paper's targets: argmax is the label
+    assert float(P.accuracy(logits, zero_mean)) == want
+
+
+def test_accuracy_ties_go_to_the_first_class():
+    logits = np.array([[1.0, 1.0, 0.0], [0.0, 2.0, 2.0], [3.0, 3.0, 3.0]])
+    labels = np.array([0, 2, 0])
+    assert float(P.accuracy(logits, labels)) == pytest.approx(_np_count(logits, labels))
+    assert float(P.accuracy(logits, labels)) == pytest.approx(2 / 3)
+
+
+def test_accuracy_jit_and_vmap(scores):
+    logits, labels = scores
+    want = _np_count(logits, labels)
+    np.testing.assert_allclose(float(jax.jit(P.accuracy)(logits, labels)), want, rtol=1e-6)
+    # a batch of models: [M, N, C] logits against shared labels
+    batch = np.stack([logits, -logits, np.eye(5, dtype=np.float32)[labels]])
+    got = jax.jit(jax.vmap(P.accuracy, in_axes=(0, None)))(batch, labels)
+    np.testing.assert_allclose(np.asarray(got), [_np_count(b, labels) for b in batch], rtol=1e-6)
+    assert float(got[2]) == 1.0
+
+
+def test_accuracy_rejects_bad_shapes_and_labels():
+    z = jnp.zeros((4, 3))
+    with pytest.raises(ValueError, match=r"logits"):
+        P.accuracy(jnp.zeros(4), jnp.zeros(4, jnp.int32))
+    with pytest.raises(ValueError, match=r"logits must have at least 1 rows"):
+        P.accuracy(jnp.zeros((0, 3)), jnp.zeros(0, jnp.int32))
+    with pytest.raises(ValueError, match=r"labels: integer labels must lie in \[0, 3\)"):
+        P.accuracy(z, jnp.array([0, 1, 2, 3]))
+    with pytest.raises(ValueError, match=r"labels: expected 4 labels"):
+        P.accuracy(z, jnp.array([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"labels: one-hot rows must have 3 columns"):
+        P.accuracy(z, jnp.zeros((4, 2)))
+    with pytest.raises(TypeError, match=r"labels: \[N\] labels must be integers"):
+        P.accuracy(z, jnp.zeros(4))

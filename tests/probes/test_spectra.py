@@ -1,0 +1,73 @@
+"""Tests for layerlab/probes/_spectra.py: spectra and ranks against numpy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from layerlab import probes as P
+
+
+def test_singular_values_of_a_params_tree():
+    rng = np.random.default_rng(6)
+    params = [
+        {"w": rng.normal(size=(5, 3)), "b": np.zeros(3)},
+        {"w": rng.normal(size=(3, 3, 2, 4)), "b": np.zeros(4)},
+    ]
+    sv = P.singular_values(params)
+    assert sv[0]["b"] is None and sv[1]["b"] is None
+    np.testing.assert_allclose(
+        sv[0]["w"], np.linalg.svd(params[0]["w"], compute_uv=False), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        sv[1]["w"], np.linalg.svd(params[1]["w"].reshape(18, 4), compute_uv=False), rtol=1e-5
+    )
+
+
+def test_product_singular_values_vs_numpy(x64):
+    rng = np.random.default_rng(7)
+    ws = [rng.normal(size=s) for s in [(4, 6), (6, 6), (6, 3)]]  # row convention, x @ W
+    got = P.product_singular_values([{"w": w} for w in ws])
+    want = [ws[0] @ ws[1] @ ws[2], ws[1] @ ws[2], ws[2]]
+    for g, m in zip(got, want):
+        np.testing.assert_allclose(g, np.linalg.svd(m, compute_uv=False), rtol=1e-10)
+    pre = P.product_singular_values(ws, suffix=False)
+    for g, m in zip(pre, [ws[0], ws[0] @ ws[1], ws[0] @ ws[1] @ ws[2]]):
+        np.testing.assert_allclose(g, np.linalg.svd(m, compute_uv=False), rtol=1e-10)
+    # column convention on square matrices: product W_3 W_2 W_1, not W_1 W_2 W_3
+    sq = [rng.normal(size=(4, 4)) for _ in range(3)]
+    col = P.product_singular_values(sq, convention="column")
+    np.testing.assert_allclose(
+        col[0], np.linalg.svd(sq[2] @ sq[1] @ sq[0], compute_uv=False), rtol=1e-10
+    )
+    assert not np.allclose(col[0], np.linalg.svd(sq[0] @ sq[1] @ sq[2], compute_uv=False))
+    with pytest.raises(ValueError, match="does not chain"):
+        P.product_singular_values([np.ones((3, 4)), np.ones((3, 4))])
+
+
+def test_effective_rank_stable_rank_participation(x64):
+    np.testing.assert_allclose(
+        float(P.effective_rank(jnp.array([2.0, 2.0, 2.0, 0.0]))), 3.0, rtol=1e-12
+    )
+    np.testing.assert_allclose(float(P.effective_rank(jnp.array([1.0, 0.0, 0.0]))), 1.0, rtol=1e-12)
+    # p = (1/2, 1/4, 1/4): H = 1.5 log 2
+    np.testing.assert_allclose(
+        float(P.effective_rank(jnp.array([2.0, 1.0, 1.0]))), 2**1.5, rtol=1e-12
+    )
+    rng = np.random.default_rng(8)
+    u, _ = np.linalg.qr(rng.normal(size=(6, 6)))
+    v, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+    s = np.array([3.0, 2.0, 1.0, 0.5])
+    m = u[:, :4] @ np.diag(s) @ v.T
+    np.testing.assert_allclose(float(P.effective_rank(m)), float(P.effective_rank(s)), rtol=1e-10)
+    np.testing.assert_allclose(float(P.stable_rank(m)), (9 + 4 + 1 + 0.25) / 9, rtol=1e-10)
+    np.testing.assert_allclose(float(P.stable_rank(np.diag([3.0, 4.0]))), 25 / 16, rtol=1e-12)
+    np.testing.assert_allclose(float(P.participation_ratio(jnp.array([1.0, 1.0, 1.0, 0.0]))), 3.0)
+    np.testing.assert_allclose(float(P.participation_ratio(jnp.array([3.0, 1.0]))), 16 / 10)
+    assert int(P.count_near_one(jnp.array([1.05, 0.5, 0.97, 1.2]), tol=0.1)) == 2
+    np.testing.assert_array_equal(P.count_near_one(jnp.array([[1.0, 0.0], [1.0, 1.01]])), [1, 2])
+
+
+def test_effective_rank_jit_and_vmap():
+    er = jax.jit(jax.vmap(P.effective_rank))(jnp.array([[1.0, 1.0], [1.0, 0.0]]))
+    np.testing.assert_allclose(np.asarray(er), [2.0, 1.0], rtol=1e-6)
