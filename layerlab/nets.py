@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from layerlab._checks import check_array
 
@@ -63,7 +64,7 @@ def mlp_init(
     init: str = "glorot",
     w_std: float | None = None,
     b_std: float = 0.0,
-    dtype=jnp.float32,
+    dtype: DTypeLike = jnp.float32,
 ) -> list[dict[str, jax.Array]]:
     """Gaussian initialisation of a fully connected net with layer widths ``sizes``.
 
@@ -120,7 +121,7 @@ def mlp_apply(
     *,
     activation: Callable[[jax.Array], jax.Array] = jax.nn.relu,
     return_hidden: bool = False,
-):
+) -> jax.Array | tuple[jax.Array, list[jax.Array]]:
     """Forward pass ``f(x) = W_L^T phi(... phi(W_1^T x + b_1) ...) + b_L`` (last layer linear).
 
     Args:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_number
 from layerlab.bottleneck._layout import check_reps, check_x, col_cost, cols
@@ -45,7 +46,7 @@ def _covariance_loss(K, K_sigma, Z_L, cost, lam, ridge) -> Array:
 
 
 # ----------------------------------------------------------------------------- public
-def psd_pinv(K: Array, ridge=0.0) -> Array:
+def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
     """Regularised pseudo-inverse of a Gram matrix, matching :func:`tikhonov_pinv`.
 
     .. math:: K^{+}_\\rho = (K + \\rho I)^{-1} K (K + \\rho I)^{-1},
@@ -79,7 +80,7 @@ class Covariances(NamedTuple):
     K_sigma: list
 
 
-def covariances(Zs: Sequence[Array], x, *, beta=1.0,
+def covariances(Zs: Sequence[Array], x: ArrayLike, *, beta: ArrayLike = 1.0,
                 activation: Activation = jax.nn.relu) -> Covariances:
     """Gamma: representations to covariance pairs ``(K_l, K_l^sigma)``.
 
@@ -105,7 +106,7 @@ def covariances(Zs: Sequence[Array], x, *, beta=1.0,
 
 
 def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *, cost: Cost,
-                    lam, ridge=0.0) -> Array:
+                    lam: ArrayLike, ridge: ArrayLike = 0.0) -> Array:
     """Second reformulation L^k (homogeneous sigma): loss in terms of covariances.
 
     .. math:: \\mathcal L^k = C(Z_L) + \\lambda \\sum_{\\ell=1}^{L}

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 
 def incidence_matrix(edges: Sequence[tuple[int, int]], n_vertices: int) -> np.ndarray:
@@ -77,7 +78,7 @@ def bipartite_matrix(N: int) -> np.ndarray:
         complete_bipartite_edges(N), N)
 
 
-def shallow_min_norm_identity_inputs(y) -> float:
+def shallow_min_norm_identity_inputs(y: ArrayLike) -> float:
     """Minimal ``||w_1||^2 + ||w_2||^2`` of a bias-free shallow ReLU net with ``x = I_N`` fitting y.
 
     .. math:: \\min_{\\sigma(x w_1) w_2 = y} \\|w_1\\|^2 + \\|w_2\\|^2
@@ -101,7 +102,7 @@ def shallow_min_norm_identity_inputs(y) -> float:
     return float(2 * s.sum())
 
 
-def identity_inputs_loss_lower_bound(y, lam: float) -> float:
+def identity_inputs_loss_lower_bound(y: ArrayLike, lam: float) -> float:
     """Lower bound of the regularised loss of a bias-free shallow ReLU net with ``x = I_N``.
 
     .. math:: \\min_{\\hat y} \\tfrac1N\\|\\hat y - y\\|_F^2 + 2\\lambda \\|\\hat y\\|_*

@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from layerlab import kernels, probes
 from layerlab.bottleneck._layout import Params, check_params, check_x, from_mlp_params
-from layerlab.bottleneck._representations import _phi
+from layerlab.bottleneck._representations import Activation, _phi
 
 Array = jax.Array
 
 
 def layer_singular_values(params: Params, *, include_bias: bool = False,
-                          beta=1.0) -> list[Array]:
+                          beta: ArrayLike = 1.0) -> list[Array]:
     """Singular values of each weight matrix ``w_l`` (or of ``[w_l^T, b_l / beta]`` with
     ``include_bias``).
 
@@ -45,7 +46,7 @@ def layer_singular_values(params: Params, *, include_bias: bool = False,
 
 
 def layer_counts_near_one(params: Params, *, tol: float = 0.25,
-                          include_bias: bool = False, beta=1.0) -> Array:
+                          include_bias: bool = False, beta: ArrayLike = 1.0) -> Array:
     """Per-layer count of singular values within ``tol`` of 1: ``probes.count_near_one`` (the
     one definition) applied to each weight matrix's spectrum.
 
@@ -66,8 +67,9 @@ def layer_counts_near_one(params: Params, *, tol: float = 0.25,
                       layer_singular_values(params, include_bias=include_bias, beta=beta)])
 
 
-def representation_dims(params: Params, x, *, beta=1.0, activation=jax.nn.relu,
-                        rel_tol: float = 1e-2, centre: bool = True) -> dict:
+def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
+                        activation: Activation = jax.nn.relu, rel_tol: float = 1e-2,
+                        centre: bool = True) -> dict:
     """Dimension of each hidden representation along depth.
 
     For each ``Z_l`` ``[N, n_l]`` (centred over the samples if ``centre``): the entropy
@@ -103,7 +105,8 @@ def _network_fn_paper(Ws, x, beta, activation) -> Array:
     return _phi(Ws, x.T, beta, activation)[-1].T
 
 
-def network_fn(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu) -> Array:
+def network_fn(params: Params, x: Array, *, beta: ArrayLike = 1.0,
+               activation: Activation = jax.nn.relu) -> Array:
     """The network function on a batch: ``x [B, n_0] -> [B, n_L]``.
 
     .. math:: f(x) = Z_L = \\sigma(\\cdots\\sigma(x w_1 + 1 b_1^T)\\cdots) w_L + 1 b_L^T
@@ -123,8 +126,8 @@ def network_fn(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu) ->
     return _network_fn_paper(from_mlp_params(params, beta), x, beta, activation)
 
 
-def jacobian_stats(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu,
-                   rel_tol: float = 1e-2) -> dict:
+def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
+                   activation: Activation = jax.nn.relu, rel_tol: float = 1e-2) -> dict:
     """Rank and log pseudo-determinant of the input-output Jacobian, averaged over inputs.
 
     .. math:: \\operatorname{rank} J f(x_i) = \\#\\{j : s_j > \\text{rel\\_tol}\\, s_1\\},\\qquad
@@ -153,7 +156,8 @@ def jacobian_stats(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu
             "rank_per_point": rank, "singular_values": s}
 
 
-def ntk_trace(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu) -> Array:
+def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
+              activation: Activation = jax.nn.relu) -> Array:
     """Mean trace of the empirical NTK on the data, ``(1/B) sum_i Tr Theta(x_i, x_i)``.
 
     Uses :func:`layerlab.kernels.empirical_ntk` (traced over outputs) with respect to paper A's
@@ -175,8 +179,8 @@ def ntk_trace(params: Params, x: Array, *, beta=1.0, activation=jax.nn.relu) -> 
     return jnp.mean(jnp.diag(K))
 
 
-def bottleneck_diagnostics(params: Params, x: Array, *, beta=1.0,
-                           activation=jax.nn.relu, tol: float = 0.25,
+def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
+                           activation: Activation = jax.nn.relu, tol: float = 0.25,
                            rel_tol: float = 1e-2, ntk: bool = True) -> dict:
     """All diagnostics at once (host dict of arrays): weight spectra, counts of singular values
     near 1, representation dimensions, Jacobian rank / log pseudo-determinant, NTK trace.

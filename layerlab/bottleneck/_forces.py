@@ -17,6 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from layerlab._checks import check_array
 from layerlab.bottleneck._layout import check_reps, check_x, cols
@@ -96,8 +97,8 @@ class Forces(NamedTuple):
     repulsion: list
 
 
-def forces(Zs: Sequence[Array], x, *, lam, beta=1.0, activation: Activation = jax.nn.relu,
-           ridge=0.0) -> Forces:
+def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike = 1.0,
+           activation: Activation = jax.nn.relu, ridge: ArrayLike = 0.0) -> Forces:
     """Attraction/repulsion forces on the hidden representations.
 
     .. math:: F^{att}_\\ell =
@@ -143,7 +144,7 @@ def _check_linear(x, Z_L, fn: str) -> tuple[Array, Array]:
     return x, Z_L
 
 
-def linear_optimal_covariances(x, Z_L, depth: int) -> list[Array]:
+def linear_optimal_covariances(x: ArrayLike, Z_L: ArrayLike, depth: int) -> list[Array]:
     """Hidden covariances of the optimal deep linear network (no bias) reaching ``Z_L``.
 
     .. math:: K_\\ell = x \\left(x^{-1} Z_L Z_L^T x^{-T}\\right)^{\\ell / L} x^T,
@@ -170,7 +171,7 @@ def linear_optimal_covariances(x, Z_L, depth: int) -> list[Array]:
     return [X.T @ _psd_power(M, l / depth) @ X for l in range(1, depth)]  # noqa: E741
 
 
-def linear_optimal_regulariser(x, Z_L, depth: int) -> Array:
+def linear_optimal_regulariser(x: ArrayLike, Z_L: ArrayLike, depth: int) -> Array:
     """Minimal ``sum_l ||W_l||^2`` of a bias-free depth-``L`` linear net mapping x to Z_L.
 
     .. math:: \\min \\sum_\\ell \\|W_\\ell\\|_F^2 = L\\,\\operatorname{Tr}

@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from jax.typing import ArrayLike
 
 
 def _inner(Ks: np.ndarray, Y: np.ndarray, lam: float, ridge: float):
@@ -101,8 +102,8 @@ def _lmo(G: np.ndarray, rng: np.random.Generator, starts: int = 16, iters: int =
     return best, best_val
 
 
-def frank_wolfe_shallow(y, lam: float, *, iters: int = 100, ridge: float = 1e-9, seed: int = 0,
-                        tol: float = 1e-9, prune: float = 1e-10) -> dict:
+def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: float = 1e-9,
+                        seed: int = 0, tol: float = 1e-9, prune: float = 1e-10) -> dict:
     """Fully-corrective Frank-Wolfe on ``L^k`` over the cone ``S`` (``X = I_N``, ``L = 2``).
 
     Args:
@@ -178,7 +179,7 @@ def frank_wolfe_shallow(y, lam: float, *, iters: int = 100, ridge: float = 1e-9,
             "params": params, "final_loss": float(losses[-1])}
 
 
-def cp_rank_lower_bound(A, *, rel_tol: float = 1e-6) -> dict:
+def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6) -> dict:
     """A computable lower bound on the CP-rank of a completely positive ``A``.
 
     If ``A = sum_i b_i b_i^T`` with ``b_i >= 0``, each support ``supp(b_i)`` is a clique of the

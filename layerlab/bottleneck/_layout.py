@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_finite
 
@@ -38,7 +39,7 @@ Params = Sequence[dict]
 
 
 # ----------------------------------------------------------------------------- converters
-def from_mlp_layer(p: dict, beta=1.0) -> Array:
+def from_mlp_layer(p: dict, beta: ArrayLike = 1.0) -> Array:
     """Paper A's view of one ``layerlab.nets`` layer: ``W = [w^T, b / beta]``.
 
     .. math:: W_\\ell = [\\,w_\\ell^T,\\ b_\\ell / \\beta\\,],\\qquad
@@ -58,19 +59,19 @@ def from_mlp_layer(p: dict, beta=1.0) -> Array:
     return jnp.concatenate([p["w"].T, inv * p["b"][:, None]], axis=1)
 
 
-def from_mlp_params(params: Params, beta=1.0) -> list[Array]:
+def from_mlp_params(params: Params, beta: ArrayLike = 1.0) -> list[Array]:
     """Paper A's weights ``[W_1, ..., W_L]`` of ``layerlab.nets`` params (:func:`from_mlp_layer`
     on each layer)."""
     return [from_mlp_layer(p, beta) for p in params]
 
 
-def to_mlp_params(weights: Sequence[Array], beta=1.0) -> list[dict]:
+def to_mlp_params(weights: Sequence[Array], beta: ArrayLike = 1.0) -> list[dict]:
     """``layerlab.nets`` params of paper A's weights ``W_l`` ``[n_l, n_{l-1} + 1]``: the inverse of
     :func:`from_mlp_params` (``w = W[:, :-1]^T``, ``b = beta W[:, -1]``)."""
     return [{"w": W[:, :-1].T, "b": beta * W[:, -1]} for W in weights]
 
 
-def weight_norm_sq(params: Params, *, beta=1.0) -> Array:
+def weight_norm_sq(params: Params, *, beta: ArrayLike = 1.0) -> Array:
     """Paper A's squared parameter norm ``||W||^2 = sum_l ||W_l||_F^2`` of ``layerlab.nets`` params.
 
     .. math:: \\|\\mathbf W\\|^2 = \\sum_{\\ell=1}^L \\|W_\\ell\\|_F^2

@@ -16,11 +16,13 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
 from layerlab import loop
 from layerlab._checks import check_number
 from layerlab.bottleneck._layout import check_x, col_cost, cols
 from layerlab.bottleneck._representations import (
+    Activation,
     _phi,
     _psi,
     _representation_loss,
@@ -30,9 +32,9 @@ from layerlab.bottleneck._representations import (
 Array = jax.Array
 
 
-def representation_step(x, cost: Callable, optimizer: optax.GradientTransformation, *, lam,
-                        beta=1.0, activation=jax.nn.relu, ridge=1e-4,
-                        project: bool = True) -> loop.TrainStep:
+def representation_step(x: ArrayLike, cost: Callable, optimizer: optax.GradientTransformation, *,
+                        lam: ArrayLike, beta: ArrayLike = 1.0, activation: Activation = jax.nn.relu,
+                        ridge: ArrayLike = 1e-4, project: bool = True) -> loop.TrainStep:
     """(Projected) gradient step on L^r over the representations of the full data set ``x``.
 
     .. math:: Z \\leftarrow \\Phi\\big(\\Psi_\\rho(Z - u_t)\\big),\\qquad

@@ -20,6 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from layerlab.bottleneck._representations import Activation
 
@@ -49,7 +50,7 @@ def _neuron_pairs(Zc: np.ndarray, activation) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- public
-def neuron_pairs(Z, *, activation: Activation = jax.nn.relu) -> np.ndarray:
+def neuron_pairs(Z: ArrayLike, *, activation: Activation = jax.nn.relu) -> np.ndarray:
     """One row ``(vec z_i z_i^T, vec sigma(z_i) sigma(z_i)^T)`` per neuron ``z_i`` (column of Z).
 
     ``(K, K^sigma - beta^2 11^T) = sum_i (z_i z_i^T, sigma(z_i) sigma(z_i)^T)`` (eq. 4.1); the
@@ -67,7 +68,8 @@ def neuron_pairs(Z, *, activation: Activation = jax.nn.relu) -> np.ndarray:
     return _neuron_pairs(_as_neurons(Z), activation)
 
 
-def rank_sigma_bounds(Z, *, activation: Activation = jax.nn.relu, tol: float = 1e-9) -> dict:
+def rank_sigma_bounds(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
+                      tol: float = 1e-9) -> dict:
     """Bounds on ``Rank_sigma(K, K^sigma)`` for the covariance pair realised by ``Z``.
 
     .. math:: \\max(\\operatorname{Rank} K, \\operatorname{Rank}(K^\\sigma - \\beta^2 11^T))
@@ -103,7 +105,7 @@ def rank_sigma_bounds(Z, *, activation: Activation = jax.nn.relu, tol: float = 1
             "width": n, "N_times_N_plus_1": N * (N + 1)}
 
 
-def caratheodory_reduce(Z, *, activation: Activation = jax.nn.relu,
+def caratheodory_reduce(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
                         tol: float = 1e-10) -> np.ndarray:
     """Remove neurons while keeping ``(K, K^sigma)`` exactly (positively homogeneous sigma).
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from layerlab._checks import check_number
 from layerlab.bottleneck._layout import (
@@ -85,7 +86,7 @@ def _is_zero(ridge) -> bool:
     return isinstance(ridge, (int, float)) and ridge == 0
 
 
-def augment(Z: Array, beta) -> Array:
+def augment(Z: Array, beta: ArrayLike) -> Array:
     """Append the bias column: ``Z^sigma = [Z, beta 1]``.
 
     Args:
@@ -102,7 +103,7 @@ def augment(Z: Array, beta) -> Array:
     return jnp.concatenate([Z, beta * ones], axis=1)
 
 
-def tikhonov_pinv(A: Array, ridge=0.0) -> Array:
+def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
     """Tikhonov-regularised pseudo-inverse ``A^+_rho = A^T (A A^T + rho I)^{-1}`` of any matrix.
 
     .. math:: A^+_\\rho = A^T (A A^T + \\rho I)^{-1} = (A^T A + \\rho I)^{-1} A^T
@@ -129,7 +130,7 @@ def tikhonov_pinv(A: Array, ridge=0.0) -> Array:
 
 
 # ----------------------------------------------------------------------------- Phi and Psi
-def representations(params: Params, x, *, beta=1.0,
+def representations(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
                     activation: Activation = jax.nn.relu) -> list[Array]:
     """Forward pass Phi: parameters to the pre-activations ``[Z_1, ..., Z_L]``.
 
@@ -156,9 +157,9 @@ def representations(params: Params, x, *, beta=1.0,
     return cols(_phi(from_mlp_params(params, beta), x.T, beta, activation))
 
 
-def weights_from_representations(Zs: Sequence[Array], x, *, beta=1.0,
+def weights_from_representations(Zs: Sequence[Array], x: ArrayLike, *, beta: ArrayLike = 1.0,
                                  activation: Activation = jax.nn.relu,
-                                 ridge=0.0) -> list[dict]:
+                                 ridge: ArrayLike = 0.0) -> list[dict]:
     """Psi: representations to the minimal-norm parameters, ``W_l^T = (Z_{l-1}^sigma)^+ Z_l``.
 
     .. math:: \\Psi(Z)_\\ell^T = (Z_{\\ell-1}^\\sigma)^+_\\rho Z_\\ell,
@@ -187,7 +188,7 @@ def weights_from_representations(Zs: Sequence[Array], x, *, beta=1.0,
 
 
 # ----------------------------------------------------------------------------- losses
-def weight_loss(params: Params, x, *, cost: Cost, lam, beta=1.0,
+def weight_loss(params: Params, x: ArrayLike, *, cost: Cost, lam: ArrayLike, beta: ArrayLike = 1.0,
                 activation: Activation = jax.nn.relu) -> Array:
     """L2-regularised loss in parameter space.
 
@@ -215,8 +216,9 @@ def weight_loss(params: Params, x, *, cost: Cost, lam, beta=1.0,
                         activation)
 
 
-def representation_loss(Zs: Sequence[Array], x, *, cost: Cost, lam, beta=1.0,
-                        activation: Activation = jax.nn.relu, ridge=0.0) -> Array:
+def representation_loss(Zs: Sequence[Array], x: ArrayLike, *, cost: Cost, lam: ArrayLike,
+                        beta: ArrayLike = 1.0, activation: Activation = jax.nn.relu,
+                        ridge: ArrayLike = 0.0) -> Array:
     """First reformulation L^r: the loss as a function of the representations.
 
     .. math:: \\mathcal L^r(Z_1, \\dots, Z_L) = C(Z_L)

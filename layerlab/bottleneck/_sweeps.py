@@ -20,11 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.typing import ArrayLike
 
 from layerlab import loop, nets
 from layerlab._checks import check_array, check_int, check_number, check_same_length
-from layerlab.bottleneck._layout import from_mlp_params
-from layerlab.bottleneck._representations import _phi
+from layerlab.bottleneck._layout import Params, from_mlp_params
+from layerlab.bottleneck._representations import Activation, _phi
 from layerlab.data._targets import as_targets
 
 Array = jax.Array
@@ -93,8 +94,9 @@ def masked_weights(params: Sequence[dict], masks: Array) -> list[dict]:
     return out
 
 
-def masked_loss(params, batch, *, hparams, cost: Callable, beta=1.0,
-                activation=jax.nn.relu):
+def masked_loss(params: Params, batch: tuple[ArrayLike, ArrayLike], *,
+                hparams: dict[str, ArrayLike], cost: Callable, beta: ArrayLike = 1.0,
+                activation: Activation = jax.nn.relu) -> tuple[Array, dict[str, Array]]:
     """Regularised loss of the masked net on a batch ``(x [B, n_0], y)``.
 
     .. math:: \\mathcal L_\\lambda = C(Z_L(\\tilde W))
@@ -123,7 +125,8 @@ def masked_loss(params, batch, *, hparams, cost: Callable, beta=1.0,
     return c + hparams["lam"] * reg, {"cost": c, "reg": reg}
 
 
-def sweep_step(cost: Callable, optimizer, *, beta=1.0, activation=jax.nn.relu) -> loop.TrainStep:
+def sweep_step(cost: Callable, optimizer: optax.GradientTransformation, *, beta: ArrayLike = 1.0,
+               activation: Activation = jax.nn.relu) -> loop.TrainStep:
     """``layerlab.loop.optax_step`` on :func:`masked_loss` with masks and lambda in hparams."""
     def loss_fn(params, batch, hparams):
         return masked_loss(params, batch, hparams=hparams, cost=cost, beta=beta,
@@ -153,14 +156,13 @@ def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: fl
     return int(np.asarray(widths)[ok[0]]) if ok.size else -1
 
 
-def width_sweep(key: Array, x, y, *, widths: Sequence[int], depth: int, cost: Callable,
-                lam: float, seeds: int = 3, max_width: int | None = None,
+def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int], depth: int,
+                cost: Callable, lam: float, seeds: int = 3, max_width: int | None = None,
                 adam_steps: int = 2000, adam_lr: float = 1e-3, gd_steps: int = 0,
-                gd_lr: float = 1e-2, lr_decay: float | None = 1e-2, beta=1.0,
-                activation=jax.nn.relu, init: str = "he",
-                w_std: float | None = None, batch_size: int | None = None,
-                progress: bool = True, desc: str = "width sweep",
-                checkpoint_dir=None) -> dict:
+                gd_lr: float = 1e-2, lr_decay: float | None = 1e-2, beta: ArrayLike = 1.0,
+                activation: Activation = jax.nn.relu, init: str = "he", w_std: float | None = None,
+                batch_size: int | None = None, progress: bool = True, desc: str = "width sweep",
+                checkpoint_dir: str | os.PathLike | None = None) -> dict:
     """Minimal regularised loss vs hidden width: widths x seeds in one program per phase.
 
     Trains ``len(widths) * seeds`` runs (all hidden layers of width ``w``, masked inside a

@@ -15,18 +15,19 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from layerlab.data import Dataset
 
 
-def symmetry_objective(w, M):
+def symmetry_objective(w: ArrayLike, M: ArrayLike) -> jax.Array:
     """``f(w) = ||w w^T - M||_F^2`` for ``w [d]``, ``M [d, d]``."""
     return jnp.sum(jnp.square(jnp.outer(w, w) - M))
 
 
 def symmetry_task(key: jax.Array, n: int, *, d: int = 10, steps: int = 10, lr: float = 0.02,
                   noise: float = 0.05, w_scale: float = 1.0, log_loss: bool = True,
-                  return_info: bool = False):
+                  return_info: bool = False) -> Dataset | tuple[Dataset, dict[str, np.ndarray]]:
     """Predict the next ``T`` losses of GD on ``||w w^T - e e^T - E||^2`` from ``w_0``.
 
     .. math:: w_{t+1} = w_t - \\eta\\, 4 (w_t w_t^T - M) w_t,\\qquad M = e e^T + E,\\qquad

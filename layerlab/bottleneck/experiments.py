@@ -355,7 +355,8 @@ def _relu_smooth_net(cfg, x, y, act, width, key, progress, ckpt, desc, lam, lr):
 
 
 def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
-               checkpoint_dir=None, data_dir=None) -> Record:
+               checkpoint_dir: str | os.PathLike | None = None,
+               data_dir: str | os.PathLike | None = None) -> Record:
     """Forces at a critical point (smooth) and on the paper's ReLU digits net (float64)."""
     cfg = config
     t0 = time.perf_counter()
@@ -463,7 +464,7 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
     return rec
 
 
-def plot_a_fig1(record: Record, path) -> None:
+def plot_a_fig1(record: Record, path: str | os.PathLike) -> None:
     """Hidden representations (the samples on their top-2 PCs) with attraction/repulsion arrows
     (needs the record returned by :func:`run_a_fig1`, which carries the parameters)."""
     import matplotlib
@@ -554,7 +555,8 @@ class AFig2Config:
 
 
 def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
-               checkpoint_dir=None, data_dir=None) -> Record:
+               checkpoint_dir: str | os.PathLike | None = None,
+               data_dir: str | os.PathLike | None = None) -> Record:
     """Train/test loss vs width on MNIST (two lambdas) and on the teacher task."""
     cfg = config
     t0 = time.perf_counter()
@@ -643,7 +645,7 @@ def _sweep_summary(r, xt, yt, cost, cfg) -> dict:
             "plateau_start": plateau_start(r["widths"], r["best"], rel_tol=cfg.plateau_rel_tol)}
 
 
-def plot_a_fig2(record: Record, path) -> None:
+def plot_a_fig2(record: Record, path: str | os.PathLike) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -766,7 +768,7 @@ class ARankConfig:
 
 
 def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
-               checkpoint_dir=None) -> Record:
+               checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Frank-Wolfe vs weight-space GD on B_N, CP-rank lower bounds, Remark 4."""
     del checkpoint_dir
     cfg = config
@@ -913,7 +915,7 @@ def _lr_vs_weights(cfg: ARankConfig, key: Array) -> dict:
                        "representation": float(np.median(tr)) / chunk}}
 
 
-def plot_a_rank(record: Record, path) -> None:
+def plot_a_rank(record: Record, path: str | os.PathLike) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1000,7 +1002,7 @@ class BStructureConfig:
 
 
 def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = True,
-                    checkpoint_dir=None) -> Record:
+                    checkpoint_dir: str | os.PathLike | None = None) -> Record:
     cfg = config
     t0 = time.perf_counter()
     res: dict[str, Any] = {"depth_sweep": {}, "lr": {}}
@@ -1098,7 +1100,7 @@ def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = Tr
                   extra={"result": res})
 
 
-def plot_b_structure(record: Record, path) -> None:
+def plot_b_structure(record: Record, path: str | os.PathLike) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1175,7 +1177,7 @@ def _knn_r2(P: np.ndarray, T: np.ndarray, k: int = 5) -> float:
 
 
 def run_b_symmetry(config: BSymmetryConfig, *, key: Array, progress: bool = True,
-                   checkpoint_dir=None) -> Record:
+                   checkpoint_dir: str | os.PathLike | None = None) -> Record:
     cfg = config
     t0 = time.perf_counter()
     ds, info = symmetry_task(jax.random.fold_in(key, 1), cfg.n, d=cfg.d, steps=cfg.steps_T,
@@ -1238,7 +1240,7 @@ def run_b_symmetry(config: BSymmetryConfig, *, key: Array, progress: bool = True
                          "count_near_one": cnt, "singular_values": [s_[:6] for s_ in sv]})
 
 
-def plot_b_symmetry(record: Record, path) -> None:
+def plot_b_symmetry(record: Record, path: str | os.PathLike) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -1298,7 +1300,7 @@ class BMinimaConfig:
 
 
 def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
-                 checkpoint_dir=None) -> Record:
+                 checkpoint_dir: str | os.PathLike | None = None) -> Record:
     cfg = config
     t0 = time.perf_counter()
     kd = jax.random.fold_in(key, 100 + cfg.k)
@@ -1377,7 +1379,7 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
                   extra={"minima": pts, "fits": {str(r): v for r, v in fits.items()}})
 
 
-def plot_b_minima(record: Record, path) -> None:
+def plot_b_minima(record: Record, path: str | os.PathLike) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

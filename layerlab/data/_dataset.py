@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.typing import ArrayLike
 
 __all__ = ["Dataset", "DatasetNotFoundError"]
 
@@ -87,11 +88,11 @@ class Dataset:
         """``(x, y)``: the form :func:`layerlab.loop.fit` batches."""
         return self.x, self.y
 
-    def replace(self, **changes) -> Dataset:
+    def replace(self, **changes: Any) -> Dataset:
         """A copy with some fields replaced (e.g. ``ds.replace(x=flatten(ds.x))``)."""
         return dataclasses.replace(self, **changes)
 
-    def subset(self, indices, *, split: str | None = None) -> Dataset:
+    def subset(self, indices: ArrayLike, *, split: str | None = None) -> Dataset:
         """The samples at ``indices`` (an integer index array or boolean mask), in that order."""
         idx = np.asarray(indices)
         if idx.dtype != bool and idx.size and (idx.min() < -len(self) or idx.max() >= len(self)):

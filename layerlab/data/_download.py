@@ -19,7 +19,7 @@ import pathlib
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from layerlab.data._registry import (
     BASE_URL_ENV,
@@ -152,7 +152,7 @@ def _download_file(spec: FileSpec, root: pathlib.Path, *, base_url, progress, fo
 
 def download(name: str, data_dir: os.PathLike | str | None = None, *,
              base_url: str | None = None, progress: bool = True, force: bool = False,
-             log=print) -> list[pathlib.Path]:
+             log: Callable[[str], object] = print) -> list[pathlib.Path]:
     """Download and verify the official files of a dataset.
 
     Args:

@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 
-def data_roots(data_dir=None) -> list[pathlib.Path]:
+def data_roots(data_dir: str | os.PathLike | None = None) -> list[pathlib.Path]:
     """Directories searched for dataset files, in order.
 
     ``data_dir`` when given (only it); otherwise every entry of ``$LAYERLAB_DATA``
@@ -212,7 +212,7 @@ def check_digest(path: pathlib.Path, spec: FileSpec) -> str | None:
     return f"checksum mismatch: expected {want}, got {got} ({spec.source})"
 
 
-def verify_file(path, dataset: str | None = None) -> FileSpec | None:
+def verify_file(path: str | os.PathLike, dataset: str | None = None) -> FileSpec | None:
     """Check a dataset file against its published checksum, once.
 
     Files recognised by name (:data:`layerlab.data._registry.FILES`) are hashed on first
@@ -319,7 +319,7 @@ def _read_idx(path: str, mtime: int, size: int) -> np.ndarray:
                                   f"file: {type(e).__name__}: {e}") from e
 
 
-def read_idx(path) -> np.ndarray:
+def read_idx(path: str | os.PathLike) -> np.ndarray:
     """Read an idx file (``.gz`` or raw) into a read-only numpy array."""
     return _read_idx(*_stamp(pathlib.Path(path)))
 

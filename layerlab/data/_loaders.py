@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from jax.typing import DTypeLike
 
 from layerlab.data import _files as F
 from layerlab.data import _synthetic
@@ -488,12 +489,12 @@ def load(
     classes: Sequence[Any] | None = None,
     balanced: bool = False,
     shuffle: bool = True,
-    seed=0,
-    data_dir=None,
+    seed: int | jax.Array = 0,
+    data_dir: str | os.PathLike | None = None,
     source: str = "auto",
-    dtype=np.float32,
+    dtype: DTypeLike = np.float32,
     verify: bool = True,
-    **opts,
+    **opts: Any,
 ) -> Dataset:
     """Load a dataset as host numpy arrays.
 
@@ -599,9 +600,9 @@ def dgl_protocol(
     *,
     n_train: int | None = None,
     n_val: int | None = None,
-    seed=0,
-    data_dir=None,
-    dtype=np.float32,
+    seed: int | jax.Array = 0,
+    data_dir: str | os.PathLike | None = None,
+    dtype: DTypeLike = np.float32,
     verify: bool = True,
 ) -> DGLSplits:
     """The data protocol of Ben-David & Ringel (2019), Table I.

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from layerlab._types import PyTree
 from layerlab.data._dataset import Dataset
 from layerlab.nets import mlp_apply, mlp_init
 
@@ -40,14 +42,14 @@ def teacher(
     n: int,
     widths: Sequence[int] = (50, 10, 10, 10),
     *,
-    activation="relu",
+    activation: str | Callable[[jax.Array], jax.Array] = "relu",
     noise: float = 0.0,
     w_std: float | None = None,
     b_std: float = 0.0,
     x_key: jax.Array | None = None,
     return_params: bool = False,
     split: str = "train",
-):
+) -> Dataset | tuple[Dataset, PyTree]:
     r"""Teacher-network regression: Gaussian inputs, targets from a random network.
 
     .. math:: x_i \sim \mathcal N(0, I_{d_0}),\qquad y_i = f_\theta(x_i) + \sigma\,\varepsilon_i,
@@ -101,12 +103,12 @@ def latent(
     d_in: int = 20,
     d_out: int = 20,
     hidden: int = 100,
-    activation="tanh",
+    activation: str | Callable[[jax.Array], jax.Array] = "tanh",
     noise: float = 0.0,
     z_key: jax.Array | None = None,
     return_latent: bool = False,
     split: str = "train",
-):
+) -> Dataset | tuple[Dataset, dict[str, Any]]:
     r"""Data with a ``k``-dimensional latent: :math:`x = g(z)`, :math:`y = h(z)`.
 
     .. math:: z_i \sim \mathcal N(0, I_k),\quad x_i = g(z_i),\quad

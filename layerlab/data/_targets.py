@@ -14,6 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 __all__ = ["as_labels", "as_targets", "is_labels"]
 
@@ -42,8 +43,8 @@ def _check_range(y, num_classes: int, name: str) -> None:
                              f"got range [{lo}, {hi}].")
 
 
-def as_targets(y, num_classes: int, *, name: str = "y", n: int | None = None,
-               dtype=None) -> jax.Array:
+def as_targets(y: ArrayLike, num_classes: int, *, name: str = "y", n: int | None = None,
+               dtype: DTypeLike | None = None) -> jax.Array:
     """Targets ``[N, C]``: one-hot rows of integer labels ``[N]``, or ``y`` itself when it is
     already ``[N, C]`` (one-hot, zero-mean one-hot or any real targets).
 
@@ -79,8 +80,8 @@ def as_targets(y, num_classes: int, *, name: str = "y", n: int | None = None,
                      f"got shape {np.shape(y)}.")
 
 
-def as_labels(y, num_classes: int | None = None, *, name: str = "labels",
-              n: int | None = None):
+def as_labels(y: ArrayLike, num_classes: int | None = None, *, name: str = "labels",
+              n: int | None = None) -> np.ndarray | jax.Array:
     """Integer labels ``[N]``: ``y`` itself, or ``argmax`` of one-hot rows ``[N, C]``.
 
     Host (numpy) input stays numpy. Raises ``ValueError`` for other shapes, labels out of

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from layerlab._checks import check_int, is_concrete
 from layerlab.data._dataset import Dataset
@@ -48,7 +49,7 @@ def _check_batch(x, fn: str, min_ndim: int = 2):
 
 
 # ----------------------------------------------------------------------------- arrays
-def flatten(x):
+def flatten(x: np.ndarray | jax.Array) -> np.ndarray | jax.Array:
     """Flatten every sample: ``[N, d1, d2, ...] -> [N, d1*d2*...]`` (row-major, so HWC images
     become pixel-major, channel-fastest vectors).
 
@@ -62,7 +63,10 @@ def flatten(x):
     return x.reshape(x.shape[0], -1)
 
 
-def standardize(x, mean=None, std=None, *, eps: float = 1e-8):
+def standardize(
+    x: np.ndarray | jax.Array, mean: ArrayLike | None = None, std: ArrayLike | None = None, *,
+    eps: float = 1e-8,
+) -> tuple[np.ndarray | jax.Array, np.ndarray | jax.Array, np.ndarray | jax.Array]:
     r"""Per-feature standardisation :math:`(x - \mu) / \sigma` over the sample axis.
 
     .. math:: \mu = \tfrac1N \sum_n x_n, \qquad
@@ -100,7 +104,10 @@ def standardize(x, mean=None, std=None, *, eps: float = 1e-8):
     return xs.astype(x.dtype) if xp is np else xs, mean, std
 
 
-def scale(x, *, low: float = 0.0, high: float = 1.0, x_min=None, x_max=None):
+def scale(
+    x: np.ndarray | jax.Array, *, low: float = 0.0, high: float = 1.0,
+    x_min: ArrayLike | None = None, x_max: ArrayLike | None = None,
+) -> tuple[np.ndarray | jax.Array, np.ndarray | jax.Array, np.ndarray | jax.Array]:
     r"""Per-feature min-max scaling to ``[low, high]``.
 
     .. math:: x' = \text{low} + (\text{high}-\text{low})\,\frac{x - x_{\min}}{x_{\max}-x_{\min}}
@@ -128,7 +135,8 @@ def scale(x, *, low: float = 0.0, high: float = 1.0, x_min=None, x_max=None):
     return xs.astype(x.dtype) if xp is np else xs, x_min, x_max
 
 
-def l2_normalize(x, *, radius: float = 1.0, eps: float = 1e-12):
+def l2_normalize(x: np.ndarray | jax.Array, *, radius: float = 1.0,
+                 eps: float = 1e-12) -> np.ndarray | jax.Array:
     r"""Project every sample onto a sphere: :math:`x_n \mapsto r\,x_n/\|x_n\|`, ``r = radius``.
 
     (Kernel papers often put inputs on the sphere; ``radius=sqrt(d)`` keeps unit variance
@@ -148,7 +156,8 @@ def l2_normalize(x, *, radius: float = 1.0, eps: float = 1e-12):
     return out.astype(x.dtype) if xp is np else out
 
 
-def one_hot(y, num_classes: int, *, zero_mean: bool = False, dtype=np.float32):
+def one_hot(y: ArrayLike, num_classes: int, *, zero_mean: bool = False,
+            dtype: DTypeLike = np.float32) -> np.ndarray | jax.Array:
     r"""One-hot targets, optionally zero-mean.
 
     .. math:: T_{nc} = [y_n = c] - \tfrac{1}{C}\,[\text{zero\_mean}]
@@ -234,7 +243,7 @@ def _need(ds: Dataset, perms, counts, what: str):
             )
 
 
-def random_subset(ds: Dataset, n: int, seed=0) -> Dataset:
+def random_subset(ds: Dataset, n: int, seed: int | jax.Array = 0) -> Dataset:
     """``n`` samples drawn without replacement (uniformly, not label-balanced), kept in their
     original order.
 
@@ -249,7 +258,7 @@ def random_subset(ds: Dataset, n: int, seed=0) -> Dataset:
     return ds.subset(idx)
 
 
-def balanced_subset(ds: Dataset, n: int, seed=0) -> Dataset:
+def balanced_subset(ds: Dataset, n: int, seed: int | jax.Array = 0) -> Dataset:
     """A label-balanced subset of ``n`` samples (see :func:`per_class_counts` for ``n % C``),
     drawn without replacement per class and kept in the original order.
 
@@ -267,7 +276,7 @@ def balanced_subset(ds: Dataset, n: int, seed=0) -> Dataset:
 
 
 def train_val_split(
-    ds: Dataset, n_train: int, n_val: int, *, balanced: bool = True, seed=0
+    ds: Dataset, n_train: int, n_val: int, *, balanced: bool = True, seed: int | jax.Array = 0
 ) -> tuple[Dataset, Dataset]:
     """Two disjoint subsets: ``n_train`` training and ``n_val`` validation samples.
 
@@ -352,7 +361,9 @@ def _same_pads(size: int, k: int, s: int) -> tuple[int, int]:
     return total // 2, total - total // 2
 
 
-def extract_patches(x, k, *, stride=1, padding: str = "VALID"):
+def extract_patches(x: np.ndarray | jax.Array, k: int | tuple[int, int], *,
+                    stride: int | tuple[int, int] = 1,
+                    padding: str = "VALID") -> np.ndarray | jax.Array:
     r"""All ``k x k`` patches of a batch of images, flattened spatial-major.
 
     .. math:: P[n, i, j, (a\,k_w + b)\,C + c] = \tilde x[n,\ i s_h + a,\ j s_w + b,\ c]

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from layerlab.kernels import relu_nngp
 
@@ -47,7 +48,7 @@ class LayerVariances(NamedTuple):
 
 
 def top_kernel(
-    h: jax.Array, h2: jax.Array | None = None, *, w_var, b_var
+    h: jax.Array, h2: jax.Array | None = None, *, w_var: ArrayLike, b_var: ArrayLike
 ) -> jax.Array:
     r"""NNGP kernel of the ReLU top network (``len(w_var) - 1`` ReLU layers + linear output).
 
@@ -78,7 +79,7 @@ def top_kernel(
     return relu_nngp(h, h2, depth=w_var.shape[0] - 1, w_var=w_var, b_var=b_var)
 
 
-def top_kernel_fn(w_var, b_var) -> Callable[[jax.Array], jax.Array]:
+def top_kernel_fn(w_var: ArrayLike, b_var: ArrayLike) -> Callable[[jax.Array], jax.Array]:
     """``h [N, d] -> K [N, N]`` closure of :func:`top_kernel` (for ``dgl_features`` etc.)."""
     return lambda h: top_kernel(h, w_var=w_var, b_var=b_var)
 
@@ -122,8 +123,8 @@ def sample_relu_outputs(
     x: jax.Array,
     *,
     widths: Sequence[int],
-    w_var,
-    b_var,
+    w_var: ArrayLike,
+    b_var: ArrayLike,
     num_samples: int,
     out_dim: int = 1,
 ) -> jax.Array:

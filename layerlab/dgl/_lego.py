@@ -16,12 +16,13 @@ Everything is a pure function of explicit keys; the loops are ``layerlab.loop.fi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
+from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_int, check_labels, check_number  # noqa: F401
 from layerlab.data._targets import as_targets
@@ -77,7 +78,8 @@ class LegoConfig:
         check_number(self.ridge_rel, "ridge_rel", fn=fn, min_value=0.0)
 
 
-def mse_loss(params, batch) -> jax.Array:
+def mse_loss(params: Sequence[dict[str, jax.Array]],
+             batch: tuple[jax.Array, jax.Array]) -> jax.Array:
     r"""``mean_n |f(x_n) - y_n|^2`` (summed over outputs) for an MLP ``params``.
 
     Args:
@@ -91,7 +93,7 @@ def _num_outputs(params) -> int:
     return int(params[-1]["w"].shape[-1])
 
 
-def hidden_representations(params, x) -> list[jax.Array]:
+def hidden_representations(params: Sequence[dict[str, jax.Array]], x: jax.Array) -> list[jax.Array]:
     """``[h_0 = x, h_1, ..., h_L]``: the input and every post-ReLU representation."""
     _, hidden = mlp_apply(params, x, return_hidden=True)
     return [x, *hidden]
@@ -99,18 +101,18 @@ def hidden_representations(params, x) -> list[jax.Array]:
 
 def train_end_to_end(
     key: jax.Array,
-    params,
+    params: Sequence[dict[str, jax.Array]],
     x: jax.Array,
     y: jax.Array,
     *,
     optimizer: optax.GradientTransformation,
     steps: int,
     batch_size: int | None = None,
-    eval_fn=None,
+    eval_fn: Callable[[Any], dict[str, jax.Array]] | None = None,
     eval_every: int | None = None,
     progress: bool = True,
     desc: str = "end-to-end",
-):
+) -> tuple[list[dict[str, jax.Array]], dict[str, Any]]:
     """Step 1: train all layers with :func:`mse_loss` through ``layerlab.loop.fit``.
 
     Args:
@@ -176,7 +178,7 @@ def train_layer_dgl(
     *,
     progress: bool = True,
     desc: str = "DGL layer",
-):
+) -> tuple[dict[str, jax.Array], dict[str, Any]]:
     """Step 3 for one layer: minimise :func:`layer_dgl` with AdamW through ``loop.fit``.
 
     With ``cfg.batch_size`` smaller than N each step uses the DGL of a random subset (the
@@ -230,7 +232,7 @@ def lego(
     cfg: LegoConfig,
     *,
     progress: bool = True,
-):
+) -> tuple[list[dict[str, jax.Array]], list[dict[str, Any]]]:
     """Steps 3-4 of LEGO: greedy DGL training of each ReLU layer, then the classifier.
 
     Args:
@@ -284,7 +286,8 @@ def lego(
     return params, hists
 
 
-def random_features(params_init: Sequence[dict], x, y, *, ridge_rel: float = 1e-4):
+def random_features(params_init: Sequence[dict], x: jax.Array, y: ArrayLike, *,
+                    ridge_rel: float = 1e-4) -> list[dict[str, jax.Array]]:
     """Step 5 ("Random"): frozen random ReLU layers, MSE-optimal linear classifier.
 
     ``y``: ``[N]`` integer labels or ``[N, C]`` targets, as in :func:`lego`."""
@@ -295,7 +298,8 @@ def random_features(params_init: Sequence[dict], x, y, *, ridge_rel: float = 1e-
     return params
 
 
-def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float, variance: bool = False):
+def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float,
+               variance: bool = False) -> Callable[[Any], dict[str, jax.Array]]:
     r"""``eval_fn`` for ``loop.fit``: per-sample DGL of every layer and the training MSE.
 
     For state params ``theta``: with MF variances ``v(theta)`` of the *current* net, returns

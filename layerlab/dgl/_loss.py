@@ -68,7 +68,8 @@ def _jitter(K: jax.Array) -> jax.Array:
     return tau * jnp.mean(jnp.abs(jnp.diagonal(K))) + jnp.finfo(K.dtype).tiny
 
 
-def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0, Y=None) -> None:
+def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0,
+                 Y: jax.typing.ArrayLike | None = None) -> None:
     """Raise a ``ValueError`` if ``K + eps2 I`` cannot be used by :func:`dgl_loss`.
 
     Host-side (not jittable) companion of the jitted loss, which can only return NaN.
@@ -320,8 +321,8 @@ def dgl_features(
     Y: jax.Array,
     kernel_fn: Callable[[jax.Array], jax.Array],
     *,
-    eps2=None,
-    eps_rel=None,
+    eps2: jax.typing.ArrayLike | None = None,
+    eps_rel: jax.typing.ArrayLike | None = None,
     variance: bool = False,
 ) -> jax.Array:
     r"""DGL of representations: ``dgl_loss(kernel_fn(H), Y)`` with absolute or relative noise.
@@ -353,7 +354,8 @@ def dgl_features(
     return dgl_loss(K, Y, eps2=eps2, variance=variance)
 
 
-def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *, eps2) -> tuple:
+def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
+                  eps2: jax.typing.ArrayLike) -> tuple:
     r"""Leave-one-out GP regression residuals and variances, ``((BY)_n / B_nn, 1/B_nn - eps2)``.
 
     Args:
@@ -374,7 +376,8 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *, eps2) -> 
     return (Li.T @ (Li @ Y)) / b[:, None], 1.0 / b - eps2
 
 
-def dgl_loss_reference(K, Y, *, eps2, variance: bool = False) -> jax.Array:
+def dgl_loss_reference(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
+                       eps2: jax.typing.ArrayLike, variance: bool = False) -> jax.Array:
     """Naive DGL forming ``B = inv(K + eps2 I)`` explicitly (reference/benchmark baseline only).
 
     Same formula as :func:`dgl_loss` (eq. 3 of Ben-David & Ringel 2019); gradients come from
@@ -394,7 +397,8 @@ def dgl_loss_reference(K, Y, *, eps2, variance: bool = False) -> jax.Array:
 # ----------------------------------------------------------------------------- linear
 
 
-def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *, eps2=0.0) -> jax.Array:
+def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
+               eps2: jax.typing.ArrayLike = 0.0) -> jax.Array:
     r"""DGL@Linear: the DGL of the linear-classifier kernel ``K = H H^T`` for ``d << N``.
 
     .. math::
@@ -502,7 +506,7 @@ def dgl_minibatch(
     *,
     batch_size: int,
     num_batches: int = 1,
-    eps2,
+    eps2: jax.typing.ArrayLike,
     variance: bool = False,
 ) -> jax.Array:
     r"""Mini-batch DGL estimator: mean DGL of random subsets, rescaled to N points.
@@ -540,7 +544,9 @@ def dgl_minibatch(
     return (n / batch_size) * jnp.mean(jax.vmap(one)(keys))
 
 
-def dgl_subsets_exact(H, Y, kernel_fn, *, batch_size: int, eps2, variance=False) -> jax.Array:
+def dgl_subsets_exact(H: jax.Array, Y: jax.Array, kernel_fn: Callable[[jax.Array], jax.Array], *,
+                      batch_size: int, eps2: jax.typing.ArrayLike,
+                      variance: bool = False) -> jax.Array:
     """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests)."""
     n = H.shape[0]
     Y = _as_2d_targets(Y, n)

@@ -6,9 +6,11 @@ Built on the public ``layerlab.data`` API (``load``, ``train_val_split``); the o
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import numpy as np
+from jax.typing import DTypeLike
 
 from layerlab import data
 
@@ -46,8 +48,8 @@ def dgl_protocol(
     n_train: int | None = None,
     n_val: int | None = None,
     seed: int = 0,
-    data_dir=None,
-    dtype=np.float32,
+    data_dir: str | os.PathLike | None = None,
+    dtype: DTypeLike = np.float32,
 ) -> DGLSplits:
     """Train / validation / test splits of Table I of Ben-David & Ringel (2019), Sec. VI.
 

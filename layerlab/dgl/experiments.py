@@ -25,9 +25,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import pathlib
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -151,12 +153,12 @@ class Table1Config:
     data_dir: str | None = None
 
     @classmethod
-    def paper(cls, **kw) -> Table1Config:
+    def paper(cls, **kw: Any) -> Table1Config:
         """The paper's N, widths, depths; 3 seeds; small hyper-parameter grids."""
         return cls(**{"full_n_rows": ("mnist-2x2000",), **kw})
 
     @classmethod
-    def smoke(cls, **kw) -> Table1Config:
+    def smoke(cls, **kw: Any) -> Table1Config:
         """Seconds: one tiny row, one seed, tiny grids; every code path (full-N included)."""
         base = dict(rows=("bmnist-2x20",), n_bmnist=100, max_width=16, seeds=1,
                     e2e_epochs=2, e2e_epochs_sgd=2, full_n_steps=None, e2e_batch=50,
@@ -167,7 +169,7 @@ class Table1Config:
         return cls(**{**base, **kw})
 
     @classmethod
-    def cpu(cls, **kw) -> Table1Config:
+    def cpu(cls, **kw: Any) -> Table1Config:
         """The largest faithful configuration that fits a 2-core CPU in ~30 min per row."""
         base = dict(rows=("cifar-5x2000",), n_cifar=2000, n_mnist=2000, max_width=256,
                     e2e_epochs=30, full_n_rows=(), dgl_steps=300, dgl_batch=500,
@@ -190,7 +192,8 @@ class Table1Config:
                 and self.seeds >= 3)
 
 
-def prepare_row_data(dataset: str, n_train: int, seed: int, data_dir=None) -> dict:
+def prepare_row_data(dataset: str, n_train: int, seed: int,
+                     data_dir: str | os.PathLike | None = None) -> dict:
     """``{"train"|"val"|"test": (x [N, D] float32, y [N, C] targets, labels [N])}``.
 
     Zero-mean one-hot targets except CIFAR-10 (plain one-hot), as in Sec. VI.
@@ -223,7 +226,8 @@ def _head_mse(head, h, y):
     return jnp.mean(jnp.sum((h @ head["w"] + head["b"][None, :] - y) ** 2, axis=-1))
 
 
-def classifier_on_val(h_tr, y_tr, h_va, y_va, ridges: Sequence[float]) -> tuple[dict, float, float]:
+def classifier_on_val(h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array, y_va: jax.Array,
+                      ridges: Sequence[float]) -> tuple[dict, float, float]:
     """Step 5: the MSE-optimal linear classifier (closed form) with the ridge that gives the
     smallest validation MSE.
 
@@ -479,7 +483,7 @@ def _part_path(parts_dir: pathlib.Path, row: str, seed: int) -> pathlib.Path:
     return pathlib.Path(parts_dir) / f"{row}_seed{seed}.json"
 
 
-def merge_table1(parts_dir, *, config: dict | None = None) -> Record:
+def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) -> Record:
     """Build the Table I record from every per-row, per-seed part under ``parts_dir``.
 
     Rows run on different machines (MNIST/BMNIST on a GPU, CIFAR on a CPU) merge into one
@@ -565,7 +569,8 @@ def merge_table1(parts_dir, *, config: dict | None = None) -> Record:
 
 
 def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
-               checkpoint_dir=None, parts_dir=None, command: str = "") -> Record:
+               checkpoint_dir: str | os.PathLike | None = None,
+               parts_dir: str | os.PathLike | None = None, command: str = "") -> Record:
     """Table I: run the configured rows (skipping row/seed parts already in ``parts_dir``,
     so a stopped run resumes per seed), then merge every part found into one record.
 
@@ -601,7 +606,7 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
 
 
 def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
-                      key: jax.Array, state_file, seed: int = 0,
+                      key: jax.Array, state_file: str | os.PathLike, seed: int = 0,
                       progress: bool = True) -> dict:
     """Issue item 2: LEGO on one row under variants of the protocol, sharing one end-to-end
     net (hence one set of MF variances), one split and one random init.
@@ -682,7 +687,7 @@ def to_jsonable_(obj):
     return to_jsonable(obj)
 
 
-def plot_table1(record: Record | dict, path) -> None:
+def plot_table1(record: Record | dict, path: str | os.PathLike) -> None:
     """Bar chart: ours (mean ± std over seeds) beside the paper per row and column."""
     import matplotlib
 
@@ -742,11 +747,11 @@ class Fig1Config:
     data_dir: str | None = None
 
     @classmethod
-    def paper(cls, **kw) -> Fig1Config:
+    def paper(cls, **kw: Any) -> Fig1Config:
         return cls(**kw)
 
     @classmethod
-    def smoke(cls, **kw) -> Fig1Config:
+    def smoke(cls, **kw: Any) -> Fig1Config:
         return cls(**{**dict(widths=(3,), depths=(2,), num_nets=400, repeats=2,
                              n_points=8, fit_steps=30, dataset="digits"), **kw})
 
@@ -757,7 +762,7 @@ def _z(K, KB, se):
 
 
 def run_fig1(cfg: Fig1Config, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Fig. 1: per (depth, width), z of MF and FIT against ``repeats`` independent sampled
     covariances (each of ``num_nets`` nets); FIT is fitted on its own independent sample.
 
@@ -829,7 +834,7 @@ def run_fig1(cfg: Fig1Config, *, key: jax.Array, progress: bool = True,
                   extra={"cells": res})
 
 
-def plot_fig1(record: Record | dict, path) -> None:
+def plot_fig1(record: Record | dict, path: str | os.PathLike) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -889,16 +894,16 @@ class Fig4Config:
     data_dir: str | None = None
 
     @classmethod
-    def paper(cls, **kw) -> Fig4Config:
+    def paper(cls, **kw: Any) -> Fig4Config:
         return cls(**kw)
 
     @classmethod
-    def smoke(cls, **kw) -> Fig4Config:
+    def smoke(cls, **kw: Any) -> Fig4Config:
         return cls(**{**dict(n_train=200, epochs=10, evals=6, batch=50), **kw})
 
 
 def run_fig4(cfg: Fig4Config, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Fig. 4: per-sample DGL of every hidden layer (MF variances of the current net) during
     end-to-end SGD, next to the training MSE, on the training set (or its first
     ``monitor_n`` points).
@@ -987,7 +992,7 @@ def run_fig4(cfg: Fig4Config, *, key: jax.Array, progress: bool = True,
                          "train_loss_every_100": tr[::100].tolist()})
 
 
-def plot_fig4(record: Record | dict, path) -> None:
+def plot_fig4(record: Record | dict, path: str | os.PathLike) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from layerlab._checks import check_array, check_labels
 
@@ -123,7 +124,7 @@ class DensityState(NamedTuple):
     n: jax.Array
 
 
-def density_init(num_classes: int, d: int, dtype=jnp.float32) -> DensityState:
+def density_init(num_classes: int, d: int, dtype: DTypeLike = jnp.float32) -> DensityState:
     """Empty running sums for ``num_classes`` classes of ``d``-dimensional inputs."""
     return DensityState(
         outer=jnp.zeros((num_classes, d, d), dtype),
@@ -262,7 +263,7 @@ def density_from_chunks(
     d: int,
     *,
     update: Callable[..., DensityState] = density_update,
-    dtype=jnp.float32,
+    dtype: DTypeLike = jnp.float32,
 ) -> DensityState:
     """Accumulate running sums over a host-side iterable of ``(h, y)`` chunks.
 
@@ -402,7 +403,7 @@ CORRELATIONS = ("cosine", "pearson")
 ORDERS = ("eigenvalue", "class")
 
 
-def energies(eigvals) -> np.ndarray:
+def energies(eigvals: ArrayLike) -> np.ndarray:
     """The authors' "energy" of each eigenvector, ``E_a = -log(lambda_a / sum_b lambda_b)``.
 
     Low energy = a likely (prevalent) feature; the paper's SI Fig. 7 plots the spectrum this
@@ -421,7 +422,7 @@ def energies(eigvals) -> np.ndarray:
     return np.where(lam > 0, e, np.inf)
 
 
-def num_components(eigvals, var_fraction: float, *, rule: str = "crossing") -> int:
+def num_components(eigvals: ArrayLike, var_fraction: float, *, rule: str = "crossing") -> int:
     """How many leading eigenvectors a variance threshold keeps (eigenvalues descending).
 
     * ``rule="crossing"``: the smallest ``k`` with ``sum(lambda[:k]) >= var_fraction *
@@ -456,7 +457,7 @@ def num_components(eigvals, var_fraction: float, *, rule: str = "crossing") -> i
     return int(min(np.searchsorted(cum, var_fraction - 1e-12) + 1, lam.size))
 
 
-def filter_correlation(a, b, measure: str = "cosine") -> float:
+def filter_correlation(a: ArrayLike, b: ArrayLike, measure: str = "cosine") -> float:
     """Similarity of two filters: ``|a . b| / (|a| |b|)`` (``"cosine"``) or the absolute
     Pearson correlation of their entries (``"pearson"``, ``numpy.corrcoef``; the authors')."""
     a = np.asarray(a, np.float64)
@@ -470,8 +471,8 @@ def filter_correlation(a, b, measure: str = "cosine") -> float:
 
 
 def select_filters(
-    eigvals,
-    eigvecs,
+    eigvals: ArrayLike,
+    eigvecs: ArrayLike,
     *,
     num_filters: int | None = None,
     var_fraction: float | None = None,
@@ -572,7 +573,7 @@ def select_filters(
 
 
 def data_fraction_indices(
-    key: jax.Array, y, fraction: float, *, sampling: str = "stratified"
+    key: jax.Array, y: ArrayLike, fraction: float, *, sampling: str = "stratified"
 ) -> np.ndarray:
     """Indices of a random ``fraction`` of a data set (Table 2's "Input").
 

@@ -6,10 +6,12 @@ What the authors' code offers besides the layers themselves (``viz_filters``,
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from jax.typing import ArrayLike
 
 from layerlab.dmn._density import energies
 from layerlab.dmn._layers import Layer
@@ -67,8 +69,8 @@ def back_project(
     return eff
 
 
-def plot_filters(kernel, path, *, energies_: Sequence[float] | None = None,
-                 title: str = "") -> None:
+def plot_filters(kernel: ArrayLike, path: str | os.PathLike, *,
+                 energies_: Sequence[float] | None = None, title: str = "") -> None:
     """Save a picture of filters ``[k, k, C, F]`` (one tile per filter; RGB when ``C == 3``,
     else the channel-summed map), titled with their energies when given."""
     import matplotlib
@@ -104,7 +106,7 @@ def plot_filters(kernel, path, *, energies_: Sequence[float] | None = None,
     plt.close(fig)
 
 
-def plot_energies(spectra, path, *, title: str = "") -> None:
+def plot_energies(spectra: ArrayLike, path: str | os.PathLike, *, title: str = "") -> None:
     """The energy view of per-class spectra ``[C, d]`` (or ``[d]``): ``-log(lambda /
     sum lambda)`` against rank, one line per class (lower = more prevalent feature)."""
     import matplotlib

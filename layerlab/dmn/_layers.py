@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.typing import ArrayLike
 
 from layerlab import loop, probes
 from layerlab.data import extract_patches
@@ -398,7 +399,7 @@ class DMNConfig:
             raise ValueError(f"DMNConfig.patch must be >= 1; got {self.patch}.")
 
     @classmethod
-    def paper(cls, **changes) -> DMNConfig:
+    def paper(cls, **changes: Any) -> DMNConfig:
         """The paper's text: class PCA (eq. 15, ``rho_c`` over the total ``N``), the
         eigenvectors explaining Var (the crossing one kept), ReLU after each DMN layer
         (Fig. 4 caption), every patch (a convolution), Keras' default VALID padding (the
@@ -413,7 +414,7 @@ class DMNConfig:
         return cls(**(base | changes))
 
     @classmethod
-    def authors(cls, **changes) -> DMNConfig:
+    def authors(cls, **changes: Any) -> DMNConfig:
         """The authors' code (``layer2``/``DMN2`` in ``2dmn-010818-classes.ipynb``):
         cumulative energy <= Var, Pearson correlation over all pairs, class by class,
         ``rho_c`` per class count, non-overlapping grids at offsets ``{0, .., k-2}^2``,
@@ -479,8 +480,8 @@ def _signs(vec, means, rule):
 def build_dmn(
     key: jax.Array,
     layers: Sequence[Layer],
-    x,
-    y,
+    x: ArrayLike,
+    y: ArrayLike,
     num_classes: int,
     config: DMNConfig = DMNConfig(),
     *,
@@ -621,7 +622,7 @@ class Head(nn.Module):
     padding: str = "SAME"
 
     @nn.compact
-    def __call__(self, x, train: bool = False):
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
         n_dense = sum(lay.kind == "dense" for lay in self.layers)
         seen = 0
         init = nn.initializers.glorot_uniform()
@@ -784,7 +785,7 @@ def head_variables(state: loop.TrainState) -> dict:
     return {"params": state.params, "batch_stats": state.model_state or {}}
 
 
-def map_batches(fn: Callable, x, *, batch_size: int = 1000) -> np.ndarray:
+def map_batches(fn: Callable, x: np.ndarray | jax.Array, *, batch_size: int = 1000) -> np.ndarray:
     """``concat([fn(x[i:i+b]) ...])`` as numpy: features of a large set chunk by chunk."""
     x = np.asarray(x)
     return np.concatenate(

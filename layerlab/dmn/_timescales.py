@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax.tree
+from jax.typing import ArrayLike
 
 from layerlab import probes
+from layerlab._types import PyTree
 
 
 def layer_spectra(weights: Sequence, *, top: int = 1) -> tuple[jax.Array, jax.Array]:
@@ -48,7 +50,8 @@ def layer_spectra(weights: Sequence, *, top: int = 1) -> tuple[jax.Array, jax.Ar
     return jnp.stack([v[:top] for v in s]), jnp.stack([v[:top] for v in p])
 
 
-def distance_to_final(snapshots: Sequence, final, *, relative: bool = False) -> np.ndarray:
+def distance_to_final(snapshots: Sequence, final: Sequence[PyTree], *,
+                      relative: bool = False) -> np.ndarray:
     """Per-layer distance of the weights at each snapshot from the final weights.
 
     .. math::  D_k(t) = \\|w_k(t) - w_k(T)\\|_F
@@ -75,7 +78,7 @@ def distance_to_final(snapshots: Sequence, final, *, relative: bool = False) -> 
     return out
 
 
-def eq18_variance(eigvals, n, dn):
+def eq18_variance(eigvals: ArrayLike, n: ArrayLike, dn: ArrayLike) -> jax.Array:
     """Eq. (18): variance of an eigenvalue of ``rho`` when ``dN`` samples are added to ``N``.
 
     .. math::  \\mathrm{Var}[\\delta\\lambda] = \\frac{2\\, \\delta N\\, \\lambda^2}{N^2}
@@ -136,7 +139,7 @@ def eigenvalue_fluctuations(
     return jax.vmap(one)(jax.random.split(key, num_draws))
 
 
-def eigenvalue_convergence(h, ns: Sequence[int]) -> np.ndarray:
+def eigenvalue_convergence(h: ArrayLike, ns: Sequence[int]) -> np.ndarray:
     """Eigenvalues of ``rho(N) = (1/N) sum_{i<=N} h_i h_i^T`` for each ``N`` in ``ns``.
 
     Accumulated incrementally (the running sum of outer products is extended from one ``N``

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
 import pathlib
 import statistics
 import time
@@ -30,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.typing import ArrayLike
 
 from layerlab import loop, nets, probes
 from layerlab.data import DatasetNotFoundError, extract_patches, load
@@ -94,11 +96,11 @@ def _jitted(fn):
 
 
 def train_and_evaluate(
-    spec,
-    x_train,
-    y_train,
-    x_val,
-    y_val,
+    spec: str,
+    x_train: ArrayLike,
+    y_train: ArrayLike,
+    x_val: ArrayLike,
+    y_val: ArrayLike,
     num_classes: int,
     *,
     key: jax.Array,
@@ -366,14 +368,14 @@ class TableConfig:
                              f"{self.seeds}, {self.epochs}, {self.batch_size}.")
 
     @classmethod
-    def paper(cls, artifact: str = "table2", **changes) -> TableConfig:
+    def paper(cls, artifact: str = "table2", **changes: Any) -> TableConfig:
         """Every row as printed, full training and test sets, 3 seeds, 50 epochs of Adam."""
         base = dict(artifact=artifact, rows=table_rows(artifact),
                     convnet=artifact == "table2")
         return cls(**(base | changes))
 
     @classmethod
-    def smoke(cls, artifact: str = "table2", **changes) -> TableConfig:
+    def smoke(cls, artifact: str = "table2", **changes: Any) -> TableConfig:
         """Seconds: two runs of the table (a two-layer DMN with BN or its ConvNet, and a
         ConvNet) on 200 training / 100 test images, 1 epoch, 1 seed."""
         rows = table_rows(artifact)
@@ -489,9 +491,8 @@ def _acc(r, cfg, what="val"):
     return 100 * (r["best_val_acc"] if cfg.report == "best" else r["val_acc"])
 
 
-def run_table(
-    config: TableConfig, *, key: jax.Array, progress: bool = True, checkpoint_dir=None
-) -> Record:
+def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
+              checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Run the rows of ``config`` and return the record (our numbers beside the paper's).
 
     Rows whose dataset files are missing (e.g. CIFAR-100) are recorded with ``ours=None``
@@ -632,28 +633,28 @@ def _table_claims(cfg, rows) -> list[Claim]:
 
 
 def run_table2(config: TableConfig | None = None, *, key: jax.Array, progress: bool = True,
-               checkpoint_dir=None) -> Record:
+               checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Table 2 (``TableConfig.paper("table2")`` by default); see ``run_table``."""
     return run_table(config or TableConfig.paper("table2"), key=key, progress=progress,
                      checkpoint_dir=checkpoint_dir)
 
 
 def run_table3(config: TableConfig | None = None, *, key: jax.Array, progress: bool = True,
-               checkpoint_dir=None) -> Record:
+               checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Table 3, MNIST (``TableConfig.paper("table3")`` by default); see ``run_table``."""
     return run_table(config or TableConfig.paper("table3"), key=key, progress=progress,
                      checkpoint_dir=checkpoint_dir)
 
 
 def run_table4(config: TableConfig | None = None, *, key: jax.Array, progress: bool = True,
-               checkpoint_dir=None) -> Record:
+               checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Table 4, CIFAR-10 (``TableConfig.paper("table4")`` by default); see ``run_table``."""
     return run_table(config or TableConfig.paper("table4"), key=key, progress=progress,
                      checkpoint_dir=checkpoint_dir)
 
 
 def run_table5(config: TableConfig | None = None, *, key: jax.Array, progress: bool = True,
-               checkpoint_dir=None) -> Record:
+               checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Table 5, CIFAR-100 (``TableConfig.paper("table5")`` by default): rows run when the
     ``cifar100`` files are present, else ``ours=None`` with the loader's message."""
     return run_table(config or TableConfig.paper("table5"), key=key, progress=progress,
@@ -677,7 +678,7 @@ def fig10_config(paper: bool = True, **changes) -> TableConfig:
 
 
 def run_fig10(config: TableConfig | None = None, *, key: jax.Array, progress: bool = True,
-              checkpoint_dir=None) -> Record:
+              checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Fig. 10 (two-layer networks); the numbers are those of Tables 3-5, plus the paper's
     qualitative claims checked on ours."""
     cfg = config or fig10_config()
@@ -737,12 +738,12 @@ class Fig6Config:
     dtype: str = "float32"
 
     @classmethod
-    def paper(cls, **changes) -> Fig6Config:
+    def paper(cls, **changes: Any) -> Fig6Config:
         """Full data, F = 2 ... 27 (the largest a 3x3 RGB patch allows), 3 seeds."""
         return cls(**changes)
 
     @classmethod
-    def smoke(cls, **changes) -> Fig6Config:
+    def smoke(cls, **changes: Any) -> Fig6Config:
         """Seconds: MNIST, F = 6, 200 / 100 images, 1 epoch, 1 seed."""
         return cls(**(dict(datasets=("mnist",), filters=(6,), seeds=1, epochs=1,
                            n_train=200, n_test=100) | changes))
@@ -753,7 +754,7 @@ FIG6_BEST_F = {"mnist": 6, "cifar10": 12, "cifar100": 15}
 
 
 def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Fig. 6: per dataset the classifier-only baseline, and for each ``F`` the one-layer
     DMN (top ``F`` class-PCA filters, Cutoff 0.9) and the one-layer ConvNet."""
     cfg = config or Fig6Config.paper()
@@ -896,7 +897,7 @@ class TimescalesConfig:
                              f"samples for every N in fig3_ns={self.fig3_ns}.")
 
     @classmethod
-    def paper(cls, **changes) -> TimescalesConfig:
+    def paper(cls, **changes: Any) -> TimescalesConfig:
         """All of MNIST, 10 MLP epochs, SI Fig. 5 on MNIST, CIFAR-10 and CIFAR-100 for 100
         epochs (one snapshot per epoch), Fig. 3 with 100 draws, SI Fig. 7 up to 10^4 images."""
         return cls(**(dict(
@@ -907,7 +908,7 @@ class TimescalesConfig:
         ) | changes))
 
     @classmethod
-    def smoke(cls, **changes) -> TimescalesConfig:
+    def smoke(cls, **changes: Any) -> TimescalesConfig:
         """Seconds: 256 / 128 images, a few SGD steps, small patch pools."""
         return cls(**(dict(
             n_train=256, n_test=128, mlp_widths=(8, 16, 8), mlp_epochs=1, evals_per_epoch=2,
@@ -1035,8 +1036,8 @@ def _cached_part(checkpoint_dir, tag, fields, compute):
     return out
 
 
-def run_timescales(config: TimescalesConfig | None = None, *, key: jax.Array,
-                   progress: bool = True, checkpoint_dir=None) -> Record:
+def run_timescales(config: TimescalesConfig | None = None, *, key: jax.Array, progress: bool = True,
+                   checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Separation of time scales: Figs. 2 and 3, SI Figs. 5 and 7 of Dehmamy et al.
 
     * Fig. 2: MNIST -> 3x3 max-pool -> four dense layers (ReLU, softmax), ``N(0, 2/d_in)``
@@ -1189,7 +1190,7 @@ def _fig5_claim(ds, f5) -> Claim:
                   for n, v, t in zip(names, m, f5["steps_to_20pct"])))
 
 
-def plot_timescales(record: Record | dict, path) -> None:
+def plot_timescales(record: Record | dict, path: str | os.PathLike) -> None:
     """Five panels from the record: Fig. 2A, 2B, Fig. 3, SI Fig. 5, SI Fig. 7."""
     import matplotlib
 
@@ -1262,7 +1263,7 @@ def _rec_dict(record) -> dict:
     return record.to_dict() if hasattr(record, "to_dict") else dict(record)
 
 
-def plot_table(record: Record | dict, path) -> None:
+def plot_table(record: Record | dict, path: str | os.PathLike) -> None:
     """Two panels per row of the table: ours (mean +- std over seeds) beside the paper's number,
     and ours - paper in points against the +-tol band (where the differences are visible)."""
     import matplotlib
@@ -1307,7 +1308,7 @@ def plot_table(record: Record | dict, path) -> None:
     plt.close(fig)
 
 
-def plot_fig6(record: Record | dict, path) -> None:
+def plot_fig6(record: Record | dict, path: str | os.PathLike) -> None:
     """Accuracy vs number of filters per dataset, DMN vs ConvNet (ours), baseline dashed."""
     import matplotlib
 

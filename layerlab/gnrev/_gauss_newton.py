@@ -262,7 +262,7 @@ def gn_direction(
     combine: str = "average",
     key: jax.Array | None = None,
     return_info: bool = False,
-):
+) -> dict | tuple[dict, GNInfo]:
     """Exact Gauss–Newton direction: the layer-wise right inverse of the body Jacobian.
 
     .. math::

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import DTypeLike
 
 from layerlab import _checks
 
@@ -105,7 +106,7 @@ def revmlp_init(
     first_linear: bool = False,
     w_scale: float = 1.0,
     init: str = "xavier_uniform",
-    dtype=jnp.float32,
+    dtype: DTypeLike = jnp.float32,
 ) -> tuple[dict, RevMLPFrozen]:
     """Initialise a RevMLP of ``depth`` reversible blocks on ``dim`` features.
 
@@ -291,7 +292,8 @@ def revmlp_inverse(params: dict, frozen: RevMLPFrozen, y: jax.Array) -> jax.Arra
     return x
 
 
-def readout_init(key: jax.Array, dim: int, num_outputs: int, dtype=jnp.float32) -> jax.Array:
+def readout_init(key: jax.Array, dim: int, num_outputs: int,
+                 dtype: DTypeLike = jnp.float32) -> jax.Array:
     """Fixed random readout ``P`` with orthonormal columns, logits ``= x_L P``.
 
     .. math::

@@ -22,12 +22,15 @@ from ._revmlp import RevMLPFrozen, revmlp_apply
 __all__ = ["gn_step", "revmlp_optax_step", "revmlp_logits", "revmlp_loss", "with_loss_after"]
 
 
-def revmlp_logits(params: dict, frozen: RevMLPFrozen, readout: jax.Array, x: jax.Array):
+def revmlp_logits(params: dict, frozen: RevMLPFrozen, readout: jax.Array,
+                  x: jax.Array) -> jax.Array:
     """Logits ``revmlp_apply(params, frozen, x) @ P``; ``[n, d] -> [n, C]``."""
     return revmlp_apply(params, frozen, x) @ readout
 
 
-def revmlp_loss(params, frozen, readout, batch, *, loss: str = "ce"):
+def revmlp_loss(params: dict, frozen: RevMLPFrozen, readout: jax.Array,
+                batch: tuple[jax.Array, jax.Array], *,
+                loss: str = "ce") -> tuple[jax.Array, dict[str, jax.Array]]:
     """``(mean loss, {"accuracy": ...})`` of the RevMLP + readout on ``batch = (x, labels)``.
 
     ``accuracy`` is reported for integer labels only (``nan`` otherwise).

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.typing import ArrayLike
 
 from layerlab import data as lldata
 from layerlab import probes
@@ -52,7 +53,7 @@ from layerlab.loop import fit
 from layerlab.record import Claim, Record, Row, row_from_values
 
 from ._gauss_newton import PinvConfig
-from ._revmlp import readout_init, revmlp_hidden, revmlp_init
+from ._revmlp import RevMLPFrozen, readout_init, revmlp_hidden, revmlp_init
 from ._steps import gn_step, revmlp_logits, revmlp_loss, revmlp_optax_step
 
 __all__ = [
@@ -281,8 +282,9 @@ def _first_linear(arm: Arm, default: bool) -> bool:
     return default
 
 
-def lr_sweep(arm: Arm, params, frozen, readout, data, *, steps: int, batch_size: int | None,
-             rule: str, loss: str = "ce", key: jax.Array, progress: bool = False,
+def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
+             data: tuple[ArrayLike, ArrayLike], *, steps: int, batch_size: int | None, rule: str,
+             loss: str = "ce", key: jax.Array, progress: bool = False,
              peak: float = 10.0) -> dict[str, Any]:
     """Train one run per rate of ``arm.lrs`` in one vmapped program; pick the rate by ``rule``.
 
@@ -879,7 +881,9 @@ def _cert_rows(cfg, res) -> list[Row]:
 
 
 def run_fig2(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None, cache_dir=None, data_dir=None, result=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None,
+             cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
+             result: dict[str, Any] | None = None) -> Record:
     """Fig. 2: training loss, test loss and test accuracy per epoch, GN vs Adam vs SGD."""
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -918,7 +922,7 @@ def run_fig2(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                       claims, paper_figure_dataset=cfg.dataset, extra={"curves": curves})
 
 
-def plot_fig2(record: Record, path) -> None:
+def plot_fig2(record: Record, path: str | os.PathLike) -> None:
     plt = _plt()
     fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
     for a, c in record.extra["curves"].items():
@@ -937,7 +941,9 @@ def plot_fig2(record: Record, path) -> None:
 
 
 def run_fig3(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None, cache_dir=None, data_dir=None, result=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None,
+             cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
+             result: dict[str, Any] | None = None) -> Record:
     """Fig. 3: % change of each mini-batch's loss across its own update."""
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -964,7 +970,7 @@ def run_fig3(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                       claims, paper_figure_dataset="cifar10", extra={"curves": curves})
 
 
-def plot_fig3(record: Record, path) -> None:
+def plot_fig3(record: Record, path: str | os.PathLike) -> None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for a, c in record.extra["curves"].items():
@@ -1001,7 +1007,9 @@ def _cka_init(res, a) -> np.ndarray:
 
 
 def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None, cache_dir=None, data_dir=None, result=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None,
+             cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
+             result: dict[str, Any] | None = None) -> Record:
     """Fig. 4: NTK rate of change / similarity to init; CKA of first, middle, last block."""
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -1053,7 +1061,7 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                       note=note)
 
 
-def plot_fig4(record: Record, path) -> None:
+def plot_fig4(record: Record, path: str | os.PathLike) -> None:
     plt = _plt()
     fig, ax = plt.subplots(1, 5, figsize=(17, 3.2))
     keys = ("ntk_change", "ntk_align", "cka_first", "cka_middle", "cka_last")
@@ -1074,7 +1082,9 @@ def plot_fig4(record: Record, path) -> None:
 
 
 def run_appG(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None, cache_dir=None, data_dir=None, result=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None,
+             cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
+             result: dict[str, Any] | None = None) -> Record:
     """App. G (Fig. 9): cosine of every half-layer's weights with their initial values."""
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -1102,7 +1112,7 @@ def run_appG(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                       claims, paper_figure_dataset="cifar10", extra={"curves": curves})
 
 
-def plot_appG(record: Record, path) -> None:
+def plot_appG(record: Record, path: str | os.PathLike) -> None:
     plt = _plt()
     curves = record.extra["curves"]
     nl = np.asarray(next(iter(curves.values()))["w_cos"]).shape[1]
@@ -1121,7 +1131,9 @@ def plot_appG(record: Record, path) -> None:
 
 
 def run_appH(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None, cache_dir=None, data_dir=None, result=None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None,
+             cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
+             result: dict[str, Any] | None = None) -> Record:
     """App. H: CKA with init for every block (Fig. 10) and GN-vs-Adam/SGD CKA (Fig. 11)."""
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -1172,7 +1184,7 @@ def run_appH(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                       "seed (same V, readout and data order)")
 
 
-def plot_appH(record: Record, path) -> None:
+def plot_appH(record: Record, path: str | os.PathLike) -> None:
     plt = _plt()
     c = record.extra["curves"]
     L = np.asarray(next(iter(c["init"].values()))).shape[1]
@@ -1240,7 +1252,8 @@ class RegressionConfig:
 
 
 def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
-             checkpoint_dir=None, data_dir: str | None = None) -> Record:
+             checkpoint_dir: str | os.PathLike | None = None,
+             data_dir: str | None = None) -> Record:
     """App. M (Fig. 15): train/test MSE, full batch (largest non-diverging rate) and mini-batch
     (one-epoch sweep, largest progress), per dataset."""
     t0 = time.perf_counter()
@@ -1343,7 +1356,7 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
     return rec
 
 
-def plot_appM(record: Record, path) -> None:
+def plot_appM(record: Record, path: str | os.PathLike) -> None:
     plt = _plt()
     cur = record.extra["curves"]
     fig, ax = plt.subplots(len(cur), 3, figsize=(12, 3.2 * len(cur)), squeeze=False)
@@ -1444,7 +1457,10 @@ def variants_config(artifact: str, scale: str = "cpu", dataset: str = "cifar10"
 
 
 def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progress: bool = True,
-                 checkpoint_dir=None, cache_dir=None, data_dir=None, result=None) -> Record:
+                 checkpoint_dir: str | os.PathLike | None = None,
+                 cache_dir: str | os.PathLike | None = None,
+                 data_dir: str | os.PathLike | None = None,
+                 result: dict[str, Any] | None = None) -> Record:
     """Fig. 5 / Apps. E, F, I, J, K: training/test curves of GN variants next to Adam."""
     if artifact not in VARIANTS:
         raise ValueError(f"artifact must be one of {VARIANTS}, got {artifact!r}")
@@ -1529,6 +1545,6 @@ def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progres
     return rec
 
 
-def plot_variants(record: Record, path) -> None:
+def plot_variants(record: Record, path: str | os.PathLike) -> None:
     """Training loss, test loss, test accuracy per epoch of every arm."""
     plot_fig2(record, path)

@@ -21,12 +21,18 @@ weight names are the ``/``-joined parameter paths (``"Conv_0/kernel"``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from layerlab.dgl import LayerVariances, mf_variances
+
+if TYPE_CHECKING:  # annotations only: flax and layerlab.gnrev are imported where they are used
+    import flax.linen as nn
+    from flax import nnx
+
+    from layerlab.gnrev import RevMLPFrozen
 
 __all__ = [
     "Inspectable",
@@ -208,7 +214,7 @@ def from_mlp(*, activation: Callable[[jax.Array], jax.Array] = jax.nn.relu) -> I
     )
 
 
-def from_revmlp(frozen, readout: jax.Array | None = None) -> Inspectable:
+def from_revmlp(frozen: RevMLPFrozen, readout: jax.Array | None = None) -> Inspectable:
     """The reversible MLP of ``layerlab.gnrev``: block outputs ``block_1 .. block_L``.
 
     Weights: ``block_l/w1`` and ``block_l/w2`` (``[d', h]`` each, sliced from the stacked
@@ -244,7 +250,7 @@ def _default_linen_filter(module, method_name: str) -> bool:
 
 
 def from_linen(
-    model,
+    model: nn.Module,
     *,
     capture: Callable | bool = True,
     apply_kwargs: Mapping[str, Any] | None = None,
@@ -284,7 +290,7 @@ def from_linen(
     return Inspectable(features=features, apply=lambda p, x: model.apply(_vars(p), x, **kw))
 
 
-def from_nnx(model, *, capture: bool = True) -> Inspectable:
+def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
     """A flax NNX module: sown ``nnx.Intermediate`` values and its layers' outputs.
 
     The module is split once, ``graphdef, state = nnx.split(model)``; ``params`` is then

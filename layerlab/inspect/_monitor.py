@@ -19,7 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from layerlab.inspect._models import Inspectable
+from layerlab._types import PyTree
+from layerlab.inspect._models import FeaturesFn, Inspectable
 from layerlab.inspect._report import (
     InspectConfig,
     Reference,
@@ -90,7 +91,7 @@ class Monitor:
 
         object.__setattr__(self, "eval_fn", eval_fn)
 
-    def report(self, params) -> Report:
+    def report(self, params: PyTree) -> Report:
         """The report at ``params`` (pure; what ``eval_fn`` computes)."""
         return layer_report(self.model, params, self.x, self.y, reference=self.reference,
                             config=self.config)
@@ -127,7 +128,7 @@ class Monitor:
 
 
 def monitor(
-    model,
+    model: Inspectable | FeaturesFn,
     x: jax.typing.ArrayLike,
     y: jax.typing.ArrayLike | None = None,
     *,

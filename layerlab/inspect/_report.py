@@ -35,9 +35,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from layerlab import dgl, kernels, probes
-from layerlab.inspect._models import Inspectable, named_weights
+from layerlab.inspect._models import FeaturesFn, Inspectable, named_weights
 
 __all__ = [
     "LAYER_DIAGNOSTICS",
@@ -79,7 +80,7 @@ class TopNetwork:
     w_var: float = 2.0
     b_var: float = 0.0
 
-    def variances(self, dtype=jnp.float32) -> dgl.LayerVariances:
+    def variances(self, dtype: DTypeLike = jnp.float32) -> dgl.LayerVariances:
         if self.depth < 0:
             raise ValueError(f"TopNetwork.depth must be >= 0, got {self.depth}.")
         k = self.depth + 1
@@ -233,9 +234,8 @@ def _reduce(h: jax.Array, conv: str) -> jax.Array:
     return jnp.mean(h, axis=axes) if conv == "mean" else jnp.max(h, axis=axes)
 
 
-def representations(
-    model, params: Any, x: jax.typing.ArrayLike, *, config: InspectConfig = InspectConfig()
-) -> dict[str, jax.Array]:
+def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.ArrayLike, *,
+                    config: InspectConfig = InspectConfig()) -> dict[str, jax.Array]:
     """Validated, reduced per-layer representations ``{name: [n, d]}`` of the probe batch.
 
     Args:
@@ -320,7 +320,7 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
 
 
 def make_reference(
-    model,
+    model: Inspectable | FeaturesFn,
     params: Any,
     x: jax.typing.ArrayLike,
     *,
@@ -353,7 +353,7 @@ def make_reference(
 
 # ----------------------------------------------------------------------------- report
 def layer_report(
-    model,
+    model: Inspectable | FeaturesFn,
     params: Any,
     x: jax.typing.ArrayLike,
     y: jax.typing.ArrayLike | None = None,

@@ -374,7 +374,9 @@ def _doc(kind: str, act: str) -> str:
 
 
 def _make(kind: str, act: str):
-    def fn(x1, x2=None, *, depth, w_var, b_var, diagonal=False, return_all_layers=False):
+    def fn(x1: ArrayLike, x2: ArrayLike | None = None, *, depth: int,
+           w_var: ArrayLike | Sequence[float], b_var: ArrayLike | Sequence[float],
+           diagonal: bool = False, return_all_layers: bool = False) -> jax.Array:
         out = fc_kernels(x1, x2, depth=depth, w_var=w_var, b_var=b_var, activation=act,
                          diagonal=diagonal, return_all_layers=return_all_layers,
                          with_ntk=kind == "ntk")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
 import jax
 
@@ -29,7 +30,7 @@ def initialize_distributed(
     num_processes: int | None = None,
     process_id: int | None = None,
     *,
-    local_device_ids=None,
+    local_device_ids: int | Sequence[int] | None = None,
     initialization_timeout: int = 300,
 ) -> tuple[int, int]:
     """Join this process to a multi-process JAX job (``jax.distributed.initialize``).

@@ -62,7 +62,7 @@ def fit(
     callback: Callable[[int, Any, dict[str, np.ndarray]], None] | None = None,
     checkpoint: Checkpointing | None = None,
     placement: Placement | None = None,
-):
+) -> tuple[Any, dict[str, Any]]:
     """Run ``state_{t+1}, m_t = step(state_t, batch_t, key_t)`` for ``T`` steps.
 
     .. math::

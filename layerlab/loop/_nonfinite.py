@@ -7,10 +7,13 @@ first NaN/Inf metric (step, name, runs), or else the state leaves that went non-
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from layerlab._types import PyTree
 
 __all__ = ["NonFiniteError", "chunk_nonfinite"]
 
@@ -29,8 +32,9 @@ class NonFiniteError(FloatingPointError):
       history: the history up to ``last_good_step``.
     """
 
-    def __init__(self, message, *, step, metric, value, runs=None, last_good_step=None,
-                 state=None, history=None):
+    def __init__(self, message: str, *, step: int, metric: str, value: np.ndarray | None,
+                 runs: list[int] | None = None, last_good_step: int | None = None,
+                 state: PyTree = None, history: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.step = step
         self.metric = metric

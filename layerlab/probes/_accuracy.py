@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from layerlab._checks import check_array
 from layerlab.data._targets import as_labels
@@ -11,7 +12,7 @@ from layerlab.data._targets import as_labels
 __all__ = ["accuracy"]
 
 
-def accuracy(logits, labels) -> jax.Array:
+def accuracy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
     r"""Fraction of samples whose highest score is the true class.
 
     .. math:: \mathrm{acc} = \frac{1}{N}\sum_{i=1}^{N}

@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike, DTypeLike
 
 from layerlab._checks import check_array, check_finite, check_number, check_result_finite
 
@@ -73,7 +74,7 @@ def _same_square(k1, k2, fn: str):
 
 
 # ---------------------------------------------------------------------------- kernels
-def gram_linear(x) -> jax.Array:
+def gram_linear(x: ArrayLike) -> jax.Array:
     """Linear Gram matrix :math:`K = X X^\\top`.
 
     Args:
@@ -91,7 +92,7 @@ def _sq_dists(x: jax.Array) -> jax.Array:
     return jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0)
 
 
-def gram_rbf(x, *, sigma_frac: float = 0.8, sigma=None) -> jax.Array:
+def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None = None) -> jax.Array:
     r"""RBF Gram matrix with a median-heuristic bandwidth.
 
     .. math:: K_{ij} = \exp\!\big(-\|x_i-x_j\|^2 / (2\sigma^2)\big),\qquad
@@ -120,7 +121,7 @@ def gram_rbf(x, *, sigma_frac: float = 0.8, sigma=None) -> jax.Array:
     return jnp.exp(-d2 / (2.0 * s2))
 
 
-def center_gram(k) -> jax.Array:
+def center_gram(k: ArrayLike) -> jax.Array:
     r"""Double centring :math:`H K H` with :math:`H = I - \tfrac1n 11^\top`.
 
     Args:
@@ -134,7 +135,7 @@ def center_gram(k) -> jax.Array:
     return k - jnp.mean(k, axis=1, keepdims=True)
 
 
-def hsic(k1, k2) -> jax.Array:
+def hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
     r"""Biased HSIC estimator (Gretton et al. 2005), up to the constant :math:`1/(n-1)^2`:
     :math:`\operatorname{tr}(K H L H)`, the quantity CKA normalises (Kornblith et al. 2019, eq. 3).
 
@@ -149,7 +150,7 @@ def hsic(k1, k2) -> jax.Array:
     return jnp.sum(center_gram(k1) * center_gram(k2)) / (n - 1) ** 2
 
 
-def unbiased_hsic(k1, k2) -> jax.Array:
+def unbiased_hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
     r"""Unbiased HSIC estimator (Song et al. 2012, JMLR; Nguyen et al. 2021, eq. 3).
 
     .. math:: \mathrm{HSIC}_1(K, L) = \frac{1}{n(n-3)}\Big[\operatorname{tr}(\tilde K\tilde L)
@@ -178,7 +179,7 @@ def unbiased_hsic(k1, k2) -> jax.Array:
     ) / (n * (n - 3))
 
 
-def cka(k1, k2, *, unbiased: bool = False) -> jax.Array:
+def cka(k1: ArrayLike, k2: ArrayLike, *, unbiased: bool = False) -> jax.Array:
     r"""Centred kernel alignment of two Gram matrices (Kornblith et al. 2019, eq. 4).
 
     .. math:: \mathrm{CKA}(K, L) = \frac{\mathrm{HSIC}(K, L)}
@@ -197,7 +198,7 @@ def cka(k1, k2, *, unbiased: bool = False) -> jax.Array:
     return jnp.where(den > 0, h(k1, k2) / jnp.where(den > 0, den, 1.0), 0.0)
 
 
-def linear_cka(x, y, *, method: str = "auto") -> jax.Array:
+def linear_cka(x: ArrayLike, y: ArrayLike, *, method: str = "auto") -> jax.Array:
     r"""Linear CKA between two representations of the same ``n`` samples (Kornblith et al. 2019,
     eq. 4 with linear kernels, rewritten in feature space by their eq. 1).
 
@@ -254,7 +255,7 @@ def _centre_scaled(x):
     return xc, const
 
 
-def rbf_cka(x, y, *, sigma_frac: float = 0.8) -> jax.Array:
+def rbf_cka(x: ArrayLike, y: ArrayLike, *, sigma_frac: float = 0.8) -> jax.Array:
     """CKA with RBF kernels of median-heuristic bandwidth (Kornblith et al. 2019, §3).
 
     Args:
@@ -287,14 +288,14 @@ class MinibatchCKAState(NamedTuple):
     yy: jax.Array  # sum_b HSIC_1(L_b, L_b)
 
 
-def minibatch_cka_init(dtype=jnp.float32) -> MinibatchCKAState:
+def minibatch_cka_init(dtype: DTypeLike = jnp.float32) -> MinibatchCKAState:
     """Zero accumulator for :func:`minibatch_cka_update`."""
     z = jnp.zeros((), dtype)
     return MinibatchCKAState(z, z, z)
 
 
 def minibatch_cka_update(
-    state: MinibatchCKAState, x, y, *, kernel: str = "linear"
+    state: MinibatchCKAState, x: ArrayLike, y: ArrayLike, *, kernel: str = "linear"
 ) -> MinibatchCKAState:
     """Add one minibatch ``(x [m, p...], y [m, q...])``, ``m >= 4``, to the running sums.
 
@@ -321,7 +322,7 @@ def minibatch_cka_value(state: MinibatchCKAState) -> jax.Array:
     return state.xy / jnp.sqrt(state.xx * state.yy)
 
 
-def minibatch_cka(xs, ys, *, kernel: str = "linear") -> jax.Array:
+def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> jax.Array:
     r"""Minibatch CKA from stacked minibatches (Nguyen et al. 2021, "Do wide and deep networks
     learn the same things?", ICLR 2021, §3.1 eq. 2): unbiased HSIC accumulated over ``B``
     minibatches with
@@ -351,7 +352,7 @@ def minibatch_cka(xs, ys, *, kernel: str = "linear") -> jax.Array:
 
 
 # ----------------------------------------------------------------- kernel comparisons
-def kernel_alignment(k1, k2, *, centered: bool = False) -> jax.Array:
+def kernel_alignment(k1: ArrayLike, k2: ArrayLike, *, centered: bool = False) -> jax.Array:
     r"""Kernel alignment: the Frobenius cosine of two kernel matrices (Cristianini et al. 2002).
 
     .. math:: A(K_1, K_2) = \frac{\langle K_1, K_2\rangle_F}{\|K_1\|_F\,\|K_2\|_F}
@@ -371,7 +372,7 @@ def kernel_alignment(k1, k2, *, centered: bool = False) -> jax.Array:
     return jnp.sum(k1 * k2) / jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
 
 
-def kernel_change_rate(k_prev, k_next) -> jax.Array:
+def kernel_change_rate(k_prev: ArrayLike, k_next: ArrayLike) -> jax.Array:
     r"""Relative change between consecutive kernels: :math:`\|K_{t+1}-K_t\|_F / \|K_t\|_F`.
 
     Args:

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_finite, check_number
+from layerlab._types import PyTree
 
 __all__ = [
     "singular_values",
@@ -26,7 +28,7 @@ def _as_matrix(w) -> jax.Array:
     return w.reshape(-1, w.shape[-1])
 
 
-def singular_values(tree, *, min_ndim: int = 2):
+def singular_values(tree: PyTree, *, min_ndim: int = 2) -> PyTree:
     """Singular values of every weight matrix in a parameter pytree.
 
     Leaves with ``ndim >= min_ndim`` are treated as weights; ``[..., d_out]`` kernels (e.g.
@@ -122,7 +124,7 @@ def _spectrum(s, fn: str = "spectrum") -> jax.Array:
     return jnp.abs(s)
 
 
-def effective_rank(s) -> jax.Array:
+def effective_rank(s: ArrayLike) -> jax.Array:
     r"""Entropy effective rank (Roy & Vetterli 2007, eq. 3).
 
     .. math:: \operatorname{erank} = \exp\Big(-\sum_i p_i \log p_i\Big),\qquad
@@ -144,7 +146,7 @@ def effective_rank(s) -> jax.Array:
     return jnp.where(total > 0, erank, 0.0)
 
 
-def stable_rank(m) -> jax.Array:
+def stable_rank(m: ArrayLike) -> jax.Array:
     r"""Stable rank :math:`\|M\|_F^2 / \|M\|_2^2 = \sum_i \sigma_i^2 / \sigma_1^2`.
 
     Reference: Rudelson & Vershynin 2007 (J. ACM), §1.
@@ -160,7 +162,7 @@ def stable_rank(m) -> jax.Array:
     return jnp.where(top > 0, jnp.sum(s * s) / jnp.where(top > 0, top, 1.0), 0.0)
 
 
-def participation_ratio(eigs) -> jax.Array:
+def participation_ratio(eigs: ArrayLike) -> jax.Array:
     r"""Participation ratio of a spectrum: :math:`(\sum_i\lambda_i)^2/\sum_i\lambda_i^2`.
 
     For a representation ``x [n, d]`` pass the covariance eigenvalues, e.g.
@@ -180,7 +182,7 @@ def participation_ratio(eigs) -> jax.Array:
     return jnp.where(sq > 0, jnp.sum(e) ** 2 / jnp.where(sq > 0, sq, 1.0), 0.0)
 
 
-def count_near_one(s, tol: float = 0.1) -> jax.Array:
+def count_near_one(s: ArrayLike, tol: float = 0.1) -> jax.Array:
     """Number of singular values within ``tol`` of 1: :math:`\\#\\{i : |\\sigma_i - 1| < tol\\}`
     (the bottleneck rank read off the weights, Jacot 2023, Thm. 6).
 

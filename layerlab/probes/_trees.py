@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import optax.tree
 
 from layerlab._checks import is_concrete
+from layerlab._types import PyTree
 
 __all__ = ["tree_cosine_similarity", "tree_relative_change"]
 
@@ -25,7 +26,7 @@ def _check_same_layout(a, b, fn: str) -> None:
             )
 
 
-def tree_cosine_similarity(a, b) -> jax.Array:
+def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
     r"""Cosine similarity of pytrees read as flat vectors.
 
     .. math:: \cos(a, b) = \frac{\langle a, b\rangle}{\|a\|\,\|b\|}
@@ -40,7 +41,7 @@ def tree_cosine_similarity(a, b) -> jax.Array:
     return optax.tree.vdot(a, b) / (optax.tree.norm(a) * optax.tree.norm(b))
 
 
-def tree_relative_change(a, a0) -> jax.Array:
+def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
     r"""Relative distance :math:`\|a - a_0\| / \|a_0\|` (e.g. how far weights moved from init).
 
     Args:
