@@ -189,7 +189,7 @@ def _pad_even(x: np.ndarray) -> np.ndarray:
 
 def load_classification(name: str = "mnist", n_train: int | None = None,
                         n_test: int | None = None, *, seed: int = 0,
-                        data_dir: str | None = None) -> Prepared:
+                        data_dir: str | os.PathLike | None = None) -> Prepared:
     """Flattened images standardised by the training set's global mean and std, even ``d``.
 
     ``n_train`` / ``n_test``: label-balanced random subsets (``None``: the whole split).
@@ -206,7 +206,8 @@ def load_classification(name: str = "mnist", n_train: int | None = None,
                     int(tr.num_classes), name)
 
 
-def load_regression(name: str, *, seed: int = 0, data_dir: str | None = None) -> Prepared:
+def load_regression(name: str, *, seed: int = 0,
+                    data_dir: str | os.PathLike | None = None) -> Prepared:
     """A UCI regression set: standardised inputs and target ``[n, 1]``, even ``d``.
 
     ``"wine"`` (Aeberhard & Forina 1992, 178 samples, embedded) is regressed on its class
@@ -423,7 +424,7 @@ class FullBatchConfig:
 
 def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
              checkpoint_dir: str | os.PathLike | None = None,
-             data_dir: str | None = None) -> Record:
+             data_dir: str | os.PathLike | None = None) -> Record:
     """Fig. 1: training loss/accuracy of GN vs Adam vs SGD in full batch.
 
     For every seed and optimizer, all rates of the arm's grid train in one vmapped program
@@ -727,7 +728,7 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
 def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                   checkpoint_dir: str | os.PathLike | None = None,
                   cache_dir: str | os.PathLike | None = None,
-                  data_dir: str | None = None) -> dict[str, Any]:
+                  data_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """Train every arm of ``cfg`` (rates from one-epoch vmapped sweeps) and probe it.
 
     Returns ``{"config", "steps_per_epoch", "n_train", "wall_s", "arms": {name: {"lr",
@@ -1253,7 +1254,7 @@ class RegressionConfig:
 
 def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
              checkpoint_dir: str | os.PathLike | None = None,
-             data_dir: str | None = None) -> Record:
+             data_dir: str | os.PathLike | None = None) -> Record:
     """App. M (Fig. 15): train/test MSE, full batch (largest non-diverging rate) and mini-batch
     (one-epoch sweep, largest progress), per dataset."""
     t0 = time.perf_counter()
