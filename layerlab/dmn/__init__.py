@@ -3,6 +3,15 @@
 Dehmamy, Rohani, Katsaggelos, "Separation of time scales and direct computation
 of weights in deep neural networks" (arXiv:1703.04757).
 """
+from layerlab.dmn._apply import dmn_apply as dmn_apply
+from layerlab.dmn._apply import dmn_conv_apply as dmn_conv_apply
+from layerlab.dmn._apply import dmn_dense_apply as dmn_dense_apply
+from layerlab.dmn._apply import grid_patches as grid_patches
+from layerlab.dmn._apply import max_pool_2x2 as max_pool_2x2
+from layerlab.dmn._apply import standardize_features as standardize_features
+from layerlab.dmn._build import BuildInfo as BuildInfo
+from layerlab.dmn._build import DMNConfig as DMNConfig
+from layerlab.dmn._build import build_dmn as build_dmn
 from layerlab.dmn._density import DensityState as DensityState
 from layerlab.dmn._density import Filters as Filters
 from layerlab.dmn._density import class_density_matrices as class_density_matrices
@@ -27,27 +36,18 @@ from layerlab.dmn._density import (
 from layerlab.dmn._filters import back_project as back_project
 from layerlab.dmn._filters import plot_energies as plot_energies
 from layerlab.dmn._filters import plot_filters as plot_filters
-from layerlab.dmn._layers import BuildInfo as BuildInfo
-from layerlab.dmn._layers import DMNConfig as DMNConfig
-from layerlab.dmn._layers import Head as Head
-from layerlab.dmn._layers import Layer as Layer
-from layerlab.dmn._layers import Network as Network
-from layerlab.dmn._layers import add_input_noise as add_input_noise
-from layerlab.dmn._layers import build_dmn as build_dmn
-from layerlab.dmn._layers import classifier_step as classifier_step
-from layerlab.dmn._layers import convnet_spec as convnet_spec
-from layerlab.dmn._layers import dmn_apply as dmn_apply
-from layerlab.dmn._layers import dmn_conv_apply as dmn_conv_apply
-from layerlab.dmn._layers import dmn_dense_apply as dmn_dense_apply
-from layerlab.dmn._layers import format_spec as format_spec
-from layerlab.dmn._layers import grid_patches as grid_patches
-from layerlab.dmn._layers import head_variables as head_variables
-from layerlab.dmn._layers import make_network as make_network
-from layerlab.dmn._layers import map_batches as map_batches
-from layerlab.dmn._layers import max_pool_2x2 as max_pool_2x2
-from layerlab.dmn._layers import parse_spec as parse_spec
-from layerlab.dmn._layers import split_spec as split_spec
-from layerlab.dmn._layers import standardize_features as standardize_features
+from layerlab.dmn._head import Head as Head
+from layerlab.dmn._head import Network as Network
+from layerlab.dmn._head import add_input_noise as add_input_noise
+from layerlab.dmn._head import classifier_step as classifier_step
+from layerlab.dmn._head import head_variables as head_variables
+from layerlab.dmn._head import make_network as make_network
+from layerlab.dmn._head import map_batches as map_batches
+from layerlab.dmn._spec import Layer as Layer
+from layerlab.dmn._spec import convnet_spec as convnet_spec
+from layerlab.dmn._spec import format_spec as format_spec
+from layerlab.dmn._spec import parse_spec as parse_spec
+from layerlab.dmn._spec import split_spec as split_spec
 from layerlab.dmn._timescales import distance_to_final as distance_to_final
 from layerlab.dmn._timescales import eigenvalue_convergence as eigenvalue_convergence
 from layerlab.dmn._timescales import eigenvalue_fluctuations as eigenvalue_fluctuations

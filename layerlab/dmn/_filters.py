@@ -14,7 +14,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from layerlab.dmn._density import energies
-from layerlab.dmn._layers import Layer
+from layerlab.dmn._spec import Layer
 
 
 def back_project(

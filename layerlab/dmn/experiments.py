@@ -36,16 +36,9 @@ from jax.typing import ArrayLike
 from layerlab import loop, nets, probes
 from layerlab.data import DatasetNotFoundError, extract_patches, load
 from layerlab.data._targets import as_labels
-from layerlab.dmn._layers import (
-    DMNConfig,
-    classifier_step,
-    convnet_spec,
-    format_spec,
-    head_variables,
-    make_network,
-    map_batches,
-    parse_spec,
-)
+from layerlab.dmn._build import DMNConfig
+from layerlab.dmn._head import classifier_step, head_variables, make_network, map_batches
+from layerlab.dmn._spec import convnet_spec, format_spec, parse_spec
 from layerlab.dmn._timescales import (
     distance_to_final,
     eigenvalue_convergence,
@@ -1346,7 +1339,8 @@ def widths_for(
 ) -> list[int]:
     """Number of first-layer filters the selection keeps at each ``var_fraction`` (no
     cap), e.g. MNIST 3x3 patches at Var 0.85/0.95/0.99 (Table 2's d4/d6/d16)."""
-    from layerlab.dmn._layers import Layer, build_dmn
+    from layerlab.dmn._build import build_dmn
+    from layerlab.dmn._spec import Layer
 
     k_noise, k_frac = jax.random.split(key)
     x = np.asarray(make_network(f"d1,de{num_classes}", num_classes, config).prepare(

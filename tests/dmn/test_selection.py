@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from layerlab.dmn import _density as D
-from layerlab.dmn import _layers as L
+import layerlab.dmn as L
+from layerlab.dmn._build import _signs
 from layerlab.dmn._filters import back_project
 
 
@@ -192,12 +193,12 @@ def test_sign_conventions_equal_numpy():
     rng = np.random.default_rng(7)
     vec = np.linalg.qr(rng.normal(size=(5, 5)))[0][None]
     mean = rng.normal(size=(1, 5))
-    m = np.asarray(L._signs(jnp.asarray(vec), jnp.asarray(mean), "mean"))
+    m = np.asarray(_signs(jnp.asarray(vec), jnp.asarray(mean), "mean"))
     assert np.all(np.einsum("cdk,cd->ck", m, mean) >= 0)
-    a = np.asarray(L._signs(jnp.asarray(vec), jnp.asarray(mean), "max_abs"))
+    a = np.asarray(_signs(jnp.asarray(vec), jnp.asarray(mean), "max_abs"))
     big = vec[0][np.argmax(np.abs(vec[0]), 0), np.arange(5)]
     np.testing.assert_allclose(a[0], vec[0] * np.sign(big))
-    np.testing.assert_allclose(np.asarray(L._signs(jnp.asarray(vec), mean, "none")), vec, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(_signs(jnp.asarray(vec), mean, "none")), vec, rtol=1e-6)
 
 
 def test_frac_sampling_random_vs_stratified(key):

@@ -1,11 +1,11 @@
-"""Tests for layerlab.dmn._layers: conv/dense DMN layers, stacking, specs, heads."""
+"""Tests for layerlab.dmn._apply / _build / _head: conv/dense DMN layers, stacking, heads."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from layerlab.dmn import _density as D
-from layerlab.dmn import _layers as L
+import layerlab.dmn as L
 
 
 def _brute_conv(x, kern, padding):
@@ -110,25 +110,3 @@ def test_network_apply_is_jittable_and_vmappable(key):
     # the conv DMN layer maps one image like a batch of one
     one = jax.vmap(lambda im: L.dmn_conv_apply(dmn[0]["w"], im))(jnp.asarray(x))
     np.testing.assert_allclose(one, L.dmn_conv_apply(dmn[0]["w"], jnp.asarray(x)), rtol=1e-6)
-
-
-def test_spec_parsing_and_errors():
-    lay = L.parse_spec("d15, m, c80, m, de10")
-    assert [t.kind for t in lay] == ["dmn_conv", "pool", "conv", "pool", "dense"]
-    assert L.format_spec(lay) == "d15,m,c80,m,de10"
-    assert L.format_spec(L.convnet_spec("d6,m,dd40,de10")) == "c6,m,de40,de10"
-    pre, head = L.split_spec(lay)
-    assert L.format_spec(pre) == "d15,m" and L.format_spec(head) == "c80,m,de10"
-    pre, head = L.split_spec(L.parse_spec("d6,m,m,de10"))
-    assert L.format_spec(pre) == "d6,m,m" and L.format_spec(head) == "de10"
-    with pytest.raises(ValueError, match="bad architecture token"):
-        L.parse_spec("d6,x3,de10")
-    with pytest.raises(ValueError, match="must end with the classifier"):
-        L.parse_spec("d6,m")
-    with pytest.raises(ValueError, match="before trainable"):
-        L.split_spec(L.parse_spec("c6,d4,de10"))
-    with pytest.raises(ValueError, match="num_classes=3"):
-        L.make_network("d6,de10", 3)
-    with pytest.raises(ValueError, match="NaN"):
-        L.build_dmn(jax.random.key(0), L.parse_spec("d2,de2")[:1],
-                    np.full((2, 4, 4, 1), np.nan), np.array([0, 1]), 2)

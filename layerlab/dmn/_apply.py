@@ -1,0 +1,173 @@
+"""Applying fixed DMN layers: conv / dense DMN layers, pooling, standardisation, patches
+(eqs. 15, 19-24 of Dehmamy, Rohani & Katsaggelos, arXiv:1703.04757)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from layerlab.dmn._spec import Layer
+
+
+def max_pool_2x2(x: jax.Array) -> jax.Array:
+    """2x2 max-pooling with stride 2 (VALID) on ``[..., H, W, C]``; odd edges are dropped."""
+    return nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID")
+
+
+ACTIVATIONS = ("relu", "linear")
+STANDARDIZE = ("none", "sample", "sample_channel", "notebook")
+
+
+def _activate(y: jax.Array, activation: str) -> jax.Array:
+    if activation == "relu":
+        return jax.nn.relu(y)
+    if activation == "linear":
+        return y
+    raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}.")
+
+
+def dmn_conv_apply(
+    kernel: jax.Array, x: jax.Array, *, padding: str = "SAME", activation: str = "relu"
+) -> jax.Array:
+    """Convolutional DMN layer: the projections of every patch on the filters (then ReLU).
+
+    .. math::  y[n, i, j, f] = \\sigma\\Big(\\sum_{a,b,c} K[a,b,c,f]\\,
+       \\tilde x[n, i + a, j + b, c]\\Big) = \\sigma(P[n,i,j,:] \\cdot v_f)
+
+    where ``P = extract_patches(x, k, padding=padding)``, ``v_f = K[..., f].ravel()`` and
+    ``sigma`` is ReLU (the paper's Fig. 4 caption) or the identity (the authors' code).
+
+    Args:
+      kernel: ``[k, k, C, F]`` filters (HWIO).
+      x: ``[N, H, W, C]`` images (or a single ``[H, W, C]`` image).
+      padding: ``"SAME"`` (output ``H x W``, zero padding) or ``"VALID"``.
+      activation: ``"relu"`` or ``"linear"``.
+
+    Returns:
+      ``[N, H', W', F]`` (or ``[H', W', F]``) in the dtype of ``x``.
+
+    References:
+      Sec. "Convolutional DMN" of Dehmamy et al., arXiv:1703.04757.
+    """
+    single = x.ndim == 3
+    xb = x[None] if single else x
+    if xb.ndim != 4 or xb.shape[-1] != kernel.shape[2]:
+        raise ValueError(
+            f"x must be [N, H, W, C={kernel.shape[2]}] for a kernel of shape {kernel.shape}; "
+            f"got {x.shape}."
+        )
+    y = jax.lax.conv_general_dilated(
+        xb, kernel.astype(xb.dtype), (1, 1), padding.upper(),
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    )
+    y = _activate(y, activation)
+    return y[0] if single else y
+
+
+def dmn_dense_apply(w: jax.Array, x: jax.Array, *, activation: str = "relu") -> jax.Array:
+    """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
+    return _activate(x.reshape(x.shape[0], -1) @ w.astype(x.dtype), activation)
+
+
+def standardize_features(h: jax.Array, mode: str = "sample") -> jax.Array:
+    """Per-sample standardisation of a DMN layer's output ``h [N, H, W, F]`` (or ``[N, F]``).
+
+    * ``"none"``: unchanged.
+    * ``"sample"``: zero mean, unit std over all of a sample's features.
+    * ``"sample_channel"``: per sample and channel over the spatial axes (``dmn2.py``'s
+      ``tf.nn.moments(axes=[2, 3])`` in NCHW).
+    * ``"notebook"``: per sample and image column over (rows, channels) -- what the
+      authors' notebook's numpy override ``ims.mean(axis=(1, 2))`` on NCHW computes.
+
+    A zero std leaves the (centred) values as they are.
+    """
+    if mode == "none":
+        return h
+    if mode not in STANDARDIZE:
+        raise ValueError(f"standardize must be one of {STANDARDIZE}; got {mode!r}.")
+    if h.ndim == 2 or mode == "sample":
+        axes = tuple(range(1, h.ndim))
+    elif h.ndim != 4:
+        raise ValueError(f"h must be [N, H, W, F] or [N, F]; got shape {h.shape}.")
+    elif mode == "sample_channel":
+        axes = (1, 2)
+    else:  # notebook: NCHW axes (1, 2) = channels and rows
+        axes = (1, 3)
+    mu = h.mean(axes, keepdims=True)
+    sd = h.std(axes, keepdims=True)
+    return (h - mu) / jnp.where(sd > 0, sd, 1.0)
+
+
+def dmn_apply(
+    params: Sequence[Any],
+    layers: Sequence[Layer],
+    x: jax.Array,
+    *,
+    padding: str = "SAME",
+    activation: str = "relu",
+    standardize: str = "none",
+) -> jax.Array:
+    """Run a closed-form DMN prefix (``d``, ``dd`` and ``m`` layers) on a batch ``[N, H, W, C]``.
+
+    Args:
+      params: one entry per layer: ``{"w": kernel}`` for DMN layers, ``None`` for pools.
+      layers: the parsed prefix (``split_spec(...)[0]``).
+      x: ``[N, H, W, C]`` images.
+      padding: padding of the convolutional DMN layers.
+      activation: after each DMN layer, ``"relu"`` or ``"linear"``.
+      standardize: ``standardize_features`` mode applied right after the *last* DMN layer
+        (before its pooling), as the authors do before the classifier.
+
+    Returns:
+      The prefix's output features (``[N, H', W', F]`` or ``[N, F]``).
+    """
+    last = max((i for i, lay in enumerate(layers) if lay.kind != "pool"), default=-1)
+    for i, (lay, p) in enumerate(zip(layers, params, strict=True)):
+        if lay.kind == "dmn_conv":
+            x = dmn_conv_apply(p["w"], x, padding=padding, activation=activation)
+        elif lay.kind == "dmn_dense":
+            x = dmn_dense_apply(p["w"], x, activation=activation)
+        elif lay.kind == "pool":
+            x = max_pool_2x2(x)
+        else:
+            raise ValueError(f"{lay.kind!r} is not a closed-form layer.")
+        if i == last:
+            x = standardize_features(x, standardize)
+    return x
+
+
+def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+    """Non-overlapping ``k x k`` blocks at the grid offsets ``(a, b) in {0..k-2}^2`` (the
+    authors' ``get_rho_fast``/``sub_rho``), flattened like ``extract_patches``.
+
+    Args:
+      x: ``[N, H, W, C]`` images.
+      k: block size (``k >= 2``; ``k = 1`` uses the single offset 0).
+
+    Returns:
+      ``(patches [N, P, k*k*C], weights [P])``: the weights make every offset count equally
+      and sum to ``P`` (so a weighted sum over an image's patches, divided by ``P``, is the
+      authors' per-image density matrix ``mean_offsets mean_blocks p p^T``).
+    """
+    if x.ndim != 4:
+        raise ValueError(f"x must be [N, H, W, C]; got shape {x.shape}.")
+    n, H, W, C = x.shape
+    offs = range(max(k - 1, 1))
+    blocks, counts = [], []
+    for a in offs:
+        for b in offs:
+            sx, sy = (H - a) // k, (W - b) // k
+            if sx < 1 or sy < 1:
+                raise ValueError(f"images {H}x{W} are too small for {k}x{k} blocks at ({a}, {b}).")
+            blk = x[:, a : a + k * sx, b : b + k * sy].reshape(n, sx, k, sy, k, C)
+            blocks.append(blk.transpose(0, 1, 3, 2, 4, 5).reshape(n, sx * sy, k * k * C))
+            counts.append(sx * sy)
+    p = sum(counts)
+    w = jnp.concatenate([jnp.full((c,), p / (len(counts) * c), x.dtype) for c in counts])
+    return jnp.concatenate(blocks, axis=1), w
+
+
+# ------------------------------------------------------------------------------ build

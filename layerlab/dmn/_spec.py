@@ -1,0 +1,113 @@
+"""DMN architecture strings (the grammar of the paper's tables) and the layers they name.
+
+Dense and convolutional DMN layers have class-PCA filters as weights.
+
+A DMN (density-matrix network) layer replaces a trained layer by the leading eigenvectors
+of the class density matrices of its inputs (eqs. 15, 19-24 of Dehmamy, Rohani &
+Katsaggelos, arXiv:1703.04757), with zero bias and a ReLU (``DMNConfig(activation=...)``):
+
+.. math::  h^{(k)} = \\mathrm{ReLU}(W^{(k)\\top} h^{(k-1)}),
+   \\qquad W^{(k)} = [v_1, \\dots, v_F],\\ \\rho_c v = \\lambda v .
+
+Convolutional DMN layers do the same on ``k x k`` patches (``k*k*C`` dims): the filters
+are eigenvectors of the patch density matrices reshaped to ``[k, k, C, F]`` kernels.
+
+Architectures are written as in the paper's tables, comma separated:
+
+* ``d<F>``  convolutional DMN layer with ``F`` filters (3x3 patches by default),
+* ``dd<F>`` dense DMN layer on the flattened input,
+* ``m``     2x2 max-pooling (stride 2),
+* ``c<F>``  trainable (backprop) 3x3 convolution + ReLU (flax ``nn.Conv``),
+* ``bn``    trainable batch-norm (flax ``nn.BatchNorm``),
+* ``de<K>`` trainable dense layer; the last one is the softmax classifier (logits).
+
+DMN layers must come first (a closed-form layer is built on the outputs of the layers below
+it, which must already be fixed); the trainable "head" follows and is trained by
+``layerlab.loop.fit`` on the frozen DMN features, so the DMN part never enters
+back-propagation (eqs. 25-26).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import NamedTuple
+
+_TOKEN = re.compile(r"^(dd|de|d|c)(\d+)$")
+
+
+class Layer(NamedTuple):
+    """One parsed architecture token: ``kind`` in {dmn_conv, dmn_dense, pool, conv, bn,
+    dense} and ``width`` (filters/units; 0 for pool and bn)."""
+
+    kind: str
+    width: int = 0
+
+
+_KINDS = {"d": "dmn_conv", "dd": "dmn_dense", "c": "conv", "de": "dense"}
+_NAMES = {v: k for k, v in _KINDS.items()} | {"pool": "m", "bn": "bn"}
+
+
+def parse_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:
+    """Parse an architecture string such as ``"d15, m, c80, m, de10"``.
+
+    Args:
+      spec: comma-separated tokens (see the module docstring) or already-parsed layers.
+
+    Returns:
+      A tuple of ``Layer``.
+    """
+    if not isinstance(spec, str):
+        return tuple(Layer(*t) for t in spec)
+    out = []
+    for tok in spec.replace(" ", "").lower().split(","):
+        if tok == "m":
+            out.append(Layer("pool"))
+        elif tok == "bn":
+            out.append(Layer("bn"))
+        else:
+            m = _TOKEN.match(tok)
+            if not m or int(m.group(2)) < 1:
+                raise ValueError(
+                    f"bad architecture token {tok!r} in {spec!r}: use d<F> (conv DMN), dd<F> "
+                    "(dense DMN), m (2x2 max-pool), c<F> (trained conv), bn, de<K> (dense)."
+                )
+            out.append(Layer(_KINDS[m.group(1)], int(m.group(2))))
+    if not out or out[-1].kind != "dense":
+        raise ValueError(f"architecture {spec!r} must end with the classifier de<num_classes>.")
+    return tuple(out)
+
+
+def format_spec(layers: Sequence[Layer]) -> str:
+    """Inverse of ``parse_spec``: ``(Layer('dmn_conv', 6), Layer('pool'), ...) -> "d6,m,..."``."""
+    return ",".join(_NAMES[lay.kind] + (str(lay.width) if lay.width else "") for lay in layers)
+
+
+def convnet_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:
+    """The same architecture with every DMN layer replaced by a trainable one (d->c, dd->de)."""
+    swap = {"dmn_conv": "conv", "dmn_dense": "dense"}
+    return tuple(Layer(swap.get(lay.kind, lay.kind), lay.width) for lay in parse_spec(spec))
+
+
+def split_spec(layers: Sequence[Layer]) -> tuple[tuple[Layer, ...], tuple[Layer, ...]]:
+    """Split into the closed-form DMN prefix (DMN layers and pools) and the trainable head.
+
+    Pools right after the last DMN layer belong to the prefix.
+    """
+    layers = tuple(layers)
+    cut = 0
+    for i, lay in enumerate(layers):
+        if lay.kind in ("dmn_conv", "dmn_dense"):
+            cut = i + 1
+    while cut and cut < len(layers) and layers[cut].kind == "pool":  # pools after the last
+        cut += 1  # DMN layer are parameter-free: precompute them with the DMN features
+    prefix, head = layers[:cut], layers[cut:]
+    bad = [lay for lay in prefix if lay.kind in ("conv", "bn", "dense")]
+    if bad:
+        raise ValueError(
+            f"DMN layers must come before trainable layers, got {format_spec(layers)!r}: a "
+            "closed-form layer needs fixed inputs. Put d/dd/m tokens first."
+        )
+    return prefix, head
+
+
+# ------------------------------------------------------------------------------ apply
