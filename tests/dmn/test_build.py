@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from layerlab.dmn import _density as D
 import layerlab.dmn as L
+from layerlab.dmn import _density as D
 
 
 def _brute_conv(x, kern, padding):

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from layerlab.dmn import _density as D
 import layerlab.dmn as L
+from layerlab.dmn import _density as D
 from layerlab.dmn._build import _signs
 from layerlab.dmn._filters import back_project
 
