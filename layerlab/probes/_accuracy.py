@@ -9,8 +9,6 @@ from jax.typing import ArrayLike
 from layerlab._checks import check_array
 from layerlab.data._targets import as_labels
 
-__all__ = ["accuracy"]
-
 
 def accuracy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
     r"""Fraction of samples whose highest score is the true class.

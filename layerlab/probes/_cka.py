@@ -15,24 +15,6 @@ from jax.typing import ArrayLike, DTypeLike
 
 from layerlab._checks import check_array, check_finite, check_number, check_result_finite
 
-__all__ = [
-    "gram_linear",
-    "gram_rbf",
-    "center_gram",
-    "hsic",
-    "unbiased_hsic",
-    "cka",
-    "linear_cka",
-    "rbf_cka",
-    "minibatch_cka",
-    "MinibatchCKAState",
-    "minibatch_cka_init",
-    "minibatch_cka_update",
-    "minibatch_cka_value",
-    "kernel_alignment",
-    "kernel_change_rate",
-]
-
 
 def _features(x, name: str) -> jax.Array:
     fn, _, arg = name.partition(" ")

@@ -13,15 +13,6 @@ from jax.typing import ArrayLike
 from layerlab._checks import check_array, check_finite, check_number
 from layerlab._types import PyTree
 
-__all__ = [
-    "singular_values",
-    "product_singular_values",
-    "effective_rank",
-    "stable_rank",
-    "participation_ratio",
-    "count_near_one",
-]
-
 
 def _as_matrix(w) -> jax.Array:
     w = jnp.asarray(w)

@@ -13,8 +13,6 @@ import optax.tree
 from layerlab._checks import is_concrete
 from layerlab._types import PyTree
 
-__all__ = ["tree_cosine_similarity", "tree_relative_change"]
-
 
 def _check_same_layout(a, b, fn: str) -> None:
     if jax.tree.structure(a) != jax.tree.structure(b):
