@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from layerlab import kernels, probes
+from layerlab._linalg import svdvals
 from layerlab.bottleneck._layout import Params, check_params, check_x, from_mlp_params
 from layerlab.bottleneck._representations import Activation, _phi
 
@@ -94,7 +95,7 @@ def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     for Z in Zs:
         if centre:
             Z = Z - jnp.mean(Z, axis=1, keepdims=True)
-        s = jnp.linalg.svd(Z, compute_uv=False)
+        s = svdvals(Z)
         er.append(probes.effective_rank(s))
         nr.append(jnp.sum(s > rel_tol * s[0]))
     return {"effective_rank": jnp.stack(er), "numerical_rank": jnp.stack(nr)}
@@ -148,7 +149,7 @@ def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
         return jax.jacfwd(lambda v: _network_fn_paper(Ws, v[None], beta, activation)[0])(xi)
 
     J = jax.vmap(one)(x)
-    s = jnp.linalg.svd(J, compute_uv=False)
+    s = svdvals(J)
     keep = s > rel_tol * s[:, :1]
     rank = jnp.sum(keep, axis=1)
     logp = jnp.sum(jnp.where(keep, jnp.log(jnp.where(keep, s, 1.0)), 0.0), axis=1)

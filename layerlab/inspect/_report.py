@@ -38,6 +38,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from layerlab import dgl, kernels, probes
+from layerlab._linalg import svdvals
 from layerlab.inspect._models import FeaturesFn, Inspectable, named_weights
 
 __all__ = [
@@ -452,7 +453,7 @@ def layer_report(
                 )
             layer_values["cka"].append(probes.linear_cka(h, ref[name]))
         if "effective_rank" in layer_values or "stable_rank" in layer_values:
-            s = jnp.linalg.svd(h - jnp.mean(h, axis=0, keepdims=True), compute_uv=False)
+            s = svdvals(h - jnp.mean(h, axis=0, keepdims=True))
             if "effective_rank" in layer_values:
                 layer_values["effective_rank"].append(probes.effective_rank(s))
             if "stable_rank" in layer_values:

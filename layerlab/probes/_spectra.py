@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_finite, check_number
+from layerlab._linalg import svdvals
 from layerlab._types import PyTree
 
 
@@ -35,7 +36,7 @@ def singular_values(tree: PyTree, *, min_ndim: int = 2) -> PyTree:
     """
     return jax.tree.map(
         lambda w: (
-            jnp.linalg.svd(_as_matrix(w), compute_uv=False) if jnp.ndim(w) >= min_ndim else None
+            svdvals(_as_matrix(w)) if jnp.ndim(w) >= min_ndim else None
         ),
         tree,
     )
@@ -96,12 +97,12 @@ def product_singular_values(
         p = None
         for w in reversed(ws):
             p = w if p is None else w @ p
-            out.append(jnp.linalg.svd(p, compute_uv=False))
+            out.append(svdvals(p))
         return out[::-1]
     p = None
     for w in ws:
         p = w if p is None else p @ w
-        out.append(jnp.linalg.svd(p, compute_uv=False))
+        out.append(svdvals(p))
     return out
 
 
@@ -109,7 +110,7 @@ def _spectrum(s, fn: str = "spectrum") -> jax.Array:
     s = check_array(s, "s", fn=fn, kind="real")
     check_finite(s, "s", fn=fn)  # eager only
     if s.ndim == 2:
-        return jnp.linalg.svd(s, compute_uv=False)
+        return svdvals(s)
     if s.ndim != 1:
         raise ValueError(f"expected singular values [k] or a matrix [m, n], got shape {s.shape}.")
     return jnp.abs(s)
