@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import data, loop, nets
+from layerlab import data, loop, nets, probes
+from layerlab._linalg import svdvals
 from layerlab.bottleneck._covariances import covariances
 from layerlab.bottleneck._cprank import bipartite_matrix, identity_inputs_loss_lower_bound
 from layerlab.bottleneck._diagnostics import bottleneck_diagnostics, network_fn
@@ -947,6 +948,35 @@ def _diag_runs(params, x, n_diag, tol, rel_tol, beta=1.0, activation=jax.nn.relu
     return jax.tree.map(np.asarray, f(params))
 
 
+def _centred_counts(params, x, tol):
+    """Per layer ``l = 2..L``: the count of singular values within ``tol`` of 1 of ``w_l``
+    restricted to the orthogonal complement of the mean of its input activations
+    ``sigma(Z_{l-1})``, the count of its dominant singular values (``> 1/2``: Thm. 6 splits the
+    spectrum into k values near 1 and the rest ``O(L^{-1/2})``), and the gain ``||m^T w_l||``
+    along that (unit) mean direction ``m``.
+
+    A ReLU representation lies in the positive orthant, so a k-dim representation carried
+    from layer to layer has an offset (its mean); when the weights rather than the biases carry
+    that offset, ``w_l`` shows one more singular value near 1 than the bottleneck rank k."""
+    Zs = representations(params, x)
+    cnt, dom, gain = [], [], []
+    for ll in range(1, len(params)):
+        A = jax.nn.relu(Zs[ll - 1])
+        m = jnp.mean(A, axis=0)
+        m = m / (jnp.linalg.norm(m) + 1e-30)
+        w = params[ll]["w"]                              # [n_{l-1}, n_l]
+        s = svdvals(w - jnp.outer(m, m @ w))             # (I - m m^T) w
+        cnt.append(probes.count_near_one(s, tol))
+        dom.append(jnp.sum(s > 0.5))
+        gain.append(jnp.linalg.norm(m @ w))
+    return jnp.stack(cnt), jnp.stack(dom), jnp.stack(gain)
+
+
+def _centred_runs(params, x, n_diag, tol):
+    f = jax.jit(jax.vmap(lambda W: _centred_counts(W, x[:n_diag], tol)))
+    return jax.tree.map(np.asarray, f(params))
+
+
 def _inner_median(c, frac=0.25):
     """Median over the inner layers (drop the first and last ``frac`` of the depth)."""
     L = len(c)
@@ -968,16 +998,18 @@ class BStructureConfig:
     effect with plain GD at one depth (Sec. 4: large rates keep the NTK of order L)."""
 
     ks: tuple[int, ...] = (1, 2, 3)
-    depths: tuple[int, ...] = (4, 6, 8, 12, 16)
+    depths: tuple[int, ...] = (4, 6, 8, 12, 16, 20)
     n: int = 500
     dim: int = 20
     width: int = 64
-    lam: float = 1e-2                  # 1e-3 left no bottleneck at 4k steps (CPU trial)
-    seeds: int = 1
+    lam: float = 1e-2                  # 1e-3: weights with 2-5 svs near 1 for k = 1 (pilot)
+    seeds: int = 2
     adam_steps: int = 10000
     adam_lr: float = 3e-3
     gd_steps: int = 2000
-    gd_lr: float = 2e-3                # 0.01 oscillated at depth 12 (grad norm ~10)
+    gd_lr_depth: float = 0.012         # GD rate = gd_lr_depth / L (Sec. 4: a rate ~ 1/L keeps
+    #                                    the NTK O(L)); a fixed 2e-3 oscillated at L >= 12
+    #                                    (final grad norm 4.8 at L = 12, 21.6 at L = 18)
     lr_depth: int = 8
     lr_k: int = 2
     lr_gd_lrs: tuple[float, ...] = (0.003, 0.03)
@@ -1013,9 +1045,10 @@ def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = Tr
             keys = list(jax.random.split(jax.random.fold_in(key, 1000 * k + L), cfg.seeds))
             params, hist, gn, _ = _train_runs(
                 x, y, sizes, cfg.lam, keys, adam_steps=cfg.adam_steps, adam_lr=cfg.adam_lr,
-                gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr, progress=progress,
+                gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr_depth / L, progress=progress,
                 checkpoint_dir=_sub(checkpoint_dir, f"k{k}_L{L}"), desc=f"k={k} L={L}")
             d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
+            cc, dom, gain = _centred_runs(params, x, cfg.n_diag, cfg.tol)
             res["depth_sweep"][f"k={k} L={L}"] = {
                 "k": k, "L": L, "grad_norm": gn, "cost": np.asarray(hist["train"]["cost"][-1]),
                 "count_near_one": d["count_near_one"], "effective_rank": d["effective_rank"],
@@ -1023,6 +1056,12 @@ def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = Tr
                 "jacobian_log_pdet": d["jacobian_log_pdet"], "ntk_trace": d["ntk_trace"],
                 "singular_values": [s[:, :8] for s in d["singular_values"]],
                 "inner_count": [_inner_median(c) for c in d["count_near_one"]],
+                "centred_count": cc, "centred_dominant": dom, "mean_gain": gain,
+                "inner_centred_count": [_inner_median(c) for c in cc],
+                "inner_centred_dominant": [_inner_median(c) for c in dom],
+                "inner_top_sv": [_inner_median([float(np.median(s[:max(k, 1)])) for s in sv])
+                                 for sv in zip(*d["singular_values"])],
+                "inner_mean_gain": [_inner_median(g) for g in gain],
                 "inner_numerical_rank": [_inner_median(c[:-1]) for c in d["numerical_rank"]]}
     # learning-rate effect: plain GD from the same init, small and large rate, one program
     x, y = _latent_task(jax.random.fold_in(key, 100 + cfg.lr_k), cfg.n, cfg.lr_k, cfg.dim)
@@ -1052,6 +1091,22 @@ def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = Tr
                         f"{cfg.tol} of 1 (inner layers)", cnt[-1], paper=k, tol=0.5,
                         seeds=cfg.seeds, spread=float(np.std(per_seed["inner_count"])),
                         note=f"by depth {dict(zip(cfg.depths, [round(c, 2) for c in cnt]))}"))
+        cc = [float(np.mean(ds[f"k={k} L={L}"]["inner_centred_count"])) for L in cfg.depths]
+        mg = [float(np.mean(ds[f"k={k} L={L}"]["inner_mean_gain"])) for L in cfg.depths]
+        dm = [float(np.mean(ds[f"k={k} L={L}"]["inner_centred_dominant"])) for L in cfg.depths]
+        top = [float(np.mean(ds[f"k={k} L={L}"]["inner_top_sv"])) for L in cfg.depths]
+        rows.append(Row(f"latent k={k}, L={Lmax}: the same count with the mean input direction "
+                        f"projected out (the ReLU representation's offset)", cc[-1], paper=k,
+                        tol=0.5, seeds=cfg.seeds,
+                        note=f"by depth {dict(zip(cfg.depths, [round(c, 2) for c in cc]))}; "
+                             f"gain of w_l along the mean direction (inner median) by depth "
+                             f"{[round(g, 2) for g in mg]}"))
+        rows.append(Row(f"latent k={k}, L={Lmax}: dominant singular values (> 1/2) of the inner "
+                        "weights, mean input direction projected out", dm[-1], paper=k, tol=0.5,
+                        seeds=cfg.seeds,
+                        note=f"by depth {dict(zip(cfg.depths, [round(c, 2) for c in dm]))}; "
+                             f"median of the top-k singular values (inner layers) by depth "
+                             f"{[round(v, 3) for v in top]} (Thm. 6: -> 1 as L grows)"))
         rows.append(Row(f"latent k={k}, L={Lmax}: Jacobian rank", jr[-1], paper=k, tol=0.5,
                         seeds=cfg.seeds, note=f"by depth {[round(v, 2) for v in jr]}"))
         rows.append(Row(f"latent k={k}, L={Lmax}: numerical rank of inner representations",
@@ -1283,7 +1338,7 @@ class BMinimaConfig:
     adam_steps: int = 10000
     adam_lr: float = 3e-3
     gd_steps: int = 2000
-    gd_lr: float = 2e-3                # 0.01 oscillated at depth 12 (grad norm ~10)
+    gd_lr_depth: float = 0.012         # GD rate = gd_lr_depth / L, as in BStructureConfig
     tol: float = 0.25
     rel_tol: float = 1e-2
     n_diag: int = 64
@@ -1318,10 +1373,13 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
         keys = list(jax.random.split(jax.random.fold_in(key, L), cfg.seeds))
         params, hist, gn, _ = _train_runs(
             x, y, sizes, cfg.lam, keys, adam_steps=cfg.adam_steps, adam_lr=cfg.adam_lr,
-            gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr, progress=progress, desc=f"L={L}",
+            gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr_depth / L, progress=progress, desc=f"L={L}",
             checkpoint_dir=_sub(checkpoint_dir, f"L{L}"))
         d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
         norms = np.asarray(jax.vmap(weight_norm_sq)(params))
+        _, dom, _ = _centred_runs(params, x, cfg.n_diag, cfg.tol)
+        inner_w2 = np.asarray([[float(np.sum(np.asarray(p["w"][s]) ** 2)) for p in params]
+                               for s in range(cfg.seeds)])
         cost = np.asarray(hist["train"]["cost"][-1])
         out = np.asarray(jax.jit(jax.vmap(lambda p: network_fn(p, xt)))(params))
         for s in range(cfg.seeds):
@@ -1330,7 +1388,9 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
                         "norm2": float(norms[s]), "cost": float(cost[s]),
                         "loss": float(cost[s] + cfg.lam * norms[s]),
                         "grad_norm": float(gn[s]), "inner_count": _inner_median(
-                            d["count_near_one"][s])})
+                            d["count_near_one"][s]),
+                        "inner_centred_dominant": _inner_median(dom[s]),
+                        "inner_w_norm2": _inner_median(inner_w2[s])})
             funcs[(L, s)] = out[s]
     rows, claims = [], []
     ranks = sorted({p["rank"] for p in pts})
@@ -1342,9 +1402,14 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
             a, b = np.polyfit(Ls, [p["norm2"] for p in sel], 1)
             fits[r] = (float(a), float(b), len(sel), len(set(Ls)))
     for r, (a, b, m, nL) in fits.items():
+        sel = [p for p in pts if p["rank"] == r]
         rows.append(Row(f"rank-{r} minima: slope of ||theta||^2 vs L", a, paper=r, tol=0.5 * r,
                         note=f"{m} minima over {nL} depths, intercept (R^(1)-like) {b:.2f}; "
-                             "theory: ||theta||^2 ~ L R^(0) + R^(1), R^(0) = rank"))
+                             "theory: ||theta||^2 ~ L R^(0) + R^(1), R^(0) = rank; per inner "
+                             "layer ||w_l||^2 (median) "
+                             f"{np.median([p['inner_w_norm2'] for p in sel]):.2f}, dominant "
+                             "singular values with the mean input direction projected out "
+                             f"{np.median([p['inner_centred_dominant'] for p in sel]):.1f}"))
     # same function across depths: relative distance between the best minima of rank k (or of
     # the most frequent rank when no run found rank k)
     counts = {r: sum(p["rank"] == r for p in pts) for r in ranks}
