@@ -1164,20 +1164,26 @@ def plot_b_structure(record: Record, path: str | os.PathLike) -> None:
     ks, depths = cfg["ks"], cfg["depths"]
     fig, ax = plt.subplots(1, 4, figsize=(22, 4.5))
     Lmax = depths[-1]
-    for k in ks:
+    for i, k in enumerate(ks):
+        c = f"C{i}"
         sv = ds[f"k={k} L={Lmax}"]["singular_values"]
         for l, s in enumerate(sv):  # noqa: E741
-            ax[0].scatter(np.full(np.asarray(s).shape[-1], l + 1 + 0.1 * k), np.asarray(s)[0],
-                          s=8, label=f"k={k}" if l == 0 else None)
+            ax[0].scatter(np.full(np.asarray(s).shape[-1], l + 1 + 0.2 * (i - 1)),
+                          np.asarray(s)[0], s=8, c=c, label=f"k={k} (seed 0)" if l == 0 else None)
         ax[1].plot(depths, [np.mean(ds[f"k={k} L={L}"]["inner_count"]) for L in depths], "o-",
-                   label=f"k={k}")
+                   c=c, label=f"k={k}: within {cfg['tol']} of 1")
+        if "inner_centred_dominant" in ds[f"k={k} L={Lmax}"]:
+            ax[1].plot(depths, [np.mean(ds[f"k={k} L={L}"]["inner_centred_dominant"])
+                                for L in depths], "s--", c=c,
+                       label=f"k={k}: > 1/2, mean direction removed")
         ax[2].plot(depths, [np.mean(ds[f"k={k} L={L}"]["jacobian_rank"]) for L in depths], "o-",
-                   label=f"k={k}")
+                   c=c, label=f"k={k}")
         ax[3].plot(depths, [np.mean(ds[f"k={k} L={L}"]["ntk_trace"]) for L in depths], "o-",
-                   label=f"k={k}")
+                   c=c, label=f"k={k}")
     ax[0].axhline(1, ls=":", c="k")
     ax[0].set(title=f"weight singular values per layer, L={Lmax}", xlabel="layer")
-    ax[1].set(title="count near 1 (median, inner layers)", xlabel="depth L")
+    ax[1].set(title="inner weights: singular values near 1 (median over layers)",
+              xlabel="depth L")
     ax[2].set(title="Jacobian rank", xlabel="depth L")
     ax[3].set(title="NTK trace (order L?)", xlabel="depth L")
     for a in ax:
@@ -1267,11 +1273,18 @@ def run_b_symmetry(config: BSymmetryConfig, *, key: Array, progress: bool = True
     r2_y = _knn_r2(P, np.asarray(y))
     cnt = np.asarray(d["count_near_one"])[best]
     sv = [np.asarray(s_)[best] for s_ in d["singular_values"]]
+    cc, dom, gain = (np.asarray(a)[best] for a in _centred_runs(params, x, cfg.n_diag, cfg.tol))
     rows = [
         Row("Jacobian rank", float(np.mean(d["jacobian_rank"])), paper=2, tol=0.5,
             seeds=cfg.seeds, spread=float(np.std(d["jacobian_rank"]))),
         Row("median count of weight singular values near 1 (inner layers)",
             _inner_median(cnt), paper=2, tol=0.5, note=f"per layer {cnt.tolist()}"),
+        Row("the same count with the mean input direction projected out (inner layers)",
+            _inner_median(cc), paper=2, tol=0.5,
+            note=f"layers 2..L {cc.tolist()}; gain along the mean direction "
+                 f"{np.round(gain, 2).tolist()}"),
+        Row("dominant singular values (> 1/2), mean input direction projected out (inner "
+            "layers)", _inner_median(dom), paper=2, tol=0.5, note=f"layers 2..L {dom.tolist()}"),
         Row(f"variance in the top-2 PCs of the most compressed layer (layer {mid + 1})", frac2,
             paper=None, note=f"effective rank per layer {np.round(er, 2).tolist()}"),
         Row("R^2 of the summary statistics (|w.e|, |w_perp|) from the 2-D representation "
