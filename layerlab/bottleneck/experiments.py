@@ -596,9 +596,7 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
                             checkpoint_dir=_sub(checkpoint_dir, f"mnist_{i}"))
             out[f"mnist lam={lam:g}"] = _sweep_summary(r, xt, yt, cross_entropy_cost, cfg)
     if "teacher" in cfg.parts:
-        kt = jax.random.fold_in(key, 99)
-        tr = data.teacher(kt, cfg.teacher_n, cfg.teacher_widths_net)
-        te = data.teacher(kt, cfg.teacher_test_n, cfg.teacher_widths_net, split="test")
+        tr, te = _a_fig2_teacher_data(cfg, key)
         x, y = jnp.asarray(tr.x), jnp.asarray(tr.y)
         r = width_sweep(jax.random.fold_in(key, 7), x, y, widths=cfg.teacher_widths,
                         depth=cfg.depth, cost=mse_cost, lam=cfg.teacher_lam,
@@ -612,6 +610,19 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
     if merge_into is not None:
         return merge_a_fig2(merge_into, out, cfg, wall_s=wall)
     return _a_fig2_record(cfg, out, wall, _A_FIG2_NOTE)
+
+
+def _a_fig2_teacher_data(cfg: AFig2Config, key: Array) -> tuple[data.Dataset, data.Dataset]:
+    """Train and test sets of one teacher; the test inputs have their own key (with the
+    teacher's key alone the first ``teacher_n`` test points would be the training points:
+    the PRNG is counter-based, so a longer draw extends a shorter one).  The key is not a
+    child of the teacher's: here ``fold_in(k, i)`` equals ``split(k)[i]``, and
+    ``data.teacher`` draws its default inputs from ``split(k)[1]``."""
+    kt = jax.random.fold_in(key, 99)
+    tr = data.teacher(kt, cfg.teacher_n, cfg.teacher_widths_net)
+    te = data.teacher(kt, cfg.teacher_test_n, cfg.teacher_widths_net,
+                      x_key=jax.random.fold_in(key, 98), split="test")
+    return tr, te
 
 
 def _a_fig2_part(name: str) -> str:
