@@ -12,9 +12,10 @@ def parser(artifact: str, doc: str | None) -> argparse.ArgumentParser:
 
 
 def main(artifact: str, config: str, args: argparse.Namespace, argv: list[str] | None, *,
-         data: bool = False, **replace) -> int:
+         data: bool = False, run_kw: dict | None = None, **replace) -> int:
     """Build ``experiments.<config>`` for the scale flags, apply ``--seeds`` and ``replace``
-    (non-``None`` values), run ``run_<artifact>``, write the record and ``plot_<artifact>``."""
+    (non-``None`` values), run ``run_<artifact>`` (with ``run_kw``: its extra keyword
+    arguments), write the record and ``plot_<artifact>``."""
     import dataclasses
 
     import jax
@@ -33,6 +34,7 @@ def main(artifact: str, config: str, args: argparse.Namespace, argv: list[str] |
     if over:
         cfg = dataclasses.replace(cfg, **over)
     kw = {"data_dir": args.data_dir} if data else {}
+    kw.update(run_kw or {})
     run, plot = getattr(ex, f"run_{artifact}"), getattr(ex, f"plot_{artifact}")
     rec = run(cfg, key=jax.random.key(0), progress=not args.no_progress,
               checkpoint_dir=_cli.checkpoint_dir(args), **kw)

@@ -68,6 +68,7 @@ from layerlab.bottleneck._sweeps import masked_loss as masked_loss
 from layerlab.bottleneck._sweeps import masked_weights as masked_weights
 from layerlab.bottleneck._sweeps import mse_cost as mse_cost
 from layerlab.bottleneck._sweeps import plateau_start as plateau_start
+from layerlab.bottleneck._sweeps import polish_step as polish_step
 from layerlab.bottleneck._sweeps import sweep_step as sweep_step
 from layerlab.bottleneck._sweeps import width_masks as width_masks
 from layerlab.bottleneck._sweeps import width_sweep as width_sweep
@@ -113,6 +114,7 @@ __all__ = [
     "neuron_pairs",
     "ntk_trace",
     "plateau_start",
+    "polish_step",
     "psd_pinv",
     "rank_sigma_bounds",
     "representation_dims",

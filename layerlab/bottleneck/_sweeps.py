@@ -135,6 +135,57 @@ def sweep_step(cost: Callable, optimizer: optax.GradientTransformation, *, beta:
     return loop.optax_step(loss_fn, optimizer, has_aux=True, with_hparams=True)
 
 
+def polish_step(cost: Callable, *, beta: ArrayLike = 1.0,
+                activation: Activation = jax.nn.relu) -> loop.TrainStep:
+    """L-BFGS step on the full-batch :func:`masked_loss` of one run (masks, lambda in hparams).
+
+    .. math:: \\theta_{t+1} = \\theta_t - \\eta_t\\, P_t \\nabla\\mathcal L_\\lambda(\\theta_t)
+
+    with ``P_t`` the L-BFGS inverse-Hessian estimate and ``eta_t`` from its zoom line search
+    (``optax.lbfgs()`` with its defaults: memory 10, strong Wolfe conditions, at most 20
+    trials), which evaluates ``L_lambda`` with this run's ``state.hparams`` on the step's batch.
+    The value and gradient at the accepted point stay in the optimizer state and the next step
+    reuses them (``optax.value_and_grad_from_state``), so every step must see the same batch:
+    drive it with ``loop.fit(..., batch_size=None)`` (with ``runs=True`` it is vmapped like
+    :func:`sweep_step`; a vmapped line search runs as many trials as the slowest run needs, and
+    a run whose parameters are NaN takes all 20 each step).
+
+    Args:
+      cost: ``cost(Z_L [N, n_L], y) -> scalar`` (e.g. :func:`mse_cost`).
+      beta, activation: as in :func:`masked_loss`.
+
+    Returns:
+      ``TrainStep(init, step)``: ``init(params, hparams) -> TrainState`` with
+      ``hparams = {"masks": [L-1, n_max], "lam": []}``; the step logs ``loss`` and ``grad_norm``
+      at the parameters it starts from.
+
+    References:
+      Nocedal & Wright, Numerical Optimization (1999), Algorithms 7.4-7.5 (L-BFGS) and 3.5-3.6
+      (zoom line search).
+    """
+    optimizer = optax.lbfgs()
+
+    def init(params, hparams=None) -> loop.TrainState:
+        return loop.TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), hparams)
+
+    def step(state: loop.TrainState, batch, key):
+        dtype = jnp.real(jax.tree.leaves(state.params)[0]).dtype
+
+        def value_fn(p):  # in the params' dtype, as the line search keeps its values
+            return masked_loss(p, batch, hparams=state.hparams, cost=cost, beta=beta,
+                               activation=activation)[0].astype(dtype)
+
+        value, grad = optax.value_and_grad_from_state(value_fn)(state.params,
+                                                                state=state.opt_state)
+        updates, opt_state = optimizer.update(grad, state.opt_state, state.params, value=value,
+                                              grad=grad, value_fn=value_fn)
+        params = optax.apply_updates(state.params, updates)
+        return (state._replace(params=params, opt_state=opt_state, step=state.step + 1),
+                {"loss": value, "grad_norm": optax.tree.norm(grad)})
+
+    return loop.TrainStep(init, step)
+
+
 def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: float = 0.02,
                   reference: float | None = None) -> int:
     """Smallest width whose loss is within ``rel_tol`` of the plateau.
@@ -159,15 +210,20 @@ def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: fl
 def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int], depth: int,
                 cost: Callable, lam: float, seeds: int = 3, max_width: int | None = None,
                 adam_steps: int = 2000, adam_lr: float = 1e-3, gd_steps: int = 0,
-                gd_lr: float = 1e-2, lr_decay: float | None = 1e-2, beta: ArrayLike = 1.0,
+                gd_lr: float = 1e-2, polish_steps: int = 0, lr_decay: float | None = 1e-2,
+                beta: ArrayLike = 1.0,
                 activation: Activation = jax.nn.relu, init: str = "he", w_std: float | None = None,
                 batch_size: int | None = None, progress: bool = True, desc: str = "width sweep",
                 checkpoint_dir: str | os.PathLike | None = None) -> dict:
     """Minimal regularised loss vs hidden width: widths x seeds in one program per phase.
 
     Trains ``len(widths) * seeds`` runs (all hidden layers of width ``w``, masked inside a
-    ``max_width`` net) with Adam, then full-batch gradient descent, through
-    ``layerlab.loop.fit(runs=True)``.
+    ``max_width`` net) with Adam, then full-batch gradient descent, then (``polish_steps > 0``)
+    a full-batch L-BFGS polish (:func:`polish_step`: ``optax.lbfgs`` with its zoom line search on
+    each run's regularised loss), all three through ``layerlab.loop.fit(runs=True)``.  On an
+    ill-conditioned loss (small ``lambda``) Adam and fixed-rate GD crawl along the flat
+    directions; the quasi-Newton polish (no rate to tune) takes each run much closer to a
+    critical point, so the final losses compare converged runs across widths.
 
     Args:
       key: PRNG key (inits and data order).
@@ -178,20 +234,25 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
       cost: ``cost(Z_L [N, n_L], y) -> scalar`` (e.g. :func:`mse_cost`).
       lam: ``lambda``.  seeds: runs per width (best one kept).
       max_width: default ``max(widths)``.
-      adam_steps, adam_lr, gd_steps, gd_lr: the two phases (``gd_steps = 0`` skips GD).
+      adam_steps, adam_lr, gd_steps, gd_lr: the first two phases (``gd_steps = 0`` skips GD).
+      polish_steps: L-BFGS iterations after GD (``0``, the default, skips the polish); each
+        costs one gradient evaluation per line-search trial (a few, more under ``vmap``, where
+        the slowest run sets the count).
       lr_decay: cosine-decay the Adam rate to ``adam_lr * lr_decay`` (``None``: constant).
       beta: amount of bias (weighs ``||b||^2 / beta^2`` in the penalty; 0: no biases).
       activation, init, w_std: network (``init``, ``w_std`` for ``layerlab.nets.mlp_init``).
       batch_size: Adam batch (``None``: full batch).
-      checkpoint_dir: resumable ``loop.fit`` checkpoints of both phases under this folder.
+      checkpoint_dir: resumable ``loop.fit`` checkpoints of every phase under this folder
+        (``adam``, ``gd``, ``polish``).
 
     Returns:
       dict with ``widths`` ``[W]``, ``loss`` ``[W, seeds]`` (final full-data regularised loss),
       ``cost``, ``reg``, ``grad_norm`` (final full-batch gradient norm of the regularised loss;
-      same shape), ``best`` ``[W]`` (min over seeds, NaN runs ignored), ``best_seed`` ``[W]``,
-      ``history`` (Adam phase ``loss`` ``[T, R]``) and ``state`` (final ``TrainState`` with runs
-      axis; ``state.params`` in the ``layerlab.nets`` layout).  A run that diverges in the GD
-      phase ends as NaN (it does not stop the others).
+      same shape; all after the last phase run), ``best`` ``[W]`` (min over seeds, NaN runs
+      ignored), ``best_seed`` ``[W]``, ``history`` (Adam phase ``loss`` ``[T, R]``) and
+      ``state`` (final ``TrainState`` with runs axis; ``state.params`` in the
+      ``layerlab.nets`` layout).  A run that diverges in the GD phase ends as NaN (it does not
+      stop the others, nor does the polish).
     """
     fn = "width_sweep"
     x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)
@@ -202,6 +263,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
     check_int(seeds, "seeds", fn=fn, min_value=1)
     check_int(adam_steps, "adam_steps", fn=fn, min_value=0)
     check_int(gd_steps, "gd_steps", fn=fn, min_value=0)
+    check_int(polish_steps, "polish_steps", fn=fn, min_value=0)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
     check_number(adam_lr, "adam_lr", fn=fn, min_value=0.0, lo_open=True)
     check_number(gd_lr, "gd_lr", fn=fn, min_value=0.0, lo_open=True)
@@ -237,6 +299,13 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
         state, _ = loop.fit(gd.step, state, (x, y), key=k_gd, steps=gd_steps, runs=True,
                             progress=progress, desc=f"{desc} (gd)", check_finite=False,
                             checkpoint_dir=ck("gd"))
+    if polish_steps > 0:
+        polish = polish_step(cost, beta=beta, activation=activation)
+        state = jax.vmap(polish.init)(state.params, hparams)
+        state, _ = loop.fit(polish.step, state, (x, y), key=jax.random.fold_in(k_gd, 1),
+                            steps=polish_steps, runs=True, progress=progress,
+                            desc=f"{desc} (polish)", check_finite=False,
+                            checkpoint_dir=ck("polish"))
 
     def final(params, hp):
         (val, aux), g = jax.value_and_grad(

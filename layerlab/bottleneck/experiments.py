@@ -73,7 +73,7 @@ Array = jax.Array
 __all__ = [
     "AFig1Config", "AFig2Config", "ARankConfig", "BStructureConfig", "BSymmetryConfig",
     "BMinimaConfig", "force_stats", "polish_second_order", "run_chunked", "run_a_fig1",
-    "run_a_fig2", "run_a_rank", "run_b_structure", "run_b_symmetry", "run_b_minima",
+    "run_a_fig2", "merge_a_fig2", "run_a_rank", "run_b_structure", "run_b_symmetry", "run_b_minima",
     "plot_a_fig1", "plot_a_fig2", "plot_a_rank", "plot_b_structure", "plot_b_symmetry",
     "plot_b_minima", "remark4_check", "ACTIVATIONS",
 ]
@@ -513,9 +513,9 @@ class AFig2Config:
     Left: MNIST subset N = 1000, depth 3, cross-entropy, two lambdas (values not stated in the
     text; ours 1e-3, 1e-4).  Right: N = 1000 Gaussian inputs, teacher of depth 3 and widths
     (50, 10, 10, 10), MSE, lambda = 1e-6, three nets per width, the minimum taken.  Both: Adam
-    then full-batch GD (App.).  Plateau start: the smallest width whose best train loss is
-    within ``plateau_rel_tol`` of the minimum over widths (one definition, used in the record
-    and docs/bottleneck.md).
+    then full-batch GD (App.), then an L-BFGS polish of every run (ours).  Plateau start: the
+    smallest width whose best train loss is within ``plateau_rel_tol`` of the minimum over
+    widths (one definition, used in the record and docs/bottleneck.md).
     """
 
     mnist_n: int = 1000
@@ -535,6 +535,10 @@ class AFig2Config:
     gd_steps: int = 20000
     mnist_gd_lr: float = 0.1
     teacher_gd_lr: float = 3e-3
+    # L-BFGS iterations after GD (width_sweep's polish), both parts: after 30k Adam + 20k GD
+    # the teacher runs still had gradient norms 0.02-0.09 at losses ~1e-4 (H100 record without
+    # it), so the loss was not monotone in width; the plateau is read off converged runs.
+    polish_steps: int = 2000
     plateau_rel_tol: float = 0.05
     parts: tuple[str, ...] = ("mnist", "teacher")
 
@@ -546,23 +550,37 @@ class AFig2Config:
     def cpu(cls) -> AFig2Config:
         return cls(mnist_n=200, mnist_test_n=2000, mnist_widths=(2, 4, 8, 16, 32, 64),
                    teacher_n=200, teacher_test_n=2000, teacher_widths=(2, 4, 8, 10, 16, 32),
-                   adam_steps=3000, gd_steps=1000)
+                   adam_steps=3000, gd_steps=1000, polish_steps=500)
 
     @classmethod
     def smoke(cls) -> AFig2Config:
         return cls(mnist_n=40, mnist_test_n=40, mnist_widths=(2, 4), teacher_n=40,
                    teacher_test_n=40, teacher_widths=(2, 4), teacher_seeds=2, adam_steps=20,
-                   gd_steps=10)
+                   gd_steps=10, polish_steps=10)
+
+
+_A_FIG2_PARTS = ("mnist", "teacher")
+_A_FIG2_NOTE = ("MNIST lambdas are not stated in the text (ours 1e-3, 1e-4); step counts, rates "
+                "and the L-BFGS polish are ours (the paper gives none)")
 
 
 def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
                checkpoint_dir: str | os.PathLike | None = None,
-               data_dir: str | os.PathLike | None = None) -> Record:
-    """Train/test loss vs width on MNIST (two lambdas) and on the teacher task."""
+               data_dir: str | os.PathLike | None = None,
+               merge_into: str | os.PathLike | None = None) -> Record:
+    """Train/test loss vs width on MNIST (two lambdas) and on the teacher task.
+
+    Runs the parts in ``config.parts``.  With ``merge_into`` (an ``a_fig2`` record written
+    before, e.g. a GPU run of both parts) the result is :func:`merge_a_fig2` of that record and
+    this run: the parts run here replace the record's, the others are kept.
+    """
     cfg = config
+    unknown = set(cfg.parts) - set(_A_FIG2_PARTS)
+    if unknown or not cfg.parts:
+        raise ValueError(f"AFig2Config.parts must be a non-empty subset of {_A_FIG2_PARTS}; "
+                         f"got {cfg.parts}.")
     t0 = time.perf_counter()
     out: dict[str, Any] = {}
-    rows, claims = [], []
     if "mnist" in cfg.parts:
         tr = data.load("mnist", n=cfg.mnist_n, balanced=True, seed=0, data_dir=data_dir)
         te = data.load("mnist", "test", n=cfg.mnist_test_n, seed=0, data_dir=data_dir)
@@ -573,61 +591,242 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
                             depth=cfg.depth, cost=cross_entropy_cost, lam=lam,
                             seeds=cfg.mnist_seeds, adam_steps=cfg.adam_steps,
                             adam_lr=cfg.adam_lr, gd_steps=cfg.gd_steps, gd_lr=cfg.mnist_gd_lr,
-                            progress=progress, desc=f"mnist lam={lam:g}",
+                            polish_steps=cfg.polish_steps, progress=progress,
+                            desc=f"mnist lam={lam:g}",
                             checkpoint_dir=_sub(checkpoint_dir, f"mnist_{i}"))
             out[f"mnist lam={lam:g}"] = _sweep_summary(r, xt, yt, cross_entropy_cost, cfg)
     if "teacher" in cfg.parts:
-        kt = jax.random.fold_in(key, 99)
-        tr = data.teacher(kt, cfg.teacher_n, cfg.teacher_widths_net)
-        te = data.teacher(kt, cfg.teacher_test_n, cfg.teacher_widths_net, split="test")
+        tr, te = _a_fig2_teacher_data(cfg, key)
         x, y = jnp.asarray(tr.x), jnp.asarray(tr.y)
         r = width_sweep(jax.random.fold_in(key, 7), x, y, widths=cfg.teacher_widths,
                         depth=cfg.depth, cost=mse_cost, lam=cfg.teacher_lam,
                         seeds=cfg.teacher_seeds, adam_steps=cfg.adam_steps, adam_lr=cfg.adam_lr,
-                        gd_steps=cfg.gd_steps, gd_lr=cfg.teacher_gd_lr, progress=progress,
-                        desc="teacher", checkpoint_dir=_sub(checkpoint_dir, "teacher"))
+                        gd_steps=cfg.gd_steps, gd_lr=cfg.teacher_gd_lr,
+                        polish_steps=cfg.polish_steps, progress=progress, desc="teacher",
+                        checkpoint_dir=_sub(checkpoint_dir, "teacher"))
         out["teacher"] = _sweep_summary(r, jnp.asarray(te.x), jnp.asarray(te.y), mse_cost, cfg)
         out["teacher"]["target_variance"] = float(np.var(np.asarray(tr.y)))
-    starts = {}
+    wall = time.perf_counter() - t0
+    if merge_into is not None:
+        return merge_a_fig2(merge_into, out, cfg, wall_s=wall)
+    return _a_fig2_record(cfg, out, wall, _A_FIG2_NOTE)
+
+
+def _a_fig2_teacher_data(cfg: AFig2Config, key: Array) -> tuple[data.Dataset, data.Dataset]:
+    """Train and test sets of one teacher; the test inputs have their own key (with the
+    teacher's key alone the first ``teacher_n`` test points would be the training points:
+    the PRNG is counter-based, so a longer draw extends a shorter one).  The key is not a
+    child of the teacher's: here ``fold_in(k, i)`` equals ``split(k)[i]``, and
+    ``data.teacher`` draws its default inputs from ``split(k)[1]``."""
+    kt = jax.random.fold_in(key, 99)
+    tr = data.teacher(kt, cfg.teacher_n, cfg.teacher_widths_net)
+    te = data.teacher(kt, cfg.teacher_test_n, cfg.teacher_widths_net,
+                      x_key=jax.random.fold_in(key, 98), split="test")
+    return tr, te
+
+
+def _a_fig2_part(name: str) -> str:
+    """The part (``mnist`` / ``teacher``) a sweep of ``extra["sweeps"]`` belongs to."""
+    return "mnist" if name.startswith("mnist") else "teacher"
+
+
+def _a_fig2_paper_part(part: str, c: dict) -> bool:
+    """Whether the run that made ``part`` used the paper's configuration for it."""
+    if part == "mnist":
+        return c["mnist_n"] == 1000
+    return c["teacher_n"] == 1000 and c["teacher_lam"] == 1e-6 and c["teacher_seeds"] == 3
+
+
+def _fmt_list(v, fmt: str) -> list[float | None]:
+    return [None if not np.isfinite(a) else float(format(a, fmt))
+            for a in np.asarray(v, float).ravel()]
+
+
+def _a_fig2_record(cfg: AFig2Config, out: dict[str, dict], wall_s: float | None, note: str, *,
+                   part_configs: dict[str, dict] | None = None) -> Record:
+    """The ``a_fig2`` record (rows, claims, scale) from the sweep summaries ``out``.
+
+    ``out``: ``{"mnist lam=...": summary, ..., "teacher": summary}`` as written by
+    :func:`_sweep_summary` (arrays, or the lists of a loaded record).  ``part_configs``: the
+    config (dict) of the run each part came from, for a merged record (default: ``cfg`` for
+    every part); the record's ``config`` then also lists them as ``per_part``.
+    """
+    merged = part_configs is not None
+    if part_configs is None:
+        part_configs = {p: dataclasses.asdict(cfg) for p in cfg.parts}
+    rows, claims, starts = [], [], {}
     for name, s in out.items():
-        st = s["plateau_start"]
+        c = part_configs[_a_fig2_part(name)]
+        st = int(s["plateau_start"])
         starts[name] = None if st < 0 else st
-        n = cfg.mnist_n if name.startswith("mnist") else cfg.teacher_n
-        st = None if st < 0 else st
         rows.append(Row(f"{name}: plateau start (width, best train loss within "
-                        f"{cfg.plateau_rel_tol:.0%} of the min over widths)", st, paper=10,
-                        tol=6, note=f"N={n}; paper: 'the plateau appears to start around 10'"))
+                        f"{cfg.plateau_rel_tol:.0%} of the min over widths)", starts[name],
+                        paper=10, tol=6,
+                        note=f"N={c[_a_fig2_part(name) + '_n']}; paper: 'the plateau appears "
+                             "to start around 10'"))
         g = np.asarray(s["grad_norm_best"], float)
+        polish = int(c.get("polish_steps", 0))
+        steps = (f"after {c['adam_steps']} Adam + {c['gd_steps']} GD + {polish} L-BFGS steps"
+                 if polish else f"after {c['adam_steps']} Adam + {c['gd_steps']} GD steps "
+                 "(no L-BFGS polish)")
         rows.append(Row(f"{name}: max final gradient norm over widths (best seeds)",
                         float(np.max(g)) if np.all(np.isfinite(g)) else None,
-                        note="convergence check, per width in extra" if np.all(np.isfinite(g))
-                        else f"some widths diverged (all seeds): {g.tolist()}"))
+                        note=(f"convergence check {steps}; by width "
+                              f"{dict(zip(np.asarray(s['widths']).tolist(), _fmt_list(g, '.2g')))}"
+                              if np.all(np.isfinite(g))
+                              else f"some widths diverged (all seeds): {g.tolist()}")))
+    if "teacher" in out:
+        t = out["teacher"]
+        test, train = np.asarray(t["test_best"], float), np.asarray(t["best"], float)
+        ratio = test / train
+        below = np.asarray(test <= train)
+        rows.append(Row(
+            "teacher: widths whose test loss is below the regularised train loss (best seeds)",
+            int(np.sum(below)),
+            note=f"of {below.size}; test / train by width "
+                 f"{dict(zip(np.asarray(t['widths']).tolist(), _fmt_list(ratio, '.3g')))} "
+                 "(the claim below needs all below 1)"))
     if starts:
-        ok = all(v is not None and v <= 16 and v < max(out[k]["widths"])
+        ok = all(v is not None and v <= 16 and v < max(np.asarray(out[k]["widths"]))
                  for k, v in starts.items())
         claims.append(Claim(
             "train loss plateaus in width on MNIST N=1000 and on the teacher task, starting "
             "around width 10 (<= 16 and before the largest width), far below N^2",
-            ok, f"N = {cfg.mnist_n} (MNIST), {cfg.teacher_n} (teacher); " + "; ".join(
-                f"{k}: start {v}, best loss by width "
-                          f"{[float(f'{b:.4g}') for b in out[k]['best']]}, final grad norms "
-                          f"{[float(f'{g:.2g}') for g in out[k]['grad_norm_best']]}"
-                          for k, v in starts.items())))
+            ok, "N = " + ", ".join(
+                f"{c[p + '_n']} ({p})" for p, c in part_configs.items()) + "; " + "; ".join(
+                f"{k}: start {v}, best loss by width {_fmt_list(out[k]['best'], '.4g')}, final "
+                f"grad norms {_fmt_list(out[k]['grad_norm_best'], '.2g')}"
+                for k, v in starts.items())))
     if "teacher" in out:
-        t = out["teacher"]
         claims.append(Claim(
             "teacher: test loss below the regularised train loss (the regulariser is not in "
-            "the test loss)", bool(np.all(np.asarray(t["test_best"]) <= np.asarray(t["best"]))),
-            f"test {[float(f'{v:.3g}') for v in t['test_best']]} vs train "
-            f"{[float(f'{v:.3g}') for v in t['best']]}"))
-    paper_scale = (cfg.mnist_n == 1000 and cfg.teacher_n == 1000 and cfg.teacher_lam == 1e-6
-                   and cfg.teacher_seeds == 3 and set(cfg.parts) == {"mnist", "teacher"})
+            "the test loss)", bool(np.all(test <= train)),
+            f"test {_fmt_list(test, '.3g')} vs train {_fmt_list(train, '.3g')}"))
+    paper_scale = (set(part_configs) == set(_A_FIG2_PARTS)
+                   and all(_a_fig2_paper_part(p, c) for p, c in part_configs.items()))
+    config = dataclasses.asdict(cfg)
+    if merged:
+        config["per_part"] = part_configs
     return Record("bottleneck", "a_fig2", "Loss plateau in width (MNIST and teacher)",
-                  "paper" if paper_scale else "reduced", dataclasses.asdict(cfg), rows=rows,
-                  claims=claims, wall_s=time.perf_counter() - t0,
-                  note="MNIST lambdas are not stated in the text (ours 1e-3, 1e-4); step counts "
-                       "and rates are ours (the paper gives none)",
-                  extra={"sweeps": out})
+                  "paper" if paper_scale else "reduced", config, rows=rows, claims=claims,
+                  wall_s=wall_s, note=note, extra={"sweeps": out})
+
+
+def _device(machine: dict) -> str:
+    kind = machine.get("device_kind") or machine.get("processor") or "unknown device"
+    return f"{kind} ({machine.get('cpu_count', '?')} CPU cores)"
+
+
+def merge_a_fig2(record_path: str | os.PathLike, out: dict[str, dict], config: AFig2Config, *,
+                 wall_s: float, command: str = "") -> Record:
+    """Merge a run of some parts of Fig. 2 into an existing ``a_fig2`` record.
+
+    The parts in ``config.parts`` (their sweeps ``out``, as built by :func:`run_a_fig2`)
+    replace the record's entries of ``extra["sweeps"]`` for those parts; the other entries are
+    kept exactly as stored.  Rows and claims are recomputed from the merged sweeps by the same
+    function as for a single run; the record is ``"paper"`` scale when every part's run used
+    the paper's configuration for that part.  ``config`` of the merged record is ``config``'s
+    fields with the kept parts' ``mnist_*`` / ``teacher_*`` fields from the old record, plus
+    ``per_part`` (each part's full run config); ``wall_s`` is the **sum** of the old record's
+    wall time (including the parts replaced here) and ``wall_s``; ``extra["runs"]`` lists each
+    run (parts kept from it, machine, wall time, command, git), and the note says which part ran
+    on which machine and with which settings.
+
+    Args:
+      record_path: the existing record (``load_record`` validates it).
+      out: ``{"mnist lam=...": summary, "teacher": summary}`` of this run's parts.
+      config: this run's config (``parts`` = the parts in ``out``).
+      wall_s: this run's wall time in seconds.
+      command: this run's command line (default: filled in when the record is written).
+
+    Returns:
+      the merged :class:`~layerlab.record.Record` (written by the caller, ``write_record``).
+    """
+    from layerlab.record import _git, load_record, machine_info
+
+    old = load_record(record_path)
+    if old["artifact"] != "a_fig2" or old["paper"] != "bottleneck":
+        raise ValueError(f"merge_a_fig2: {record_path} is a {old['paper']} {old['artifact']} "
+                         "record, not bottleneck a_fig2.")
+    new_parts = tuple(p for p in _A_FIG2_PARTS if p in config.parts)
+    if {_a_fig2_part(k) for k in out} != set(new_parts):
+        raise ValueError(f"merge_a_fig2: out holds sweeps {sorted(out)}, not the parts "
+                         f"{new_parts} of config.parts.")
+    old_cfg = old["config"]
+    if float(old_cfg["plateau_rel_tol"]) != float(config.plateau_rel_tol):
+        raise ValueError("merge_a_fig2: the kept sweeps' plateau starts use plateau_rel_tol "
+                         f"{old_cfg['plateau_rel_tol']}, this run {config.plateau_rel_tol}: "
+                         "rerun with the same value.")
+    old_per_part = old_cfg.get("per_part") or {
+        p: {k: v for k, v in old_cfg.items() if k != "per_part"}
+        for p in old_cfg.get("parts", _A_FIG2_PARTS)}
+    old_sweeps = old.get("extra", {}).get("sweeps", {})
+    kept = [p for p in _A_FIG2_PARTS if p not in new_parts and p in old_per_part
+            and any(_a_fig2_part(k) == p for k in old_sweeps)]
+    sweeps: dict[str, dict] = {}
+    for p in _A_FIG2_PARTS:
+        if p in new_parts:
+            sweeps.update({k: v for k, v in out.items() if _a_fig2_part(k) == p})
+        elif p in kept:
+            sweeps.update({k: v for k, v in old_sweeps.items() if _a_fig2_part(k) == p})
+    now = dataclasses.asdict(config)
+    part_configs = {p: (now if p in new_parts else old_per_part[p])
+                    for p in _A_FIG2_PARTS if p in new_parts or p in kept}
+    fields = dataclasses.asdict(config)
+    for p in kept:
+        fields.update({k: v for k, v in old_per_part[p].items()
+                       if k.startswith(p + "_") and k in fields})
+    fields["parts"] = tuple(part_configs)
+    merged_cfg = AFig2Config(**{k: tuple(v) if isinstance(v, list) else v
+                                for k, v in fields.items()})
+
+    old_runs = old.get("extra", {}).get("runs") or [{
+        "parts": list(old_cfg.get("parts", _A_FIG2_PARTS)), "machine": old["machine"],
+        "wall_s": old["wall_s"], "command": old["command"], "git": old["git"]}]
+    runs = []
+    for r in old_runs:
+        used = [p for p in r.get("parts_kept", r["parts"]) if p in kept]
+        if used:
+            runs.append({**r, "parts_kept": used})
+    me = machine_info()
+    runs.append({"parts": list(new_parts), "parts_kept": list(new_parts), "machine": me,
+                 "wall_s": wall_s, "command": command, "git": _git()})
+    total = sum(float(r["wall_s"]) for r in runs if r["wall_s"] is not None)
+
+    def settings(p: str, c: dict) -> str:
+        if p == "teacher":
+            what = (f"teacher {tuple(c['teacher_widths_net'])}, N={c['teacher_n']} (test "
+                    f"{c['teacher_test_n']}), lambda={c['teacher_lam']:g}, widths "
+                    f"{tuple(c['teacher_widths'])} x {c['teacher_seeds']} nets, GD rate "
+                    f"{c['teacher_gd_lr']:g}")
+        else:
+            what = (f"MNIST N={c['mnist_n']} (test {c['mnist_test_n']}), lambdas "
+                    f"{tuple(c['mnist_lams'])}, widths {tuple(c['mnist_widths'])} x "
+                    f"{c['mnist_seeds']} nets, GD rate {c['mnist_gd_lr']:g}")
+        return (f"{what}, depth {c['depth']}, {c['adam_steps']} Adam (rate {c['adam_lr']:g}) + "
+                f"{c['gd_steps']} GD + {int(c.get('polish_steps', 0))} L-BFGS steps")
+
+    def secs(v) -> str:
+        return "? s" if v is None else f"{float(v):.0f} s"
+
+    where = "; ".join(
+        f"{' + '.join(r['parts_kept'])}: " + (
+            f"this run on {_device(r['machine'])}, {secs(r['wall_s'])}"
+            if r is runs[-1] else
+            f"kept from `{r['command']}` (git {r['git']}) on {_device(r['machine'])}, "
+            f"{secs(r['wall_s'])} for its parts {'+'.join(r['parts'])}")
+        for r in runs)
+    note = (f"Merged record. {where}. wall_s = {total:.0f} s is the sum of these runs' wall "
+            "times. Settings: " + "; ".join(f"{p}: {settings(p, c)}"
+                                            for p, c in part_configs.items())
+            + f" (each part's config in config.per_part). {_A_FIG2_NOTE}")
+    rec = _a_fig2_record(merged_cfg, sweeps, total, note, part_configs=part_configs)
+    rec.command = command
+    rec.extra["runs"] = runs
+    for k, v in old.get("extra", {}).items():
+        if k not in rec.extra:
+            rec.extra[k] = v
+    return rec
 
 
 def _sweep_summary(r, xt, yt, cost, cfg) -> dict:

@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from layerlab.record import load_record
@@ -54,6 +55,46 @@ def test_smoke_run_writes_a_valid_record(name, tmp_path):
     assert rec["wall_s"] is not None and rec["wall_s"] > 0
     assert rec["rows"] or rec["claims"]
     assert (tmp_path / f"{artifact}.png").stat().st_size > 1000
+
+
+def test_bottleneck_a_fig2_merges_a_teacher_run_into_a_full_record(tmp_path):
+    """--parts teacher --merge-into: MNIST sweeps kept byte-for-byte, teacher replaced, rows
+    and claims recomputed from the merged sweeps."""
+    from layerlab.data import DatasetNotFoundError
+    mod = importlib.import_module("reproduce.bottleneck_a_fig2")
+    full, merged = tmp_path / "full", tmp_path / "merged"
+    try:
+        mod.main(["--smoke", "--out", str(full), "--no-progress"])
+    except DatasetNotFoundError as e:
+        pytest.skip(f"bottleneck_a_fig2 --smoke needs a dataset that is not here: {e}")
+    argv = ["--smoke", "--parts", "teacher", "--seeds", "3", "--merge-into",
+            str(full / "a_fig2.json"), "--out", str(merged), "--no-progress"]
+    assert mod.main(argv) in (0, None)
+    old, new = load_record(full / "a_fig2.json"), load_record(merged / "a_fig2.json")
+    mnist = [k for k in old["extra"]["sweeps"] if k.startswith("mnist")]
+    assert mnist and list(new["extra"]["sweeps"]) == [*mnist, "teacher"]
+    for k in mnist:
+        assert json.dumps(new["extra"]["sweeps"][k]) == json.dumps(old["extra"]["sweeps"][k])
+    t = new["extra"]["sweeps"]["teacher"]
+    assert np.shape(t["loss"]) == (2, 3) and np.shape(old["extra"]["sweeps"]["teacher"]["loss"]) \
+        == (2, 2)  # the 3-seed teacher run replaced the 2-seed one
+    rows = {r["name"]: r for r in new["rows"]}
+    assert rows["teacher: plateau start (width, best train loss within 5% of the min over "
+                "widths)"]["ours"] == t["plateau_start"]
+    below = sum(a <= b for a, b in zip(t["test_best"], t["best"]))
+    assert rows["teacher: widths whose test loss is below the regularised train loss (best "
+                "seeds)"]["ours"] == below
+    claim = next(c for c in new["claims"] if c["claim"].startswith("teacher: test loss"))
+    assert claim["holds"] is (below == len(t["best"]))
+    assert str([float(f"{v:.3g}") for v in t["test_best"]]) in claim["evidence"]
+    for k in mnist:  # the MNIST rows are the full run's
+        name = f"{k}: max final gradient norm over widths (best seeds)"
+        assert rows[name] == next(r for r in old["rows"] if r["name"] == name)
+    assert new["scale"] == "reduced" and "--merge-into" in new["command"]
+    assert new["config"]["per_part"]["teacher"]["teacher_seeds"] == 3
+    assert new["wall_s"] > old["wall_s"]
+    assert "teacher: this run on" in new["note"] and "mnist: kept from" in new["note"]
+    assert (merged / "a_fig2.png").stat().st_size > 1000
 
 
 def test_committed_records_follow_the_schema_and_index_is_current():

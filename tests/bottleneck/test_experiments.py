@@ -1,0 +1,71 @@
+"""Tests for layerlab.bottleneck.experiments (record building and merging; no training)."""
+import dataclasses
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from layerlab.bottleneck import experiments as ex
+from layerlab.record import load_record, write_record
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+A_FIG2 = REPO / "results" / "bottleneck" / "a_fig2.json"
+
+
+def test_a_fig2_teacher_test_set_is_not_the_training_set(key):
+    cfg = ex.AFig2Config.smoke()
+    tr, te = ex._a_fig2_teacher_data(cfg, key)
+    assert tr.x.shape == te.x.shape == (40, 50)
+    # no training input among the test inputs (same teacher, independent inputs)
+    d = np.abs(tr.x[:, None, :] - te.x[None, :, :]).max(-1)
+    assert d.min() > 1e-3
+
+
+def _new_teacher(old: dict) -> dict:
+    """A made-up teacher summary: the old one with test losses halved, gradients tiny."""
+    t = {k: (np.asarray(v, float) if isinstance(v, list) else v)
+         for k, v in old["extra"]["sweeps"]["teacher"].items()}
+    t["test"], t["test_best"] = t["loss"] / 2, t["best"] / 2
+    t["grad_norm"], t["grad_norm_best"] = t["grad_norm"] * 1e-4, t["grad_norm_best"] * 1e-4
+    return t
+
+
+@pytest.mark.skipif(not A_FIG2.is_file(), reason="no committed a_fig2 record")
+def test_merge_a_fig2_into_the_gpu_record(tmp_path):
+    old = load_record(A_FIG2)
+    cfg = dataclasses.replace(ex.AFig2Config.paper(), parts=("teacher",))
+    rec = ex.merge_a_fig2(A_FIG2, {"teacher": _new_teacher(old)}, cfg, wall_s=100.0)
+    path = write_record(rec, tmp_path)
+    d = load_record(path)
+    assert d["scale"] == "paper"  # MNIST from the GPU run, teacher from this one: both paper
+    for k, v in old["extra"]["sweeps"].items():
+        if k.startswith("mnist"):
+            assert json.dumps(d["extra"]["sweeps"][k]) == json.dumps(v)
+    t = d["extra"]["sweeps"]["teacher"]
+    assert t["test_best"] != old["extra"]["sweeps"]["teacher"]["test_best"]
+    # rows and claims recomputed from the merged sweeps
+    below = [r for r in d["rows"] if r["name"].startswith("teacher: widths whose test loss")]
+    assert len(below) == 1 and below[0]["ours"] == len(t["widths"])
+    claim = [c for c in d["claims"] if c["claim"].startswith("teacher: test loss")]
+    assert claim[0]["holds"] is True
+    g = [r for r in d["rows"] if r["name"] == "teacher: max final gradient norm over widths "
+         "(best seeds)"]
+    assert g[0]["ours"] == pytest.approx(max(t["grad_norm_best"]), rel=1e-5)
+    assert d["wall_s"] == pytest.approx(old["wall_s"] + 100.0, abs=0.1)
+    # which part ran where, with which settings
+    assert "NVIDIA H100" in d["note"] and "teacher: this run on" in d["note"]
+    assert "lambda=1e-06" in d["note"] and "2000 L-BFGS" in d["note"]
+    assert d["config"]["parts"] == ["mnist", "teacher"]
+    assert "polish_steps" not in d["config"]["per_part"]["mnist"]
+    assert [r["parts_kept"] for r in d["extra"]["runs"]] == [["mnist"], ["teacher"]]
+    # a teacher run off the paper's configuration makes the merged record reduced
+    small = dataclasses.replace(cfg, teacher_seeds=2)
+    assert ex.merge_a_fig2(A_FIG2, {"teacher": _new_teacher(old)}, small,
+                           wall_s=1.0).scale == "reduced"
+    with pytest.raises(ValueError, match="plateau_rel_tol"):
+        ex.merge_a_fig2(A_FIG2, {"teacher": _new_teacher(old)},
+                        dataclasses.replace(cfg, plateau_rel_tol=0.1), wall_s=1.0)
+    with pytest.raises(ValueError, match="not the parts"):
+        ex.merge_a_fig2(A_FIG2, {"teacher": _new_teacher(old)},
+                        dataclasses.replace(cfg, parts=("mnist",)), wall_s=1.0)
