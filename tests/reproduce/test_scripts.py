@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -39,22 +40,13 @@ def test_help_parses_flags_before_importing_jax(name):
         f"{name} --help imported {out.stdout.rsplit('HEAVY=', 1)[-1].strip()}")
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_smoke_run_writes_a_valid_record(name, tmp_path):
-    from layerlab.data import DatasetNotFoundError
-    mod = importlib.import_module(f"reproduce.{name}")
-    try:
-        rc = mod.main(["--smoke", "--out", str(tmp_path), "--no-progress"])
-    except DatasetNotFoundError as e:  # like every real-data test: skipped, with the reason
-        pytest.skip(f"{name} --smoke needs a dataset that is not here: {e}")
-    assert rc in (0, None)
-    paper, artifact = name.split("_", 1)
-    rec = load_record(tmp_path / f"{artifact}.json")
-    assert rec["paper"] == paper and rec["artifact"] == artifact
-    assert rec["scale"] == "reduced"
-    assert rec["wall_s"] is not None and rec["wall_s"] > 0
-    assert rec["rows"] or rec["claims"]
-    assert (tmp_path / f"{artifact}.png").stat().st_size > 1000
+def test_every_script_has_a_smoke_test_file():
+    # the smoke runs live in one file per paper (tests/reproduce/test_smoke_<paper>.py) so that
+    # pytest-xdist's --dist loadfile can spread them over the workers
+    papers = {s.split("_", 1)[0] for s in SCRIPTS}
+    assert papers <= {"gnrev", "dgl", "dmn", "bottleneck"}, papers
+    for paper in papers:
+        assert (REPO / "tests" / "reproduce" / f"test_smoke_{paper}.py").exists(), paper
 
 
 def test_bottleneck_a_fig2_merges_a_teacher_run_into_a_full_record(tmp_path):
@@ -62,22 +54,25 @@ def test_bottleneck_a_fig2_merges_a_teacher_run_into_a_full_record(tmp_path):
     and claims recomputed from the merged sweeps."""
     from layerlab.data import DatasetNotFoundError
     mod = importlib.import_module("reproduce.bottleneck_a_fig2")
+    # the full record is a copy of the committed one (its MNIST part is what a teacher-only
+    # run is merged with in practice); a fresh full smoke run would double this test's time
     full, merged = tmp_path / "full", tmp_path / "merged"
-    try:
-        mod.main(["--smoke", "--out", str(full), "--no-progress"])
-    except DatasetNotFoundError as e:
-        pytest.skip(f"bottleneck_a_fig2 --smoke needs a dataset that is not here: {e}")
+    full.mkdir()
+    shutil.copy(REPO / "results" / "bottleneck" / "a_fig2.json", full / "a_fig2.json")
     argv = ["--smoke", "--parts", "teacher", "--seeds", "3", "--merge-into",
             str(full / "a_fig2.json"), "--out", str(merged), "--no-progress"]
-    assert mod.main(argv) in (0, None)
+    try:
+        assert mod.main(argv) in (0, None)
+    except DatasetNotFoundError as e:
+        pytest.skip(f"bottleneck_a_fig2 --smoke needs a dataset that is not here: {e}")
     old, new = load_record(full / "a_fig2.json"), load_record(merged / "a_fig2.json")
     mnist = [k for k in old["extra"]["sweeps"] if k.startswith("mnist")]
     assert mnist and list(new["extra"]["sweeps"]) == [*mnist, "teacher"]
     for k in mnist:
         assert json.dumps(new["extra"]["sweeps"][k]) == json.dumps(old["extra"]["sweeps"][k])
     t = new["extra"]["sweeps"]["teacher"]
-    assert np.shape(t["loss"]) == (2, 3) and np.shape(old["extra"]["sweeps"]["teacher"]["loss"]) \
-        == (2, 2)  # the 3-seed teacher run replaced the 2-seed one
+    assert np.shape(t["loss"]) == (2, 3)  # the smoke teacher run (2 widths x 3 seeds) ...
+    assert np.shape(old["extra"]["sweeps"]["teacher"]["loss"])[0] > 2  # ... replaced the paper's
     rows = {r["name"]: r for r in new["rows"]}
     assert rows["teacher: plateau start (width, best train loss within 5% of the min over "
                 "widths)"]["ours"] == t["plateau_start"]
@@ -89,7 +84,7 @@ def test_bottleneck_a_fig2_merges_a_teacher_run_into_a_full_record(tmp_path):
     assert str([float(f"{v:.3g}") for v in t["test_best"]]) in claim["evidence"]
     for k in mnist:  # the MNIST rows are the full run's
         name = f"{k}: max final gradient norm over widths (best seeds)"
-        assert rows[name] == next(r for r in old["rows"] if r["name"] == name)
+        assert rows[name]["ours"] == next(r for r in old["rows"] if r["name"] == name)["ours"]
     assert new["scale"] == "reduced" and "--merge-into" in new["command"]
     assert new["config"]["per_part"]["teacher"]["teacher_seeds"] == 3
     assert new["wall_s"] > old["wall_s"]
