@@ -87,7 +87,12 @@ def test_bottleneck_a_fig2_merges_a_teacher_run_into_a_full_record(tmp_path):
         assert rows[name]["ours"] == next(r for r in old["rows"] if r["name"] == name)["ours"]
     assert new["scale"] == "reduced" and "--merge-into" in new["command"]
     assert new["config"]["per_part"]["teacher"]["teacher_seeds"] == 3
-    assert new["wall_s"] > old["wall_s"]
+    runs = old["extra"].get("runs")  # the committed record may itself be a merged one
+    kept = (old["wall_s"] if not runs else
+            sum(r["wall_s"] for r in runs if "mnist" in r["parts_kept"]))
+    assert "--merge-into" in new["extra"]["runs"][-1]["command"]  # this run's own command
+    assert new["wall_s"] > kept and new["wall_s"] == pytest.approx(
+        kept + new["extra"]["runs"][-1]["wall_s"], abs=0.1)
     assert "teacher: this run on" in new["note"] and "mnist: kept from" in new["note"]
     assert (merged / "a_fig2.png").stat().st_size > 1000
 
