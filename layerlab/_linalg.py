@@ -10,10 +10,11 @@ finishes, with all threads idle in ``futex_wait``.  Reproduced on this 2-core CP
 the same family as the batched-Cholesky hang fixed in ``dgl._loss`` and the Eigen-pool hangs
 reported upstream (PyAutoLabs/PyAutoFit#1528, #1530).
 
-On CPU the functions here map over the batch one matrix at a time (``lax.map``, unbatched
-LAPACK calls: the same flops, no nested pool tasks), both for batched inputs and under
-``vmap`` (a ``custom_vmap`` rule).  On accelerators the batched kernels are kept.  Derivatives
-are those of ``jnp.linalg.svd`` (a ``custom_jvp`` with the standard first-order formulas).
+On CPU :func:`svdvals` (and the thin SVD its derivative uses) maps over the batch one
+matrix at a time (``lax.map``, unbatched LAPACK calls: the same flops, no nested pool tasks),
+both for batched inputs and under ``vmap`` (a ``custom_vmap`` rule).  On accelerators the
+batched kernels are kept.  Derivatives are those of ``jnp.linalg.svd`` (a ``custom_jvp`` with
+the standard first-order formulas).
 """
 from __future__ import annotations
 
@@ -82,10 +83,3 @@ def _svdvals_jvp(primals, tangents):
     ds = jnp.einsum("...ji,...jk,...ik->...i", u, da, vt)
     return s, ds
 
-
-def svd(a: Array) -> tuple[Array, Array, Array]:
-    """Thin SVD ``u [..., m, k], s [..., k], vt [..., k, n]`` (``k = min(m, n)``) of
-    ``a [..., m, n]``, like ``jnp.linalg.svd(a, full_matrices=False)``; on CPU one matrix at a
-    time (see the module docstring), also under ``vmap``.  Not differentiable (use
-    :func:`svdvals` for differentiable singular values)."""
-    return _svd_raw(a)

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
-import sys
 
 from reproduce import _cli
 
@@ -40,10 +38,5 @@ def main(artifact: str, config: str, args: argparse.Namespace, argv: list[str] |
     run, plot = getattr(ex, f"run_{artifact}"), getattr(ex, f"plot_{artifact}")
     rec = run(cfg, key=jax.random.key(0), progress=not args.no_progress,
               checkpoint_dir=_cli.checkpoint_dir(args), **kw)
-    runs = (rec.extra or {}).get("runs")
-    if runs and not runs[-1].get("command"):  # a merged record: this run's own command
-        flags = sys.argv[1:] if argv is None else list(argv)
-        runs[-1]["command"] = shlex.join(["python", "-m", f"reproduce.bottleneck_{artifact}",
-                                          *flags])
     _cli.finish(args, rec, figure=lambda path: plot(rec, path), argv=argv)
     return 0

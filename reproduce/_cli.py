@@ -112,6 +112,9 @@ def finish(args: argparse.Namespace, record: Any, *,
         flags = sys.argv[1:] if argv is None else list(argv)
         record.command = shlex.join(["python", "-m",
                                      f"reproduce.{args._paper_name}_{args._artifact}", *flags])
+    runs = record.extra.get("runs") if isinstance(record.extra, dict) else None
+    if runs and not runs[-1].get("command"):  # a merged record: its last run is this one
+        runs[-1]["command"] = record.command
     if record.wall_s is None:
         record.wall_s = time.perf_counter() - (_T0 if t0 is None else t0)
     d = out_dir(args)
