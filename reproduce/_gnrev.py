@@ -88,7 +88,8 @@ def variants_parser(artifact: str, doc: str | None):
     """Flags of the variant scripts (Fig. 5, Apps. E, F, I, J, K)."""
     p = _cli.parser("gnrev", artifact, doc)
     p.add_argument("--dataset", default="cifar10", choices=("cifar10", "mnist"),
-                   help="dataset (the paper: cifar10)")
+                   help="dataset (the paper: cifar10; other datasets' records get the suffix "
+                   "_<dataset>)")
     p.add_argument("--epochs", type=int, default=None,
                    help="training epochs (default: the configuration's)")
     return p

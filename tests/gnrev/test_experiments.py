@@ -101,3 +101,64 @@ def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monk
     lr, runs, dropped = ex._train_stable(cfg, ex.Arm("sgd", optax.sgd, (0.3,)), 0.3, None,
                                          [1], tmp_path / "b", None, "fp", False)
     assert lr == 0.3 and dropped == [] and not np.isfinite(runs[0]["loss"]).all()
+
+
+def test_init_bottleneck_gives_a_reduced_net_the_papers_variance_and_scale(key):
+    """``init_w_scale``: a d'=64 net drawn with d'=4000's Xavier variance has that variance
+    (closed form 2 g^2 / (d'+d/2), g^2 = 2) and starts at the wide net's output scale; with
+    its own variance it starts far larger."""
+    d, depth, wide = 200, 4, 4000
+    s = ex.init_w_scale(d, 64, wide)
+    np.testing.assert_allclose(s, np.sqrt((64 + 100) / (wide + 100)), rtol=1e-12)
+    p, _, _ = ex.make_model(key, d, depth, 10, bottleneck=64, first_linear=False, w_scale=s)
+    w = np.asarray(p["w1"], np.float64)
+    np.testing.assert_allclose(w.var(), 2 * 2.0 / (wide + d // 2), rtol=0.05)
+
+    from layerlab.gnrev import revmlp_apply
+    x = jax.random.normal(jax.random.fold_in(key, 7), (256, d))
+
+    def gain(bottleneck, w_scale):
+        p, fr, _ = ex.make_model(key, d, depth, 10, bottleneck=bottleneck, first_linear=False,
+                                 w_scale=w_scale)
+        return float(np.linalg.norm(revmlp_apply(p, fr, x)) / np.linalg.norm(x))
+
+    g_wide, g_scaled, g_own = gain(wide, 1.0), gain(64, s), gain(64, 1.0)
+    np.testing.assert_allclose(g_scaled, g_wide, rtol=0.15)
+    assert g_own > 1.5 * g_wide
+    assert ex.init_w_scale(d, 64, None) == 1.0
+    assert ex.init_w_scale(d, None, 100) == 1.0  # no bottleneck: d' = d/2 = 100
+    with pytest.raises(ValueError, match="init_bottleneck"):
+        ex.init_w_scale(d, 64, 0)
+
+
+def _fake_variant_result(curves: dict[str, list[float]]) -> dict:
+    arms = {}
+    for name, c in curves.items():
+        c = np.asarray(c, np.float64)
+        arms[name] = {"lr": 0.1, "diverged_lrs": [], "sweep": None, "seeds": [{
+            "eval_train_loss_full": c, "eval_test_loss": c + 0.5,
+            "eval_test_accuracy": np.full_like(c, 0.3)}]}
+    return {"arms": arms, "config": {}, "steps_per_epoch": 4, "wall_s": 1.0}
+
+
+def test_variant_saturation_claim_needs_a_loss_that_falls_first():
+    """A diverging GN arm is not 'saturating'; App. I's claim covers the rates that train."""
+    cfg = ex.variants_config("appI", "smoke")
+    sat = "saturates early"
+    res = _fake_variant_result({"gn_lr0.05": [4, 2, 1.9, 1.85], "gn_lr0.1": [4, 2, 1.95, 1.9],
+                                "gn_lr0.2": [4, 8, 20, 50], "adam": [4, 3, 2, 1]})
+    rec = ex.run_variants(cfg, "appI", key=None, result=res)
+    (c,) = [c for c in rec.claims if sat in c.claim]
+    assert c.holds is True and "gn_lr0.2" not in c.evidence and "gn_lr0.05" in c.evidence
+    res = _fake_variant_result({"gn_lr0.05": [4, 3, 2, 1], "gn_lr0.1": [4, 2, 1.95, 1.9],
+                                "adam": [4, 3, 2, 1]})
+    (c,) = [c for c in ex.run_variants(cfg, "appI", key=None, result=res).claims
+            if sat in c.claim]
+    assert c.holds is False  # gn_lr0.05 gains 1 in epoch 1 and 2 afterwards
+    cfg5 = ex.variants_config("fig5", "smoke")
+    res = _fake_variant_result({"gn": [4, 8, 20, 50], "adam": [4, 3, 2, 1],
+                                "sgd": [4, 3.5, 3, 2.5]})
+    (c,) = [c for c in ex.run_variants(cfg5, "fig5", key=None, result=res).claims
+            if sat in c.claim]
+    assert c.holds is False  # diverging, not saturating
+    assert rec.artifact == "appI"  # the paper's dataset (CIFAR-10) or a smoke run: no suffix
