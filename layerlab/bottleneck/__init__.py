@@ -35,6 +35,7 @@ from layerlab.bottleneck._cprank import (
     shallow_min_norm_identity_inputs as shallow_min_norm_identity_inputs,
 )
 from layerlab.bottleneck._diagnostics import bottleneck_diagnostics as bottleneck_diagnostics
+from layerlab.bottleneck._diagnostics import centred_weight_counts as centred_weight_counts
 from layerlab.bottleneck._diagnostics import jacobian_stats as jacobian_stats
 from layerlab.bottleneck._diagnostics import layer_counts_near_one as layer_counts_near_one
 from layerlab.bottleneck._diagnostics import layer_singular_values as layer_singular_values
@@ -90,6 +91,7 @@ __all__ = [
     "bipartite_width_n_network",
     "bottleneck_diagnostics",
     "caratheodory_reduce",
+    "centred_weight_counts",
     "complete_bipartite_edges",
     "covariance_loss",
     "covariances",

@@ -21,8 +21,9 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from layerlab import kernels, probes
+from layerlab._checks import check_number
 from layerlab._linalg import svdvals
-from layerlab.bottleneck._layout import Params, check_params, check_x, from_mlp_params
+from layerlab.bottleneck._layout import Params, check_params, check_x, cols, from_mlp_params
 from layerlab.bottleneck._representations import Activation, _phi
 
 Array = jax.Array
@@ -66,6 +67,72 @@ def layer_counts_near_one(params: Params, *, tol: float = 0.25,
     """
     return jnp.stack([probes.count_near_one(s, tol) for s in
                       layer_singular_values(params, include_bias=include_bias, beta=beta)])
+
+
+def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
+                          dominant_above: float = 0.5, beta: ArrayLike = 1.0,
+                          activation: Activation = jax.nn.relu) -> dict:
+    """Per-layer counts of the weight singular values with the mean input direction projected
+    out, and the weight's gain along that direction (layers ``l = 2..L``).
+
+    A ReLU representation lies in the positive orthant, so a ``k``-dimensional representation
+    carried from layer to layer has an offset (its mean over the samples).  When the weights
+    rather than the biases carry that offset, ``w_l`` has one more singular value near 1 than
+    the bottleneck rank ``k`` and :func:`layer_counts_near_one` reads ``k + 1`` (docs/
+    bottleneck.md, ``b_structure``).  Here ``w_l`` is restricted to the orthogonal complement
+    of the unit mean ``m_l`` of its input activations ``sigma(Z_{l-1})``:
+
+    .. math:: m_\\ell = \\frac{\\bar a}{\\|\\bar a\\|},\\quad
+              \\bar a = \\tfrac1N \\sigma(Z_{\\ell-1})^T 1,\\qquad
+              s = \\operatorname{svd}\\big((I - m_\\ell m_\\ell^T)\\, w_\\ell\\big),
+
+    .. math:: k_\\ell = \\#\\{i : |s_i - 1| < \\text{tol}\\},\\quad
+              d_\\ell = \\#\\{i : s_i > \\text{dominant\\_above}\\},\\quad
+              g_\\ell = \\|m_\\ell^T w_\\ell\\|.
+
+    ``d_l`` counts the dominant singular values: Thm. 6 of (B) splits the spectrum into ``k``
+    values near 1 and the rest ``O(L^{-1/2})``, so the default ``1/2`` separates the two.  The
+    first layer is skipped (its input ``x`` is not a ReLU representation).  A layer whose input
+    activations are all zero has ``m_l = 0``: no projection and ``g_l = 0``.  jit- and
+    vmap-able (e.g. over a stack of nets).
+
+    Args:
+      params: ``layerlab.nets`` params ``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]``, ``L >= 2``
+        layers.
+      x: ``[N, n_0]`` (rows are samples).
+      tol: tolerance of the count near 1 (as in :func:`layer_counts_near_one`).
+      dominant_above: threshold of the dominant count.
+      beta, activation: as in :func:`representations` (``activation`` also gives the input
+        activations ``sigma(Z_{l-1})``).
+
+    Returns:
+      ``{"count_near_one": int [L-1], "dominant": int [L-1], "mean_gain": [L-1]}``, entry
+      ``l - 2`` for layer ``l = 2..L``.
+
+    References:
+      (B) Theorem 6; docs/bottleneck.md (``b_structure``: the offset direction).
+    """
+    fn = "centred_weight_counts"
+    x = check_x(x, fn)
+    check_params(params, x.shape[1], fn)
+    if len(params) < 2:
+        raise ValueError(f"{fn}: params must have at least 2 layers (layer 1 is skipped: its "
+                         f"input x is not a representation); got {len(params)}.")
+    check_number(tol, "tol", fn=fn, min_value=0.0, lo_open=True)
+    check_number(dominant_above, "dominant_above", fn=fn, min_value=0.0)
+    Zs = cols(_phi(from_mlp_params(params, beta), x.T, beta, activation))   # Z_l [N, n_l]
+    cnt, dom, gain = [], [], []
+    for ll in range(1, len(params)):
+        A = activation(Zs[ll - 1])                       # [N, n_{l-1}]
+        m = jnp.mean(A, axis=0)
+        m = m / (jnp.linalg.norm(m) + 1e-30)
+        w = params[ll]["w"]                              # [n_{l-1}, n_l]
+        s = svdvals(w - jnp.outer(m, m @ w))             # (I - m m^T) w
+        cnt.append(probes.count_near_one(s, tol))
+        dom.append(jnp.sum(s > dominant_above))
+        gain.append(jnp.linalg.norm(m @ w))
+    return {"count_near_one": jnp.stack(cnt), "dominant": jnp.stack(dom),
+            "mean_gain": jnp.stack(gain)}
 
 
 def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,

@@ -35,11 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from layerlab import data, loop, nets, probes
-from layerlab._linalg import svdvals
+from layerlab import data, loop, nets
 from layerlab.bottleneck._covariances import covariances
 from layerlab.bottleneck._cprank import bipartite_matrix, identity_inputs_loss_lower_bound
-from layerlab.bottleneck._diagnostics import bottleneck_diagnostics, network_fn
+from layerlab.bottleneck._diagnostics import (
+    bottleneck_diagnostics,
+    centred_weight_counts,
+    network_fn,
+)
 from layerlab.bottleneck._forces import Forces, _forces, forces
 from layerlab.bottleneck._frank_wolfe import cp_rank_lower_bound, frank_wolfe_shallow
 from layerlab.bottleneck._layout import (
@@ -1147,32 +1150,9 @@ def _diag_runs(params, x, n_diag, tol, rel_tol, beta=1.0, activation=jax.nn.relu
     return jax.tree.map(np.asarray, f(params))
 
 
-def _centred_counts(params, x, tol):
-    """Per layer ``l = 2..L``: the count of singular values within ``tol`` of 1 of ``w_l``
-    restricted to the orthogonal complement of the mean of its input activations
-    ``sigma(Z_{l-1})``, the count of its dominant singular values (``> 1/2``: Thm. 6 splits the
-    spectrum into k values near 1 and the rest ``O(L^{-1/2})``), and the gain ``||m^T w_l||``
-    along that (unit) mean direction ``m``.
-
-    A ReLU representation lies in the positive orthant, so a k-dim representation carried
-    from layer to layer has an offset (its mean); when the weights rather than the biases carry
-    that offset, ``w_l`` shows one more singular value near 1 than the bottleneck rank k."""
-    Zs = representations(params, x)
-    cnt, dom, gain = [], [], []
-    for ll in range(1, len(params)):
-        A = jax.nn.relu(Zs[ll - 1])
-        m = jnp.mean(A, axis=0)
-        m = m / (jnp.linalg.norm(m) + 1e-30)
-        w = params[ll]["w"]                              # [n_{l-1}, n_l]
-        s = svdvals(w - jnp.outer(m, m @ w))             # (I - m m^T) w
-        cnt.append(probes.count_near_one(s, tol))
-        dom.append(jnp.sum(s > 0.5))
-        gain.append(jnp.linalg.norm(m @ w))
-    return jnp.stack(cnt), jnp.stack(dom), jnp.stack(gain)
-
-
 def _centred_runs(params, x, n_diag, tol):
-    f = jax.jit(jax.vmap(lambda W: _centred_counts(W, x[:n_diag], tol)))
+    """:func:`~layerlab.bottleneck.centred_weight_counts` of a sweep's runs (vmapped), on host."""
+    f = jax.jit(jax.vmap(lambda W: centred_weight_counts(W, x[:n_diag], tol=tol)))
     return jax.tree.map(np.asarray, f(params))
 
 
@@ -1247,7 +1227,8 @@ def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = Tr
                 gd_steps=cfg.gd_steps, gd_lrs=cfg.gd_lr_depth / L, progress=progress,
                 checkpoint_dir=_sub(checkpoint_dir, f"k{k}_L{L}"), desc=f"k={k} L={L}")
             d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
-            cc, dom, gain = _centred_runs(params, x, cfg.n_diag, cfg.tol)
+            c = _centred_runs(params, x, cfg.n_diag, cfg.tol)
+            cc, dom, gain = c["count_near_one"], c["dominant"], c["mean_gain"]
             res["depth_sweep"][f"k={k} L={L}"] = {
                 "k": k, "L": L, "grad_norm": gn, "cost": np.asarray(hist["train"]["cost"][-1]),
                 "count_near_one": d["count_near_one"], "effective_rank": d["effective_rank"],
@@ -1472,7 +1453,8 @@ def run_b_symmetry(config: BSymmetryConfig, *, key: Array, progress: bool = True
     r2_y = _knn_r2(P, np.asarray(y))
     cnt = np.asarray(d["count_near_one"])[best]
     sv = [np.asarray(s_)[best] for s_ in d["singular_values"]]
-    cc, dom, gain = (np.asarray(a)[best] for a in _centred_runs(params, x, cfg.n_diag, cfg.tol))
+    c = _centred_runs(params, x, cfg.n_diag, cfg.tol)
+    cc, dom, gain = c["count_near_one"][best], c["dominant"][best], c["mean_gain"][best]
     rows = [
         Row("Jacobian rank", float(np.mean(d["jacobian_rank"])), paper=2, tol=0.5,
             seeds=cfg.seeds, spread=float(np.std(d["jacobian_rank"]))),
@@ -1589,7 +1571,7 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
             checkpoint_dir=_sub(checkpoint_dir, f"L{L}"))
         d = _diag_runs(params, x, cfg.n_diag, cfg.tol, cfg.rel_tol)
         norms = np.asarray(jax.vmap(weight_norm_sq)(params))
-        _, dom, _ = _centred_runs(params, x, cfg.n_diag, cfg.tol)
+        dom = _centred_runs(params, x, cfg.n_diag, cfg.tol)["dominant"]
         inner_w2 = np.asarray([[float(np.sum(np.asarray(p["w"][s]) ** 2)) for p in params]
                                for s in range(cfg.seeds)])
         cost = np.asarray(hist["train"]["cost"][-1])

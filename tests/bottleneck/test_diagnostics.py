@@ -43,6 +43,77 @@ def test_jacobian_stats_against_finite_differences(key, x64):
         np.testing.assert_allclose(js["singular_values"][i], s, rtol=1e-6)
 
 
+def _np_centred_weight_counts(params, x, tol, dominant_above):
+    """Independent float64 numpy route: forward pass, explicit projector, np.linalg.svd."""
+    ws = [np.asarray(p["w"], np.float64) for p in params]
+    bs = [np.asarray(p["b"], np.float64) for p in params]
+    Z = np.asarray(x, np.float64) @ ws[0] + bs[0]
+    cnt, dom, gain, svs = [], [], [], []
+    for w, b in zip(ws[1:], bs[1:]):
+        A = np.maximum(Z, 0.0)                                # sigma(Z_{l-1}) [N, n_{l-1}]
+        m = A.mean(0) / np.linalg.norm(A.mean(0))
+        s = np.linalg.svd((np.eye(len(m)) - np.outer(m, m)) @ w, compute_uv=False)
+        cnt.append(np.sum(np.abs(s - 1) < tol))
+        dom.append(np.sum(s > dominant_above))
+        gain.append(np.linalg.norm(m @ w))
+        svs.append(s)
+        Z = A @ w + b
+    return np.array(cnt), np.array(dom), np.array(gain), np.concatenate(svs)
+
+
+def test_centred_weight_counts_against_numpy(key, x64):
+    """The counts and gains of random nets equal an explicit numpy projection + SVD, one net
+    and a stack of nets under jit(vmap)."""
+    sizes, tol, dom_above = [5, 8, 7, 8, 3], 0.3, 0.6
+    keys = jax.random.split(key, 4)
+    stack = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he", b_std=0.3,
+                                             dtype=jnp.float64))(keys)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (30, 5), jnp.float64)
+    f = lambda p: bn.centred_weight_counts(p, x, tol=tol, dominant_above=dom_above)  # noqa: E731
+    runs = jax.jit(jax.vmap(f))(stack)
+    one = jax.jit(f)(jax.tree.map(lambda a: a[0], stack))
+    for r in range(len(keys)):
+        params = jax.tree.map(lambda a, r=r: a[r], stack)
+        cnt, dom, gain, s = _np_centred_weight_counts(params, x, tol, dom_above)
+        # the counts are exact only away from the thresholds: the random nets must not sit there
+        assert np.min(np.abs(np.abs(s - 1) - tol)) > 1e-6 and np.min(np.abs(s - dom_above)) > 1e-6
+        np.testing.assert_array_equal(runs["count_near_one"][r], cnt)
+        np.testing.assert_array_equal(runs["dominant"][r], dom)
+        np.testing.assert_allclose(runs["mean_gain"][r], gain, rtol=1e-10)
+    assert runs["count_near_one"].shape == (len(keys), len(sizes) - 2)
+    assert np.sum(runs["count_near_one"]) > 0 and np.sum(runs["dominant"]) > 0   # not trivial
+    for k in one:
+        np.testing.assert_allclose(one[k], runs[k][0], rtol=1e-12)
+
+
+def test_centred_weight_counts_removes_the_offset_direction(key, x64):
+    """Identity weights on positive inputs carry the mean offset through the weights: every
+    ``w_l = I_d`` has d singular values at 1 (``layer_counts_near_one``), d - 1 once the unit
+    mean direction m is projected out (``(I - m m^T)`` has singular values 1, ..., 1, 0), and
+    gain ``||m^T I|| = 1`` along it."""
+    d, L = 4, 3
+    x = jax.random.uniform(key, (20, d), jnp.float64, 0.5, 1.5)
+    params = [{"w": jnp.eye(d), "b": jnp.zeros(d)} for _ in range(L)]
+    out = bn.centred_weight_counts(params, x)
+    np.testing.assert_array_equal(bn.layer_counts_near_one(params), [d] * L)
+    np.testing.assert_array_equal(out["count_near_one"], [d - 1] * (L - 1))
+    np.testing.assert_array_equal(out["dominant"], [d - 1] * (L - 1))
+    np.testing.assert_allclose(out["mean_gain"], 1.0, rtol=1e-12)
+
+
+def test_centred_weight_counts_rejects_bad_inputs(key):
+    params = nets.mlp_init(key, [3, 4, 2])
+    x = jnp.ones((5, 3))
+    with pytest.raises(ValueError, match="centred_weight_counts: x must be a matrix"):
+        bn.centred_weight_counts(params, x[0])
+    with pytest.raises(ValueError, match=r"centred_weight_counts: params\[0\]"):
+        bn.centred_weight_counts(params, x.T)
+    with pytest.raises(ValueError, match="params must have at least 2 layers"):
+        bn.centred_weight_counts(params[:1], x)
+    with pytest.raises(ValueError, match="centred_weight_counts: tol"):
+        bn.centred_weight_counts(params, x, tol=0.0)
+
+
 def test_symmetry_task_depends_on_two_statistics(key, x64):
     ds, info = bn.symmetry_task(key, 64, d=6, steps=5, noise=0.0, return_info=True)
     assert ds.x.shape == (64, 6) and ds.y.shape == (64, 5)
