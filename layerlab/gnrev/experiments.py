@@ -966,14 +966,30 @@ def run_fig2(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                       claims, paper_figure_dataset=cfg.dataset, extra={"curves": curves})
 
 
+def arm_colors(names) -> dict[str, str]:
+    """One distinct matplotlib colour per arm: the fixed ``COLORS`` for the standard arms,
+    the remaining ``C0``-``C9`` in order for the others (variants such as ``gn_lr0.1``).
+
+    Examples:
+      >>> arm_colors(["gn_lr0.1", "gn_lr0.2", "adam"])
+      {'gn_lr0.1': 'C1', 'gn_lr0.2': 'C2', 'adam': 'C0'}
+    """
+    names = list(names)
+    out = {n: COLORS[n] for n in names if n in COLORS}
+    free = iter(c for c in (f"C{i}" for i in range(10)) if c not in out.values())
+    return {n: out[n] if n in out else next(free, None) for n in names}
+
+
 def plot_fig2(record: Record, path: str | os.PathLike) -> None:
     plt = _plt()
     fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+    col = arm_colors(record.extra["curves"])
     for a, c in record.extra["curves"].items():
         e = np.arange(len(c["train_loss"]))
-        ax[0].plot(e, c["train_loss"], color=COLORS.get(a), label=a)
-        ax[1].plot(e, c["test_loss"], color=COLORS.get(a))
-        ax[2].plot(e, c["test_acc"], color=COLORS.get(a))
+        ls = "--" if "_then_" in a else "-"
+        ax[0].plot(e, c["train_loss"], color=col[a], ls=ls, label=a)
+        ax[1].plot(e, c["test_loss"], color=col[a], ls=ls)
+        ax[2].plot(e, c["test_acc"], color=col[a], ls=ls)
     for a_, lab in zip(ax, ("training loss", "test loss", "test accuracy")):
         a_.set(xlabel="epoch", ylabel=lab)
     ax[0].set_yscale("log")
