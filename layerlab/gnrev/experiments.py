@@ -1576,9 +1576,8 @@ def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progres
     if artifact in ("appI", "fig5", "appE"):
         # App. I: at every rate that trains at all ("forcing GN to learn slower is not
         # sufficient to reduce ... the saturation"); else the GN arm
-        names = gns if artifact != "appI" else [
-            n for n in gns if fin[n]["curve"][0] > fin[n]["curve"][1]] or gns
-        ok, ev = saturates(names if artifact == "appI" else gns[:1])
+        trains = [n for n in gns if fin[n]["curve"][0] > fin[n]["curve"][1]] or gns
+        ok, ev = saturates(trains if artifact == "appI" else gns[:1])
         claims.append(Claim("GN's training loss saturates early (epoch 1 gains more than all "
                             "later epochs together)" + (" at every rate that trains"
                                                         if artifact == "appI" else ""), ok, ev))
