@@ -7,7 +7,8 @@ in every block), 'gn_first_linear' the authors' code (linear first block: inexac
 
     python -m reproduce.gnrev_fig1                    # reduced CPU config (n=512, d'=512, 40 steps)
     python -m reproduce.gnrev_fig1 --paper            # MNIST, d'=8000, 100 steps, 3 seeds (GPU)
-    python -m reproduce.gnrev_fig1 --dataset cifar10  # Fig. 1b (6 blocks; --paper on a GPU)
+    python -m reproduce.gnrev_fig1 --dataset cifar10  # Fig. 1b, reduced: n=512, d'=1024, 6 blocks
+    python -m reproduce.gnrev_fig1 --dataset cifar10 --paper  # Fig. 1b at the paper's size (GPU)
 """
 from __future__ import annotations
 
@@ -45,9 +46,10 @@ def main(argv=None) -> int:
         cfg = ex.FullBatchConfig.paper(args.dataset)
     elif args.smoke:
         cfg = ex.FullBatchConfig.smoke()
+    elif args.dataset == "cifar10":
+        cfg = ex.FullBatchConfig.cifar_cpu()
     else:
-        cfg = ex.FullBatchConfig(dataset=args.dataset,
-                                 depth=2 if args.dataset == "mnist" else 6)
+        cfg = ex.FullBatchConfig()
     over = {k: v for k, v in (("steps", args.steps), ("bottleneck", args.bottleneck),
                               ("depth", args.depth), ("seeds", args.seeds),
                               ("n_train", args.n_train)) if v is not None}

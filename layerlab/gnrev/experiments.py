@@ -413,7 +413,9 @@ class FullBatchConfig:
     Defaults: the reduced CPU configuration (MNIST 512 images, d'=1024 = 2n so that every ReLU
     block reaches rank n with a moderate condition number, 2 blocks, 40 steps, 1 seed);
     ``paper()`` is §5/App. L: n=1024, d'=8000, 100 full-batch steps (the authors' full-batch
-    configs), 3 seeds.
+    configs), 3 seeds.  ``cifar_cpu()``: Fig. 1b on this CPU (6 blocks, d'=1024, ``W`` drawn
+    with the paper's d'=8000 Xavier variance, see ``init_bottleneck`` in
+    :class:`MinibatchConfig`).
     """
 
     dataset: str = "mnist"
@@ -423,6 +425,7 @@ class FullBatchConfig:
     bottleneck: int | None = 1024  # d' = 2n: well-conditioned features (paper: 8000 ~ 8n)
     first_linear: bool = False   # paper's equations; gn_first_linear arm = authors' code
     init: str = "xavier_normal_relu"
+    init_bottleneck: int | None = None
     steps: int = 40
     seeds: int = 1
     arms: tuple[Arm, ...] = default_arms("fullbatch")
@@ -434,6 +437,17 @@ class FullBatchConfig:
         depth = 2 if dataset == "mnist" else 6
         return cls(dataset=dataset, n_train=1024, bottleneck=8000, depth=depth, steps=100,
                    seeds=3, n_test=None, scale_note="")
+
+    @classmethod
+    def cifar_cpu(cls) -> FullBatchConfig:
+        """Fig. 1b sized for a 2-core CPU: n=512 CIFAR-10 images, the paper's 6 blocks,
+        d'=1024 (every ReLU block's rank bound d'+1 >= n: exact), ``W`` drawn with the paper's
+        d'=8000 Xavier variance, 40 steps, 1 seed."""
+        return cls(dataset="cifar10", n_train=512, depth=6, bottleneck=1024,
+                   init_bottleneck=8000, steps=40, seeds=1,
+                   scale_note="reduced: CIFAR-10 n=512 images (paper 1024), d'=1024 (paper "
+                   "8000; W drawn with the paper's d'=8000 Xavier variance so the net starts "
+                   "at the paper's scale), 40 steps (paper 100), 1 seed (paper 3)")
 
     @classmethod
     def smoke(cls) -> FullBatchConfig:
@@ -461,9 +475,10 @@ def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
     for s, ks in enumerate(_seed_keys(key, cfg.seeds)):
         for arm in cfg.arms:
             fl = _first_linear(arm, cfg.first_linear)
-            params, frozen, P = make_model(ks, dim, cfg.depth, prep.num_outputs,
-                                           bottleneck=cfg.bottleneck, first_linear=fl,
-                                           init=cfg.init)
+            params, frozen, P = make_model(
+                ks, dim, cfg.depth, prep.num_outputs, bottleneck=cfg.bottleneck,
+                first_linear=fl, init=cfg.init,
+                w_scale=arm.w_scale * init_w_scale(dim, cfg.bottleneck, cfg.init_bottleneck))
             sw = lr_sweep(arm, params, frozen, P, (xtr, ytr), steps=cfg.steps, batch_size=None,
                           rule="largest_stable", key=jax.random.fold_in(ks, 1),
                           progress=progress)

@@ -131,6 +131,38 @@ def test_init_bottleneck_gives_a_reduced_net_the_papers_variance_and_scale(key):
         ex.init_w_scale(d, 64, 0)
 
 
+def test_fig1_init_bottleneck_sets_the_initial_loss(key, monkeypatch):
+    """``FullBatchConfig.init_bottleneck``: the full-batch run's loss before any update equals
+    the cross-entropy of a model drawn directly with ``init_w_scale``'s factor (and differs
+    from the model's own-variance start); the CIFAR-10 CPU preset uses the paper's d'."""
+    rng = np.random.default_rng(0)
+    d, n, C = 40, 24, 3
+    prep = ex.Prepared(rng.normal(size=(n, d)).astype(np.float32), rng.integers(0, C, n),
+                       rng.normal(size=(8, d)).astype(np.float32), rng.integers(0, C, 8),
+                       C, "synthetic")
+    monkeypatch.setattr(ex, "load_classification", lambda *a, **k: prep)
+    arms = (ex.Arm("adam", optax.adam, (1e-3,)), ex.Arm("sgd", optax.sgd, (0.01,)),
+            ex.Arm("gn", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (0.1,)))
+    cfg = ex.FullBatchConfig(n_train=n, depth=3, bottleneck=32, init_bottleneck=2000,
+                             steps=3, arms=arms, scale_note="test")
+    rec = ex.run_fig1(cfg, key=key, progress=False)
+    s = ex.init_w_scale(d, 32, 2000)
+    assert s < 0.2
+
+    def loss0(w_scale):
+        ks = ex._seed_keys(key, 1)[0]
+        p, fr, P = ex.make_model(ks, d, 3, C, bottleneck=32, first_linear=False,
+                                 w_scale=w_scale)
+        return float(ex.revmlp_loss(p, fr, P, (prep.x_train, prep.y_train))[0])
+
+    got = rec.extra["curves"]["adam"]["loss_mean"][0]
+    np.testing.assert_allclose(got, loss0(s), rtol=1e-5)
+    assert abs(loss0(1.0) - got) > 1e-3 * got
+    c = ex.FullBatchConfig.cifar_cpu()
+    assert (c.dataset, c.depth, c.init_bottleneck) == ("cifar10", 6, 8000)
+    assert c.bottleneck + 1 >= c.n_train  # every ReLU block's rank bound reaches n: exact
+
+
 def _fake_variant_result(curves: dict[str, list[float]]) -> dict:
     arms = {}
     for name, c in curves.items():
