@@ -545,14 +545,18 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
     claims = _table_claims(config, rows)
     cost = _cost(runs)
     if cost:
-        ratios = [c["ratio"] for c in cost if c["ratio"] is not None]
+        # a ConvNet that never reaches the DMN's accuracy counts as slower when its whole
+        # run took longer than the DMN pipeline (a lower bound on its time to the target)
+        ratios = [c["ratio"] if c["ratio"] is not None else c.get("ratio_at_least")
+                  for c in cost]
         claims.append(Claim(
             "cost: the DMN pipeline (build + features + head) reaches its accuracy faster than "
-            "the ConvNet of the same widths", bool(ratios) and min(ratios) > 1.0 and
-            len(ratios) == len(cost),
+            "the ConvNet of the same widths",
+            all(r is not None and r > 1.0 for r in ratios),
             "; ".join(f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
                       + (f"{c['convnet_s']:.0f} s ({c['ratio']:.1f}x)" if c["ratio"] is not None
-                         else "never reached it") for c in cost)))
+                         else f"never reached it in {c['convnet_total_s']:.0f} s "
+                         f"(>= {c['ratio_at_least']:.1f}x)") for c in cost)))
     scale = "paper" if config.is_paper_scale() and not missing else "reduced"
     return Record(
         paper="dmn", artifact=config.artifact, title=_TITLES.get(config.artifact, "Fig. 10"),
@@ -582,8 +586,12 @@ def _cost(runs) -> list[dict]:
         hit = [next((t for _, t, a in r["curve"] if a >= target), None) for r in c]
         conv_s = None if None in hit else statistics.fmean(hit)
         dmn_s = statistics.fmean(r["total_s"] for r in d)
+        # never reached: the ConvNet's whole run is a lower bound on its time to the target
+        conv_total = statistics.fmean(r["curve"][-1][1] for r in c)
         out.append({"row": f"{ds} {row}", "dmn_val_acc": target, "dmn_s": dmn_s,
-                    "convnet_s": conv_s, "ratio": None if conv_s is None else conv_s / dmn_s})
+                    "convnet_s": conv_s, "ratio": None if conv_s is None else conv_s / dmn_s,
+                    "convnet_total_s": conv_total,
+                    "ratio_at_least": None if conv_s is not None else conv_total / dmn_s})
     return out
 
 

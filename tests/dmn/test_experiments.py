@@ -107,6 +107,9 @@ def test_cost_is_convnet_time_to_dmn_accuracy_over_dmn_time():
     # target 0.91: first epochs reaching it at 30 s and 8 s -> 19 s; DMN mean 12 s
     assert c6["convnet_s"] == 19.0 and c6["dmn_s"] == 12.0 and abs(c6["ratio"] - 19 / 12) < 1e-12
     assert c9["convnet_s"] is None and c9["ratio"] is None
+    # never reached: its whole run (2 s) bounds its time from below, 2x the DMN's 1 s
+    assert c9["convnet_total_s"] == 2.0 and c9["ratio_at_least"] == 2.0
+    assert c6["ratio_at_least"] is None and c6["convnet_total_s"] == (45.0 + 8.0) / 2
 
 
 def test_timescales_config_checks_and_missing_data_set_is_recorded(tmp_path):
