@@ -547,7 +547,7 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
     if cost:
         # a ConvNet that never reaches the DMN's accuracy counts as slower when its whole
         # run took longer than the DMN pipeline (a lower bound on its time to the target)
-        ratios = [c["ratio"] if c["ratio"] is not None else c.get("ratio_at_least")
+        ratios = [c["ratio"] if c["ratio"] is not None else c["ratio_at_least"]
                   for c in cost]
         claims.append(Claim(
             "cost: the DMN pipeline (build + features + head) reaches its accuracy faster than "

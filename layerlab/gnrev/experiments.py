@@ -478,7 +478,7 @@ def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
             params, frozen, P = make_model(
                 ks, dim, cfg.depth, prep.num_outputs, bottleneck=cfg.bottleneck,
                 first_linear=fl, init=cfg.init,
-                w_scale=arm.w_scale * init_w_scale(dim, cfg.bottleneck, cfg.init_bottleneck))
+                w_scale=_arm_w_scale(cfg, arm, dim))
             sw = lr_sweep(arm, params, frozen, P, (xtr, ytr), steps=cfg.steps, batch_size=None,
                           rule="largest_stable", key=jax.random.fold_in(ks, 1),
                           progress=progress)
@@ -701,7 +701,7 @@ def _layer_cos(p, p0) -> np.ndarray:
     return np.stack(out, axis=1)
 
 
-def _arm_w_scale(cfg: MinibatchConfig, arm: Arm, dim: int) -> float:
+def _arm_w_scale(cfg: MinibatchConfig | FullBatchConfig, arm: Arm, dim: int) -> float:
     """The arm's own factor (App. F) times the config's ``init_bottleneck`` rescaling."""
     return arm.w_scale * init_w_scale(dim, cfg.bottleneck, cfg.init_bottleneck)
 
