@@ -625,8 +625,24 @@ def _table_claims(cfg, rows) -> list[Claim]:
         if a is not None and b is not None and a.ours is not None and b.ours is not None:
             pairs.append((row.label, a.ours, b.ours))
     if not pairs:
+        # ConvNets not run (e.g. --no-convnet on a CPU): the claim stays open (None); the
+        # evidence compares our DMN rows with the paper's printed ConvNet numbers instead
+        alone = []
+        for row in cfg.rows:
+            a = by.get(f"{row.dataset} {row.label} (Input {row.input_fraction}, "
+                       f"Var {row.var_fraction}) val acc")
+            if (row.dataset == "cifar10" and a is not None and a.ours is not None
+                    and row.paper_convnet is not None):
+                alone.append((row.label, a.ours, row.paper_convnet))
+        if not alone:
+            return [Claim("DMN >= ConvNet of the same width on CIFAR-10 (Table 2)", None,
+                          "no CIFAR-10 rows run")]
+        wins = sum(a >= b for _, a, b in alone)
+        ev = "; ".join(f"{lab}: {a:.2f} vs {b:.2f}" for lab, a, b in alone)
         return [Claim("DMN >= ConvNet of the same width on CIFAR-10 (Table 2)", None,
-                      "no CIFAR-10 rows run")]
+                      f"our ConvNets not run (--no-convnet), so not decided; against the "
+                      f"paper's printed ConvNet numbers our DMN is ahead in {wins}/{len(alone)} "
+                      f"rows: {ev}")]
     wins = sum(a >= b for _, a, b in pairs)
     ev = "; ".join(f"{lab}: {a:.2f} vs {b:.2f}" for lab, a, b in pairs)
     return [Claim("DMN >= ConvNet of the same width on CIFAR-10 (Table 2)",

@@ -129,3 +129,19 @@ def test_timescales_config_checks_and_missing_data_set_is_recorded(tmp_path):
     assert [c.holds for c in rec.claims] == [None]
     plot_timescales(rec, tmp_path / "t.png")
     assert (tmp_path / "t.png").stat().st_size > 1000
+
+
+def test_table2_claim_without_convnets_compares_with_the_papers_convnets():
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import Row
+
+    cfg = ex.TableConfig.paper("table2", convnet=False)
+    c = [r for r in cfg.rows if r.dataset == "cifar10"][:2]  # d10 (48.61), d10,d11 (46.88)
+    name = lambda r: f"cifar10 {r.label} (Input {r.input_fraction}, Var {r.var_fraction}) val acc"  # noqa: E731
+    rows = [Row(name(c[0]), 49.0, c[0].paper_val), Row(name(c[1]), 40.0, c[1].paper_val)]
+    (claim,) = ex._table_claims(cfg, rows)
+    assert claim.holds is None  # our ConvNets did not run: not decided
+    assert "ahead in 1/2 rows" in claim.evidence
+    assert f"{c[0].label}: 49.00 vs {c[0].paper_convnet:.2f}" in claim.evidence
+    (empty,) = ex._table_claims(cfg, [])
+    assert empty.holds is None and empty.evidence == "no CIFAR-10 rows run"
