@@ -25,6 +25,9 @@ def dmn_flags(p):
                    help="test images per dataset (default: config's; paper: all)")
     p.add_argument("--report", choices=("final", "best"), default=None,
                    help="accuracy after the last epoch, or the best epoch (authors' checkpoint)")
+    p.add_argument("--no-conv-rows", action="store_true",
+                   help="skip the rows that train conv layers end to end (c tokens): the "
+                   "DMN-only rows on a CPU; the record is then reduced")
 
 
 def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_table") -> int:
@@ -39,6 +42,7 @@ def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_tab
         artifact, scale, preset=args.preset, seeds=args.seeds, epochs=args.epochs,
         n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
         datasets=tuple(args.datasets.split(",")) if args.datasets else None,
+        conv_rows=False if args.no_conv_rows else None,
     )
     rec = getattr(ex, run)(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))

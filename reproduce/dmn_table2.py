@@ -34,6 +34,7 @@ def main(argv=None) -> int:
         n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
         datasets=tuple(args.datasets.split(",")) if args.datasets else None,
         convnet=False if args.no_convnet else None,
+        conv_rows=False if args.no_conv_rows else None,
     )
     rec = ex.run_table(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))

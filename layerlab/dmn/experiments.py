@@ -333,6 +333,10 @@ class TableConfig:
         test set, as the authors' ``ModelCheckpoint(monitor='val_acc')`` keeps).
       data_dir: dataset root (None: the loader's default search).
       dtype: ``"float32"`` or ``"float64"`` (the latter needs ``jax_enable_x64``).
+      conv_rows: ``False`` drops the rows whose network trains conv layers end to end (a
+        ``c`` token, e.g. ``d15,m,c80,m,de10``): the DMN-only rows of a table on a CPU, where
+        those ConvNets take hours at full data.  Set through :func:`table_config`, which
+        filters ``rows``; the record is then ``"reduced"`` and its note says so.
     """
 
     artifact: str = "table2"
@@ -350,6 +354,7 @@ class TableConfig:
     report: str = "final"
     data_dir: str | None = None
     dtype: str = "float32"
+    conv_rows: bool = True
 
     def __post_init__(self):
         if self.preset not in ("authors", "paper"):
@@ -400,7 +405,9 @@ def table_config(artifact: str, scale: str = "default", **changes) -> TableConfi
       scale: ``"paper"`` (every row, full data, 3 seeds, 50 epochs), ``"smoke"`` (seconds)
         or ``"default"`` (the largest faithful reduction for a 2-core CPU: every row,
         6000 training / 2000 test images, 10 epochs, 1 seed).
-      **changes: fields to override (``None`` values are ignored).
+      **changes: fields to override (``None`` values are ignored); also ``datasets``
+        (keep only these datasets' rows) and ``conv_rows=False`` (drop the rows with trained
+        conv layers, see :class:`TableConfig`).
 
     Returns:
       A ``TableConfig``.
@@ -420,7 +427,15 @@ def table_config(artifact: str, scale: str = "default", **changes) -> TableConfi
     if datasets:
         base = dataclasses.replace(base, rows=tuple(r for r in base.rows
                                                     if r.dataset in datasets))
+    if changes.get("conv_rows") is False:
+        base = dataclasses.replace(base, rows=tuple(r for r in base.rows
+                                                    if not has_trained_conv(r.arch)))
     return dataclasses.replace(base, **changes)
+
+
+def has_trained_conv(arch: str) -> bool:
+    """Whether an architecture string trains a conv layer end to end (a ``c<F>`` token)."""
+    return any(tok.strip().lower().startswith("c") for tok in arch.split(","))
 
 
 # ----------------------------------------------------------------------------- data
@@ -609,7 +624,11 @@ def _note(cfg) -> str:
             f"{cfg.epochs} epochs of {cfg.optimizer_name}, batch {cfg.batch_size}; accuracy "
             f"reported: {cfg.report} epoch on the official test split; training sets "
             f"{'full' if cfg.n_train is None else cfg.n_train}. Tables 3-5 print no "
-            "Var./Cutoff: their DMN widths are fixed counts (top-F after Cutoff 0.9).")
+            "Var./Cutoff: their DMN widths are fixed counts (top-F after Cutoff 0.9)."
+            + ("" if getattr(cfg, "conv_rows", True) else
+               " Rows that train conv layers end to end were not run (conv_rows=False, "
+               "--no-conv-rows: hours per run at full data on a 2-core CPU), so the record "
+               "is reduced and the claims that need them are open."))
 
 
 def _table_claims(cfg, rows) -> list[Claim]:

@@ -145,3 +145,21 @@ def test_table2_claim_without_convnets_compares_with_the_papers_convnets():
     assert f"{c[0].label}: 49.00 vs {c[0].paper_convnet:.2f}" in claim.evidence
     (empty,) = ex._table_claims(cfg, [])
     assert empty.holds is None and empty.evidence == "no CIFAR-10 rows run"
+
+
+def test_no_conv_rows_keeps_exactly_the_rows_without_trained_conv_layers():
+    from layerlab.dmn import experiments as ex
+
+    full = ex.table_config("table4", "paper")
+    cfg = ex.table_config("table4", "paper", conv_rows=False)
+    kept = {r.arch for r in cfg.rows}
+    dropped = {r.arch for r in full.rows} - kept
+    # the trained-conv rows of Table 4 by hand: c27; d15+c80; d27+c108+BN; c10+c80; c32+c32
+    assert dropped == {"c27,m,de10", "d15,m,c80,m,de10", "d27,m,c108,m,bn,de10",
+                       "c10,m,c80,m,de10", "c32,m,c32,m,de10"}
+    assert all(not ex.has_trained_conv(a) for a in kept) and "de10" in kept
+    assert not cfg.conv_rows and not cfg.is_paper_scale() and full.is_paper_scale()
+    assert "conv_rows=False" in ex._note(cfg) and "conv_rows" not in ex._note(full)
+    f10 = ex.table_config("fig10", "paper", conv_rows=False, datasets=("cifar10",))
+    assert [r.arch for r in f10.rows] == ["d10,m,de10", "d15,m,d108,m,de10",
+                                          "d20,m,d180,m,bn,de10"]
