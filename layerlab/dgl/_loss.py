@@ -153,34 +153,32 @@ def _edges(n: int, nb: int) -> list[int]:
     return [round(i * n / nb) for i in range(nb + 1)]
 
 
+def _blocked(T: jax.Array, nb: int, block: Callable[[int, int], jax.Array],
+             axis: int) -> jax.Array:
+    """``concatenate([block(e_j, e_{j+1}) for j], axis)`` over ``nb`` blocks of ``T``'s size."""
+    e = _edges(T.shape[0], nb)
+    return jnp.concatenate([block(e[j], e[j + 1]) for j in range(nb)], axis=axis)
+
+
 def _mul_lower_t(F: jax.Array, T: jax.Array, nb: int) -> jax.Array:
     """``F @ T^T`` for lower-triangular ``T``: column block j needs only ``T[j, :j+1]``."""
-    h = T.shape[0]
-    if nb <= 1 or h < 256:
+    if nb <= 1 or T.shape[0] < 256:
         return F @ T.T
-    e = _edges(h, nb)
-    return jnp.concatenate(
-        [F[:, : e[j + 1]] @ T[e[j] : e[j + 1], : e[j + 1]].T for j in range(nb)], axis=1)
+    return _blocked(T, nb, lambda a, b: F[:, :b] @ T[a:b, :b].T, axis=1)
 
 
 def _mul_right_lower(F: jax.Array, T: jax.Array, nb: int) -> jax.Array:
     """``F @ T`` for lower-triangular ``T``: column block j needs only ``T[j:, j]``."""
-    h = T.shape[0]
-    if nb <= 1 or h < 256:
+    if nb <= 1 or T.shape[0] < 256:
         return F @ T
-    e = _edges(h, nb)
-    return jnp.concatenate(
-        [F[:, e[j] :] @ T[e[j] :, e[j] : e[j + 1]] for j in range(nb)], axis=1)
+    return _blocked(T, nb, lambda a, b: F[:, a:] @ T[a:, a:b], axis=1)
 
 
 def _mul_left_lower(T: jax.Array, F: jax.Array, nb: int) -> jax.Array:
     """``T @ F`` for lower-triangular ``T``: row block i needs only ``T[i, :i+1]``."""
-    h = T.shape[0]
-    if nb <= 1 or h < 256:
+    if nb <= 1 or T.shape[0] < 256:
         return T @ F
-    e = _edges(h, nb)
-    return jnp.concatenate(
-        [T[e[i] : e[i + 1], : e[i + 1]] @ F[: e[i + 1]] for i in range(nb)], axis=0)
+    return _blocked(T, nb, lambda a, b: T[a:b, :b] @ F[:b], axis=0)
 
 
 def _chol_inv(A: jax.Array, leaf: int = 128, nb: int = 4) -> jax.Array:
