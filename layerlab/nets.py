@@ -29,7 +29,7 @@ from layerlab._checks import check_array
 
 __all__ = ["mlp_init", "mlp_apply", "INITS"]
 
-INITS = ("glorot", "he", "ntk", "normal", "lecun")
+INITS = ("glorot", "he", "ntk", "normal", "lecun", "torch")
 
 
 def _weight_std(init: str, d_in: int, d_out: int, w_std: float | None) -> float:
@@ -40,8 +40,10 @@ def _weight_std(init: str, d_in: int, d_out: int, w_std: float | None) -> float:
     elif init == "he":
         # He et al. (2015), Eq. (10): Var = 2 / fan_in.
         base = (2.0 / d_in) ** 0.5
-    elif init == "lecun":
-        base = (1.0 / d_in) ** 0.5
+    elif init in ("lecun", "torch"):
+        # torch: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) has Var = 1 / (3 fan_in); the uniform
+        # draw itself is in mlp_init (this is its standard deviation)
+        base = (1.0 / d_in) ** 0.5 / (3.0 ** 0.5 if init == "torch" else 1.0)
     elif init == "ntk":
         # NTK parameterisation stores standard-normal weights; the 1/sqrt(fan_in) factor is
         # folded in here so mlp_apply stays a standard forward pass: W = w_std * N(0,1)/sqrt(d_in)
@@ -66,7 +68,7 @@ def mlp_init(
     b_std: float = 0.0,
     dtype: DTypeLike = jnp.float32,
 ) -> list[dict[str, jax.Array]]:
-    """Gaussian initialisation of a fully connected net with layer widths ``sizes``.
+    """Gaussian (or PyTorch's uniform) initialisation of a fully connected net.
 
     .. math::
 
@@ -75,7 +77,10 @@ def mlp_init(
 
     with ``s_l = sqrt(2/(d_{l-1}+d_l))`` (glorot), ``sqrt(2/d_{l-1})`` (he),
     ``sqrt(1/d_{l-1})`` (lecun, ntk), each multiplied by ``w_std`` when given, or
-    ``s_l = w_std`` for ``init="normal"``.  ``init="ntk"`` with ``w_std = sigma_w`` gives the
+    ``s_l = w_std`` for ``init="normal"``.  ``init="torch"`` is PyTorch's ``nn.Linear``
+    default instead: ``W_l, b_l ~ U(-1/sqrt(d_{l-1}), 1/sqrt(d_{l-1}))`` (``kaiming_uniform``
+    with ``a = sqrt 5``, so ``Var W = 1 / (3 d_{l-1})``; ``w_std`` scales ``W``, and ``b_std``
+    must stay 0 because the bias law is fixed).  ``init="ntk"`` with ``w_std = sigma_w`` gives the
     neural-tangents fan-in convention ``Var(W) = sigma_w^2 / d_in`` (so the NNGP of a wide
     net matches ``layerlab.kernels.relu_nngp(..., w_var=sigma_w**2, b_var=b_std**2)``).
 
@@ -83,7 +88,7 @@ def mlp_init(
       key: a PRNG key (``jax.random.key``).
       sizes: ``[d_0, d_1, ..., d_L]`` (input width, hidden widths, output width); at least
         two entries, all positive.
-      init: one of ``"glorot"``, ``"he"``, ``"lecun"``, ``"ntk"``, ``"normal"``.
+      init: one of ``"glorot"``, ``"he"``, ``"lecun"``, ``"ntk"``, ``"normal"``, ``"torch"``.
       w_std: weight scale multiplier (or the absolute std for ``"normal"``).
       b_std: bias standard deviation (0 gives zero biases).
       dtype: parameter dtype.
@@ -92,7 +97,8 @@ def mlp_init(
       ``L`` dicts ``{"w": [d_{l-1}, d_l], "b": [d_l]}``.
 
     References:
-      Glorot & Bengio (2010); He et al. (2015) Eq. (10); Jacot et al. (2018) Eq. (1).
+      Glorot & Bengio (2010); He et al. (2015) Eq. (10); Jacot et al. (2018) Eq. (1);
+      PyTorch ``torch.nn.Linear.reset_parameters`` (``init="torch"``).
     """
     sizes = [int(s) for s in sizes]
     if len(sizes) < 2 or any(s <= 0 for s in sizes):
@@ -101,11 +107,20 @@ def mlp_init(
         )
     if init not in INITS:
         raise ValueError(f"mlp_init: unknown init {init!r}; choose one of {INITS}.")
+    if init == "torch" and b_std:
+        raise ValueError(f"mlp_init(init='torch') draws biases from U(+-1/sqrt(fan_in)); "
+                         f"b_std must be 0 (got {b_std}).")
     keys = jax.random.split(key, len(sizes) - 1)
     params = []
     for k, d_in, d_out in zip(keys, sizes[:-1], sizes[1:]):
         kw, kb = jax.random.split(k)
         std = _weight_std(init, d_in, d_out, w_std)
+        if init == "torch":
+            a = 3.0 ** 0.5 * std  # U(-a, a) has std a / sqrt 3
+            w = jax.random.uniform(kw, (d_in, d_out), dtype, -a, a)
+            c = d_in ** -0.5
+            params.append({"w": w, "b": jax.random.uniform(kb, (d_out,), dtype, -c, c)})
+            continue
         w = std * jax.random.normal(kw, (d_in, d_out), dtype)
         if b_std:
             b = float(b_std) * jax.random.normal(kb, (d_out,), dtype)

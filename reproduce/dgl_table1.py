@@ -36,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-n", default=None,
                    help="rows (as --rows) on which to compare full-N vs mini-batch LEGO; "
                    "'none' for none")
+    p.add_argument("--readout", choices=("ridge", "iterative"), default=None,
+                   help="step 5's classifier: closed-form ridge (default) or trained under MSE "
+                   "with the row's optimizer (the paper's text); use a separate --out, parts "
+                   "of different protocols do not merge")
+    p.add_argument("--init", default=None,
+                   help="initialisation of the net (layerlab.nets.INITS; default he, 'torch' "
+                   "for PyTorch's nn.Linear default)")
     p.add_argument("--merge-only", action="store_true",
                    help="do not train: merge the parts already in <out>/table1_parts")
     return p
@@ -52,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     kw = {}
     if args.rows:
         kw["rows"] = ex.select_rows(args.rows)
-    for name in ("n_mnist", "n_cifar", "n_bmnist", "e2e_epochs", "dgl_steps", "eps_rel"):
+    for name in ("n_mnist", "n_cifar", "n_bmnist", "e2e_epochs", "dgl_steps", "eps_rel",
+                 "readout", "init"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
     if args.seeds is not None:

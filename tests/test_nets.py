@@ -60,3 +60,22 @@ def test_mlp_vmap_and_errors(key):
         nets.mlp_init(key, [3, 2], init="xavier")
     with pytest.raises(ValueError, match="w_std"):
         nets.mlp_init(key, [3, 2], init="normal")
+
+
+def test_mlp_init_torch_is_pytorchs_linear_default(key):
+    """init="torch": W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (torch.nn.Linear's
+    reset_parameters: kaiming_uniform with a = sqrt 5 gives that bound), checked by the bounds,
+    the uniform law's std bound/sqrt(3) and its flat histogram."""
+    params = nets.mlp_init(key, [400, 300, 200], init="torch")
+    for layer, fan_in in zip(params, (400, 300)):
+        c = 1 / np.sqrt(fan_in)
+        w, b = np.asarray(layer["w"]), np.asarray(layer["b"])
+        assert np.abs(w).max() <= c and np.abs(b).max() <= c and np.abs(w).max() > 0.99 * c
+        np.testing.assert_allclose(np.std(w), c / np.sqrt(3), rtol=0.02)
+        hist, _ = np.histogram(w, bins=10, range=(-c, c))
+        np.testing.assert_allclose(hist / w.size, 0.1, atol=0.01)
+        assert b.std() > 0.4 * c / np.sqrt(3)  # biases drawn, not zero
+    w2 = nets.mlp_init(key, [400, 300], init="torch", w_std=2.0)[0]["w"]
+    np.testing.assert_allclose(np.asarray(w2), 2 * np.asarray(params[0]["w"]), rtol=1e-6)
+    with pytest.raises(ValueError, match="b_std"):
+        nets.mlp_init(key, [3, 2], init="torch", b_std=0.1)

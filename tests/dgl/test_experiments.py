@@ -139,3 +139,49 @@ def test_select_rows_and_merge_of_parts(tmp_path):
     assert "Ref. [10]" in by["CIFAR10_10k L=5 d=2000 End-to-end test acc"].note
     assert cfg.is_paper_scale("cifar-5x2000") and not ex.Table1Config.smoke().is_paper_scale(
         "bmnist-2x20")
+
+
+def test_classifier_iterative_converges_to_least_squares_and_picks_val_mse(x64):
+    """Step 5 with readout="iterative": vanilla SGD on the head alone, from its initial
+    weights, on well-conditioned features reaches the least-squares solution (numpy lstsq with
+    an intercept); the kept run is the grid point with the smallest validation MSE."""
+    rng = np.random.default_rng(2)
+    h, hv = rng.normal(size=(64, 4)), rng.normal(size=(32, 4))
+    W = rng.normal(size=(4, 2))
+    y, yv = h @ W - 0.2 + 0.1 * rng.normal(size=(64, 2)), hv @ W - 0.2
+    head0 = {"w": jnp.zeros((4, 2)), "b": jnp.zeros(2)}
+    head, info = ex.classifier_iterative(
+        jnp.asarray(h), jnp.asarray(y), jnp.asarray(hv), jnp.asarray(yv), head0, kind="sgd",
+        lrs=(1e-4, 0.1), wds=(0.0,), epochs=400, batch=64, key=jax.random.key(0))
+    sol = np.linalg.lstsq(np.c_[h, np.ones(64)], y, rcond=None)[0]
+    assert info["lr"] == 0.1  # 1e-4 has barely moved from zero: larger validation MSE
+    np.testing.assert_allclose(np.asarray(head["w"]), sol[:4], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(head["b"]), sol[4], atol=1e-5)
+    want = np.mean(np.sum((hv @ np.asarray(head["w"]) + np.asarray(head["b"]) - yv) ** 2, 1))
+    np.testing.assert_allclose(info["val_mse"], want, rtol=1e-6)
+    assert info["val_mse"] == min(info["grid_val_mse"])
+
+
+@pytest.mark.datasets("mnist")
+def test_iterative_readout_row_and_protocols_do_not_mix(tmp_path, shared_data):
+    cfg = ex.Table1Config.smoke(readout="iterative", init="torch", data_dir=str(shared_data))
+    out = ex.run_table1_row(cfg, "bmnist-2x20", 0, key=jax.random.key(0), progress=False)
+    for col in ("lego", "random"):
+        assert out[col]["lr"] in cfg.e2e_sgd_lrs and out[col]["wd"] in cfg.e2e_wds
+        assert "ridge" not in out[col] and 0.0 <= out[col]["test"] <= 100.0
+    with pytest.raises(ValueError, match="readout"):
+        ex.Table1Config(readout="lstsq")
+    with pytest.raises(ValueError, match="init"):
+        ex.Table1Config(init="xavier")
+    for seed, readout in enumerate(("ridge", "iterative")):
+        part = {"row": "bmnist-2x20", "seed": seed, "width": 20, "n_train": 2000,
+                "paper_scale": False, "end_to_end": {"test": 99.0}, "lego": {"test": 99.0},
+                "random": {"test": 90.0}, "wall_s": 1.0, "device": "cpu",
+                "config": {"readout": readout, "init": "he"}, "command": ""}
+        (tmp_path / f"bmnist-2x20_seed{seed}.json").write_text(json.dumps(part))
+    with pytest.raises(ValueError, match="different protocols"):
+        ex.merge_table1(tmp_path)
+    (tmp_path / "bmnist-2x20_seed0.json").unlink()
+    rec = ex.merge_table1(tmp_path)
+    assert "readout iterative, init he" in next(
+        r for r in rec.rows if r.name.startswith("BMNIST2k L=2") and r.ours is not None).note
