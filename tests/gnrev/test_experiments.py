@@ -194,3 +194,27 @@ def test_variant_saturation_claim_needs_a_loss_that_falls_first():
             if sat in c.claim]
     assert c.holds is False  # diverging, not saturating
     assert rec.artifact == "appI"  # the paper's dataset (CIFAR-10) or a smoke run: no suffix
+
+
+def test_appM_minibatch_rate_that_diverges_in_the_full_run_is_replaced(monkeypatch):
+    """App. M: a mini-batch rate that passes the one-epoch sweep but whose full run goes
+    non-finite is replaced by the next smaller rate of the grid (per seed), and the record
+    says which; the kept run is finite."""
+    import dataclasses
+
+    real_sweep = ex.lr_sweep
+
+    def sweep(arm, *a, batch_size=None, **kw):
+        out = real_sweep(arm, *a, batch_size=batch_size, **kw)
+        if batch_size is not None and arm.name == "sgd":
+            out = dict(out, best=1e6)  # a rate that cannot survive 2 epochs of SGD on MSE
+        return out
+
+    monkeypatch.setattr(ex, "lr_sweep", sweep)
+    cfg = dataclasses.replace(ex.RegressionConfig.smoke(), sgd_lrs=(1e-2, 1e6))
+    rec = ex.run_appM(cfg, key=jax.random.key(0), progress=False)
+    assert rec.extra["mb_rates_replaced"] == {"wine": {"gn": [], "adam": [], "sgd": [(0, 1e6)]}}
+    by = {r.name: r for r in rec.rows}
+    assert by["wine: sgd learning rates (mini-batch)"].ours == pytest.approx(1e-2)
+    assert np.isfinite(by["wine mini-batch: sgd final test MSE"].ours)
+    assert "wine sgd seed 0: 1e+06" in rec.note and rec.note.count("seed 0: ") == 1
