@@ -8,7 +8,7 @@ Representation similarity (Kornblith et al. 2019; Nguyen et al. 2021):
   :func:`unbiased_hsic`, :func:`minibatch_cka` and its streaming form
   (:func:`minibatch_cka_init` / :func:`minibatch_cka_update` / :func:`minibatch_cka_value`).
 Kernels: :func:`gram_linear`, :func:`gram_rbf`, :func:`center_gram`,
-  :func:`kernel_alignment`, :func:`kernel_change_rate`.
+  :func:`kernel_alignment`, :func:`kernel_distance`, :func:`kernel_change_rate`.
 Spectra: :func:`singular_values`, :func:`product_singular_values`, :func:`effective_rank`,
   :func:`stable_rank`, :func:`participation_ratio`, :func:`count_near_one`.
 Classification: :func:`accuracy` (scores ``[N, C]`` against labels ``[N]`` or one-hot rows).
@@ -25,6 +25,7 @@ from layerlab.probes._cka import gram_rbf as gram_rbf
 from layerlab.probes._cka import hsic as hsic
 from layerlab.probes._cka import kernel_alignment as kernel_alignment
 from layerlab.probes._cka import kernel_change_rate as kernel_change_rate
+from layerlab.probes._cka import kernel_distance as kernel_distance
 from layerlab.probes._cka import linear_cka as linear_cka
 from layerlab.probes._cka import minibatch_cka as minibatch_cka
 from layerlab.probes._cka import minibatch_cka_init as minibatch_cka_init
@@ -57,6 +58,7 @@ __all__ = [
     "minibatch_cka_value",
     "kernel_alignment",
     "kernel_change_rate",
+    "kernel_distance",
     "singular_values",
     "product_singular_values",
     "effective_rank",

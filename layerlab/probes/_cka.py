@@ -354,8 +354,32 @@ def kernel_alignment(k1: ArrayLike, k2: ArrayLike, *, centered: bool = False) ->
     return jnp.sum(k1 * k2) / jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
 
 
+def kernel_distance(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
+    r"""Kernel distance of Fort et al. (2020): one minus the kernel alignment.
+
+    .. math:: S(K_1, K_2) = 1 - \frac{\langle K_1, K_2\rangle_F}{\|K_1\|_F\,\|K_2\|_F}
+
+    Invariant to rescaling either kernel, so it measures a change of the kernel's *shape*
+    (which directions of function space are fast), not of its overall size; between kernels of
+    consecutive epochs it is Fort et al.'s kernel velocity (their Eq. 4), the NTK "rate of
+    change" of Fig. 4a of Buffelli et al. (2024), whose code compares kernels by the same
+    cosine.  Computed as ``1 - A`` in the input's precision; for ``A`` near 1 use float64
+    inputs (float32 resolves distances down to ~1e-7).
+
+    Args:
+      k1, k2: ``[n, n]``.
+
+    Returns:
+      scalar in ``[0, 2]``.
+    """
+    return 1.0 - kernel_alignment(k1, k2)
+
+
 def kernel_change_rate(k_prev: ArrayLike, k_next: ArrayLike) -> jax.Array:
     r"""Relative change between consecutive kernels: :math:`\|K_{t+1}-K_t\|_F / \|K_t\|_F`.
+
+    Sensitive to the kernel's overall scale (``K -> 2K`` gives 1): a network whose NTK only
+    grows in size registers as changing; :func:`kernel_distance` is the scale-free measure.
 
     Args:
       k_prev, k_next: ``[n, n]`` (or any equal shapes).

@@ -218,3 +218,29 @@ def test_appM_minibatch_rate_that_diverges_in_the_full_run_is_replaced(monkeypat
     assert by["wine: sgd learning rates (mini-batch)"].ours == pytest.approx(1e-2)
     assert np.isfinite(by["wine mini-batch: sgd final test MSE"].ours)
     assert "wine sgd seed 0: 1e+06" in rec.note and rec.note.count("seed 0: ") == 1
+
+
+def test_fig4_ntk_change_is_scale_free_and_the_frobenius_rate_is_listed_beside_it():
+    """Fig. 4a's per-epoch NTK change is 1 - cos between consecutive kernels (the authors'
+    cosine, Fort et al.'s kernel distance): a kernel that only grows scores 0 there and its
+    growth shows in the relative Frobenius change and the size row (numpy float64 route)."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((6, 4))
+    k0 = a @ a.T
+    b = a + 0.5 * rng.standard_normal((6, 4))
+    k2 = b @ b.T
+    grow = {"ntk": np.stack([k0, 3.0 * k0, 3.0 * k0])}       # pure growth, then still
+    turn = {"ntk": np.stack([k0, k0, k2])}                    # same size, new shape at e=2
+    res = {"arms": {"grow": {"seeds": [grow]}, "turn": {"seeds": [turn]}}}
+    al, ch, rel, sc = ex._ntk_series(res, "grow")
+    np.testing.assert_allclose(al[0], [1, 1, 1], atol=1e-12)
+    np.testing.assert_allclose(ch[0], [0, 0], atol=1e-12)
+    np.testing.assert_allclose(rel[0], [2.0, 0.0], atol=1e-12)
+    np.testing.assert_allclose(sc[0], [1, 3, 3], atol=1e-12)
+    al, ch, rel, sc = ex._ntk_series(res, "turn")
+    cos = np.sum(k0 * k2) / (np.linalg.norm(k0) * np.linalg.norm(k2))
+    np.testing.assert_allclose(ch[0], [0.0, 1.0 - cos], atol=1e-12)
+    np.testing.assert_allclose(al[0, -1], cos, rtol=1e-12)
+    np.testing.assert_allclose(rel[0, 1], np.linalg.norm(k2 - k0) / np.linalg.norm(k0),
+                               rtol=1e-12)
+    assert 1.0 - cos > 1e-3

@@ -149,6 +149,29 @@ def test_kernel_alignment_and_change_rate_hand_cases():
         P.kernel_alignment(jnp.ones((3, 4)), jnp.ones((3, 4)))
 
 
+def test_kernel_distance_is_scale_free_unlike_change_rate():
+    # I vs 11^T: cosine tr(1 1^T)/(sqrt(n) n) = 1/sqrt(n), so distance 1 - 1/sqrt(n)
+    n = 5
+    eye, ones = jnp.eye(n), jnp.ones((n, n))
+    np.testing.assert_allclose(float(P.kernel_distance(eye, ones)), 1 - 1 / np.sqrt(n),
+                               rtol=1e-6)
+    # a pure rescaling: distance 0, change rate |c - 1|
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((8, 3))
+    k = a @ a.T
+    for c in (0.5, 3.0):
+        assert abs(float(P.kernel_distance(k, c * k))) < 1e-6
+        np.testing.assert_allclose(float(P.kernel_change_rate(k, c * k)), abs(c - 1), rtol=1e-6)
+    # against a numpy float64 route on a random pair
+    b = a + 0.3 * rng.standard_normal((8, 3))
+    k2 = b @ b.T
+    want = 1 - np.sum(k * k2) / np.sqrt(np.sum(k * k) * np.sum(k2 * k2))
+    with jax.enable_x64(True):
+        got = float(P.kernel_distance(jnp.asarray(k), jnp.asarray(k2)))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert want > 1e-3  # the pair is not trivially aligned
+
+
 def test_cka_jit_and_vmap(reps):
     x, y = (jnp.asarray(a, jnp.float32) for a in reps)
     eager = float(P.linear_cka(x, y))
