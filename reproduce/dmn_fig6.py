@@ -20,6 +20,9 @@ def build_parser():
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
     p.add_argument("--n-train", type=int, default=None, help="training images (paper: all)")
     p.add_argument("--n-test", type=int, default=None, help="test images (paper: all)")
+    p.add_argument("--no-convnet", action="store_true",
+                   help="DMN curve and baselines only (the one-layer ConvNets take hours per "
+                   "run at full data on a CPU); the record is then reduced")
     return p
 
 
@@ -42,7 +45,7 @@ def main(argv=None) -> int:
                    n_train=args.n_train, n_test=args.n_test, data_dir=args.data_dir,
                    datasets=tuple(args.datasets.split(",")) if args.datasets else None,
                    filters=tuple(int(f) for f in args.filters.split(",")) if args.filters
-                   else None)
+                   else None, convnet=False if args.no_convnet else None)
     cfg = dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
     rec = ex.run_fig6(cfg, key=jax.random.key(0), progress=not args.no_progress,
                       checkpoint_dir=_cli.checkpoint_dir(args))

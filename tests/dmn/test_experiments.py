@@ -163,3 +163,37 @@ def test_no_conv_rows_keeps_exactly_the_rows_without_trained_conv_layers():
     f10 = ex.table_config("fig10", "paper", conv_rows=False, datasets=("cifar10",))
     assert [r.arch for r in f10.rows] == ["d10,m,de10", "d15,m,d108,m,de10",
                                           "d20,m,d180,m,bn,de10"]
+
+
+def test_fig6_without_convnets_runs_the_dmn_curve_only_and_leaves_the_claim_open(monkeypatch):
+    """convnet=False: only DMN runs (counted by a stub of the per-run trainer), the CIFAR-10
+    DMN-vs-ConvNet claim is open, the best-width claim is decided from the DMN curve, and the
+    record is reduced even at the paper's other settings."""
+    from layerlab.dmn import experiments as ex
+
+    calls = []
+    acc = {2: 40.0, 12: 55.0, 27: 50.0}
+
+    def fake_one(tcfg, row, variant, seed, data, **kw):
+        calls.append((row.arch, variant, seed))
+        head = row.arch.split(",")[0]
+        f = 0 if head.startswith("de") else int(head[1:])
+        return {"variant": variant, "seed": seed, "widths": [f], "val_acc": acc.get(f, 30.0),
+                "train_acc": 0.0, "total_s": 0.0}
+
+    monkeypatch.setattr(ex, "_one", fake_one)
+    monkeypatch.setattr(ex, "_load_split", lambda ds, tcfg: (None, None))
+    monkeypatch.setattr(ex, "_acc", lambda r, tcfg: r["val_acc"])
+    cfg = ex.Fig6Config.paper(datasets=("cifar10",), filters=(2, 12, 27), convnet=False)
+    rec = ex.run_fig6(cfg, key=jax.random.key(0), progress=False)
+    assert {v for _, v, _ in calls} == {"dmn"} and len(calls) == 3 * (1 + 3)
+    claims = {c.claim: c for c in rec.claims}
+    assert claims["cifar10: best one-layer DMN width is F=12"].holds is True
+    assert claims["CIFAR-10: one DMN layer >= one conv layer (most F)"].holds is None
+    assert rec.scale == "reduced" and "ConvNets not run" in rec.note
+    assert not any("ConvNet" in r.name for r in rec.rows)
+    calls.clear()
+    rec = ex.run_fig6(ex.Fig6Config.paper(datasets=("cifar10",), filters=(2, 12, 27), seeds=1),
+                      key=jax.random.key(0), progress=False)
+    assert {v for _, v, _ in calls} == {"dmn", "convnet"}
+    assert [c.holds for c in rec.claims if "conv layer" in c.claim] == [True]  # fakes equal
