@@ -21,6 +21,7 @@ test/training losses.  Result: ``results/gnrev/ablation/ntk_rate_<dataset>.json`
 import argparse
 import json
 import pathlib
+
 import jax
 import numpy as np
 import optax
@@ -88,7 +89,8 @@ for a, v in res["arms"].items():
     o = out["arms"][a]
     print(f"{a:10s} NTK align {o['ntk_align_end']:.5f} 1-cos/epoch "
           f"{o['ntk_distance_per_epoch']:.2e} Frobenius/epoch "
-          f"{o['ntk_rel_frobenius_change_per_epoch']:.3f} size x{o['ntk_scale_end']:.2f} CKA {np.round(o['cka_init_end_per_block'], 4)} "
+          f"{o['ntk_rel_frobenius_change_per_epoch']:.3f} size x{o['ntk_scale_end']:.2f} "
+          f"CKA {np.round(o['cka_init_end_per_block'], 4)} "
           f"test loss {o['test_loss_end']:.4f} acc {o['test_acc_end']:.4f} "
           f"train {o['train_loss_end']:.4f} 1-cos(W,W0) {o['w_one_minus_cos_end']:.2e}",
           flush=True)

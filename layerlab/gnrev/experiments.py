@@ -1115,6 +1115,7 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                      "ntk_rel_change": rel.mean(0), "ntk_scale": sc.mean(0),
                      **{f"cka_{n}": cka[:, :, b].mean(0) for n, b in blocks.items()}}
         fin[a] = {"align": al[:, -1], "change": ch.mean(1),
+                  "change_late": ch[:, 1:].mean(1) if ch.shape[1] > 1 else None,
                   **{n: cka[:, -1, b] for n, b in blocks.items()}}
         rows.append(_row(f"{a}: NTK alignment with init, end", al[:, -1]))
         rows.append(_row(f"{a}: mean NTK change per epoch (kernel distance 1 - cos)",
@@ -1135,8 +1136,17 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
         claims.append(Claim(
             f"NTK of GN ({g}) changes less per epoch than Adam's",
             bool(fg["change"].mean() < fa["change"].mean()),
-            f"mean kernel distance (1 - cos) between consecutive epochs: {g} {_mean_std(fg['change'])}, Adam "
-            f"{_mean_std(fa['change'])}, SGD {_mean_std(fs['change'])}"))
+            f"mean kernel distance (1 - cos) between consecutive epochs: {g} "
+            f"{_mean_std(fg['change'])}, Adam {_mean_std(fa['change'])}, SGD "
+            f"{_mean_std(fs['change'])}"))
+        if fg["change_late"] is not None:
+            # Fig. 4a spans 80+ epochs, where GN's first-epoch jump is one point of the curve
+            claims.append(Claim(
+                f"NTK of GN ({g}) changes less per epoch than Adam's after the first epoch",
+                bool(fg["change_late"].mean() < fa["change_late"].mean()),
+                f"mean 1 - cos between consecutive epochs from epoch 2 on: {g} "
+                f"{_mean_std(fg['change_late'])}, Adam {_mean_std(fa['change_late'])}, SGD "
+                f"{_mean_std(fs['change_late'])}"))
         for n in blocks:
             claims.append(Claim(
                 f"CKA of GN ({g}) stays closer to init than Adam's ({n} block)",
