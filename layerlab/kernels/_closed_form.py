@@ -99,9 +99,44 @@ class FCKernel(NamedTuple):
 
 
 # --------------------------------------------------------------------------- safe maths
+# Minimax coefficients of asin(x) = x + x z P(z), z = x^2, |x| <= 1/2, for single precision
+# (Cephes ``asinf``, S. L. Moshier): relative error <= 2.5e-7 over the range.
+_ASIN_F32 = (4.2163199048e-2, 2.4181311049e-2, 4.5470025998e-2, 7.4953002686e-2,
+             1.6666752422e-1)
+
+
+def _arccos_f32(c):
+    """``arccos(c)`` for ``c`` in ``[-1, 1]``, single precision, by a polynomial and one sqrt.
+
+    XLA's CPU ``acos`` goes through ``atan2`` and runs ~25x slower than this branch-free
+    form (it dominates the ReLU kernels: 36 ms vs 1.4 ms for 10^6 cosines).  Half-angle
+    reduction: for ``|c| > 1/2``, ``arccos|c| = 2 asin(sqrt((1 - |c|) / 2))``; else
+    ``arccos c = pi/2 - asin c``.  Max abs error 3e-7 on [-1, 1] (XLA's: 2.6e-7), relative
+    error 1.1e-7 near ``c = +-1`` (``tests/kernels/test_closed_form.py``).
+    """
+    a = jnp.abs(c)
+    big = a > 0.5
+    z = jnp.where(big, 0.5 * (1.0 - a), c * c)
+    x = jnp.where(big, jnp.sqrt(z), c)
+    poly = _ASIN_F32[0]
+    for coef in _ASIN_F32[1:]:
+        poly = poly * z + coef
+    s = x + x * z * poly  # asin(x)
+    pi = jnp.asarray(np.pi, c.dtype)
+    return jnp.where(big, jnp.where(c > 0, 2.0 * s, pi - 2.0 * s), 0.5 * pi - s)
+
+
+def _arccos(c):
+    """``arccos`` on ``[-1, 1]``: the fast polynomial in float32 and below, XLA's in float64."""
+    c = jnp.asarray(c)
+    if jnp.dtype(c.dtype).itemsize <= 4 and jnp.issubdtype(c.dtype, jnp.floating):
+        return _arccos_f32(c.astype(jnp.float32)).astype(c.dtype)
+    return jnp.arccos(c)
+
+
 @jax.custom_jvp
 def _safe_arccos(c):
-    return jnp.arccos(jnp.clip(c, -1.0, 1.0))
+    return _arccos(jnp.clip(c, -1.0, 1.0))
 
 
 @_safe_arccos.defjvp

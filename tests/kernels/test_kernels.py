@@ -254,6 +254,30 @@ def test_nearly_parallel_inputs_float32(act):
     assert all(bool(jnp.all(jnp.isfinite(t))) for t in g)
 
 
+def test_float32_arccos_matches_float64_reference():
+    # The float32 ReLU kernels use a polynomial arccos (XLA's goes through atan2, ~25x
+    # slower); its error must match a correctly rounded float32 arccos: a few ulp of pi.
+    from layerlab.kernels._closed_form import _arccos
+    c = np.concatenate([np.linspace(-1, 1, 400_001),
+                        1 - np.logspace(-7.5, -0.3, 2000), -1 + np.logspace(-7.5, -0.3, 2000),
+                        [-1.0, -0.5, 0.0, 0.5, 1.0]]).astype(np.float32)
+    ref = np.arccos(c.astype(np.float64))  # independent route: numpy, float64
+    got = np.asarray(jax.jit(_arccos)(jnp.asarray(c)))
+    assert got.dtype == np.float32
+    err = np.abs(got.astype(np.float64) - ref)
+    assert err.max() < 6e-7, err.max()  # 2.5 ulp at pi
+    near = np.abs(c) > 0.99  # relative accuracy where theta or pi - theta is small
+    assert np.max(err[near] / np.maximum(ref[near], 1e-30)) < 4e-7
+    assert got[c == 1.0][0] == 0.0 and got[c == 0.0][0] == np.float32(np.pi / 2)
+    # a kernel built on it agrees with the float64 recursion to float32 accuracy
+    x = jax.random.normal(jax.random.key(3), (64, 20), jnp.float32)
+    k = fc_kernels(x, depth=3, w_var=W_VAR, b_var=B_VAR)
+    with jax.enable_x64(True):
+        k64 = fc_kernels(np.asarray(x, np.float64), depth=3, w_var=W_VAR, b_var=B_VAR)
+    for a, b in zip(k, k64):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6)
+
+
 def test_float32_diagonal_is_exact():
     # With x2=None the diagonal cosine is exactly 1; a rounded cosine 1 - O(eps) would
     # give theta ~ sqrt(eps) ~ 3e-4 and a ~1e-4 relative NTK error on the diagonal.
