@@ -133,7 +133,8 @@ def make_network(
         v = head.init(key, feats, train=False)
         return {"params": v["params"], "batch_stats": v.get("batch_stats", {})}
 
-    def head_apply(variables, feats, train=False):
+    def head_apply(variables, feats):
+        # inference: batch norm uses its running statistics (training: classifier_step)
         v = {"params": variables["params"]}
         if variables.get("batch_stats"):
             v["batch_stats"] = variables["batch_stats"]
