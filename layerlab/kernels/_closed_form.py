@@ -55,6 +55,7 @@ References:
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -246,6 +247,47 @@ def _check_variance(name: str, v, depth: int, dtype) -> jax.Array:
 
 
 # ------------------------------------------------------------------------- the kernels
+def _fc_recursion(x1, x2, w, b, *, mode, depth, step_fn, with_ntk, return_all_layers):
+    """The layer recursion of :func:`fc_kernels` (inputs validated, ``mode`` resolved)."""
+    d = x1.shape[1]
+    if mode in ("diag", "dsym"):
+        xa = x1 if x2 is None else x2
+        dot12 = jnp.sum(x1 * xa, axis=1) / d
+    elif x2 is None:
+        dot12 = x1 @ x1.T / d
+    else:
+        dot12 = x1 @ x2.T / d
+    sq1 = jnp.sum(x1 * x1, axis=1) / d
+    sq2 = sq1 if (x2 is None) else jnp.sum(x2 ** 2, axis=1) / d
+
+    k12 = b[0] + w[0] * dot12
+    k11 = b[0] + w[0] * sq1
+    k22 = b[0] + w[0] * sq2
+    if mode == "sym":  # keep the diagonal exactly equal to k11
+        k12 = jnp.where(jnp.eye(k12.shape[0], dtype=bool), k11[:, None], k12)
+    ntk = k12 if with_ntk else None
+
+    def layer(carry, wb):
+        k11, k12, k22, ntk = carry
+        w_l, b_l = wb
+        post11, post12, post22, dot12 = step_fn(k11, k12, k22, mode, with_ntk)
+        k12 = b_l + w_l * post12
+        if with_ntk:
+            ntk = k12 + w_l * dot12 * ntk
+        new = (b_l + w_l * post11, k12, b_l + w_l * post22, ntk)
+        return new, (k12, ntk)
+
+    k0 = k12
+    (k11, k12, k22, ntk), (all_nngp, all_ntk) = jax.lax.scan(
+        layer, (k11, k12, k22, ntk), (w[1:], b[1:]), unroll=max(1, min(depth, _MAX_UNROLL)))
+    if return_all_layers:
+        out = FCKernel(jnp.concatenate([k0[None], all_nngp]),
+                       jnp.concatenate([k0[None], all_ntk]) if with_ntk else None)
+    else:
+        out = FCKernel(k12, ntk)
+    return out, sq1
+
+
 def fc_kernels(
     x1: ArrayLike,
     x2: ArrayLike | None = None,
@@ -310,47 +352,18 @@ def fc_kernels(
     x1 = x1.astype(dtype)
     w = _check_variance("w_var", w_var, depth, dtype)
     b = _check_variance("b_var", b_var, depth, dtype)
-    d = x1.shape[1]
-
-    if diagonal:
-        mode = "dsym" if x2 is None else "diag"
-        xa = x1 if x2 is None else x2.astype(dtype)
-        dot12 = jnp.sum(x1 * xa, axis=1) / d
-    elif x2 is None:
-        mode = "sym"
-        dot12 = x1 @ x1.T / d
-    else:
-        mode = "full"
-        dot12 = x1 @ x2.astype(dtype).T / d
-    sq1 = jnp.sum(x1 * x1, axis=1) / d
-    sq2 = sq1 if (x2 is None) else jnp.sum(x2.astype(dtype) ** 2, axis=1) / d
-
-    k12 = b[0] + w[0] * dot12
-    k11 = b[0] + w[0] * sq1
-    k22 = b[0] + w[0] * sq2
-    if mode == "sym":  # keep the diagonal exactly equal to k11
-        k12 = jnp.where(jnp.eye(k12.shape[0], dtype=bool), k11[:, None], k12)
-    ntk = k12 if with_ntk else None
+    x2 = None if x2 is None else x2.astype(dtype)
     step_fn = _relu_step if activation == "relu" else _erf_step
-
-    def layer(carry, wb):
-        k11, k12, k22, ntk = carry
-        w_l, b_l = wb
-        post11, post12, post22, dot12 = step_fn(k11, k12, k22, mode, with_ntk)
-        k12 = b_l + w_l * post12
-        if with_ntk:
-            ntk = k12 + w_l * dot12 * ntk
-        new = (b_l + w_l * post11, k12, b_l + w_l * post22, ntk)
-        return new, (k12, ntk)
-
-    k0 = k12
-    (k11, k12, k22, ntk), (all_nngp, all_ntk) = jax.lax.scan(
-        layer, (k11, k12, k22, ntk), (w[1:], b[1:]), unroll=max(1, min(depth, _MAX_UNROLL)))
-    if return_all_layers:
-        out = FCKernel(jnp.concatenate([k0[None], all_nngp]),
-                       jnp.concatenate([k0[None], all_ntk]) if with_ntk else None)
-    else:
-        out = FCKernel(k12, ntk)
+    # The recursion is elementwise and cheap (~2 passes over [n1, n2] per layer) but keeps
+    # several [n1, n2] residuals for the backward pass.  Recomputing it there instead
+    # (jax.checkpoint) saves that memory and, on CPU, avoids an XLA scheduling pathology: a
+    # DGL loss on this kernel took 0.46 s for value + gradient with the residuals kept and
+    # 0.25 s with them recomputed (N = 1000, d = 20, depth 2; docs/kernels.md).
+    core = jax.checkpoint(functools.partial(
+        _fc_recursion, mode=("dsym" if x2 is None else "diag") if diagonal else
+        ("sym" if x2 is None else "full"), depth=depth, step_fn=step_fn, with_ntk=with_ntk,
+        return_all_layers=return_all_layers))
+    out, sq1 = core(x1, x2, w, b)
     # eager only: an overflow (inputs of huge norm) is an error, not a result
     return check_result_finite(
         out, f"{activation} kernels of depth {depth}", fn="fc_kernels",
