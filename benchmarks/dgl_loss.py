@@ -13,7 +13,10 @@ inverse ``N^3/3``, the symmetric product ``B diag(w) B`` ``N^3``); ``naive_inv``
 (LU + inverse ``2 N^3``, its VJP ``-B^T G B^T`` two products ``4 N^3``).  Achieved FLOP/s are
 reported as a fraction of the same-run matmul rate ``2 N^3 / t``.  Also: kernel evaluation time of
 the native ``layerlab.kernels.relu_nngp`` vs the neural-tangents ``stax`` ``kernel_fn``
-(N = 10 000 by default).
+(N = 10 000 by default).  And the composed LEGO step: DGL value + gradient w.r.t. the features
+``h [N, 20]`` of a depth-2 ReLU top kernel (the BMNIST 3/20 first layer, ``--lego-n``), with
+XLA's ``acos`` or the float32 polynomial, and with the kernel's residuals stored or
+recomputed (``jax.checkpoint``, the default of ``fc_kernels``).
 
     python -m benchmarks.dgl_loss                  # N = 500 .. 4000, pinned to one core
     python -m benchmarks.dgl_loss --max-n 8000     # the full range
@@ -75,8 +78,49 @@ def build_parser():
     ap.add_argument("--threads", default="1", choices=["1", "all"],
                     help="'1': pin to one core with single-threaded Eigen (stable ratios on a "
                     "shared machine); 'all': XLA's default threading")
+    ap.add_argument("--lego-n", type=int, default=1000,
+                    help="points of the composed LEGO-step timing (kernel + DGL, 0: skip)")
     add_output_flags(ap, "dgl_loss")
     return ap
+
+
+def _composed(n, repeats):
+    """DGL value+grad w.r.t. features through a depth-2 ReLU top kernel, four variants."""
+    import functools
+
+    from layerlab.kernels import _closed_form as cf
+
+    k1, k2 = jax.random.split(jax.random.key(n))
+    h = jax.nn.relu(jax.random.normal(k1, (n, 20)))
+    Y = jax.nn.one_hot(jax.random.randint(k2, (n,), 0, 10), 10)
+    w = jnp.full((3,), 2.0)
+    b = jnp.full((3,), 0.1)
+
+    def kernel(h, remat):
+        rec = functools.partial(cf._fc_recursion, mode="sym", depth=2, step_fn=cf._relu_step,
+                                with_ntk=False, return_all_layers=False)
+        rec = jax.checkpoint(rec) if remat else rec
+        return rec(h, None, w, b)[0].nngp
+
+    def loss(h, remat):
+        K = kernel(h, remat)
+        return dgl.dgl_loss(K, Y, eps2=0.01 * jnp.mean(jnp.diagonal(K)))
+
+    out, fast = {}, cf._arccos
+    try:
+        for acos in ("xla", "poly"):
+            cf._arccos = jnp.arccos if acos == "xla" else fast  # read when tracing
+            for remat in (False, True):
+                f = jax.jit(jax.value_and_grad(functools.partial(loss, remat=remat)))
+                out[f"{acos}_acos_{'recompute' if remat else 'store'}"] = timeit(
+                    f, h, repeats=repeats)
+    finally:
+        cf._arccos = fast
+    med = {k: v["median_s"] for k, v in out.items()}
+    return {"what": "DGL value+grad wrt features h through a depth-2 ReLU top kernel",
+            "N": n, "d": 20, "C": 10, "timings": out, "median_s": med,
+            "speedup_poly_recompute_vs_xla_store": med["xla_acos_store"]
+            / med["poly_acos_recompute"]}
 
 
 def main(argv=None):
@@ -152,8 +196,12 @@ def main(argv=None):
             / tk["native_relu_nngp"]["median_s"], "max_rel_diff": diff}
     print(f"kernel N={nk}: native {tk['native_relu_nngp']['median_s']:.3f}s, "
           f"nt {tk['neural_tangents_stax']['median_s']:.3f}s")
+    comp = _composed(args.lego_n, max(args.repeats, 5)) if args.lego_n else None
+    if comp:
+        print(f"composed LEGO step N={args.lego_n}: " + ", ".join(
+            f"{k} {v:.3f}s" for k, v in comp["median_s"].items()))
     write_json(out / "dgl_loss.json", {"records": records, "kernel": krec,
-                                       "threads": args.threads})
+                                       "composed": comp, "threads": args.threads})
     _plot(records, out / "dgl_loss.png")
     print(f"wrote {out}")
 
