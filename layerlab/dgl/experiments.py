@@ -62,6 +62,7 @@ __all__ = [
     "run_table1_row",
     "merge_table1",
     "run_table1",
+    "add_full_n_comparison",
     "run_lego_ablation",
     "run_fig1",
     "run_fig4",
@@ -515,28 +516,107 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
                             "b_var": np.asarray(v.b_var).tolist()},
            "end_to_end": e2e, "lego": lego, "random": rand}
     if row in cfg.full_n_rows and seed == 0:
-        # issue item 3: the same LEGO (selected per-layer lr/wd, same steps) with the full-N
-        # DGL versus the mini-batch estimator, accuracy and wall time of the DGL training
-        cmp = {}
-        for name, batch in (("minibatch", cfg.dgl_batch), ("full_n", None)):
-            t0 = time.perf_counter()
-            pf, hf, hfv, lay = _lego(k_full, p0, d, v, cfg, batch=batch,
-                                     lrs=[li["lr"] for li in layers],
-                                     wds=[li["wd"] for li in layers],
-                                     steps=cfg.full_n_steps or cfg.dgl_steps,
-                                     progress=progress, desc=f"{row} LEGO {name}")
-            hd, _ = _readout(cfg, kind, hf, y, hfv, d["val"][1], p0[-1],
-                             jax.random.fold_in(k_full, 11), progress)
-            pf[-1] = hd
-            cmp[name] = {"test": acc(pf, xt, lt), "batch": batch,
-                         "dgl_wall_s": sum(li["wall_s"] for li in lay),
-                         "steps": cfg.full_n_steps or cfg.dgl_steps,
-                         "wall_s": time.perf_counter() - t0}
-        out["full_n_vs_minibatch"] = cmp
+        out["full_n_vs_minibatch"] = _full_n_comparison(
+            cfg, row, k_full, p0, d, v, [(li["lr"], li["wd"]) for li in layers], kind,
+            progress=progress)
     out["wall_s"] = time.perf_counter() - t_row
     out["device"] = jax.devices()[0].device_kind
     out["config"] = dataclasses.asdict(cfg)
     return out
+
+
+def _full_n_comparison(cfg: Table1Config, row: str, key, p0, d, v: LayerVariances,
+                       lr_wd: Sequence[tuple[float, float]], kind: str, *,
+                       progress: bool) -> dict:
+    """Issue item 3: LEGO rerun with the selected per-layer (lr, wd) and the same number of
+    steps, once with the mini-batch DGL (``cfg.dgl_batch``) and once with the full-N DGL;
+    test accuracy and wall time of each."""
+    xt, _, lt = d["test"]
+    y = d["train"][1]
+    cmp = {}
+    for name, batch in (("minibatch", cfg.dgl_batch), ("full_n", None)):
+        t0 = time.perf_counter()
+        pf, hf, hfv, lay = _lego(key, p0, d, v, cfg, batch=batch,
+                                 lrs=[lr for lr, _ in lr_wd], wds=[wd for _, wd in lr_wd],
+                                 steps=cfg.full_n_steps or cfg.dgl_steps,
+                                 progress=progress, desc=f"{row} LEGO {name}")
+        hd, _ = _readout(cfg, kind, hf, y, hfv, d["val"][1], p0[-1],
+                         jax.random.fold_in(key, 11), progress)
+        pf[-1] = hd
+        acc = 100.0 * float(probes.accuracy(nets.mlp_apply(pf, xt), lt))
+        cmp[name] = {"test": acc, "batch": batch,
+                     "dgl_wall_s": sum(li["wall_s"] for li in lay),
+                     "steps": cfg.full_n_steps or cfg.dgl_steps,
+                     "val_dgl_first_best": [li["val_dgl_first_best"] for li in lay],
+                     "wall_s": time.perf_counter() - t0}
+    cmp["device"] = jax.devices()[0].device_kind
+    return cmp
+
+
+def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.PathLike | None =
+                          None, full_n_steps: int | None = None,
+                          progress: bool = True) -> dict:
+    """The full-N vs mini-batch comparison (issue item 3) for a Table I part written without
+    it (e.g. ``--full-n none`` on a short GPU lease), without rerunning steps 1-5.
+
+    The part's own configuration (N, width, init, eps, grids, readout) is used; the random
+    init, split and LEGO key are rebuilt from ``key`` exactly as :func:`run_table1_row` does
+    (``key`` is that function's key: ``fold_in(run key, seed)``), the MF variances and each
+    layer's selected (lr, wd) are read from the part.  The part's MF variances are stored to
+    6 significant digits, so the top kernel differs from the in-run one in the 7th digit.
+
+    Args:
+      part: a dict as written by :func:`run_table1` (``<row>_seed<k>.json``).
+      key: the row's key.  data_dir: where the datasets are (this machine's).
+      full_n_steps: Adam steps per layer (default: the part's ``full_n_steps``).
+    Returns:
+      A copy of ``part`` with ``"full_n_vs_minibatch"`` added.
+    """
+    fields = {f.name for f in dataclasses.fields(Table1Config)}
+    conf = {k: tuple(x) if isinstance(x, list) else x
+            for k, x in part.get("config", {}).items() if k in fields}
+    conf["data_dir"] = data_dir
+    if full_n_steps is not None:
+        conf["full_n_steps"] = full_n_steps
+    cfg = Table1Config(**conf)
+    row = part["row"]
+    if row not in ROWS:
+        raise ValueError(f"add_full_n_comparison: part['row'] must be one of {sorted(ROWS)}; "
+                         f"got {row!r}.")
+    dataset, L, _, _ = ROWS[row]
+    width = cfg.width(row)
+    if (part.get("width"), part.get("n_train")) != (width, cfg.n_train(dataset)):
+        raise ValueError(
+            f"add_full_n_comparison: the part's width/n_train {part.get('width')}/"
+            f"{part.get('n_train')} do not match its config's {width}/{cfg.n_train(dataset)}.")
+    d = prepare_row_data(dataset, cfg.n_train(dataset), part["seed"], cfg.data_dir)
+    x = d["train"][0]
+    k_init, _, _, k_full = jax.random.split(key, 4)
+    p0 = nets.mlp_init(k_init, [x.shape[1]] + [width] * L + [d["num_classes"]], init=cfg.init)
+    mv = part["mf_variances"]
+    v = LayerVariances(jnp.asarray(mv["w_var"], jnp.float32),
+                       jnp.asarray(mv["b_var"], jnp.float32))
+    lr_wd = [(li["lr"], li["wd"]) for li in part["lego"]["layers"]]
+    if len(lr_wd) != L:
+        raise ValueError(f"add_full_n_comparison: the part has {len(lr_wd)} LEGO layers; "
+                         f"row {row} has {L}.")
+    kind = "sgd" if dataset == "BMNIST2k" else "adam"
+    t0 = time.perf_counter()
+    with jax.default_matmul_precision("highest"):
+        cmp = _full_n_comparison(cfg, row, k_full, p0, d, v, lr_wd, kind, progress=progress)
+    cmp["added_after_run"] = True
+    out = dict(part)
+    out["full_n_vs_minibatch"] = cmp
+    out["wall_s"] = part.get("wall_s", 0.0) + (time.perf_counter() - t0)
+    return out
+
+
+def _write_part(path: pathlib.Path, part: dict) -> None:
+    from layerlab.record import to_jsonable
+
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(to_jsonable(part)))
+    tmp.replace(path)
 
 
 def _part_path(parts_dir: pathlib.Path, row: str, seed: int) -> pathlib.Path:
@@ -597,7 +677,10 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
                                     c[nm]["test"], None, "%", note=(
                                         f"DGL training wall {c[nm]['dgl_wall_s']:.1f} s, "
                                         f"batch {c[nm]['batch']}, {c[nm].get('steps')} steps "
-                                        "per layer, the same selected lr/wd")))
+                                        "per layer, the same selected lr/wd"
+                                        + (f", on {c['device']}" if "device" in c else "")
+                                        + (", added to the part after its run"
+                                           if c.get("added_after_run") else ""))))
 
     def cmp(rid, a, b, slack=0.0):
         if (rid, a) not in means or (rid, b) not in means:
@@ -654,20 +737,28 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
 
     parts_dir = pathlib.Path(parts_dir or tempfile.mkdtemp(prefix="dgl_table1_"))
     parts_dir.mkdir(parents=True, exist_ok=True)
-    from layerlab.record import to_jsonable
 
     with jax.default_matmul_precision("highest"):
         for row in cfg.rows:
             for s in range(cfg.seeds):
                 path = _part_path(parts_dir, row, s)
                 if path.exists():
+                    part = json.loads(path.read_text())
+                    if (row in cfg.full_n_rows and s == 0
+                            and "full_n_vs_minibatch" not in part):
+                        part = add_full_n_comparison(
+                            part, key=jax.random.fold_in(key, s), data_dir=cfg.data_dir,
+                            full_n_steps=cfg.full_n_steps, progress=progress)
+                        _write_part(path, part)
+                        c = part["full_n_vs_minibatch"]
+                        print(f"[{row} seed {s}] full-N vs mini-batch LEGO test acc: "
+                              f"{c['full_n']['test']:.2f} vs {c['minibatch']['test']:.2f}",
+                              flush=True)
                     continue
                 out = run_table1_row(cfg, row, s, key=jax.random.fold_in(key, s),
                                      progress=progress)
                 out["command"] = command
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(to_jsonable(out)))
-                tmp.replace(path)
+                _write_part(path, out)
                 print(f"[{row} seed {s}] test acc: e2e {out['end_to_end']['test']:.2f}  "
                       f"LEGO {out['lego']['test']:.2f}  random {out['random']['test']:.2f}  "
                       f"({out['wall_s']:.0f} s)", flush=True)

@@ -11,6 +11,7 @@ import pytest
 
 from layerlab import dgl
 from layerlab.dgl import experiments as ex
+from layerlab.record import to_jsonable
 
 
 def _rows_as_set(x):
@@ -185,3 +186,40 @@ def test_iterative_readout_row_and_protocols_do_not_mix(tmp_path, shared_data):
     rec = ex.merge_table1(tmp_path)
     assert "readout iterative, init he" in next(
         r for r in rec.rows if r.name.startswith("BMNIST2k L=2") and r.ours is not None).note
+
+
+@pytest.mark.datasets("mnist")
+def test_full_n_comparison_added_to_a_part_equals_the_in_run_one(tmp_path, shared_data):
+    # A part written without the full-N comparison (``--full-n none``) gets it on a later run
+    # with the row in ``full_n_rows``, rebuilt from the part (keys, init, MF variances,
+    # selected lr/wd), without rerunning steps 1-5; it equals the in-run comparison up to
+    # the 6-digit rounding of the stored MF variances.
+    key = jax.random.key(0)
+    cfg_in = ex.Table1Config.smoke(data_dir=str(shared_data))
+    out = ex.run_table1_row(cfg_in, "bmnist-2x20", 0, key=jax.random.fold_in(key, 0),
+                            progress=False)
+    want = out.pop("full_n_vs_minibatch")
+    path = tmp_path / "bmnist-2x20_seed0.json"
+    path.write_text(json.dumps(to_jsonable(out)))  # as run_table1 writes a part
+    before = json.loads(path.read_text())
+    rec = ex.run_table1(cfg_in, key=key, progress=False, parts_dir=tmp_path)
+    after = json.loads(path.read_text())
+    got = after["full_n_vs_minibatch"]
+    assert got["added_after_run"] is True
+    assert after["lego"] == before["lego"] and after["end_to_end"] == before["end_to_end"]
+    for name, batch in (("minibatch", cfg_in.dgl_batch), ("full_n", None)):
+        assert got[name]["batch"] == batch
+        np.testing.assert_allclose(got[name]["val_dgl_first_best"],
+                                   want[name]["val_dgl_first_best"], rtol=1e-4)
+        assert abs(got[name]["test"] - want[name]["test"]) <= 0.5
+    # the full-N and the mini-batch runs differ (the estimators are not the same loss)
+    assert got["full_n"]["val_dgl_first_best"] != got["minibatch"]["val_dgl_first_best"]
+    names = [r.name for r in rec.rows]
+    assert "BMNIST2k L=2 d=20 LEGO full_n DGL test acc (seed 0)" in names
+    note = next(r.note for r in rec.rows if r.name.endswith("full_n DGL test acc (seed 0)"))
+    assert "added to the part after its run" in note
+    # a part whose config does not match its sizes is refused with the argument named
+    bad = dict(before, width=7)
+    with pytest.raises(ValueError, match="width/n_train"):
+        ex.add_full_n_comparison(bad, key=jax.random.fold_in(key, 0), data_dir=str(shared_data),
+                                 progress=False)
