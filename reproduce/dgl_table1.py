@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         rec = ex.merge_table1(parts)
     else:
         rec = ex.run_table1(cfg, key=jax.random.key(0), progress=not args.no_progress,
-                            parts_dir=parts, command=command)
+                            parts_dir=parts, command=command,
+                            checkpoint_dir=_cli.checkpoint_dir(args))
     _cli.finish(args, rec, figure=lambda path: ex.plot_table1(rec, path), argv=flags)
     return 0
 

@@ -451,34 +451,81 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     return _take(st.params, i), info
 
 
+class _StepCache:
+    """The finished steps of one Table I (row, seed): the end-to-end run and each LEGO layer,
+    so a stopped run resumes per step instead of per seed (a paper-scale LEGO layer is
+    ~25 min on a CPU).  ``<dir>/<name>.npz`` holds the step's parameters (leaves in tree
+    order), ``<dir>/<name>.json`` its info, written last: a step counts as done only when
+    both are there.  ``path=None``: nothing is cached."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = None if path is None else pathlib.Path(path)
+
+    def load(self, name: str, like: Any) -> tuple[Any, dict] | None:
+        if self.path is None or not (self.path / f"{name}.json").exists():
+            return None
+        with np.load(self.path / f"{name}.npz") as z:
+            leaves = [jnp.asarray(z[f"a{i}"]) for i in range(len(z.files))]
+        tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
+        return tree, json.loads((self.path / f"{name}.json").read_text())
+
+    def save(self, name: str, tree: Any, info: dict) -> None:
+        if self.path is None:
+            return
+        from layerlab.record import to_jsonable
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        leaves = jax.tree_util.tree_leaves(tree)
+        tmp = self.path / f"{name}.tmp.npz"
+        np.savez(tmp, **{f"a{i}": np.asarray(a) for i, a in enumerate(leaves)})
+        tmp.replace(self.path / f"{name}.npz")
+        tj = self.path / f"{name}.json.tmp"
+        tj.write_text(json.dumps(to_jsonable(info)))
+        tj.replace(self.path / f"{name}.json")
+
+
 def _relu_layer(layer, h):
     return jax.nn.relu(h @ layer["w"] + layer["b"][None, :])
 
 
 def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, wds=None,
-          steps=None, progress, desc):
+          steps=None, progress, desc, cache: _StepCache | None = None, tag: str = "lego"):
     x, y, _ = d["train"]
     xv, yv, _ = d["val"]
     L = len(p0) - 1
     params = [dict(p) for p in p0]
     h, hv, layers = x, xv, []
+    cache = cache or _StepCache(None)
     for i in range(L):
         key, sub = jax.random.split(key)
         lr_i = (lrs[i],) if lrs is not None else cfg.dgl_lrs
         wd_i = (wds[i],) if wds is not None else cfg.dgl_wds
-        params[i], info = _dgl_layer_grid(
-            sub, params[i], h, y, hv, yv, v.w_var[i + 1:], v.b_var[i + 1:], cfg, batch=batch,
-            lrs=lr_i, wds=wd_i, steps=steps or cfg.dgl_steps, evals=cfg.dgl_evals,
-            progress=progress, desc=f"{desc} layer {i + 1}/{L}")
+        done = cache.load(f"{tag}_layer{i + 1}", params[i])
+        if done is not None:
+            params[i], info = done
+        else:
+            params[i], info = _dgl_layer_grid(
+                sub, params[i], h, y, hv, yv, v.w_var[i + 1:], v.b_var[i + 1:], cfg,
+                batch=batch, lrs=lr_i, wds=wd_i, steps=steps or cfg.dgl_steps,
+                evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}")
+            cache.save(f"{tag}_layer{i + 1}", params[i], info)
         layers.append(info)
         h, hv = _relu_layer(params[i], h), _relu_layer(params[i], hv)
     return params, h, hv, layers
 
 
 def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
-                   progress: bool = True) -> dict:
+                   progress: bool = True,
+                   cache_dir: str | os.PathLike | None = None) -> dict:
     """Steps 1-5 for one row and one seed; returns a JSON-able dict of test accuracies (%),
-    the selected hyper-parameters, per-layer DGL curves and wall times."""
+    the selected hyper-parameters, per-layer DGL curves and wall times.
+
+    ``cache_dir``: where finished steps (the end-to-end run, each LEGO layer, each layer of
+    the full-N comparison) are kept; a rerun with the same folder resumes after the last
+    finished step and gives the same result as an uninterrupted run (same keys; the steps'
+    info is stored rounded to 6 digits, as the part itself is).
+    """
+    cache = _StepCache(cache_dir)
     dataset, L, _, _ = ROWS[row]
     width = cfg.width(row)
     t_row = time.perf_counter()
@@ -490,18 +537,23 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
     t0 = time.perf_counter()
     epochs = cfg.e2e_epochs_sgd if kind == "sgd" else cfg.e2e_epochs
-    pe, e2e = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=epochs,
-                          batch=cfg.e2e_batch, monitor_n=cfg.monitor_n,
-                          monitor_evals=cfg.monitor_evals, eps_rel=cfg.eps_rel,
-                          progress=progress, desc=f"{row} s{seed} end-to-end")
-    e2e["wall_s"] = time.perf_counter() - t0
+    done = cache.load("end_to_end", p0)
+    if done is not None:
+        pe, e2e = done
+    else:
+        pe, e2e = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=epochs,
+                              batch=cfg.e2e_batch, monitor_n=cfg.monitor_n,
+                              monitor_evals=cfg.monitor_evals, eps_rel=cfg.eps_rel,
+                              progress=progress, desc=f"{row} s{seed} end-to-end")
+        e2e["wall_s"] = time.perf_counter() - t0
+        cache.save("end_to_end", pe, e2e)
     xt, _, lt = d["test"]
     acc = lambda p, xx, ll: 100.0 * float(probes.accuracy(nets.mlp_apply(p, xx), ll))  # noqa: E731
     e2e["test"] = acc(pe, xt, lt)
     v = mf_variances(pe)
     t0 = time.perf_counter()
     pl, h, hv, layers = _lego(k_lego, p0, d, v, cfg, batch=cfg.dgl_batch, progress=progress,
-                              desc=f"{row} s{seed} LEGO")
+                              desc=f"{row} s{seed} LEGO", cache=cache)
     k_read = jax.random.fold_in(k_lego, 11)
     head, rinfo = _readout(cfg, kind, h, y, hv, d["val"][1], p0[-1], k_read, progress)
     pl[-1] = head
@@ -522,7 +574,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     if row in cfg.full_n_rows and seed == 0:
         out["full_n_vs_minibatch"] = _full_n_comparison(
             cfg, row, k_full, p0, d, v, [(li["lr"], li["wd"]) for li in layers], kind,
-            progress=progress)
+            progress=progress, cache=cache)
     out["wall_s"] = time.perf_counter() - t_row
     out["device"] = jax.devices()[0].device_kind
     out["config"] = dataclasses.asdict(cfg)
@@ -531,7 +583,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
 
 def _full_n_comparison(cfg: Table1Config, row: str, key, p0, d, v: LayerVariances,
                        lr_wd: Sequence[tuple[float, float]], kind: str, *,
-                       progress: bool) -> dict:
+                       progress: bool, cache: _StepCache | None = None) -> dict:
     """Issue item 3: LEGO rerun with the selected per-layer (lr, wd) and the same number of
     steps, once with the mini-batch DGL (``cfg.dgl_batch``) and once with the full-N DGL;
     test accuracy and wall time of each."""
@@ -543,7 +595,8 @@ def _full_n_comparison(cfg: Table1Config, row: str, key, p0, d, v: LayerVariance
         pf, hf, hfv, lay = _lego(key, p0, d, v, cfg, batch=batch,
                                  lrs=[lr for lr, _ in lr_wd], wds=[wd for _, wd in lr_wd],
                                  steps=cfg.full_n_steps or cfg.dgl_steps,
-                                 progress=progress, desc=f"{row} LEGO {name}")
+                                 progress=progress, desc=f"{row} LEGO {name}",
+                                 cache=cache, tag=f"full_n_cmp_{name}")
         hd, _ = _readout(cfg, kind, hf, y, hfv, d["val"][1], p0[-1],
                          jax.random.fold_in(key, 11), progress)
         pf[-1] = hd
@@ -558,8 +611,8 @@ def _full_n_comparison(cfg: Table1Config, row: str, key, p0, d, v: LayerVariance
 
 
 def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.PathLike | None =
-                          None, full_n_steps: int | None = None,
-                          progress: bool = True) -> dict:
+                          None, full_n_steps: int | None = None, progress: bool = True,
+                          cache_dir: str | os.PathLike | None = None) -> dict:
     """The full-N vs mini-batch comparison (issue item 3) for a Table I part written without
     it (e.g. ``--full-n none`` on a short GPU lease), without rerunning steps 1-5.
 
@@ -573,6 +626,7 @@ def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.Path
       part: a dict as written by :func:`run_table1` (``<row>_seed<k>.json``).
       key: the row's key.  data_dir: where the datasets are (this machine's).
       full_n_steps: Adam steps per layer (default: the part's ``full_n_steps``).
+      cache_dir: where finished layers are kept (resume), as in :func:`run_table1_row`.
     Returns:
       A copy of ``part`` with ``"full_n_vs_minibatch"`` added.
     """
@@ -607,7 +661,8 @@ def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.Path
     kind = "sgd" if dataset == "BMNIST2k" else "adam"
     t0 = time.perf_counter()
     with jax.default_matmul_precision("highest"):
-        cmp = _full_n_comparison(cfg, row, k_full, p0, d, v, lr_wd, kind, progress=progress)
+        cmp = _full_n_comparison(cfg, row, k_full, p0, d, v, lr_wd, kind, progress=progress,
+                                 cache=_StepCache(cache_dir))
     cmp["added_after_run"] = True
     out = dict(part)
     out["full_n_vs_minibatch"] = cmp
@@ -732,15 +787,25 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
 
     Args:
       cfg: :class:`Table1Config`.  key: PRNG key (seed ``s`` uses ``fold_in(key, s)``).
-      progress: progress bars.  checkpoint_dir: unused (each fit is short; resumption is
-        per row and seed through ``parts_dir``).  parts_dir: where per-row parts live
-        (default: a temporary folder).  command: the command line, kept in each part (the
-        merged record lists the commands of all its parts).
+      progress: progress bars.  checkpoint_dir: where the finished steps of an unfinished
+        (row, seed) are kept, ``<checkpoint_dir>/<row>_seed<k>/`` (default: next to the
+        parts, ``<parts_dir>/<row>_seed<k>.steps/``); a rerun resumes after the last
+        finished step (end-to-end run, LEGO layer) and the folder is removed once the part
+        is written.  parts_dir: where per-row parts live (default: a temporary folder).
+        command: the command line, kept in each part (the merged record lists the commands
+        of all its parts).
     """
     import tempfile
 
     parts_dir = pathlib.Path(parts_dir or tempfile.mkdtemp(prefix="dgl_table1_"))
     parts_dir.mkdir(parents=True, exist_ok=True)
+
+    import shutil
+
+    def steps_dir(row, s):
+        if checkpoint_dir is not None:
+            return pathlib.Path(checkpoint_dir) / f"{row}_seed{s}"
+        return pathlib.Path(parts_dir) / f"{row}_seed{s}.steps"
 
     with jax.default_matmul_precision("highest"):
         for row in cfg.rows:
@@ -752,17 +817,20 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                             and "full_n_vs_minibatch" not in part):
                         part = add_full_n_comparison(
                             part, key=jax.random.fold_in(key, s), data_dir=cfg.data_dir,
-                            full_n_steps=cfg.full_n_steps, progress=progress)
+                            full_n_steps=cfg.full_n_steps, progress=progress,
+                            cache_dir=steps_dir(row, s))
                         _write_part(path, part)
+                        shutil.rmtree(steps_dir(row, s), ignore_errors=True)
                         c = part["full_n_vs_minibatch"]
                         print(f"[{row} seed {s}] full-N vs mini-batch LEGO test acc: "
                               f"{c['full_n']['test']:.2f} vs {c['minibatch']['test']:.2f}",
                               flush=True)
                     continue
                 out = run_table1_row(cfg, row, s, key=jax.random.fold_in(key, s),
-                                     progress=progress)
+                                     progress=progress, cache_dir=steps_dir(row, s))
                 out["command"] = command
                 _write_part(path, out)
+                shutil.rmtree(steps_dir(row, s), ignore_errors=True)
                 print(f"[{row} seed {s}] test acc: e2e {out['end_to_end']['test']:.2f}  "
                       f"LEGO {out['lego']['test']:.2f}  random {out['random']['test']:.2f}  "
                       f"({out['wall_s']:.0f} s)", flush=True)

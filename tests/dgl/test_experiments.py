@@ -223,3 +223,52 @@ def test_full_n_comparison_added_to_a_part_equals_the_in_run_one(tmp_path, share
     with pytest.raises(ValueError, match="width/n_train"):
         ex.add_full_n_comparison(bad, key=jax.random.fold_in(key, 0), data_dir=str(shared_data),
                                  progress=False)
+
+
+@pytest.mark.datasets("mnist")
+def test_a_stopped_table1_seed_resumes_after_its_last_finished_step(tmp_path, shared_data,
+                                                                    monkeypatch):
+    # Stop a seed inside LEGO layer 2 (after the end-to-end run and layer 1 finished), rerun:
+    # the finished steps are not recomputed and the part equals an uninterrupted run's.
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data), full_n_rows=())
+    key = jax.random.key(0)
+    ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path / "whole")
+    want = json.loads((tmp_path / "whole" / "bmnist-2x20_seed0.json").read_text())
+    assert not (tmp_path / "whole" / "bmnist-2x20_seed0.steps").exists()  # removed when done
+
+    real_grid = ex._dgl_layer_grid
+    calls = []
+
+    def stop_at_layer_2(*a, **k):
+        calls.append(k["desc"])
+        if k["desc"].endswith("layer 2/2"):
+            raise KeyboardInterrupt
+        return real_grid(*a, **k)
+
+    monkeypatch.setattr(ex, "_dgl_layer_grid", stop_at_layer_2)
+    parts, ck = tmp_path / "parts", tmp_path / "ck"
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_table1(cfg, key=key, progress=False, parts_dir=parts, checkpoint_dir=ck)
+    steps = ck / "bmnist-2x20_seed0"
+    assert sorted(p.name for p in steps.iterdir()) == [
+        "end_to_end.json", "end_to_end.npz", "lego_layer1.json", "lego_layer1.npz"]
+    assert not (parts / "bmnist-2x20_seed0.json").exists()
+
+    def no_end_to_end(*a, **k):
+        raise AssertionError("the finished end-to-end step was recomputed")
+
+    monkeypatch.setattr(ex, "_end_to_end", no_end_to_end)
+    monkeypatch.setattr(ex, "_dgl_layer_grid", real_grid)
+    calls.clear()
+    real_grid2 = ex._dgl_layer_grid
+    monkeypatch.setattr(ex, "_dgl_layer_grid",
+                        lambda *a, **k: calls.append(k["desc"]) or real_grid2(*a, **k))
+    ex.run_table1(cfg, key=key, progress=False, parts_dir=parts, checkpoint_dir=ck)
+    assert calls == ["bmnist-2x20 s0 LEGO layer 2/2"]  # only the unfinished layer ran
+    got = json.loads((parts / "bmnist-2x20_seed0.json").read_text())
+    assert not steps.exists()
+    for col in ("end_to_end", "lego", "random"):
+        assert got[col]["test"] == want[col]["test"]
+    assert got["mf_variances"] == want["mf_variances"]
+    strip = lambda layers: [{k: v for k, v in li.items() if k != "wall_s"} for li in layers]  # noqa: E731
+    assert strip(got["lego"]["layers"]) == strip(want["lego"]["layers"])
