@@ -16,13 +16,15 @@ state is at hand) and after every epoch scores the head three ways:
 
     python -m reproduce._dmn_bn --out results/dmn/ablation      # ~10 min on this CPU
 
-Writes ``<out>/bn_outlier.json``.
+Writes ``<out>/bn_outlier.json`` and ``<out>/bn_outlier.png`` (``--plot-only`` redraws the
+figure from an existing JSON).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import pathlib
+import sys
 import time
 
 import jax
@@ -56,12 +58,42 @@ def _bn_population_stats(net, variables, feats, chunk=1000):
     return out
 
 
+def plot(out: dict, path) -> None:
+    """Validation and training accuracy per epoch under the three BN statistics."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ep = [c["epoch"] for c in out["curve"]]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    for ax, split in zip(axes, ("val", "train")):
+        for how, style in (("running", "o-"), ("recalibrated", "s-"), ("batch", "^--")):
+            if how in out["curve"][0][split]:
+                ax.plot(ep, [c[split][how] for c in out["curve"]], style, label=how, ms=4)
+        paper = out["paper_val"] if split == "val" else out["paper_train"]
+        if paper is not None:
+            ax.axhline(paper, color="gray", ls=":", label="paper (full data, 50 epochs)")
+        ax.set_xlabel("epoch")
+        ax.set_title(f"{out['row']}: {'validation' if split == 'val' else 'training'}")
+    axes[0].set_ylabel("accuracy %")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="results/dmn/ablation")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--row", default="d27,m,c108,m,bn,de10")
+    p.add_argument("--plot-only", action="store_true")
     args = p.parse_args(argv)
+    path = pathlib.Path(args.out)
+    if args.plot_only:
+        plot(json.loads((path / "bn_outlier.json").read_text()), path / "bn_outlier.png")
+        return 0
 
     from layerlab import loop, probes
     from layerlab.dmn import experiments as ex
@@ -130,11 +162,12 @@ def main(argv=None) -> int:
            "paper_val": row.paper_val, "paper_train": row.paper_train,
            "curve": curve, "train_s": train_s, "wall_s": time.perf_counter() - t_all,
            "device": jax.devices()[0].device_kind,
-           "command": "python -m reproduce._dmn_bn " + " ".join(argv or [])}
-    path = pathlib.Path(args.out)
+           "command": " ".join(["python -m reproduce._dmn_bn",
+                                *(sys.argv[1:] if argv is None else argv)]).strip()}
     path.mkdir(parents=True, exist_ok=True)
     (path / "bn_outlier.json").write_text(json.dumps(out, indent=1))
-    print(f"wrote {path / 'bn_outlier.json'}")
+    plot(out, path / "bn_outlier.png")
+    print(f"wrote {path / 'bn_outlier.json'} and {path / 'bn_outlier.png'}")
     return 0
 
 
