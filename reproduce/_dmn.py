@@ -25,6 +25,9 @@ def dmn_flags(p):
                    help="test images per dataset (default: config's; paper: all)")
     p.add_argument("--report", choices=("final", "best"), default=None,
                    help="accuracy after the last epoch, or the best epoch (authors' checkpoint)")
+    p.add_argument("--rows", default=None,
+                   help="comma-separated 1-based numbers of the paper's table rows to run "
+                   "(e.g. 6,7,8: Table 2's first CIFAR-10 rows); default: every row")
     p.add_argument("--no-conv-rows", action="store_true",
                    help="skip the rows that train conv layers end to end (c tokens): the "
                    "DMN-only rows on a CPU; the record is then reduced")
@@ -43,8 +46,20 @@ def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_tab
         n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
         datasets=tuple(args.datasets.split(",")) if args.datasets else None,
         conv_rows=False if args.no_conv_rows else None,
+        row_numbers=row_numbers(args),
     )
     rec = getattr(ex, run)(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))
     _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv)
     return 0
+
+
+def row_numbers(args):
+    """``--rows 6,7,8`` -> ``(6, 7, 8)`` (None when not given)."""
+    if not args.rows:
+        return None
+    try:
+        return tuple(int(t) for t in args.rows.split(",") if t.strip())
+    except ValueError:
+        raise SystemExit(f"--rows takes comma-separated row numbers, e.g. 6,7,8; got "
+                         f"{args.rows!r}") from None

@@ -35,6 +35,7 @@ def main(argv=None) -> int:
         datasets=tuple(args.datasets.split(",")) if args.datasets else None,
         convnet=False if args.no_convnet else None,
         conv_rows=False if args.no_conv_rows else None,
+        row_numbers=_dmn.row_numbers(args),
     )
     rec = ex.run_table(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))

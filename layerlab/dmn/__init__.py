@@ -3,6 +3,7 @@
 Dehmamy, Rohani, Katsaggelos, "Separation of time scales and direct computation
 of weights in deep neural networks" (arXiv:1703.04757).
 """
+from layerlab.dmn._apply import conv3x3 as conv3x3
 from layerlab.dmn._apply import dmn_apply as dmn_apply
 from layerlab.dmn._apply import dmn_conv_apply as dmn_conv_apply
 from layerlab.dmn._apply import dmn_dense_apply as dmn_dense_apply
@@ -93,6 +94,7 @@ __all__ = [
     "layer_spectra",
     "make_network",
     "map_batches",
+    "conv3x3",
     "max_pool_2x2",
     "naive_density_matrix",
     "num_components",

@@ -12,11 +12,28 @@ import optax
 
 from layerlab import loop, probes
 from layerlab.dmn._apply import (
+    conv3x3,
     dmn_apply,
     max_pool_2x2,
 )
 from layerlab.dmn._build import DMNConfig, build_dmn
 from layerlab.dmn._spec import Layer, format_spec, parse_spec, split_spec
+
+
+class Conv3x3(nn.Module):
+    """``nn.Conv(features, (3, 3))`` with the same parameters (``kernel [3, 3, C, O]``,
+    ``bias [O]``, dtype of the input) computed by :func:`layerlab.dmn.conv3x3` (one matrix
+    product of the image patches on CPU, ``lax.conv`` elsewhere)."""
+
+    features: int
+    padding: str = "SAME"
+    kernel_init: Callable = nn.initializers.glorot_uniform()
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        k = self.param("kernel", self.kernel_init, (3, 3, x.shape[-1], self.features), x.dtype)
+        b = self.param("bias", nn.initializers.zeros, (self.features,), x.dtype)
+        return conv3x3(x, k, self.padding) + b.reshape(1, 1, 1, -1)
 
 
 class Head(nn.Module):
@@ -34,11 +51,12 @@ class Head(nn.Module):
         n_dense = sum(lay.kind == "dense" for lay in self.layers)
         seen = 0
         init = nn.initializers.glorot_uniform()
+        n_conv = 0
         for lay in self.layers:
             if lay.kind == "conv":
-                x = jax.nn.relu(nn.Conv(lay.width, (3, 3), padding=self.padding.upper(),
-                                        kernel_init=init, dtype=x.dtype,
-                                        param_dtype=x.dtype)(x))
+                x = jax.nn.relu(Conv3x3(lay.width, padding=self.padding.upper(),
+                                        kernel_init=init, name=f"Conv_{n_conv}")(x))
+                n_conv += 1
             elif lay.kind == "bn":
                 x = nn.BatchNorm(use_running_average=not train, momentum=0.99, epsilon=1e-3,
                                  dtype=x.dtype, param_dtype=x.dtype)(x)

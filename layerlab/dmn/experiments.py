@@ -406,8 +406,10 @@ def table_config(artifact: str, scale: str = "default", **changes) -> TableConfi
         or ``"default"`` (the largest faithful reduction for a 2-core CPU: every row,
         6000 training / 2000 test images, 10 epochs, 1 seed).
       **changes: fields to override (``None`` values are ignored); also ``datasets``
-        (keep only these datasets' rows) and ``conv_rows=False`` (drop the rows with trained
-        conv layers, see :class:`TableConfig`).
+        (keep only these datasets' rows), ``conv_rows=False`` (drop the rows with trained
+        conv layers, see :class:`TableConfig`) and ``row_numbers`` (keep only these rows,
+        1-based as printed in the paper's table, e.g. ``(6, 7, 8)`` for Table 2's first three
+        CIFAR-10 rows: a CPU budget that covers some of a table; the record is then reduced).
 
     Returns:
       A ``TableConfig``.
@@ -423,6 +425,14 @@ def table_config(artifact: str, scale: str = "default", **changes) -> TableConfi
         base = TableConfig.paper(artifact)
     if scale == "default":
         base = dataclasses.replace(base, n_train=6000, n_test=2000, epochs=10, seeds=1)
+    numbers = changes.pop("row_numbers", None)
+    if numbers:
+        numbers = tuple(int(i) for i in numbers)
+        table = base.rows if artifact == "fig10" else table_rows(artifact)
+        if not all(1 <= i <= len(table) for i in numbers):
+            raise ValueError(f"row_numbers must be 1-based rows of {artifact} (1.."
+                             f"{len(table)}); got {numbers}.")
+        base = dataclasses.replace(base, rows=tuple(table[i - 1] for i in sorted(set(numbers))))
     datasets = changes.pop("datasets", None)
     if datasets:
         base = dataclasses.replace(base, rows=tuple(r for r in base.rows
@@ -625,6 +635,9 @@ def _note(cfg) -> str:
             f"reported: {cfg.report} epoch on the official test split; training sets "
             f"{'full' if cfg.n_train is None else cfg.n_train}. Tables 3-5 print no "
             "Var./Cutoff: their DMN widths are fixed counts (top-F after Cutoff 0.9)."
+            + ("" if cfg.artifact == "fig10" or set(cfg.rows) >= set(table_rows(cfg.artifact))
+               else f" Rows run: {len(cfg.rows)} of the table's {len(table_rows(cfg.artifact))}"
+               " (the others are not in this record).")
             + ("" if getattr(cfg, "conv_rows", True) else
                " Rows that train conv layers end to end were not run (conv_rows=False, "
                "--no-conv-rows: hours per run at full data on a 2-core CPU), so the record "

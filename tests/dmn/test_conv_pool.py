@@ -1,0 +1,89 @@
+"""The CPU-fast conv and pooling of the trainable ConvNet layers against independent routes:
+``conv3x3`` against a float64 numpy loop over output pixels (and ``lax.conv``), its gradients
+against ``lax.conv``'s, ``max_pool_2x2`` against a numpy window loop and flax's
+``reduce_window`` pooling, and the Head's parameters against ``nn.Conv``'s."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import layerlab.dmn as L
+
+
+def _numpy_conv(x, k, padding):
+    x = np.asarray(x, np.float64)
+    k = np.asarray(k, np.float64)
+    kh, kw, _, co = k.shape
+    if padding == "SAME":
+        x = np.pad(x, ((0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2), (0, 0)))
+    n, h, w, _ = x.shape
+    out = np.zeros((n, h - kh + 1, w - kw + 1, co))
+    for i in range(h - kh + 1):
+        for j in range(w - kw + 1):
+            out[:, i, j, :] = np.einsum("nabc,abco->no", x[:, i : i + kh, j : j + kw, :], k)
+    return out
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+@pytest.mark.parametrize("im2col", [True, False])
+def test_conv3x3_equals_numpy_loop(padding, im2col):
+    kx, kk = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(kx, (3, 7, 6, 4))  # odd/even sizes, several channels
+    k = jax.random.normal(kk, (3, 3, 4, 5))
+    y = L.conv3x3(x, k, padding, im2col=im2col)
+    ref = _numpy_conv(x, k, padding)
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(np.asarray(y), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_conv3x3_gradients_match_lax_conv(padding):
+    kx, kk, kg = jax.random.split(jax.random.key(1), 3)
+    x = jax.random.normal(kx, (2, 9, 9, 3), jnp.float64) if jax.config.jax_enable_x64 \
+        else jax.random.normal(kx, (2, 9, 9, 3))
+    k = jax.random.normal(kk, (3, 3, 3, 4), x.dtype)
+    probe = jax.random.normal(kg, L.conv3x3(x, k, padding).shape, x.dtype)
+
+    def f(route):
+        return lambda k, x: jnp.sum(probe * jnp.tanh(L.conv3x3(x, k, padding, im2col=route)))
+
+    g_patch = jax.grad(f(True), argnums=(0, 1))(k, x)
+    g_lax = jax.grad(f(False), argnums=(0, 1))(k, x)
+    for a, b in zip(g_patch, g_lax):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
+
+
+def test_conv3x3_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="x must be"):
+        L.conv3x3(jnp.zeros((2, 5, 5, 3)), jnp.zeros((3, 3, 2, 4)))
+    with pytest.raises(ValueError, match="padding"):
+        L.conv3x3(jnp.zeros((2, 5, 5, 3)), jnp.zeros((3, 3, 3, 4)), "FULL")
+
+
+def test_max_pool_equals_window_loop_and_flax():
+    x = jax.random.normal(jax.random.key(2), (2, 7, 6, 3))  # odd height: last row dropped
+    y = np.asarray(L.max_pool_2x2(x))
+    xn = np.asarray(x)
+    ref = np.array([[[[xn[n, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2, c].max() for c in range(3)]
+                      for j in range(3)] for i in range(3)] for n in range(2)])
+    np.testing.assert_array_equal(y, ref)
+    np.testing.assert_array_equal(y, np.asarray(nn.max_pool(x, (2, 2), strides=(2, 2))))
+    # without ties the gradient is the indicator of each window's maximum, as reduce_window's
+    g = jax.grad(lambda x: jnp.sum(L.max_pool_2x2(x) ** 2))(x)
+    g_ref = jax.grad(lambda x: jnp.sum(nn.max_pool(x, (2, 2), strides=(2, 2)) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6)
+
+
+def test_head_conv_has_nn_conv_parameters_and_values():
+    x = jax.random.normal(jax.random.key(3), (4, 10, 10, 3))
+    net = L.make_network("c6,m,c5,m,de10", 10, L.DMNConfig.paper())
+    v = net.init_head(jax.random.key(4), x)
+    p = v["params"]
+    assert p["Conv_0"]["kernel"].shape == (3, 3, 3, 6) and p["Conv_1"]["bias"].shape == (5,)
+    ref = nn.Conv(6, (3, 3), padding="VALID").apply({"params": p["Conv_0"]}, x)
+    h = jax.nn.relu(L.conv3x3(x, p["Conv_0"]["kernel"], "VALID")
+                    + p["Conv_0"]["bias"].reshape(1, 1, 1, -1))
+    np.testing.assert_allclose(np.asarray(h), np.asarray(jax.nn.relu(ref)), rtol=1e-5,
+                               atol=1e-5)
+    assert net.head_apply(v, x).shape == (4, 10)
