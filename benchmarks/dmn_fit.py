@@ -13,6 +13,15 @@ Part 2 (throughput): jitted class density accumulation ``rho_c`` (one-shot and s
 per-sample labels; grouped = per-image labels shared by that image's patches, what conv DMN
 layers use) against a same-shape matmul ``h^T h``, all timed here; the fraction is matmul time
 / density time (useful FLOPs ``2 N d^2`` for all).
+
+Part 3 (ConvNet training step, same run): value + gradient of the softmax cross-entropy of a
+trained ConvNet (``--conv-specs``, CIFAR-10 shapes 32x32x3, batch 128, VALID 3x3 convolutions
+as Table 2's) with the same parameters computed two ways: ``lax.conv_general_dilated`` +
+``flax.linen.max_pool`` (``reduce_window``, what ``nn.Conv`` gives) and the toolkit's CPU route
+(``layerlab.dmn.conv3x3``: one patch matrix product; 2x2 pooling by reshape + max).  Ratio =
+lax time / patch time (medians).  ``--only conv-step`` runs this part alone (no data needed).
+
+    python -m benchmarks.dmn_fit --only conv-step --record
 """
 from __future__ import annotations
 
@@ -109,6 +118,67 @@ def throughput(n, d, num_classes, repeats):
     }
 
 
+def conv_step(specs, batch, repeats):
+    """Part 3: ConvNet value+grad per step, lax.conv + reduce_window vs the patch route."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+    import optax
+
+    from layerlab.dmn import DMNConfig as _Cfg
+    from layerlab.dmn import conv3x3, make_network, max_pool_2x2, parse_spec
+
+    x = jax.random.uniform(jax.random.key(0), (batch, 32, 32, 3))
+    y = jax.random.randint(jax.random.key(1), (batch,), 0, 10)
+    out = []
+    for spec in specs:
+        net = make_network(spec, 10, _Cfg.paper())  # VALID padding, as the ConvNets run
+        params = net.init_head(jax.random.key(2), x)["params"]
+        layers = parse_spec(spec)
+
+        def logits(p, x, route, layers=layers):
+            ic = nd = 0
+            n_dense = sum(lay.kind == "dense" for lay in layers)
+            for lay in layers:
+                if lay.kind == "conv":
+                    q = p[f"Conv_{ic}"]
+                    ic += 1
+                    h = (conv3x3(x, q["kernel"], "VALID", im2col=True) if route == "patch"
+                         else jax.lax.conv_general_dilated(
+                             x, q["kernel"], (1, 1), "VALID",
+                             dimension_numbers=("NHWC", "HWIO", "NHWC")))
+                    x = jax.nn.relu(h + q["bias"].reshape(1, 1, 1, -1))
+                elif lay.kind == "pool":
+                    x = (max_pool_2x2(x) if route == "patch"
+                         else nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID"))
+                else:
+                    q = p[f"Dense_{nd}"]
+                    nd += 1
+                    x = x.reshape(x.shape[0], -1) @ q["kernel"] + q["bias"][None, :]
+                    if nd < n_dense:
+                        x = jax.nn.relu(x)
+            return x
+
+        rec = {"spec": spec, "batch": batch}
+        vg = {}
+        for route in ("lax", "patch"):
+            vg[route] = jax.jit(jax.value_and_grad(
+                lambda p, x, y, route=route: optax.softmax_cross_entropy_with_integer_labels(
+                    logits(p, x, route), y).mean()))
+            rec[route] = timeit(vg[route], params, x, y, repeats=repeats)
+        (vl, gl), (vp, gp) = vg["lax"](params, x, y), vg["patch"](params, x, y)
+        rec["max_rel_grad_diff"] = max(
+            float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(a)) + 1e-30))
+            for a, b in zip(jax.tree_util.tree_leaves(gl), jax.tree_util.tree_leaves(gp)))
+        rec["loss_diff"] = abs(float(vl) - float(vp))
+        rec["ratio_lax_over_patch"] = rec["lax"]["median_s"] / rec["patch"]["median_s"]
+        print(f"{spec}: lax.conv + reduce_window {1e3 * rec['lax']['median_s']:.1f} ms, "
+              f"patch route {1e3 * rec['patch']['median_s']:.1f} ms per step "
+              f"({rec['ratio_lax_over_patch']:.2f}x; grads agree to "
+              f"{rec['max_rel_grad_diff']:.1e})", flush=True)
+        out.append(rec)
+    return out
+
+
 def build_parser():
     p = arg_parser(__doc__)
     p.add_argument("--spec", default="d6,m,de10",
@@ -123,6 +193,11 @@ def build_parser():
     p.add_argument("--tp-n", type=int, default=200000, help="samples in the throughput test")
     p.add_argument("--tp-d", type=int, default=54, help="dims (3x3 patches of 6 channels)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median)")
+    p.add_argument("--only", default="all", choices=["all", "conv-step"],
+                   help="'conv-step': Part 3 alone (ConvNet step cost, no data needed)")
+    p.add_argument("--conv-specs", default="c10,m,de10;c22,m,de10;c22,m,c41,m,de10;"
+                   "c22,m,c305,m,de10", help="';'-separated ConvNets timed in Part 3")
+    p.add_argument("--conv-batch", type=int, default=128, help="batch of the Part 3 step")
     add_output_flags(p, "dmn_fit")
     return p
 
@@ -130,6 +205,15 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     _imports()
+    specs = [t for t in args.conv_specs.split(";") if t.strip()]
+    if args.only == "conv-step":
+        out = out_dir("dmn_fit", args.out, args.record)
+        steps = conv_step(specs, args.conv_batch, args.repeats)
+        write_json(out / "conv_step.json", {
+            "what": "ConvNet training step (value + grad, CIFAR-10 shapes): lax.conv + "
+                    "reduce_window vs layerlab.dmn.conv3x3 patches + reshape max-pool",
+            "settings": vars(args), "conv_step": steps})
+        return
     tr = load("mnist", "train", n=args.n_train, balanced=True)
     te = load("mnist", "test", n=args.n_val, balanced=True)
     key = jax.random.key(0)
@@ -153,10 +237,12 @@ def main(argv=None):
           f"streaming {tp['density_streaming_fraction_of_matmul']:.2f}, grouped by image "
           f"{tp['density_grouped_fraction_of_matmul']:.2f} of the matmul rate "
           f"({tp['matmul_gflops']:.1f} GFLOP/s)", flush=True)
+    steps = conv_step(specs, args.conv_batch, args.repeats)
     out = out_dir("dmn_fit", args.out, args.record)
     write_json(out / "fit.json", {"what": "DMN pipeline vs ConvNet end to end; density "
-                                  "throughput", "settings": vars(args), "time_to_accuracy": rec,
-                                  "throughput": tp, "summary": msg})
+                                  "throughput; ConvNet step cost", "settings": vars(args),
+                                  "time_to_accuracy": rec, "throughput": tp,
+                                  "conv_step": steps, "summary": msg})
     fig, ax = plt.subplots(figsize=(5, 3.6))
     for pname, ls in (("cold", "o-"), ("warm", "s--")):
         for name, r in (("DMN " + args.spec, passes[pname]["dmn"]),

@@ -197,3 +197,21 @@ def test_fig6_without_convnets_runs_the_dmn_curve_only_and_leaves_the_claim_open
                       key=jax.random.key(0), progress=False)
     assert {v for _, v, _ in calls} == {"dmn", "convnet"}
     assert [c.holds for c in rec.claims if "conv layer" in c.claim] == [True]  # fakes equal
+
+
+def test_row_numbers_select_the_papers_rows_as_printed():
+    import pytest
+
+    from layerlab.dmn import experiments as ex
+
+    cfg = ex.table_config("table2", "paper", row_numbers=(8, 6, 7, 6))
+    # Table 2 as printed: rows 6-8 are CIFAR-10 d10 (0.7, .99), d10, d11 and d22 (0.7, .999)
+    assert [(r.dataset, r.label, r.var_fraction, r.paper_val) for r in cfg.rows] == [
+        ("cifar10", "d10", 0.99, 49.92), ("cifar10", "d10, d11", 0.99, 49.94),
+        ("cifar10", "d22", 0.999, 56.2)]
+    assert not cfg.is_paper_scale() and "Rows run: 3 of the table's 14" in ex._note(cfg)
+    assert "Rows run" not in ex._note(ex.table_config("table2", "paper"))
+    # the selection indexes the paper's table also when the scale's own pick is smaller
+    assert ex.table_config("table2", "smoke", row_numbers=(1,)).rows[0].label == "d4"
+    with pytest.raises(ValueError, match="1-based rows of table2"):
+        ex.table_config("table2", "paper", row_numbers=(15,))
