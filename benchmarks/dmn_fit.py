@@ -120,12 +120,11 @@ def throughput(n, d, num_classes, repeats):
 
 def conv_step(specs, batch, repeats):
     """Part 3: ConvNet value+grad per step, lax.conv + reduce_window vs the patch route."""
-    import flax.linen as nn
     import jax.numpy as jnp
     import optax
 
     from layerlab.dmn import DMNConfig as _Cfg
-    from layerlab.dmn import conv3x3, make_network, max_pool_2x2, parse_spec
+    from layerlab.dmn import make_network
 
     x = jax.random.uniform(jax.random.key(0), (batch, 32, 32, 3))
     y = jax.random.randint(jax.random.key(1), (batch,), 0, 10)
@@ -133,30 +132,11 @@ def conv_step(specs, batch, repeats):
     for spec in specs:
         net = make_network(spec, 10, _Cfg.paper())  # VALID padding, as the ConvNets run
         params = net.init_head(jax.random.key(2), x)["params"]
-        layers = parse_spec(spec)
+        # the network's own head, and the same head on lax.conv + reduce_window (Head.lax_ops)
+        heads = {"patch": net.head, "lax": net.head.clone(lax_ops=True)}
 
-        def logits(p, x, route, layers=layers):
-            ic = nd = 0
-            n_dense = sum(lay.kind == "dense" for lay in layers)
-            for lay in layers:
-                if lay.kind == "conv":
-                    q = p[f"Conv_{ic}"]
-                    ic += 1
-                    h = (conv3x3(x, q["kernel"], "VALID", im2col=True) if route == "patch"
-                         else jax.lax.conv_general_dilated(
-                             x, q["kernel"], (1, 1), "VALID",
-                             dimension_numbers=("NHWC", "HWIO", "NHWC")))
-                    x = jax.nn.relu(h + q["bias"].reshape(1, 1, 1, -1))
-                elif lay.kind == "pool":
-                    x = (max_pool_2x2(x) if route == "patch"
-                         else nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID"))
-                else:
-                    q = p[f"Dense_{nd}"]
-                    nd += 1
-                    x = x.reshape(x.shape[0], -1) @ q["kernel"] + q["bias"][None, :]
-                    if nd < n_dense:
-                        x = jax.nn.relu(x)
-            return x
+        def logits(p, x, route, heads=heads):
+            return heads[route].apply({"params": p}, x, train=True)
 
         rec = {"spec": spec, "batch": batch}
         vg = {}

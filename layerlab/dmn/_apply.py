@@ -17,9 +17,10 @@ def max_pool_2x2(x: jax.Array) -> jax.Array:
     Computed as a reshape to ``[..., H/2, 2, W/2, 2, C]`` and a max over the two window axes:
     the same values as ``flax.linen.max_pool(x, (2, 2), strides=(2, 2))``, but its gradient
     is a cheap elementwise mask where XLA's ``select_and_scatter`` (the VJP of
-    ``reduce_window``) cost 45 ms of a 105 ms CIFAR-10 ConvNet step on this CPU (batch 128,
-    32x32x10).  Ties within a window (e.g. four zeros after ReLU) share the gradient equally
-    instead of sending it to the first maximum; after a ReLU the gradient at 0 is 0 either way.
+    ``reduce_window``) is slow on CPU (13.0 vs 4.5 ms for the gradient of a batch of 128
+    32x32x10 maps, measured here once).  Ties within a window (e.g. four zeros after ReLU)
+    share the gradient equally instead of sending it to the first maximum; after a ReLU the
+    gradient at 0 is 0 either way.
     """
     if x.ndim < 3:
         raise ValueError(f"max_pool_2x2 needs [..., H, W, C]; got shape {x.shape}.")
@@ -41,8 +42,9 @@ def conv3x3(x: jax.Array, kernel: jax.Array, padding: str = "SAME", *,
     ``(a, b, c)`` like ``K.reshape(-1, O)``) times ``K.reshape(k*k*C, O)``: one matrix product
     whose weight gradient is one more.  XLA's CPU convolution and its filter gradient run
     at a few GFLOP/s for the narrow channel counts of the paper's ConvNets: a CIFAR-10 step of
-    ``c10,m,de10`` (batch 128) took 105 ms with ``lax.conv`` + ``reduce_window`` pooling and
-    16 ms this way (docs/dmn.md); ``c22 -> c305`` layer gradients 409 -> 165 ms.
+    ``c10,m,de10`` (batch 128, value + gradient) takes 64.6 ms with ``lax.conv`` +
+    ``reduce_window`` pooling and 16.2 ms this way (with :func:`max_pool_2x2`), ``c22,m,c305``
+    471 -> 228 ms (``benchmarks/dmn_fit.py --only conv-step``, quiet 2-core CPU).
     On accelerators ``lax.conv_general_dilated`` (cuDNN) is used.
 
     Args:

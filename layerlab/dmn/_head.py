@@ -28,12 +28,13 @@ class Conv3x3(nn.Module):
     features: int
     padding: str = "SAME"
     kernel_init: Callable = nn.initializers.glorot_uniform()
+    im2col: bool | None = None  # conv3x3's route: None = patches on CPU, lax.conv elsewhere
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         k = self.param("kernel", self.kernel_init, (3, 3, x.shape[-1], self.features), x.dtype)
         b = self.param("bias", nn.initializers.zeros, (self.features,), x.dtype)
-        return conv3x3(x, k, self.padding) + b.reshape(1, 1, 1, -1)
+        return conv3x3(x, k, self.padding, im2col=self.im2col) + b.reshape(1, 1, 1, -1)
 
 
 class Head(nn.Module):
@@ -45,6 +46,10 @@ class Head(nn.Module):
 
     layers: tuple
     padding: str = "SAME"
+    #: ``True``: XLA's ``lax.conv`` and ``reduce_window`` max-pooling (what ``nn.Conv`` and
+    #: ``nn.max_pool`` run) instead of the default CPU route (patch product, reshape max):
+    #: same parameters and values, the reference route of ``benchmarks/dmn_fit.py``.
+    lax_ops: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
@@ -55,13 +60,15 @@ class Head(nn.Module):
         for lay in self.layers:
             if lay.kind == "conv":
                 x = jax.nn.relu(Conv3x3(lay.width, padding=self.padding.upper(),
-                                        kernel_init=init, name=f"Conv_{n_conv}")(x))
+                                        kernel_init=init, name=f"Conv_{n_conv}",
+                                        im2col=False if self.lax_ops else None)(x))
                 n_conv += 1
             elif lay.kind == "bn":
                 x = nn.BatchNorm(use_running_average=not train, momentum=0.99, epsilon=1e-3,
                                  dtype=x.dtype, param_dtype=x.dtype)(x)
             elif lay.kind == "pool":
-                x = max_pool_2x2(x)
+                x = (nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID") if self.lax_ops
+                     else max_pool_2x2(x))
             elif lay.kind == "dense":
                 seen += 1
                 x = nn.Dense(lay.width, kernel_init=init, dtype=x.dtype,

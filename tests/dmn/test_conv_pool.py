@@ -87,3 +87,21 @@ def test_head_conv_has_nn_conv_parameters_and_values():
     np.testing.assert_allclose(np.asarray(h), np.asarray(jax.nn.relu(ref)), rtol=1e-5,
                                atol=1e-5)
     assert net.head_apply(v, x).shape == (4, 10)
+
+
+def test_head_default_route_equals_lax_ops_route():
+    x = jax.random.normal(jax.random.key(5), (3, 12, 12, 3))
+    y = jnp.array([0, 3, 7])
+    net = L.make_network("c4,m,c5,m,de10", 10, L.DMNConfig.paper())
+    p = net.init_head(jax.random.key(6), x)["params"]
+    ref = net.head.clone(lax_ops=True)
+
+    def loss(head):
+        return lambda p: jnp.mean(jax.nn.logsumexp(head.apply({"params": p}, x), axis=1)
+                                  - head.apply({"params": p}, x)[jnp.arange(3), y])
+
+    v, g = jax.value_and_grad(loss(net.head))(p)
+    v_ref, g_ref = jax.value_and_grad(loss(ref))(p)
+    np.testing.assert_allclose(float(v), float(v_ref), rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
