@@ -17,13 +17,33 @@
   HLO-level program (fusion, algebra) is unchanged; only the generated machine code is less
   optimised, and the tests' tolerances hold for any x86-64 code generation anyway. Set
   ``XLA_FLAGS`` yourself to test at another level.
+* Each pytest process (each xdist worker) keeps a persistent XLA compilation cache in a fresh
+  temporary folder, removed when the session ends (``JAX_COMPILATION_CACHE_DIR``, inherited by
+  the tests' subprocesses): a program compiled twice in one session -- the same HLO from
+  another test, another sweep of a smoke run, a README block's subprocess -- is compiled once.
+  Nothing persists between sessions, so every run of the suite costs what CI's clean run costs.
+  The folder is per process because JAX writes cache entries without a lock. Set
+  ``JAX_COMPILATION_CACHE_DIR`` yourself to use another folder (kept) or ``""`` to switch it off.
 """
+import atexit
 import os
 import pathlib
+import shutil
+import tempfile
 
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                " --xla_backend_optimization_level=0").strip()
+
+_CACHE = None
+_PARENT = os.environ.get("_LAYERLAB_TEST_XLA_CACHE")  # set by a parent pytest process (xdist)
+if os.environ.get("JAX_COMPILATION_CACHE_DIR", _PARENT) == _PARENT:  # unset, or the parent's
+    _CACHE = tempfile.mkdtemp(prefix="layerlab-tests-xla-cache-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["_LAYERLAB_TEST_XLA_CACHE"] = _CACHE
+    # cache every compile, not only the >= 1 s ones (most here take 0.1-1 s at level 0)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402  (after XLA_FLAGS: the CPU backend reads it when it starts)
 import pytest  # noqa: E402
@@ -39,6 +59,11 @@ if SHARED_DATA.is_dir():
     os.environ.setdefault("LAYERLAB_DATA", str(SHARED_DATA))
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def pytest_unconfigure(config):
+    if _CACHE is not None:  # atexit may not run in an xdist worker
+        shutil.rmtree(_CACHE, ignore_errors=True)
 
 
 @pytest.fixture
