@@ -10,9 +10,10 @@ epochs: the authors' notebook ``2dmn-010818-classes.ipynb``).  The matching Conv
 the same architecture with every ``d`` replaced by a trained ``c``, trained end to end
 with the same optimizer and budget.
 
-Drivers here jit (the library maths does not).  Resumable at run granularity: with a
-``checkpoint_dir`` every finished (row, variant, seed) is stored as JSON and skipped on
-the next call.
+Drivers here jit (the library maths does not).  Resumable: with a ``checkpoint_dir`` every
+finished (row, variant, seed) is stored as JSON and skipped on the next call, and an
+unfinished one resumes from its last epoch (``<tag>.run/``, ``loop.fit`` checkpoints and the
+validation curve so far; removed when the run's JSON is written).
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ import functools
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,6 +108,7 @@ def train_and_evaluate(
     eval_every_epoch: bool = False,
     progress: bool = True,
     train_eval_n: int | None = 5000,
+    checkpoint_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Build, train and evaluate one architecture; return accuracies and wall-clock.
 
@@ -123,11 +127,20 @@ def train_and_evaluate(
         (``curve``), for best-epoch reports and time-to-accuracy comparisons.
       progress: show the loop's progress bar.
       train_eval_n: training accuracy on the first ``train_eval_n`` samples (None: all).
+      checkpoint_dir: resumable training (a ConvNet on full CIFAR-10 trains for 7-65 min on
+        a 2-core CPU): the head's ``loop.fit`` state is saved here after every epoch (every
+        ``max(1, epochs // 10)`` epochs without ``eval_every_epoch``) with the validation
+        curve so far (``curve.json``); a rerun with the same arguments resumes from the last
+        saved epoch and ends in the state of an uninterrupted run.  The DMN layers and their
+        features are rebuilt (deterministic in ``key``).  ``train_s`` / ``total_s`` and the
+        curve's seconds then add the interrupted runs' time (``resumed_from_epoch`` says from
+        where).  The folder is left in place; remove it when the result is stored.
 
     Returns:
       dict with ``spec``, ``widths`` (DMN filters kept), ``build_s``, ``features_s``,
       ``train_s``, ``total_s``, ``train_acc``, ``val_acc``, ``best_val_acc``, ``curve``
-      (list of ``(epoch, seconds_since_start, val_acc)``) and ``final_loss``.
+      (list of ``(epoch, seconds_since_start, val_acc)``), ``final_loss`` and
+      ``resumed_from_epoch`` (0 unless resumed from ``checkpoint_dir``).
     """
     y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train))
     y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val))
@@ -157,20 +170,45 @@ def train_and_evaluate(
     curve: list = []
     bs = min(batch_size, f_tr.shape[0])
     spe = f_tr.shape[0] // bs
+    every = spe * (1 if eval_every_epoch else max(1, epochs // 10))
+    ck = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir)
+    prior = {"train_s": 0.0, "epoch": 0}  # training time and epochs before a resume
+    if ck is not None and (ck / "curve.json").exists():
+        saved = json.loads((ck / "curve.json").read_text())
+        curve, prior = [tuple(c) for c in saved["curve"]], saved["elapsed"]
+    resumed_from, callback_seen = prior["epoch"], []  # (a finished fit makes no callback)
     t_start = time.perf_counter()
+    offset = prior["train_s"]  # curve seconds: this run's build + all training so far
 
     def callback(t, st, metrics):
+        nonlocal resumed_from
+        if ck is not None and not callback_seen:  # the first chunk ran from the restored step
+            callback_seen.append(t)
+            resumed_from = (t - (t % every or every)) // spe  # chunks: `every` steps (or T)
+            # stopped between loop.fit's save and the curve's (a second-long window): the
+            # restored epochs' accuracies are unknown; kept as None, not re-measured
+            last = curve[-1][0] if curve else 0
+            if eval_every_epoch:
+                curve.extend((e, None, None) for e in range(last + 1, resumed_from + 1))
         if eval_every_epoch and t % spe == 0:
             acc = score(head_variables(st), f_val, y_val)
-            curve.append((t // spe, time.perf_counter() - t0, acc))
+            curve.append((t // spe, time.perf_counter() - t0 + offset, acc))
+        if ck is not None and t % every == 0:  # loop.fit saved this step just before
+            now = time.perf_counter()
+            elapsed = {"train_s": prior["train_s"] + now - t_start, "epoch": t // spe}
+            tmp = ck / "curve.json.tmp"
+            tmp.write_text(json.dumps({"curve": curve, "elapsed": elapsed}))
+            os.replace(tmp, ck / "curve.json")
 
     state, hist = loop.fit(
         ts.step, state, (f_tr, y_train), key=k_fit, epochs=epochs, batch_size=bs,
         progress=progress, desc=format_spec(net.layers), callback=callback,
-        chunk_size=spe if eval_every_epoch else None,
+        chunk_size=spe if eval_every_epoch else (None if ck is None else every),
+        checkpoint_dir=None if ck is None else ck / "fit",
+        checkpoint_every=None if ck is None else every,
     )
     jax.block_until_ready(state)
-    t_train = time.perf_counter() - t_start
+    t_train = time.perf_counter() - t_start + prior["train_s"]
     v = head_variables(state)
     val_acc = score(v, f_val, y_val)
     n_tr = f_tr.shape[0] if train_eval_n is None else train_eval_n
@@ -182,12 +220,13 @@ def train_and_evaluate(
         "build_s": t_build,
         "features_s": t_feat,
         "train_s": t_train,
-        "total_s": time.perf_counter() - t0,
+        "total_s": time.perf_counter() - t0 + prior["train_s"],
         "train_acc": train_acc,
         "val_acc": val_acc,
-        "best_val_acc": max([c[2] for c in curve], default=val_acc),
+        "best_val_acc": max([c[2] for c in curve if c[2] is not None], default=val_acc),
         "curve": curve,
         "final_loss": float(np.asarray(hist["train"]["loss"])[-1]),
+        "resumed_from_epoch": resumed_from,
         "epochs": epochs,
         "n_train": int(np.shape(x_train)[0]),
         "n_val": int(np.shape(x_val)[0]),
@@ -491,15 +530,27 @@ def _one(cfg, row, variant, seed, data, *, key, progress, checkpoint_dir):
         return json.loads(path.read_text())
     tr, te = data
     dmn_cfg = cfg.dmn_config(row) if variant == "dmn" else DMNConfig.paper()
-    r = train_and_evaluate(
-        spec, tr.x, tr.y, te.x, te.y, tr.num_classes, key=jax.random.fold_in(key, seed),
-        config=dmn_cfg, optimizer=cfg.optimizer, epochs=cfg.epochs,
-        batch_size=cfg.batch_size, eval_every_epoch=True, progress=progress,
-        train_eval_n=None,
-    )
+    run_dir = None if path is None else path.with_suffix(".run")  # the unfinished run
+
+    def train(ck):
+        return train_and_evaluate(
+            spec, tr.x, tr.y, te.x, te.y, tr.num_classes, key=jax.random.fold_in(key, seed),
+            config=dmn_cfg, optimizer=cfg.optimizer, epochs=cfg.epochs,
+            batch_size=cfg.batch_size, eval_every_epoch=True, progress=progress,
+            train_eval_n=None, checkpoint_dir=ck,
+        )
+
+    try:
+        r = train(run_dir)
+    except loop.CheckpointMismatchError as e:  # e.g. DMN features not bitwise equal
+        warnings.warn(f"{tag}: the saved partial run does not match this one ({e}); "
+                      "training from the start", stacklevel=2)
+        shutil.rmtree(run_dir)
+        r = train(run_dir)
     r = {k: v for k, v in r.items()} | {"seed": seed, "variant": variant}
     if path is not None:
         path.write_text(json.dumps(r))
+        shutil.rmtree(run_dir, ignore_errors=True)
     return r
 
 

@@ -1,6 +1,9 @@
 """Tests for layerlab.dmn.experiments: DMN build + classifier trained by layerlab.loop.fit."""
+import json
+
 import jax
 import numpy as np
+import pytest
 
 from layerlab.data import load
 from layerlab.dmn import DMNConfig
@@ -215,3 +218,105 @@ def test_row_numbers_select_the_papers_rows_as_printed():
     assert ex.table_config("table2", "smoke", row_numbers=(1,)).rows[0].label == "d4"
     with pytest.raises(ValueError, match="1-based rows of table2"):
         ex.table_config("table2", "paper", row_numbers=(15,))
+
+
+def test_an_interrupted_training_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """checkpoint_dir: stopped during epoch 3 (two epochs saved), rerun: the same final
+    accuracies, loss and per-epoch curve as one uninterrupted run; stopped just after an
+    epoch's save, before its accuracy was stored: that epoch's curve entry is None (when the
+    save was committed)."""
+    from layerlab.dmn import experiments as ex
+    from layerlab.loop import _chunks
+
+    tr, te = load("digits", "train"), load("digits", "test")
+    kw = dict(key=jax.random.key(1), epochs=5, batch_size=256, lr=1e-2, progress=False,
+              eval_every_epoch=True, train_eval_n=None)
+    want = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, **kw)
+    assert want["resumed_from_epoch"] == 0
+
+    real_launch, calls = _chunks.ChunkLauncher.launch, []
+
+    def stop_in_epoch_3(self, t, state):  # chunk k+1 launches before chunk k is processed
+        calls.append(t)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real_launch(self, t, state)
+
+    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", stop_in_epoch_3)
+    ck = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
+    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", real_launch)
+    assert [c[0] for c in json.loads((ck / "curve.json").read_text())["curve"]] == [1, 2]
+    got = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
+    assert got["resumed_from_epoch"] == 2
+    for k in ("val_acc", "train_acc", "final_loss", "best_val_acc"):
+        assert got[k] == want[k], k
+    assert [c[0] for c in got["curve"]] == [1, 2, 3, 4, 5]
+    assert [c[2] for c in got["curve"]] == [c[2] for c in want["curve"]]
+    assert all(b[1] > a[1] for a, b in zip(got["curve"], got["curve"][1:]))  # seconds add up
+
+    # stopped after epoch 2's checkpoint, while its accuracy was measured
+    real_score, n = ex.probes.accuracy, []
+
+    def stop_at_second_score(logits, *a, **k):
+        if not isinstance(logits, jax.core.Tracer):  # not the loss's accuracy metric
+            n.append(1)
+            if len(n) == 2:
+                raise KeyboardInterrupt
+        return real_score(logits, *a, **k)
+
+    ck2 = tmp_path / "run2"
+    monkeypatch.setattr(ex.probes, "accuracy", stop_at_second_score)
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck2, **kw)
+    monkeypatch.setattr(ex.probes, "accuracy", real_score)
+    assert [c[0] for c in json.loads((ck2 / "curve.json").read_text())["curve"]] == [1]
+    got2 = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck2, **kw)
+    # epoch 2's checkpoint may or may not have been committed when the interrupt came
+    # (orbax finishes a save in the background): resumed from epoch 2 with its accuracy
+    # unknown (None), or from epoch 1 with epoch 2 re-run and measured
+    r = got2["resumed_from_epoch"]
+    assert r in (1, 2) and got2["val_acc"] == want["val_acc"]
+    assert [c[0] for c in got2["curve"]] == [1, 2, 3, 4, 5]
+    for g, w in zip(got2["curve"], want["curve"]):
+        assert g[2] == (None if g[0] == 2 and r == 2 else w[2]), (g, w, r)
+
+
+def test_table_run_resumes_inside_a_run_and_cleans_up(tmp_path, monkeypatch):
+    """A table's (row, variant, seed) run with checkpoint_dir: an unfinished run leaves
+    <tag>.run/ (passed to train_and_evaluate), the rerun trains from there and removes it once
+    the run's JSON is written; a third call reads the JSON."""
+    from layerlab.dmn import experiments as ex
+
+    tr, te = load("digits", "train"), load("digits", "test")
+    row = ex.ArchRow("mnist", "c4,m,de10", "c4", 1.0, None, 0.9, 90.0, None, None)
+    cfg = ex.TableConfig(artifact="table3", rows=(row,), convnet=False, seeds=1, epochs=2,
+                         batch_size=256)
+    real, seen = ex.train_and_evaluate, []
+
+    def interrupted(*a, **k):
+        seen.append(k["checkpoint_dir"])
+        k["checkpoint_dir"].mkdir(parents=True)
+        (k["checkpoint_dir"] / "marker").write_text("unfinished")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ex, "train_and_evaluate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ex._one(cfg, row, "dmn", 0, (tr, te), key=jax.random.key(0), progress=False,
+                checkpoint_dir=tmp_path)
+    (run_dir,) = tmp_path.glob("*.run")
+    assert seen == [run_dir] and not list(tmp_path.glob("*.json"))
+
+    def resumed(*a, **k):
+        assert (k["checkpoint_dir"] / "marker").exists()  # the unfinished run's folder
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "train_and_evaluate", resumed)
+    r = ex._one(cfg, row, "dmn", 0, (tr, te), key=jax.random.key(0), progress=False,
+                checkpoint_dir=tmp_path)
+    assert not run_dir.exists() and len(list(tmp_path.glob("*.json"))) == 1
+    monkeypatch.setattr(ex, "train_and_evaluate", interrupted)  # must not be called again
+    again = ex._one(cfg, row, "dmn", 0, (tr, te), key=jax.random.key(0), progress=False,
+                    checkpoint_dir=tmp_path)
+    assert again["val_acc"] == r["val_acc"] and len(seen) == 1
