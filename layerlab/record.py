@@ -250,11 +250,13 @@ def validate_record(d: Mapping[str, Any]) -> None:
                 raise ValueError(f"record claims[{i}] is missing field {k!r}")
 
 
-def write_record(record: Record, out_dir: str | os.PathLike) -> pathlib.Path:
-    """Write ``record`` as ``<out_dir>/<artifact>.json`` atomically; return the path.
+def write_record(record: Record, out_dir: str | os.PathLike, *,
+                 stem: str | None = None) -> pathlib.Path:
+    """Write ``record`` as ``<out_dir>/<stem>.json`` atomically; return the path.
 
     Adds ``machine``, ``versions`` and ``git``.  ``out_dir`` is usually
-    ``results/<paper>`` (paper-scale runs) or ``scratch/<paper>`` (everything else).
+    ``results/<paper>`` (paper-scale runs) or ``scratch/<paper>`` (everything else);
+    ``stem`` defaults to ``record.artifact``.
     """
     d = record.to_dict()
     d["machine"] = machine_info()
@@ -263,7 +265,7 @@ def write_record(record: Record, out_dir: str | os.PathLike) -> pathlib.Path:
     validate_record(d)
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{record.artifact}.json"
+    path = out / f"{record.artifact if stem is None else stem}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(d, indent=2, allow_nan=False) + "\n")
     os.replace(tmp, path)

@@ -16,9 +16,10 @@ Every script::
         _cli.finish(args, rec, figure=lambda path: ex.plot_table1(rec, path))
         return 0
 
-Where a run writes: ``--out DIR`` when given; otherwise ``results/<paper>/`` for ``--paper``
-or ``--record`` runs (the committed records), and ``scratch/<paper>/`` (ignored by git) for
-every other run, so default and smoke runs never modify tracked files.
+Where a run writes: ``--out DIR`` when given (``--out DIR/NAME.json``: the record is
+``NAME.json`` and its figure ``NAME.png`` in ``DIR``); otherwise ``results/<paper>/`` for
+``--paper`` or ``--record`` runs (the committed records), and ``scratch/<paper>/`` (ignored by
+git) for every other run, so default and smoke runs never modify tracked files.
 """
 from __future__ import annotations
 
@@ -60,8 +61,10 @@ def parser(paper: str, artifact: str, doc: str | None) -> argparse.ArgumentParse
                    help=f"write to results/{paper}/ even without --paper (a reduced-scale "
                    "record, marked scale='reduced')")
     p.add_argument("--out", type=pathlib.Path, default=None,
-                   help=f"write the record and figure here instead (default: results/{paper}/ "
-                   f"with --paper/--record, else scratch/{paper}/)")
+                   help=f"write the record and figure to this folder instead (default: "
+                   f"results/{paper}/ with --paper/--record, else scratch/{paper}/); a path "
+                   f"ending in .json names the record itself (the figure goes beside it, "
+                   f".png)")
     p.add_argument("--seeds", type=int, default=None,
                    help="number of seeds (default: the configuration's)")
     p.add_argument("--data-dir", default=None,
@@ -74,9 +77,10 @@ def parser(paper: str, artifact: str, doc: str | None) -> argparse.ArgumentParse
 
 
 def out_dir(args: argparse.Namespace) -> pathlib.Path:
-    """Where this run writes (see the module docstring)."""
+    """The folder this run writes to (see the module docstring)."""
     if args.out is not None:
-        return pathlib.Path(args.out)
+        out = pathlib.Path(args.out)
+        return out.parent if out.suffix == ".json" else out
     sub = "results" if (args.paper or args.record) else "scratch"
     return REPO / sub / args._paper_name
 
@@ -118,11 +122,13 @@ def finish(args: argparse.Namespace, record: Any, *,
     if record.wall_s is None:
         record.wall_s = time.perf_counter() - (_T0 if t0 is None else t0)
     d = out_dir(args)
-    path = write_record(record, d)
+    named = args.out is not None and pathlib.Path(args.out).suffix == ".json"
+    stem = pathlib.Path(args.out).stem if named else record.artifact
+    path = write_record(record, d, stem=stem)
     if figure is not None:
-        figure(d / f"{record.artifact}.png")
+        figure(d / f"{stem}.png")
     print(summary(record))
-    print(f"wrote {path}" + (f" and {d / (record.artifact + '.png')}" if figure else ""))
+    print(f"wrote {path}" + (f" and {d / (stem + '.png')}" if figure else ""))
     return path
 
 

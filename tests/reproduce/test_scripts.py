@@ -127,3 +127,26 @@ def test_record_rows_holds_is_the_tolerance_rule(tmp_path):
     p.write_text(json.dumps(d))
     with pytest.raises(ValueError, match="holds=False"):
         load_record(p)
+
+
+def test_out_names_a_folder_or_the_record_file(tmp_path):
+    """--out DIR writes DIR/<artifact>.{json,png}; --out DIR/NAME.json writes DIR/NAME.json
+    and DIR/NAME.png (and nothing named after the artifact, which could be a committed record
+    of the same folder)."""
+    from layerlab.record import Record, Row
+    from reproduce import _cli
+
+    def run(out):
+        args = _cli.parser("dmn", "table2", "t").parse_args(["--out", str(out)])
+        rec = Record("dmn", "table2", "t", "reduced", {}, rows=[Row("a", 1.0)], wall_s=1.0,
+                     command="python -m reproduce.dmn_table2")
+        return _cli.finish(args, rec, figure=lambda p: p.write_bytes(b"png"))
+
+    assert run(tmp_path / "d") == tmp_path / "d" / "table2.json"
+    assert (tmp_path / "d" / "table2.png").exists()
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "table2.json").write_text("committed")
+    p = run(tmp_path / "e" / "table2_rows9_10.json")
+    assert p == tmp_path / "e" / "table2_rows9_10.json" and load_record(p)["artifact"] == "table2"
+    assert (tmp_path / "e" / "table2_rows9_10.png").read_bytes() == b"png"
+    assert (tmp_path / "e" / "table2.json").read_text() == "committed"
