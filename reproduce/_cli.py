@@ -60,7 +60,7 @@ def parser(paper: str, artifact: str, doc: str | None) -> argparse.ArgumentParse
     p.add_argument("--record", action="store_true",
                    help=f"write to results/{paper}/ even without --paper (a reduced-scale "
                    "record, marked scale='reduced')")
-    p.add_argument("--out", type=pathlib.Path, default=None,
+    p.add_argument("--out", type=_out_path, default=None,
                    help=f"write the record and figure to this folder instead (default: "
                    f"results/{paper}/ with --paper/--record, else scratch/{paper}/); a path "
                    f"ending in .json names the record itself (the figure goes beside it, "
@@ -74,6 +74,22 @@ def parser(paper: str, artifact: str, doc: str | None) -> argparse.ArgumentParse
                    f"checkpoints/{paper}_{artifact} for --paper runs, none otherwise)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
+
+
+def _out_path(value: str) -> pathlib.Path:
+    path = pathlib.Path(value)
+    if path.suffix == ".json" and path.is_dir():  # checked now, not after an hours-long run
+        raise argparse.ArgumentTypeError(
+            f"{value} is a folder; --out takes a folder or the record's file name (*.json), "
+            "and a file cannot be written over a folder")
+    return path
+
+
+def out_stem(args: argparse.Namespace) -> str:
+    """The record's file name without ``.json``: the ``--out`` name, else the artifact."""
+    if args.out is not None and pathlib.Path(args.out).suffix == ".json":
+        return pathlib.Path(args.out).stem
+    return args._artifact
 
 
 def out_dir(args: argparse.Namespace) -> pathlib.Path:
@@ -122,8 +138,7 @@ def finish(args: argparse.Namespace, record: Any, *,
     if record.wall_s is None:
         record.wall_s = time.perf_counter() - (_T0 if t0 is None else t0)
     d = out_dir(args)
-    named = args.out is not None and pathlib.Path(args.out).suffix == ".json"
-    stem = pathlib.Path(args.out).stem if named else record.artifact
+    stem = out_stem(args) if args.out is not None else record.artifact
     path = write_record(record, d, stem=stem)
     if figure is not None:
         figure(d / f"{stem}.png")

@@ -47,7 +47,8 @@ def _plot(rec, path):
 
     fig, ax = plt.subplots(figsize=(5.6, 3.8))
     for a in rec["arms"].values():
-        ax.plot([c[0] for c in a["curve"]], [c[2] for c in a["curve"]], "o-", ms=2,
+        ax.plot([c[0] for c in a["curve"]],
+                [float("nan") if c[2] is None else c[2] for c in a["curve"]], "o-", ms=2,
                 label=f"ConvNet {rec['spec']}, inputs x{a['input_scale']:g}, {a['optimizer']}")
     ax.axhline(rec["paper_convnet"], color="k", ls="--", lw=0.8,
                label=f"paper's ConvNet {rec['paper_convnet']}")
@@ -105,10 +106,10 @@ def main(argv=None) -> int:
                                    np.asarray(te.x) * scale, te.y, 10, key=key,
                                    config=DMNConfig.paper(), epochs=args.epochs, optimizer=opt,
                                    eval_every_epoch=True, progress=True, train_eval_n=None)
-        curve = [(int(e), float(s), 100 * float(a)) for e, s, a in r["curve"]]
+        curve = [(int(e), s, None if a is None else 100 * float(a)) for e, s, a in r["curve"]]
 
         def first(th, curve=curve):
-            return next((e for e, _, a in curve if a >= th), None)
+            return next((e for e, _, a in curve if a is not None and a >= th), None)
 
         arms[arm] = {"input_scale": scale, "source": source,
                      "optimizer": "sgd(lr=0.01)" if arm == "sgd" else "adam(lr=1e-3)",

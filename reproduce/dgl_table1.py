@@ -3,8 +3,9 @@
 The five-step protocol of Sec. VI (see ``layerlab.dgl.experiments``) on MNIST10k (2/2000,
 3/1000), CIFAR10_10k (5/2000) and BMNIST2k (2/20, 3/20), 3 seeds per cell, hyper-parameters
 chosen on a disjoint balanced validation set.  Rows run separately (``--rows``, e.g. MNIST
-and BMNIST on a GPU, CIFAR on a CPU) leave per-row parts in ``<out>/table1_parts/``; every
-run merges all parts there into ``<out>/table1.json``.
+and BMNIST on a GPU, CIFAR on a CPU) leave per-row parts in ``<out>/table1_parts/``
+(``<name>_parts/`` with ``--out DIR/<name>.json``); every run merges all parts there into
+``<out>/table1.json``.
 
     python -m reproduce.dgl_table1 --paper --rows mnist,bmnist   # GPU
     python -m reproduce.dgl_table1 --record --rows cifar          # CPU, reduced CIFAR row
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is not None:
         kw["data_dir"] = args.data_dir
     cfg = ex.Table1Config(**{**cfg.__dict__, **kw})
-    parts = _cli.out_dir(args) / "table1_parts"
+    parts = _cli.out_dir(args) / f"{_cli.out_stem(args)}_parts"  # one per named record
     flags = sys.argv[1:] if argv is None else list(argv)
     command = shlex.join(["python", "-m", "reproduce.dgl_table1", *flags])
     if args.merge_only:

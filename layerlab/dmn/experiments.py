@@ -130,11 +130,16 @@ def train_and_evaluate(
       checkpoint_dir: resumable training (a ConvNet on full CIFAR-10 trains for 7-65 min on
         a 2-core CPU): the head's ``loop.fit`` state is saved here after every epoch (every
         ``max(1, epochs // 10)`` epochs without ``eval_every_epoch``) with the validation
-        curve so far (``curve.json``); a rerun with the same arguments resumes from the last
-        saved epoch and ends in the state of an uninterrupted run.  The DMN layers and their
-        features are rebuilt (deterministic in ``key``).  ``train_s`` / ``total_s`` and the
-        curve's seconds then add the interrupted runs' time (``resumed_from_epoch`` says from
-        where).  The folder is left in place; remove it when the result is stored.
+        curve and the training seconds so far (``curve.json``); a rerun with the same
+        arguments resumes from the last saved epoch and ends in the state of an uninterrupted
+        run.  The DMN layers and their features are rebuilt (deterministic in ``key``).
+        ``train_s`` / ``total_s`` add the training time of the interrupted runs up to the
+        restored epoch (work after it is redone, not counted twice); curve seconds are the
+        first run's build + features time plus training time so far.  An epoch restored
+        without its accuracy (stopped in the second between ``loop.fit``'s save and the
+        curve's) stays in the curve as ``(epoch, None, None)``.  ``resumed_from_epoch`` says
+        where training restarted.  The folder is left in place; remove it when the result is
+        stored.
 
     Returns:
       dict with ``spec``, ``widths`` (DMN filters kept), ``build_s``, ``features_s``,
@@ -172,32 +177,45 @@ def train_and_evaluate(
     spe = f_tr.shape[0] // bs
     every = spe * (1 if eval_every_epoch else max(1, epochs // 10))
     ck = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir)
-    prior = {"train_s": 0.0, "epoch": 0}  # training time and epochs before a resume
+    t_start = time.perf_counter()
+    # resumable bookkeeping: cumulative training seconds at every saved epoch and the first
+    # run's pre-training (build + features) seconds; curve seconds = pre + training so far
+    saved = {"curve": [], "train_s_at": {"0": 0.0}, "pre_s": t_start - t0}
     if ck is not None and (ck / "curve.json").exists():
         saved = json.loads((ck / "curve.json").read_text())
-        curve, prior = [tuple(c) for c in saved["curve"]], saved["elapsed"]
-    resumed_from, callback_seen = prior["epoch"], []  # (a finished fit makes no callback)
-    t_start = time.perf_counter()
-    offset = prior["train_s"]  # curve seconds: this run's build + all training so far
+    base = {"train_s": 0.0}  # training seconds before this run's start, set on resume
+    resumed_from, seen = 0, []
+
+    def rebase(epoch):
+        """Restored at ``epoch``: keep what was measured up to it, mark what is missing."""
+        nonlocal resumed_from
+        resumed_from = epoch
+        at = {int(e): v for e, v in saved["train_s_at"].items()}
+        base["train_s"] = at.get(epoch, max((v for e, v in at.items() if e <= epoch),
+                                            default=0.0))
+        # a curve.json ahead of the restored step (a save not committed, a fallback to an
+        # older checkpoint) is cut back; epochs restored without a stored accuracy (stopped
+        # between loop.fit's save and the curve's) are kept as None, not re-measured
+        kept = {int(c[0]): tuple(c) for c in saved["curve"] if int(c[0]) <= epoch}
+        if eval_every_epoch:
+            curve[:] = [kept.get(e, (e, None, None)) for e in range(1, epoch + 1)]
+
+    def seconds_now():
+        return saved["pre_s"] + base["train_s"] + time.perf_counter() - t_start
 
     def callback(t, st, metrics):
-        nonlocal resumed_from
-        if ck is not None and not callback_seen:  # the first chunk ran from the restored step
-            callback_seen.append(t)
-            resumed_from = (t - (t % every or every)) // spe  # chunks: `every` steps (or T)
-            # stopped between loop.fit's save and the curve's (a second-long window): the
-            # restored epochs' accuracies are unknown; kept as None, not re-measured
-            last = curve[-1][0] if curve else 0
-            if eval_every_epoch:
-                curve.extend((e, None, None) for e in range(last + 1, resumed_from + 1))
+        if ck is not None and not seen:  # the first chunk ran from the restored step
+            seen.append(t)
+            rebase((t - (t % every or every)) // spe)  # chunks are `every` steps (or up to T)
         if eval_every_epoch and t % spe == 0:
             acc = score(head_variables(st), f_val, y_val)
-            curve.append((t // spe, time.perf_counter() - t0 + offset, acc))
-        if ck is not None and t % every == 0:  # loop.fit saved this step just before
-            now = time.perf_counter()
-            elapsed = {"train_s": prior["train_s"] + now - t_start, "epoch": t // spe}
+            curve.append((t // spe, seconds_now(), acc))
+        if ck is not None and (t % every == 0 or t == epochs * spe):  # fit saved t just before
+            at = {e: v for e, v in saved["train_s_at"].items() if int(e) < t // spe}
+            at[str(t // spe)] = base["train_s"] + time.perf_counter() - t_start
+            saved.update(curve=list(curve), train_s_at=at)
             tmp = ck / "curve.json.tmp"
-            tmp.write_text(json.dumps({"curve": curve, "elapsed": elapsed}))
+            tmp.write_text(json.dumps(saved))
             os.replace(tmp, ck / "curve.json")
 
     state, hist = loop.fit(
@@ -208,9 +226,14 @@ def train_and_evaluate(
         checkpoint_every=None if ck is None else every,
     )
     jax.block_until_ready(state)
-    t_train = time.perf_counter() - t_start + prior["train_s"]
+    finished_before = ck is not None and not seen  # the checkpoint held the final step
+    if finished_before:
+        rebase(epochs)
+    t_train = base["train_s"] + time.perf_counter() - t_start
     v = head_variables(state)
     val_acc = score(v, f_val, y_val)
+    if finished_before and eval_every_epoch and curve[-1][2] is None:
+        curve[-1] = (epochs, None, val_acc)  # the final state's accuracy is measured here
     n_tr = f_tr.shape[0] if train_eval_n is None else train_eval_n
     train_acc = score(v, f_tr[:n_tr], y_train[:n_tr])
     return {
@@ -220,7 +243,7 @@ def train_and_evaluate(
         "build_s": t_build,
         "features_s": t_feat,
         "train_s": t_train,
-        "total_s": time.perf_counter() - t0 + prior["train_s"],
+        "total_s": time.perf_counter() - t0 + base["train_s"],
         "train_acc": train_acc,
         "val_acc": val_acc,
         "best_val_acc": max([c[2] for c in curve if c[2] is not None], default=val_acc),
@@ -542,8 +565,9 @@ def _one(cfg, row, variant, seed, data, *, key, progress, checkpoint_dir):
 
     try:
         r = train(run_dir)
-    except loop.CheckpointMismatchError as e:  # e.g. DMN features not bitwise equal
-        warnings.warn(f"{tag}: the saved partial run does not match this one ({e}); "
+    except (loop.CheckpointMismatchError, loop.CheckpointCorruptError) as e:
+        # another run's state (e.g. DMN features not bitwise equal) or no step that restores
+        warnings.warn(f"{tag}: the saved partial run cannot be resumed ({e}); "
                       "training from the start", stacklevel=2)
         shutil.rmtree(run_dir)
         r = train(run_dir)
@@ -659,11 +683,14 @@ def _cost(runs) -> list[dict]:
         if not d or not c:
             continue
         target = statistics.fmean(r["val_acc"] for r in d)
-        hit = [next((t for _, t, a in r["curve"] if a >= target), None) for r in c]
+        hit = [next((t for _, t, a in r["curve"] if a is not None and a >= target), None)
+               for r in c]  # (None: an epoch restored without its accuracy, see
+        # train_and_evaluate's checkpoint_dir; its time, too, when it ended a resumed run)
         conv_s = None if None in hit else statistics.fmean(hit)
         dmn_s = statistics.fmean(r["total_s"] for r in d)
         # never reached: the ConvNet's whole run is a lower bound on its time to the target
-        conv_total = statistics.fmean(r["curve"][-1][1] for r in c)
+        conv_total = statistics.fmean(
+            next(t for _, t, _ in reversed(r["curve"]) if t is not None) for r in c)
         out.append({"row": f"{ds} {row}", "dmn_val_acc": target, "dmn_s": dmn_s,
                     "convnet_s": conv_s, "ratio": None if conv_s is None else conv_s / dmn_s,
                     "convnet_total_s": conv_total,

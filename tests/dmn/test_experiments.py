@@ -282,6 +282,35 @@ def test_an_interrupted_training_resumes_to_the_uninterrupted_result(tmp_path, m
     for g, w in zip(got2["curve"], want["curve"]):
         assert g[2] == (None if g[0] == 2 and r == 2 else w[2]), (g, w, r)
 
+    # the checkpoint already holds the final step (stopped before the caller stored the
+    # result): nothing is retrained; the curve comes from curve.json, its last accuracy (if
+    # that was not stored) from the final state
+    again = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
+    assert again["resumed_from_epoch"] == 5 and again["val_acc"] == want["val_acc"]
+    assert [c[2] for c in again["curve"]] == [c[2] for c in want["curve"]]
+    assert again["train_s"] == pytest.approx(got["train_s"], rel=0.5)  # not counted again
+    saved = json.loads((ck / "curve.json").read_text())
+    saved["curve"] = saved["curve"][:-1]
+    (ck / "curve.json").write_text(json.dumps(saved))
+    last = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
+    assert last["curve"][-1] == (5, None, want["val_acc"])
+
+    # curve.json ahead of the checkpoint (its save of epoch 3 never committed): cut back to
+    # the restored epoch, then measured again -- no duplicate epochs
+    ck3 = tmp_path / "run3"
+    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", stop_in_epoch_3)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck3, **kw)
+    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", real_launch)
+    saved = json.loads((ck3 / "curve.json").read_text())
+    saved["curve"].append([3, 1e9, 0.5])
+    saved["train_s_at"]["3"] = 1e9
+    (ck3 / "curve.json").write_text(json.dumps(saved))
+    got3 = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck3, **kw)
+    assert got3["resumed_from_epoch"] == 2 and got3["train_s"] < 1e8
+    assert [c[2] for c in got3["curve"]] == [c[2] for c in want["curve"]]
+
 
 def test_table_run_resumes_inside_a_run_and_cleans_up(tmp_path, monkeypatch):
     """A table's (row, variant, seed) run with checkpoint_dir: an unfinished run leaves

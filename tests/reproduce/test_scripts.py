@@ -150,3 +150,8 @@ def test_out_names_a_folder_or_the_record_file(tmp_path):
     assert p == tmp_path / "e" / "table2_rows9_10.json" and load_record(p)["artifact"] == "table2"
     assert (tmp_path / "e" / "table2_rows9_10.png").read_bytes() == b"png"
     assert (tmp_path / "e" / "table2.json").read_text() == "committed"
+    assert _cli.out_stem(_cli.parser("dgl", "table1", "t").parse_args(
+        ["--out", str(tmp_path / "x.json")])) == "x"  # dgl_table1 keeps its parts in x_parts/
+    (tmp_path / "old.json").mkdir()  # what --out old.json made before it named the file
+    with pytest.raises(SystemExit):
+        _cli.parser("dmn", "table2", "t").parse_args(["--out", str(tmp_path / "old.json")])
