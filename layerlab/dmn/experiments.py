@@ -86,6 +86,12 @@ def _net_and_step(spec, num_classes, config, optimizer):
     return net, classifier_step(net, optimizer)
 
 
+@functools.lru_cache(maxsize=16)
+def _adam(lr):
+    """The default optimizer, one object per rate: repeated runs hit ``_net_and_step``'s cache."""
+    return optax.adam(lr)
+
+
 @functools.lru_cache(maxsize=128)
 def _jitted(fn):
     return jax.jit(fn)
@@ -151,7 +157,7 @@ def train_and_evaluate(
     y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val))
     k_noise, k_build, k_init, k_fit = jax.random.split(key, 4)
     spec = spec if isinstance(spec, str) else format_spec(spec)
-    opt = optax.adam(lr) if optimizer is None else optimizer
+    opt = _adam(lr) if optimizer is None else optimizer
     net, ts = _net_and_step(spec, num_classes, config, opt)
     y_train = np.asarray(y_train)
     y_val = np.asarray(y_val)
