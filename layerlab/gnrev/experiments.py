@@ -307,8 +307,17 @@ def _first_linear(arm: Arm, default: bool) -> bool:
 def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
              data: tuple[ArrayLike, ArrayLike], *, steps: int, batch_size: int | None, rule: str,
              loss: str = "ce", key: jax.Array, progress: bool = False,
-             peak: float = 10.0) -> dict[str, Any]:
+             peak: float = 10.0, extend: int = 0) -> dict[str, Any]:
     """Train one run per rate of ``arm.lrs`` in one vmapped program; pick the rate by ``rule``.
+
+    ``extend > 0`` (``rule="progress"``): while the pick is the grid's largest (smallest)
+    rate, sweep one more rate beyond it, the grid's step ratio further out, and pick again
+    among all -- at most ``extend`` extra rates, so a pick at the edge of a grid that does not
+    bracket the optimum is not taken for the optimum (the §5.2 rule is "largest progress",
+    not "largest rate tried").  The extra rates run with the same initial parameters and data
+    order (separate programs; the steps use no randomness), so their losses are those they
+    would have had inside the first sweep.  ``extended`` lists them, ``at_edge`` says whether
+    the final pick is still the largest or smallest rate swept.
 
     ``rule="progress"`` (§5.2): lowest mean loss over the last tenth of the steps among rates
     that stayed stable (finite, and in the second half never above 1.5× the initial loss).
@@ -317,11 +326,38 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     (a run that blows up to 1e3x and later recovers has diverged on the way) and ended below its
     initial value.  Returns ``{"lrs", "final", "stable", "best", "loss" [T, R], ...}``.
     """
+    if extend and rule != "progress":
+        raise ValueError(f"extend applies to rule='progress' (got rule={rule!r})")
     lrs = np.asarray(arm.lrs, np.float32)
     ts = _make_step(arm, frozen, readout, loss=loss, loss_after=False)
-    states = jax.vmap(lambda lr: _init_state(arm, ts, params, lr))(jnp.asarray(lrs))
-    states, hist = fit(ts.step, states, data, key=key, steps=steps, batch_size=batch_size,
-                       runs=True, check_finite=False, progress=progress, desc=f"sweep {arm.name}")
+
+    def sweep(rates):
+        states = jax.vmap(lambda lr: _init_state(arm, ts, params, lr))(jnp.asarray(rates))
+        return fit(ts.step, states, data, key=key, steps=steps, batch_size=batch_size,
+                   runs=True, check_finite=False, progress=progress, desc=f"sweep {arm.name}")
+
+    states, hist = sweep(lrs)
+    out = _pick(lrs, hist, steps, rule, peak)
+    extended: list[float] = []
+    while len(extended) < extend and len(lrs) > 1 and out["best"] in (lrs.max(), lrs.min()):
+        srt = np.sort(lrs).astype(np.float64)
+        up = out["best"] == srt[-1]
+        new = srt[-1] * srt[-1] / srt[-2] if up else srt[0] * srt[0] / srt[1]
+        new = np.float32(float(f"{new:.6g}"))  # 1.6 -> 3.2, not 3.1999998
+        st, h = sweep(np.asarray([new], np.float32))
+        states = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states, st)
+        hist = jax.tree.map(lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)], -1)
+                            if np.ndim(a) == 2 else a, hist, h)
+        lrs = np.append(lrs, new)
+        extended.append(float(new))
+        out = _pick(lrs, hist, steps, rule, peak)
+    out.update(state=states, extended=extended,
+               at_edge=bool(len(lrs) > 1 and out["best"] in (lrs.max(), lrs.min())))
+    return out
+
+
+def _pick(lrs, hist, steps, rule, peak) -> dict[str, Any]:
+    """``lr_sweep``'s rule on the runs of ``hist`` (rates ``lrs``, loss ``[T, R]``)."""
     lt = np.asarray(hist["train"]["loss"], np.float64)  # [T, R]
     k = max(1, steps // 10)
     final = np.mean(lt[-k:], axis=0)
@@ -339,8 +375,7 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     else:
         raise ValueError(f"rule must be 'progress' or 'largest_stable', got {rule!r}")
     out = {"lrs": lrs, "final": final, "stable": stable, "best": best, "loss": lt, "rule": rule,
-           "peak_ratio": np.nanmax(np.where(np.isfinite(lt), lt, np.inf), axis=0) / lt[0],
-           "state": states}
+           "peak_ratio": np.nanmax(np.where(np.isfinite(lt), lt, np.inf), axis=0) / lt[0]}
     for name in ("residual", "min_rank", "accuracy"):
         if name in hist["train"]:
             out[name] = np.asarray(hist["train"][name], np.float64)
@@ -626,6 +661,7 @@ class MinibatchConfig:
     batch_size: int = 1024           # §5.2
     epochs: int = 10
     sweep_epochs: int = 1            # §5.2: "largest progress after 1 epoch"
+    sweep_extend: int = 2            # extra rates past a grid edge the sweep picked (lr_sweep)
     depth: int = 2
     bottleneck: int | None = 2048   # d' = 2 x batch (paper: 8000 ~ 8 x batch)
     first_linear: bool = False
@@ -668,7 +704,7 @@ class MinibatchConfig:
         arms = (Arm("gn", GaussNewton(pinv=EXACT_PINV, first_linear=False), (0.1, 0.2)),
                 Arm("adam", optax.adam, (1e-3,)), Arm("sgd", optax.sgd, (0.01,)))
         return cls(n_train=128, n_test=32, batch_size=32, epochs=2, bottleneck=48, depth=3,
-                   n_eval_train=64, probe_n=16, ntk_n=2, arms=arms,
+                   n_eval_train=64, probe_n=16, ntk_n=2, arms=arms, sweep_extend=1,
                    scale_note="smoke: 128 images, batch 32, d'=48, 3 blocks, 2 epochs")
 
     @property
@@ -817,7 +853,7 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
                                            first_linear=_first_linear(arm, cfg.first_linear),
                                            init=cfg.init, w_scale=_arm_w_scale(cfg, arm, dim))
             sw = lr_sweep(arm, params, frozen, P, data, steps=cfg.sweep_epochs * spe,
-                          batch_size=cfg.batch_size, rule="progress",
+                          batch_size=cfg.batch_size, rule="progress", extend=cfg.sweep_extend,
                           key=jax.random.fold_in(keys[0], 3), progress=progress)
             sw.pop("state")
             if sweep_file is not None:
@@ -903,8 +939,13 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
     lrs = {a: res["arms"][a]["lr"] for a in res["arms"]}
     dropped = {a: res["arms"][a]["diverged_lrs"] for a in res["arms"]
                if res["arms"][a].get("diverged_lrs")}
+    sweeps = {a: res["arms"][a].get("sweep") or {} for a in res["arms"]}
+    ext = {a: sw["extended"] for a, sw in sweeps.items() if sw.get("extended")}
+    edge = sorted(a for a, sw in sweeps.items() if sw.get("at_edge"))
     notes = [f"learning rates (one-epoch vmapped sweep, largest progress without instability; "
              f"GN in the authors' per-block convention): {lrs}"
+             + (f"; rates swept past the grid's edge after an edge pick: {ext}" if ext else "")
+             + (f"; picks still at the edge of the swept rates: {edge}" if edge else "")
              + (f"; rates that passed the sweep but diverged in the full run, replaced by the "
                 f"next smaller rate of the grid: {dropped}" if dropped else ""),
              f"{cfg.epochs} epochs of {res['steps_per_epoch']} steps (paper: up to 80-100 on "

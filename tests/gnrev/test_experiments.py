@@ -244,3 +244,27 @@ def test_fig4_ntk_change_is_scale_free_and_the_frobenius_rate_is_listed_beside_i
     np.testing.assert_allclose(rel[0, 1], np.linalg.norm(k2 - k0) / np.linalg.norm(k0),
                                rtol=1e-12)
     assert 1.0 - cos > 1e-3
+
+
+def test_lr_sweep_extends_past_an_edge_pick(key):
+    """extend: a pick at the grid's top is swept past (the grid's step ratio) until it is
+    bracketed or ``extend`` rates are added; the extra rates' losses equal their runs inside
+    one sweep of the whole extended grid, and the pick is the rule's over all of them."""
+    x = jax.random.normal(key, (32, 8))
+    y = jax.random.randint(jax.random.key(1), (32,), 0, 3)
+    params, frozen, P = ex.make_model(jax.random.key(2), 8, 1, 3, bottleneck=40,
+                                      first_linear=False)
+    kw = dict(steps=6, batch_size=None, rule="progress", key=key)
+    arm = ex.Arm("sgd", optax.sgd, (1e-3, 1e-2))  # both far too small: the top is picked
+    plain = ex.lr_sweep(arm, params, frozen, P, (x, y), **kw)
+    assert plain["best"] == pytest.approx(1e-2) and plain["at_edge"] and not plain["extended"]
+    sw = ex.lr_sweep(arm, params, frozen, P, (x, y), extend=2, **kw)
+    assert sw["extended"] == pytest.approx([0.1, 1.0])
+    whole = ex.lr_sweep(ex.Arm("sgd", optax.sgd, (1e-3, 1e-2, 0.1, 1.0)), params, frozen, P,
+                        (x, y), **kw)
+    np.testing.assert_allclose(sw["loss"], whole["loss"], rtol=1e-5)
+    assert sw["best"] == whole["best"] and sw["at_edge"] == whole["at_edge"]
+    assert jax.tree.leaves(sw["state"].params)[0].shape[0] == 4  # one run per rate swept
+    with pytest.raises(ValueError, match="extend applies"):
+        ex.lr_sweep(arm, params, frozen, P, (x, y), steps=2, batch_size=None,
+                    rule="largest_stable", key=key, extend=1)
