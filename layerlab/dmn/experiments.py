@@ -634,7 +634,9 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
         for v in variants:
             rs = [_one(config, row, v, s, data, key=key, progress=progress,
                        checkpoint_dir=checkpoint_dir) for s in range(config.seeds)]
-            runs += [r | {"row": row.label, "dataset": row.dataset} for r in rs]
+            # the row as named in the record: two rows may share a label (Table 2's d22, d41
+            # at Input 0.2 and 0.7), and the cost table is per row
+            runs += [r | {"row": name.split(" ", 1)[1], "dataset": row.dataset} for r in rs]
             widths = sorted({tuple(r["widths"]) for r in rs})
             note = (f"DMN filters kept per seed: {[list(w) for w in widths]}"
                     if v == "dmn" and is_dmn else "")
