@@ -60,6 +60,7 @@ def _plot(rec, path):
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
