@@ -825,9 +825,13 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     "sweep", "seeds": [per-seed dict of arrays]}}}``.  With ``cache_dir`` the result is
     pickled there under the config's fingerprint and reused (Figs. 2, 3, 4 and Apps. G, H are
     views of one run); with ``checkpoint_dir`` every sweep and finished (arm, seed) run is
-    kept there and every epoch checkpointed, so re-running an interrupted call resumes.
+    kept there and every epoch checkpointed, so re-running an interrupted call resumes.  The
+    sweeps and runs are kept in a folder keyed without ``seeds`` and ``scale_note``, so a run
+    with more seeds reuses a fewer-seed run's sweeps and finished seeds (seed keys are
+    ``fold_in(key, s)``); its ``wall_s`` then counts only the new work.
     """
-    fp = _fingerprint(cfg, repr(jax.random.key_data(key).tolist()))
+    kd = repr(jax.random.key_data(key).tolist())
+    fp = _fingerprint(cfg, kd)
     cache = None if cache_dir is None else pathlib.Path(cache_dir) / f"minibatch_{fp}.pkl"
     if cache is not None and cache.exists():
         return _load(cache)
@@ -842,7 +846,11 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     keys = _seed_keys(key, cfg.seeds)
     out: dict[str, Any] = {"config": _cfg_dict(cfg), "steps_per_epoch": spe,
                            "n_train": len(prep.x_train), "arms": {}}
-    done = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"done_{fp}"
+    # Sweeps and (arm, seed) runs do not depend on the seed count or the note, so their folder
+    # is keyed without them: a 3-seed run reuses a 1-seed run's sweeps and seed 0 (seed keys
+    # are fold_in(key, s), the sweep uses seed 0's key).
+    fp_runs = _fingerprint(dataclasses.replace(cfg, seeds=0, scale_note=""), kd)
+    done = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"done_{fp_runs}"
     for arm in cfg.arms:
         sweep_file = None if done is None else done / f"{arm.name}_sweep.pkl"
         if sweep_file is not None and sweep_file.exists():
@@ -864,7 +872,7 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
         # §5.2 "without any training instabilities": a rate that passed the one-epoch sweep
         # but makes a full run diverge is replaced by the next smaller rate of the grid (all
         # seeds rerun at it), and the replaced rates are reported.
-        lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp,
+        lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp_runs,
                                            progress)
         out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs, "diverged_lrs": diverged}
     out["wall_s"] = time.perf_counter() - t0

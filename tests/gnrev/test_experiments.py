@@ -268,3 +268,49 @@ def test_lr_sweep_extends_past_an_edge_pick(key):
     with pytest.raises(ValueError, match="extend applies"):
         ex.lr_sweep(arm, params, frozen, P, (x, y), steps=2, batch_size=None,
                     rule="largest_stable", key=key, extend=1)
+
+
+def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monkeypatch):
+    """Sweeps and (arm, seed) runs are kept in a folder keyed without the seed count, so a
+    3-seed run after a 1-seed run trains only seeds 1 and 2 and returns seed 0's run as it
+    was; seed keys are fold_in(key, s), the same whatever the count."""
+    calls, sweeps = [], []
+    rng = np.random.default_rng(0)
+    prep = ex.Prepared(rng.normal(size=(64, 4)).astype(np.float32),
+                       np.eye(2)[rng.integers(0, 2, 64)],
+                       rng.normal(size=(8, 4)).astype(np.float32),
+                       np.eye(2)[rng.integers(0, 2, 8)], num_outputs=2, name="toy")
+    monkeypatch.setattr(ex, "load_classification", lambda *a, **k: prep)
+
+    def fake_sweep(arm, *a, **k):
+        sweeps.append(arm.name)
+        return {"best": float(arm.lrs[0]), "state": None}
+
+    def fake_train(cfg, arm, lr, prep, ks, *, progress, checkpoint_dir):
+        calls.append((arm.name, tuple(np.asarray(jax.random.key_data(ks)).tolist())))
+        return {"loss": np.asarray(jax.random.key_data(ks), np.float64)}
+
+    monkeypatch.setattr(ex, "lr_sweep", fake_sweep)
+    monkeypatch.setattr(ex, "_train_arm", fake_train)
+    arms = (ex.Arm("adam", optax.adam, (1e-3, 1e-2)), ex.Arm("sgd", optax.sgd, (0.1,)))
+    cfg1 = ex.MinibatchConfig.smoke()
+    cfg1 = ex.dataclasses.replace(cfg1, arms=arms, seeds=1, scale_note="one seed")
+    key = jax.random.key(3)
+    r1 = ex.run_minibatch(cfg1, key=key, progress=False, checkpoint_dir=tmp_path)
+    assert sweeps == ["adam"] and len(calls) == 2
+    cfg3 = ex.dataclasses.replace(cfg1, seeds=3, scale_note="three seeds")
+    r3 = ex.run_minibatch(cfg3, key=key, progress=False, checkpoint_dir=tmp_path)
+    assert sweeps == ["adam"]                        # the sweep was reused
+    assert len(calls) == 2 + 2 * 2                  # seeds 1, 2 of both arms, not seed 0
+    for arm in ("adam", "sgd"):
+        assert len(r3["arms"][arm]["seeds"]) == 3
+        np.testing.assert_array_equal(r3["arms"][arm]["seeds"][0]["loss"],
+                                      r1["arms"][arm]["seeds"][0]["loss"])
+        for s in range(3):   # each seed's run is the one of its own key
+            np.testing.assert_array_equal(
+                r3["arms"][arm]["seeds"][s]["loss"],
+                np.asarray(jax.random.key_data(jax.random.fold_in(key, s)), np.float64))
+    # a different setting (batch size) does not reuse them
+    cfg_b = ex.dataclasses.replace(cfg3, batch_size=16)
+    ex.run_minibatch(cfg_b, key=key, progress=False, checkpoint_dir=tmp_path)
+    assert sweeps == ["adam", "adam"] and len(calls) == 6 + 6
