@@ -17,6 +17,8 @@
   HLO-level program (fusion, algebra) is unchanged; only the generated machine code is less
   optimised, and the tests' tolerances hold for any x86-64 code generation anyway. Set
   ``XLA_FLAGS`` yourself to test at another level.
+* BLAS runs single-threaded in the test session (``OPENBLAS_NUM_THREADS`` / ``OMP_NUM_THREADS``
+  / ``MKL_NUM_THREADS`` = 1 unless set): the workers already use every core.
 * Each pytest process (each xdist worker) keeps a persistent XLA compilation cache in a fresh
   temporary folder, removed when the session ends (``JAX_COMPILATION_CACHE_DIR``, inherited by
   the tests' subprocesses): a program compiled twice in one session -- the same HLO from
@@ -34,6 +36,13 @@ import tempfile
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                " --xla_backend_optimization_level=0").strip()
+
+# One BLAS thread per process: the suite runs one xdist worker per core, and each worker's
+# threaded OpenBLAS (numpy/scipy eigh, solve) then oversubscribes the cores -- a bottleneck
+# a_fig1 smoke run (numpy eigh in its Newton polish) took 24-40 s with the default threads
+# beside one other busy process, 22-23 s with one. Set before numpy loads OpenBLAS.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 _CACHE = None
 _PARENT = os.environ.get("_LAYERLAB_TEST_XLA_CACHE")  # set by a parent pytest process (xdist)
