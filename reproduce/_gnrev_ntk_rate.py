@@ -15,28 +15,37 @@ block's CKA with init, the weights' relative change and 1 - cos with init (App. 
 test/training losses.  Result: ``results/gnrev/ablation/ntk_rate_<dataset>.json``.
 
     python -m reproduce._gnrev_ntk_rate [--dataset mnist] [--n-train 8192] [--epochs 6]
+    python -m reproduce._gnrev_ntk_rate --n-train 0 --n-test 0 --bottleneck 8000 --epochs 10 \
+        --gn-rates 0.1 --gn-first-linear-rates 0.1 --adam-rates "" --sgd-rate 0 \
+        --out results/gnrev/ablation/fig2_gn_rate_mnist.json   # the paper's MNIST shape
     python -m reproduce._gnrev_ntk_rate --dataset cifar10 --n-train 10240 --bottleneck 1024 \
         --batch 512 --epochs 5 --gn-rates 0.05,0.2,1.0 --adam-rates 1e-4,3e-4 --sgd-rate 0.01
 """
 import argparse
 import json
+import os
 import pathlib
 
-import jax
-import numpy as np
-import optax
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
 
-from layerlab.gnrev import experiments as ex
+from layerlab.gnrev import experiments as ex  # noqa: E402
+from layerlab.record import machine_info  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
 ap.add_argument("--dataset", default="mnist", choices=("mnist", "cifar10"))
-ap.add_argument("--n-train", type=int, default=8192)
+ap.add_argument("--n-train", type=int, default=8192, help="0: the whole training set")
+ap.add_argument("--n-test", type=int, default=2000, help="0: the whole test set")
 ap.add_argument("--bottleneck", type=int, default=2048)
 ap.add_argument("--batch", type=int, default=1024)
 ap.add_argument("--epochs", type=int, default=6)
 ap.add_argument("--gn-rates", default="0.1,0.4,1.6")
-ap.add_argument("--adam-rates", default="1e-4,1e-3")
-ap.add_argument("--sgd-rate", type=float, default=0.1)
+ap.add_argument("--gn-first-linear-rates", default="",
+                help="GN rates in the authors' setup (linear first block, 1%% truncation)")
+ap.add_argument("--adam-rates", default="1e-4,1e-3", help="'' for none")
+ap.add_argument("--sgd-rate", type=float, default=0.1, help="0 for none")
 ap.add_argument("--out", default=None)
 ap.add_argument("--checkpoint-dir", default="scratch/ck_gnrev_ntk_rate")
 args = ap.parse_args()
@@ -44,11 +53,16 @@ args = ap.parse_args()
 gn_rates = [float(r) for r in args.gn_rates.split(",")]
 arms = [ex.Arm(f"gn_{r:g}", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (r,))
         for r in gn_rates]
+arms += [ex.Arm(f"gn_first_linear_{float(r):g}", ex.GaussNewton(first_linear=True), (float(r),))
+         for r in args.gn_first_linear_rates.split(",") if r.strip()]
 arms += [ex.Arm(f"adam_{r.strip()}", optax.adam, (float(r),))
-         for r in args.adam_rates.split(",")]
-arms += [ex.Arm(f"sgd_{args.sgd_rate:g}", optax.sgd, (args.sgd_rate,))]
+         for r in args.adam_rates.split(",") if r.strip()]
+if args.sgd_rate > 0:
+    arms += [ex.Arm(f"sgd_{args.sgd_rate:g}", optax.sgd, (args.sgd_rate,))]
+n_train = args.n_train or None
+n_test = args.n_test or None
 depth = 2 if args.dataset == "mnist" else 6
-cfg = ex.MinibatchConfig(dataset=args.dataset, n_train=args.n_train, n_test=2000,
+cfg = ex.MinibatchConfig(dataset=args.dataset, n_train=n_train, n_test=n_test,
                          batch_size=args.batch, epochs=args.epochs, depth=depth,
                          bottleneck=args.bottleneck,
                          init_bottleneck=8000 if args.bottleneck < 8000 else None,
@@ -59,7 +73,7 @@ out = {"_note": ("Fig. 4 NTK/CKA vs GN's learning rate (per block, the authors' 
                  "their MNIST rate is 0.1). Same data, init and batches for every arm, rates "
                  "fixed (no sweep), 1 seed. NTK: empirical NTK of the logits on "
                  f"{cfg.ntk_n} test images; CKA: linear, {cfg.probe_n} test images."),
-       "config": {"dataset": args.dataset, "n_train": res["n_train"], "n_test": 2000,
+       "config": {"dataset": args.dataset, "n_train": res["n_train"], "n_test": n_test,
                   "batch": args.batch, "bottleneck": args.bottleneck, "depth": depth,
                   "epochs": args.epochs, "init_bottleneck": cfg.init_bottleneck},
        "arms": {}}
@@ -98,6 +112,7 @@ path = pathlib.Path(args.out or f"scratch/gnrev/ablation/ntk_rate_{args.dataset}
 # a rerun reads the finished runs from the checkpoints in seconds: keep the training's wall time
 prev = json.loads(path.read_text()).get("wall_s", 0.0) if path.exists() else 0.0
 out["wall_s"] = max(res["wall_s"], prev)
+out["machine"] = machine_info()
 path.parent.mkdir(parents=True, exist_ok=True)
 path.write_text(json.dumps(out, indent=1))
 print(f"wrote {path} ({out['wall_s']:.0f} s)")
