@@ -47,6 +47,10 @@ ap.add_argument("--gn-first-linear-rates", default="",
 ap.add_argument("--adam-rates", default="1e-4,1e-3", help="'' for none")
 ap.add_argument("--sgd-rate", type=float, default=0.1, help="0 for none")
 ap.add_argument("--out", default=None)
+ap.add_argument("--compare-record", default=None,
+                help="a Fig. 2 record (e.g. results/gnrev/fig2.json) whose per-epoch test and "
+                "training losses (mean over its seeds) are drawn beside these arms' in "
+                "<out>_losses.png and copied into the JSON under 'compare'")
 ap.add_argument("--checkpoint-dir", default="scratch/ck_gnrev_ntk_rate")
 args = ap.parse_args()
 
@@ -94,6 +98,10 @@ for a, v in res["arms"].items():
         "test_acc_end": float(r["eval_test_accuracy"][-1]),
         "train_loss_end": float(r["eval_train_loss_full"][-1]),
         "test_loss_per_epoch": [float(x) for x in r["eval_test_loss"]],
+        "train_loss_per_epoch": [float(x) for x in r["eval_train_loss_full"]],
+        "test_acc_per_epoch": [float(x) for x in r["eval_test_accuracy"]],
+        "certificate": {"median_residual": float(np.median(r["residual"])),
+                        "min_rank": float(np.min(r["min_rank"]))} if "residual" in r else None,
         "finite": bool(np.all(np.isfinite(r["loss"]))),
         "ntk_align_per_epoch": [float(x) for x in al[0]],
         "ntk_distance_per_epoch_curve": [float(x) for x in ch[0]],
@@ -113,6 +121,10 @@ path = pathlib.Path(args.out or f"scratch/gnrev/ablation/ntk_rate_{args.dataset}
 prev = json.loads(path.read_text()).get("wall_s", 0.0) if path.exists() else 0.0
 out["wall_s"] = max(res["wall_s"], prev)
 out["machine"] = machine_info()
+if args.compare_record:
+    rec = json.loads(pathlib.Path(args.compare_record).read_text())
+    out["compare"] = {"record": args.compare_record, "note": rec.get("note", "")[:400],
+                      "curves": rec["extra"]["curves"]}
 path.parent.mkdir(parents=True, exist_ok=True)
 path.write_text(json.dumps(out, indent=1))
 print(f"wrote {path} ({out['wall_s']:.0f} s)")
@@ -139,3 +151,22 @@ fig.suptitle(f"Fig. 4 ablation: NTK/CKA vs GN's rate ({args.dataset}, "
 fig.tight_layout()
 fig.savefig(path.with_suffix(".png"), dpi=100)
 print(f"wrote {path.with_suffix('.png')}")
+
+if args.compare_record:
+    fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
+    for a, c in out["compare"]["curves"].items():
+        e = np.arange(len(c["test_loss"]))
+        ax[0].semilogy(e, c["test_loss"], "--", label=f"{a} (record, seed mean)")
+        ax[1].semilogy(e, c["train_loss"], "--", label=f"{a} (record)")
+    for a, o in out["arms"].items():
+        e = np.arange(len(o["test_loss_per_epoch"]))
+        ax[0].semilogy(e, o["test_loss_per_epoch"], "-", lw=2, label=f"{a} (this run)")
+        ax[1].semilogy(e, o["train_loss_per_epoch"], "-", lw=2, label=f"{a} (this run)")
+    ax[0].set(xlabel="epoch", title="test loss")
+    ax[1].set(xlabel="epoch", title="training loss (evaluation subset)")
+    ax[0].legend(fontsize=7)
+    fig.suptitle("Fig. 2 ablation: GN at the authors' rate beside the record's swept rates",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path.with_name(path.stem + "_losses.png"), dpi=100)
+    plt.close(fig)
