@@ -31,11 +31,39 @@ def dmn_flags(p):
     p.add_argument("--no-conv-rows", action="store_true",
                    help="skip the rows that train conv layers end to end (c tokens): the "
                    "DMN-only rows on a CPU; the record is then reduced")
+    p.add_argument("--merge", nargs="+", default=None, metavar="RECORD",
+                   help="train nothing: merge these records of the same table (each ran some "
+                   "rows, e.g. with --rows on different machines) into one record of every "
+                   "row, later records replacing earlier ones row by row; rows no record "
+                   "holds are marked not run. Combine with --out (e.g. "
+                   "--out results/dmn/table2.json)")
+
+
+_RUN_FLAGS = ("paper", "smoke", "preset", "datasets", "epochs", "n_train", "n_test", "report",
+              "rows", "no_conv_rows", "seeds", "checkpoint_dir")
+
+
+def merge_main(artifact: str, args, argv=None) -> int:
+    """``--merge``: write the merged record (and its figure) of ``args.merge``."""
+    used = [f"--{f.replace('_', '-')}" for f in _RUN_FLAGS if getattr(args, f, None)]
+    if used:
+        raise SystemExit(f"--merge trains nothing, so it takes no run flags; got {used} "
+                         "(the protocol comes from the records)")
+    from layerlab.dmn import experiments as ex
+
+    try:
+        rec = ex.merge_tables(artifact, args.merge, data_dir=args.data_dir)
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"--merge: {e}") from None
+    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv)
+    return 0
 
 
 def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_table") -> int:
     """Build the artifact's config from the flags, run it, write the record and figure."""
     args = table_parser(artifact, doc).parse_args(argv)
+    if args.merge:
+        return merge_main(artifact, args, argv)
     import jax
 
     from layerlab.dmn import experiments as ex

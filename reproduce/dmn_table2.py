@@ -5,6 +5,8 @@ when its files are absent).
     python -m reproduce.dmn_table2 --paper     # every row, full data, 3 seeds, 50 epochs
     python -m reproduce.dmn_table2             # every row, 6000/2000 images, 10 epochs, 1 seed
     python -m reproduce.dmn_table2 --smoke     # seconds
+    python -m reproduce.dmn_table2 --merge results/dmn/table2.json part.json \
+        --out results/dmn/table2.json          # one record of rows run in parts
 
 DMN layers are built once in closed form; only the head (and the ConvNets) are trained, with
 Adam (lr 1e-3), batch 128, as the authors' notebook does. See docs/dmn.md.
@@ -24,6 +26,11 @@ def build_parser():
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.merge:
+        if args.no_convnet:
+            raise SystemExit("--merge trains nothing, so it takes no run flags; got "
+                             "['--no-convnet']")
+        return _dmn.merge_main("table2", args, argv)
     import jax
 
     from layerlab.dmn import experiments as ex

@@ -57,6 +57,7 @@ __all__ = [
     "Fig6Config",
     "TableConfig",
     "TimescalesConfig",
+    "merge_tables",
     "plot_fig6",
     "plot_table",
     "plot_timescales",
@@ -618,9 +619,7 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
         tol = TOL[row.dataset]
         is_dmn = any(t.kind in ("dmn_conv", "dmn_dense") for t in parse_spec(row.arch))
         variants = ["dmn"] + (["convnet"] if config.convnet and is_dmn else [])
-        name = f"{row.dataset} {row.label}"
-        if row.var_fraction is not None:
-            name += f" (Input {row.input_fraction}, Var {row.var_fraction})"
+        name = _row_name(row)
         if err is not None:
             missing[row.dataset] = err
             for v in variants:
@@ -652,19 +651,7 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
                                             paper=row.paper_train, unit="%", tol=tol))
     claims = _table_claims(config, rows)
     cost = _cost(runs)
-    if cost:
-        # a ConvNet that never reaches the DMN's accuracy counts as slower when its whole
-        # run took longer than the DMN pipeline (a lower bound on its time to the target)
-        ratios = [c["ratio"] if c["ratio"] is not None else c["ratio_at_least"]
-                  for c in cost]
-        claims.append(Claim(
-            "cost: the DMN pipeline (build + features + head) reaches its accuracy faster than "
-            "the ConvNet of the same widths",
-            all(r is not None and r > 1.0 for r in ratios),
-            "; ".join(f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
-                      + (f"{c['convnet_s']:.0f} s ({c['ratio']:.1f}x)" if c["ratio"] is not None
-                         else f"never reached it in {c['convnet_total_s']:.0f} s "
-                         f"(>= {c['ratio_at_least']:.1f}x)") for c in cost)))
+    claims += _cost_claims(cost)
     scale = "paper" if config.is_paper_scale() and not missing else "reduced"
     return Record(
         paper="dmn", artifact=config.artifact, title=_TITLES.get(config.artifact, "Fig. 10"),
@@ -677,6 +664,179 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
                                            "build_s", "features_s", "train_s", "total_s")}
                         for r in runs]},
     )
+
+
+def _row_name(row: ArchRow) -> str:
+    """A table row's name in a record (its entries add " val acc", " ConvNet val acc", ...)."""
+    name = f"{row.dataset} {row.label}"
+    if row.var_fraction is not None:
+        name += f" (Input {row.input_fraction}, Var {row.var_fraction})"
+    return name
+
+
+# the run settings every part of a merged record must share (the rows may differ)
+_PROTOCOL = ("preset", "seeds", "epochs", "batch_size", "optimizer_name", "n_train", "n_test",
+             "report", "dtype", "convnet")
+
+
+def _arch_row(d: dict) -> ArchRow:
+    return ArchRow(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+
+
+def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
+                 data_dir: str | os.PathLike | None = None) -> Record:
+    """One record of a whole table from records that each ran some of its rows.
+
+    A table's rows can take days on one machine; they are run in parts (``--rows``,
+    ``--datasets``, on different machines) and merged here without training anything.
+    Every row of the paper's table appears in the result, in the paper's order: from the
+    **last** part that holds it (so a rerun of a row replaces it when listed after the
+    older part), else as not run -- with the loader's message when the dataset's files are
+    absent (e.g. CIFAR-100), otherwise naming the ``--rows`` to run.
+
+    Args:
+      artifact: ``"table2"`` ... ``"table5"`` or ``"fig10"``.
+      parts: records (paths or loaded dicts) of that artifact, written by ``run_table`` /
+        ``run_fig10`` or by an earlier merge.  They must share the run protocol (``preset``,
+        seeds, epochs, batch size, optimizer, ``n_train``/``n_test``, ``report``, dtype,
+        ``convnet``); a ``ValueError`` names the part and the field that differs.
+      data_dir: where to look for the files of rows no part holds (the loader's default).
+
+    Returns:
+      A :class:`~layerlab.record.Record`: rows and claims recomputed from the parts' rows
+      and cost entries (``extra["cost"]``, ``extra["runs"]`` restricted to the kept rows);
+      ``scale`` is ``"paper"`` when the shared protocol is the paper's and every row ran;
+      ``wall_s`` is the sum of the parts' wall times; ``extra["parts"]`` lists each part
+      (path, rows kept, machine, wall time, command, git) and the note says which rows ran
+      where.
+    """
+    from layerlab.record import load_record
+
+    full = fig10_config().rows if artifact == "fig10" else table_rows(artifact)
+    if not parts:
+        raise ValueError("merge_tables: parts is empty; pass the records to merge.")
+    loaded = []
+    for i, part in enumerate(parts):
+        label = str(part) if not isinstance(part, dict) else f"parts[{i}]"
+        d = part if isinstance(part, dict) else load_record(part)
+        if d.get("paper") != "dmn" or d.get("artifact") != artifact:
+            raise ValueError(f"merge_tables: {label} is a {d.get('paper')} "
+                             f"{d.get('artifact')} record, not dmn {artifact}.")
+        loaded.append((label, d))
+    ref_label, ref = loaded[0]
+    for label, d in loaded[1:]:
+        for f in _PROTOCOL:
+            a, b = ref["config"].get(f), d["config"].get(f)
+            if a != b:
+                raise ValueError(f"merge_tables: {label} ran with {f}={b!r} but {ref_label} with "
+                                 f"{f}={a!r}; rows run under different protocols do not merge.")
+    c0 = ref["config"]
+    cfg = TableConfig(artifact=artifact, rows=full, preset=c0["preset"],
+                      convnet=bool(c0.get("convnet", artifact == "table2")), seeds=c0["seeds"],
+                      epochs=c0["epochs"], batch_size=c0["batch_size"],
+                      optimizer_name=c0["optimizer_name"], n_train=c0["n_train"],
+                      n_test=c0["n_test"], report=c0["report"], dtype=c0["dtype"])
+    owner: dict[ArchRow, int] = {}
+    for i, (_, d) in enumerate(loaded):
+        ran = {r["name"] for r in d["rows"] if r.get("ours") is not None}
+        for rd in d["config"]["rows"]:
+            row = _arch_row(rd)
+            if row not in full:
+                raise ValueError(f"merge_tables: {loaded[i][0]} holds a row that is not one of "
+                                 f"the paper's {artifact} rows: {row}.")
+            name = _row_name(row)
+            if any(n.startswith(name + " ") and n[len(name) + 1:] in
+                   ("val acc", "ConvNet val acc", "train acc") for n in ran):
+                owner[row] = i  # a part owns the rows it ran (not those it marks not run)
+    rows: list[Row] = []
+    runs: list[dict] = []
+    cost: list[dict] = []
+    missing: dict[str, str] = {}
+    kept: dict[int, list[str]] = {}
+    for n, row in enumerate(full, start=1):
+        name = _row_name(row)
+        is_dmn = any(t.kind in ("dmn_conv", "dmn_dense") for t in parse_spec(row.arch))
+        if row in owner:
+            i = owner[row]
+            d = loaded[i][1]
+            mine = [f"{name} val acc", f"{name} ConvNet val acc", f"{name} train acc"]
+            by = {r["name"]: r for r in d["rows"]}
+            rows += [Row(**by[m]) for m in mine if m in by]
+            # runs and cost entries name the row as the record does; records written before
+            # rows carried (Input, Var) name it by its label, kept when that is unambiguous
+            short = {name.split(" ", 1)[1]}
+            if sum(rd["label"] == row.label for rd in d["config"]["rows"]) == 1:
+                short.add(row.label)
+            extra = d.get("extra") or {}
+            runs += [r for r in extra.get("runs", [])
+                     if r.get("dataset") == row.dataset and r.get("row") in short]
+            cost += [c for c in extra.get("cost", [])
+                     if c.get("row") in {f"{row.dataset} {x}" for x in short}]
+            kept.setdefault(i, []).append(row.label)
+            continue
+        try:
+            load(row.dataset, "test", data_dir=data_dir)
+            why = (f"not run: no part record holds this row (run it with --rows {n} and "
+                   "merge again)")
+        except DatasetNotFoundError as e:
+            missing[row.dataset] = str(e)
+            why = f"not run: {e}"
+        variants = ["dmn"] + (["convnet"] if cfg.convnet and is_dmn else [])
+        for v in variants:
+            paper = row.paper_val if v == "dmn" else row.paper_convnet
+            rows.append(Row(f"{name} {'ConvNet ' if v == 'convnet' else ''}val acc", None,
+                            paper, "%", TOL[row.dataset], 0, None, None, why))
+        if row.paper_train is not None:
+            rows.append(Row(f"{name} train acc", None, row.paper_train, "%",
+                            TOL[row.dataset], 0, None, None, why))
+    claims = (_fig10_claims(rows) if artifact == "fig10"
+              else _table_claims(cfg, rows) + _cost_claims(cost))
+    protocol_paper = (cfg.n_train is None and cfg.n_test is None and cfg.seeds >= 3
+                      and cfg.epochs >= TableConfig.paper(
+                          "table3" if artifact == "fig10" else artifact).epochs)
+    all_ran = all(r.ours is not None for r in rows)
+    part_info = [{"path": label, "rows": kept[i], "scale": d["scale"],
+                  "machine": d.get("machine"), "wall_s": d.get("wall_s"),
+                  "command": d.get("command"), "git": d.get("git")}
+                 for i, (label, d) in enumerate(loaded) if i in kept]
+
+    def where(p):
+        m = p["machine"] or {}
+        dev = m.get("device_kind") or m.get("platform") or "?"
+        return (f"{p['path']}: {' / '.join(p['rows'])} on {dev} ({m.get('cpu_count', '?')} "
+                f"cores), {p['wall_s'] or 0:.0f} s")
+
+    unused = [label for i, (label, _) in enumerate(loaded) if i not in kept]
+    note = (_note(cfg) + f" Merged from {len(part_info)} part records (merge_tables; later parts"
+            " replace earlier ones row by row): " + "; ".join(where(p) for p in part_info) + "."
+            + ("" if not unused else f" Parts whose rows were all replaced: {unused}.")
+            + ("" if not missing else f" Not run (files absent): {sorted(missing)}."))
+    walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
+    return Record(
+        paper="dmn", artifact=artifact,
+        title=_FIG10_TITLE if artifact == "fig10" else _TITLES[artifact],
+        scale="paper" if protocol_paper and all_ran else "reduced",
+        config=_config_dict(cfg), rows=rows, claims=claims, note=note,
+        wall_s=sum(walls) if walls else None,
+        extra={"parts": part_info, "cost": cost, "runs": runs},
+    )
+
+
+def _cost_claims(cost) -> list[Claim]:
+    """The cost claim (issue 13, item 5) from :func:`_cost`'s per-row entries (none: [])."""
+    if not cost:
+        return []
+    # a ConvNet that never reaches the DMN's accuracy counts as slower when its whole
+    # run took longer than the DMN pipeline (a lower bound on its time to the target)
+    ratios = [c["ratio"] if c["ratio"] is not None else c["ratio_at_least"] for c in cost]
+    return [Claim(
+        "cost: the DMN pipeline (build + features + head) reaches its accuracy faster than "
+        "the ConvNet of the same widths",
+        all(r is not None and r > 1.0 for r in ratios),
+        "; ".join(f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
+                  + (f"{c['convnet_s']:.0f} s ({c['ratio']:.1f}x)" if c["ratio"] is not None
+                     else f"never reached it in {c['convnet_total_s']:.0f} s "
+                     f"(>= {c['ratio_at_least']:.1f}x)") for c in cost))]
 
 
 def _cost(runs) -> list[dict]:
@@ -818,7 +978,17 @@ def run_fig10(config: TableConfig | None = None, *, key: jax.Array, progress: bo
     qualitative claims checked on ours."""
     cfg = config or fig10_config()
     rec = run_table(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir)
-    val = {r.name: r.ours for r in rec.rows if r.name.endswith("val acc")}
+    rec.claims = _fig10_claims(rec.rows)
+    rec.title = _FIG10_TITLE
+    return rec
+
+
+_FIG10_TITLE = "Fig. 10: one- and two-layer DMN, DMN + Conv and ConvNets (Tables 3-5)"
+
+
+def _fig10_claims(rows) -> list[Claim]:
+    """Fig. 10's qualitative claims, from the rows of a Fig. 10 record."""
+    val = {r.name: r.ours for r in rows if r.name.endswith("val acc")}
 
     def get(ds, label):
         return val.get(f"{ds} {label} val acc")
@@ -832,9 +1002,7 @@ def run_fig10(config: TableConfig | None = None, *, key: jax.Array, progress: bo
     claims.append(_cmp("CIFAR-10: BN after two DMN layers increases accuracy", two_bn, two))
     hyb, cc = get("cifar10", "d27, m, c108, m, BN, de10"), get("cifar10", "c10, m, c80, m, de10")
     claims.append(_cmp("CIFAR-10: DMN + Conv beats two Conv layers", hyb, cc))
-    rec.claims = [c for c in claims if c is not None]
-    rec.title = "Fig. 10: one- and two-layer DMN, DMN + Conv and ConvNets (Tables 3-5)"
-    return rec
+    return [c for c in claims if c is not None]
 
 
 def _cmp(text, a, b):

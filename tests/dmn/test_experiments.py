@@ -349,3 +349,122 @@ def test_table_run_resumes_inside_a_run_and_cleans_up(tmp_path, monkeypatch):
     again = ex._one(cfg, row, "dmn", 0, (tr, te), key=jax.random.key(0), progress=False,
                     checkpoint_dir=tmp_path)
     assert again["val_acc"] == r["val_acc"] and len(seen) == 1
+
+
+def _table_part(artifact, numbers, dmn, convnet=None, *, epochs=50, seeds=3, wall=10.0,
+                cost=(), label_only=False):
+    """A record of some rows of a table as ``run_table`` writes it (no training): row
+    ``numbers[i]`` (1-based, as printed) gets DMN accuracy ``dmn[i]`` (and ConvNet
+    ``convnet[i]``); one run entry per row and variant."""
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import Record, Row
+
+    full = ex.table_rows(artifact)
+    cfg = ex.TableConfig.paper(artifact, rows=tuple(full[n - 1] for n in numbers),
+                               epochs=epochs, seeds=seeds)
+    rows, runs = [], []
+    for i, r in enumerate(cfg.rows):
+        name = ex._row_name(r)
+        rows.append(Row(f"{name} val acc", dmn[i], r.paper_val, "%", ex.TOL[r.dataset], seeds))
+        if cfg.convnet:
+            rows.append(Row(f"{name} ConvNet val acc", convnet[i], r.paper_convnet, "%",
+                            ex.TOL[r.dataset], seeds))
+        if r.paper_train is not None:
+            rows.append(Row(f"{name} train acc", dmn[i] + 5, r.paper_train, "%",
+                            ex.TOL[r.dataset], seeds))
+        short = r.label if label_only else name.split(" ", 1)[1]
+        runs += [{"dataset": r.dataset, "row": short, "variant": v, "seed": 0}
+                 for v in (["dmn", "convnet"] if cfg.convnet else ["dmn"])]
+    rec = Record("dmn", artifact, "t", "reduced", ex._config_dict(cfg), rows, [],
+                 command=f"part {numbers}", wall_s=wall,
+                 extra={"cost": list(cost), "runs": runs})
+    return rec.to_dict() | {"machine": {"device_kind": "cpu", "cpu_count": 2}, "git": "x",
+                            "versions": {}}
+
+
+def test_merge_tables_keeps_every_paper_row_and_recomputes_the_claims(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    empty = tmp_path / "empty"
+    empty.mkdir()  # no dataset files: the rows no part holds are "not run" with the message
+    cost6 = {"row": "cifar10 d10", "dmn_val_acc": 50.0, "dmn_s": 10.0, "convnet_s": 40.0,
+             "ratio": 4.0, "convnet_total_s": 90.0, "ratio_at_least": None}
+    a = _table_part("table2", [6, 7], [50.0, 47.0], [45.0, 49.0], wall=100.0, cost=[cost6],
+                    label_only=True)  # an older record: runs and cost named by the label
+    b = _table_part("table2", [6], [44.0], [46.0], wall=30.0)  # a rerun of row 6
+    rec = ex.merge_tables("table2", [a, b], data_dir=empty)
+    full = ex.table_rows("table2")
+    names = [r.name for r in rec.rows]
+    # every paper row, in the paper's order, DMN then ConvNet
+    assert names == [f"{ex._row_name(r)} {v}val acc" for r in full for v in ("", "ConvNet ")]
+    by = {r.name: r for r in rec.rows}
+    r6, r7 = ex._row_name(full[5]), ex._row_name(full[6])
+    assert by[f"{r6} val acc"].ours == 44.0 and by[f"{r6} ConvNet val acc"].ours == 46.0  # b
+    assert by[f"{r7} val acc"].ours == 47.0 and by[f"{r7} ConvNet val acc"].ours == 49.0  # a
+    others = [r for r in rec.rows if not r.name.startswith((r6, r7))]
+    assert others and all(r.ours is None and "not found" in r.note for r in others)
+    # claims from the merged rows: row 6 44 < 46, row 7 47 < 49 -> 0/2
+    (claim,) = rec.claims  # b has no cost entry for row 6, a's (replaced) is dropped
+    assert claim.holds is False and claim.evidence.startswith("0/2 rows")
+    assert rec.scale == "reduced" and rec.wall_s == 130.0
+    assert [p["rows"] for p in rec.extra["parts"]] == [["d10, d11"], ["d10"]]
+    assert {(r["row"], r["variant"]) for r in rec.extra["runs"]} == {
+        ("d10, d11", "dmn"), ("d10, d11", "convnet"),
+        (r6.split(" ", 1)[1], "dmn"), (r6.split(" ", 1)[1], "convnet")}
+    # the older part's cost entry is kept when its row is
+    rec2 = ex.merge_tables("table2", [b, a], data_dir=empty)
+    by2 = {r.name: r.ours for r in rec2.rows}
+    assert by2[f"{r6} val acc"] == 50.0 and by2[f"{r6} ConvNet val acc"] == 45.0
+    assert rec2.claims[0].evidence.startswith("1/2 rows") and rec2.claims[1].holds is True
+    assert "d10: DMN 10 s, ConvNet 40 s (4.0x)" in rec2.claims[1].evidence
+
+
+def test_merge_tables_is_paper_scale_only_when_every_row_ran_at_the_papers_protocol(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    n = len(ex.table_rows("table3"))
+    first = _table_part("table3", range(1, 4), [90.0, 91.0, 92.0])
+    rest = _table_part("table3", range(4, n + 1), [93.0] * (n - 3))
+    rec = ex.merge_tables("table3", [first, rest], data_dir=tmp_path)
+    assert rec.scale == "paper" and all(r.ours is not None for r in rec.rows)
+    assert len(rec.rows) == 2 * n  # validation and training accuracy per row
+    short = _table_part("table3", range(4, n + 1), [93.0] * (n - 3), epochs=10)
+    with pytest.raises(ValueError, match="epochs=10"):
+        ex.merge_tables("table3", [first, short])
+    with pytest.raises(ValueError, match="not dmn table3"):
+        ex.merge_tables("table3", [first, _table_part("table4", [1], [40.0])])
+    with pytest.raises(ValueError, match="parts is empty"):
+        ex.merge_tables("table3", [])
+
+
+def test_merge_command_writes_one_record_and_refuses_run_flags(tmp_path):
+    from layerlab.record import load_record
+    from reproduce import dmn_table2
+
+    paths = []
+    for i, (nums, d, c) in enumerate([([6], [50.0], [45.0]), ([7], [47.0], [49.0])]):
+        p = tmp_path / f"p{i}.json"
+        p.write_text(json.dumps(_table_part("table2", nums, d, c)))
+        paths.append(str(p))
+    out = tmp_path / "out" / "table2.json"
+    dmn_table2.main(["--merge", *paths, "--out", str(out), "--data-dir", str(tmp_path)])
+    rec = load_record(out)
+    assert rec["wall_s"] == 20.0 and rec["claims"][0]["evidence"].startswith("1/2 rows")
+    assert (out.parent / "table2.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="--rows"):
+        dmn_table2.main(["--merge", *paths, "--rows", "6", "--out", str(out)])
+    with pytest.raises(SystemExit, match="no record at|No such file"):
+        dmn_table2.main(["--merge", str(tmp_path / "nope.json"), "--out", str(out)])
+
+
+def test_a_merged_record_merges_again_without_its_not_run_rows_winning(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    a = _table_part("table2", [6], [50.0], [45.0])
+    merged = ex.merge_tables("table2", [a], data_dir=tmp_path)
+    merged = merged.to_dict() | {"machine": {}, "versions": {}, "git": "x"}
+    b = _table_part("table2", [7], [47.0], [49.0])
+    r7 = ex._row_name(ex.table_rows("table2")[6])
+    for parts in ([b, merged], [merged, b]):  # row 7 is "not run" in merged: b's stays
+        by = {r.name: r.ours for r in ex.merge_tables("table2", parts, data_dir=tmp_path).rows}
+        assert by[f"{r7} val acc"] == 47.0 and by[f"{r7} ConvNet val acc"] == 49.0
