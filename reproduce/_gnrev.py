@@ -19,7 +19,7 @@ running the five scripts in a row trains once.  Learning rates: one-epoch vmappe
 exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexact at batch
 1024); every GN step logs the residual certificate ‖JΔθ−ε‖/‖ε‖.
 
-    python -m reproduce.gnrev_<artifact>            # reduced CPU config (MNIST 8192, d'=1024)
+    python -m reproduce.gnrev_<artifact>            # reduced CPU config (MNIST 8192, d'=2048)
     python -m reproduce.gnrev_<artifact> --paper    # full MNIST, batch 1024, d'=8000, 3 seeds
     python -m reproduce.gnrev_<artifact> --dataset cifar10  # CIFAR-10, 6 blocks, 10240 imgs (CPU)
 """

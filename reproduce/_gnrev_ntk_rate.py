@@ -19,7 +19,12 @@ test/training losses.  Result: ``results/gnrev/ablation/ntk_rate_<dataset>.json`
         --gn-rates 0.1 --gn-first-linear-rates 0.1 --adam-rates "" --sgd-rate 0 \
         --out results/gnrev/ablation/fig2_gn_rate_mnist.json   # the paper's MNIST shape
     python -m reproduce._gnrev_ntk_rate --dataset cifar10 --n-train 10240 --bottleneck 1024 \
-        --batch 512 --epochs 5 --gn-rates 0.05,0.2,1.0 --adam-rates 1e-4,3e-4 --sgd-rate 0.01
+        --batch 512 --epochs 10 --gn-rates 0.2 --adam-rates 3e-5,1e-4,3e-4 --sgd-rate 0.01 \
+        --out results/gnrev/ablation/ntk_rate_cifar10.json  # the CIFAR-10 CPU shape, Adam's rate
+
+Per arm it also writes the per-epoch mean % change of a mini-batch's loss across its own update
+(Fig. 3) and, for each GN arm, the linear CKA of its final features with every other arm's per
+block (App. H, Fig. 11).
 """
 import argparse
 import json
@@ -28,9 +33,11 @@ import pathlib
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from layerlab import probes  # noqa: E402
 from layerlab.gnrev import experiments as ex  # noqa: E402
 from layerlab.record import machine_info  # noqa: E402
 
@@ -107,7 +114,20 @@ for a, v in res["arms"].items():
         "ntk_distance_per_epoch_curve": [float(x) for x in ch[0]],
         "ntk_scale_per_epoch": [float(x) for x in sc[0]],
         "cka_init_last_block_per_epoch": [float(x) for x in cka[0, :, -1]],
+        # Fig. 3: mean % change of each mini-batch's loss across its own update, per epoch
+        "batch_loss_change_pct_per_epoch": [
+            float(x) for x in ex._epoch_mean(res, a, "loss_change_pct")[0]],
     }
+gn_arms = [a for a in res["arms"] if a.startswith("gn")]
+for g in gn_arms:  # App. H, Fig. 11: linear CKA between GN's and each other arm's features
+    Gg = res["arms"][g]["seeds"][0]["grams"]
+    for a in res["arms"]:
+        if a.startswith("gn"):
+            continue
+        Go = res["arms"][a]["seeds"][0]["grams"]
+        out["arms"][g].setdefault("cka_with_end_per_block", {})[a] = [
+            float(probes.cka(jnp.asarray(Gg[-1][b]), jnp.asarray(Go[-1][b])))
+            for b in range(Gg.shape[1])]
     o = out["arms"][a]
     print(f"{a:10s} NTK align {o['ntk_align_end']:.5f} 1-cos/epoch "
           f"{o['ntk_distance_per_epoch']:.2e} Frobenius/epoch "
