@@ -697,9 +697,11 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     Args:
       artifact: ``"table2"`` ... ``"table5"`` or ``"fig10"``.
       parts: records (paths or loaded dicts) of that artifact, written by ``run_table`` /
-        ``run_fig10`` or by an earlier merge.  They must share the run protocol (``preset``,
-        seeds, epochs, batch size, optimizer, ``n_train``/``n_test``, ``report``, dtype,
-        ``convnet``); a ``ValueError`` names the part and the field that differs.
+        ``run_fig10`` or by an earlier merge; for ``"fig10"`` also records of Tables 3-5
+        (Fig. 10 plots their one- and two-layer rows; their other rows are ignored).  They
+        must share the run protocol (``preset``, seeds, epochs, batch size, optimizer,
+        ``n_train``/``n_test``, ``report``, dtype, ``convnet``); a ``ValueError`` names the
+        part and the field that differs.
       data_dir: where to look for the files of rows no part holds (the loader's default).
 
     Returns:
@@ -719,9 +721,12 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     for i, part in enumerate(parts):
         label = str(part) if not isinstance(part, dict) else f"parts[{i}]"
         d = part if isinstance(part, dict) else load_record(part)
-        if d.get("paper") != "dmn" or d.get("artifact") != artifact:
+        # Fig. 10 plots rows of Tables 3-5: their records are parts of it too
+        ok = {artifact} | ({"table3", "table4", "table5"} if artifact == "fig10" else set())
+        if d.get("paper") != "dmn" or d.get("artifact") not in ok:
             raise ValueError(f"merge_tables: {label} is a {d.get('paper')} "
-                             f"{d.get('artifact')} record, not dmn {artifact}.")
+                             f"{d.get('artifact')} record, not dmn "
+                             f"{' / '.join(sorted(ok))}.")
         loaded.append((label, d))
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
@@ -741,6 +746,8 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
         ran = {r["name"] for r in d["rows"] if r.get("ours") is not None}
         for rd in d["config"]["rows"]:
             row = _arch_row(rd)
+            if row not in full and d["artifact"] != artifact:
+                continue  # a row of Table 3-5 that Fig. 10 does not plot
             if row not in full:
                 raise ValueError(f"merge_tables: {loaded[i][0]} holds a row that is not one of "
                                  f"the paper's {artifact} rows: {row}.")

@@ -468,3 +468,33 @@ def test_a_merged_record_merges_again_without_its_not_run_rows_winning(tmp_path)
     for parts in ([b, merged], [merged, b]):  # row 7 is "not run" in merged: b's stays
         by = {r.name: r.ours for r in ex.merge_tables("table2", parts, data_dir=tmp_path).rows}
         assert by[f"{r7} val acc"] == 47.0 and by[f"{r7} ConvNet val acc"] == 49.0
+
+
+def test_fig10_merges_from_the_records_of_tables_3_and_4(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    t3 = ex.table_rows("table3")
+    vals3 = [90.0 + i for i in range(len(t3))]
+    a = _table_part("table3", range(1, len(t3) + 1), vals3)
+    t4 = ex.table_rows("table4")
+    want = [i for i, r in enumerate(t4, 1) if r.arch in ("d10,m,de10", "d15,m,d108,m,de10")]
+    b = _table_part("table4", want, [60.0, 55.0])
+    rec = ex.merge_tables("fig10", [a, b], data_dir=tmp_path)
+    fig10 = ex.fig10_config().rows
+    assert [r.name for r in rec.rows if r.name.endswith("val acc")] == [
+        f"{ex._row_name(r)} val acc" for r in fig10]
+    by = {r.name: r.ours for r in rec.rows}
+    for r, v in zip(t3, vals3):  # every Fig. 10 row of Table 3 comes from the Table 3 part
+        if r in fig10:
+            assert by[f"{ex._row_name(r)} val acc"] == v
+            assert by[f"{ex._row_name(r)} train acc"] == v + 5
+    assert by["cifar10 d10, m, de10 val acc"] == 60.0
+    assert by["cifar10 d20, m, d180, m, BN, de10 val acc"] is None  # in no part
+    claims = {c.claim: c for c in rec.claims}
+    # MNIST: d9,m,d40 (Table 3 row 4: 93) > d6,m (row 2: 91); CIFAR: 60 > 55
+    assert claims["MNIST: a second DMN layer increases accuracy"].holds is True
+    assert claims["CIFAR-10 without BN: two DMN layers < one DMN layer"].holds is True
+    assert claims["CIFAR-10: DMN + Conv beats two Conv layers"].holds is None
+    assert rec.title.startswith("Fig. 10") and rec.scale == "reduced"
+    with pytest.raises(ValueError, match="not dmn table2"):
+        ex.merge_tables("table2", [a])
