@@ -35,8 +35,9 @@ def dmn_flags(p):
                    help="train nothing: merge these records of the same table (each ran some "
                    "rows, e.g. with --rows on different machines) into one record of every "
                    "row, later records replacing earlier ones row by row; rows no record "
-                   "holds are marked not run. Combine with --out (e.g. "
-                   "--out results/dmn/table2.json)")
+                   "holds are marked not run. Writes to scratch/dmn/ unless --record "
+                   "(results/dmn/<artifact>.json) or --out (e.g. --out "
+                   "results/dmn/table2.json)")
 
 
 _RUN_FLAGS = ("paper", "smoke", "preset", "datasets", "epochs", "n_train", "n_test", "report",
@@ -48,12 +49,13 @@ def merge_main(artifact: str, args, argv=None) -> int:
     used = [f"--{f.replace('_', '-')}" for f in _RUN_FLAGS if getattr(args, f, None)]
     if used:
         raise SystemExit(f"--merge trains nothing, so it takes no run flags; got {used} "
-                         "(the protocol comes from the records)")
+                         "(the protocol comes from the records; write to results/ with "
+                         "--record or --out)")
     from layerlab.dmn import experiments as ex
 
     try:
         rec = ex.merge_tables(artifact, args.merge, data_dir=args.data_dir)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         raise SystemExit(f"--merge: {e}") from None
     _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv)
     return 0

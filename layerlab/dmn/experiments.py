@@ -675,12 +675,15 @@ def _row_name(row: ArchRow) -> str:
 
 
 # the run settings every part of a merged record must share (the rows may differ)
-_PROTOCOL = ("preset", "seeds", "epochs", "batch_size", "optimizer_name", "n_train", "n_test",
-             "report", "dtype", "convnet")
+_PROTOCOL = ("preset", "dmn_preset", "seeds", "epochs", "batch_size", "optimizer_name",
+             "n_train", "n_test", "report", "dtype", "convnet")
+# what defines a row's runs (the paper's printed numbers may be corrected without rerunning)
+_RUN_FIELDS = ("dataset", "arch", "label", "input_fraction", "var_fraction", "cutoff",
+               "layer_vars")
 
 
-def _arch_row(d: dict) -> ArchRow:
-    return ArchRow(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+def _run_key(d: dict) -> tuple:
+    return tuple(tuple(d[f]) if isinstance(d.get(f), list) else d.get(f) for f in _RUN_FIELDS)
 
 
 def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
@@ -690,31 +693,38 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     A table's rows can take days on one machine; they are run in parts (``--rows``,
     ``--datasets``, on different machines) and merged here without training anything.
     Every row of the paper's table appears in the result, in the paper's order: from the
-    **last** part that holds it (so a rerun of a row replaces it when listed after the
-    older part), else as not run -- with the loader's message when the dataset's files are
-    absent (e.g. CIFAR-100), otherwise naming the ``--rows`` to run.
+    **last** part that ran it (so a rerun of a row replaces it when listed after the older
+    part; a row a part lists but marks not run never replaces one that ran), else as not
+    run -- with the loader's message when the dataset's files are absent (e.g. CIFAR-100),
+    otherwise naming the ``--rows`` to run.  Rows are matched on what defines their runs
+    (dataset, architecture, Input, Var., Cutoff, per-layer Var.); the paper's numbers and
+    ``holds`` come from the parts' rows.
 
     Args:
       artifact: ``"table2"`` ... ``"table5"`` or ``"fig10"``.
       parts: records (paths or loaded dicts) of that artifact, written by ``run_table`` /
         ``run_fig10`` or by an earlier merge; for ``"fig10"`` also records of Tables 3-5
         (Fig. 10 plots their one- and two-layer rows; their other rows are ignored).  They
-        must share the run protocol (``preset``, seeds, epochs, batch size, optimizer,
-        ``n_train``/``n_test``, ``report``, dtype, ``convnet``); a ``ValueError`` names the
-        part and the field that differs.
+        must share the run protocol (``_PROTOCOL``: DMN preset and its rules, seeds, epochs,
+        batch size, optimizer, ``n_train``/``n_test``, ``report``, dtype, ``convnet``); a
+        ``ValueError`` names the part and the field that differs.
       data_dir: where to look for the files of rows no part holds (the loader's default).
 
     Returns:
-      A :class:`~layerlab.record.Record`: rows and claims recomputed from the parts' rows
-      and cost entries (``extra["cost"]``, ``extra["runs"]`` restricted to the kept rows);
-      ``scale`` is ``"paper"`` when the shared protocol is the paper's and every row ran;
-      ``wall_s`` is the sum of the parts' wall times; ``extra["parts"]`` lists each part
-      (path, rows kept, machine, wall time, command, git) and the note says which rows ran
-      where.
+      A :class:`~layerlab.record.Record`: rows and claims recomputed from the kept rows and
+      their cost entries (``extra["cost"]``, ``extra["runs"]`` restricted to the kept rows,
+      named as the record names the row, each run with the command that made it); ``scale``
+      is ``"paper"`` when the protocol is the paper's (full data, >= 3 seeds, its epochs,
+      batch size, report and, for Table 2, the ConvNets) and every row ran; ``extra["parts"]``
+      lists each run that contributed rows (path, rows kept, machine, wall time, command,
+      git) -- for a part that is itself a merge, its own parts -- and ``wall_s`` is the sum
+      of their whole wall times (a run counts in full even when some of its rows were
+      replaced; ``None`` when none recorded one).
     """
     from layerlab.record import load_record
 
     full = fig10_config().rows if artifact == "fig10" else table_rows(artifact)
+    by_key = {_run_key(dataclasses.asdict(r)): r for r in full}
     if not parts:
         raise ValueError("merge_tables: parts is empty; pass the records to merge.")
     loaded = []
@@ -727,59 +737,75 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
             raise ValueError(f"merge_tables: {label} is a {d.get('paper')} "
                              f"{d.get('artifact')} record, not dmn "
                              f"{' / '.join(sorted(ok))}.")
+        missing_f = [f for f in _PROTOCOL + ("rows",) if f not in d.get("config", {})]
+        if missing_f:
+            raise ValueError(f"merge_tables: {label} has no config field(s) {missing_f}; "
+                             "it was not written by run_table / merge_tables.")
         loaded.append((label, d))
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
         for f in _PROTOCOL:
-            a, b = ref["config"].get(f), d["config"].get(f)
+            a, b = ref["config"][f], d["config"][f]
             if a != b:
                 raise ValueError(f"merge_tables: {label} ran with {f}={b!r} but {ref_label} with "
                                  f"{f}={a!r}; rows run under different protocols do not merge.")
     c0 = ref["config"]
     cfg = TableConfig(artifact=artifact, rows=full, preset=c0["preset"],
-                      convnet=bool(c0.get("convnet", artifact == "table2")), seeds=c0["seeds"],
-                      epochs=c0["epochs"], batch_size=c0["batch_size"],
-                      optimizer_name=c0["optimizer_name"], n_train=c0["n_train"],
-                      n_test=c0["n_test"], report=c0["report"], dtype=c0["dtype"])
-    owner: dict[ArchRow, int] = {}
+                      convnet=bool(c0["convnet"]), seeds=c0["seeds"], epochs=c0["epochs"],
+                      batch_size=c0["batch_size"], optimizer_name=c0["optimizer_name"],
+                      n_train=c0["n_train"], n_test=c0["n_test"], report=c0["report"],
+                      dtype=c0["dtype"])
+    owner: dict[ArchRow, tuple[int, str]] = {}  # row -> (part, the part's name of the row)
     for i, (_, d) in enumerate(loaded):
         ran = {r["name"] for r in d["rows"] if r.get("ours") is not None}
         for rd in d["config"]["rows"]:
-            row = _arch_row(rd)
-            if row not in full and d["artifact"] != artifact:
+            row = by_key.get(_run_key(rd))
+            if row is None and d["artifact"] != artifact:
                 continue  # a row of Table 3-5 that Fig. 10 does not plot
-            if row not in full:
+            if row is None:
                 raise ValueError(f"merge_tables: {loaded[i][0]} holds a row that is not one of "
-                                 f"the paper's {artifact} rows: {row}.")
-            name = _row_name(row)
-            if any(n.startswith(name + " ") and n[len(name) + 1:] in
-                   ("val acc", "ConvNet val acc", "train acc") for n in ran):
-                owner[row] = i  # a part owns the rows it ran (not those it marks not run)
+                                 f"the paper's {artifact} rows: {rd}.")
+            name = _row_name(row)  # the run fields match, so the part names it alike
+            if any(f"{name} {s}" in ran for s in ("val acc", "ConvNet val acc", "train acc")):
+                owner[row] = (i, name)  # a part owns the rows it ran, not those it marks not run
     rows: list[Row] = []
     runs: list[dict] = []
     cost: list[dict] = []
     missing: dict[str, str] = {}
-    kept: dict[int, list[str]] = {}
+    kept: dict[tuple[int, int], list[str]] = {}  # (part, sub-part) -> row names kept
+    no_timing: list[str] = []
     for n, row in enumerate(full, start=1):
         name = _row_name(row)
         is_dmn = any(t.kind in ("dmn_conv", "dmn_dense") for t in parse_spec(row.arch))
         if row in owner:
-            i = owner[row]
+            i, pname = owner[row]
             d = loaded[i][1]
-            mine = [f"{name} val acc", f"{name} ConvNet val acc", f"{name} train acc"]
             by = {r["name"]: r for r in d["rows"]}
-            rows += [Row(**by[m]) for m in mine if m in by]
+            for suffix in ("val acc", "ConvNet val acc", "train acc"):
+                r = by.get(f"{pname} {suffix}")
+                if r is not None:
+                    rows.append(Row(**(r | {"name": f"{name} {suffix}"})))
             # runs and cost entries name the row as the record does; records written before
-            # rows carried (Input, Var) name it by its label, kept when that is unambiguous
-            short = {name.split(" ", 1)[1]}
+            # rows carried (Input, Var) name it by its label, kept when that is unambiguous;
+            # both are renamed to the row's name here
+            short = {pname.split(" ", 1)[1]}
             if sum(rd["label"] == row.label for rd in d["config"]["rows"]) == 1:
                 short.add(row.label)
             extra = d.get("extra") or {}
-            runs += [r for r in extra.get("runs", [])
+            subs = extra.get("parts") or []
+            j = next((k for k, sp in enumerate(subs) if name in sp.get("rows", ())), -1)
+            src = subs[j] if j >= 0 else d
+            runs += [r | {"row": name.split(" ", 1)[1],
+                          "command": r.get("command") or src.get("command")}
+                     for r in extra.get("runs", [])
                      if r.get("dataset") == row.dataset and r.get("row") in short]
-            cost += [c for c in extra.get("cost", [])
-                     if c.get("row") in {f"{row.dataset} {x}" for x in short}]
-            kept.setdefault(i, []).append(row.label)
+            mine = [c | {"row": name} for c in extra.get("cost", [])
+                    if c.get("row") in {f"{row.dataset} {x}" for x in short}]
+            cost += mine
+            if (not mine and f"{pname} ConvNet val acc" in by
+                    and by[f"{pname} ConvNet val acc"].get("ours") is not None):
+                no_timing.append(name)
+            kept.setdefault((i, j), []).append(name)
             continue
         try:
             load(row.dataset, "test", data_dir=data_dir)
@@ -797,25 +823,35 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
             rows.append(Row(f"{name} train acc", None, row.paper_train, "%",
                             TOL[row.dataset], 0, None, None, why))
     claims = (_fig10_claims(rows) if artifact == "fig10"
-              else _table_claims(cfg, rows) + _cost_claims(cost))
+              else _table_claims(cfg, rows) + _cost_claims(cost, no_timing))
+    paper_cfg = TableConfig.paper("table3" if artifact == "fig10" else artifact)
     protocol_paper = (cfg.n_train is None and cfg.n_test is None and cfg.seeds >= 3
-                      and cfg.epochs >= TableConfig.paper(
-                          "table3" if artifact == "fig10" else artifact).epochs)
+                      and cfg.epochs >= paper_cfg.epochs
+                      and cfg.batch_size == paper_cfg.batch_size
+                      and cfg.report == paper_cfg.report
+                      and (artifact == "fig10" or cfg.convnet == paper_cfg.convnet))
     all_ran = all(r.ours is not None for r in rows)
-    part_info = [{"path": label, "rows": kept[i], "scale": d["scale"],
-                  "machine": d.get("machine"), "wall_s": d.get("wall_s"),
-                  "command": d.get("command"), "git": d.get("git")}
-                 for i, (label, d) in enumerate(loaded) if i in kept]
+    part_info = []
+    for (i, j), names in kept.items():
+        label, d = loaded[i]
+        src = (d.get("extra") or {}).get("parts", [])[j] if j >= 0 else d
+        part_info.append({"path": src.get("path", label) if j >= 0 else label,
+                          "via": label if j >= 0 else None, "rows": names,
+                          "scale": src.get("scale"), "machine": src.get("machine"),
+                          "wall_s": src.get("wall_s"), "command": src.get("command"),
+                          "git": src.get("git")})
 
     def where(p):
         m = p["machine"] or {}
         dev = m.get("device_kind") or m.get("platform") or "?"
-        return (f"{p['path']}: {' / '.join(p['rows'])} on {dev} ({m.get('cpu_count', '?')} "
+        return (f"{p['path']}: {len(p['rows'])} row(s) on {dev} ({m.get('cpu_count', '?')} "
                 f"cores), {p['wall_s'] or 0:.0f} s")
 
-    unused = [label for i, (label, _) in enumerate(loaded) if i not in kept]
-    note = (_note(cfg) + f" Merged from {len(part_info)} part records (merge_tables; later parts"
-            " replace earlier ones row by row): " + "; ".join(where(p) for p in part_info) + "."
+    unused = [label for i, (label, _) in enumerate(loaded)
+              if not any(k[0] == i for k in kept)]
+    note = (_note(cfg) + f" Merged from {len(part_info)} runs (merge_tables; later parts "
+            "replace earlier ones row by row; extra.parts names each run's rows): "
+            + "; ".join(where(p) for p in part_info) + "."
             + ("" if not unused else f" Parts whose rows were all replaced: {unused}.")
             + ("" if not missing else f" Not run (files absent): {sorted(missing)}."))
     walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
@@ -823,14 +859,16 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
         paper="dmn", artifact=artifact,
         title=_FIG10_TITLE if artifact == "fig10" else _TITLES[artifact],
         scale="paper" if protocol_paper and all_ran else "reduced",
-        config=_config_dict(cfg), rows=rows, claims=claims, note=note,
-        wall_s=sum(walls) if walls else None,
+        config=_config_dict(cfg) | {"dmn_preset": c0["dmn_preset"]}, rows=rows,
+        claims=claims, note=note, wall_s=sum(walls) if walls else None,
         extra={"parts": part_info, "cost": cost, "runs": runs},
     )
 
 
-def _cost_claims(cost) -> list[Claim]:
-    """The cost claim (issue 13, item 5) from :func:`_cost`'s per-row entries (none: [])."""
+def _cost_claims(cost, no_timing: Sequence[str] = ()) -> list[Claim]:
+    """The cost claim (issue 13, item 5) from :func:`_cost`'s per-row entries (none: []);
+    ``no_timing``: rows with both variants run but no timing recorded (named in the
+    evidence: the claim is decided on the timed rows only)."""
     if not cost:
         return []
     # a ConvNet that never reaches the DMN's accuracy counts as slower when its whole
@@ -843,7 +881,9 @@ def _cost_claims(cost) -> list[Claim]:
         "; ".join(f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
                   + (f"{c['convnet_s']:.0f} s ({c['ratio']:.1f}x)" if c["ratio"] is not None
                      else f"never reached it in {c['convnet_total_s']:.0f} s "
-                     f"(>= {c['ratio_at_least']:.1f}x)") for c in cost))]
+                     f"(>= {c['ratio_at_least']:.1f}x)") for c in cost)
+        + ("" if not no_timing else
+           f"; decided on the timed rows only, no timing recorded for: {list(no_timing)}"))]
 
 
 def _cost(runs) -> list[dict]:
@@ -901,6 +941,12 @@ def _table_claims(cfg, rows) -> list[Claim]:
     if cfg.artifact != "table2":
         return []
     by = {r.name: r for r in rows}
+    labels = [r.label for r in cfg.rows if r.dataset == "cifar10"]
+
+    def shown(row):  # two rows share "d22, d41" (Input 0.2 and 0.7)
+        return (row.label if labels.count(row.label) == 1
+                else f"{row.label} (Input {row.input_fraction})")
+
     pairs = []
     for row in cfg.rows:
         if row.dataset != "cifar10":
@@ -908,7 +954,7 @@ def _table_claims(cfg, rows) -> list[Claim]:
         name = f"{row.dataset} {row.label} (Input {row.input_fraction}, Var {row.var_fraction})"
         a, b = by.get(f"{name} val acc"), by.get(f"{name} ConvNet val acc")
         if a is not None and b is not None and a.ours is not None and b.ours is not None:
-            pairs.append((row.label, a.ours, b.ours))
+            pairs.append((shown(row), a.ours, b.ours))
     if not pairs:
         # ConvNets not run (e.g. --no-convnet on a CPU): the claim stays open (None); the
         # evidence compares our DMN rows with the paper's printed ConvNet numbers instead
@@ -918,7 +964,7 @@ def _table_claims(cfg, rows) -> list[Claim]:
                        f"Var {row.var_fraction}) val acc")
             if (row.dataset == "cifar10" and a is not None and a.ours is not None
                     and row.paper_convnet is not None):
-                alone.append((row.label, a.ours, row.paper_convnet))
+                alone.append((shown(row), a.ours, row.paper_convnet))
         if not alone:
             return [Claim("DMN >= ConvNet of the same width on CIFAR-10 (Table 2)", None,
                           "no CIFAR-10 rows run")]

@@ -366,7 +366,7 @@ def _table_part(artifact, numbers, dmn, convnet=None, *, epochs=50, seeds=3, wal
     for i, r in enumerate(cfg.rows):
         name = ex._row_name(r)
         rows.append(Row(f"{name} val acc", dmn[i], r.paper_val, "%", ex.TOL[r.dataset], seeds))
-        if cfg.convnet:
+        if cfg.convnet and convnet is not None:
             rows.append(Row(f"{name} ConvNet val acc", convnet[i], r.paper_convnet, "%",
                             ex.TOL[r.dataset], seeds))
         if r.paper_train is not None:
@@ -407,16 +407,20 @@ def test_merge_tables_keeps_every_paper_row_and_recomputes_the_claims(tmp_path):
     (claim,) = rec.claims  # b has no cost entry for row 6, a's (replaced) is dropped
     assert claim.holds is False and claim.evidence.startswith("0/2 rows")
     assert rec.scale == "reduced" and rec.wall_s == 130.0
-    assert [p["rows"] for p in rec.extra["parts"]] == [["d10, d11"], ["d10"]]
+    assert {p["path"]: p["rows"] for p in rec.extra["parts"]} == {"parts[0]": [r7],
+                                                                  "parts[1]": [r6]}
+    # runs named as the record names the row (the older part's label-only names renamed)
     assert {(r["row"], r["variant"]) for r in rec.extra["runs"]} == {
-        ("d10, d11", "dmn"), ("d10, d11", "convnet"),
+        (r7.split(" ", 1)[1], "dmn"), (r7.split(" ", 1)[1], "convnet"),
         (r6.split(" ", 1)[1], "dmn"), (r6.split(" ", 1)[1], "convnet")}
     # the older part's cost entry is kept when its row is
     rec2 = ex.merge_tables("table2", [b, a], data_dir=empty)
     by2 = {r.name: r.ours for r in rec2.rows}
     assert by2[f"{r6} val acc"] == 50.0 and by2[f"{r6} ConvNet val acc"] == 45.0
     assert rec2.claims[0].evidence.startswith("1/2 rows") and rec2.claims[1].holds is True
-    assert "d10: DMN 10 s, ConvNet 40 s (4.0x)" in rec2.claims[1].evidence
+    ev = rec2.claims[1].evidence  # the cost entry renamed to the row's name; row 7 untimed
+    assert f"{r6}: DMN 10 s, ConvNet 40 s (4.0x)" in ev
+    assert f"no timing recorded for: [{r7!r}]" in ev
 
 
 def test_merge_tables_is_paper_scale_only_when_every_row_ran_at_the_papers_protocol(tmp_path):
@@ -498,3 +502,85 @@ def test_fig10_merges_from_the_records_of_tables_3_and_4(tmp_path):
     assert rec.title.startswith("Fig. 10") and rec.scale == "reduced"
     with pytest.raises(ValueError, match="not dmn table2"):
         ex.merge_tables("table2", [a])
+
+
+def test_merge_tables_keeps_rows_that_share_a_label_apart_and_checks_the_protocol(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    full = ex.table_rows("table2")
+    r9, r10 = ex._row_name(full[8]), ex._row_name(full[9])  # "d22, d41" at Input 0.2 / 0.7
+    assert full[8].label == full[9].label and r9 != r10
+    cost = [{"row": f"cifar10 {n.split(' ', 1)[1]}", "dmn_val_acc": 59.0, "dmn_s": 50.0,
+             "convnet_s": 300.0 + k, "ratio": 6.0, "convnet_total_s": 900.0,
+             "ratio_at_least": None} for k, n in enumerate((r9, r10))]
+    a = _table_part("table2", [9, 10], [59.9, 58.5], [69.4, 69.4], cost=cost)
+    rec = ex.merge_tables("table2", [a], data_dir=tmp_path)
+    by = {r.name: r.ours for r in rec.rows}
+    assert by[f"{r9} val acc"] == 59.9 and by[f"{r10} val acc"] == 58.5
+    assert sorted(c["convnet_s"] for c in rec.extra["cost"]) == [300.0, 301.0]
+    assert {r["row"] for r in rec.extra["runs"]} == {r9.split(" ", 1)[1], r10.split(" ", 1)[1]}
+    claim = rec.claims[0]
+    assert "d22, d41 (Input 0.2): 59.90 vs 69.40" in claim.evidence
+    assert "d22, d41 (Input 0.7): 58.50 vs 69.40" in claim.evidence
+    # label-only names (older records) are ambiguous for these two rows: not taken
+    old = _table_part("table2", [9, 10], [59.9, 58.5], [69.4, 69.4], label_only=True)
+    assert ex.merge_tables("table2", [old], data_dir=tmp_path).extra["runs"] == []
+    # the protocol: the DMN rules themselves, not only the preset's name
+    b = _table_part("table2", [6], [50.0], [45.0])
+    b["config"]["dmn_preset"] = b["config"]["dmn_preset"] | {"cutoff": 0.8}
+    with pytest.raises(ValueError, match="dmn_preset"):
+        ex.merge_tables("table2", [a, b])
+
+
+def test_a_table2_without_its_convnets_is_not_paper_scale(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    n = len(ex.table_rows("table3"))
+    whole = _table_part("table3", range(1, n + 1), [90.0] * n)
+    assert ex.merge_tables("table3", [whole], data_dir=tmp_path).scale == "paper"
+    whole["config"]["report"] = "best"  # the paper's protocol reports the final epoch
+    assert ex.merge_tables("table3", [whole], data_dir=tmp_path).scale == "reduced"
+    t2 = ex.table_rows("table2")
+    nocv = _table_part("table2", [6], [50.0])
+    nocv["config"]["convnet"] = False
+    nocv["rows"] = [r for r in nocv["rows"] if "ConvNet" not in r["name"]]
+    rec = ex.merge_tables("table2", [nocv], data_dir=tmp_path)
+    assert rec.scale == "reduced" and len(t2) > 1
+
+
+def test_merging_a_merged_record_keeps_where_each_row_ran(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    a = _table_part("table2", [6], [50.0], [45.0], wall=100.0)
+    a["machine"] = {"device_kind": "NVIDIA H100", "cpu_count": 16}
+    b = _table_part("table2", [7], [47.0], [49.0], wall=30.0)
+    m = ex.merge_tables("table2", [a, b], data_dir=tmp_path)
+    m = m.to_dict() | {"machine": {"device_kind": "cpu", "cpu_count": 2}, "versions": {},
+                       "git": "y", "command": "merge"}
+    c = _table_part("table2", [8], [54.0], [63.0], wall=7.0)
+    rec = ex.merge_tables("table2", [m, c], data_dir=tmp_path)
+    where = [(p["path"], p["machine"]["device_kind"], p["wall_s"], p["via"])
+             for p in rec.extra["parts"]]
+    # the merged part's own runs (its parts[0], parts[1]) keep their machines; c is parts[1]
+    assert where == [("parts[0]", "NVIDIA H100", 100.0, "parts[0]"),
+                     ("parts[1]", "cpu", 30.0, "parts[0]"), ("parts[1]", "cpu", 7.0, None)]
+    assert rec.wall_s == 137.0
+    runs = {r["row"]: r["command"] for r in rec.extra["runs"] if r["variant"] == "dmn"}
+    assert runs == {ex._row_name(ex.table_rows("table2")[k]).split(" ", 1)[1]: f"part [{k + 1}]"
+                    for k in (5, 6, 7)}
+
+
+def test_fig10_merge_command(tmp_path):
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import load_record
+    from reproduce import dmn_fig10
+
+    n = len(ex.table_rows("table3"))
+    p = tmp_path / "t3.json"
+    p.write_text(json.dumps(_table_part("table3", range(1, n + 1), [90.0 + i for i in range(n)])))
+    out = tmp_path / "fig10.json"
+    dmn_fig10.main(["--merge", str(p), "--out", str(out), "--data-dir", str(tmp_path)])
+    rec = load_record(out)
+    assert rec["artifact"] == "fig10" and rec["claims"][0]["holds"] is True
+    with pytest.raises(SystemExit, match="--paper"):
+        dmn_fig10.main(["--merge", str(p), "--paper"])
