@@ -1645,6 +1645,12 @@ def variants_config(artifact: str, scale: str = "cpu", dataset: str = "cifar10"
     if artifact == "fig5":  # the paper's Fig. 5 net itself: V = I, its own Xavier variance
         base["bottleneck"] = None
         base.pop("init_bottleneck", None)
+        if scale == "cpu":
+            base["scale_note"] = (
+                f"reduced: {dataset} 4096 training images, batch 256, no inverted bottleneck "
+                f"(V = I, d' = d/2, as the paper's Fig. 5; W with its own Xavier variance) "
+                f"(paper: full data, batch 1024), {epochs} epochs, 1 seed, no augmentation "
+                f"(2-core CPU budget)")
     arms = _variant_arms(artifact, epochs, gn_lr, 1e-4 if scale != "smoke" else 1e-3, sgd_lr)
     if scale == "smoke":  # one shared run for every variant (exercises the switch)
         arms = _variant_arms("appF", epochs, gn_lr, 1e-3, 0.1)[:4]
