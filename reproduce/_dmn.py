@@ -41,7 +41,7 @@ def dmn_flags(p):
 
 
 _RUN_FLAGS = ("paper", "smoke", "preset", "datasets", "epochs", "n_train", "n_test", "report",
-              "rows", "no_conv_rows", "seeds", "checkpoint_dir")
+              "rows", "no_conv_rows", "no_convnet", "seeds", "checkpoint_dir")
 
 
 def merge_main(artifact: str, args, argv=None) -> int:

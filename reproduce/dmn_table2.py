@@ -27,9 +27,6 @@ def build_parser():
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.merge:
-        if args.no_convnet:
-            raise SystemExit("--merge trains nothing, so it takes no run flags; got "
-                             "['--no-convnet']")
         return _dmn.merge_main("table2", args, argv)
     import jax
 

@@ -617,18 +617,12 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
     for row in config.rows:
         data, err = _load_split(row.dataset, config)
         tol = TOL[row.dataset]
-        is_dmn = any(t.kind in ("dmn_conv", "dmn_dense") for t in parse_spec(row.arch))
+        is_dmn = _is_dmn(row.arch)
         variants = ["dmn"] + (["convnet"] if config.convnet and is_dmn else [])
         name = _row_name(row)
         if err is not None:
             missing[row.dataset] = err
-            for v in variants:
-                paper = row.paper_val if v == "dmn" else row.paper_convnet
-                rows.append(Row(f"{name} {'ConvNet ' if v == 'convnet' else ''}val acc", None,
-                                paper, "%", tol, 0, None, None, f"not run: {err}"))
-            if row.paper_train is not None:
-                rows.append(Row(f"{name} train acc", None, row.paper_train, "%", tol, 0, None,
-                                None, f"not run: {err}"))
+            rows += _not_run_rows(row, config.convnet, f"not run: {err}")
             continue
         for v in variants:
             rs = [_one(config, row, v, s, data, key=key, progress=progress,
@@ -664,6 +658,24 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
                                            "build_s", "features_s", "train_s", "total_s")}
                         for r in runs]},
     )
+
+
+def _is_dmn(arch: str) -> bool:
+    """Whether an architecture has DMN (closed-form) layers, i.e. a matching ConvNet."""
+    return any(t.kind in ("dmn_conv", "dmn_dense") for t in parse_spec(arch))
+
+
+def _not_run_rows(row: ArchRow, convnet: bool, why: str) -> list[Row]:
+    """The record's entries of a row that did not run (``ours=None``, ``why`` as the note)."""
+    name, tol = _row_name(row), TOL[row.dataset]
+    out = [Row(f"{name} val acc", None, row.paper_val, "%", tol, 0, None, None, why)]
+    if convnet and _is_dmn(row.arch):
+        out.append(Row(f"{name} ConvNet val acc", None, row.paper_convnet, "%", tol, 0, None,
+                       None, why))
+    if row.paper_train is not None:
+        out.append(Row(f"{name} train acc", None, row.paper_train, "%", tol, 0, None, None,
+                       why))
+    return out
 
 
 def _row_name(row: ArchRow) -> str:
@@ -776,7 +788,6 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     no_timing: list[str] = []
     for n, row in enumerate(full, start=1):
         name = _row_name(row)
-        is_dmn = any(t.kind in ("dmn_conv", "dmn_dense") for t in parse_spec(row.arch))
         if row in owner:
             i, pname = owner[row]
             d = loaded[i][1]
@@ -814,14 +825,7 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
         except DatasetNotFoundError as e:
             missing[row.dataset] = str(e)
             why = f"not run: {e}"
-        variants = ["dmn"] + (["convnet"] if cfg.convnet and is_dmn else [])
-        for v in variants:
-            paper = row.paper_val if v == "dmn" else row.paper_convnet
-            rows.append(Row(f"{name} {'ConvNet ' if v == 'convnet' else ''}val acc", None,
-                            paper, "%", TOL[row.dataset], 0, None, None, why))
-        if row.paper_train is not None:
-            rows.append(Row(f"{name} train acc", None, row.paper_train, "%",
-                            TOL[row.dataset], 0, None, None, why))
+        rows += _not_run_rows(row, cfg.convnet, why)
     claims = (_fig10_claims(rows) if artifact == "fig10"
               else _table_claims(cfg, rows) + _cost_claims(cost, no_timing))
     paper_cfg = TableConfig.paper("table3" if artifact == "fig10" else artifact)
@@ -951,7 +955,7 @@ def _table_claims(cfg, rows) -> list[Claim]:
     for row in cfg.rows:
         if row.dataset != "cifar10":
             continue
-        name = f"{row.dataset} {row.label} (Input {row.input_fraction}, Var {row.var_fraction})"
+        name = _row_name(row)
         a, b = by.get(f"{name} val acc"), by.get(f"{name} ConvNet val acc")
         if a is not None and b is not None and a.ours is not None and b.ours is not None:
             pairs.append((shown(row), a.ours, b.ours))
@@ -960,8 +964,7 @@ def _table_claims(cfg, rows) -> list[Claim]:
         # evidence compares our DMN rows with the paper's printed ConvNet numbers instead
         alone = []
         for row in cfg.rows:
-            a = by.get(f"{row.dataset} {row.label} (Input {row.input_fraction}, "
-                       f"Var {row.var_fraction}) val acc")
+            a = by.get(f"{_row_name(row)} val acc")
             if (row.dataset == "cifar10" and a is not None and a.ours is not None
                     and row.paper_convnet is not None):
                 alone.append((shown(row), a.ours, row.paper_convnet))

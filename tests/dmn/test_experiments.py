@@ -457,6 +457,8 @@ def test_merge_command_writes_one_record_and_refuses_run_flags(tmp_path):
     assert (out.parent / "table2.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="--rows"):
         dmn_table2.main(["--merge", *paths, "--rows", "6", "--out", str(out)])
+    with pytest.raises(SystemExit, match="--no-convnet"):
+        dmn_table2.main(["--merge", *paths, "--no-convnet", "--out", str(out)])
     with pytest.raises(SystemExit, match="no record at|No such file"):
         dmn_table2.main(["--merge", str(tmp_path / "nope.json"), "--out", str(out)])
 
