@@ -19,6 +19,7 @@ multiplied on the right).  The last layer is linear (logits).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -110,6 +111,20 @@ def mlp_init(
     if init == "torch" and b_std:
         raise ValueError(f"mlp_init(init='torch') draws biases from U(+-1/sqrt(fan_in)); "
                          f"b_std must be 0 (got {b_std}).")
+    return _mlp_init(key, tuple(sizes), init, None if w_std is None else float(w_std),
+                     float(b_std), jnp.dtype(dtype))
+
+
+def _barrier(a: jax.Array) -> jax.Array:
+    # the draws stay the bits the eager ops gave (the committed records' inits): without the
+    # barrier XLA fuses the scaling into the normal's inverse-erf and rounds differently
+    return jax.lax.optimization_barrier(a)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _mlp_init(key, sizes, init, w_std, b_std, dtype):
+    """:func:`mlp_init`'s draws as one program per (sizes, init, scales, dtype): eagerly, each
+    layer's split, normal, scale and zeros were compiled separately (~1 s per new shape)."""
     keys = jax.random.split(key, len(sizes) - 1)
     params = []
     for k, d_in, d_out in zip(keys, sizes[:-1], sizes[1:]):
@@ -121,9 +136,9 @@ def mlp_init(
             c = d_in ** -0.5
             params.append({"w": w, "b": jax.random.uniform(kb, (d_out,), dtype, -c, c)})
             continue
-        w = std * jax.random.normal(kw, (d_in, d_out), dtype)
+        w = std * _barrier(jax.random.normal(kw, (d_in, d_out), dtype))
         if b_std:
-            b = float(b_std) * jax.random.normal(kb, (d_out,), dtype)
+            b = float(b_std) * _barrier(jax.random.normal(kb, (d_out,), dtype))
         else:
             b = jnp.zeros((d_out,), dtype)
         params.append({"w": w, "b": b})

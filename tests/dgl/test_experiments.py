@@ -165,9 +165,7 @@ def test_classifier_iterative_converges_to_least_squares_and_picks_val_mse(x64):
 
 @pytest.mark.datasets("mnist")
 def test_iterative_readout_row_and_protocols_do_not_mix(tmp_path, shared_data):
-    # the full-N comparison has its own test below; leaving it out here saves ~13 s
-    cfg = ex.Table1Config.smoke(readout="iterative", init="torch", data_dir=str(shared_data),
-                                full_n_rows=())
+    cfg = ex.Table1Config.smoke(readout="iterative", init="torch", data_dir=str(shared_data))
     out = ex.run_table1_row(cfg, "bmnist-2x20", 0, key=jax.random.key(0), progress=False)
     for col in ("lego", "random"):
         assert out[col]["lr"] in cfg.e2e_sgd_lrs and out[col]["wd"] in cfg.e2e_wds
@@ -197,7 +195,7 @@ def test_full_n_comparison_added_to_a_part_equals_the_in_run_one(tmp_path, share
     # selected lr/wd), without rerunning steps 1-5; it equals the in-run comparison up to
     # the 6-digit rounding of the stored MF variances.
     key = jax.random.key(0)
-    cfg_in = ex.Table1Config.smoke(data_dir=str(shared_data))
+    cfg_in = ex.Table1Config.smoke(data_dir=str(shared_data), full_n_rows=("bmnist-2x20",))
     out = ex.run_table1_row(cfg_in, "bmnist-2x20", 0, key=jax.random.fold_in(key, 0),
                             progress=False)
     want = out.pop("full_n_vs_minibatch")
@@ -232,7 +230,7 @@ def test_a_stopped_table1_seed_resumes_after_its_last_finished_step(tmp_path, sh
                                                                     monkeypatch):
     # Stop a seed inside LEGO layer 2 (after the end-to-end run and layer 1 finished), rerun:
     # the finished steps are not recomputed and the part equals an uninterrupted run's.
-    cfg = ex.Table1Config.smoke(data_dir=str(shared_data), full_n_rows=())
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data))
     key = jax.random.key(0)
     ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path / "whole")
     want = json.loads((tmp_path / "whole" / "bmnist-2x20_seed0.json").read_text())

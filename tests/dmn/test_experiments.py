@@ -2,6 +2,7 @@
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -586,3 +587,34 @@ def test_fig10_merge_command(tmp_path):
     assert rec["artifact"] == "fig10" and rec["claims"][0]["holds"] is True
     with pytest.raises(SystemExit, match="--paper"):
         dmn_fig10.main(["--merge", str(p), "--paper"])
+
+
+def test_fig5_cnn_equals_the_flax_conv_and_pool_network():
+    # SI Fig. 5's CNN runs on Conv3x3 / max_pool_2x2 (the fast CPU route inside loop.fit's
+    # scan); it must be nn.Conv(32, (3, 3)) / nn.max_pool(2x2, stride 2): the same parameter
+    # tree and init draws, the same logits, gradients to float32 rounding.
+    import flax.linen as nn
+
+    from layerlab.dmn import experiments as ex
+
+    class Reference(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            he = nn.initializers.variance_scaling(2.0, "fan_in", "normal")
+            for name in ("conv1", "conv2"):
+                x = nn.max_pool(jax.nn.relu(nn.Conv(32, (3, 3), kernel_init=he, name=name)(x)),
+                                (2, 2), strides=(2, 2))
+            return nn.Dense(10, kernel_init=he, name="dense")(x.reshape(x.shape[0], -1))
+
+    x = jnp.asarray(np.random.default_rng(0).random((6, 28, 28, 1), dtype=np.float32))
+    ref, ours = Reference(), ex.Fig5CNN()
+    p_ref = ref.init(jax.random.key(5), x[:1])["params"]
+    p = ours.init(jax.random.key(5), x[:1])["params"]
+    assert jax.tree.structure(p) == jax.tree.structure(p_ref)
+    for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(p_ref)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    np.testing.assert_allclose(ours.apply({"params": p}, x), ref.apply({"params": p}, x),
+                               rtol=1e-5, atol=1e-5)
+    sq = lambda m: jax.grad(lambda q: jnp.sum(m.apply({"params": q}, x) ** 2))(p)  # noqa: E731
+    for a, b in zip(jax.tree.leaves(sq(ours)), jax.tree.leaves(sq(ref))):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
