@@ -13,6 +13,8 @@ References:
 """
 from __future__ import annotations
 
+import functools
+
 import os
 from collections.abc import Callable, Sequence
 
@@ -284,9 +286,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
     inits = jax.vmap(lambda k: nets.mlp_init(k, sizes, init=init, w_std=w_std))(
         jax.random.split(k_init, R))
 
-    lr = (adam_lr if lr_decay is None
-          else optax.cosine_decay_schedule(adam_lr, adam_steps, alpha=lr_decay))
-    adam = sweep_step(cost, optax.adam(lr), beta=beta, activation=activation)
+    adam = _phase_step("adam", cost, beta, activation, adam_lr, adam_steps, lr_decay)
     state = jax.vmap(adam.init)(inits, hparams)
     ck = (lambda name: None) if checkpoint_dir is None else (
         lambda name: os.path.join(os.fspath(checkpoint_dir), name))
@@ -294,13 +294,13 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
                            batch_size=batch_size, runs=True, progress=progress,
                            desc=f"{desc} (adam)", checkpoint_dir=ck("adam"))
     if gd_steps > 0:
-        gd = sweep_step(cost, optax.sgd(gd_lr), beta=beta, activation=activation)
+        gd = _phase_step("gd", cost, beta, activation, gd_lr)
         state = jax.vmap(gd.init)(state.params, hparams)
         state, _ = loop.fit(gd.step, state, (x, y), key=k_gd, steps=gd_steps, runs=True,
                             progress=progress, desc=f"{desc} (gd)", check_finite=False,
                             checkpoint_dir=ck("gd"))
     if polish_steps > 0:
-        polish = polish_step(cost, beta=beta, activation=activation)
+        polish = _phase_step("polish", cost, beta, activation)
         state = jax.vmap(polish.init)(state.params, hparams)
         state, _ = loop.fit(polish.step, state, (x, y), key=jax.random.fold_in(k_gd, 1),
                             steps=polish_steps, runs=True, progress=progress,
@@ -323,6 +323,29 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
             "grad_norm": np.asarray(gn).reshape(shape),
             "best": np.min(safe, axis=1), "best_seed": np.argmin(safe, axis=1),
             "history": hist, "state": state}
+
+
+def _phase_step(phase: str, cost: Callable, beta, activation, *opt) -> loop.TrainStep:
+    """A :func:`width_sweep` phase's step, one object per (phase, cost, beta, activation,
+    optimizer settings): ``loop.fit`` compiles per step object, so two sweeps that differ only
+    in lambda, data or widths of the same shape (paper A Fig. 2's two MNIST lambdas) share
+    the compiled chunks.  Unhashable settings (an array ``beta``) build a fresh step."""
+    try:
+        return _phase_step_cached(phase, cost, beta, activation, *opt)
+    except TypeError:  # unhashable argument
+        return _phase_step_cached.__wrapped__(phase, cost, beta, activation, *opt)
+
+
+@functools.lru_cache(maxsize=64)
+def _phase_step_cached(phase, cost, beta, activation, *opt):
+    if phase == "adam":
+        adam_lr, adam_steps, lr_decay = opt
+        lr = (adam_lr if lr_decay is None
+              else optax.cosine_decay_schedule(adam_lr, adam_steps, alpha=lr_decay))
+        return sweep_step(cost, optax.adam(lr), beta=beta, activation=activation)
+    if phase == "gd":
+        return sweep_step(cost, optax.sgd(opt[0]), beta=beta, activation=activation)
+    return polish_step(cost, beta=beta, activation=activation)
 
 
 def cost_output_dim(y, cost) -> int:
