@@ -14,7 +14,6 @@ References:
 from __future__ import annotations
 
 import functools
-
 import os
 from collections.abc import Callable, Sequence
 
