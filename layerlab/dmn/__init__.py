@@ -37,6 +37,7 @@ from layerlab.dmn._density import (
 from layerlab.dmn._filters import back_project as back_project
 from layerlab.dmn._filters import plot_energies as plot_energies
 from layerlab.dmn._filters import plot_filters as plot_filters
+from layerlab.dmn._head import Conv3x3 as Conv3x3
 from layerlab.dmn._head import Head as Head
 from layerlab.dmn._head import Network as Network
 from layerlab.dmn._head import add_input_noise as add_input_noise
@@ -58,6 +59,7 @@ from layerlab.dmn.experiments import train_and_evaluate as train_and_evaluate
 
 __all__ = [
     "BuildInfo",
+    "Conv3x3",
     "DMNConfig",
     "DensityState",
     "Filters",
