@@ -6,6 +6,7 @@ import contextvars
 import importlib.util
 import inspect
 import os
+import pathlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -70,10 +71,23 @@ def _holdout(split: str, *arrays):
 
 # --------------------------------------------------------------------------- embedded
 def _digits(split, roots, data_dir):
-    from sklearn.datasets import load_digits
+    # scikit-learn's bundled copy (sklearn/datasets/data/digits.csv.gz, what load_digits reads:
+    # 1797 rows of 64 pixels and the label), read without importing sklearn.datasets (1.6 s)
+    import gzip
 
-    d = load_digits()
-    x, y = _holdout(split, d.images.astype(np.float32)[..., None], d.target.astype(np.int32))
+    spec = importlib.util.find_spec("sklearn")
+    path = pathlib.Path(spec.submodule_search_locations[0]) / "datasets" / "data" / \
+        "digits.csv.gz" if spec and spec.submodule_search_locations else None
+    if path is None or not path.is_file():  # another layout: the public loader
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        images, target = d.images, d.target
+    else:
+        with gzip.open(path, "rt") as f:
+            data = np.loadtxt(f, delimiter=",")
+        images, target = data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+    x, y = _holdout(split, images.astype(np.float32)[..., None], target.astype(np.int32))
     return _Raw(x, y, 10, _DIGIT_NAMES, 16.0)
 
 

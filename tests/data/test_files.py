@@ -327,3 +327,18 @@ def test_tfds_failure_becomes_dataset_not_found(tmp_path, monkeypatch):
     with pytest.raises(D.DatasetNotFoundError, match="no prepared dataset") as e:
         D.load("mnist", data_dir=tmp_path, verify=False)
     assert "yann.lecun.com" in str(e.value)  # the files error is kept too
+
+
+def test_digits_equal_scikit_learns_load_digits():
+    # the loader reads scikit-learn's bundled CSV without importing sklearn.datasets; the
+    # images and labels must be load_digits()'s, split by the same holdout
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    tr, te = D.load("digits", "train"), D.load("digits", "test")
+    assert len(tr.y) + len(te.y) == len(d.target) == 1797
+    got = np.concatenate([np.asarray(tr.x), np.asarray(te.x)])[..., 0] * 16.0
+    rows = {(img.tobytes(), int(t)) for img, t in zip(d.images.astype(np.float32), d.target)}
+    ours = {(img.tobytes(), int(t)) for img, t in
+            zip(got.astype(np.float32), np.concatenate([np.asarray(tr.y), np.asarray(te.y)]))}
+    assert ours == rows
