@@ -36,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eps-rel", type=float, default=None, help="eps^2 / mean diag K")
     p.add_argument("--full-n", default=None,
                    help="rows (as --rows) on which to compare full-N vs mini-batch LEGO; "
-                   "'none' for none")
+                   "'none' for none (not part of --smoke: add --full-n bmnist-2x20 to exercise "
+                   "it, ~15 s)")
     p.add_argument("--readout", choices=("ridge", "iterative"), default=None,
                    help="step 5's classifier: closed-form ridge (default) or trained under MSE "
                    "with the row's optimizer (the paper's text); use a separate --out, parts "

@@ -266,14 +266,14 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     """
     x = check_x(x, "bottleneck_diagnostics")
     check_params(params, x.shape[1], "bottleneck_diagnostics")
-    check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0)
+    check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0, lo_open=True)
     check_number(rel_tol, "rel_tol", fn="bottleneck_diagnostics", min_value=0.0)
-    return _diagnostics_jit(params, x, beta=float(beta), activation=activation, tol=float(tol),
-                            rel_tol=float(rel_tol), ntk=bool(ntk))
+    return _diagnostics_jit(params, x, tol, rel_tol, beta=float(beta), activation=activation,
+                            ntk=bool(ntk))
 
 
-@functools.partial(jax.jit, static_argnames=("beta", "activation", "tol", "rel_tol", "ntk"))
-def _diagnostics_jit(params, x, *, beta, activation, tol, rel_tol, ntk):
+@functools.partial(jax.jit, static_argnames=("beta", "activation", "ntk"))
+def _diagnostics_jit(params, x, tol, rel_tol, *, beta, activation, ntk):
     """:func:`bottleneck_diagnostics` as one program (eagerly, its SVDs, Jacobians and NTK
     compiled op by op: ~6 s for a small net)."""
     out = {"singular_values": layer_singular_values(params, beta=beta),

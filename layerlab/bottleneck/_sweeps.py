@@ -335,7 +335,7 @@ def _phase_step(phase: str, cost: Callable, beta, activation, *opt) -> loop.Trai
         return _phase_step_cached.__wrapped__(phase, cost, beta, activation, *opt)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64, typed=True)  # typed: 1 and 1.0 fingerprint differently
 def _phase_step_cached(phase, cost, beta, activation, *opt):
     if phase == "adam":
         adam_lr, adam_steps, lr_decay = opt

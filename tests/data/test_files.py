@@ -331,14 +331,14 @@ def test_tfds_failure_becomes_dataset_not_found(tmp_path, monkeypatch):
 
 def test_digits_equal_scikit_learns_load_digits():
     # the loader reads scikit-learn's bundled CSV without importing sklearn.datasets; the
-    # images and labels must be load_digits()'s, split by the same holdout
+    # images and labels must be load_digits()'s, in its order, split by the same holdout
     from sklearn.datasets import load_digits
 
+    from layerlab.data._loaders import _holdout
+
     d = load_digits()
-    tr, te = D.load("digits", "train"), D.load("digits", "test")
-    assert len(tr.y) + len(te.y) == len(d.target) == 1797
-    got = np.concatenate([np.asarray(tr.x), np.asarray(te.x)])[..., 0] * 16.0
-    rows = {(img.tobytes(), int(t)) for img, t in zip(d.images.astype(np.float32), d.target)}
-    ours = {(img.tobytes(), int(t)) for img, t in
-            zip(got.astype(np.float32), np.concatenate([np.asarray(tr.y), np.asarray(te.y)]))}
-    assert ours == rows
+    for split in ("train", "test"):
+        x, y = _holdout(split, d.images.astype(np.float32)[..., None], d.target.astype(np.int32))
+        got = D.load("digits", split)
+        np.testing.assert_array_equal(np.asarray(got.x), x / 16.0)
+        np.testing.assert_array_equal(np.asarray(got.y), y)
