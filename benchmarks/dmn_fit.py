@@ -21,7 +21,14 @@ as Table 2's) with the same parameters computed two ways: ``lax.conv_general_dil
 (``layerlab.dmn.conv3x3``: one patch matrix product; 2x2 pooling by reshape + max).  Ratio =
 lax time / patch time (medians).  ``--only conv-step`` runs this part alone (no data needed).
 
+Part 4 (the same steps inside a loop, ``--only conv-scan``): ``--scan-steps`` SGD steps of each
+ConvNet, both routes, compiled three ways in the same run -- one ``lax.scan`` (what
+``layerlab.loop.fit`` runs per chunk), the scan fully unrolled (straight-line code), and a
+Python loop over one jitted step.  On XLA's CPU backend ``lax.conv``'s gradients ran ~10x
+slower inside the scan than unrolled; the patch route does not (docs/loop.md).
+
     python -m benchmarks.dmn_fit --only conv-step --record
+    python -m benchmarks.dmn_fit --only conv-scan --record
 """
 from __future__ import annotations
 
@@ -159,6 +166,60 @@ def conv_step(specs, batch, repeats):
     return out
 
 
+def conv_scan(specs, batch, n_steps, repeats):
+    """Part 4: ``n_steps`` SGD steps per route, as a scan, unrolled, and a loop of jit calls."""
+    import jax.numpy as jnp
+    import optax
+    from jax import lax
+
+    from layerlab.dmn import DMNConfig as _Cfg
+    from layerlab.dmn import make_network
+
+    xs = jax.random.uniform(jax.random.key(0), (4 * batch, 32, 32, 3))
+    ys = jax.random.randint(jax.random.key(1), (4 * batch,), 0, 10)
+    out = []
+    for spec in specs:
+        net = make_network(spec, 10, _Cfg.paper())
+        params = net.init_head(jax.random.key(2), xs[:batch])["params"]
+        rec = {"spec": spec, "batch": batch, "steps": n_steps}
+        finals = {}
+        for route, head in (("lax", net.head.clone(lax_ops=True)), ("patch", net.head)):
+            def step(p, t, head=head):
+                x = lax.dynamic_slice_in_dim(xs, (t % 4) * batch, batch)
+                y = lax.dynamic_slice_in_dim(ys, (t % 4) * batch, batch)
+                g = jax.grad(lambda q: optax.softmax_cross_entropy_with_integer_labels(
+                    head.apply({"params": q}, x, train=True), y).mean())(p)
+                return jax.tree_util.tree_map(lambda a, b: a - 0.01 * b, p, g), None
+
+            ts = jnp.arange(n_steps)
+            scan = jax.jit(lambda p, step=step: lax.scan(step, p, ts)[0])
+            unrolled = jax.jit(lambda p, step=step: lax.scan(step, p, ts, unroll=True)[0])
+            one = jax.jit(step)
+
+            def loop(p, one=one):
+                for t in range(n_steps):
+                    p = one(p, jnp.int32(t))[0]
+                return p
+
+            for how, fn in (("scan", scan), ("unrolled", unrolled), ("jit_loop", loop)):
+                rec[f"{route}_{how}"] = timeit(fn, params, repeats=repeats)
+                finals[(route, how)] = fn(params)
+        ref = jax.tree_util.tree_leaves(finals[("lax", "scan")])
+        rec["max_rel_param_diff"] = max(
+            float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(a)) + 1e-30))
+            for f in finals.values() for a, b in zip(ref, jax.tree_util.tree_leaves(f)))
+        med = {k: v["median_s"] for k, v in rec.items() if isinstance(v, dict)}
+        rec["lax_scan_over_unrolled"] = med["lax_scan"] / med["lax_unrolled"]
+        rec["lax_scan_over_patch_scan"] = med["lax_scan"] / med["patch_scan"]
+        rec["patch_scan_over_unrolled"] = med["patch_scan"] / med["patch_unrolled"]
+        print(f"{spec}, {n_steps} steps: " + ", ".join(
+            f"{k} {v:.2f} s" for k, v in med.items()) +
+            f"; lax scan/unrolled {rec['lax_scan_over_unrolled']:.1f}x, lax/patch in the scan "
+            f"{rec['lax_scan_over_patch_scan']:.1f}x", flush=True)
+        out.append(rec)
+    return out
+
+
 def build_parser():
     p = arg_parser(__doc__)
     p.add_argument("--spec", default="d6,m,de10",
@@ -173,8 +234,12 @@ def build_parser():
     p.add_argument("--tp-n", type=int, default=200000, help="samples in the throughput test")
     p.add_argument("--tp-d", type=int, default=54, help="dims (3x3 patches of 6 channels)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median)")
-    p.add_argument("--only", default="all", choices=["all", "conv-step"],
-                   help="'conv-step': Part 3 alone (ConvNet step cost, no data needed)")
+    p.add_argument("--only", default="all", choices=["all", "conv-step", "conv-scan"],
+                   help="'conv-step': Part 3 alone (ConvNet step cost, no data needed); "
+                   "'conv-scan': Part 4 alone (the steps inside a scan, unrolled, a jit loop)")
+    p.add_argument("--scan-steps", type=int, default=8, help="SGD steps per Part 4 program")
+    p.add_argument("--scan-specs", default="c10,m,de10;c22,m,c41,m,de10",
+                   help="';'-separated ConvNets timed in Part 4")
     p.add_argument("--conv-specs", default="c10,m,de10;c22,m,de10;c22,m,c41,m,de10;"
                    "c22,m,c305,m,de10", help="';'-separated ConvNets timed in Part 3")
     p.add_argument("--conv-batch", type=int, default=128, help="batch of the Part 3 step")
@@ -186,6 +251,15 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     _imports()
     specs = [t for t in args.conv_specs.split(";") if t.strip()]
+    if args.only == "conv-scan":
+        out = out_dir("dmn_fit", args.out, args.record)
+        runs = conv_scan([t for t in args.scan_specs.split(";") if t.strip()],
+                         args.conv_batch, args.scan_steps, args.repeats)
+        write_json(out / "conv_scan.json", {
+            "what": "SGD steps of ConvNets (CIFAR-10 shapes) inside lax.scan vs unrolled vs a "
+                    "Python loop of jitted steps, lax.conv + reduce_window vs the patch route",
+            "settings": vars(args), "conv_scan": runs})
+        return
     if args.only == "conv-step":
         out = out_dir("dmn_fit", args.out, args.record)
         steps = conv_step(specs, args.conv_batch, args.repeats)
