@@ -76,8 +76,10 @@ def _digits(split, roots, data_dir):
     import gzip
 
     spec = importlib.util.find_spec("sklearn")
-    path = pathlib.Path(spec.submodule_search_locations[0]) / "datasets" / "data" / \
-        "digits.csv.gz" if spec and spec.submodule_search_locations else None
+    path = None
+    if spec is not None and spec.submodule_search_locations:
+        path = pathlib.Path(spec.submodule_search_locations[0], "datasets", "data",
+                            "digits.csv.gz")
     if path is None or not path.is_file():  # another layout: the public loader
         from sklearn.datasets import load_digits
 
