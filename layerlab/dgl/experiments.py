@@ -361,18 +361,21 @@ def _take(tree, i):
     return jax.tree_util.tree_map(lambda a: a[i], tree)
 
 
-def _monitor_eval(xm, ym, eps_rel):
-    def eval_fn(state):
-        params = state.params
-        v = mf_variances(params)
-        hs = hidden_representations(params, xm)
-        out = {"mse": mse_loss(params, (xm, ym))}
-        for i, h in enumerate(hs):
-            K = top_kernel(h, w_var=v.w_var[i:], b_var=v.b_var[i:])
-            out[f"dgl_{i}"] = dgl_loss(K, ym, eps2=eps_rel * jnp.mean(jnp.diagonal(K))) / h.shape[0]
-        return out
+def _monitor_metrics(xm, ym, eps_rel, state):
+    params = state.params
+    v = mf_variances(params)
+    hs = hidden_representations(params, xm)
+    out = {"mse": mse_loss(params, (xm, ym))}
+    for i, h in enumerate(hs):
+        K = top_kernel(h, w_var=v.w_var[i:], b_var=v.b_var[i:])
+        out[f"dgl_{i}"] = dgl_loss(K, ym, eps2=eps_rel * jnp.mean(jnp.diagonal(K))) / h.shape[0]
+    return out
 
-    return eval_fn
+
+def _monitor_eval(xm, ym, eps_rel):
+    # a Partial: the monitor data are traced inputs of fit's evaluation, so every run with
+    # these shapes shares one compiled program (a closure would embed them as constants)
+    return jax.tree_util.Partial(_monitor_metrics, xm, ym, jnp.float32(eps_rel))
 
 
 def _end_to_end(key, p0, d, kind, lrs, wds, *, epochs, batch, monitor_n, monitor_evals,
@@ -405,6 +408,12 @@ def _end_to_end(key, p0, d, kind, lrs, wds, *, epochs, batch, monitor_n, monitor
     return _take(st.params, i), out
 
 
+def _val_dgl_metrics(h_sub, y_sub, w_var, b_var, eps_rel, state):
+    """Mean DGL of ``state.params`` over the validation subsets ``h_sub [S, m, d]``."""
+    return {"val_dgl": jnp.mean(jax.vmap(
+        lambda hs, ys: _layer_dgl(state.params, hs, ys, w_var, b_var, eps_rel))(h_sub, y_sub))}
+
+
 def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Table1Config,
                     *, batch, lrs, wds, steps, evals, progress, desc):
     """Step 4 for one layer: the (lr, wd) grid, each run keeping its best validation DGL."""
@@ -422,13 +431,10 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     # indices is constant-folded by XLA at every compile (seconds at [20, 1000, 784])
     h_sub, y_sub = h_va[idx], y_va[idx]
 
-    def val_dgl(params):
-        return jnp.mean(jax.vmap(lambda hs, ys: _layer_dgl(params, hs, ys, w_var, b_var,
-                                                           cfg.eps_rel))(h_sub, y_sub))
-
-    def eval_fn(state):
-        return {"val_dgl": val_dgl(state.params)}
-
+    # a Partial of a module-level function: the validation subsets are traced inputs, so
+    # every layer run with these shapes reuses one compiled evaluation
+    eval_fn = jax.tree_util.Partial(_val_dgl_metrics, h_sub, y_sub, jnp.asarray(w_var),
+                                    jnp.asarray(b_var), jnp.float32(cfg.eps_rel))
     every = max(1, steps // max(1, evals))
     t0 = time.perf_counter()
     st, hist = fit(ts.step, states, (h_tr, y_tr), key=key, steps=steps, batch_size=bs,

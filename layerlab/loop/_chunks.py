@@ -147,8 +147,28 @@ def _run_chunk_body(state, t0, data, data_key, step_keys, prev_perm, prev_epoch,
 
 
 @partial(jax.jit, static_argnames=("eval_fn", "runs"))
-def _run_eval(state, *, eval_fn, runs):
+def _run_eval_static(state, *, eval_fn, runs):
     return jax.vmap(eval_fn)(state) if runs else eval_fn(state)
+
+
+@partial(jax.jit, static_argnames=("runs",))
+def _run_eval_partial(state, eval_fn, *, runs):
+    # eval_fn is a jax.tree_util.Partial: its function is part of the tree structure (the
+    # compile cache key), its bound arguments are traced inputs, not constants
+    return jax.vmap(eval_fn)(state) if runs else eval_fn(state)
+
+
+def _run_eval(state, *, eval_fn, runs):
+    """``eval_fn(state)`` compiled (vmapped over runs with ``runs``).
+
+    A plain callable is a static argument: each new closure compiles anew, and the arrays it
+    closes over are embedded in the program as constants.  A ``jax.tree_util.Partial`` is a
+    traced argument: one compiled program serves every call with the same function and
+    argument shapes (e.g. validation data bound with ``Partial(fn, x_val, y_val)``).
+    """
+    if isinstance(eval_fn, jax.tree_util.Partial):
+        return _run_eval_partial(state, eval_fn, runs=runs)
+    return _run_eval_static(state, eval_fn=eval_fn, runs=runs)
 
 
 @partial(jax.jit, static_argnames=("runs",))

@@ -91,7 +91,11 @@ def fit(
       steps / epochs: training length (exactly one); ``epochs`` means ``epochs * S`` steps.
       batch_size: minibatch size ``B`` (``None``: full batch).
       eval_fn: ``eval_fn(state) -> dict of scalars``, jit-compiled (vmapped with ``runs``),
-        called after every ``eval_every`` updates and after the last one.
+        called after every ``eval_every`` updates and after the last one.  A closure's
+        captured arrays become constants of its program and every new closure compiles
+        anew; bind evaluation data with ``jax.tree_util.Partial(fn, x_val, y_val)``
+        (``fn(x_val, y_val, state)``, ``fn`` defined once) to pass them as traced inputs,
+        so later ``fit`` calls with the same ``fn`` and shapes reuse the compiled program.
       eval_every: evaluation period in steps (default: only at the end).
       eval_at_start: also evaluate the initial state (``eval_step`` 0).
       progress: show a tqdm bar (steps, rate, latest metrics), updated once per chunk.

@@ -73,16 +73,18 @@ def test_full_n_and_minibatch_dgl_estimators(x64):
     h, y, layer, wv, bv = _layer_problem()
     eps = 0.05
     f = lambda p, hh, yy: ex._layer_dgl(p, hh, yy, wv, bv, eps)  # noqa: E731
-    full = float(f(layer, h, y))
+    # compiled once each (op-by-op dispatch of these small float64 graphs cost ~15 s)
+    jf, jg = jax.jit(f), jax.jit(jax.grad(f))
+    full = float(jf(layer, h, y))
     np.testing.assert_allclose(full, _brute_per_sample_dgl(layer, h, y, wv, bv, eps), rtol=1e-9)
-    g_full = jax.grad(f)(layer, h, y)
+    g_full = jg(layer, h, y)
     n = h.shape[0]
     gaps, coss = [], []
-    jf, jg = jax.jit(f), jax.jit(jax.grad(f))
+    on_subsets = jax.jit(jax.vmap(lambda s: (jf(layer, h[s], y[s]), jg(layer, h[s], y[s]))))
     for B in (4, 6, 8):
         subs = jnp.asarray(list(itertools.combinations(range(n), B)))
-        vals = np.asarray(jax.vmap(lambda s: jf(layer, h[s], y[s]))(subs))
-        grads = jax.vmap(lambda s: jg(layer, h[s], y[s]))(subs)
+        vals, grads = on_subsets(subs)
+        vals = np.asarray(vals)
         g_mean = jax.tree_util.tree_map(lambda a: jnp.mean(a, axis=0), grads)
         flat = lambda t: np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(t)])  # noqa: E731
         a, b = flat(g_mean), flat(g_full)
@@ -91,7 +93,7 @@ def test_full_n_and_minibatch_dgl_estimators(x64):
         if B == 4:  # what the training loop's random batches average to (Monte Carlo)
             key = jax.random.key(0)
             idx = jax.vmap(lambda k: jax.random.permutation(k, n)[:B])(jax.random.split(key, 3000))
-            mc = np.asarray(jax.vmap(lambda i: f(layer, h[i], y[i]))(idx))
+            mc = np.asarray(jax.jit(jax.vmap(lambda i: jf(layer, h[i], y[i])))(idx))
             assert abs(mc.mean() - vals.mean()) < 4 * vals.std() / np.sqrt(len(mc))
     # B = N: the mini-batch estimator is the full-N DGL, value and gradient
     assert abs(gaps[-1]) < 1e-12 and coss[-1] > 1 - 1e-12
@@ -196,8 +198,11 @@ def test_full_n_comparison_added_to_a_part_equals_the_in_run_one(tmp_path, share
     # the 6-digit rounding of the stored MF variances.
     key = jax.random.key(0)
     cfg_in = ex.Table1Config.smoke(data_dir=str(shared_data), full_n_rows=("bmnist-2x20",))
-    out = ex.run_table1_row(cfg_in, "bmnist-2x20", 0, key=jax.random.fold_in(key, 0),
-                            progress=False)
+    # under run_table1's matmul precision, as run_table1 runs its rows (the same context
+    # also lets the later comparison reuse this run's compiled programs)
+    with jax.default_matmul_precision("highest"):
+        out = ex.run_table1_row(cfg_in, "bmnist-2x20", 0, key=jax.random.fold_in(key, 0),
+                                progress=False)
     want = out.pop("full_n_vs_minibatch")
     path = tmp_path / "bmnist-2x20_seed0.json"
     path.write_text(json.dumps(to_jsonable(out)))  # as run_table1 writes a part
