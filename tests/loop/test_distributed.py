@@ -24,7 +24,9 @@ TIMEOUT = 300  # seconds; the shared 2-core machine can be slow, the work itself
 
 def _env(devices):
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    # the session's compile flags (tests/conftest.py) plus the simulated device count
+    env["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                        f" --xla_force_host_platform_device_count={devices}").strip()
     env["JAX_PLATFORMS"] = "cpu"
     for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
         env.pop(k, None)
