@@ -375,7 +375,7 @@ def _monitor_metrics(xm, ym, eps_rel, state):
 def _monitor_eval(xm, ym, eps_rel):
     # a Partial: the monitor data are traced inputs of fit's evaluation, so every run with
     # these shapes shares one compiled program (a closure would embed them as constants)
-    return jax.tree_util.Partial(_monitor_metrics, xm, ym, jnp.float32(eps_rel))
+    return jax.tree_util.Partial(_monitor_metrics, xm, ym, jnp.asarray(eps_rel))
 
 
 def _end_to_end(key, p0, d, kind, lrs, wds, *, epochs, batch, monitor_n, monitor_evals,
@@ -434,7 +434,7 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     # a Partial of a module-level function: the validation subsets are traced inputs, so
     # every layer run with these shapes reuses one compiled evaluation
     eval_fn = jax.tree_util.Partial(_val_dgl_metrics, h_sub, y_sub, jnp.asarray(w_var),
-                                    jnp.asarray(b_var), jnp.float32(cfg.eps_rel))
+                                    jnp.asarray(b_var), jnp.asarray(cfg.eps_rel))
     every = max(1, steps // max(1, evals))
     t0 = time.perf_counter()
     st, hist = fit(ts.step, states, (h_tr, y_tr), key=key, steps=steps, batch_size=bs,

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 _MAX_PERM_ENTRIES = 1 << 24  # int32 entries of precomputed permutations per chunk (64 MiB)
@@ -158,15 +159,27 @@ def _run_eval_partial(state, eval_fn, *, runs):
     return jax.vmap(eval_fn)(state) if runs else eval_fn(state)
 
 
+def is_traced_partial(eval_fn) -> bool:
+    """``eval_fn`` is a ``jax.tree_util.Partial`` (exactly) whose bound arguments are all
+    arrays: those are passed to the compiled evaluation as inputs.  Any other callable
+    (including a Partial binding Python values, which the function may need static) is a
+    static argument, as before."""
+    if type(eval_fn) is not jax.tree_util.Partial:
+        return False
+    leaves = jax.tree_util.tree_leaves(eval_fn)
+    return all(isinstance(a, (jax.Array, np.ndarray, np.generic)) for a in leaves)
+
+
 def _run_eval(state, *, eval_fn, runs):
     """``eval_fn(state)`` compiled (vmapped over runs with ``runs``).
 
     A plain callable is a static argument: each new closure compiles anew, and the arrays it
-    closes over are embedded in the program as constants.  A ``jax.tree_util.Partial`` is a
-    traced argument: one compiled program serves every call with the same function and
-    argument shapes (e.g. validation data bound with ``Partial(fn, x_val, y_val)``).
+    closes over are embedded in the program as constants.  A ``jax.tree_util.Partial`` of
+    arrays (:func:`is_traced_partial`) is a traced argument: one compiled program serves every
+    call with the same function, argument shapes and state structure (e.g. validation data
+    bound with ``Partial(fn, x_val, y_val)``).
     """
-    if isinstance(eval_fn, jax.tree_util.Partial):
+    if is_traced_partial(eval_fn):
         return _run_eval_partial(state, eval_fn, runs=runs)
     return _run_eval_static(state, eval_fn=eval_fn, runs=runs)
 

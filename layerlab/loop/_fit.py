@@ -19,10 +19,10 @@ import numpy as np
 
 from layerlab.loop._args import check_fit_args, grouped_checkpoint, grouped_placement
 from layerlab.loop._checkpoint import Checkpointing, run_fingerprint
-from layerlab.loop._chunks import ChunkLauncher, _all_finite, _default_chunk
+from layerlab.loop._chunks import ChunkLauncher, _all_finite, _default_chunk, is_traced_partial
 from layerlab.loop._early_stopping import EarlyStopping
 from layerlab.loop._nonfinite import NonFiniteError
-from layerlab.loop._placement import Placement, place
+from layerlab.loop._placement import Placement, place, place_bound
 from layerlab.loop._run import FitRun
 
 __all__ = ["fit", "EarlyStopping", "NonFiniteError"]
@@ -94,8 +94,10 @@ def fit(
         called after every ``eval_every`` updates and after the last one.  A closure's
         captured arrays become constants of its program and every new closure compiles
         anew; bind evaluation data with ``jax.tree_util.Partial(fn, x_val, y_val)``
-        (``fn(x_val, y_val, state)``, ``fn`` defined once) to pass them as traced inputs,
-        so later ``fit`` calls with the same ``fn`` and shapes reuse the compiled program.
+        (``fn(x_val, y_val, state)``, ``fn`` defined once; arrays only -- a Partial that
+        binds Python values stays a static callable) to pass them as traced inputs, placed
+        once beside the state (replicated over ``mesh``), so later ``fit`` calls with the
+        same ``fn``, shapes, state structure and ``runs`` reuse the compiled program.
       eval_every: evaluation period in steps (default: only at the end).
       eval_at_start: also evaluate the initial state (``eval_step`` 0).
       progress: show a tqdm bar (steps, rate, latest metrics), updated once per chunk.
@@ -166,6 +168,8 @@ def fit(
     total, batch_size = plan.total, plan.batch_size
     placed = place(data, state, plan.key, placement, batch_size=batch_size, n=plan.n,
                    data_runs_axis=data_runs_axis)
+    if eval_fn is not None and is_traced_partial(eval_fn):
+        eval_fn = place_bound(eval_fn, placement.mesh)  # once, beside the state
     if check_finite is not False and not bool(_all_finite(placed.data)):
         raise ValueError(
             "fit: the data contain NaN or Inf values; clean or impute them first "

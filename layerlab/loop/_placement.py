@@ -61,6 +61,19 @@ class Placement(NamedTuple):
     data_sharding: Any = None
 
 
+def place_bound(tree, mesh):
+    """The arrays bound in a traced ``eval_fn`` Partial, placed once: replicated over
+    ``mesh``'s devices, or (without a mesh) numpy arrays moved to the default device -- not
+    transferred again at every evaluation."""
+    if mesh is None:
+        return jax.tree_util.tree_map(
+            lambda a: a if isinstance(a, jax.Array) else jnp.asarray(a), tree)
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    return _place(tree, NamedSharding(mesh, P()))
+
+
 class Placed(NamedTuple):
     data: Any
     state: Any

@@ -154,7 +154,8 @@ def test_sharded_two_devices_subprocess():
 
     code = textwrap.dedent("""
         import os
-        os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                                   + " --xla_force_host_platform_device_count=2")
         import jax, numpy as np
         from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
         from layerlab.dmn import _density as D

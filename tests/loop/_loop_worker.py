@@ -44,6 +44,10 @@ def init_state():
     return train_step().init(nets.mlp_init(jax.random.key(1), [D, 8, C]))
 
 
+def eval_loss(xv, yv, state):
+    return {"loss": loss_fn(state.params, (xv, yv))}
+
+
 def flat(params):
     return np.concatenate([np.asarray(a).ravel() for a in jax.tree_util.tree_leaves(params)])
 
@@ -58,11 +62,17 @@ def run_mesh(out):
     ts = train_step()
     key = jax.random.key(0)
     res = {}
-    # (a) minibatches, replicated data set, replicated state
+    # (a) minibatches, replicated data set, replicated state; an eval_fn Partial whose bound
+    # data sit on one device (fit replicates them once beside the state)
+    xv = jax.device_put(x[:32], jax.devices()[3])
+    ev = jax.tree_util.Partial(eval_loss, xv, y[:32])
     s1, h1 = loop.fit(ts.step, init_state(), (x, y), steps=STEPS, batch_size=BATCH, key=key,
-                      progress=False)
+                      progress=False, eval_fn=ev, eval_every=3)
     s8, h8 = loop.fit(ts.step, init_state(), (x, y), steps=STEPS, batch_size=BATCH, key=key,
-                      progress=False, mesh=mesh)
+                      progress=False, mesh=mesh, eval_fn=ev, eval_every=3)
+    res["eval_partial"] = float(np.max(np.abs(h1["eval"]["loss"] - h8["eval"]["loss"])))
+    res["eval_partial_matches_direct"] = float(abs(
+        h8["eval"]["loss"][-1] - loss_fn(s8.params, (x[:32], y[:32]))))
     leaf = jax.tree_util.tree_leaves(s8.params)[0]
     res["minibatch"] = float(np.max(np.abs(flat(s1.params) - flat(s8.params))))
     res["minibatch_loss"] = float(np.max(np.abs(h1["train"]["loss"] - h8["train"]["loss"])))

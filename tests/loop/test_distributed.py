@@ -50,7 +50,8 @@ def test_sharded_fit_equals_single_device(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["state_replicated"] and res["n_devices_state"] == 8
-    for case in ("minibatch", "minibatch_loss", "fullbatch_sharded_data", "runs"):
+    for case in ("minibatch", "minibatch_loss", "fullbatch_sharded_data", "runs",
+                 "eval_partial", "eval_partial_matches_direct"):
         assert res[case] < 1e-5, (case, res)
 
 
