@@ -1291,6 +1291,15 @@ def _pool3(x):
     return nn.max_pool(x, (3, 3), strides=(3, 3)).reshape(x.shape[0], -1)
 
 
+def _spectra_eval_metrics(xte, yte, state):
+    """Top singular value of every W(k) and of the products above it, and test accuracy."""
+    L = len(state.params)
+    s, pr = layer_spectra(state.params, top=1)
+    acc = probes.accuracy(nets.mlp_apply(state.params, xte), yte)
+    out = {f"sW{k + 1}": s[k, 0] for k in range(L)}
+    return out | {f"sP{k + 1}": pr[k, 0] for k in range(L)} | {"val_acc": acc}
+
+
 def _timescales_fig2(cfg, tr, te, key, progress):
     """Top singular values of every W(k) and of the products above it during SGD."""
     sizes = [81, *cfg.mlp_widths, tr.num_classes]
@@ -1303,11 +1312,8 @@ def _timescales_fig2(cfg, tr, te, key, progress):
         x, y = batch
         return optax.softmax_cross_entropy_with_integer_labels(nets.mlp_apply(p, x), y).mean()
 
-    def eval_fn(state):
-        s, pr = layer_spectra(state.params, top=1)
-        acc = probes.accuracy(nets.mlp_apply(state.params, xte), te.y)
-        out = {f"sW{k + 1}": s[k, 0] for k in range(L)}
-        return out | {f"sP{k + 1}": pr[k, 0] for k in range(L)} | {"val_acc": acc}
+    # a Partial of arrays: the test set is an input of the compiled evaluation, not a constant
+    eval_fn = jax.tree_util.Partial(_spectra_eval_metrics, xte, jnp.asarray(te.y))
 
     ts = loop.optax_step(loss_fn, optax.sgd(cfg.lr))
     spe = xtr.shape[0] // cfg.batch_size

@@ -742,6 +742,20 @@ def _arm_w_scale(cfg: MinibatchConfig | FullBatchConfig, arm: Arm, dim: int) -> 
     return arm.w_scale * init_w_scale(dim, cfg.bottleneck, cfg.init_bottleneck)
 
 
+def _arm_eval_metrics(frozen, P, xte, yte, xev, yev, st):
+    """Test loss/accuracy and loss/accuracy on a training subset of ``st.params``."""
+    lt, at = revmlp_loss(st.params, frozen, P, (xte, yte))
+    lr_, ar = revmlp_loss(st.params, frozen, P, (xev, yev))
+    return {"test_loss": lt, "test_accuracy": at["accuracy"], "train_loss_full": lr_,
+            "train_accuracy_full": ar["accuracy"]}
+
+
+def _mse_eval_metrics(frozen, P, xte, yte, xtr, ytr, st):
+    """Test and training MSE of ``st.params`` (App. M)."""
+    return {"test": revmlp_loss(st.params, frozen, P, (xte, yte), loss="mse")[0],
+            "train": revmlp_loss(st.params, frozen, P, (xtr, ytr), loss="mse")[0]}
+
+
 def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
                progress: bool, checkpoint_dir) -> dict[str, np.ndarray]:
     dim = prep.x_train.shape[1]
@@ -754,11 +768,9 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
     ne = min(cfg.n_eval_train, len(xtr))
     xev, yev = xtr[:ne], ytr[:ne]
 
-    def eval_fn(st):
-        lt, at = revmlp_loss(st.params, frozen, P, (xte, yte))
-        lr_, ar = revmlp_loss(st.params, frozen, P, (xev, yev))
-        return {"test_loss": lt, "test_accuracy": at["accuracy"], "train_loss_full": lr_,
-                "train_accuracy_full": ar["accuracy"]}
+    # a Partial of arrays: the test set and the training subset are inputs of the compiled
+    # evaluation, not constants embedded in it (fit places them once)
+    eval_fn = jax.tree_util.Partial(_arm_eval_metrics, frozen, P, xte, yte, xev, yev)
 
     spe = len(xtr) // cfg.batch_size
     rec: dict[str, list] = {"probe_step": [], "grams": [], "ntk": [], "w_cos": []}
@@ -1456,9 +1468,8 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
                     lr = float(arm.lrs[0])
                 ts = _make_step(arm, frozen, P, loss="mse", loss_after=False)
 
-                def eval_fn(st, frozen=frozen, P=P):
-                    return {"test": revmlp_loss(st.params, frozen, P, (xte, yte), loss="mse")[0],
-                            "train": revmlp_loss(st.params, frozen, P, (xtr, ytr), loss="mse")[0]}
+                eval_fn = jax.tree_util.Partial(_mse_eval_metrics, frozen, P, xte, yte,
+                                                xtr, ytr)
 
                 # as in the mini-batch figures (_train_stable): a rate the one-epoch sweep
                 # picks but whose full run diverges is replaced by the next smaller grid rate
