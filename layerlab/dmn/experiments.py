@@ -1059,6 +1059,25 @@ def _fig10_claims(rows) -> list[Claim]:
     claims.append(_cmp("CIFAR-10: BN after two DMN layers increases accuracy", two_bn, two))
     hyb, cc = get("cifar10", "d27, m, c108, m, BN, de10"), get("cifar10", "c10, m, c80, m, de10")
     claims.append(_cmp("CIFAR-10: DMN + Conv beats two Conv layers", hyb, cc))
+    # the same second layer (80 conv filters) on a DMN or a conv first layer
+    claims.append(_cmp("CIFAR-10: d15, c80 (DMN + Conv) beats c10, c80 (two Conv)",
+                       get("cifar10", "d15, m, c80, m, de10"), cc))
+    # the paper's sentence: "The best performance achieves by networks with one DMN and one
+    # Conv. layer and the worst performance is obtained by two Conv. layer networks"
+    two = {"two DMN": ("d15, m, d108, m, de10", "d20, m, d180, m, BN, de10"),
+           "DMN + Conv": ("d15, m, c80, m, de10", "d27, m, c108, m, BN, de10"),
+           "two Conv": ("c10, m, c80, m, de10", "c32, m, c32, m, de10")}
+    got = {g: [(a, get("cifar10", a)) for a in archs] for g, archs in two.items()}
+    text = "CIFAR-10: of the two-layer networks the best is DMN + Conv, the worst two Conv"
+    missing = [a for rows_ in got.values() for a, v in rows_ if v is None]
+    if missing:
+        claims.append(Claim(text, None, "not run: " + "; ".join(missing)))
+    else:
+        flat = [(v, g, a) for g, rows_ in got.items() for a, v in rows_]
+        best, worst = max(flat), min(flat)
+        claims.append(Claim(text, best[1] == "DMN + Conv" and worst[1] == "two Conv",
+                            f"best {best[2]} {best[0]:.2f} ({best[1]}), worst {worst[2]} "
+                            f"{worst[0]:.2f} ({worst[1]})"))
     return [c for c in claims if c is not None]
 
 

@@ -502,7 +502,22 @@ def test_fig10_merges_from_the_records_of_tables_3_and_4(tmp_path):
     assert claims["MNIST: a second DMN layer increases accuracy"].holds is True
     assert claims["CIFAR-10 without BN: two DMN layers < one DMN layer"].holds is True
     assert claims["CIFAR-10: DMN + Conv beats two Conv layers"].holds is None
+    best = "CIFAR-10: of the two-layer networks the best is DMN + Conv, the worst two Conv"
+    assert claims[best].holds is None and "c32, m, c32, m, de10" in claims[best].evidence
     assert rec.title.startswith("Fig. 10") and rec.scale == "reduced"
+    # every two-layer CIFAR-10 row present: best / worst decided over all six
+    six = [i for i, r in enumerate(t4, 1) if r.arch.count(",") >= 4]
+    assert len(six) == 6
+    for vals, holds in (([50.0, 51.0, 60.0, 59.0, 40.0, 41.0], True),   # hybrid best, cc worst
+                        ([50.0, 51.0, 60.0, 59.0, 52.0, 41.0], True),
+                        ([61.0, 51.0, 60.0, 59.0, 40.0, 41.0], False),  # two DMN best
+                        ([50.0, 39.0, 60.0, 59.0, 40.0, 41.0], False)):  # two DMN worst
+        c = {c.claim: c for c in ex.merge_tables(
+            "fig10", [a, _table_part("table4", six, vals)], data_dir=tmp_path).claims}
+        assert c[best].holds is holds, (vals, c[best].evidence)
+        pair = c["CIFAR-10: d15, c80 (DMN + Conv) beats c10, c80 (two Conv)"]
+        assert pair.holds is (vals[2] > vals[4])
+        assert pair.evidence == f"{vals[2]:.2f} vs {vals[4]:.2f}"
     with pytest.raises(ValueError, match="not dmn table2"):
         ex.merge_tables("table2", [a])
 
