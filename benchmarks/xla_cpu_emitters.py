@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -136,16 +137,9 @@ def _work(calls: int) -> dict:
             t0 = time.perf_counter()
             jax.block_until_ready(fn(*args))
             times.append(time.perf_counter() - t0)
-        times.sort()
-        steady = times[len(times) // 2]
+        steady = statistics.median(times)
         res[name] = {"compile_s": first - steady, "run_s": steady}
     return res
-
-
-def _median(v):
-    v = sorted(v)
-    n = len(v)
-    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
 def main(argv=None) -> int:
@@ -178,7 +172,7 @@ def main(argv=None) -> int:
         row = {}
         for st in SETTINGS:
             for m in ("compile_s", "run_s"):
-                row[f"{st}_{m}"] = _median([rr[p][m] for rr in runs[st]])
+                row[f"{st}_{m}"] = statistics.median([rr[p][m] for rr in runs[st]])
         for st in list(SETTINGS)[1:]:  # > 1: this setting is faster than XLA's defaults
             row[f"compile_speedup_{st}"] = row["default_compile_s"] / row[f"{st}_compile_s"]
             row[f"run_speedup_{st}"] = row["default_run_s"] / row[f"{st}_run_s"]

@@ -61,13 +61,18 @@ class Placement(NamedTuple):
     data_sharding: Any = None
 
 
+def _on_device(tree):
+    """Every leaf as a ``jax.Array`` on the default device (``jax.Array`` leaves kept)."""
+    return jax.tree_util.tree_map(lambda a: a if isinstance(a, jax.Array) else jnp.asarray(a),
+                                  tree)
+
+
 def place_bound(tree, mesh):
     """The arrays bound in a traced ``eval_fn`` Partial, placed once: replicated over
     ``mesh``'s devices, or (without a mesh) numpy arrays moved to the default device -- not
     transferred again at every evaluation."""
     if mesh is None:
-        return jax.tree_util.tree_map(
-            lambda a: a if isinstance(a, jax.Array) else jnp.asarray(a), tree)
+        return _on_device(tree)
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
@@ -119,7 +124,5 @@ def place(data, state, key, placement: Placement, *, batch_size, n, data_runs_ax
     else:
         if state_sharding is not None or data_sharding is not None:
             raise ValueError("fit: state_sharding/data_sharding need mesh=.")
-        data = jax.tree_util.tree_map(
-            lambda a: a if isinstance(a, jax.Array) else jnp.asarray(a), data
-        )
+        data = _on_device(data)
     return Placed(data, state, key, batch_sharding, state_sh)
