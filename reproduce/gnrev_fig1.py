@@ -2,8 +2,11 @@
 
 A fixed random subset of n = 1024 training images, trained full batch; every optimizer's
 learning-rate grid runs in one vmapped program and the largest non-diverging rate is reported
-(§5.1).  GN uses the authors' per-block step convention; the 'gn' arm is the exact regime (ReLU
-in every block), 'gn_first_linear' the authors' code (linear first block: inexact at n = 1024).
+(§5.1); while a grid's largest rate is stable the sweep adds up to 3 larger ones (x the grid's
+ratio).  Every finished (seed, optimizer) sweep is kept under --checkpoint-dir (default with
+--paper: checkpoints/gnrev_fig1), so a stopped run resumes at the next sweep.  GN uses the
+authors' per-block step convention; the 'gn' arm is the exact regime (ReLU in every block),
+'gn_first_linear' the authors' code (linear first block: inexact at n = 1024).
 
     python -m reproduce.gnrev_fig1                    # reduced CPU config (n=512, d'=512, 40 steps)
     python -m reproduce.gnrev_fig1 --paper            # MNIST, d'=8000, 100 steps, 3 seeds (GPU)
@@ -59,7 +62,7 @@ def main(argv=None) -> int:
         cfg = dataclasses.replace(cfg, **over,
                                   scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
     rec = ex.run_fig1(cfg, key=jax.random.key(0), progress=not args.no_progress,
-                      data_dir=args.data_dir)
+                      checkpoint_dir=_cli.checkpoint_dir(args), data_dir=args.data_dir)
     _cli.finish(args, rec, figure=lambda path: ex.plot_fig1(rec, path), argv=argv)
     return 0
 

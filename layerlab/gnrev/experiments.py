@@ -31,6 +31,7 @@ configuration), calls ``run_<artifact>(config, key=...)`` and gets a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -49,7 +50,7 @@ from jax.typing import ArrayLike
 from layerlab import data as lldata
 from layerlab import probes
 from layerlab.kernels import empirical_ntk
-from layerlab.loop import fit
+from layerlab.loop import TrainStep, fit
 from layerlab.record import Claim, Record, Row, row_from_values
 
 from ._gauss_newton import PinvConfig
@@ -251,7 +252,34 @@ def make_model(key: jax.Array, dim: int, depth: int, num_outputs: int, *,
     return params, frozen, readout_init(k2, dim, num_outputs)
 
 
-def _make_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool):
+def _make_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> TrainStep:
+    """The arm's ``TrainStep`` whose ``step`` is ``Partial(fn, v1, v2, readout)``: ``fn`` is
+    one function per (arm, loss, loss_after, linear blocks, activation) and the model's fixed
+    arrays are bound as traced inputs, so ``fit`` compiles one program per arm and shapes,
+    shared by every seed, and the ``d/2 x d'`` bottlenecks (25 MB at the paper's MNIST shape)
+    are not embedded in the program as constants.  ``frozen.linear`` stays concrete (in the
+    key), so the rank-bound warning still names a linear first block."""
+    ts = _closure_step(arm, frozen, readout, loss=loss, loss_after=loss_after)
+    linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
+    fn = _arm_step_fn(arm, loss, loss_after, linear, frozen.activation)
+    return TrainStep(ts.init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
+
+
+@functools.lru_cache(maxsize=256)
+def _arm_step_fn(arm: Arm, loss: str, loss_after: bool, linear: tuple[bool, ...], activation):
+    """``fn(v1, v2, readout, state, batch, key)``: the arm's step, built at trace time."""
+    lin = np.asarray(linear, bool)
+
+    def fn(v1, v2, readout, state, batch, key):
+        frozen = RevMLPFrozen(v1, v2, lin, activation)
+        return _closure_step(arm, frozen, readout, loss=loss,
+                             loss_after=loss_after).step(state, batch, key)
+
+    fn.__qualname__ = f"arm_step[{arm.name},{loss},loss_after={loss_after}]"
+    return fn
+
+
+def _closure_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> TrainStep:
     if arm.is_gn:
         o = arm.optimizer
         return gn_step(frozen, readout, loss=loss, weight_decay=arm.weight_decay,
@@ -310,13 +338,14 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
              peak: float = 10.0, extend: int = 0) -> dict[str, Any]:
     """Train one run per rate of ``arm.lrs`` in one vmapped program; pick the rate by ``rule``.
 
-    ``extend > 0`` (``rule="progress"``): while the pick is the grid's largest (smallest)
-    rate, sweep one more rate beyond it, the grid's step ratio further out, and pick again
-    among all -- at most ``extend`` extra rates, so a pick at the edge of a grid that does not
-    bracket the optimum is not taken for the optimum (the §5.2 rule is "largest progress",
-    not "largest rate tried").  The extra rates run with the same initial parameters and data
-    order (separate programs; the steps use no randomness), so their losses are those they
-    would have had inside the first sweep.  ``extended`` lists them, ``at_edge`` says whether
+    ``extend > 0``: while the pick is the grid's largest (smallest) rate, sweep one more rate
+    beyond it, the grid's step ratio further out, and pick again among all -- at most
+    ``extend`` extra rates, so a pick at the edge of a grid that does not bracket the optimum
+    is not taken for the optimum (the §5.2 rule is "largest progress", §5.1's "the largest
+    [rate] that did not cause the loss to diverge", neither "the largest rate tried").  The
+    extra rates run with the same initial parameters and data order (separate programs; the
+    steps use no randomness), so their losses are those they would have had inside the first
+    sweep.  ``extended`` lists them, ``at_edge`` says whether
     the final pick is still the largest or smallest rate swept.
 
     ``rule="progress"`` (§5.2): lowest mean loss over the last tenth of the steps among rates
@@ -326,8 +355,6 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     (a run that blows up to 1e3x and later recovers has diverged on the way) and ended below its
     initial value.  Returns ``{"lrs", "final", "stable", "best", "loss" [T, R], ...}``.
     """
-    if extend and rule != "progress":
-        raise ValueError(f"extend applies to rule='progress' (got rule={rule!r})")
     lrs = np.asarray(arm.lrs, np.float32)
     ts = _make_step(arm, frozen, readout, loss=loss, loss_after=False)
 
@@ -466,6 +493,7 @@ class FullBatchConfig:
     arms: tuple[Arm, ...] = default_arms("fullbatch")
     scale_note: str = ("reduced: n=512 images (paper 1024), d'=1024 (paper 8000), 40 steps "
                        "(paper 100), 1 seed (paper 3)")
+    sweep_extend: int = 3        # extra rates past the grid's top while its largest is stable
 
     @classmethod
     def paper(cls, dataset: str = "mnist") -> FullBatchConfig:
@@ -488,7 +516,7 @@ class FullBatchConfig:
     def smoke(cls) -> FullBatchConfig:
         arms = (Arm("gn", GaussNewton(pinv=EXACT_PINV, first_linear=False), (0.25, 0.5)),
                 Arm("adam", optax.adam, (1e-3,)), Arm("sgd", optax.sgd, (0.1,)))
-        return cls(n_train=32, n_test=32, bottleneck=48, steps=6, arms=arms,
+        return cls(n_train=32, n_test=32, bottleneck=48, steps=6, arms=arms, sweep_extend=1,
                    scale_note="smoke: 32 images, d'=48, 6 steps")
 
 
@@ -499,43 +527,69 @@ def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
 
     For every seed and optimizer, all rates of the arm's grid train in one vmapped program
     for ``cfg.steps`` full-batch steps; the reported curve is that of the largest rate whose
-    loss did not diverge (§5.1).  ``checkpoint_dir`` is unused (runs are short).
+    loss did not diverge (§5.1).  With ``checkpoint_dir`` every finished (seed, arm) sweep is
+    kept there (a folder keyed by the configuration without ``seeds``/``scale_note`` and by
+    ``key``), so an interrupted call resumes at the next sweep and a 3-seed run reuses a
+    1-seed run's seeds; ``wall_s`` is then the sum of every piece's own time (kept with it),
+    so it counts the work, not the calls.
     """
     t0 = time.perf_counter()
     prep = load_classification(cfg.dataset, cfg.n_train, cfg.n_test, data_dir=data_dir)
     dim = prep.x_train.shape[1]
     xtr, ytr = jnp.asarray(prep.x_train), jnp.asarray(prep.y_train)
     xte, yte = jnp.asarray(prep.x_test), jnp.asarray(prep.y_test)
+    kd = repr(jax.random.key_data(key).tolist())
+    done = None if checkpoint_dir is None else (
+        pathlib.Path(checkpoint_dir)
+        / f"fig1_{_fingerprint(dataclasses.replace(cfg, seeds=0, scale_note=''), kd)}")
+    wall_pieces = time.perf_counter() - t0  # data loading, counted once
     curves: dict[str, dict[str, list]] = {}
     for s, ks in enumerate(_seed_keys(key, cfg.seeds)):
         for arm in cfg.arms:
-            fl = _first_linear(arm, cfg.first_linear)
-            params, frozen, P = make_model(
-                ks, dim, cfg.depth, prep.num_outputs, bottleneck=cfg.bottleneck,
-                first_linear=fl, init=cfg.init,
-                w_scale=_arm_w_scale(cfg, arm, dim))
-            sw = lr_sweep(arm, params, frozen, P, (xtr, ytr), steps=cfg.steps, batch_size=None,
-                          rule="largest_stable", key=jax.random.fold_in(ks, 1),
-                          progress=progress)
-            r = int(np.nonzero(sw["lrs"] == np.float32(sw["best"]))[0][0])
-            c = curves.setdefault(arm.name, {k: [] for k in (
-                "loss", "accuracy", "residual", "min_rank", "lr", "sweep_final", "test_acc",
-                "peak_ratio", "grid")})
-            c["loss"].append(sw["loss"][:, r])
-            c["peak_ratio"].append(sw["peak_ratio"])
-            c["grid"].append(sw["lrs"])
-            c["accuracy"].append(sw["accuracy"][:, r])
-            c["lr"].append(sw["best"])
-            c["sweep_final"].append(sw["final"])
-            if arm.is_gn:
-                c["residual"].append(sw["residual"][:, r])
-                c["min_rank"].append(sw["min_rank"][:, r])
-            pr = jax.tree.map(lambda a: a[r], sw["state"].params)  # the selected run
-            c["test_acc"].append(float(revmlp_loss(pr, frozen, P, (xte, yte))[1]["accuracy"]))
-    curves = {a: {k: np.asarray(v) for k, v in c.items()} for a, c in curves.items()}
+            piece = None if done is None else done / f"s{s}_{arm.name}.pkl"
+            if piece is not None and piece.exists():
+                one = _load(piece)
+            else:
+                t1 = time.perf_counter()
+                one = _fig1_sweep(cfg, arm, ks, dim, prep.num_outputs, (xtr, ytr), (xte, yte),
+                                  progress)
+                one["wall_s"] = time.perf_counter() - t1
+                if piece is not None:
+                    _dump(one, piece)
+            wall_pieces += one.pop("wall_s")
+            c = curves.setdefault(arm.name, {k: [] for k in one})
+            for k, v in one.items():
+                c[k].append(v)
+    # per-seed grids may differ in length (each seed's sweep extends on its own): kept as lists
+    ragged = ("grid", "peak_ratio", "sweep_final")
+    curves = {a: {k: (list(v) if k in ragged else np.asarray(v)) for k, v in c.items()}
+              for a, c in curves.items()}
     rec = _fig1_record(cfg, curves, prep)
-    rec.wall_s = time.perf_counter() - t0
+    rec.wall_s = wall_pieces
     return rec
+
+
+def _fig1_sweep(cfg: FullBatchConfig, arm: Arm, ks: jax.Array, dim: int, num_outputs: int,
+                train, test, progress: bool) -> dict[str, Any]:
+    """One (seed, arm) piece of :func:`run_fig1`: the vmapped rate sweep and the selected
+    run's curves, its test accuracy and the sweep's per-rate summaries (numpy only)."""
+    params, frozen, P = make_model(
+        ks, dim, cfg.depth, num_outputs, bottleneck=cfg.bottleneck,
+        first_linear=_first_linear(arm, cfg.first_linear), init=cfg.init,
+        w_scale=_arm_w_scale(cfg, arm, dim))
+    sw = lr_sweep(arm, params, frozen, P, train, steps=cfg.steps, batch_size=None,
+                  rule="largest_stable", key=jax.random.fold_in(ks, 1), progress=progress,
+                  extend=cfg.sweep_extend)
+    r = int(np.nonzero(sw["lrs"] == np.float32(sw["best"]))[0][0])
+    pr = jax.tree.map(lambda a: a[r], sw["state"].params)  # the selected run
+    one = {"loss": sw["loss"][:, r], "accuracy": sw["accuracy"][:, r], "lr": sw["best"],
+           "sweep_final": sw["final"], "peak_ratio": sw["peak_ratio"], "grid": sw["lrs"],
+           "test_acc": float(revmlp_loss(pr, frozen, P, test)[1]["accuracy"]),
+           "at_edge": bool(sw["at_edge"] and sw["best"] == float(np.max(sw["lrs"])))}
+    if arm.is_gn:
+        one["residual"] = sw["residual"][:, r]
+        one["min_rank"] = sw["min_rank"][:, r]
+    return one
 
 
 def _fig1_record(cfg: FullBatchConfig, curves, prep: Prepared) -> Record:
@@ -546,11 +600,20 @@ def _fig1_record(cfg: FullBatchConfig, curves, prep: Prepared) -> Record:
         rows.append(_row(f"{a}: final training accuracy", 100 * c["accuracy"][:, -1],
                                     unit="%"))
         rows.append(_row(f"{a}: test accuracy", 100 * c["test_acc"], unit="%"))
-        peaks = ", ".join(f"{lr:g}: {p:.3g}" for lr, p in zip(c["grid"][0], c["peak_ratio"].max(0)))
+        worst: dict[float, float] = {}  # max over seeds of the peak/initial loss, per rate
+        for grid, pk in zip(c["grid"], c["peak_ratio"], strict=True):
+            for lr, p in zip(np.asarray(grid).tolist(), np.asarray(pk).tolist(), strict=True):
+                worst[lr] = max(worst.get(lr, 0.0), p)
+        peaks = ", ".join(f"{lr:g}: {p:.3g}" for lr, p in sorted(worst.items()))
         rows.append(_row(f"{a}: selected learning rate", c["lr"],
-                         note="largest non-diverging rate of the grid (§5.1: finite, peak loss "
-                         "<= 10x the initial, final below the initial); peak/initial loss per "
-                         f"rate (max over seeds) {{{peaks}}}"
+                         note="largest non-diverging rate (§5.1: finite, peak loss <= 10x the "
+                         "initial, final below the initial) of the grid, extended by up to "
+                         f"{cfg.sweep_extend} rates (x the grid's ratio) while its largest was "
+                         "stable"
+                         + (" -- still the largest rate tried in "
+                            f"{int(np.sum(c['at_edge']))} seed(s)" if np.any(c["at_edge"])
+                            else "")
+                         + f"; peak/initial loss per rate (max over seeds) {{{peaks}}}"
                          + ("; per-block convention (authors')" if a.startswith("gn") else "")))
         if a.startswith("gn"):
             rows += _cert_row(a, c["residual"], c["min_rank"], cfg.n_train)

@@ -26,15 +26,13 @@ def _epoch_perm(data_key, epoch, n):
     return jax.random.permutation(jax.random.fold_in(data_key, epoch), n).astype(jnp.int32)
 
 
-@partial(
-    jax.jit,
-    static_argnames=("step", "length", "batch_size", "steps_per_epoch", "n", "runs",
-                     "data_runs_axis", "batch_sharding", "state_sharding", "check_state"),
-)
-def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step, length,
-               batch_size,
-               steps_per_epoch, n, runs, data_runs_axis, batch_sharding, state_sharding,
-               check_state=False):
+_CHUNK_STATIC = ("length", "batch_size", "steps_per_epoch", "n", "runs", "data_runs_axis",
+                 "batch_sharding", "state_sharding", "check_state")
+
+
+def _run_chunk_impl(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step, *,
+                    length, batch_size, steps_per_epoch, n, runs, data_runs_axis, batch_sharding,
+                    state_sharding, check_state=False):
     state, metrics, last, e_last = _run_chunk_body(
         state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step=step, length=length,
         batch_size=batch_size, steps_per_epoch=steps_per_epoch, n=n, runs=runs,
@@ -43,6 +41,19 @@ def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, s
     # one reduction per chunk (read back with the metrics: no extra host sync)
     ok = _finite_flags(state, runs) if check_state else jnp.asarray(True)
     return state, metrics, last, e_last, ok
+
+
+# ``step`` static: a plain callable is part of the compile-cache key (a new closure compiles
+# anew; arrays it closes over become constants of the program).
+_run_chunk_static = jax.jit(_run_chunk_impl, static_argnames=("step", *_CHUNK_STATIC))
+# ``step`` traced: a ``jax.tree_util.Partial`` of arrays (:func:`is_traced_partial`); its
+# function is in the tree structure (the cache key), its bound arrays are program inputs.
+_run_chunk_traced = jax.jit(_run_chunk_impl, static_argnames=_CHUNK_STATIC)
+
+
+def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step, **static):
+    run = _run_chunk_traced if is_traced_partial(step) else _run_chunk_static
+    return run(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step, **static)
 
 
 def _finite_flags(tree, runs):
@@ -159,14 +170,14 @@ def _run_eval_partial(state, eval_fn, *, runs):
     return jax.vmap(eval_fn)(state) if runs else eval_fn(state)
 
 
-def is_traced_partial(eval_fn) -> bool:
-    """``eval_fn`` is a ``jax.tree_util.Partial`` (exactly) whose bound arguments are all
-    arrays: those are passed to the compiled evaluation as inputs.  Any other callable
-    (including a Partial binding Python values, which the function may need static) is a
-    static argument, as before."""
-    if type(eval_fn) is not jax.tree_util.Partial:
+def is_traced_partial(fn) -> bool:
+    """``fn`` (a step or ``eval_fn``) is a ``jax.tree_util.Partial`` (exactly) whose bound
+    arguments are all arrays: those are passed to the compiled program as inputs.  Any other
+    callable (including a Partial binding Python values, which the function may need static)
+    is a static argument, as before."""
+    if type(fn) is not jax.tree_util.Partial:
         return False
-    leaves = jax.tree_util.tree_leaves(eval_fn)
+    leaves = jax.tree_util.tree_leaves(fn)
     return all(isinstance(a, (jax.Array, np.ndarray, np.generic)) for a in leaves)
 
 

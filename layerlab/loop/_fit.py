@@ -82,7 +82,11 @@ def fit(
 
     Args:
       step: pure ``step(state, batch, key) -> (state, metrics)``; ``metrics`` a dict of scalar
-        arrays; the returned state must have the input's structure, shapes and dtypes.
+        arrays; the returned state must have the input's structure, shapes and dtypes.  As
+        for ``eval_fn`` below, ``jax.tree_util.Partial(fn, a, b)`` (``fn(a, b, state, batch,
+        key)``, arrays only) passes the bound arrays (fixed weights, a readout, ...) as traced
+        inputs of the compiled chunk: one program per ``fn`` and shapes, shared by every
+        ``fit`` call (e.g. the seeds of a sweep), without the arrays as program constants.
       state: initial state pytree (e.g. ``TrainState`` from :func:`optax_step`); with
         ``runs=True`` every leaf has a leading runs axis ``[R, ...]``.
       data: pytree of arrays with a leading sample axis ``[n, ...]`` (``[R, n, ...]`` with
@@ -170,6 +174,8 @@ def fit(
                    data_runs_axis=data_runs_axis)
     if eval_fn is not None and is_traced_partial(eval_fn):
         eval_fn = place_bound(eval_fn, placement.mesh)  # once, beside the state
+    if is_traced_partial(step):
+        step = place_bound(step, placement.mesh)
     if check_finite is not False and not bool(_all_finite(placed.data)):
         raise ValueError(
             "fit: the data contain NaN or Inf values; clean or impute them first "

@@ -1,4 +1,6 @@
 """Tests for layerlab.gnrev.experiments: lr-sweep rules, the certificate rows, missing data."""
+import dataclasses
+
 import jax
 import numpy as np
 import optax
@@ -163,6 +165,40 @@ def test_fig1_init_bottleneck_sets_the_initial_loss(key, monkeypatch):
     assert c.bottleneck + 1 >= c.n_train  # every ReLU block's rank bound reaches n: exact
 
 
+def test_fig1_checkpoint_dir_resumes_per_seed_and_arm(key, monkeypatch, tmp_path):
+    """``run_fig1(checkpoint_dir=...)``: every (seed, arm) sweep is kept, so a 2-seed run after
+    a 1-seed run trains only seed 1, and its record equals an uninterrupted 2-seed run's."""
+    rng = np.random.default_rng(1)
+    d, n, C = 20, 12, 3
+    prep = ex.Prepared(rng.normal(size=(n, d)).astype(np.float32), rng.integers(0, C, n),
+                       rng.normal(size=(6, d)).astype(np.float32), rng.integers(0, C, 6),
+                       C, "synthetic")
+    monkeypatch.setattr(ex, "load_classification", lambda *a, **k: prep)
+    arms = (ex.Arm("adam", optax.adam, (1e-3, 1e-2)), ex.Arm("sgd", optax.sgd, (0.1,)),
+            ex.Arm("gn", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (0.1, 0.5)))
+    cfg = ex.FullBatchConfig(n_train=n, depth=2, bottleneck=16, steps=4, arms=arms, seeds=2,
+                             scale_note="test")
+    whole = ex.run_fig1(cfg, key=key, progress=False)
+    calls = []
+    real = ex._fig1_sweep
+    monkeypatch.setattr(ex, "_fig1_sweep", lambda c, arm, ks, *a: (
+        calls.append(arm.name), real(c, arm, ks, *a))[1])
+    ex.run_fig1(dataclasses.replace(cfg, seeds=1), key=key, progress=False,
+                checkpoint_dir=tmp_path)
+    assert calls == ["adam", "sgd", "gn"]
+    resumed = ex.run_fig1(cfg, key=key, progress=False, checkpoint_dir=tmp_path)
+    assert calls == ["adam", "sgd", "gn"] * 2  # seed 1 only
+    for a, b in zip(whole.rows, resumed.rows, strict=True):
+        assert a.name == b.name
+        if a.ours is not None:
+            np.testing.assert_allclose(b.ours, a.ours, rtol=1e-5, err_msg=a.name)
+    assert [c.holds for c in whole.claims] == [c.holds for c in resumed.claims]
+    assert resumed.wall_s > 0
+    again = ex.run_fig1(cfg, key=key, progress=False, checkpoint_dir=tmp_path)
+    assert calls == ["adam", "sgd", "gn"] * 2  # nothing retrained
+    assert again.wall_s == pytest.approx(resumed.wall_s, rel=0.5)
+
+
 def _fake_variant_result(curves: dict[str, list[float]]) -> dict:
     arms = {}
     for name, c in curves.items():
@@ -265,9 +301,17 @@ def test_lr_sweep_extends_past_an_edge_pick(key):
     np.testing.assert_allclose(sw["loss"], whole["loss"], rtol=1e-5)
     assert sw["best"] == whole["best"] and sw["at_edge"] == whole["at_edge"]
     assert jax.tree.leaves(sw["state"].params)[0].shape[0] == 4  # one run per rate swept
-    with pytest.raises(ValueError, match="extend applies"):
-        ex.lr_sweep(arm, params, frozen, P, (x, y), steps=2, batch_size=None,
-                    rule="largest_stable", key=key, extend=1)
+    # largest_stable (§5.1): the top rate is stable, so the sweep goes on until a rate
+    # diverges; the pick is the largest stable one of the extended grid, as one whole sweep's
+    kw["rule"] = "largest_stable"
+    st = ex.lr_sweep(ex.Arm("sgd", optax.sgd, (0.1, 1.0)), params, frozen, P, (x, y),
+                     extend=4, **kw)
+    whole = ex.lr_sweep(ex.Arm("sgd", optax.sgd, (0.1, 1.0, *st["extended"])), params, frozen,
+                        P, (x, y), **kw)
+    assert st["extended"] and st["extended"][0] == pytest.approx(10.0)
+    assert st["best"] == whole["best"] and not st["at_edge"]
+    assert not whole["stable"][-1]  # the last rate added diverged: the pick is bracketed
+    np.testing.assert_allclose(st["loss"], whole["loss"], rtol=1e-5)
 
 
 def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monkeypatch):

@@ -196,6 +196,47 @@ def test_partial_eval_fn_binds_data_as_inputs_and_compiles_once(key):
     np.testing.assert_allclose(h["eval"]["mse"][-1], want, rtol=1e-6)
 
 
+def _proj_step(M, state, batch, key):  # SGD on ((x M) w + b - y)^2 with M fixed
+    x, y = batch
+
+    def loss(p):
+        return jnp.mean(((x @ M) @ p["w"] + p["b"] - y) ** 2)
+
+    val, g = jax.value_and_grad(loss)(state.params)
+    new = jax.tree.map(lambda p, d: p - 0.05 * d, state.params, g)
+    return state._replace(params=new, step=state.step + 1), {"loss": val}
+
+
+def test_partial_step_binds_arrays_as_inputs_and_compiles_once(key):
+    """``step=jax.tree_util.Partial(fn, M)``: the bound array is a traced input of the compiled
+    chunk, so a fit with another ``M`` of the same shape reuses the program; every run equals
+    the closure route's, with and without runs."""
+    from layerlab.loop import _chunks
+
+    data = _problem(key)
+    ts = loop.optax_step(_lsq, optax.sgd(0.05))  # only for its init (TrainState)
+    Ms = [jax.random.normal(jax.random.fold_in(key, i), (5, 5)) / 3 for i in (1, 2)]
+    kw = dict(steps=10, batch_size=16, key=key, progress=False, chunk_size=10)
+    # (the static and traced jits wrap one function and share its cache: count Partials only)
+    sizes, runs = [_chunks._run_chunk_traced._cache_size()], []
+    for M in Ms:
+        runs.append(loop.fit(jax.tree_util.Partial(_proj_step, M), ts.init(_params()), data,
+                             **kw))
+        sizes.append(_chunks._run_chunk_traced._cache_size())
+    assert sizes[1] - sizes[0] == 1 and sizes[2] == sizes[1]  # the second M: no compile
+    for M, (st, h) in zip(Ms, runs, strict=True):
+        sc, hc = loop.fit(lambda s, b, k, M=M: _proj_step(M, s, b, k), ts.init(_params()),
+                          data, **kw)
+        np.testing.assert_allclose(h["train"]["loss"], hc["train"]["loss"], rtol=1e-6)
+        np.testing.assert_allclose(st.params["w"], sc.params["w"], rtol=1e-6)
+    states = jax.vmap(lambda _: ts.init(_params()))(jnp.arange(2))
+    st, h = loop.fit(jax.tree_util.Partial(_proj_step, Ms[0]), states, data, steps=6,
+                     batch_size=16, key=key, runs=True, progress=False)
+    one, _ = loop.fit(jax.tree_util.Partial(_proj_step, Ms[0]), ts.init(_params()), data,
+                      steps=6, batch_size=16, key=key, progress=False)
+    np.testing.assert_allclose(st.params["w"][1], one.params["w"], rtol=1e-5)
+
+
 def test_runs_sweep_equals_separate_runs(key):
     """A learning-rate sweep on the runs axis equals separate single runs."""
     data = _problem(key)
