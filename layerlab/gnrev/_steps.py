@@ -6,10 +6,12 @@ with ``batch = (x [n, d], labels [n] or [n, C])`` and ``state`` a
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from layerlab import probes
@@ -86,7 +88,10 @@ def gn_step(
         its percentage change ``loss_change_pct`` (Fig. 3); one extra forward pass.
 
     Returns:
-      ``TrainStep(init, step)``; metrics ``loss``, ``accuracy``, ``min_rank`` (smallest rank
+      ``TrainStep(init, step)``; ``step`` is a ``jax.tree_util.Partial`` binding the
+      bottlenecks and the readout, so ``loop.fit`` passes them as inputs of its compiled chunk
+      (one program for every net of the same shapes and settings, e.g. the seeds of a study);
+      metrics ``loss``, ``accuracy``, ``min_rank`` (smallest rank
       of all pseudo-inverses, compare to the batch size), ``max_cond``, ``update_norm`` and
       optionally ``residual``, ``loss_after``, ``loss_change_pct``.
 
@@ -127,37 +132,63 @@ def gn_step(
             hparams = {"learning_rate": jnp.asarray(lr0, dt), "weight_decay": jnp.asarray(wd0, dt)}
         return TrainState(params, (), jnp.zeros((), jnp.int32), hparams)
 
-    def step(state: TrainState, batch, key):
-        x, labels = batch
-        params = state.params
-        y = revmlp_apply(params, frozen, x)
-        logits = y @ readout
-        val = loss_value(logits, labels, loss=loss)
-        eps = output_target(logits, labels, loss=loss, target=target) @ readout.T
-        delta, info = gn_direction(params, frozen, x, eps, y=y, pinv=pinv, combine=combine,
-                                   key=key, return_info=True)
-        lr = state.hparams["learning_rate"]
-        wd = state.hparams["weight_decay"]
-        new = jax.tree.map(lambda p, d: p - lr * (d + wd * p), params, delta)
-        metrics = {
-            "loss": val,
-            "min_rank": jnp.min(info.rank).astype(val.dtype),
-            "max_cond": jnp.max(info.cond),
-            "update_norm": optax.tree.norm(delta),
-        }
-        if jnp.issubdtype(labels.dtype, jnp.integer):
-            metrics["accuracy"] = probes.accuracy(logits, labels)
-        if residual:
-            avg = delta if combine == "average" else jax.tree.map(
-                lambda d: d / frozen.depth, delta)
-            metrics["residual"] = gn_residual(params, frozen, x, avg, eps)
-        if loss_after:
-            after = loss_value(revmlp_logits(new, frozen, readout, x), labels, loss=loss)
-            metrics["loss_after"] = after
-            metrics["loss_change_pct"] = 100.0 * (after - val) / val
-        return TrainState(new, (), state.step + 1, state.hparams), metrics
+    opts = (loss, target, pinv, combine, bool(residual), bool(loss_after))
+    try:  # the block pattern is static (it sets the rank bounds the warning checks)
+        linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        linear = None  # traced: a closure over the traced arrays
+    if linear is None:
+        return TrainStep(init, functools.partial(_gn_update, frozen, readout, opts))
+    # the fixed arrays are bound to a Partial: ``loop.fit`` passes them to the compiled chunk
+    # as inputs, so nets that differ only in them (seeds) share one program
+    fn = _gn_step_fn(opts, linear, frozen.activation)
+    return TrainStep(init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
 
-    return TrainStep(init, step)
+
+@functools.lru_cache(maxsize=256)
+def _gn_step_fn(opts: tuple, linear: tuple[bool, ...], activation: Callable):
+    """``fn(v1, v2, readout, state, batch, key)``: :func:`gn_step`'s step, one per setting."""
+    lin = np.asarray(linear, bool)
+
+    def fn(v1, v2, readout, state, batch, key):
+        return _gn_update(RevMLPFrozen(v1, v2, lin, activation), readout, opts, state, batch,
+                          key)
+
+    fn.__qualname__ = "gn_step.<step>"
+    return fn
+
+
+def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, batch, key):
+    """One step of :func:`gn_step` (``opts`` = its keyword settings)."""
+    loss, target, pinv, combine, residual, loss_after = opts
+    x, labels = batch
+    params = state.params
+    y = revmlp_apply(params, frozen, x)
+    logits = y @ readout
+    val = loss_value(logits, labels, loss=loss)
+    eps = output_target(logits, labels, loss=loss, target=target) @ readout.T
+    delta, info = gn_direction(params, frozen, x, eps, y=y, pinv=pinv, combine=combine,
+                               key=key, return_info=True)
+    lr = state.hparams["learning_rate"]
+    wd = state.hparams["weight_decay"]
+    new = jax.tree.map(lambda p, d: p - lr * (d + wd * p), params, delta)
+    metrics = {
+        "loss": val,
+        "min_rank": jnp.min(info.rank).astype(val.dtype),
+        "max_cond": jnp.max(info.cond),
+        "update_norm": optax.tree.norm(delta),
+    }
+    if jnp.issubdtype(labels.dtype, jnp.integer):
+        metrics["accuracy"] = probes.accuracy(logits, labels)
+    if residual:
+        avg = delta if combine == "average" else jax.tree.map(
+            lambda d: d / frozen.depth, delta)
+        metrics["residual"] = gn_residual(params, frozen, x, avg, eps)
+    if loss_after:
+        after = loss_value(revmlp_logits(new, frozen, readout, x), labels, loss=loss)
+        metrics["loss_after"] = after
+        metrics["loss_change_pct"] = 100.0 * (after - val) / val
+    return TrainState(new, (), state.step + 1, state.hparams), metrics
 
 
 def with_loss_after(train_step: TrainStep, loss_fn: Callable) -> TrainStep:

@@ -116,3 +116,42 @@ def test_ce_steps_gn_newton_and_adam_decrease_loss():
     assert float(m["residual"][0]) < 1e-3 and np.all(np.asarray(m["residual"]) < 0.1)
     np.testing.assert_allclose(out["adam"]["loss_after"][:-1], out["adam"]["loss"][1:],
                                rtol=1e-5)
+
+
+def test_gn_step_binds_the_net_as_inputs_one_program_for_every_seed():
+    """``gn_step(...).step`` is a Partial of (v1, v2, readout): two nets of the same shapes
+    (other seeds) train in one compiled ``fit`` chunk, each exactly as its own closure step;
+    a linear first block still raises the rank warning through ``fit``."""
+
+    import pytest
+
+    from layerlab import loop
+    from layerlab.gnrev._steps import _gn_update
+    from layerlab.loop import _chunks
+
+    x = jax.random.normal(jax.random.key(2), (6, 8))
+    labels = jnp.array([0, 1, 2, 0, 1, 2])
+    sizes, runs = [_chunks._run_chunk_traced._cache_size()], []
+    for seed in (10, 11):
+        p, f = g.revmlp_init(jax.random.key(seed), 8, 2, bottleneck=10)
+        P = g.readout_init(jax.random.key(seed + 1), 8, 3)
+        gn = g.gn_step(f, P, learning_rate=0.3)
+        assert isinstance(gn.step, jax.tree_util.Partial)
+        runs.append((p, f, P, loop.fit(gn.step, gn.init(p), (x, labels), key=jax.random.key(0),
+                                       steps=4, chunk_size=4, progress=False)))
+        sizes.append(_chunks._run_chunk_traced._cache_size())
+    assert sizes[1] - sizes[0] == 1 and sizes[2] == sizes[1]
+    opts = ("ce", "gradient", None, "average", True, False)
+    for p, f, P, (st, h) in runs:
+        gn = g.gn_step(f, P, learning_rate=0.3)
+        sc, hc = loop.fit(lambda s, b, k, f=f, P=P: _gn_update(f, P, opts, s, b, k), gn.init(p),
+                          (x, labels), key=jax.random.key(0), steps=4, chunk_size=4,
+                          progress=False)
+        np.testing.assert_allclose(h["train"]["loss"], hc["train"]["loss"], rtol=1e-5)
+        for k in p:
+            np.testing.assert_allclose(st.params[k], sc.params[k], rtol=1e-5, atol=1e-6)
+    p, f = g.revmlp_init(jax.random.key(3), 8, 2, bottleneck=32, first_linear=True)
+    gn = g.gn_step(f, g.readout_init(jax.random.key(4), 8, 3))
+    with pytest.warns(UserWarning, match=r"n=6 exceeds the rank bound of block 0 \(linear"):
+        loop.fit(gn.step, gn.init(p), (x, labels), key=jax.random.key(0), steps=1,
+                 progress=False)
