@@ -256,26 +256,32 @@ def _make_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> Tra
     """The arm's ``TrainStep`` whose ``step`` is ``Partial(fn, v1, v2, readout)``: ``fn`` is
     one function per (arm, loss, loss_after, linear blocks, activation) and the model's fixed
     arrays are bound as traced inputs, so ``fit`` compiles one program per arm and shapes,
-    shared by every seed, and the ``d/2 x d'`` bottlenecks (25 MB at the paper's MNIST shape)
+    shared by every seed, and the ``d/2 x d'`` bottlenecks (2 x 25 MB at the paper's MNIST shape)
     are not embedded in the program as constants.  ``frozen.linear`` stays concrete (in the
     key), so the rank-bound warning still names a linear first block."""
     ts = _closure_step(arm, frozen, readout, loss=loss, loss_after=loss_after)
     linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
-    fn = _arm_step_fn(arm, loss, loss_after, linear, frozen.activation)
+    fn = _arm_step_fn(arm.optimizer, float(arm.weight_decay), loss, loss_after, linear,
+                      frozen.activation)
     return TrainStep(ts.init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
 
 
 @functools.lru_cache(maxsize=256)
-def _arm_step_fn(arm: Arm, loss: str, loss_after: bool, linear: tuple[bool, ...], activation):
-    """``fn(v1, v2, readout, state, batch, key)``: the arm's step, built at trace time."""
+def _arm_step_fn(optimizer, weight_decay: float, loss: str, loss_after: bool,
+                 linear: tuple[bool, ...], activation):
+    """``fn(v1, v2, readout, state, batch, key)``: the step of an arm with this optimizer and
+    weight decay (all the step depends on: arms differing only in name or rate grid share
+    it), built at trace time."""
     lin = np.asarray(linear, bool)
+    arm = Arm("step", optimizer, (1.0,), weight_decay)
 
     def fn(v1, v2, readout, state, batch, key):
         frozen = RevMLPFrozen(v1, v2, lin, activation)
         return _closure_step(arm, frozen, readout, loss=loss,
                              loss_after=loss_after).step(state, batch, key)
 
-    fn.__qualname__ = f"arm_step[{arm.name},{loss},loss_after={loss_after}]"
+    name = getattr(optimizer, "__name__", type(optimizer).__name__)
+    fn.__qualname__ = f"arm_step[{name},{loss},loss_after={loss_after}]"
     return fn
 
 
@@ -342,11 +348,12 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     beyond it, the grid's step ratio further out, and pick again among all -- at most
     ``extend`` extra rates, so a pick at the edge of a grid that does not bracket the optimum
     is not taken for the optimum (the §5.2 rule is "largest progress", §5.1's "the largest
-    [rate] that did not cause the loss to diverge", neither "the largest rate tried").  The
-    extra rates run with the same initial parameters and data order (separate programs; the
-    steps use no randomness), so their losses are those they would have had inside the first
-    sweep.  ``extended`` lists them, ``at_edge`` says whether
-    the final pick is still the largest or smallest rate swept.
+    [rate] that did not cause the loss to diverge", neither "the largest rate tried"; with
+    ``rule="largest_stable"`` the sweep goes past the top while the top rate is stable, and
+    below the bottom only when no rate is).  The extra rates run with the same initial
+    parameters and data order (separate programs; the steps use no randomness), so their
+    losses are those they would have had inside the first sweep.  ``extended`` lists them,
+    ``at_edge`` says whether the final pick is still the largest or smallest rate swept.
 
     ``rule="progress"`` (§5.2): lowest mean loss over the last tenth of the steps among rates
     that stayed stable (finite, and in the second half never above 1.5× the initial loss).
@@ -366,9 +373,17 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     states, hist = sweep(lrs)
     out = _pick(lrs, hist, steps, rule, peak)
     extended: list[float] = []
-    while len(extended) < extend and len(lrs) > 1 and out["best"] in (lrs.max(), lrs.min()):
+    def edge():  # +1: sweep past the top, -1: below the bottom, 0: bracketed
+        if len(lrs) < 2:
+            return 0
+        if rule == "largest_stable":  # a smaller rate cannot raise a largest-stable pick
+            return 1 if out["stable"][np.argmax(lrs)] else (-1 if not out["stable"].any()
+                                                             else 0)
+        return 1 if out["best"] == lrs.max() else (-1 if out["best"] == lrs.min() else 0)
+
+    while len(extended) < extend and edge():
         srt = np.sort(lrs).astype(np.float64)
-        up = out["best"] == srt[-1]
+        up = edge() > 0
         new = srt[-1] * srt[-1] / srt[-2] if up else srt[0] * srt[0] / srt[1]
         new = np.float32(float(f"{new:.6g}"))  # 1.6 -> 3.2, not 3.1999998
         st, h = sweep(np.asarray([new], np.float32))
@@ -520,6 +535,11 @@ class FullBatchConfig:
                    scale_note="smoke: 32 images, d'=48, 6 steps")
 
 
+# part of the key of run_fig1's kept pieces: bump when a piece's content or the rate rule
+# changes (the arm fields _cfg_dict does not list are added per run)
+_FIG1_PIECES = "|fig1-pieces-v1|largest_stable peak=10"
+
+
 def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
              checkpoint_dir: str | os.PathLike | None = None,
              data_dir: str | os.PathLike | None = None) -> Record:
@@ -538,7 +558,8 @@ def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
     dim = prep.x_train.shape[1]
     xtr, ytr = jnp.asarray(prep.x_train), jnp.asarray(prep.y_train)
     xte, yte = jnp.asarray(prep.x_test), jnp.asarray(prep.y_test)
-    kd = repr(jax.random.key_data(key).tolist())
+    kd = repr(jax.random.key_data(key).tolist()) + _FIG1_PIECES + repr(
+        [(a.w_scale, a.then, a.switch_epoch) for a in cfg.arms])
     done = None if checkpoint_dir is None else (
         pathlib.Path(checkpoint_dir)
         / f"fig1_{_fingerprint(dataclasses.replace(cfg, seeds=0, scale_note=''), kd)}")
@@ -607,9 +628,10 @@ def _fig1_record(cfg: FullBatchConfig, curves, prep: Prepared) -> Record:
         peaks = ", ".join(f"{lr:g}: {p:.3g}" for lr, p in sorted(worst.items()))
         rows.append(_row(f"{a}: selected learning rate", c["lr"],
                          note="largest non-diverging rate (§5.1: finite, peak loss <= 10x the "
-                         "initial, final below the initial) of the grid, extended by up to "
-                         f"{cfg.sweep_extend} rates (x the grid's ratio) while its largest was "
-                         "stable"
+                         "initial, final below the initial) of the grid"
+                         + (f", extended by up to {cfg.sweep_extend} rates (x the grid's ratio) "
+                            "while its largest was stable" if cfg.sweep_extend
+                            and len(c["grid"][0]) > 1 else "")
                          + (" -- still the largest rate tried in "
                             f"{int(np.sum(c['at_edge']))} seed(s)" if np.any(c["at_edge"])
                             else "")

@@ -22,6 +22,7 @@ Layout of a checkpoint directory::
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -35,6 +36,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from layerlab.loop._chunks import is_traced_partial
 from layerlab.loop._history import _to_py
 
 __all__ = [
@@ -159,6 +161,11 @@ def _closure_scalars(fn: Callable, limit: int = 200) -> list[str]:
             for k in list(obj)[:64]:
                 visit(obj[k], depth + 1, f"{label}[{k!r}]")
             return
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            out.append(f"{label}:{type(obj).__qualname__}")
+            for fld in dataclasses.fields(obj)[:64]:
+                visit(getattr(obj, fld.name, None), depth + 1, f"{label}.{fld.name}")
+            return
         func = getattr(obj, "func", None)
         if func is not None and hasattr(obj, "keywords"):  # functools.partial
             visit(func, depth + 1, f"{label}.func")
@@ -194,11 +201,12 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     ``state``: the tree structure, every leaf's shape/dtype and a content hash of the
     *initial* state (covers the initialisation and hyper-parameters kept in the state, e.g.
     ``TrainState.hparams`` or ``optax.inject_hyperparams``); ``step``: the qualnames and the
-    scalars captured by its closure (the optimizer's hyper-parameters for
-    :func:`layerlab.loop.optax_step`); ``data``: shapes/dtypes and a content hash (computed
+    scalars captured by its closure, dataclass fields included (the optimizer's
+    hyper-parameters for :func:`layerlab.loop.optax_step`), and for a ``Partial`` step of
+    arrays a content hash of the bound arrays; ``data``: shapes/dtypes and a content hash (computed
     once per ``fit`` call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key.
     """
-    return {
+    fp = {
         "version": FINGERPRINT_VERSION,
         "total": int(total),
         "batch_size": batch_size,
@@ -213,6 +221,9 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         "data_leaves": _leaf_specs(data),
         "data_hash": content_hash(data),
     }
+    if is_traced_partial(step):  # its bound arrays are program inputs: hashed like the data
+        fp["step_bound_hash"] = content_hash((step.args, step.keywords))
+    return fp
 
 
 def _short(v, width=120) -> str:

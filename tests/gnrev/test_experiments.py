@@ -312,6 +312,11 @@ def test_lr_sweep_extends_past_an_edge_pick(key):
     assert st["best"] == whole["best"] and not st["at_edge"]
     assert not whole["stable"][-1]  # the last rate added diverged: the pick is bracketed
     np.testing.assert_allclose(st["loss"], whole["loss"], rtol=1e-5)
+    # a largest-stable pick at the grid's bottom is not swept below (it cannot change)
+    low = ex.lr_sweep(ex.Arm("sgd", optax.sgd, (1.0, 10.0)), params, frozen, P, (x, y),
+                      extend=2, **kw)
+    assert low["best"] == pytest.approx(1.0) and low["stable"][0] and not low["stable"][1]
+    assert low["extended"] == []
 
 
 def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monkeypatch):

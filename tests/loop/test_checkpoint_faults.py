@@ -5,6 +5,7 @@ the resumed run ends bit-identical to an uninterrupted one); a different run is 
 saved vs now; a second writer meets the lock; a bad path fails before training; the history
 is appended, not rewritten.  Tiny state and data: every fit compiles one small chunk.
 """
+import dataclasses
 import json
 import os
 import pathlib
@@ -192,6 +193,39 @@ def test_a_different_run_is_refused_listing_saved_vs_now(killed, change, field):
         kw["steps"] = 10
     with pytest.raises(CheckpointMismatchError, match=rf"different run(.|\n)*{field}: saved"):
         _run(killed, **kw)
+
+
+def _scaled_step(scale, state, batch, key):  # a Partial step: ``scale`` is a bound array
+    x, y = batch
+    return TS.step(state, (x * scale[:1], y), key)  # [20, D]: too big to be listed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Opt:
+    lr: float
+
+
+def test_partial_bound_arrays_and_dataclass_settings_are_in_the_fingerprint(tmp_path):
+    """Resuming with other values bound in a ``Partial`` step, or with a closure over a
+    dataclass whose field changed, is refused (both used to pass as the same run)."""
+    def fit(step, ck):
+        return loop.fit(step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=4,
+                        batch_size=4, progress=False, checkpoint_dir=str(ck))
+
+    one = jnp.ones((20, D), jnp.float32)
+    fit(jax.tree_util.Partial(_scaled_step, one), tmp_path / "a")
+    fit(jax.tree_util.Partial(_scaled_step, one), tmp_path / "a")  # same values: resumes
+    with pytest.raises(CheckpointMismatchError, match="step_bound_hash: saved"):
+        fit(jax.tree_util.Partial(_scaled_step, 2 * one), tmp_path / "a")
+
+    def closure(opt):
+        def step(state, batch, key):
+            return loop.optax_step(_loss, optax.sgd(opt.lr)).step(state, batch, key)
+        return step
+
+    fit(closure(_Opt(0.05)), tmp_path / "b")
+    with pytest.raises(CheckpointMismatchError, match=r"step: saved(.|\n)*lr=0\.05"):
+        fit(closure(_Opt(0.07)), tmp_path / "b")
 
 
 def test_lock_held_by_a_live_process(tmp_path):
