@@ -86,7 +86,9 @@ def fit(
         for ``eval_fn`` below, ``jax.tree_util.Partial(fn, a, b)`` (``fn(a, b, state, batch,
         key)``, arrays only) passes the bound arrays (fixed weights, a readout, ...) as traced
         inputs of the compiled chunk: one program per ``fn`` and shapes, shared by every
-        ``fit`` call (e.g. the seeds of a sweep), without the arrays as program constants.
+        ``fit`` call (e.g. the seeds of a sweep), without the arrays as program constants
+        (they are tracers inside ``fn``: values the step reads on the host must stay in a
+        closure or a ``functools.partial``; a checkpoint fingerprint hashes their contents).
       state: initial state pytree (e.g. ``TrainState`` from :func:`optax_step`); with
         ``runs=True`` every leaf has a leading runs axis ``[R, ...]``.
       data: pytree of arrays with a leading sample axis ``[n, ...]`` (``[R, n, ...]`` with
