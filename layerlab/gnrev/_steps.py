@@ -232,9 +232,24 @@ def revmlp_optax_step(
       loss_after: log the same-batch loss after the update (Fig. 3).
 
     Returns:
-      ``TrainStep``; metrics ``loss`` and ``accuracy``.
+      ``TrainStep``; metrics ``loss`` and ``accuracy``.  ``step`` is a
+      ``jax.tree_util.Partial`` binding the bottlenecks and the readout (as in
+      :func:`gn_step`): nets of the same shapes trained with the same ``optimizer`` object
+      share one compiled ``fit`` program.
     """
 
+    ts = _optax_closure_step(frozen, readout, optimizer, loss, loss_after)
+    try:
+        linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
+        fn = _optax_step_fn(optimizer, loss, bool(loss_after), linear, frozen.activation)
+    except (TypeError, jax.errors.TracerArrayConversionError,
+            jax.errors.ConcretizationTypeError):  # traced net or unhashable optimizer
+        return ts
+    # as in gn_step: the fixed arrays are inputs of fit's compiled chunk, not constants
+    return TrainStep(ts.init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
+
+
+def _optax_closure_step(frozen, readout, optimizer, loss, loss_after) -> TrainStep:
     def loss_fn(params, batch):
         return revmlp_loss(params, frozen, readout, batch, loss=loss)
 
@@ -242,3 +257,18 @@ def revmlp_optax_step(
     if loss_after:
         ts = with_loss_after(ts, lambda p, b: loss_fn(p, b)[0])
     return ts
+
+
+@functools.lru_cache(maxsize=256)
+def _optax_step_fn(optimizer, loss: str, loss_after: bool, linear: tuple[bool, ...],
+                   activation: Callable):
+    """``fn(v1, v2, readout, state, batch, key)``: :func:`revmlp_optax_step`'s step."""
+    lin = np.asarray(linear, bool)
+
+    def fn(v1, v2, readout, state, batch, key):
+        frozen = RevMLPFrozen(v1, v2, lin, activation)
+        return _optax_closure_step(frozen, readout, optimizer, loss, loss_after).step(
+            state, batch, key)
+
+    fn.__qualname__ = "revmlp_optax_step.<step>"
+    return fn

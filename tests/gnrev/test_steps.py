@@ -155,3 +155,30 @@ def test_gn_step_binds_the_net_as_inputs_one_program_for_every_seed():
     with pytest.warns(UserWarning, match=r"n=6 exceeds the rank bound of block 0 \(linear"):
         loop.fit(gn.step, gn.init(p), (x, labels), key=jax.random.key(0), steps=1,
                  progress=False)
+
+
+def test_revmlp_optax_step_binds_the_net_and_matches_its_closure():
+    """``revmlp_optax_step(...).step`` is a Partial of (v1, v2, readout) too; its run equals
+    the closure step's, and a second net with the same optimizer object compiles nothing."""
+    from layerlab import loop
+    from layerlab.gnrev._steps import _optax_closure_step
+    from layerlab.loop import _chunks
+
+    x = jax.random.normal(jax.random.key(2), (6, 8))
+    labels = jnp.array([0, 1, 2, 0, 1, 2])
+    opt = optax.adam(1e-2)
+    sizes, runs = [_chunks._run_chunk_traced._cache_size()], []
+    for seed in (20, 21):  # (the traced and static jits share one cache: count Partials only)
+        p, f = g.revmlp_init(jax.random.key(seed), 8, 2, bottleneck=10)
+        P = g.readout_init(jax.random.key(seed + 1), 8, 3)
+        ts = g.revmlp_optax_step(f, P, opt)
+        assert isinstance(ts.step, jax.tree_util.Partial)
+        runs.append((p, f, P, loop.fit(ts.step, ts.init(p), (x, labels), key=jax.random.key(0),
+                                       steps=3, chunk_size=3, progress=False)))
+        sizes.append(_chunks._run_chunk_traced._cache_size())
+    for p, f, P, (st, h) in runs:
+        ref = _optax_closure_step(f, P, opt, "ce", False)
+        sr, hr = loop.fit(ref.step, ref.init(p), (x, labels), key=jax.random.key(0), steps=3,
+                          chunk_size=3, progress=False)
+        np.testing.assert_allclose(h["train"]["loss"], hr["train"]["loss"], rtol=1e-5)
+    assert sizes[1] - sizes[0] == 1 and sizes[2] == sizes[1]
