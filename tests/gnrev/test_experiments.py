@@ -133,16 +133,22 @@ def test_init_bottleneck_gives_a_reduced_net_the_papers_variance_and_scale(key):
         ex.init_w_scale(d, 64, 0)
 
 
+def _synthetic(monkeypatch, seed, n, d, C, *, n_test):
+    """Random ``Prepared`` data served by ``load_classification`` for the test's duration."""
+    rng = np.random.default_rng(seed)
+    prep = ex.Prepared(rng.normal(size=(n, d)).astype(np.float32), rng.integers(0, C, n),
+                       rng.normal(size=(n_test, d)).astype(np.float32),
+                       rng.integers(0, C, n_test), C, "synthetic")
+    monkeypatch.setattr(ex, "load_classification", lambda *a, **k: prep)
+    return prep
+
+
 def test_fig1_init_bottleneck_sets_the_initial_loss(key, monkeypatch):
     """``FullBatchConfig.init_bottleneck``: the full-batch run's loss before any update equals
     the cross-entropy of a model drawn directly with ``init_w_scale``'s factor (and differs
     from the model's own-variance start); the CIFAR-10 CPU preset uses the paper's d'."""
-    rng = np.random.default_rng(0)
     d, n, C = 40, 24, 3
-    prep = ex.Prepared(rng.normal(size=(n, d)).astype(np.float32), rng.integers(0, C, n),
-                       rng.normal(size=(8, d)).astype(np.float32), rng.integers(0, C, 8),
-                       C, "synthetic")
-    monkeypatch.setattr(ex, "load_classification", lambda *a, **k: prep)
+    prep = _synthetic(monkeypatch, 0, n, d, C, n_test=8)
     arms = (ex.Arm("adam", optax.adam, (1e-3,)), ex.Arm("sgd", optax.sgd, (0.01,)),
             ex.Arm("gn", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (0.1,)))
     cfg = ex.FullBatchConfig(n_train=n, depth=3, bottleneck=32, init_bottleneck=2000,
@@ -168,12 +174,8 @@ def test_fig1_init_bottleneck_sets_the_initial_loss(key, monkeypatch):
 def test_fig1_checkpoint_dir_resumes_per_seed_and_arm(key, monkeypatch, tmp_path):
     """``run_fig1(checkpoint_dir=...)``: every (seed, arm) sweep is kept, so a 2-seed run after
     a 1-seed run trains only seed 1, and its record equals an uninterrupted 2-seed run's."""
-    rng = np.random.default_rng(1)
     d, n, C = 20, 12, 3
-    prep = ex.Prepared(rng.normal(size=(n, d)).astype(np.float32), rng.integers(0, C, n),
-                       rng.normal(size=(6, d)).astype(np.float32), rng.integers(0, C, 6),
-                       C, "synthetic")
-    monkeypatch.setattr(ex, "load_classification", lambda *a, **k: prep)
+    _synthetic(monkeypatch, 1, n, d, C, n_test=6)
     arms = (ex.Arm("adam", optax.adam, (1e-3, 1e-2)), ex.Arm("sgd", optax.sgd, (0.1,)),
             ex.Arm("gn", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (0.1, 0.5)))
     cfg = ex.FullBatchConfig(n_train=n, depth=2, bottleneck=16, steps=4, arms=arms, seeds=2,
