@@ -135,13 +135,12 @@ def gn_step(
     opts = (loss, target, pinv, combine, bool(residual), bool(loss_after))
     try:  # the block pattern is static (it sets the rank bounds the warning checks)
         linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        linear = None  # traced: a closure over the traced arrays
-    if linear is None:
+        # the fixed arrays are bound to a Partial: ``loop.fit`` passes them to the compiled
+        # chunk as inputs, so nets that differ only in them (seeds) share one program
+        fn = _gn_step_fn(opts, linear, frozen.activation)
+    except (TypeError, jax.errors.TracerArrayConversionError,
+            jax.errors.ConcretizationTypeError):  # traced net or unhashable activation
         return TrainStep(init, functools.partial(_gn_update, frozen, readout, opts))
-    # the fixed arrays are bound to a Partial: ``loop.fit`` passes them to the compiled chunk
-    # as inputs, so nets that differ only in them (seeds) share one program
-    fn = _gn_step_fn(opts, linear, frozen.activation)
     return TrainStep(init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
 
 

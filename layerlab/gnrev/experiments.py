@@ -55,7 +55,7 @@ from layerlab.record import Claim, Record, Row, row_from_values
 
 from ._gauss_newton import PinvConfig
 from ._revmlp import RevMLPFrozen, readout_init, revmlp_hidden, revmlp_init
-from ._steps import gn_step, revmlp_logits, revmlp_loss, revmlp_optax_step
+from ._steps import _optax_closure_step, gn_step, revmlp_logits, revmlp_loss
 
 __all__ = [
     "Arm",
@@ -298,7 +298,9 @@ def _closure_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> 
         return optax.chain(optax.add_decayed_weights(wd), tx) if wd else tx
 
     tx = optax.inject_hyperparams(opt)(learning_rate=1e-3)
-    return revmlp_optax_step(frozen, readout, tx, loss=loss, loss_after=loss_after)
+    # the closure form: _make_step binds the arrays itself (a fresh tx per call would only
+    # miss revmlp_optax_step's cache)
+    return _optax_closure_step(frozen, readout, tx, loss, loss_after)
 
 
 def _init_state(arm: Arm, ts, params, lr):

@@ -51,7 +51,7 @@ __all__ = [
 
 LOCK_NAME = ".layerlab.lock"
 HISTORY_NAME = "history.jsonl"
-FINGERPRINT_VERSION = 2
+FINGERPRINT_VERSION = 3
 
 
 class Checkpointing(NamedTuple):
@@ -582,6 +582,17 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         now = fingerprint
         if "version" not in saved and saved:  # written before fingerprint version 2:
             now = {k: v for k, v in fingerprint.items() if k in saved}  # compare what it has
+        elif saved.get("version") == 2:  # version 3 lists dataclass fields of the step's
+            # closure and hashes a Partial step's bound arrays: a version-2 step entry cannot
+            # be compared, everything else can
+            skip = ("version", "step", "step_bound_hash")
+            saved = {k: v for k, v in saved.items() if k not in skip}
+            now = {k: v for k, v in fingerprint.items() if k not in skip}
+            warnings.warn(
+                f"fit: {ckpt.directory} was written by an older layerlab (fingerprint version "
+                "2): the step's settings cannot be compared with this run's and are assumed "
+                "equal; data, initial state, key and lengths are checked.",
+                UserWarning, stacklevel=4)
         diff = fingerprint_diff(saved, now)
         if diff:
             raise CheckpointMismatchError(
