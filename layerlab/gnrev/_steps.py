@@ -133,27 +133,34 @@ def gn_step(
         return TrainState(params, (), jnp.zeros((), jnp.int32), hparams)
 
     opts = (loss, target, pinv, combine, bool(residual), bool(loss_after))
-    try:  # the block pattern is static (it sets the rank bounds the warning checks)
+    return TrainStep(init, _bind_net(_gn_update, opts, frozen, readout))
+
+
+def _bind_net(update: Callable, opts: tuple, frozen: RevMLPFrozen, readout):
+    """``step(state, batch, key) = update(frozen, readout, opts, state, batch, key)`` as a
+    ``jax.tree_util.Partial`` binding ``(v1, v2, readout)``: ``loop.fit`` passes them to its
+    compiled chunk as inputs, so nets that differ only in them (seeds) share one program.
+    The block pattern ``frozen.linear`` stays static (it sets the rank bounds the warning
+    checks).  A traced net or unhashable ``opts``/activation gets a plain closure."""
+    try:
         linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
-        # the fixed arrays are bound to a Partial: ``loop.fit`` passes them to the compiled
-        # chunk as inputs, so nets that differ only in them (seeds) share one program
-        fn = _gn_step_fn(opts, linear, frozen.activation)
+        fn = _net_step_fn(update, opts, linear, frozen.activation)
     except (TypeError, jax.errors.TracerArrayConversionError,
-            jax.errors.ConcretizationTypeError):  # traced net or unhashable activation
-        return TrainStep(init, functools.partial(_gn_update, frozen, readout, opts))
-    return TrainStep(init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
+            jax.errors.ConcretizationTypeError):
+        return functools.partial(update, frozen, readout, opts)
+    return jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout)
 
 
 @functools.lru_cache(maxsize=256)
-def _gn_step_fn(opts: tuple, linear: tuple[bool, ...], activation: Callable):
-    """``fn(v1, v2, readout, state, batch, key)``: :func:`gn_step`'s step, one per setting."""
+def _net_step_fn(update: Callable, opts: tuple, linear: tuple[bool, ...], activation: Callable):
+    """``fn(v1, v2, readout, state, batch, key)``: ``update`` on the rebuilt net, one per
+    setting (the compile-cache key of :func:`_bind_net`'s Partial)."""
     lin = np.asarray(linear, bool)
 
     def fn(v1, v2, readout, state, batch, key):
-        return _gn_update(RevMLPFrozen(v1, v2, lin, activation), readout, opts, state, batch,
-                          key)
+        return update(RevMLPFrozen(v1, v2, lin, activation), readout, opts, state, batch, key)
 
-    fn.__qualname__ = "gn_step.<step>"
+    fn.__qualname__ = f"{update.__name__.lstrip('_')}.<step>"
     return fn
 
 
@@ -238,14 +245,15 @@ def revmlp_optax_step(
     """
 
     ts = _optax_closure_step(frozen, readout, optimizer, loss, loss_after)
-    try:
-        linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
-        fn = _optax_step_fn(optimizer, loss, bool(loss_after), linear, frozen.activation)
-    except (TypeError, jax.errors.TracerArrayConversionError,
-            jax.errors.ConcretizationTypeError):  # traced net or unhashable optimizer
-        return ts
     # as in gn_step: the fixed arrays are inputs of fit's compiled chunk, not constants
-    return TrainStep(ts.init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
+    return TrainStep(ts.init, _bind_net(_optax_update, (optimizer, loss, bool(loss_after)),
+                                        frozen, readout))
+
+
+def _optax_update(frozen, readout, opts, state, batch, key):
+    optimizer, loss, loss_after = opts
+    return _optax_closure_step(frozen, readout, optimizer, loss, loss_after).step(
+        state, batch, key)
 
 
 def _optax_closure_step(frozen, readout, optimizer, loss, loss_after) -> TrainStep:
@@ -256,18 +264,3 @@ def _optax_closure_step(frozen, readout, optimizer, loss, loss_after) -> TrainSt
     if loss_after:
         ts = with_loss_after(ts, lambda p, b: loss_fn(p, b)[0])
     return ts
-
-
-@functools.lru_cache(maxsize=256)
-def _optax_step_fn(optimizer, loss: str, loss_after: bool, linear: tuple[bool, ...],
-                   activation: Callable):
-    """``fn(v1, v2, readout, state, batch, key)``: :func:`revmlp_optax_step`'s step."""
-    lin = np.asarray(linear, bool)
-
-    def fn(v1, v2, readout, state, batch, key):
-        frozen = RevMLPFrozen(v1, v2, lin, activation)
-        return _optax_closure_step(frozen, readout, optimizer, loss, loss_after).step(
-            state, batch, key)
-
-    fn.__qualname__ = "revmlp_optax_step.<step>"
-    return fn

@@ -55,7 +55,7 @@ from layerlab.record import Claim, Record, Row, row_from_values
 
 from ._gauss_newton import PinvConfig
 from ._revmlp import RevMLPFrozen, readout_init, revmlp_hidden, revmlp_init
-from ._steps import _optax_closure_step, gn_step, revmlp_logits, revmlp_loss
+from ._steps import gn_step, revmlp_logits, revmlp_loss, revmlp_optax_step
 
 __all__ = [
     "Arm",
@@ -253,54 +253,28 @@ def make_model(key: jax.Array, dim: int, depth: int, num_outputs: int, *,
 
 
 def _make_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> TrainStep:
-    """The arm's ``TrainStep`` whose ``step`` is ``Partial(fn, v1, v2, readout)``: ``fn`` is
-    one function per (arm, loss, loss_after, linear blocks, activation) and the model's fixed
-    arrays are bound as traced inputs, so ``fit`` compiles one program per arm and shapes,
-    shared by every seed, and the ``d/2 x d'`` bottlenecks (2 x 25 MB at the paper's MNIST shape)
-    are not embedded in the program as constants.  ``frozen.linear`` stays concrete (in the
-    key), so the rank-bound warning still names a linear first block."""
-    ts = _closure_step(arm, frozen, readout, loss=loss, loss_after=loss_after)
-    linear = tuple(bool(v) for v in np.asarray(frozen.linear).tolist())
-    fn = _arm_step_fn(arm.optimizer, float(arm.weight_decay), loss, loss_after, linear,
-                      frozen.activation)
-    return TrainStep(ts.init, jax.tree_util.Partial(fn, frozen.v1, frozen.v2, readout))
-
-
-@functools.lru_cache(maxsize=256)
-def _arm_step_fn(optimizer, weight_decay: float, loss: str, loss_after: bool,
-                 linear: tuple[bool, ...], activation):
-    """``fn(v1, v2, readout, state, batch, key)``: the step of an arm with this optimizer and
-    weight decay (all the step depends on: arms differing only in name or rate grid share
-    it), built at trace time."""
-    lin = np.asarray(linear, bool)
-    arm = Arm("step", optimizer, (1.0,), weight_decay)
-
-    def fn(v1, v2, readout, state, batch, key):
-        frozen = RevMLPFrozen(v1, v2, lin, activation)
-        return _closure_step(arm, frozen, readout, loss=loss,
-                             loss_after=loss_after).step(state, batch, key)
-
-    name = getattr(optimizer, "__name__", type(optimizer).__name__)
-    fn.__qualname__ = f"arm_step[{name},{loss},loss_after={loss_after}]"
-    return fn
-
-
-def _closure_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> TrainStep:
+    """The arm's ``TrainStep``.  ``gn_step`` and ``revmlp_optax_step`` bind the net's fixed
+    arrays to a ``Partial`` step, so ``fit`` compiles one program per arm and shapes, shared by
+    every seed; the optax transformation is cached per (factory, weight decay) so that its
+    identity, part of that program's key, is the same for every seed."""
     if arm.is_gn:
         o = arm.optimizer
         return gn_step(frozen, readout, loss=loss, weight_decay=arm.weight_decay,
                        target=o.target, pinv=o.pinv, combine=o.combine, loss_after=loss_after)
-    factory = arm.optimizer
-    wd = float(arm.weight_decay)
+    tx = _arm_tx(arm.optimizer, float(arm.weight_decay))
+    return revmlp_optax_step(frozen, readout, tx, loss=loss, loss_after=loss_after)
 
+
+@functools.lru_cache(maxsize=64)
+def _arm_tx(factory, weight_decay: float) -> optax.GradientTransformation:
+    """``inject_hyperparams`` of ``factory`` (+ decoupled weight decay): the rate lives in
+    the state, so one transformation serves every rate and seed."""
     def opt(learning_rate):
         tx = factory(learning_rate)
-        return optax.chain(optax.add_decayed_weights(wd), tx) if wd else tx
+        return (optax.chain(optax.add_decayed_weights(weight_decay), tx) if weight_decay
+                else tx)
 
-    tx = optax.inject_hyperparams(opt)(learning_rate=1e-3)
-    # the closure form: _make_step binds the arrays itself (a fresh tx per call would only
-    # miss revmlp_optax_step's cache)
-    return _optax_closure_step(frozen, readout, tx, loss, loss_after)
+    return optax.inject_hyperparams(opt)(learning_rate=1e-3)
 
 
 def _init_state(arm: Arm, ts, params, lr):
