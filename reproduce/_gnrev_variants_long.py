@@ -13,7 +13,7 @@ docs put down to length, untested until this script:
   ``--artifact appF --arms gn,adam,adam_then_gn --epochs 40 --switch 20``.
 * Fig. 5 — "GN's training loss saturates early": the net without the inverted bottleneck starts
   at loss 21.6 and GN was still falling at epoch 10.  ``--artifact fig5 --arms gn,adam
-  --epochs 30``.
+  --epochs 30``, and from a smaller init (``--w-scale 0.5``: initial loss 3.2) for 10 epochs.
 
 Everything else is the record's own configuration (``variants_config(artifact, "cpu")``: data,
 init, batches, rates, residual certificate), and the record's own claim code
@@ -25,6 +25,8 @@ plateau measure).  Resumable (``--checkpoint-dir``, one ``loop.fit`` checkpoint 
         --epochs 40 --switch 20 --out results/gnrev/ablation/appF_switch20.json
     python -m reproduce._gnrev_variants_long --artifact fig5 --arms gn,adam --epochs 30 \
         --out results/gnrev/ablation/fig5_30epochs.json
+    python -m reproduce._gnrev_variants_long --artifact fig5 --arms gn,adam --epochs 10 \
+        --w-scale 0.5 --out results/gnrev/ablation/fig5_init_x0.5.json
     python -m reproduce._gnrev_variants_long --artifact appE --arms gn,sgd --epochs 120 \
         --out results/gnrev/ablation/appE_120epochs.json
 """
@@ -60,6 +62,9 @@ def main(argv=None) -> int:
     p.add_argument("--arms", required=True, help="comma-separated arm names of the record")
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--switch", type=int, default=None, help="App. F switch epoch")
+    p.add_argument("--w-scale", type=float, default=1.0,
+                   help="multiplies every arm's initial weight standard deviation (App. F's "
+                   "init factor); Fig. 5's net starts at loss 21.6 at 1, 3.2 at 0.5")
     p.add_argument("--smoke", action="store_true", help="the tiny MNIST smoke configuration")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--data-dir", default=None)
@@ -86,11 +91,14 @@ def main(argv=None) -> int:
         a = by_name[n]
         if a.then is not None and args.switch is not None:
             a = dataclasses.replace(a, switch_epoch=args.switch)
+        if args.w_scale != 1.0:
+            a = dataclasses.replace(a, w_scale=a.w_scale * args.w_scale)
         arms.append(a)
     cfg = dataclasses.replace(
         base, epochs=args.epochs, arms=tuple(arms),
         scale_note=base.scale_note + f"; ablation: {args.epochs} epochs, arms {names}"
-        + (f", switch at epoch {args.switch}" if args.switch is not None else ""))
+        + (f", switch at epoch {args.switch}" if args.switch is not None else "")
+        + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else ""))
     ck = args.checkpoint_dir or str(pathlib.Path("checkpoints") / f"gnrev_long_{args.artifact}")
     t0 = time.perf_counter()
     res = ex.run_minibatch(cfg, key=jax.random.key(0), progress=not args.no_progress,
@@ -128,6 +136,7 @@ def main(argv=None) -> int:
            "command": "python -m reproduce._gnrev_variants_long " + " ".join(
                argv if argv is not None else __import__("sys").argv[1:]),
            "config": {"epochs": args.epochs, "switch_epoch": args.switch, "arms": names,
+                      "w_scale": args.w_scale,
                       "scale_note": cfg.scale_note, "n_train": res["n_train"],
                       "batch_size": cfg.batch_size, "bottleneck": cfg.bottleneck,
                       "depth": cfg.depth},
