@@ -61,7 +61,8 @@ def main(argv=None) -> int:
     p.add_argument("--artifact", required=True, choices=("appE", "appF", "fig5"))
     p.add_argument("--arms", required=True, help="comma-separated arm names of the record")
     p.add_argument("--epochs", type=int, required=True)
-    p.add_argument("--switch", type=int, default=None, help="App. F switch epoch")
+    p.add_argument("--switch", type=int, default=None,
+                   help="App. F switch epoch of the *_then_* arms (default: half of --epochs)")
     p.add_argument("--w-scale", type=float, default=1.0,
                    help="multiplies every arm's initial weight standard deviation (App. F's "
                    "init factor); Fig. 5's net starts at loss 21.6 at 1, 3.2 at 0.5")
@@ -81,6 +82,10 @@ def main(argv=None) -> int:
 
     base = ex.variants_config(args.artifact, "smoke" if args.smoke else "cpu")
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
+    switch = args.switch if args.switch is not None else max(1, args.epochs // 2)
+    if not 0 < switch < args.epochs:
+        raise SystemExit(f"--switch: expected an epoch in 1..{args.epochs - 1} (both phases "
+                         f"train), got {switch}")
     by_name = {a.name: a for a in base.arms}
     unknown = [n for n in names if n not in by_name]
     if unknown:
@@ -89,15 +94,15 @@ def main(argv=None) -> int:
     arms = []
     for n in names:
         a = by_name[n]
-        if a.then is not None and args.switch is not None:
-            a = dataclasses.replace(a, switch_epoch=args.switch)
+        if a.then is not None:
+            a = dataclasses.replace(a, switch_epoch=switch)
         if args.w_scale != 1.0:
             a = dataclasses.replace(a, w_scale=a.w_scale * args.w_scale)
         arms.append(a)
     cfg = dataclasses.replace(
         base, epochs=args.epochs, arms=tuple(arms),
         scale_note=base.scale_note + f"; ablation: {args.epochs} epochs, arms {names}"
-        + (f", switch at epoch {args.switch}" if args.switch is not None else "")
+        + (f", switch at epoch {switch}" if any(a.then for a in arms) else "")
         + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else ""))
     ck = args.checkpoint_dir or str(pathlib.Path("checkpoints") / f"gnrev_long_{args.artifact}")
     t0 = time.perf_counter()
@@ -135,7 +140,8 @@ def main(argv=None) -> int:
            "(run_variants) on this run.",
            "command": "python -m reproduce._gnrev_variants_long " + " ".join(
                argv if argv is not None else __import__("sys").argv[1:]),
-           "config": {"epochs": args.epochs, "switch_epoch": args.switch, "arms": names,
+           "config": {"epochs": args.epochs, "arms": names,
+                      "switch_epoch": switch if any(a.then for a in arms) else None,
                       "w_scale": args.w_scale,
                       "scale_note": cfg.scale_note, "n_train": res["n_train"],
                       "batch_size": cfg.batch_size, "bottleneck": cfg.bottleneck,
@@ -157,9 +163,9 @@ def main(argv=None) -> int:
         e = np.arange(len(c))
         ax[0].semilogy(e, c, label=a)
         ax[1].semilogy(e, tests[a], label=a)
-    if args.switch is not None:
+    if any(a.then for a in arms):
         for x in ax:
-            x.axvline(args.switch, color="gray", lw=0.8, ls=":")
+            x.axvline(switch, color="gray", lw=0.8, ls=":")
     ax[0].set(xlabel="epoch", title="training loss (4096 images)")
     ax[1].set(xlabel="epoch", title="test loss")
     ax[0].legend(fontsize=8)

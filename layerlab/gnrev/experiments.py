@@ -401,13 +401,25 @@ def _pick(lrs, hist, steps, rule, peak) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- helpers
+def _arm_dict(a: Arm) -> dict[str, Any]:
+    """An arm as JSON: its fields that change a run.  ``w_scale``, ``then`` and
+    ``switch_epoch`` appear only when set, so a plain arm's dict (and every fingerprint made
+    from it, which names checkpoints and caches) is what it was before they were listed."""
+    d = {"name": a.name,
+         "optimizer": (dataclasses.asdict(a.optimizer) if a.is_gn
+                       else getattr(a.optimizer, "__name__", repr(a.optimizer))),
+         "lrs": list(a.lrs), "weight_decay": a.weight_decay}
+    if a.w_scale != 1.0:
+        d["w_scale"] = a.w_scale
+    if a.then is not None:
+        d["then"], d["switch_epoch"] = _arm_dict(a.then), a.switch_epoch
+    return d
+
+
 def _cfg_dict(cfg) -> dict[str, Any]:
     d = dataclasses.asdict(cfg)
     if hasattr(cfg, "arms"):
-        d["arms"] = [{"name": a.name,
-                      "optimizer": (dataclasses.asdict(a.optimizer) if a.is_gn
-                                    else getattr(a.optimizer, "__name__", repr(a.optimizer))),
-                      "lrs": list(a.lrs), "weight_decay": a.weight_decay} for a in cfg.arms]
+        d["arms"] = [_arm_dict(a) for a in cfg.arms]
     return d
 
 
@@ -512,7 +524,8 @@ class FullBatchConfig:
 
 
 # part of the key of run_fig1's kept pieces: bump when a piece's content or the rate rule
-# changes (the arm fields _cfg_dict does not list are added per run)
+# changes (run_fig1 also adds each arm's w_scale, then and switch_epoch to the key: kept from
+# before _arm_dict listed them, so that existing pieces keep their names)
 _FIG1_PIECES = "|fig1-pieces-v1|largest_stable peak=10"
 
 

@@ -365,3 +365,27 @@ def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monke
     cfg_b = ex.dataclasses.replace(cfg3, batch_size=16)
     ex.run_minibatch(cfg_b, key=key, progress=False, checkpoint_dir=tmp_path)
     assert sweeps == ["adam", "adam"] and len(calls) == 6 + 6
+
+
+def test_fingerprint_tells_apart_arms_that_differ_only_in_switch_or_init_scale():
+    # run_minibatch names its kept runs "{arm}_lr{lr}_s{seed}" inside a folder keyed by the
+    # config's fingerprint: a switch epoch or init factor missing from it would reload a
+    # different run.  A plain arm's fingerprint must not move (existing checkpoints).
+    import dataclasses as dc
+
+    import optax
+
+    from layerlab.gnrev import experiments as ex
+    gn = ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False)
+    a = ex.Arm("adam_then_gn", optax.adam, (1e-4,), then=ex.Arm("gn", gn, (0.2,)),
+               switch_epoch=5)
+    cfg = ex.MinibatchConfig.smoke()
+    cfg = dc.replace(cfg, arms=(a,))
+    fps = {ex._fingerprint(cfg),
+           ex._fingerprint(dc.replace(cfg, arms=(dc.replace(a, switch_epoch=6),))),
+           ex._fingerprint(dc.replace(cfg, arms=(dc.replace(a, w_scale=0.5),))),
+           ex._fingerprint(dc.replace(cfg, arms=(dc.replace(a, then=ex.Arm("gn", gn, (0.4,))),)))}
+    assert len(fps) == 4
+    plain = ex.Arm("adam", optax.adam, (1e-4,))
+    assert ex._arm_dict(plain) == {"name": "adam", "optimizer": "adam", "lrs": [1e-4],
+                                   "weight_decay": 0.0}
