@@ -109,19 +109,10 @@ def main(argv=None) -> int:
     res = ex.run_minibatch(cfg, key=jax.random.key(0), progress=not args.no_progress,
                            checkpoint_dir=ck,
                            data_dir=args.data_dir)
-    curves = {a: np.mean([np.asarray(s["eval_train_loss_full"]) for s in v["seeds"]], 0)
-              for a, v in res["arms"].items()}
-    tests = {a: np.mean([np.asarray(s["eval_test_loss"]) for s in v["seeds"]], 0)
-             for a, v in res["arms"].items()}
-    claims = []
-    if "adam" in res["arms"]:
-        rec = ex.run_variants(cfg, args.artifact, key=jax.random.key(0), result=res)
-        claims = [dataclasses.asdict(c) for c in rec.claims]
-    elif args.artifact == "appE":  # the App. E claim itself, without Adam
-        claims = [{"claim": "with longer training even SGD reaches a lower training loss than GN",
-                   "holds": bool(curves["sgd"][-1] < curves["gn"][-1]),
-                   "evidence": f"final training loss SGD {curves['sgd'][-1]:.4g}, GN "
-                   f"{curves['gn'][-1]:.4g}"}]
+    curves = {a: ex._stack(res, a, "eval_train_loss_full").mean(0) for a in res["arms"]}
+    tests = {a: ex._stack(res, a, "eval_test_loss").mean(0) for a in res["arms"]}
+    rec = ex.run_variants(cfg, args.artifact, key=jax.random.key(0), result=res)
+    claims = [dataclasses.asdict(c) for c in rec.claims]
     arms_out = {}
     for a, c in curves.items():
         s0 = res["arms"][a]["seeds"][0]

@@ -59,3 +59,14 @@ def test_appG_rate_ablation_weight_movement_grows_with_gns_rate(tmp_path):
     for g in ("gn_0.1", "gn_0.2"):
         q = e[g] / e["adam_0.001"]
         assert r["within_3x"][g]["adam_0.001"] == (1 / 3 <= q <= 3)
+
+
+def test_variants_long_without_adam_decides_only_the_claims_it_can(tmp_path):
+    # run_variants compares with Adam for most claims: a run of chosen arms without Adam must
+    # leave those out (not fail, not invent an Adam), and keep the ones it can decide
+    r = _smoke("_gnrev_variants_long", ["--artifact", "appF", "--arms", "gn,gn_then_adam",
+                                        "--epochs", "2", "--switch", "1"], tmp_path)
+    assert [c["claim"] for c in r["claims"]] == [
+        "Adam continued from a GN-trained point goes below GN's saturation"]
+    gt = r["arms"]["gn_then_adam"]["train_loss_per_epoch"][-1]
+    assert r["claims"][0]["holds"] == (gt < r["arms"]["gn"]["train_loss_per_epoch"][-1])
