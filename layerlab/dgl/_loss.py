@@ -205,12 +205,27 @@ def _chol_inv(A: jax.Array, leaf: int = 128, nb: int = 4) -> jax.Array:
 
 
 def _factor_inv(A: jax.Array, K: jax.Array) -> jax.Array:
-    """``L^{-1}`` (``L L^T = A``) with the documented one-retry jitter policy."""
+    """``L^{-1}`` (``L L^T = A``) with the documented one-retry jitter policy.
+
+    A ``while_loop`` of at most two passes (the second with the jitter, only when the first
+    factor has a NaN) rather than ``lax.cond``: the loop updates its ``[N, N]`` carry in place
+    where the conditional's output is a fresh buffer (0.13 s of 0.65 s at N = 4000 on the
+    2-core CPU), and under ``vmap`` a batched ``cond`` becomes a ``select`` that always runs
+    the retry factorisation, whereas the loop runs a second pass only if some member needs it.
+    """
     n = A.shape[0]
-    Li = _chol_inv(A)
-    bad = jnp.any(jnp.isnan(jnp.diagonal(Li)))
     eye = jnp.eye(n, dtype=A.dtype)
-    return jax.lax.cond(bad, lambda: _chol_inv(A + _jitter(K) * eye), lambda: Li)
+    jit = _jitter(K).astype(A.dtype)
+
+    def body(state):
+        _, i = state
+        return _chol_inv(A + jnp.where(i == 0, jnp.zeros_like(jit), jit) * eye), i + 1
+
+    def again(state):
+        Li, i = state
+        return (i == 0) | ((i == 1) & jnp.any(jnp.isnan(jnp.diagonal(Li))))
+
+    return jax.lax.while_loop(again, body, (jnp.zeros((n, n), A.dtype), jnp.int32(0)))[0]
 
 
 def _sym_outer(S: jax.Array, nb: int) -> jax.Array:
@@ -282,8 +297,9 @@ def _dgl_bwd(res, g):
     B = _gram_lower(Li, _NB)
     S = B * jnp.sqrt(w)[None, :]
     BG = B @ G
-    low = BG @ a.T
-    gK = 2.0 * _sym_outer(S, _NB) - (low + low.T)
+    # sym(BG a^T) as one rank-2C product [BG, a] [a, BG]^T: no N x N transpose-add
+    gK = 2.0 * _sym_outer(S, _NB) - (jnp.concatenate([BG, a], axis=1)
+                                     @ jnp.concatenate([a, BG], axis=1).T)
     gK = g * gK
     gY = g * 2.0 * BG
     geps = jnp.trace(gK) - g * var_w * C * n

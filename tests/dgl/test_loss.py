@@ -190,6 +190,26 @@ def test_vmapped_dgl_loss_equals_per_run_losses_and_grads():
                                        atol=1e-10 * float(jnp.abs(g).max()))
 
 
+def test_jitter_retry_per_member_under_vmap(x64):
+    """The one-retry jitter policy is decided per kernel under ``vmap``: in a batch of a
+    singular kernel (duplicated point, eps2 = 0) and a regular one, the singular member gets
+    the jittered loss (= the loss with the jitter as eps2) and the regular one its exact
+    loss, each equal to its own unbatched value and to numpy's leave-one-out fits."""
+    H, Y = _data(3, 8, 2, 2)
+    Hd = np.concatenate([H, H[:1]])
+    Yd = np.concatenate([Y, Y[:1] + 1.0])
+    Kd = np.asarray(_rbf(jnp.asarray(Hd)))
+    Kr = np.asarray(_rbf(jnp.asarray(np.concatenate([H, H[:1] + 0.5]))))
+    f = jax.jit(jax.vmap(lambda K: dgl.dgl_loss(K, Yd, eps2=0.0)))
+    vals = np.asarray(f(jnp.asarray(np.stack([Kd, Kr]))))
+    jit = 100 * np.finfo(np.float64).eps * float(np.mean(np.diag(Kd)))
+    np.testing.assert_allclose(vals[0], np.sum(_brute_loo(Kd, Yd, jit)[0] ** 2), rtol=1e-3)
+    np.testing.assert_allclose(vals[1], np.sum(_brute_loo(Kr, Yd, 0.0)[0] ** 2), rtol=1e-8)
+    for i, K in enumerate((Kd, Kr)):
+        np.testing.assert_allclose(vals[i], jax.jit(lambda K: dgl.dgl_loss(K, Yd, eps2=0.0))(K),
+                                   rtol=1e-10)
+
+
 @pytest.mark.parametrize("n", [257, 1100])
 def test_recursive_blocked_inverse_factor_matches_numpy(x64, n):
     """``_chol_inv`` (recursive 2x2 blocking with triangular-aware blocked products) equals
