@@ -277,3 +277,32 @@ def test_a_stopped_table1_seed_resumes_after_its_last_finished_step(tmp_path, sh
     assert got["mf_variances"] == want["mf_variances"]
     strip = lambda layers: [{k: v for k, v in li.items() if k != "wall_s"} for li in layers]  # noqa: E731
     assert strip(got["lego"]["layers"]) == strip(want["lego"]["layers"])
+
+
+def test_fig1_centred_inputs_and_bad_option():
+    """``Fig1Config.inputs``: 'centred' subtracts the training set's mean image and scales each
+    image to unit mean-square pixel (the record's input cosines equal numpy's on those
+    inputs, and are far below the raw pixels'); the scale stays 'paper'-comparable (the
+    inputs are not a reduction); an unknown value is refused naming the option."""
+    from layerlab import data
+
+    with pytest.raises(ValueError, match="inputs"):
+        ex.Fig1Config(inputs="whitened")
+    X = np.asarray(data.flatten(data.load("digits", "train").x), np.float64)
+    cos = {}
+    for inputs in ("raw", "centred"):
+        cfg = ex.Fig1Config.smoke(inputs=inputs, num_nets=200, fit_steps=5)
+        rec = ex.run_fig1(cfg, key=jax.random.key(0), progress=False)
+        x = X[: cfg.n_points]
+        if inputs == "centred":
+            x = x - X.mean(0)
+            x = x / np.sqrt(np.mean(x * x, 1, keepdims=True))
+        g = x @ x.T
+        c = (g / np.sqrt(np.outer(np.diag(g), np.diag(g))))[~np.eye(len(x), dtype=bool)]
+        got = rec.extra["input_cosine"]
+        np.testing.assert_allclose([got["mean"], got["min"], got["max"]],
+                                   [c.mean(), c.min(), c.max()], rtol=1e-4, atol=1e-5)
+        assert rec.extra["inputs"] == inputs and inputs in rec.note
+        cos[inputs] = got["mean_abs"]
+    assert cos["centred"] < 0.5 * cos["raw"]
+    assert ex.Fig1Config.paper(inputs="centred") != ex.Fig1Config.paper()
