@@ -113,6 +113,32 @@ def timeit(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) -> 
     }
 
 
+def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int = 7,
+                       warmup: int = 1) -> dict[str, dict[str, float]]:
+    """Time several ``name -> (fn, args)`` cases in rounds: each round calls every case once.
+
+    Slow drifts of a shared machine's speed (neighbours, frequency) then hit every case alike,
+    so the ratios of the medians are steadier than with :func:`timeit` case after case.
+    Returns ``{name: timeit-style dict}`` (``compile_s`` = the warm-up calls of that case).
+    """
+    out, times = {}, {name: [] for name in cases}
+    for name, (fn, args) in cases.items():
+        t0 = time.perf_counter()
+        for _ in range(max(warmup, 1)):
+            _block(fn(*args))
+        out[name] = {"compile_s": time.perf_counter() - t0}
+    for _ in range(repeats):
+        for name, (fn, args) in cases.items():
+            t0 = time.perf_counter()
+            _block(fn(*args))
+            times[name].append(time.perf_counter() - t0)
+    for name, ts in times.items():
+        q = np.percentile(ts, [25, 75])
+        out[name].update(median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts),
+                         iqr_s=float(q[1] - q[0]), repeats=repeats, interleaved=True)
+    return out
+
+
 def to_jsonable(obj):
     """Convert numpy/jax arrays and scalars inside nested dicts/lists to JSON types."""
     if isinstance(obj, dict):

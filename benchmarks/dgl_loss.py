@@ -7,9 +7,9 @@ Cases per N (float32, K = NNGP of random data, C = 10 targets, eps2 = 0.05 mean 
 * ``chol_autodiff``: autodiff through a Cholesky-based forward (no custom VJP);
 * ``cholesky`` and ``matmul`` (one N x N factorisation / product) as yardsticks.
 
-Flops per route (nominal, value + gradient): ``dgl_loss`` ``2 N^3`` (Cholesky ``N^3/3`` and
-triangular inverse ``N^3/3`` in one recursive blocked pass, the Gram matrix of the triangular
-inverse ``N^3/3``, the symmetric product ``B diag(w) B`` ``N^3``); ``naive_inv`` ``6 N^3``
+Flops per route (nominal, value + gradient): ``dgl_loss`` ``2 N^3`` (LAPACK Cholesky ``N^3/3``,
+the recursive blocked triangular inverse ``N^3/3``, the Gram matrix of the triangular inverse
+``N^3/3``, the symmetric product ``B diag(w) B`` ``N^3``); ``naive_inv`` ``6 N^3``
 (LU + inverse ``2 N^3``, its VJP ``-B^T G B^T`` two products ``4 N^3``).  Achieved FLOP/s are
 reported as a fraction of the same-run matmul rate ``2 N^3 / t``.  Also: kernel evaluation time of
 the native ``layerlab.kernels.relu_nngp`` vs the neural-tangents ``stax`` ``kernel_fn``
@@ -21,6 +21,7 @@ recomputed (``jax.checkpoint``, the default of ``fc_kernels``).
     python -m benchmarks.dgl_loss                  # N = 500 .. 4000, pinned to one core
     python -m benchmarks.dgl_loss --max-n 8000     # the full range
     python -m benchmarks.dgl_loss --threads all    # XLA's default threading
+    python -m benchmarks.dgl_loss --threads all --compare-rev a22d762   # A/B against a commit
 
 By default the process is pinned to one core with single-threaded Eigen
 (``--threads 1``): on the shared, oversubscribed 2-core machine multi-threaded LAPACK/Eigen
@@ -29,6 +30,7 @@ calls thrash and the ratios become meaningless; one core gives stable, comparabl
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 
 # one core, single-threaded Eigen: must happen before jax creates its thread pools
@@ -44,7 +46,8 @@ from benchmarks._common import add_output_flags, arg_parser  # noqa: E402
 
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
-    global jax, jnp, np, solve_triangular, tqdm, out_dir, timeit, write_json, dgl
+    global jax, jnp, np, solve_triangular, tqdm, out_dir, timeit, timeit_interleaved, write_json
+    global dgl
     global relu_nngp, stax
     import jax
     import jax.numpy as jnp
@@ -52,7 +55,7 @@ def _imports():
     from jax.scipy.linalg import solve_triangular
     from tqdm import tqdm
 
-    from benchmarks._common import out_dir, timeit, write_json
+    from benchmarks._common import out_dir, timeit, timeit_interleaved, write_json
     from layerlab import dgl
     from layerlab.kernels import relu_nngp, stax
 
@@ -71,8 +74,9 @@ def build_parser():
     ap.add_argument("--ns", type=int, nargs="+", default=[500, 1000, 2000, 4000, 8000],
                     help="kernel sizes N to time (those <= --max-n are run)")
     ap.add_argument("--max-n", type=int, default=4000, help="largest N run (8000 = full)")
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="timed calls per case (median reported)")
+    ap.add_argument("--repeats", type=int, default=7,
+                    help="timed rounds per N (each round calls every case once, so drifts of "
+                    "a shared machine hit all cases alike; median reported)")
     ap.add_argument("--kernel-n", type=int, default=10000,
                     help="samples for the native vs neural-tangents NNGP kernel timing")
     ap.add_argument("--threads", default="1", choices=["1", "all"],
@@ -80,8 +84,32 @@ def build_parser():
                     "shared machine); 'all': XLA's default threading")
     ap.add_argument("--lego-n", type=int, default=1000,
                     help="points of the composed LEGO-step timing (kernel + DGL, 0: skip)")
+    ap.add_argument("--vmap-n", type=int, default=1000,
+                    help="N of the vmapped timing (value+grad of 4 kernels under one vmap, the "
+                    "form of the vmapped LEGO/monitor sweeps; 0: skip)")
+    ap.add_argument("--compare-rev", default=None, metavar="REV",
+                    help="also time `dgl_loss` from layerlab/dgl/_loss.py as of git revision "
+                    "REV (case 'dgl_loss@REV', same rounds): a same-run A/B of a change")
     add_output_flags(ap, "dgl_loss")
     return ap
+
+
+def _loss_at(rev):
+    """``layerlab/dgl/_loss.py`` as of git revision ``rev``, imported as its own module."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    from benchmarks._common import REPO
+
+    src = subprocess.run(["git", "show", f"{rev}:layerlab/dgl/_loss.py"], cwd=REPO,
+                         check=True, capture_output=True, text=True).stdout
+    path = pathlib.Path(tempfile.mkdtemp()) / f"_loss_{rev}.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(f"_loss_{rev}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def _composed(n, repeats):
@@ -131,6 +159,7 @@ def main(argv=None):
     out = out_dir("dgl_loss", args.out, args.record)
     ns = [n for n in args.ns if n <= args.max_n]
     records = []
+    ref = _loss_at(args.compare_rev) if args.compare_rev else None
     for n in tqdm(ns, desc="N"):
         k1, k2 = jax.random.split(jax.random.fold_in(jax.random.key(0), n))
         x = jax.random.normal(k1, (n, 64))
@@ -145,7 +174,11 @@ def main(argv=None):
             "cholesky": jax.jit(jnp.linalg.cholesky),
             "matmul": jax.jit(lambda K: K @ K),
         }
-        t = {name: timeit(f, K, repeats=args.repeats) for name, f in fns.items()}
+        if ref is not None:
+            fns[f"dgl_loss@{args.compare_rev}"] = jax.jit(jax.value_and_grad(
+                lambda K: ref.dgl_loss(K, Y, eps2=eps2)))
+        t = timeit_interleaved({name: (f, (K,)) for name, f in fns.items()},
+                               repeats=args.repeats)
         med = {name: v["median_s"] for name, v in t.items()}
         v1, g1 = fns["dgl_loss"](K)
         v2, g2 = fns["naive_inv"](K)
@@ -167,6 +200,8 @@ def main(argv=None):
             "value_rel_diff_vs_naive": float(abs(v1 - v2) / abs(v2)),
             # autodiff through inv returns a non-symmetric dL/dK with the same action on
             # symmetric perturbations; compare with its symmetric part
+            **({f"speedup_vs_{args.compare_rev}": med[f"dgl_loss@{args.compare_rev}"]
+                / med["dgl_loss"]} if ref is not None else {}),
             "grad_rel_diff_vs_naive_sym": float(
                 jnp.linalg.norm(g1 - (g2 + g2.T) / 2) / jnp.linalg.norm(g2)),
         }
@@ -175,7 +210,31 @@ def main(argv=None):
                    f"(x{rec['speedup_vs_naive_inv']:.2f}) chol-AD {med['chol_autodiff']:.3f}s "
                    f"chol {med['cholesky']:.3f}s matmul {med['matmul']:.3f}s; "
                    f"{rec['dgl_flop_fraction_of_matmul']:.2f} of matmul FLOP/s "
-                   f"(naive {rec['naive_flop_fraction_of_matmul']:.2f})")
+                   f"(naive {rec['naive_flop_fraction_of_matmul']:.2f})"
+                   + (f"; x{rec[f'speedup_vs_{args.compare_rev}']:.2f} vs {args.compare_rev}"
+                      if ref is not None else ""))
+    # ---- vmapped value+grad over a batch of 4 kernels (the vmapped sweeps' form)
+    vrec = None
+    if args.vmap_n:
+        n = args.vmap_n
+        x = jax.random.normal(jax.random.key(2), (n, 64))
+        Y = jax.random.normal(jax.random.key(3), (n, 10))
+        K = jax.jit(lambda x: relu_nngp(x, depth=2, w_var=2.0, b_var=0.1))(x)
+        Ks = jnp.stack([K * (1.0 + 0.1 * i) for i in range(4)])
+        eps2 = float(0.05 * jnp.mean(jnp.diagonal(K)))
+        vf = {"dgl_loss": jax.jit(jax.vmap(jax.value_and_grad(
+            lambda K: dgl.dgl_loss(K, Y, eps2=eps2))))}
+        if ref is not None:
+            vf[f"dgl_loss@{args.compare_rev}"] = jax.jit(jax.vmap(jax.value_and_grad(
+                lambda K: ref.dgl_loss(K, Y, eps2=eps2))))
+        tv = timeit_interleaved({k: (f, (Ks,)) for k, f in vf.items()}, repeats=args.repeats)
+        vrec = {"what": "vmapped DGL value+grad wrt K, batch of 4", "N": n, "batch": 4,
+                "timings": tv, "median_s": {k: v["median_s"] for k, v in tv.items()}}
+        if ref is not None:
+            vrec[f"speedup_vs_{args.compare_rev}"] = (
+                tv[f"dgl_loss@{args.compare_rev}"]["median_s"] / tv["dgl_loss"]["median_s"])
+        print(f"vmapped 4 x N={n}: " + ", ".join(f"{k} {v['median_s']:.3f}s"
+                                                 for k, v in tv.items()))
     # ---- kernel evaluation: native vs neural-tangents
     nk = args.kernel_n
     x = jax.random.normal(jax.random.key(1), (nk, 64))
@@ -201,7 +260,9 @@ def main(argv=None):
         print(f"composed LEGO step N={args.lego_n}: " + ", ".join(
             f"{k} {v:.3f}s" for k, v in comp["median_s"].items()))
     write_json(out / "dgl_loss.json", {"records": records, "kernel": krec,
-                                       "composed": comp, "threads": args.threads})
+                                       "composed": comp, "vmapped": vrec,
+                                       "threads": args.threads,
+                                       "compare_rev": args.compare_rev})
     _plot(records, out / "dgl_loss.png")
     print(f"wrote {out}")
 

@@ -68,3 +68,28 @@ def test_default_output_is_scratch(name, tmp_path):
     assert _common.out_dir(name, None, False) == _common.SCRATCH / name
     assert _common.out_dir(name, None, True) == _common.RESULTS / name
     assert _common.out_dir(name, str(tmp_path), True) == tmp_path
+
+
+def test_timeit_interleaved_calls_every_case_once_per_round():
+    """Warm-up calls of each case first, then ``repeats`` rounds in which every case is
+    called once in order (so a drift of the machine's speed hits all cases alike); the
+    stats are over that case's own timed calls."""
+    import numpy as np
+
+    from benchmarks._common import timeit_interleaved
+
+    calls = []
+
+    def make(name):
+        def f(x):
+            calls.append(name)
+            return np.asarray(x)
+        return f
+
+    out = timeit_interleaved({"a": (make("a"), (1,)), "b": (make("b"), (2,))}, repeats=3,
+                             warmup=2)
+    assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3
+    for name in "ab":
+        r = out[name]
+        assert r["repeats"] == 3 and r["interleaved"]
+        assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["compile_s"] > 0

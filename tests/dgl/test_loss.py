@@ -212,7 +212,8 @@ def test_jitter_retry_per_member_under_vmap(x64):
 
 @pytest.mark.parametrize("n", [257, 1100])
 def test_recursive_blocked_inverse_factor_matches_numpy(x64, n):
-    """``_chol_inv`` (recursive 2x2 blocking with triangular-aware blocked products) equals
+    """``_chol_inv`` (LAPACK Cholesky, then the recursive 2x2 triangular inverse with
+    triangular-aware blocked products) equals
     numpy's ``inv(cholesky(A))`` in float64, at sizes whose splits are uneven and go through
     every blocked path; ``_gram_lower`` equals ``U^T U``."""
     from layerlab.dgl._loss import _chol_inv, _gram_lower
