@@ -115,7 +115,8 @@ def timeit(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) -> 
 
 def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int = 7,
                        warmup: int = 1) -> dict[str, dict[str, float]]:
-    """Time several ``name -> (fn, args)`` cases in rounds: each round calls every case once.
+    """Time several ``name -> (fn, args)`` cases in rounds: each round calls every case once
+    (the order rotated by one each round).
 
     Slow drifts of a shared machine's speed (neighbours, frequency) then hit every case alike,
     so the ratios of the medians are steadier than with :func:`timeit` case after case.
@@ -127,8 +128,10 @@ def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int
         for _ in range(max(warmup, 1)):
             _block(fn(*args))
         out[name] = {"compile_s": time.perf_counter() - t0}
-    for _ in range(repeats):
-        for name, (fn, args) in cases.items():
+    names = list(cases)
+    for r in range(repeats):  # the order rotates each round: no case always runs first
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            fn, args = cases[name]
             t0 = time.perf_counter()
             _block(fn(*args))
             times[name].append(time.perf_counter() - t0)

@@ -95,20 +95,29 @@ def build_parser():
 
 
 def _loss_at(rev):
-    """``layerlab/dgl/_loss.py`` as of git revision ``rev``, imported as its own module."""
+    """``layerlab/dgl/_loss.py`` as of git revision ``rev``, imported as its own module.
+
+    Only that file is swapped: what it imports (``layerlab._checks``) comes from the working
+    tree, so an old revision works while those helpers keep their API."""
     import importlib.util
+    import re
     import subprocess
     import tempfile
 
     from benchmarks._common import REPO
 
-    src = subprocess.run(["git", "show", f"{rev}:layerlab/dgl/_loss.py"], cwd=REPO,
-                         check=True, capture_output=True, text=True).stdout
-    path = pathlib.Path(tempfile.mkdtemp()) / f"_loss_{rev}.py"
-    path.write_text(src)
-    spec = importlib.util.spec_from_file_location(f"_loss_{rev}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    got = subprocess.run(["git", "show", f"{rev}:layerlab/dgl/_loss.py"], cwd=REPO,
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SystemExit(f"--compare-rev {rev}: git could not show layerlab/dgl/_loss.py at "
+                         f"that revision: {got.stderr.strip()}")
+    name = "_loss_" + re.sub(r"\W", "_", rev)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = pathlib.Path(tmp) / f"{name}.py"
+        path.write_text(got.stdout)
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)  # its imports (layerlab._checks, ...) are today's
     return mod
 
 

@@ -72,8 +72,9 @@ def test_default_output_is_scratch(name, tmp_path):
 
 def test_timeit_interleaved_calls_every_case_once_per_round():
     """Warm-up calls of each case first, then ``repeats`` rounds in which every case is
-    called once in order (so a drift of the machine's speed hits all cases alike); the
-    stats are over that case's own timed calls."""
+    called once, the order rotated each round (so a drift of the machine's speed hits all
+    cases alike and no case always runs first); the stats are over that case's own timed
+    calls.  ``--compare-rev`` loads a commit's ``_loss.py`` as its own module."""
     import numpy as np
 
     from benchmarks._common import timeit_interleaved
@@ -88,8 +89,14 @@ def test_timeit_interleaved_calls_every_case_once_per_round():
 
     out = timeit_interleaved({"a": (make("a"), (1,)), "b": (make("b"), (2,))}, repeats=3,
                              warmup=2)
-    assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3
+    assert calls == ["a", "a", "b", "b"] + ["a", "b", "b", "a", "a", "b"]
     for name in "ab":
         r = out[name]
         assert r["repeats"] == 3 and r["interleaved"]
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["compile_s"] > 0
+    from benchmarks import dgl_loss
+
+    mod = dgl_loss._loss_at("HEAD")
+    assert mod.__name__ == "_loss_HEAD" and callable(mod.dgl_loss)
+    with pytest.raises(SystemExit, match="--compare-rev"):
+        dgl_loss._loss_at("no-such-revision-xyz")

@@ -309,9 +309,8 @@ def _dgl_bwd(res, g):
     B = _gram_lower(Li, _NB)
     S = B * jnp.sqrt(w)[None, :]
     BG = B @ G
-    # sym(BG a^T) as one rank-2C product [BG, a] [a, BG]^T: no N x N transpose-add
-    gK = 2.0 * _sym_outer(S, _NB) - (jnp.concatenate([BG, a], axis=1)
-                                     @ jnp.concatenate([a, BG], axis=1).T)
+    low = BG @ a.T
+    gK = 2.0 * _sym_outer(S, _NB) - (low + low.T)  # exactly symmetric
     gK = g * gK
     gY = g * 2.0 * BG
     geps = jnp.trace(gK) - g * var_w * C * n

@@ -1006,6 +1006,12 @@ class Fig1Config:
                              n_points=8, fit_steps=30, dataset="digits"), **kw})
 
 
+def _fig1_scale(cfg: Fig1Config) -> str:
+    """``"paper"`` when ``cfg`` has the paper's sizes (the inputs choice is not a size)."""
+    same = dataclasses.replace(cfg, inputs="raw") == Fig1Config.paper(data_dir=cfg.data_dir)
+    return "paper" if same else "reduced"
+
+
 def _z(K, KB, se):
     """RMS over entries of (K - K_B) / se_B: 1 when K is as close as sampling noise allows."""
     return float(jnp.sqrt(jnp.mean(((K - KB) / se) ** 2)))
@@ -1080,8 +1086,7 @@ def run_fig1(cfg: Fig1Config, *, key: jax.Array, progress: bool = True,
               bool(dev), f"{len(dev)} of {len(res)} (depth, width) cells"),
     ]
     return Record("dgl", "fig1", "Fig. 1: MF vs FIT covariance accuracy in units of sampling "
-                  "noise", "paper" if dataclasses.replace(cfg, inputs="raw")
-                  == Fig1Config.paper(data_dir=cfg.data_dir) else "reduced",
+                  "noise", _fig1_scale(cfg),
                   config=dataclasses.asdict(cfg), rows=rows, claims=claims,
                   wall_s=time.perf_counter() - t_all,
                   note=("z = RMS over kernel entries of (K_pred - K_MC)/se_MC on an independent "
@@ -1128,7 +1133,8 @@ def plot_fig1(record: Record | dict, path: str | os.PathLike) -> None:
         ax.set_title(f"depth {D}")
     rec = record.__dict__ if isinstance(record, Record) else record
     inputs = rec.get("extra", {}).get("inputs", "raw")
-    fig.suptitle(f"DGL Fig. 1: MF and FIT vs sampled covariance ({inputs} MNIST inputs; "
+    dataset = rec.get("config", {}).get("dataset", "mnist")
+    fig.suptitle(f"DGL Fig. 1: MF and FIT vs sampled covariance ({inputs} {dataset} inputs; "
                  "dotted: the z = 2 deviation threshold)", fontsize=9)
     axes[0][0].set_ylabel("RMS (K - K_MC) / sampling std")
     axes[0][0].legend(fontsize=8)

@@ -305,4 +305,5 @@ def test_fig1_centred_inputs_and_bad_option():
         assert rec.extra["inputs"] == inputs and inputs in rec.note
         cos[inputs] = got["mean_abs"]
     assert cos["centred"] < 0.5 * cos["raw"]
-    assert ex.Fig1Config.paper(inputs="centred") != ex.Fig1Config.paper()
+    assert ex._fig1_scale(ex.Fig1Config.paper(inputs="centred")) == "paper"
+    assert ex._fig1_scale(ex.Fig1Config.paper(inputs="centred", num_nets=4000)) == "reduced"

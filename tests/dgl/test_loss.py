@@ -210,6 +210,25 @@ def test_jitter_retry_per_member_under_vmap(x64):
                                    rtol=1e-10)
 
 
+def test_jitter_retry_is_per_member_in_float32():
+    """In float32 the jitter (1e-5 of the mean diagonal) visibly changes a regular kernel's
+    loss, so here a batch-wide retry would show: the regular member of a batch with a
+    singular one keeps its own no-jitter value."""
+    H, Y = _data(3, 8, 2, 2)
+    Hd = np.concatenate([H, H[:1]]).astype(np.float32)
+    Yd = np.concatenate([Y, Y[:1] + 1.0]).astype(np.float32)
+    Kd = np.asarray(_rbf(jnp.asarray(Hd)))
+    Kr = np.asarray(_rbf(jnp.asarray(np.concatenate([H, H[:1] + 0.5]).astype(np.float32))))
+    f = jax.jit(lambda K, e: dgl.dgl_loss(K, Yd, eps2=e))
+    jit = float(100 * np.finfo(np.float32).eps * np.mean(np.diag(Kr)))
+    own, jittered = float(f(Kr, 0.0)), float(f(Kr, jit))
+    assert abs(jittered - own) > 1e-4 * abs(own)  # the test can tell the two apart
+    vals = np.asarray(jax.jit(jax.vmap(lambda K: dgl.dgl_loss(K, Yd, eps2=0.0)))(
+        jnp.asarray(np.stack([Kd, Kr]))))
+    assert np.isfinite(vals[0])
+    assert abs(vals[1] - own) < 0.05 * abs(jittered - own)
+
+
 @pytest.mark.parametrize("n", [257, 1100])
 def test_recursive_blocked_inverse_factor_matches_numpy(x64, n):
     """``_chol_inv`` (LAPACK Cholesky, then the recursive 2x2 triangular inverse with
