@@ -162,13 +162,6 @@ def _blocked(T: jax.Array, nb: int, block: Callable[[int, int], jax.Array],
     return jnp.concatenate([block(e[j], e[j + 1]) for j in range(nb)], axis=axis)
 
 
-def _mul_lower_t(F: jax.Array, T: jax.Array, nb: int) -> jax.Array:
-    """``F @ T^T`` for lower-triangular ``T``: column block j needs only ``T[j, :j+1]``."""
-    if nb <= 1 or T.shape[0] < 256:
-        return F @ T.T
-    return _blocked(T, nb, lambda a, b: F[:, :b] @ T[a:b, :b].T, axis=1)
-
-
 def _mul_right_lower(F: jax.Array, T: jax.Array, nb: int) -> jax.Array:
     """``F @ T`` for lower-triangular ``T``: column block j needs only ``T[j:, j]``."""
     if nb <= 1 or T.shape[0] < 256:
@@ -199,18 +192,6 @@ def _tril_inv(L: jax.Array, leaf: int = 128, nb: int = 4) -> jax.Array:
     Li21 = -_mul_left_lower(Li22, _mul_right_lower(L[h:, :h], Li11, nb), nb)
     top = jnp.concatenate([Li11, jnp.zeros((h, n - h), L.dtype)], axis=1)
     return jnp.concatenate([top, jnp.concatenate([Li21, Li22], axis=1)], axis=0)
-
-
-def _chol_inv(A: jax.Array, leaf: int = 128, nb: int = 4) -> jax.Array:
-    """``L^{-1}`` for the Cholesky factor ``L`` of ``A``: LAPACK ``potrf`` (multi-threaded,
-    ``N^3 / 3`` flops), then :func:`_tril_inv` (``N^3 / 3``, matrix products).  A matrix that
-    is not positive definite gives NaN (``potrf`` fails).
-
-    Isolated timings at N = 4000, float32, default threads on the 2-core CPU (same rounds):
-    0.61 s, against 0.72 s for a fully recursive factor-and-invert (Schur complements by
-    blocked products, the previous route) and 0.69 s for ``potrf`` + ``trsm``.
-    """
-    return _tril_inv(_cholesky(A), leaf, nb)
 
 
 def _factor_inv(A: jax.Array, K: jax.Array) -> jax.Array:

@@ -231,16 +231,16 @@ def test_jitter_retry_is_per_member_in_float32():
 
 @pytest.mark.parametrize("n", [257, 1100])
 def test_recursive_blocked_inverse_factor_matches_numpy(x64, n):
-    """``_chol_inv`` (LAPACK Cholesky, then the recursive 2x2 triangular inverse with
+    """``_factor_inv`` (LAPACK Cholesky, then the recursive 2x2 triangular inverse with
     triangular-aware blocked products) equals
     numpy's ``inv(cholesky(A))`` in float64, at sizes whose splits are uneven and go through
     every blocked path; ``_gram_lower`` equals ``U^T U``."""
-    from layerlab.dgl._loss import _chol_inv, _gram_lower
+    from layerlab.dgl._loss import _factor_inv, _gram_lower
 
     rng = np.random.default_rng(n)
     X = rng.normal(size=(n, n + 5))
     A = X @ X.T / n + 0.05 * np.eye(n)
-    Li = np.asarray(jax.jit(_chol_inv)(jnp.asarray(A)))
+    Li = np.asarray(jax.jit(lambda A: _factor_inv(A, A))(jnp.asarray(A)))
     ref = np.linalg.inv(np.linalg.cholesky(A))
     np.testing.assert_allclose(Li, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
     assert np.all(np.triu(Li, 1) == 0.0)
