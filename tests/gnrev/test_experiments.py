@@ -169,6 +169,11 @@ def test_fig1_init_bottleneck_sets_the_initial_loss(key, monkeypatch):
     c = ex.FullBatchConfig.cifar_cpu()
     assert (c.dataset, c.depth, c.init_bottleneck) == ("cifar10", 6, 8000)
     assert c.bottleneck + 1 >= c.n_train  # every ReLU block's rank bound reaches n: exact
+    m = ex.MinibatchConfig.cifar_cpu()  # the issue: full data, reduced width/batch on a CPU
+    assert (m.dataset, m.n_train, m.n_test, m.depth, m.init_bottleneck) == (
+        "cifar10", None, None, 6, 8000)
+    assert m.bottleneck + 1 >= m.batch_size  # exact regime at every step
+    assert not m.is_paper_scale and "full data" in m.scale_note
 
 
 def test_fig1_checkpoint_dir_resumes_per_seed_and_arm(key, monkeypatch, tmp_path):
