@@ -21,7 +21,7 @@ exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexa
 
     python -m reproduce.gnrev_<artifact>            # reduced CPU config (MNIST 8192, d'=2048)
     python -m reproduce.gnrev_<artifact> --paper    # full MNIST, batch 1024, d'=8000, 3 seeds
-    python -m reproduce.gnrev_<artifact> --dataset cifar10  # CIFAR-10 full data, 6 blocks, d'=1024 (CPU)
+    python -m reproduce.gnrev_<artifact> --dataset cifar10  # full CIFAR-10, 6 blocks, d'=1024 (CPU)
 """
 
 

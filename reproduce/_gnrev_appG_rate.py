@@ -2,14 +2,15 @@
 GN's own learning rate and Adam's.
 
 The ``appG_cifar10`` record as first run (10240 of CIFAR-10's images, batch 512, 6 blocks,
-d'=1024, 5 epochs; since 2026-11-26 the record runs on the full training set for 10 epochs) failed "GN changes its weights to an extent similar to Adam (1 − cos within
-3×)": its sweeps picked GN 0.2 per block and Adam 3e-5 (the Adam grid's bottom edge), ratio 192.
+d'=1024, 5 epochs; since 2026-11-26 the record runs on the full training set for 10
+epochs) failed "GN changes its weights to an extent similar to Adam (1 − cos within 3×)": its
+sweeps picked GN 0.2 per block and Adam 3e-5 (the Adam grid's bottom edge), ratio 192.
 This run keeps that configuration (same data, init and batches; no NTK/CKA probes, which do not
 touch the weights) and trains GN at 0.05, 0.1 and the record's 0.2 beside Adam at 3e-5, 1e-4
 (the authors') and 3e-4, recording every arm's per-epoch 1 − cos(W, W₀) (mean over the 12
 half-coupled layers, as the record) and the ratio of each GN rate to each Adam rate at the end.
-GN 0.2 and Adam 3e-5 are set beside the record's own numbers (``check_against_record``: the
-same configuration must give the same weights).
+GN 0.2 and Adam 3e-5 are set beside that first record's numbers (``check_against_record``:
+the same configuration must give the same weights).
 Result: ``results/gnrev/ablation/appG_rate_cifar10.json``.
 
     python -m reproduce._gnrev_appG_rate --out results/gnrev/ablation/appG_rate_cifar10.json
@@ -23,30 +24,20 @@ import os
 import pathlib
 import time
 
+# 1 - cos(W, W0), mean over the 12 half-coupled layers, of the first appG_cifar10 record (10240
+# images, 5 epochs; `git show 79958e5^:results/gnrev/appG_cifar10.json`, its per-layer rows
+# rounded to 6 digits): the configuration this ablation reruns.
+FIRST_RECORD = {"gn_0.2": 0.026345, "adam_3e-05": 0.000137}
+
 
 def _record_check(end: dict, cfg, smoke: bool) -> dict | None:
-    """This run's GN 0.2 and Adam 3e-5 beside the ``appG_cifar10`` record's (mean over layers of
-    1 - cos from its per-layer rows, which are rounded to 6 digits): the same configuration
-    must give the same numbers."""
-    import numpy as np
-
-    rec = pathlib.Path(__file__).resolve().parents[1] / "results/gnrev/appG_cifar10.json"
-    if smoke or not rec.exists() or cfg.epochs != 5:
+    """This run's GN 0.2 and Adam 3e-5 beside the first ``appG_cifar10`` record's
+    (``FIRST_RECORD``): the same configuration must give the same numbers."""
+    if smoke or cfg.epochs != 5 or cfg.n_train != 10240:
         return None
-    record = json.loads(rec.read_text())
-    rc = record.get("config", {})
-    if (rc.get("n_train"), rc.get("epochs"), rc.get("batch_size")) != (cfg.n_train, cfg.epochs,
-                                                                       cfg.batch_size):
-        return None  # the committed record has since been rerun at another configuration
-    rows = record["rows"]
-    out = {}
-    for mine, theirs in (("gn_0.2", "gn"), ("adam_3e-05", "adam")):
-        cos = [r["ours"] for r in rows if r["name"].startswith(f"{theirs}: cos(W, W0), layer")]
-        if mine in end and cos:
-            rv = float(np.mean(1.0 - np.asarray(cos)))
-            out[mine] = {"this_run": end[mine], "record": rv,
-                         "relative_difference": abs(end[mine] - rv) / rv}
-    return out
+    return {mine: {"this_run": end[mine], "record": rv,
+                   "relative_difference": abs(end[mine] - rv) / rv}
+            for mine, rv in FIRST_RECORD.items() if mine in end}
 
 
 def main(argv=None) -> int:
@@ -86,8 +77,9 @@ def main(argv=None) -> int:
     gns = [a for a in end if a.startswith("gn")]
     adams = [a for a in end if a.startswith("adam")]
     ratio = {g: {a: end[g] / end[a] for a in adams} for g in gns}
-    out = {"_note": "App. G (weight cosine with init) on CIFAR-10 at the appG_cifar10 record's "
-           f"configuration ({res['n_train']} images, batch {cfg.batch_size}, d'={cfg.bottleneck}, "
+    out = {"_note": "App. G (weight cosine with init) on CIFAR-10 at the first appG_cifar10 "
+           f"record's configuration ({res['n_train']} images, batch {cfg.batch_size}, "
+           f"d'={cfg.bottleneck}, "
            f"{cfg.depth} blocks, {cfg.epochs} epochs, seed 0: same init and batches), rates "
            "fixed, no probes. 1 - cos(W, W0): mean over the half-coupled layers, per epoch. "
            "The record's claim: GN within 3x of Adam.",

@@ -169,10 +169,16 @@ def test_fig1_init_bottleneck_sets_the_initial_loss(key, monkeypatch):
     c = ex.FullBatchConfig.cifar_cpu()
     assert (c.dataset, c.depth, c.init_bottleneck) == ("cifar10", 6, 8000)
     assert c.bottleneck + 1 >= c.n_train  # every ReLU block's rank bound reaches n: exact
-    m = ex.MinibatchConfig.cifar_cpu()  # the issue: full data, reduced width/batch on a CPU
+
+
+def test_cifar_cpu_minibatch_config_is_full_data_at_reduced_width():
+    """The CPU CIFAR-10 mini-batch preset: the whole training and test sets and the paper's 6
+    blocks, reduced in d' and batch so that every block's rank bound d'+1 reaches the batch
+    (an exact right inverse is possible), the paper's d'=8000 init variance; not paper scale."""
+    m = ex.MinibatchConfig.cifar_cpu()
     assert (m.dataset, m.n_train, m.n_test, m.depth, m.init_bottleneck) == (
         "cifar10", None, None, 6, 8000)
-    assert m.bottleneck + 1 >= m.batch_size  # exact regime at every step
+    assert m.bottleneck + 1 >= m.batch_size
     assert not m.is_paper_scale and "full data" in m.scale_note
 
 
