@@ -21,7 +21,7 @@ def build_parser():
     p.add_argument("--n-train", type=int, default=None, help="training images (paper: all)")
     p.add_argument("--n-test", type=int, default=None, help="test images (paper: all)")
     p.add_argument("--no-convnet", action="store_true",
-                   help="DMN curve and baselines only (the one-layer ConvNets take 2.5-6 min "
+                   help="DMN curve and baselines only (the one-layer ConvNets take minutes "
                    "each at full CIFAR-10 on a 2-core CPU); the record is then reduced")
     return p
 

@@ -405,7 +405,8 @@ class TableConfig:
       dtype: ``"float32"`` or ``"float64"`` (the latter needs ``jax_enable_x64``).
       conv_rows: ``False`` drops the rows whose network trains conv layers end to end (a
         ``c`` token, e.g. ``d15,m,c80,m,de10``): the DMN-only rows of a table on a CPU, where
-        those ConvNets take hours at full data.  Set through :func:`table_config`, which
+        those ConvNets take minutes (one conv layer) to about an hour (wide two-layer nets) per run
+        at full data.  Set through :func:`table_config`, which
         filters ``rows``; the record is then ``"reduced"`` and its note says so.
     """
 
@@ -938,7 +939,8 @@ def _note(cfg) -> str:
                " (the others are not in this record).")
             + ("" if getattr(cfg, "conv_rows", True) else
                " Rows that train conv layers end to end were not run (conv_rows=False, "
-               "--no-conv-rows: hours per run at full data on a 2-core CPU), so the record "
+               "--no-conv-rows; minutes to an hour per run at full data on a 2-core CPU), so the "
+               "record "
                "is reduced and the claims that need them are open."))
 
 
@@ -1101,8 +1103,9 @@ class Fig6Config:
       dtype: as in ``TableConfig``.
       convnet: also train the one-layer ConvNet of each ``F`` (``False``: the DMN curve and
         the baselines only; the record is then reduced and the DMN-vs-ConvNet claim stays
-        open).  On a 2-core CPU a full-data CIFAR-10 ``cF,m,de10`` run of 50 epochs takes
-        2.5-6 min (``conv3x3``'s one-matmul route), all eight ConvNets ~30 min a seed.
+        open).  On a 2-core CPU a full-data CIFAR-10 ``cF,m,de10`` run of 50 epochs took
+        142-335 s on a quiet machine (``conv3x3``'s one-matmul route; up to ~2.5x that
+        under load), all eight ConvNets ~30 min a seed.
     """
 
     datasets: tuple[str, ...] = ("mnist", "cifar10", "cifar100")
