@@ -405,9 +405,9 @@ class TableConfig:
       dtype: ``"float32"`` or ``"float64"`` (the latter needs ``jax_enable_x64``).
       conv_rows: ``False`` drops the rows whose network trains conv layers end to end (a
         ``c`` token, e.g. ``d15,m,c80,m,de10``): the DMN-only rows of a table on a CPU, where
-        those ConvNets take minutes (one conv layer) to about an hour (wide two-layer nets) per run
-        at full data.  Set through :func:`table_config`, which
-        filters ``rows``; the record is then ``"reduced"`` and its note says so.
+        those ConvNets take minutes (one conv layer) to about an hour (wide two-layer nets) per
+        run at full data.  Set through :func:`table_config`, which filters ``rows``; the record
+        is then ``"reduced"`` and its note says so.
     """
 
     artifact: str = "table2"
@@ -940,8 +940,7 @@ def _note(cfg) -> str:
             + ("" if getattr(cfg, "conv_rows", True) else
                " Rows that train conv layers end to end were not run (conv_rows=False, "
                "--no-conv-rows; minutes to an hour per run at full data on a 2-core CPU), so the "
-               "record "
-               "is reduced and the claims that need them are open."))
+               "record is reduced and the claims that need them are open."))
 
 
 def _table_claims(cfg, rows) -> list[Claim]:
