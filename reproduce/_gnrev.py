@@ -39,6 +39,11 @@ def minibatch_parser(artifact: str, doc: str | None):
     p.add_argument("--n-train", type=int, default=None,
                    help="training images, label-balanced subset; 0 = the whole training set "
                    "(default: the configuration's)")
+    p.add_argument("--augment", choices=("none", "random_resized_crop"), default=None,
+                   help="training-batch augmentation: random_resized_crop = App. L's 'random "
+                   "crops and resizes' as the authors' CIFAR-10 configs set it (torchvision "
+                   "RandomResizedCrop, scale 0.08-1, ratio 3/4-4/3); default: the "
+                   "configuration's")
     p.add_argument("--cache-dir", type=pathlib.Path, default=None,
                    help="where the shared mini-batch run is cached (default: "
                    "checkpoints/gnrev_minibatch_<dataset> with --paper, else scratch/gnrev_cache)")
@@ -64,6 +69,8 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
                               ("n_train", args.n_train), ("seeds", args.seeds)) if v is not None}
     if over.get("n_train") == 0:
         over["n_train"] = None
+    if args.augment is not None:
+        over["augment"] = None if args.augment == "none" else args.augment
     if over:
         cfg = dataclasses.replace(cfg, **over,
                                   scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))

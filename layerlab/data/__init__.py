@@ -13,6 +13,9 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover - static view of the lazy names
+    from layerlab.data._augment import crop_resize as crop_resize
+    from layerlab.data._augment import random_resized_crop as random_resized_crop
+    from layerlab.data._augment import sample_crop_boxes as sample_crop_boxes
     from layerlab.data._dataset import Dataset as Dataset
     from layerlab.data._dataset import DatasetNotFoundError as DatasetNotFoundError
     from layerlab.data._download import DownloadError as DownloadError
@@ -45,6 +48,9 @@ if TYPE_CHECKING:  # pragma: no cover - static view of the lazy names
     from layerlab.data._transforms import train_val_split as train_val_split
 
 _LAZY = {
+    "crop_resize": "layerlab.data._augment",
+    "random_resized_crop": "layerlab.data._augment",
+    "sample_crop_boxes": "layerlab.data._augment",
     "Dataset": "layerlab.data._dataset",
     "DatasetNotFoundError": "layerlab.data._dataset",
     "ENV_VAR": "layerlab.data._files",
@@ -89,6 +95,7 @@ __all__ = [
     "ENV_VAR",
     "balanced_subset",
     "clear_cache",
+    "crop_resize",
     "data_roots",
     "dgl_protocol",
     "download",
@@ -100,8 +107,10 @@ __all__ = [
     "load",
     "one_hot",
     "per_class_counts",
+    "random_resized_crop",
     "random_subset",
     "read_idx",
+    "sample_crop_boxes",
     "scale",
     "select_classes",
     "standardize",

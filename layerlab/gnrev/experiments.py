@@ -182,6 +182,7 @@ class Prepared:
     num_outputs: int
     name: str
     note: str = ""
+    image_shape: tuple[int, int, int] | None = None  # (H, W, C) of the images behind the rows
 
 
 def _pad_even(x: np.ndarray) -> np.ndarray:
@@ -202,9 +203,13 @@ def load_classification(name: str = "mnist", n_train: int | None = None,
     xtr = np.asarray(lldata.flatten(tr.x), np.float32)
     xte = np.asarray(lldata.flatten(te.x), np.float32)
     mu, sd = float(xtr.mean()), float(xtr.std()) + 1e-8
+    shape = tuple(int(s) for s in np.shape(tr.x)[1:])
+    image_shape = (shape + (1,) if len(shape) == 2 else shape) if len(shape) in (2, 3) else None
+    if image_shape is not None and int(np.prod(image_shape)) != xtr.shape[1]:
+        image_shape = None  # padded to an even width: the rows are no longer whole images
     return Prepared(_pad_even((xtr - mu) / sd), np.asarray(tr.y, np.int32),
                     _pad_even((xte - mu) / sd), np.asarray(te.y, np.int32),
-                    int(tr.num_classes), name)
+                    int(tr.num_classes), name, image_shape=image_shape)
 
 
 def load_regression(name: str, *, seed: int = 0,
@@ -265,6 +270,45 @@ def _make_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> Tra
     return revmlp_optax_step(frozen, readout, tx, loss=loss, loss_after=loss_after)
 
 
+AUGMENTS = (None, "random_resized_crop")
+
+
+def _augmented_step(step, state, batch, key, *, aug):
+    """``step`` on the batch with its inputs augmented by ``aug(key', x)``; the step's own key
+    is passed on unchanged (``key' = fold_in(key, 0x5A)``)."""
+    x, y = batch
+    return step(state, (aug(jax.random.fold_in(key, 0x5A), x), y), key)
+
+
+@functools.lru_cache(maxsize=16)
+def _augmenter(name: str, image_shape: tuple[int, int, int]):
+    """``_augmented_step`` bound to the row augmentation ``name``; cached, so the same object
+    for every seed and arm (part of the key of ``fit``'s compiled program)."""
+    if name == "random_resized_crop":
+        # App. L: "random crops and resizes"; the authors' CIFAR-10 configs:
+        # RandomResizedCrop(size 32, scale (0.08, 1), ratio (0.75, 1.33))
+        aug = functools.partial(lldata.random_resized_crop, image_shape=image_shape,
+                                scale=(0.08, 1.0), ratio=(0.75, 1.33))
+        return functools.partial(_augmented_step, aug=aug)
+    raise ValueError(f"augment must be one of {AUGMENTS}, got {name!r}.")
+
+
+def augment_step(ts: TrainStep, augment: str | None,
+                 image_shape: tuple[int, int, int] | None) -> TrainStep:
+    """``ts`` with every training batch's inputs augmented (``augment=None``: ``ts``).
+
+    ``augment="random_resized_crop"``: torchvision's ``RandomResizedCrop`` as the authors'
+    CIFAR-10 configs set it (:func:`layerlab.data.random_resized_crop`), a fresh box per image
+    and step from the step's key.  Evaluation data are never augmented."""
+    if augment is None:
+        return ts
+    if image_shape is None:
+        raise ValueError(f"augment={augment!r} needs the data's image_shape (H, W, C); this "
+                         "data set's rows are not whole images.")
+    wrapped = _augmenter(augment, tuple(int(s) for s in image_shape))
+    return ts._replace(step=jax.tree_util.Partial(wrapped, ts.step))
+
+
 @functools.lru_cache(maxsize=64)
 def _arm_tx(factory, weight_decay: float) -> optax.GradientTransformation:
     """``inject_hyperparams`` of ``factory`` (+ decoupled weight decay): the rate lives in
@@ -317,8 +361,11 @@ def _first_linear(arm: Arm, default: bool) -> bool:
 def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
              data: tuple[ArrayLike, ArrayLike], *, steps: int, batch_size: int | None, rule: str,
              loss: str = "ce", key: jax.Array, progress: bool = False,
-             peak: float = 10.0, extend: int = 0) -> dict[str, Any]:
+             peak: float = 10.0, extend: int = 0, augment: str | None = None,
+             image_shape: tuple[int, int, int] | None = None) -> dict[str, Any]:
     """Train one run per rate of ``arm.lrs`` in one vmapped program; pick the rate by ``rule``.
+
+    ``augment`` / ``image_shape``: the training batches' augmentation (:func:`augment_step`).
 
     ``extend > 0``: while the pick is the grid's largest (smallest) rate, sweep one more rate
     beyond it, the grid's step ratio further out, and pick again among all -- at most
@@ -339,7 +386,8 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     initial value.  Returns ``{"lrs", "final", "stable", "best", "loss" [T, R], ...}``.
     """
     lrs = np.asarray(arm.lrs, np.float32)
-    ts = _make_step(arm, frozen, readout, loss=loss, loss_after=False)
+    ts = augment_step(_make_step(arm, frozen, readout, loss=loss, loss_after=False), augment,
+                      image_shape)
 
     def sweep(rates):
         states = jax.vmap(lambda lr: _init_state(arm, ts, params, lr))(jnp.asarray(rates))
@@ -418,6 +466,8 @@ def _arm_dict(a: Arm) -> dict[str, Any]:
 
 def _cfg_dict(cfg) -> dict[str, Any]:
     d = dataclasses.asdict(cfg)
+    if d.get("augment", "") is None:  # the field came later: configs without it keep their keys
+        del d["augment"]
     if hasattr(cfg, "arms"):
         d["arms"] = [_arm_dict(a) for a in cfg.arms]
     return d
@@ -727,6 +777,11 @@ class MinibatchConfig:
     2.6 at 8000; initial loss 78 / 57 / 4.3).  ``init_bottleneck=8000`` multiplies the
     initial ``W`` by ``sqrt((d'+d/2)/(8000+d/2))`` (:func:`init_w_scale`), the paper's
     per-weight variance, so a reduced net starts where the paper's does.
+
+    ``augment``: ``None``, or ``"random_resized_crop"`` -- App. L's "random crops and resizes"
+    of the CIFAR-10 training batches, as the authors' configs set it (torchvision's
+    ``RandomResizedCrop``, scale 0.08–1, ratio 3/4–4/3; :func:`augment_step`); the sweeps train
+    on augmented batches too, evaluation (test set, training-set loss, probes) never is.
     """
 
     dataset: str = "mnist"
@@ -747,6 +802,12 @@ class MinibatchConfig:
     ntk_n: int = 32
     probe: bool = True
     arms: tuple[Arm, ...] = default_arms("minibatch")
+    augment: str | None = None       # None or "random_resized_crop" (App. L, CIFAR-10)
+
+    def __post_init__(self):
+        if self.augment not in AUGMENTS:
+            raise ValueError(f"MinibatchConfig.augment must be one of {AUGMENTS}, got "
+                             f"{self.augment!r}.")
     scale_note: str = ("reduced: MNIST 8192 training images (paper 60000), d'=2048 (paper "
                        "8000), 10 epochs, 1 seed (paper 3)")
 
@@ -880,7 +941,8 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
         phases.append((arm.then, float(arm.then.lrs[0]), cfg.epochs - arm.switch_epoch))
     cur, hists = params, []
     for i, (a, rate, ep) in enumerate(phases):
-        ts = _make_step(a, frozen, P, loss="ce", loss_after=True)
+        ts = augment_step(_make_step(a, frozen, P, loss="ce", loss_after=True), cfg.augment,
+                          prep.image_shape)
         state = _init_state(a, ts, cur, rate)
         if i == 0:
             if pfile is not None and pfile.exists():
@@ -954,7 +1016,8 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
                                            init=cfg.init, w_scale=_arm_w_scale(cfg, arm, dim))
             sw = lr_sweep(arm, params, frozen, P, data, steps=cfg.sweep_epochs * spe,
                           batch_size=cfg.batch_size, rule="progress", extend=cfg.sweep_extend,
-                          key=jax.random.fold_in(keys[0], 3), progress=progress)
+                          key=jax.random.fold_in(keys[0], 3), progress=progress,
+                          augment=cfg.augment, image_shape=prep.image_shape)
             sw.pop("state")
             if sweep_file is not None:
                 _dump(sw, sweep_file)

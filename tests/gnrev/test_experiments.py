@@ -400,3 +400,40 @@ def test_fingerprint_tells_apart_arms_that_differ_only_in_switch_or_init_scale()
     plain = ex.Arm("adam", optax.adam, (1e-4,))
     assert ex._arm_dict(plain) == {"name": "adam", "optimizer": "adam", "lrs": [1e-4],
                                    "weight_decay": 0.0}
+
+
+def test_augment_step_trains_on_the_augmented_batch(key):
+    """``augment_step``: the wrapped step equals the plain step fed the batch that
+    ``random_resized_crop`` makes from ``fold_in(key, 0x5A)``; evaluation is untouched, a
+    config with ``augment=None`` keeps its fingerprint, a bad name is refused."""
+    from layerlab import data as D
+    H, W, C = 4, 4, 2
+    x = jax.random.normal(key, (6, H * W * C))
+    y = jax.random.randint(jax.random.key(1), (6,), 0, 3)
+    params, frozen, P = ex.make_model(jax.random.key(2), H * W * C, 1, 3, bottleneck=40,
+                                      first_linear=False)
+    arm = ex.Arm("sgd", optax.sgd, (0.1,))
+    ts = ex._make_step(arm, frozen, P, loss="ce", loss_after=False)
+    aug = ex.augment_step(ts, "random_resized_crop", (H, W, C))
+    assert ex.augment_step(ts, None, None) is ts
+    st = ex._init_state(arm, ts, params, 0.1)
+    k = jax.random.key(5)
+    got, m_got = jax.jit(aug.step)(st, (x, y), k)
+    xa = D.random_resized_crop(jax.random.fold_in(k, 0x5A), x, image_shape=(H, W, C),
+                               scale=(0.08, 1.0), ratio=(0.75, 1.33))
+    assert not np.allclose(np.asarray(xa), np.asarray(x))
+    want, m_want = jax.jit(ts.step)(st, (xa, y), k)
+    np.testing.assert_allclose(m_got["loss"], m_want["loss"], rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7),
+                 got.params, want.params)
+    # the same wrapped function for every call (one compiled program per arm and shape)
+    again = ex.augment_step(ts, "random_resized_crop", (H, W, C)).step
+    assert jax.tree.structure(again) == jax.tree.structure(aug.step)
+    with pytest.raises(ValueError, match="needs the data's image_shape"):
+        ex.augment_step(ts, "random_resized_crop", None)
+    with pytest.raises(ValueError, match="augment must be one of"):
+        ex.MinibatchConfig(augment="flip")
+    base = ex.MinibatchConfig()
+    assert "augment" not in ex._cfg_dict(base)
+    assert ex._fingerprint(base) != ex._fingerprint(
+        dataclasses.replace(base, augment="random_resized_crop"))
