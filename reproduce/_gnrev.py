@@ -42,7 +42,7 @@ def minibatch_parser(artifact: str, doc: str | None):
     p.add_argument("--augment", choices=("none", "random_resized_crop"), default=None,
                    help="training-batch augmentation: random_resized_crop = App. L's 'random "
                    "crops and resizes' as the authors' CIFAR-10 configs set it (torchvision "
-                   "RandomResizedCrop, scale 0.08-1, ratio 3/4-4/3); default: the "
+                   "RandomResizedCrop, scale 0.08-1, ratio 0.75-1.33); default: the "
                    "configuration's")
     p.add_argument("--cache-dir", type=pathlib.Path, default=None,
                    help="where the shared mini-batch run is cached (default: "
@@ -64,13 +64,16 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
     elif args.smoke:
         cfg = ex.MinibatchConfig.smoke()
     else:
-        cfg = ex.MinibatchConfig() if args.dataset == "mnist" else ex.MinibatchConfig.cifar_cpu()
+        cfg = ex.MinibatchConfig() if args.dataset == "mnist" else ex.MinibatchConfig.cifar_cpu(
+            **({} if args.augment is None else
+               {"augment": None if args.augment == "none" else args.augment}))
     over = {k: v for k, v in (("epochs", args.epochs), ("bottleneck", args.bottleneck),
                               ("n_train", args.n_train), ("seeds", args.seeds)) if v is not None}
     if over.get("n_train") == 0:
         over["n_train"] = None
-    if args.augment is not None:
-        over["augment"] = None if args.augment == "none" else args.augment
+    aug = None if args.augment in (None, "none") else args.augment
+    if args.augment is not None and aug != cfg.augment:  # cifar_cpu took it already
+        over["augment"] = aug
     if over:
         cfg = dataclasses.replace(cfg, **over,
                                   scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))

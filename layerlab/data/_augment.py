@@ -1,9 +1,10 @@
 """Image augmentation on flattened rows, in ``jnp`` (jit / vmap / inside a training step).
 
-``random_resized_crop`` is torchvision's ``RandomResizedCrop`` (the crop/resize augmentation
-App. L of Buffelli et al. 2024 uses on CIFAR-10; its authors' configs set ``scale=(0.08, 1)``,
-``ratio=(3/4, 4/3)``, output 32x32): a box of random area and aspect ratio is cut out of each
-image and resized back to the image's size by bilinear interpolation.
+``random_resized_crop`` is torchvision's ``RandomResizedCrop`` (the "random crops and resizes"
+App. L of Buffelli et al. 2024 uses on CIFAR-10; the authors' configs,
+``mtkresearch/exact_GN_revNN`` ``research/RevMLP/config/train_cifar_*.yaml``, set
+``scale=[0.08, 1.0]``, ``ratio=[0.75, 1.33]``, size 32x32): a box of random area and aspect
+ratio is cut out of each image and resized back to the image's size by bilinear interpolation.
 
 Samples are rows at the boundary: ``x`` is ``[n, H*W*C]`` in the row-major HWC order of
 :func:`layerlab.data.flatten` (pixel-major, channel-fastest), ``image_shape=(H, W, C)``.
@@ -63,17 +64,18 @@ def crop_resize(x: ArrayLike, boxes: ArrayLike, *, image_shape: Sequence[int]) -
               x[top + r_a(o_r),\\ left + c_b(o_c)], \\qquad
               src = (o + \\tfrac12)\\,\\tfrac{h}{H} - \\tfrac12
 
-    with the source position clamped to the box (torch's bilinear, ``align_corners=False``;
-    PIL blends the box's border pixels slightly differently).
+    with the source position clamped to the box (torch's bilinear, ``align_corners=False``).
+    Computed in floating point: integer (e.g. uint8) input gives float32 output, unrounded.
 
     Args:
       x: ``[n, H*W*C]`` rows (HWC order).
       boxes: ``[n, 4]`` integers ``(top, left, h, w)`` with ``0 <= top``, ``top + h <= H``,
-        ``0 <= left``, ``left + w <= W``, ``h, w >= 1`` (not checked when traced).
+        ``0 <= left``, ``left + w <= W``, ``h, w >= 1``.  Not checked (boxes are usually
+        traced): indices outside the image are clipped to its border.
       image_shape: ``(H, W, C)``.
 
     Returns:
-      ``[n, H*W*C]`` rows of ``x``'s dtype.
+      ``[n, H*W*C]`` rows of ``x``'s dtype (float32 for integer ``x``).
     """
     H, W, C = _check_rows(x, image_shape, "crop_resize")
     x = jnp.asarray(x)
@@ -82,8 +84,11 @@ def crop_resize(x: ArrayLike, boxes: ArrayLike, *, image_shape: Sequence[int]) -
         raise ValueError(f"crop_resize: boxes must be [n, 4] = [{x.shape[0]}, 4] "
                          f"(top, left, h, w), got shape {boxes.shape}.")
     imgs = x.reshape(x.shape[0], H, W, C)
+    if not jnp.issubdtype(imgs.dtype, jnp.floating):
+        imgs = imgs.astype(jnp.float32)
     out = jax.vmap(lambda im, b: _one_crop_resize(im, b.astype(jnp.int32), H, W))(imgs, boxes)
-    return out.reshape(x.shape[0], -1).astype(x.dtype)
+    dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+    return out.reshape(x.shape[0], -1).astype(dtype)
 
 
 def sample_crop_boxes(key: jax.Array, n: int, *, height: int, width: int,
@@ -156,7 +161,8 @@ def random_resized_crop(key: jax.Array, x: ArrayLike, *, image_shape: Sequence[i
       x: ``[n, H*W*C]`` rows (HWC order, as :func:`layerlab.data.flatten` makes them).
       image_shape: ``(H, W, C)``.
       scale: range of the box's area as a fraction of ``H W``.
-      ratio: range of the box's aspect ``w / h`` (sampled log-uniformly).
+      ratio: range of the box's aspect ``w / h`` (sampled log-uniformly; torchvision's default
+        ``(3/4, 4/3)``, the authors' CIFAR-10 configs ``(0.75, 1.33)``).
       attempts: candidates per image before the central-crop fallback (torchvision: 10).
 
     Returns:

@@ -205,10 +205,10 @@ def load_classification(name: str = "mnist", n_train: int | None = None,
     mu, sd = float(xtr.mean()), float(xtr.std()) + 1e-8
     shape = tuple(int(s) for s in np.shape(tr.x)[1:])
     image_shape = (shape + (1,) if len(shape) == 2 else shape) if len(shape) in (2, 3) else None
-    if image_shape is not None and int(np.prod(image_shape)) != xtr.shape[1]:
+    x_train, x_test = _pad_even((xtr - mu) / sd), _pad_even((xte - mu) / sd)
+    if image_shape is not None and int(np.prod(image_shape)) != x_train.shape[1]:
         image_shape = None  # padded to an even width: the rows are no longer whole images
-    return Prepared(_pad_even((xtr - mu) / sd), np.asarray(tr.y, np.int32),
-                    _pad_even((xte - mu) / sd), np.asarray(te.y, np.int32),
+    return Prepared(x_train, np.asarray(tr.y, np.int32), x_test, np.asarray(te.y, np.int32),
                     int(tr.num_classes), name, image_shape=image_shape)
 
 
@@ -285,8 +285,9 @@ def _augmenter(name: str, image_shape: tuple[int, int, int]):
     """``_augmented_step`` bound to the row augmentation ``name``; cached, so the same object
     for every seed and arm (part of the key of ``fit``'s compiled program)."""
     if name == "random_resized_crop":
-        # App. L: "random crops and resizes"; the authors' CIFAR-10 configs:
-        # RandomResizedCrop(size 32, scale (0.08, 1), ratio (0.75, 1.33))
+        # App. L: "random crops and resizes"; the authors' CIFAR-10 configs
+        # (mtkresearch/exact_GN_revNN research/RevMLP/config/train_cifar_*.yaml):
+        # randomresizecrop, size [32, 32], scale [0.08, 1.0], ratio [0.75, 1.33]
         aug = functools.partial(lldata.random_resized_crop, image_shape=image_shape,
                                 scale=(0.08, 1.0), ratio=(0.75, 1.33))
         return functools.partial(_augmented_step, aug=aug)
@@ -298,8 +299,9 @@ def augment_step(ts: TrainStep, augment: str | None,
     """``ts`` with every training batch's inputs augmented (``augment=None``: ``ts``).
 
     ``augment="random_resized_crop"``: torchvision's ``RandomResizedCrop`` as the authors'
-    CIFAR-10 configs set it (:func:`layerlab.data.random_resized_crop`), a fresh box per image
-    and step from the step's key.  Evaluation data are never augmented."""
+    CIFAR-10 configs set it (scale 0.08–1, ratio 0.75–1.33;
+    :func:`layerlab.data.random_resized_crop`), a fresh box per image and step from the step's
+    key.  Evaluation data are never augmented."""
     if augment is None:
         return ts
     if image_shape is None:
@@ -780,7 +782,7 @@ class MinibatchConfig:
 
     ``augment``: ``None``, or ``"random_resized_crop"`` -- App. L's "random crops and resizes"
     of the CIFAR-10 training batches, as the authors' configs set it (torchvision's
-    ``RandomResizedCrop``, scale 0.08–1, ratio 3/4–4/3; :func:`augment_step`); the sweeps train
+    ``RandomResizedCrop``, scale 0.08–1, ratio 0.75–1.33; :func:`augment_step`); the sweeps train
     on augmented batches too, evaluation (test set, training-set loss, probes) never is.
     """
 
@@ -816,10 +818,11 @@ class MinibatchConfig:
         depth = 2 if dataset == "mnist" else 6
         return cls(dataset=dataset, n_train=None, n_test=None, bottleneck=8000, depth=depth,
                    seeds=3, epochs=10, n_eval_train=10000, probe_n=512, ntk_n=64,
+                   augment="random_resized_crop" if dataset == "cifar10" else None,
                    scale_note="epochs: 10 (paper: up to 80-100 on a GPU)")
 
     @classmethod
-    def cifar_cpu(cls) -> MinibatchConfig:
+    def cifar_cpu(cls, augment: str | None = None) -> MinibatchConfig:
         """CIFAR-10 sized for a 2-core CPU: the full data (50000 / 10000 images) and the
         paper's 6 blocks (12-layer RevMLP, Fig. 4), reduced in width and batch: d'=1024 with
         batch 512 (the rank bound d'+1 = 1025 >= 512 allows an exact right inverse at a
@@ -828,17 +831,22 @@ class MinibatchConfig:
         near-square), ``W`` drawn with the
         paper's d'=8000 Xavier variance, 10 epochs (97 steps each), 1 seed, no
         gn_first_linear arm.  About 80 min on a 2-core CPU (a GN step 1.5 s, Adam 0.7 s, SGD
-        0.6 s; the three one-epoch sweeps ~25 min of it)."""
+        0.6 s; the three one-epoch sweeps ~25 min of it).  ``augment``: the training batches'
+        augmentation (``"random_resized_crop"``: App. L's, see the class docstring)."""
+        aug_note = ("1 seed (2-core CPU budget; CIFAR-10 cannot travel to the GPU); training "
+                    "batches augmented as App. L (random_resized_crop, the authors' scale "
+                    "0.08-1, ratio 0.75-1.33)" if augment is not None else
+                    "1 seed, no crop/resize augmentation (2-core CPU budget; CIFAR-10 cannot "
+                    "travel to the GPU)")
         return cls(dataset="cifar10", n_train=None, n_test=None, depth=6, bottleneck=1024,
                    init_bottleneck=8000,
                    batch_size=512, epochs=10, seeds=1, n_eval_train=4096, probe_n=500,
                    ntk_n=16, arms=default_arms("minibatch", with_first_linear=False),
+                   augment=augment,
                    scale_note="reduced: CIFAR-10 full data (50000 / 10000 images) but batch 512 "
                    "(paper 1024), d'=1024 (paper 8000; W drawn with the paper's d'=8000 Xavier "
                    "variance so the net starts at the paper's scale), 10 epochs (paper 80-1000), "
-                   "1 seed, no "
-                   "crop/resize augmentation (2-core CPU budget; CIFAR-10 cannot travel to the "
-                   "GPU)")
+                   + aug_note)
 
     @classmethod
     def smoke(cls) -> MinibatchConfig:

@@ -404,9 +404,12 @@ def test_fingerprint_tells_apart_arms_that_differ_only_in_switch_or_init_scale()
 
 def test_augment_step_trains_on_the_augmented_batch(key):
     """``augment_step``: the wrapped step equals the plain step fed the batch that
-    ``random_resized_crop`` makes from ``fold_in(key, 0x5A)``; evaluation is untouched, a
-    config with ``augment=None`` keeps its fingerprint, a bad name is refused."""
+    ``random_resized_crop`` makes from ``fold_in(key, 0x5A)`` and stays a traced Partial (one
+    compiled program per arm); configs with ``augment=None`` keep the fingerprints they had
+    before the field existed (their checkpoints and caches stay valid); a bad name is
+    refused."""
     from layerlab import data as D
+    from layerlab.loop._chunks import is_traced_partial
     H, W, C = 4, 4, 2
     x = jax.random.normal(key, (6, H * W * C))
     y = jax.random.randint(jax.random.key(1), (6,), 0, 3)
@@ -429,11 +432,19 @@ def test_augment_step_trains_on_the_augmented_batch(key):
     # the same wrapped function for every call (one compiled program per arm and shape)
     again = ex.augment_step(ts, "random_resized_crop", (H, W, C)).step
     assert jax.tree.structure(again) == jax.tree.structure(aug.step)
+    assert is_traced_partial(aug.step)
     with pytest.raises(ValueError, match="needs the data's image_shape"):
         ex.augment_step(ts, "random_resized_crop", None)
     with pytest.raises(ValueError, match="augment must be one of"):
         ex.MinibatchConfig(augment="flip")
     base = ex.MinibatchConfig()
     assert "augment" not in ex._cfg_dict(base)
+    # the fingerprints as of c1c37cd, before ``augment`` existed
+    assert ex._fingerprint(base) == "6eeff3c812e8d3db"
+    assert ex._fingerprint(ex.MinibatchConfig.cifar_cpu()) == "1b30f8ca6aaf9e04"
+    assert ex.MinibatchConfig.cifar_cpu("random_resized_crop").augment == "random_resized_crop"
+    assert "no crop/resize" not in ex.MinibatchConfig.cifar_cpu("random_resized_crop").scale_note
+    assert ex.MinibatchConfig.paper("cifar10").augment == "random_resized_crop"
+    assert ex.MinibatchConfig.paper("mnist").augment is None
     assert ex._fingerprint(base) != ex._fingerprint(
         dataclasses.replace(base, augment="random_resized_crop"))
