@@ -59,6 +59,8 @@ ap.add_argument("--compare-record", default=None,
                 "training losses (mean over its seeds) are drawn beside these arms' in "
                 "<out>_losses.png and copied into the JSON under 'compare'")
 ap.add_argument("--checkpoint-dir", default="scratch/ck_gnrev_ntk_rate")
+ap.add_argument("--augment", default=None, choices=("random_resized_crop",),
+                help="training-batch augmentation (App. L's, MinibatchConfig.augment)")
 args = ap.parse_args()
 
 gn_rates = [float(r) for r in args.gn_rates.split(",")]
@@ -77,7 +79,7 @@ cfg = ex.MinibatchConfig(dataset=args.dataset, n_train=n_train, n_test=n_test,
                          batch_size=args.batch, epochs=args.epochs, depth=depth,
                          bottleneck=args.bottleneck,
                          init_bottleneck=8000 if args.bottleneck < 8000 else None,
-                         seeds=1, arms=tuple(arms))
+                         seeds=1, arms=tuple(arms), augment=args.augment)
 res = ex.run_minibatch(cfg, key=jax.random.key(0), progress=False,
                        checkpoint_dir=args.checkpoint_dir)
 out = {"_note": ("Fig. 4 NTK/CKA vs GN's learning rate (per block, the authors' convention; "
@@ -86,7 +88,8 @@ out = {"_note": ("Fig. 4 NTK/CKA vs GN's learning rate (per block, the authors' 
                  f"{cfg.ntk_n} test images; CKA: linear, {cfg.probe_n} test images."),
        "config": {"dataset": args.dataset, "n_train": res["n_train"], "n_test": n_test,
                   "batch": args.batch, "bottleneck": args.bottleneck, "depth": depth,
-                  "epochs": args.epochs, "init_bottleneck": cfg.init_bottleneck},
+                  "epochs": args.epochs, "init_bottleneck": cfg.init_bottleneck,
+                  "augment": args.augment},
        "arms": {}}
 for a, v in res["arms"].items():
     al, ch, rel, sc = ex._ntk_series(res, a)
@@ -108,7 +111,14 @@ for a, v in res["arms"].items():
         "train_loss_per_epoch": [float(x) for x in r["eval_train_loss_full"]],
         "test_acc_per_epoch": [float(x) for x in r["eval_test_accuracy"]],
         "certificate": {"median_residual": float(np.median(r["residual"])),
-                        "min_rank": float(np.min(r["min_rank"]))} if "residual" in r else None,
+                        "min_rank": float(np.min(r["min_rank"])),
+                        # per-epoch medians of the GN step's diagnostics
+                        **{f"{k}_per_epoch_median": [
+                            float(np.median(x)) for x in np.array_split(
+                                np.asarray(r[k])[:res["steps_per_epoch"] * args.epochs],
+                                args.epochs)]
+                           for k in ("residual", "update_norm", "min_rank")}}
+        if "residual" in r else None,
         "finite": bool(np.all(np.isfinite(r["loss"]))),
         "ntk_align_per_epoch": [float(x) for x in al[0]],
         "ntk_distance_per_epoch_curve": [float(x) for x in ch[0]],
