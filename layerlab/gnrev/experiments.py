@@ -52,7 +52,7 @@ from jax.typing import ArrayLike
 from layerlab import data as lldata
 from layerlab import probes
 from layerlab.kernels import empirical_ntk
-from layerlab.loop import TrainStep, fit
+from layerlab.loop import TrainStep, augment_inputs, fit
 from layerlab.record import Claim, Record, Row, row_from_values
 
 from ._gauss_newton import PinvConfig
@@ -275,24 +275,16 @@ def _make_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> Tra
 AUGMENTS = (None, "random_resized_crop")
 
 
-def _augmented_step(step, state, batch, key, *, aug):
-    """``step`` on the batch with its inputs augmented by ``aug(key', x)``; the step's own key
-    is passed on unchanged (``key' = fold_in(key, 0x5A)``)."""
-    x, y = batch
-    return step(state, (aug(jax.random.fold_in(key, 0x5A), x), y), key)
-
-
 @functools.lru_cache(maxsize=16)
 def _augmenter(name: str, image_shape: tuple[int, int, int]):
-    """``_augmented_step`` bound to the row augmentation ``name``; cached, so the same object
-    for every seed and arm (part of the key of ``fit``'s compiled program)."""
+    """The row augmentation ``name``; cached, so the same object for every seed and arm
+    (part of the key of ``fit``'s compiled program, :func:`layerlab.loop.augment_inputs`)."""
     if name == "random_resized_crop":
         # App. L: "random crops and resizes"; the authors' CIFAR-10 configs
         # (mtkresearch/exact_GN_revNN research/RevMLP/config/train_cifar_*.yaml):
         # randomresizecrop, size [32, 32], scale [0.08, 1.0], ratio [0.75, 1.33]
-        aug = functools.partial(lldata.random_resized_crop, image_shape=image_shape,
-                                scale=(0.08, 1.0), ratio=(0.75, 1.33))
-        return functools.partial(_augmented_step, aug=aug)
+        return functools.partial(lldata.random_resized_crop, image_shape=image_shape,
+                                 scale=(0.08, 1.0), ratio=(0.75, 1.33))
     raise ValueError(f"augment must be one of {AUGMENTS}, got {name!r}.")
 
 
@@ -309,8 +301,7 @@ def augment_step(ts: TrainStep, augment: str | None,
     if image_shape is None:
         raise ValueError(f"augment={augment!r} needs the data's image_shape (H, W, C); this "
                          "data set's rows are not whole images.")
-    wrapped = _augmenter(augment, tuple(int(s) for s in image_shape))
-    return ts._replace(step=jax.tree_util.Partial(wrapped, ts.step))
+    return augment_inputs(ts, _augmenter(augment, tuple(int(s) for s in image_shape)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -20,6 +20,7 @@ from layerlab.loop._history import history_to_jsonable as history_to_jsonable
 from layerlab.loop._placement import Placement as Placement
 from layerlab.loop._step import TrainState as TrainState
 from layerlab.loop._step import TrainStep as TrainStep
+from layerlab.loop._step import augment_inputs as augment_inputs
 from layerlab.loop._step import optax_step as optax_step
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Placement",
     "TrainState",
     "TrainStep",
+    "augment_inputs",
     "fit",
     "history_from_jsonable",
     "history_to_jsonable",

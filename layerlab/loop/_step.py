@@ -6,6 +6,7 @@ layer-wise step, ...) can be passed to :func:`layerlab.loop.fit` instead.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -13,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-__all__ = ["TrainState", "TrainStep", "optax_step"]
+__all__ = ["TrainState", "TrainStep", "augment_inputs", "optax_step"]
 
 
 class TrainState(NamedTuple):
@@ -121,3 +122,21 @@ def optax_step(
                           state.model_state), metrics
 
     return TrainStep(init, step)
+
+
+def _augmented_step(step, state, batch, key, *, aug):
+    x, y = batch
+    return step(state, (aug(jax.random.fold_in(key, 0x5A), x), y), key)
+
+
+def augment_inputs(ts: TrainStep, aug: Callable[[jax.Array, Any], Any]) -> TrainStep:
+    """``ts`` whose step sees every batch ``(x, y)`` as ``(aug(key', x), y)``.
+
+    ``key' = fold_in(key, 0x5A)`` of the step's own key (which is passed on unchanged), so the
+    augmentation draws are a function of ``fit``'s key and the step index.  Pass the same
+    ``aug`` object (e.g. a module-level ``functools.partial``) every time: it is part of the
+    compiled program's key, so one ``aug`` gives one program per step and shapes.  Data
+    augmentation on the training stream only; evaluation (``fit``'s ``eval_fn``) is untouched.
+    """
+    return ts._replace(step=jax.tree_util.Partial(
+        functools.partial(_augmented_step, aug=aug), ts.step))

@@ -433,3 +433,32 @@ def test_permutation_fallback_path_gives_same_batches(key, monkeypatch):
     st, _ = loop.fit(fresh_step, ts.init(_params()), data, steps=11, batch_size=10, key=key,
                      progress=False, chunk_size=6)
     np.testing.assert_allclose(st.params["w"], ref.params["w"], rtol=1e-5, atol=1e-6)
+
+
+def test_augment_inputs_equals_fitting_the_augmented_batches_by_hand():
+    """``augment_inputs``: a ``fit`` of the wrapped step equals a Python loop that applies the
+    plain step to batches it augments itself, with ``fold_in(key_t, 0x5A)`` of the documented
+    step keys ``key_t = fold_in(k_step, t)``, ``(k_data, k_step) = split(key)``."""
+    def loss_fn(p, batch):
+        x, y = batch
+        return jnp.mean((x @ p - y) ** 2)
+
+    def aug(k, x):  # a random per-row scale
+        return x * (1.0 + jax.random.uniform(k, (x.shape[0], 1)))
+
+    ts = loop.optax_step(loss_fn, optax.sgd(0.05))
+    wrapped = loop.augment_inputs(ts, aug)
+    x = jax.random.normal(jax.random.key(0), (8, 3))
+    y = x @ jnp.array([1.0, -2.0, 0.5])
+    key = jax.random.key(7)
+    st, _ = loop.fit(wrapped.step, ts.init(jnp.zeros(3)), (x, y), key=key, steps=3,
+                     batch_size=None, progress=False)
+    k_step = jax.random.split(key)[1]
+    manual = ts.init(jnp.zeros(3))
+    for t in range(3):
+        k = jax.random.fold_in(k_step, t)
+        manual, _ = ts.step(manual, (aug(jax.random.fold_in(k, 0x5A), x), y), k)
+    np.testing.assert_allclose(st.params, manual.params, rtol=1e-5)
+    plain, _ = loop.fit(ts.step, ts.init(jnp.zeros(3)), (x, y), key=key, steps=3,
+                        batch_size=None, progress=False)
+    assert not np.allclose(st.params, plain.params, rtol=1e-3)
