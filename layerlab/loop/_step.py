@@ -138,5 +138,11 @@ def augment_inputs(ts: TrainStep, aug: Callable[[jax.Array, Any], Any]) -> Train
     compiled program's key, so one ``aug`` gives one program per step and shapes.  Data
     augmentation on the training stream only; evaluation (``fit``'s ``eval_fn``) is untouched.
     """
-    return ts._replace(step=jax.tree_util.Partial(
-        functools.partial(_augmented_step, aug=aug), ts.step))
+    return ts._replace(step=jax.tree_util.Partial(_augment_wrapper(aug), ts.step))
+
+
+@functools.lru_cache(maxsize=64)
+def _augment_wrapper(aug):
+    # one wrapper object per ``aug``: Partial compares its function by identity, so a fresh
+    # functools.partial per call would compile a new program per call
+    return functools.partial(_augmented_step, aug=aug)
