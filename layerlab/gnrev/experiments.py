@@ -463,6 +463,8 @@ def _cfg_dict(cfg) -> dict[str, Any]:
     d = dataclasses.asdict(cfg)
     if d.get("augment", "") is None:  # the field came later: configs without it keep their keys
         del d["augment"]
+    if d.get("max_climb", "") == 0.1:  # likewise (no earlier run climbed: same results)
+        del d["max_climb"]
     if hasattr(cfg, "arms"):
         d["arms"] = [_arm_dict(a) for a in cfg.arms]
     return d
@@ -798,11 +800,19 @@ class MinibatchConfig:
     probe: bool = True
     arms: tuple[Arm, ...] = default_arms("minibatch")
     augment: str | None = None       # None or "random_resized_crop" (App. L, CIFAR-10)
+    # §5.2 "without any training instabilities": a full run counts as unstable when its loss
+    # goes non-finite or its epoch-mean training loss climbs back more than ``max_climb`` of
+    # the way from its lowest epoch toward the initial loss (``None``: non-finite only); the
+    # arm then retrains at the grid's next smaller rate (``_train_stable``).
+    max_climb: float | None = 0.1
 
     def __post_init__(self):
         if self.augment not in AUGMENTS:
             raise ValueError(f"MinibatchConfig.augment must be one of {AUGMENTS}, got "
                              f"{self.augment!r}.")
+        if self.max_climb is not None and not self.max_climb > 0:
+            raise ValueError(f"MinibatchConfig.max_climb must be None or > 0, got "
+                             f"{self.max_climb!r}.")
     scale_note: str = ("reduced: MNIST 8192 training images (paper 60000), d'=2048 (paper "
                        "8000), 10 epochs, 1 seed (paper 3)")
 
@@ -989,7 +999,9 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     fp = _fingerprint(cfg, kd)
     cache = None if cache_dir is None else pathlib.Path(cache_dir) / f"minibatch_{fp}.pkl"
     if cache is not None and cache.exists():
-        return _load(cache)
+        res = _load(cache)
+        if not _stale_instability(cfg, res):
+            return res
     t0 = time.perf_counter()
     prep = load_classification(cfg.dataset, cfg.n_train, cfg.n_test, data_dir=data_dir)
     if len(prep.x_train) < cfg.batch_size:
@@ -1004,7 +1016,8 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     # Sweeps and (arm, seed) runs do not depend on the seed count or the note, so their folder
     # is keyed without them: a 3-seed run reuses a 1-seed run's sweeps and seed 0 (seed keys
     # are fold_in(key, s), the sweep uses seed 0's key).
-    fp_runs = _fingerprint(dataclasses.replace(cfg, seeds=0, scale_note=""), kd)
+    # ``max_climb`` decides between finished runs, it changes none: not part of the key either.
+    fp_runs = _fingerprint(dataclasses.replace(cfg, seeds=0, scale_note="", max_climb=0.1), kd)
     done = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"done_{fp_runs}"
     for arm in cfg.arms:
         sweep_file = None if done is None else done / f"{arm.name}_sweep.pkl"
@@ -1040,32 +1053,82 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
 def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
                   checkpoint_dir, fp: str, progress: bool
                   ) -> tuple[float, list[dict[str, np.ndarray]], list[float]]:
-    """Train every seed at ``lr``; while a seed's loss goes non-finite, retrain all seeds at
-    the next smaller rate of ``arm.lrs``.  Returns ``(rate used, runs, replaced rates)``."""
+    """Train every seed at ``lr``; while a seed's run is unstable (:func:`run_unstable`), retrain
+    all seeds at the next smaller rate of ``arm.lrs``.  Returns ``(rate used, runs, replaced
+    rates)``."""
     lower = sorted((float(r) for r in arm.lrs if float(r) < lr), reverse=True)
     diverged: list[float] = []
+    def bad(r):
+        return run_unstable(r["loss"], cfg.epochs, cfg.max_climb)
+
     while True:
-        runs = _train_seeds(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp, progress)
-        if all(np.all(np.isfinite(r["loss"])) for r in runs) or not lower:
+        # with a smaller rate left, stop at the first unstable seed (the rest would be retrained
+        # at the smaller rate anyway); seeds already finished are loaded, not retrained
+        runs = _train_seeds(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp, progress,
+                            stop=bad if lower else None)
+        if not any(bad(r) for r in runs) or not lower:
             return lr, runs, diverged
         diverged.append(lr)
         lr = lower.pop(0)
 
 
+def _stale_instability(cfg: MinibatchConfig, res) -> bool:
+    """A cached result made before ``max_climb`` existed kept a run the rule now rejects (an
+    arm whose runs are unstable while the grid has a smaller rate): recompute (its finished
+    runs are reused from the checkpoints)."""
+    for arm in cfg.arms:
+        a = res["arms"].get(arm.name)
+        if a is None:
+            return True
+        if (any(run_unstable(r["loss"], cfg.epochs, cfg.max_climb) for r in a["seeds"])
+                and any(float(r) < a["lr"] for r in arm.lrs)):
+            return True
+    return False
+
+
+def loss_climb(loss, epochs: int) -> float:
+    """How far a run's training loss climbed back: ``(m_E - min_e m_e) / (l_0 - min_e m_e)``,
+    ``m_e`` the mean per-step loss of epoch ``e`` (``loss`` split into ``epochs`` equal parts),
+    ``l_0`` the first step's loss.  0 for a run that ends at its lowest epoch, 1 for one that
+    climbs back to where it started; ``inf`` for a non-finite loss."""
+    v = np.asarray(loss, np.float64)
+    if not np.all(np.isfinite(v)):
+        return float("inf")
+    m = np.array([c.mean() for c in np.array_split(v, max(1, min(int(epochs), v.size)))])
+    low = m.min()
+    drop = v[0] - low
+    return float((m[-1] - low) / drop) if drop > 0 else 0.0
+
+
+def run_unstable(loss, epochs: int, max_climb: float | None = 0.1) -> bool:
+    """§5.2's "training instabilities" in a full run: a non-finite loss, or (``max_climb`` not
+    ``None``) a training loss that climbs back more than ``max_climb`` of the way from its
+    lowest epoch mean toward its initial value (:func:`loss_climb`)."""
+    c = loss_climb(loss, epochs)
+    return not np.isfinite(c) or (max_climb is not None and c > max_climb)
+
+
 def _train_seeds(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
-                 checkpoint_dir, fp: str, progress: bool) -> list[dict[str, np.ndarray]]:
-    """One run per seed at rate ``lr``, each kept under ``done`` (resumable)."""
+                 checkpoint_dir, fp: str, progress: bool, stop=None
+                 ) -> list[dict[str, np.ndarray]]:
+    """One run per seed at rate ``lr``, each kept under ``done`` (resumable).  ``stop``: a
+    predicate on a run; the seeds after the first run it accepts are not trained (the list is
+    then shorter than ``keys``)."""
     runs = []
     for s, ks in enumerate(keys):
         name = f"{arm.name}_lr{lr:g}_s{s}"
         run_file = None if done is None else done / f"{name}.pkl"
         if run_file is not None and run_file.exists():
             runs.append(_load(run_file))
-            continue
-        ck = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"{fp}_{name}"
-        runs.append(_train_arm(cfg, arm, lr, prep, ks, progress=progress, checkpoint_dir=ck))
-        if run_file is not None:
-            _dump(runs[-1], run_file)
+        else:
+            ck = (None if checkpoint_dir is None
+                  else pathlib.Path(checkpoint_dir) / f"{fp}_{name}")
+            runs.append(_train_arm(cfg, arm, lr, prep, ks, progress=progress,
+                                   checkpoint_dir=ck))
+            if run_file is not None:
+                _dump(runs[-1], run_file)
+        if stop is not None and stop(runs[-1]):
+            break
     return runs
 
 
@@ -1110,8 +1173,10 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
              f"GN in the authors' per-block convention): {lrs}"
              + (f"; rates swept past the grid's edge after an edge pick: {ext}" if ext else "")
              + (f"; picks still at the edge of the swept rates: {edge}" if edge else "")
-             + (f"; rates that passed the sweep but diverged in the full run, replaced by the "
-                f"next smaller rate of the grid: {dropped}" if dropped else ""),
+             + (f"; rates that passed the sweep but were unstable in the full run (loss "
+                f"non-finite, or epoch-mean training loss climbing back more than "
+                f"{cfg.max_climb} of the way from its lowest epoch toward the initial loss), "
+                f"replaced by the next smaller rate of the grid: {dropped}" if dropped else ""),
              f"{cfg.epochs} epochs of {res['steps_per_epoch']} steps (paper: up to 80-100 on "
              "MNIST/CIFAR-10, 1000 in App. E)"]
     if "gn_first_linear" in res["arms"]:

@@ -105,6 +105,58 @@ def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monk
     assert lr == 0.3 and dropped == [] and not np.isfinite(runs[0]["loss"]).all()
 
 
+def test_loss_climb_and_unstable_rule_against_hand_values():
+    """``loss_climb`` = (last epoch mean - lowest epoch mean) / (first loss - lowest epoch
+    mean), by hand on a 4-epoch curve; ``run_unstable`` flags it above ``max_climb``."""
+    # epochs of 2 steps: means 3.0, 1.5, 2.0, 2.5 (first step 4.0, lowest mean 1.5)
+    loss = np.array([4.0, 2.0, 1.0, 2.0, 2.0, 2.0, 2.5, 2.5])
+    assert ex.loss_climb(loss, 4) == pytest.approx((2.5 - 1.5) / (4.0 - 1.5))
+    assert ex.run_unstable(loss, 4, 0.1) and not ex.run_unstable(loss, 4, 0.5)
+    assert not ex.run_unstable(loss, 4, None)
+    # a run ending at its lowest epoch: 0; one ending a hair above (MNIST-like tiny losses)
+    assert ex.loss_climb(np.array([2.3, 1.0, 0.5, 0.2]), 2) == 0.0
+    assert ex.loss_climb(np.array([2.3, 0.0, 1.4e-3, 1.4e-3, 1.6e-3, 1.6e-3]), 3) < 1e-3
+    assert ex.loss_climb(np.array([1.0, np.nan]), 1) == np.inf
+    assert ex.run_unstable(np.array([1.0, np.inf]), 1, None)
+    with pytest.raises(ValueError, match="max_climb must be None or > 0"):
+        ex.MinibatchConfig(max_climb=0.0)
+
+
+def test_minibatch_rate_whose_loss_climbs_back_is_replaced(tmp_path, monkeypatch):
+    """§5.2's 'without instabilities' beyond NaN: a finite full run whose training loss climbs
+    back (GN 0.1 under augmentation did: epoch means 1.86 -> 2.38) moves the arm to the next
+    smaller rate; with ``max_climb=None`` it is kept.  The cached result of a run made before
+    the rule is recomputed (``_stale_instability``) while a stable one is reused."""
+    calls = []
+
+    def fake_train(cfg, arm, lr, prep, ks, *, progress, checkpoint_dir):
+        calls.append((lr, ks))
+        climb = [4.0, 2.0, 1.9, 2.5] if lr > 0.05 else [4.0, 2.0, 1.9, 1.8]
+        return {"loss": np.array(climb)}
+
+    monkeypatch.setattr(ex, "_train_arm", fake_train)
+    cfg = dataclasses.replace(ex.MinibatchConfig.smoke(), epochs=3)  # means 3, 1.9, 2.5
+    arm = ex.Arm("gn", optax.sgd, (0.05, 0.1))
+    lr, runs, dropped = ex._train_stable(cfg, arm, 0.1, None, [0, 1], tmp_path / "two", None,
+                                         "fp", False)
+    assert (lr, dropped, len(runs)) == (0.05, [0.1], 2)
+    # seed 0 at 0.1 climbed: seed 1 is not trained at 0.1 at all
+    assert calls == [(0.1, 0), (0.05, 0), (0.05, 1)]
+    lr, runs, dropped = ex._train_stable(cfg, arm, 0.1, None, [0], tmp_path, None, "fp", False)
+    assert (lr, dropped) == (0.05, [0.1])
+    off = dataclasses.replace(cfg, max_climb=None)
+    assert ex._train_stable(off, arm, 0.1, None, [0], tmp_path, None, "fp", False)[0] == 0.1
+    cfg1 = dataclasses.replace(cfg, arms=(arm,))
+    old = {"arms": {"gn": {"lr": 0.1, "seeds": [fake_train(0, 0, 0.1, 0, 0, progress=0,
+                                                             checkpoint_dir=0)]}}}
+    assert ex._stale_instability(cfg1, old)
+    assert not ex._stale_instability(dataclasses.replace(cfg1, max_climb=None), old)
+    assert not ex._stale_instability(cfg1, {"arms": {"gn": {"lr": 0.05, "seeds": runs}}})
+    # max_climb is in neither the default config's fingerprint nor the runs' folder key
+    assert "max_climb" not in ex._cfg_dict(ex.MinibatchConfig())
+    assert "max_climb" in ex._cfg_dict(off)
+
+
 def test_init_bottleneck_gives_a_reduced_net_the_papers_variance_and_scale(key):
     """``init_w_scale``: a d'=64 net drawn with d'=4000's Xavier variance has that variance
     (closed form 2 g^2 / (d'+d/2), g^2 = 2) and starts at the wide net's output scale; with
