@@ -463,7 +463,8 @@ def _cfg_dict(cfg) -> dict[str, Any]:
     d = dataclasses.asdict(cfg)
     if d.get("augment", "") is None:  # the field came later: configs without it keep their keys
         del d["augment"]
-    if d.get("max_climb", "") == 0.1:  # likewise (no earlier run climbed: same results)
+    # likewise; a cached result made before the rule is re-checked on load (_stale_instability)
+    if d.get("max_climb", "") == 0.1:
         del d["max_climb"]
     if hasattr(cfg, "arms"):
         d["arms"] = [_arm_dict(a) for a in cfg.arms]
@@ -1039,8 +1040,9 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
             sw = None
         lr = float(arm.lrs[0]) if sw is None else sw["best"]
         # §5.2 "without any training instabilities": a rate that passed the one-epoch sweep
-        # but makes a full run diverge is replaced by the next smaller rate of the grid (all
-        # seeds rerun at it), and the replaced rates are reported.
+        # but makes a full run unstable (non-finite, or its training loss climbs back:
+        # run_unstable) is replaced by the next smaller rate of the grid (all seeds rerun at
+        # it), and the replaced rates are reported.
         lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp_runs,
                                            progress)
         out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs, "diverged_lrs": diverged}
@@ -1056,7 +1058,8 @@ def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, key
     """Train every seed at ``lr``; while a seed's run is unstable (:func:`run_unstable`), retrain
     all seeds at the next smaller rate of ``arm.lrs``.  Returns ``(rate used, runs, replaced
     rates)``."""
-    lower = sorted((float(r) for r in arm.lrs if float(r) < lr), reverse=True)
+    # the sweep returns a float32 rate (0.1 -> 0.10000000149): the grid's own 0.1 is not smaller
+    lower = sorted((float(r) for r in arm.lrs if float(r) < lr * (1 - 1e-6)), reverse=True)
     diverged: list[float] = []
     def bad(r):
         return run_unstable(r["loss"], cfg.epochs, cfg.max_climb)
@@ -1074,14 +1077,14 @@ def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, key
 
 def _stale_instability(cfg: MinibatchConfig, res) -> bool:
     """A cached result made before ``max_climb`` existed kept a run the rule now rejects (an
-    arm whose runs are unstable while the grid has a smaller rate): recompute (its finished
-    runs are reused from the checkpoints)."""
+    arm whose runs are unstable while the grid has a smaller rate): recompute (with a
+    ``checkpoint_dir`` its finished sweeps and runs are reloaded, without one they retrain)."""
     for arm in cfg.arms:
         a = res["arms"].get(arm.name)
         if a is None:
             return True
         if (any(run_unstable(r["loss"], cfg.epochs, cfg.max_climb) for r in a["seeds"])
-                and any(float(r) < a["lr"] for r in arm.lrs)):
+                and any(float(r) < a["lr"] * (1 - 1e-6) for r in arm.lrs)):
             return True
     return False
 
@@ -1090,14 +1093,21 @@ def loss_climb(loss, epochs: int) -> float:
     """How far a run's training loss climbed back: ``(m_E - min_e m_e) / (l_0 - min_e m_e)``,
     ``m_e`` the mean per-step loss of epoch ``e`` (``loss`` split into ``epochs`` equal parts),
     ``l_0`` the first step's loss.  0 for a run that ends at its lowest epoch, 1 for one that
-    climbs back to where it started; ``inf`` for a non-finite loss."""
-    v = np.asarray(loss, np.float64)
+    climbs back to where it started; ``inf`` for a non-finite loss or one that never went below
+    ``l_0`` and ends above it.  A run whose loss barely drops has a small denominator: a
+    slow arm's noise can then read as a climb."""
+    v = np.asarray(loss, np.float64).ravel()
+    if v.size < max(1, int(epochs)):
+        raise ValueError(f"loss must have at least one entry per epoch ({epochs}), got "
+                         f"{v.size} entries")
     if not np.all(np.isfinite(v)):
         return float("inf")
-    m = np.array([c.mean() for c in np.array_split(v, max(1, min(int(epochs), v.size)))])
+    m = np.array([c.mean() for c in np.array_split(v, max(1, int(epochs)))])
     low = m.min()
     drop = v[0] - low
-    return float((m[-1] - low) / drop) if drop > 0 else 0.0
+    if drop <= 0:  # never went below the first step's loss: unstable if it ends above it
+        return float("inf") if m[-1] > v[0] else 0.0
+    return float((m[-1] - low) / drop)
 
 
 def run_unstable(loss, epochs: int, max_climb: float | None = 0.1) -> bool:

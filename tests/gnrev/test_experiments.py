@@ -115,7 +115,13 @@ def test_loss_climb_and_unstable_rule_against_hand_values():
     assert not ex.run_unstable(loss, 4, None)
     # a run ending at its lowest epoch: 0; one ending a hair above (MNIST-like tiny losses)
     assert ex.loss_climb(np.array([2.3, 1.0, 0.5, 0.2]), 2) == 0.0
-    assert ex.loss_climb(np.array([2.3, 0.0, 1.4e-3, 1.4e-3, 1.6e-3, 1.6e-3]), 3) < 1e-3
+    assert ex.loss_climb(np.array([2.3, 0.0, 1.4e-3, 1.4e-3, 1.6e-3, 1.6e-3]), 3) == (
+        pytest.approx(2e-4 / (2.3 - 1.4e-3)))
+    # a loss that only rises never went below its start: unstable; constant: stable
+    assert ex.loss_climb(np.array([2.3, 5.0, 10.0, 50.0]), 2) == np.inf
+    assert ex.loss_climb(np.full(4, 2.3), 2) == 0.0
+    with pytest.raises(ValueError, match="at least one entry per epoch"):
+        ex.loss_climb(np.array([3.0, 1.0, 2.0]), 10)
     assert ex.loss_climb(np.array([1.0, np.nan]), 1) == np.inf
     assert ex.run_unstable(np.array([1.0, np.inf]), 1, None)
     with pytest.raises(ValueError, match="max_climb must be None or > 0"):
@@ -137,11 +143,13 @@ def test_minibatch_rate_whose_loss_climbs_back_is_replaced(tmp_path, monkeypatch
     monkeypatch.setattr(ex, "_train_arm", fake_train)
     cfg = dataclasses.replace(ex.MinibatchConfig.smoke(), epochs=3)  # means 3, 1.9, 2.5
     arm = ex.Arm("gn", optax.sgd, (0.05, 0.1))
-    lr, runs, dropped = ex._train_stable(cfg, arm, 0.1, None, [0, 1], tmp_path / "two", None,
-                                         "fp", False)
-    assert (lr, dropped, len(runs)) == (0.05, [0.1], 2)
+    # the sweep hands back a float32 rate: its grid twin 0.1 is not "the next smaller rate"
+    lr, runs, dropped = ex._train_stable(cfg, arm, float(np.float32(0.1)), None, [0, 1],
+                                         tmp_path / "two", None, "fp", False)
+    assert (lr, len(dropped), len(runs)) == (0.05, 1, 2)
+    assert dropped[0] == pytest.approx(0.1)
     # seed 0 at 0.1 climbed: seed 1 is not trained at 0.1 at all
-    assert calls == [(0.1, 0), (0.05, 0), (0.05, 1)]
+    assert [(pytest.approx(r), k) for r, k in calls] == [(0.1, 0), (0.05, 0), (0.05, 1)]
     lr, runs, dropped = ex._train_stable(cfg, arm, 0.1, None, [0], tmp_path, None, "fp", False)
     assert (lr, dropped) == (0.05, [0.1])
     off = dataclasses.replace(cfg, max_climb=None)
@@ -152,7 +160,8 @@ def test_minibatch_rate_whose_loss_climbs_back_is_replaced(tmp_path, monkeypatch
     assert ex._stale_instability(cfg1, old)
     assert not ex._stale_instability(dataclasses.replace(cfg1, max_climb=None), old)
     assert not ex._stale_instability(cfg1, {"arms": {"gn": {"lr": 0.05, "seeds": runs}}})
-    # max_climb is in neither the default config's fingerprint nor the runs' folder key
+    # max_climb is not in the default config's fingerprint (run_minibatch keys the runs'
+    # folder with it at the default)
     assert "max_climb" not in ex._cfg_dict(ex.MinibatchConfig())
     assert "max_climb" in ex._cfg_dict(off)
 
