@@ -43,7 +43,7 @@ def minibatch_parser(artifact: str, doc: str | None):
                    help="training-batch augmentation: random_resized_crop = App. L's 'random "
                    "crops and resizes' as the authors' CIFAR-10 configs set it (torchvision "
                    "RandomResizedCrop, scale 0.08-1, ratio 0.75-1.33); default: the "
-                   "configuration's")
+                   "configuration's (CIFAR-10: random_resized_crop, MNIST: none)")
     p.add_argument("--cache-dir", type=pathlib.Path, default=None,
                    help="where the shared mini-batch run is cached (default: "
                    "checkpoints/gnrev_minibatch_<dataset> with --paper, else scratch/gnrev_cache)")

@@ -64,9 +64,10 @@ def main(argv=None) -> int:
     ar = [float(r) for r in args.adam_rates.split(",") if r.strip()]
     arms = tuple([ex.Arm(f"gn_{r:g}", gn, (r,)) for r in gr]
                  + [ex.Arm(f"adam_{r:g}", optax.adam, (r,)) for r in ar])
-    # the appG_cifar10 record this ablation explains ran on 10240 training / 2000 test images
+    # the appG_cifar10 record this ablation explains ran on 10240 training / 2000 test images,
+    # without augmentation
     base = (ex.MinibatchConfig.smoke() if args.smoke else
-            dataclasses.replace(ex.MinibatchConfig.cifar_cpu(), n_train=10240, n_test=2000))
+            dataclasses.replace(ex.MinibatchConfig.cifar_cpu(None), n_train=10240, n_test=2000))
     cfg = dataclasses.replace(base, arms=arms, epochs=args.epochs, probe=False)
     t0 = time.perf_counter()
     res = ex.run_minibatch(cfg, key=jax.random.key(0), progress=not args.no_progress,

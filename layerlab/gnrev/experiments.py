@@ -826,7 +826,7 @@ class MinibatchConfig:
                    scale_note="epochs: 10 (paper: up to 80-100 on a GPU)")
 
     @classmethod
-    def cifar_cpu(cls, augment: str | None = None) -> MinibatchConfig:
+    def cifar_cpu(cls, augment: str | None = "random_resized_crop") -> MinibatchConfig:
         """CIFAR-10 sized for a 2-core CPU: the full data (50000 / 10000 images) and the
         paper's 6 blocks (12-layer RevMLP, Fig. 4), reduced in width and batch: d'=1024 with
         batch 512 (the rank bound d'+1 = 1025 >= 512 allows an exact right inverse at a
@@ -836,7 +836,9 @@ class MinibatchConfig:
         paper's d'=8000 Xavier variance, 10 epochs (97 steps each), 1 seed, no
         gn_first_linear arm.  About 80 min on a 2-core CPU (a GN step 1.5 s, Adam 0.7 s, SGD
         0.6 s; the three one-epoch sweeps ~25 min of it).  ``augment``: the training batches'
-        augmentation (``"random_resized_crop"``: App. L's, see the class docstring)."""
+        augmentation, by default App. L's (``"random_resized_crop"``, see the class docstring;
+        the ``*_cifar10`` records since 2026-11-27); ``None``: none (the 2026-11-26 records,
+        now ``results/gnrev/ablation/*_cifar10_noaug.json``)."""
         aug_note = ("1 seed (2-core CPU budget; CIFAR-10 cannot travel to the GPU); training "
                     "batches augmented as App. L (random_resized_crop, the authors' scale "
                     "0.08-1, ratio 0.75-1.33)" if augment is not None else

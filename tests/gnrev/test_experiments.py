@@ -241,6 +241,9 @@ def test_cifar_cpu_minibatch_config_is_full_data_at_reduced_width():
         "cifar10", None, None, 6, 8000)
     assert m.bottleneck + 1 >= m.batch_size
     assert not m.is_paper_scale and "full data" in m.scale_note
+    # App. L's augmentation by default (the paper's CIFAR-10 protocol); None turns it off
+    assert m.augment == "random_resized_crop" and "augmented as App. L" in m.scale_note
+    assert ex.MinibatchConfig.cifar_cpu(None).augment is None
 
 
 def test_fig1_checkpoint_dir_resumes_per_seed_and_arm(key, monkeypatch, tmp_path):
@@ -502,7 +505,7 @@ def test_augment_step_trains_on_the_augmented_batch(key):
     assert "augment" not in ex._cfg_dict(base)
     # the fingerprints as of c1c37cd, before ``augment`` existed
     assert ex._fingerprint(base) == "6eeff3c812e8d3db"
-    assert ex._fingerprint(ex.MinibatchConfig.cifar_cpu()) == "1b30f8ca6aaf9e04"
+    assert ex._fingerprint(ex.MinibatchConfig.cifar_cpu(None)) == "1b30f8ca6aaf9e04"
     assert ex.MinibatchConfig.cifar_cpu("random_resized_crop").augment == "random_resized_crop"
     assert "no crop/resize" not in ex.MinibatchConfig.cifar_cpu("random_resized_crop").scale_note
     assert ex.MinibatchConfig.paper("cifar10").augment == "random_resized_crop"
