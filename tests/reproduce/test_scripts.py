@@ -155,3 +155,34 @@ def test_out_names_a_folder_or_the_record_file(tmp_path):
     (tmp_path / "old.json").mkdir()  # what --out old.json made before it named the file
     with pytest.raises(SystemExit):
         _cli.parser("dmn", "table2", "t").parse_args(["--out", str(tmp_path / "old.json")])
+
+
+def test_dmn_fig6_epochs_reads_curves_and_compares_by_hand(tmp_path):
+    """``reproduce._dmn_fig6_epochs``: from (variant, width, seed) checkpoint JSONs (the names
+    ``run_table`` writes) it pairs DMN and ConvNet seeds, averages the curves and finds the
+    epochs where DMN >= ConvNet and the first epoch a ConvNet reaches the paper's numbers."""
+    from reproduce import _dmn_fig6_epochs as m
+
+    def put(name, accs):
+        (tmp_path / name).write_text(json.dumps(
+            {"curve": [[i + 1, 0.0, a] for i, a in enumerate(accs)]}))
+
+    tail = "-e3-nNone-None-b128-adam(lr=1e-3)-float32.json"
+    put(f"cifar10-d9_m_de10-authors-in1.0-varNone-lvNone-cut0.9-s0{tail}", [0.50, 0.40, 0.45])
+    put(f"cifar10-d9_m_de10-authors-in1.0-varNone-lvNone-cut0.9-s1{tail}", [0.48, 0.42, 0.47])
+    put(f"cifar10-c9_m_de10-s0{tail}", [0.47, 0.49, 0.52])
+    put(f"cifar10-c9_m_de10-s1{tail}", [0.45, 0.47, 0.53])
+    put(f"cifar10-d9_m_de10-paper-in1.0-varNone-lvNone-cut0.9-s0{tail}", [0.9, 0.9, 0.9])
+    put(f"cifar10-c12_m_de10-s0{tail}", [0.5, 0.5, 0.5])  # no DMN partner: skipped
+    rows = m.summarise(m.collect(tmp_path))
+    assert list(rows) == ["9"]
+    r = rows["9"]
+    assert r["seeds"] == [0, 1] and r["epochs"] == 3
+    # means: DMN 49, 41, 46; ConvNet 46, 48, 52.5 (the 'paper'-preset file is ignored)
+    assert r["dmn_mean"] == {1: 49.0, 2: 41.0, 3: 46.0}
+    assert r["convnet_mean"] == {1: 46.0, 2: 48.0, 3: 52.5}
+    assert r["epochs_dmn_at_least_convnet"] == [1]
+    assert (r["max_dmn_minus_convnet"], r["min_dmn_minus_convnet"]) == (3.0, -7.0)
+    assert r["convnet_first_epoch_reaching_paper"] == {
+        "Table 2 c10": [2, 3], "Table 2 c22": [3, 3], "Table 4 c27": [3, 3]}
+    assert m.main(["--checkpoint-dir", str(tmp_path / "missing")]) == 2
