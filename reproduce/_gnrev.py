@@ -66,9 +66,11 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
     else:
         cfg = ex.MinibatchConfig() if args.dataset == "mnist" else ex.MinibatchConfig.cifar_cpu(
             **({} if args.augment is None else
-               {"augment": None if args.augment == "none" else args.augment}))
+               {"augment": None if args.augment == "none" else args.augment}),
+            **({} if args.seeds is None else {"seeds": args.seeds}))  # its note counts them
     over = {k: v for k, v in (("epochs", args.epochs), ("bottleneck", args.bottleneck),
-                              ("n_train", args.n_train), ("seeds", args.seeds)) if v is not None}
+                              ("n_train", args.n_train), ("seeds", args.seeds))
+            if v is not None and v != getattr(cfg, k)}
     if over.get("n_train") == 0:
         over["n_train"] = None
     aug = None if args.augment in (None, "none") else args.augment

@@ -826,7 +826,8 @@ class MinibatchConfig:
                    scale_note="epochs: 10 (paper: up to 80-100 on a GPU)")
 
     @classmethod
-    def cifar_cpu(cls, augment: str | None = "random_resized_crop") -> MinibatchConfig:
+    def cifar_cpu(cls, augment: str | None = "random_resized_crop", seeds: int = 1
+                  ) -> MinibatchConfig:
         """CIFAR-10 sized for a 2-core CPU: the full data (50000 / 10000 images) and the
         paper's 6 blocks (12-layer RevMLP, Fig. 4), reduced in width and batch: d'=1024 with
         batch 512 (the rank bound d'+1 = 1025 >= 512 allows an exact right inverse at a
@@ -839,14 +840,16 @@ class MinibatchConfig:
         augmentation, by default App. L's (``"random_resized_crop"``, see the class docstring;
         the ``*_cifar10`` records since 2026-11-27); ``None``: none (the 2026-11-26 records,
         now ``results/gnrev/ablation/*_cifar10_noaug.json``)."""
-        aug_note = ("1 seed (2-core CPU budget; CIFAR-10 cannot travel to the GPU); training "
+        n = f"{seeds} seed{'s' if seeds != 1 else ''}"
+        # (at 1 seed the notes read as before ``seeds`` was a parameter: same fingerprints)
+        aug_note = (f"{n} (2-core CPU budget; CIFAR-10 cannot travel to the GPU); training "
                     "batches augmented as App. L (random_resized_crop, the authors' scale "
                     "0.08-1, ratio 0.75-1.33)" if augment is not None else
-                    "1 seed, no crop/resize augmentation (2-core CPU budget; CIFAR-10 cannot "
+                    f"{n}, no crop/resize augmentation (2-core CPU budget; CIFAR-10 cannot "
                     "travel to the GPU)")
         return cls(dataset="cifar10", n_train=None, n_test=None, depth=6, bottleneck=1024,
                    init_bottleneck=8000,
-                   batch_size=512, epochs=10, seeds=1, n_eval_train=4096, probe_n=500,
+                   batch_size=512, epochs=10, seeds=seeds, n_eval_train=4096, probe_n=500,
                    ntk_n=16, arms=default_arms("minibatch", with_first_linear=False),
                    augment=augment,
                    scale_note="reduced: CIFAR-10 full data (50000 / 10000 images) but batch 512 "

@@ -244,6 +244,8 @@ def test_cifar_cpu_minibatch_config_is_full_data_at_reduced_width():
     # App. L's augmentation by default (the paper's CIFAR-10 protocol); None turns it off
     assert m.augment == "random_resized_crop" and "augmented as App. L" in m.scale_note
     assert ex.MinibatchConfig.cifar_cpu(None).augment is None
+    two = ex.MinibatchConfig.cifar_cpu(seeds=2)
+    assert two.seeds == 2 and "2 seeds" in two.scale_note and "1 seed" not in two.scale_note
 
 
 def test_fig1_checkpoint_dir_resumes_per_seed_and_arm(key, monkeypatch, tmp_path):
