@@ -514,3 +514,28 @@ def test_augment_step_trains_on_the_augmented_batch(key):
     assert ex.MinibatchConfig.paper("mnist").augment is None
     assert ex._fingerprint(base) != ex._fingerprint(
         dataclasses.replace(base, augment="random_resized_crop"))
+
+
+def test_fig3_claims_follow_the_papers_difference_reading():
+    """§5.2: GN's extra per-batch drop over SGD and Adam is largest early, 'gradually weakens'
+    and 'subsists': judged on adv_X = pe_X - pe_GN (hand values), not on GN's own drop."""
+    def verdicts(gn, adam, sgd):
+        cl = ex.fig3_claims({"gn": gn, "adam": adam, "sgd": sgd})
+        assert len(cl) == 3 and all("(gn)" in c.claim for c in cl)
+        return [c.holds for c in cl]
+
+    # advantages 18 / 15 -> 2 / 4: largest, weakens, subsists
+    assert verdicts([-20, -10], [-2, -8], [-5, -6]) == [True, True, True]
+    # GN's own drop deepens (-11 -> -12.5) but its advantage shrinks (11 / 7 -> 6 / 2.5): the
+    # augmented CIFAR-10 record, which the old 'own drop weakens' rule failed
+    assert verdicts([-11.1, -12.5], [0.1, -6.4], [-4.3, -10.0]) == [True, True, True]
+    # Adam overtakes GN by the last epoch (MNIST at the swept rate): weakens, does not subsist
+    assert verdicts([-72.4, -5.0], [-6.3, -17.1], [-7.0, -7.4]) == [True, True, False]
+    # the advantage over SGD grows: does not weaken
+    assert verdicts([-10, -12], [-2, -8], [-5, -4]) == [True, False, True]
+    # Adam's drop is larger in epoch 1: not largest
+    assert verdicts([-10, -12], [-11, -3], [-5, -4])[0] is False
+    # a gn_first_linear arm gets its own three claims
+    two = ex.fig3_claims({"gn": [-2, -1], "gn_first_linear": [-3, -1], "adam": [0, 0],
+                          "sgd": [0, 0]})
+    assert [c.holds for c in two] == [True, True, True, True, True, True]
