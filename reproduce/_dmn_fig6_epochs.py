@@ -43,9 +43,12 @@ def collect(ck: pathlib.Path) -> dict:
         if kind == "d" and "-authors-" not in f.name:
             continue  # the record's DMN runs use the authors' preset
         d = json.loads(f.read_text())
-        curve = [100.0 * float(c[2]) for c in d["curve"]]
-        out.setdefault(F, {"dmn": {}, "convnet": {}})["dmn" if kind == "d" else "convnet"][
-            seed] = curve
+        curve = [float("nan") if c[2] is None else 100.0 * float(c[2]) for c in d["curve"]]
+        slot = out.setdefault(F, {"dmn": {}, "convnet": {}})["dmn" if kind == "d" else "convnet"]
+        if seed in slot:  # e.g. runs of another length or data size in the same folder
+            raise ValueError(f"two runs of ({kind}{F}, seed {seed}) in {ck}: point "
+                             "--checkpoint-dir at one Fig. 6 run's folder")
+        slot[seed] = curve
     return out
 
 
