@@ -1069,8 +1069,7 @@ def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, key
     """Train every seed at ``lr``; while a seed's run is unstable (:func:`run_unstable`), retrain
     all seeds at the next smaller rate of ``arm.lrs``.  Returns ``(rate used, runs, replaced
     rates)``."""
-    # the sweep returns a float32 rate (0.1 -> 0.10000000149): the grid's own 0.1 is not smaller
-    lower = sorted((float(r) for r in arm.lrs if float(r) < lr * (1 - 1e-6)), reverse=True)
+    lower = _smaller_rates(arm, lr)
     diverged: list[float] = []
     def bad(r):
         return run_unstable(r["loss"], cfg.epochs, cfg.max_climb)
@@ -1086,6 +1085,12 @@ def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, key
         lr = lower.pop(0)
 
 
+def _smaller_rates(arm: Arm, lr: float) -> list[float]:
+    """The rates of ``arm.lrs`` below ``lr``, largest first.  The sweep returns a float32 rate
+    (0.1 -> 0.10000000149): the grid's own 0.1 does not count as smaller."""
+    return sorted((float(r) for r in arm.lrs if float(r) < lr * (1 - 1e-6)), reverse=True)
+
+
 def _stale_instability(cfg: MinibatchConfig, res) -> bool:
     """A cached result made before ``max_climb`` existed kept a run the rule now rejects (an
     arm whose runs are unstable while the grid has a smaller rate): recompute (with a
@@ -1095,7 +1100,7 @@ def _stale_instability(cfg: MinibatchConfig, res) -> bool:
         if a is None:
             return True
         if (any(run_unstable(r["loss"], cfg.epochs, cfg.max_climb) for r in a["seeds"])
-                and any(float(r) < a["lr"] * (1 - 1e-6) for r in arm.lrs)):
+                and _smaller_rates(arm, a["lr"])):
             return True
     return False
 
@@ -1360,7 +1365,7 @@ def run_fig3(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
     """Fig. 3: % change of each mini-batch's loss across its own update."""
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
-    rows, claims, curves = [], [], {}
+    rows, curves = [], {}
     for a in res["arms"]:
         pe = _epoch_mean(res, a, "loss_change_pct")  # [S, E]
         curves[a] = {"per_epoch": pe.mean(0), "per_step": _stack(res, a, "loss_change_pct").mean(0)}
