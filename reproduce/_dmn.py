@@ -16,6 +16,10 @@ def dmn_flags(p):
     p.add_argument("--preset", choices=("authors", "paper"), default=None,
                    help="DMN selection rules: the authors' code or the paper's text "
                    "(default: authors)")
+    p.add_argument("--pca", choices=("class", "naive"), default=None,
+                   help="class-based PCA (eq. 15 per class; the presets' own, default) or "
+                   "naive PCA of the class-blind density matrix (the paper's Sec. 5: Figs. 6 "
+                   "and 10 'use a naive DMN, i.e. agnostic to labels')")
     p.add_argument("--datasets", default=None,
                    help="comma-separated: run only these datasets' rows (e.g. mnist)")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
@@ -40,8 +44,8 @@ def dmn_flags(p):
                    "results/dmn/table2.json)")
 
 
-_RUN_FLAGS = ("paper", "smoke", "preset", "datasets", "epochs", "n_train", "n_test", "report",
-              "rows", "no_conv_rows", "no_convnet", "seeds", "checkpoint_dir")
+_RUN_FLAGS = ("paper", "smoke", "preset", "pca", "datasets", "epochs", "n_train", "n_test",
+              "report", "rows", "no_conv_rows", "no_convnet", "seeds", "checkpoint_dir")
 
 
 def merge_main(artifact: str, args, argv=None) -> int:
@@ -72,7 +76,7 @@ def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_tab
 
     scale = "paper" if args.paper else "smoke" if args.smoke else "default"
     cfg = ex.table_config(
-        artifact, scale, preset=args.preset, seeds=args.seeds, epochs=args.epochs,
+        artifact, scale, preset=args.preset, pca=args.pca, seeds=args.seeds, epochs=args.epochs,
         n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
         datasets=tuple(args.datasets.split(",")) if args.datasets else None,
         conv_rows=False if args.no_conv_rows else None,

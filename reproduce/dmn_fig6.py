@@ -15,6 +15,10 @@ def build_parser():
     p = _cli.parser("dmn", "fig6", __doc__)
     p.add_argument("--preset", choices=("authors", "paper"), default=None,
                    help="DMN selection rules (default: authors)")
+    p.add_argument("--pca", choices=("class", "naive"), default=None,
+                   help="class-based PCA (eq. 15 per class; the presets' own, default) or "
+                   "naive PCA of the class-blind density matrix (the paper's Sec. 5: Figs. 6 "
+                   "and 10 'use a naive DMN, i.e. agnostic to labels')")
     p.add_argument("--datasets", default=None, help="comma-separated datasets (default: config's)")
     p.add_argument("--filters", default=None, help="comma-separated F values (default: config's)")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
@@ -41,7 +45,7 @@ def main(argv=None) -> int:
     else:
         cfg = ex.Fig6Config(datasets=("mnist", "cifar10"), seeds=1, epochs=10, n_train=6000,
                             n_test=2000)
-    changes = dict(preset=args.preset, seeds=args.seeds, epochs=args.epochs,
+    changes = dict(preset=args.preset, pca=args.pca, seeds=args.seeds, epochs=args.epochs,
                    n_train=args.n_train, n_test=args.n_test, data_dir=args.data_dir,
                    datasets=tuple(args.datasets.split(",")) if args.datasets else None,
                    filters=tuple(int(f) for f in args.filters.split(",")) if args.filters

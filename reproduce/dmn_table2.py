@@ -34,7 +34,7 @@ def main(argv=None) -> int:
 
     scale = "paper" if args.paper else "smoke" if args.smoke else "default"
     cfg = ex.table_config(
-        "table2", scale, preset=args.preset, seeds=args.seeds, epochs=args.epochs,
+        "table2", scale, preset=args.preset, pca=args.pca, seeds=args.seeds, epochs=args.epochs,
         n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
         datasets=tuple(args.datasets.split(",")) if args.datasets else None,
         convnet=False if args.no_convnet else None,

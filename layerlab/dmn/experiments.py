@@ -385,6 +385,9 @@ def table_rows(artifact: str) -> tuple[ArchRow, ...]:
     return _TABLES[artifact]
 
 
+PCA_MODES = ("class", "naive")
+
+
 @dataclasses.dataclass(frozen=True)
 class TableConfig:
     """One of Tables 2-5 (or a selection of rows, e.g. Fig. 10's two-layer networks).
@@ -393,6 +396,10 @@ class TableConfig:
       artifact: ``"table2"`` ... ``"table5"`` or ``"fig10"`` (names the record).
       rows: the ``ArchRow`` s to run (default: the paper's, every row).
       preset: ``"authors"`` (``DMNConfig.authors``) or ``"paper"`` (``DMNConfig.paper``).
+      pca: ``"class"`` (class-based PCA, eq. 15 per class: the presets' own) or ``"naive"``
+        (PCA of the class-blind ``rho = sum_c rho_c``, no Cutoff): the paper's Sec. 5 says
+        the experiments of Figs. 6 and 10 (Tables 3-5 summarise them) "use a naive DMN, i.e.
+        agnostic to labels and trained using basic PCA".  Replaces the preset's ``pca``.
       convnet: also train the matching ConvNet of each DMN row (Table 2's last column).
       seeds: independent runs per row (data fraction, noise, init, order).
       epochs / batch_size / optimizer: head (and ConvNet) training; the authors' notebook:
@@ -413,6 +420,7 @@ class TableConfig:
     artifact: str = "table2"
     rows: tuple[ArchRow, ...] = TABLE2
     preset: str = "authors"
+    pca: str = "class"
     convnet: bool = True
     seeds: int = 3
     epochs: int = 50
@@ -430,6 +438,8 @@ class TableConfig:
     def __post_init__(self):
         if self.preset not in ("authors", "paper"):
             raise ValueError(f"preset must be 'authors' or 'paper'; got {self.preset!r}.")
+        if self.pca not in PCA_MODES:
+            raise ValueError(f"pca must be one of {PCA_MODES}; got {self.pca!r}.")
         if self.report not in ("final", "best"):
             raise ValueError(f"report must be 'final' or 'best'; got {self.report!r}.")
         if self.seeds < 1 or self.epochs < 1 or self.batch_size < 1:
@@ -460,7 +470,7 @@ class TableConfig:
         preset = DMNConfig.authors if self.preset == "authors" else DMNConfig.paper
         var = row.layer_vars if row.layer_vars is not None else row.var_fraction
         return preset(var_fraction=var, cutoff=row.cutoff,
-                      input_fraction=row.input_fraction)
+                      input_fraction=row.input_fraction, pca=self.pca)
 
     def is_paper_scale(self) -> bool:
         full = fig10_config() if self.artifact == "fig10" else self.paper(self.artifact)
@@ -553,8 +563,9 @@ def _one(cfg, row, variant, seed, data, *, key, progress, checkpoint_dir):
     """One (row, variant, seed) run, cached as JSON under ``checkpoint_dir``."""
     spec = row.arch if variant == "dmn" else format_spec(convnet_spec(row.arch))
     built = bool({"dmn_conv", "dmn_dense"} & {t.kind for t in parse_spec(spec)})
-    dmn_tag = (f"{cfg.preset}-in{row.input_fraction}-var{row.var_fraction}-lv{row.layer_vars}"
-               f"-cut{row.cutoff}-" if built else "")  # a ConvNet run is shared by rows
+    pca = "" if getattr(cfg, "pca", "class") == "class" else f"pca{cfg.pca}-"
+    dmn_tag = (f"{cfg.preset}-{pca}in{row.input_fraction}-var{row.var_fraction}"
+               f"-lv{row.layer_vars}-cut{row.cutoff}-" if built else "")  # ConvNets: shared
     tag = (f"{row.dataset}-{spec}-{dmn_tag}s{seed}-e{cfg.epochs}-n{cfg.n_train}-{cfg.n_test}"
            f"-b{cfg.batch_size}-{cfg.optimizer_name}-{cfg.dtype}")
     path = _cache_path(checkpoint_dir, tag)
@@ -758,6 +769,10 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
         loaded.append((label, d))
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
+        a, b = ref["config"].get("pca", "class"), d["config"].get("pca", "class")
+        if a != b:
+            raise ValueError(f"merge_tables: {label} ran with pca={b!r} but {ref_label} with "
+                             f"pca={a!r}; rows run under different protocols do not merge.")
         for f in _PROTOCOL:
             a, b = ref["config"][f], d["config"][f]
             if a != b:
@@ -765,7 +780,8 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                                  f"{f}={a!r}; rows run under different protocols do not merge.")
     c0 = ref["config"]
     cfg = TableConfig(artifact=artifact, rows=full, preset=c0["preset"],
-                      convnet=bool(c0["convnet"]), seeds=c0["seeds"], epochs=c0["epochs"],
+                      pca=c0.get("pca", "class"), convnet=bool(c0["convnet"]),
+                      seeds=c0["seeds"], epochs=c0["epochs"],
                       batch_size=c0["batch_size"], optimizer_name=c0["optimizer_name"],
                       n_train=c0["n_train"], n_test=c0["n_test"], report=c0["report"],
                       dtype=c0["dtype"])
@@ -924,12 +940,16 @@ def _config_dict(cfg) -> dict:
     d["rows"] = [dataclasses.asdict(r) for r in cfg.rows]
     if hasattr(cfg, "preset"):
         d["dmn_preset"] = dataclasses.asdict(
-            DMNConfig.authors() if cfg.preset == "authors" else DMNConfig.paper())
+            (DMNConfig.authors if cfg.preset == "authors" else DMNConfig.paper)(
+                pca=getattr(cfg, "pca", "class")))
     return d
 
 
 def _note(cfg) -> str:
-    return (f"DMN preset {cfg.preset!r} (docs/dmn.md lists every rule); head and ConvNets: "
+    return (f"DMN preset {cfg.preset!r} (docs/dmn.md lists every rule)"
+            + (f" with pca={cfg.pca!r} (the paper's naive DMN of Figs. 6 and 10: PCA of the "
+               "class-blind density matrix, no Cutoff)" if cfg.pca != "class" else "")
+            + "; head and ConvNets: "
             f"{cfg.epochs} epochs of {cfg.optimizer_name}, batch {cfg.batch_size}; accuracy "
             f"reported: {cfg.report} epoch on the official test split; training sets "
             f"{'full' if cfg.n_train is None else cfg.n_train}. Tables 3-5 print no "
@@ -1098,8 +1118,9 @@ class Fig6Config:
     Attributes:
       datasets: which of ``mnist``, ``cifar10``, ``cifar100`` (absent files: not run).
       filters: the widths ``F`` of ``dF, m, de`` / ``cF, m, de`` (fixed-count DMN).
-      preset, seeds, epochs, batch_size, optimizer, n_train, n_test, report, data_dir,
-      dtype: as in ``TableConfig``.
+      preset, pca, seeds, epochs, batch_size, optimizer, n_train, n_test, report, data_dir,
+      dtype: as in ``TableConfig`` (``pca="naive"``: the paper's "naive DMN" of Fig. 6, the
+        top-F eigenvectors of the class-blind density matrix).
       convnet: also train the one-layer ConvNet of each ``F`` (``False``: the DMN curve and
         the baselines only; the record is then reduced and the DMN-vs-ConvNet claim stays
         open).  On a 2-core CPU a full-data CIFAR-10 ``cF,m,de10`` run of 50 epochs took
@@ -1110,6 +1131,7 @@ class Fig6Config:
     datasets: tuple[str, ...] = ("mnist", "cifar10", "cifar100")
     filters: tuple[int, ...] = (2, 4, 6, 9, 12, 15, 20, 27)
     preset: str = "authors"
+    pca: str = "class"
     seeds: int = 3
     epochs: int = 50
     batch_size: int = 128
@@ -1147,7 +1169,8 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
     t0 = time.perf_counter()
     rows, claims, runs = [], [], []
     for ds in cfg.datasets:
-        tcfg = TableConfig(artifact="fig6", rows=(), preset=cfg.preset, seeds=cfg.seeds,
+        tcfg = TableConfig(artifact="fig6", rows=(), preset=cfg.preset, pca=cfg.pca,
+                           seeds=cfg.seeds,
                            epochs=cfg.epochs, batch_size=cfg.batch_size,
                            optimizer=cfg.optimizer, optimizer_name=cfg.optimizer_name,
                            n_train=cfg.n_train, n_test=cfg.n_test, report=cfg.report,
@@ -1198,10 +1221,13 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
     return Record(
         paper="dmn", artifact="fig6", title="Fig. 6: accuracy vs number of filters, one DMN "
         "layer vs one conv layer", scale=scale, config=d, rows=rows, claims=claims,
-        note=f"DMN preset {cfg.preset!r}, fixed count (top-F class-PCA filters after Cutoff "
-        "0.9); the paper gives the curves only as a figure, so only the baselines and the "
-        "best widths have paper numbers." + ("" if cfg.convnet else " ConvNets not run "
-        "(convnet=False): DMN curve and baselines only, so the record is reduced."),
+        note=f"DMN preset {cfg.preset!r}, fixed count ("
+        + ("top-F class-PCA filters after Cutoff 0.9" if cfg.pca == "class" else
+           "top-F eigenvectors of the class-blind density matrix: the paper's naive DMN, "
+           "pca='naive'") + "); the paper gives the curves only as a figure, so only the "
+        "baselines and the best widths have paper numbers."
+        + ("" if cfg.convnet else " ConvNets not run (convnet=False): DMN curve and baselines "
+           "only, so the record is reduced."),
         extra={"compute_s": time.perf_counter() - t0,
                "runs": [{k: r[k] for k in ("dataset", "filters", "variant", "seed", "widths",
                                            "val_acc", "train_acc", "total_s")} for r in runs]},

@@ -633,3 +633,55 @@ def test_fig5_cnn_equals_the_flax_conv_and_pool_network():
     sq = lambda m: jax.grad(lambda q: jnp.sum(m.apply({"params": q}, x) ** 2))(p)  # noqa: E731
     for a, b in zip(jax.tree.leaves(sq(ours)), jax.tree.leaves(sq(ref))):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+
+
+def test_pca_naive_reaches_the_build_caches_apart_and_is_recorded(tmp_path, monkeypatch):
+    """TableConfig/Fig6Config(pca="naive") (the paper's "naive DMN" of Figs. 6 and 10): the
+    build gets the preset with pca="naive" and nothing else changed, its run is cached apart
+    from the class-PCA run of the same row (the tag names it), the record's config and note
+    say so, and a bad value is refused naming the field."""
+    import dataclasses
+
+    from layerlab.dmn import experiments as ex
+
+    row = ex.ArchRow("mnist", "d4,m,de10", "d4", 1.0, None, 0.9, 90.0, None, None)
+    cfg = ex.TableConfig(artifact="table3", rows=(row,), convnet=False, seeds=1, epochs=1,
+                         pca="naive")
+    want = DMNConfig.authors(var_fraction=None, cutoff=0.9, input_fraction=1.0)
+    assert cfg.dmn_config(row) == dataclasses.replace(want, pca="naive")
+    assert dataclasses.replace(cfg, pca="class").dmn_config(row) == want
+    with pytest.raises(ValueError, match="pca must be one of .*'blind'"):
+        ex.TableConfig(pca="blind")
+    seen = []
+
+    def fake_train(spec, *a, config, **k):
+        seen.append(config.pca)
+        return {"widths": [4], "val_acc": 0.5, "best_val_acc": 0.5, "train_acc": 0.5}
+
+    monkeypatch.setattr(ex, "train_and_evaluate", fake_train)
+    data = (load("digits", "train"), load("digits", "test"))
+    for c in (cfg, dataclasses.replace(cfg, pca="class"), cfg):  # the third: from the cache
+        ex._one(c, row, "dmn", 0, data, key=jax.random.key(0), progress=False,
+                checkpoint_dir=tmp_path)
+    assert seen == ["naive", "class"]
+    names = sorted(p.name for p in tmp_path.glob("*.json"))
+    assert len(names) == 2 and sum("pcanaive" in n for n in names) == 1
+    d = ex._config_dict(cfg)
+    assert d["pca"] == "naive" and d["dmn_preset"]["pca"] == "naive"
+    assert "pca='naive'" in ex._note(cfg) and "pca=" not in ex._note(
+        dataclasses.replace(cfg, pca="class"))
+    # Fig. 6 passes it to every run's table config and names it in the note
+    got = []
+
+    def fake_one(tcfg, row, variant, seed, data, **kw):
+        got.append(tcfg.pca)
+        return {"variant": variant, "seed": seed, "widths": [2], "val_acc": 0.5,
+                "train_acc": 0.0, "total_s": 0.0}
+
+    monkeypatch.setattr(ex, "_one", fake_one)
+    monkeypatch.setattr(ex, "_load_split", lambda ds, tcfg: (None, None))
+    monkeypatch.setattr(ex, "_acc", lambda r, tcfg: r["val_acc"])
+    rec = ex.run_fig6(ex.Fig6Config.paper(datasets=("mnist",), filters=(2,), seeds=1,
+                                          convnet=False, pca="naive"),
+                      key=jax.random.key(0), progress=False)
+    assert set(got) == {"naive"} and "naive DMN" in rec.note and rec.config["pca"] == "naive"
