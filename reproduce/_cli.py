@@ -121,10 +121,14 @@ def command(argv: list[str] | None = None) -> str:
 
 def finish(args: argparse.Namespace, record: Any, *,
            figure: Callable[[pathlib.Path], Any] | None = None,
-           argv: list[str] | None = None, t0: float | None = None) -> pathlib.Path:
+           argv: list[str] | None = None, t0: float | None = None,
+           variant: str = "") -> pathlib.Path:
     """Stamp ``record`` (command, wall time), write it and its PNG, print a summary table.
 
-    ``figure(path)`` is called with ``<out>/<artifact>.png``.  Returns the JSON path.
+    ``figure(path)`` is called with ``<out>/<stem>.png``.  The file is named by ``--out`` when
+    that names a ``.json`` file, else ``<artifact><variant>`` (``variant``: e.g. ``"_naive"``
+    for a run under a protocol other than the main record's, so that ``--paper``/``--record``
+    never writes it over that record).  Returns the JSON path.
     """
     from layerlab.record import write_record
 
@@ -138,7 +142,8 @@ def finish(args: argparse.Namespace, record: Any, *,
     if record.wall_s is None:
         record.wall_s = time.perf_counter() - (_T0 if t0 is None else t0)
     d = out_dir(args)
-    stem = out_stem(args) if args.out is not None else record.artifact
+    named = args.out is not None and pathlib.Path(args.out).suffix == ".json"
+    stem = out_stem(args) if named else record.artifact + variant
     path = write_record(record, d, stem=stem)
     if figure is not None:
         figure(d / f"{stem}.png")

@@ -61,7 +61,8 @@ def merge_main(artifact: str, args, argv=None) -> int:
         rec = ex.merge_tables(artifact, args.merge, data_dir=args.data_dir)
     except (ValueError, OSError) as e:
         raise SystemExit(f"--merge: {e}") from None
-    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv,
+                variant=variant(rec))
     return 0
 
 
@@ -84,8 +85,18 @@ def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_tab
     )
     rec = getattr(ex, run)(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))
-    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv,
+                variant=variant(rec))
     return 0
+
+
+def variant(record) -> str:
+    """The file-name suffix of a record run under another protocol than the main records'
+    (``--preset paper``: ``_paper_preset``; ``--pca naive``: ``_naive``), so that ``--paper`` or
+    ``--record`` without an ``--out`` file name never writes it over the main record."""
+    cfg = record.config if isinstance(record.config, dict) else {}
+    return (("_paper_preset" if cfg.get("preset") == "paper" else "")
+            + ("_naive" if cfg.get("pca", "class") != "class" else ""))
 
 
 def row_numbers(args):

@@ -73,7 +73,8 @@ ap.add_argument("--ntk-n", type=int, default=None,
                 "CIFAR-10 CPU records use 16, the MNIST --paper records 64)")
 ap.add_argument("--baselines-first", action="store_true",
                 help="train the Adam and SGD arms before the GN arms (their runs are the "
-                "cheap ones: an interrupted run then has them checkpointed first)")
+                "cheap ones: an interrupted run then has them checkpointed first); the arm "
+                "order is part of the run's fingerprint, so resume with the same choice")
 args = ap.parse_args()
 
 gn_rates = [float(r) for r in args.gn_rates.split(",") if r.strip()]
@@ -157,7 +158,7 @@ for g in gn_arms:  # App. H, Fig. 11: linear CKA between GN's and each other arm
         out["arms"][g].setdefault("cka_with_end_per_block", {})[a] = [
             float(probes.cka(jnp.asarray(Gg[-1][b]), jnp.asarray(Go[-1][b])))
             for b in range(Gg.shape[1])]
-    o = out["arms"][a]
+for a, o in out["arms"].items():
     print(f"{a:10s} NTK align {o['ntk_align_end']:.5f} 1-cos/epoch "
           f"{o['ntk_distance_per_epoch']:.2e} Frobenius/epoch "
           f"{o['ntk_rel_frobenius_change_per_epoch']:.3f} size x{o['ntk_scale_end']:.2f} "
@@ -168,6 +169,9 @@ for g in gn_arms:  # App. H, Fig. 11: linear CKA between GN's and each other arm
 # Fig. 3's claims (ex.fig3_claims, the records' own rule) for every GN arm of this run against
 # its Adam and SGD arms, when the run has exactly one of each.
 _base = {k: [a for a in out["arms"] if a.startswith(k + "_")] for k in ("adam", "sgd")}
+if gn_arms and not (len(_base["adam"]) == 1 and len(_base["sgd"]) == 1):
+    print(f"Fig. 3 claims not decided: they need exactly one Adam and one SGD arm, got "
+          f"{_base}", flush=True)
 if len(_base["adam"]) == 1 and len(_base["sgd"]) == 1:
     _pe = {k: out["arms"][v[0]]["batch_loss_change_pct_per_epoch"] for k, v in _base.items()}
     out["fig3_claims"] = {}

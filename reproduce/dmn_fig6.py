@@ -8,7 +8,7 @@ CIFAR-100 (not run when its files are absent), with the classifier-only baseline
 """
 from __future__ import annotations
 
-from reproduce import _cli
+from reproduce import _cli, _dmn
 
 
 def build_parser():
@@ -53,7 +53,8 @@ def main(argv=None) -> int:
     cfg = dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
     rec = ex.run_fig6(cfg, key=jax.random.key(0), progress=not args.no_progress,
                       checkpoint_dir=_cli.checkpoint_dir(args))
-    _cli.finish(args, rec, figure=lambda path: ex.plot_fig6(rec, path), argv=argv)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_fig6(rec, path), argv=argv,
+                variant=_dmn.variant(rec))
     return 0
 
 

@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     )
     rec = ex.run_table(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))
-    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv,
+                variant=_dmn.variant(rec))
     return 0
 
 

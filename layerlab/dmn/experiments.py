@@ -953,7 +953,8 @@ def _note(cfg) -> str:
             f"{cfg.epochs} epochs of {cfg.optimizer_name}, batch {cfg.batch_size}; accuracy "
             f"reported: {cfg.report} epoch on the official test split; training sets "
             f"{'full' if cfg.n_train is None else cfg.n_train}. Tables 3-5 print no "
-            "Var./Cutoff: their DMN widths are fixed counts (top-F after Cutoff 0.9)."
+            "Var./Cutoff: their DMN widths are fixed counts ("
+            + ("top-F after Cutoff 0.9" if cfg.pca == "class" else "top-F, no Cutoff") + ")."
             + ("" if cfg.artifact == "fig10" or set(cfg.rows) >= set(table_rows(cfg.artifact))
                else f" Rows run: {len(cfg.rows)} of the table's {len(table_rows(cfg.artifact))}"
                " (the others are not in this record).")

@@ -685,3 +685,41 @@ def test_pca_naive_reaches_the_build_caches_apart_and_is_recorded(tmp_path, monk
                                           convnet=False, pca="naive"),
                       key=jax.random.key(0), progress=False)
     assert set(got) == {"naive"} and "naive DMN" in rec.note and rec.config["pca"] == "naive"
+
+
+def test_naive_parts_merge_apart_and_never_overwrite_the_main_record(tmp_path):
+    """Records run with pca="naive" merge with each other (the merged config keeps pca) but not
+    with class-PCA parts, and the scripts name such a record <artifact>_naive (paper preset:
+    _paper_preset) unless --out names a file, so --paper/--record cannot replace the main one."""
+    import dataclasses
+
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import load_record
+    from reproduce import _dmn, dmn_table2
+
+    def naive(part):
+        preset = ex._config_dict(ex.TableConfig.paper("table2", pca="naive"))["dmn_preset"]
+        return part | {"config": part["config"] | {"pca": "naive", "dmn_preset": preset}}
+
+    a = _table_part("table2", [6], [50.0], [45.0])
+    b = _table_part("table2", [7], [47.0], [49.0])
+    with pytest.raises(ValueError, match="pca='naive'"):
+        ex.merge_tables("table2", [a, naive(b)], data_dir=tmp_path)
+    rec = ex.merge_tables("table2", [naive(a), naive(b)], data_dir=tmp_path)
+    assert rec.config["pca"] == "naive" and "pca='naive'" in rec.note
+    assert _dmn.variant(rec) == "_naive" and _dmn.variant(
+        ex.merge_tables("table2", [a, b], data_dir=tmp_path)) == ""
+    paper = dataclasses.replace(rec, config=rec.config | {"preset": "paper"})
+    assert _dmn.variant(paper) == "_paper_preset_naive"
+    paths = []
+    for i, part in enumerate((naive(a), naive(b))):
+        paths.append(tmp_path / f"p{i}.json")
+        paths[-1].write_text(json.dumps(part))
+    out = tmp_path / "out"  # a folder: the file is named by the script
+    dmn_table2.main(["--merge", *map(str, paths), "--out", str(out), "--data-dir", str(tmp_path)])
+    assert sorted(p.name for p in out.iterdir()) == ["table2_naive.json", "table2_naive.png"]
+    assert load_record(out / "table2_naive.json")["config"]["pca"] == "naive"
+    named = tmp_path / "mine.json"  # an --out file name is kept as given
+    dmn_table2.main(["--merge", *map(str, paths), "--out", str(named), "--data-dir",
+                     str(tmp_path)])
+    assert named.exists()

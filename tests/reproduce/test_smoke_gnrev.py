@@ -57,8 +57,8 @@ def test_appG_rate_ablation_weight_movement_grows_with_gns_rate(tmp_path):
     assert 2.5 < e["gn_0.2"] / e["gn_0.1"] < 4.5
     # the record's two-sided test, 1/3 <= GN / Adam <= 3, recomputed from the end values
     for g in ("gn_0.1", "gn_0.2"):
-        q = e[g] / e["adam_1e-3"]
-        assert r["within_3x"][g]["adam_1e-3"] == (1 / 3 <= q <= 3)
+        q = e[g] / e["adam_0.001"]
+        assert r["within_3x"][g]["adam_0.001"] == (1 / 3 <= q <= 3)
 
 
 def test_variants_long_without_adam_decides_only_the_claims_it_can(tmp_path):
