@@ -16,10 +16,7 @@ def dmn_flags(p):
     p.add_argument("--preset", choices=("authors", "paper"), default=None,
                    help="DMN selection rules: the authors' code or the paper's text "
                    "(default: authors)")
-    p.add_argument("--pca", choices=("class", "naive"), default=None,
-                   help="class-based PCA (eq. 15 per class; the presets' own, default) or "
-                   "naive PCA of the class-blind density matrix (the paper's Sec. 5: Figs. 6 "
-                   "and 10 'use a naive DMN, i.e. agnostic to labels')")
+    pca_flag(p)
     p.add_argument("--datasets", default=None,
                    help="comma-separated: run only these datasets' rows (e.g. mnist)")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
@@ -42,6 +39,14 @@ def dmn_flags(p):
                    "holds are marked not run. Writes to scratch/dmn/ unless --record "
                    "(results/dmn/<artifact>.json) or --out (e.g. --out "
                    "results/dmn/table2.json)")
+
+
+def pca_flag(p):
+    """``--pca class|naive`` (``TableConfig.pca`` / ``Fig6Config.pca``)."""
+    p.add_argument("--pca", choices=("class", "naive"), default=None,
+                   help="class-based PCA (eq. 15 per class; the presets' own, default) or "
+                   "naive PCA of the class-blind density matrix (the paper's Sec. 5: Figs. 6 "
+                   "and 10 'use a naive DMN, i.e. agnostic to labels')")
 
 
 _RUN_FLAGS = ("paper", "smoke", "preset", "pca", "datasets", "epochs", "n_train", "n_test",

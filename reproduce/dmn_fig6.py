@@ -15,10 +15,7 @@ def build_parser():
     p = _cli.parser("dmn", "fig6", __doc__)
     p.add_argument("--preset", choices=("authors", "paper"), default=None,
                    help="DMN selection rules (default: authors)")
-    p.add_argument("--pca", choices=("class", "naive"), default=None,
-                   help="class-based PCA (eq. 15 per class; the presets' own, default) or "
-                   "naive PCA of the class-blind density matrix (the paper's Sec. 5: Figs. 6 "
-                   "and 10 'use a naive DMN, i.e. agnostic to labels')")
+    _dmn.pca_flag(p)
     p.add_argument("--datasets", default=None, help="comma-separated datasets (default: config's)")
     p.add_argument("--filters", default=None, help="comma-separated F values (default: config's)")
     p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")

@@ -563,7 +563,7 @@ def _one(cfg, row, variant, seed, data, *, key, progress, checkpoint_dir):
     """One (row, variant, seed) run, cached as JSON under ``checkpoint_dir``."""
     spec = row.arch if variant == "dmn" else format_spec(convnet_spec(row.arch))
     built = bool({"dmn_conv", "dmn_dense"} & {t.kind for t in parse_spec(spec)})
-    pca = "" if getattr(cfg, "pca", "class") == "class" else f"pca{cfg.pca}-"
+    pca = "" if cfg.pca == "class" else f"pca{cfg.pca}-"
     dmn_tag = (f"{cfg.preset}-{pca}in{row.input_fraction}-var{row.var_fraction}"
                f"-lv{row.layer_vars}-cut{row.cutoff}-" if built else "")  # ConvNets: shared
     tag = (f"{row.dataset}-{spec}-{dmn_tag}s{seed}-e{cfg.epochs}-n{cfg.n_train}-{cfg.n_test}"
@@ -702,6 +702,8 @@ def _row_name(row: ArchRow) -> str:
 # the run settings every part of a merged record must share (the rows may differ)
 _PROTOCOL = ("preset", "dmn_preset", "seeds", "epochs", "batch_size", "optimizer_name",
              "n_train", "n_test", "report", "dtype", "convnet")
+# protocol fields added after records were written: their value in older records
+_PROTOCOL_DEFAULTS = {"pca": "class"}
 # what defines a row's runs (the paper's printed numbers may be corrected without rerunning)
 _RUN_FIELDS = ("dataset", "arch", "label", "input_fraction", "var_fraction", "cutoff",
                "layer_vars")
@@ -769,18 +771,14 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
         loaded.append((label, d))
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
-        a, b = ref["config"].get("pca", "class"), d["config"].get("pca", "class")
-        if a != b:
-            raise ValueError(f"merge_tables: {label} ran with pca={b!r} but {ref_label} with "
-                             f"pca={a!r}; rows run under different protocols do not merge.")
-        for f in _PROTOCOL:
-            a, b = ref["config"][f], d["config"][f]
+        for f in tuple(_PROTOCOL_DEFAULTS) + _PROTOCOL:  # pca first: it also changes dmn_preset
+            a, b = (x["config"].get(f, _PROTOCOL_DEFAULTS.get(f)) for x in (ref, d))
             if a != b:
                 raise ValueError(f"merge_tables: {label} ran with {f}={b!r} but {ref_label} with "
                                  f"{f}={a!r}; rows run under different protocols do not merge.")
     c0 = ref["config"]
     cfg = TableConfig(artifact=artifact, rows=full, preset=c0["preset"],
-                      pca=c0.get("pca", "class"), convnet=bool(c0["convnet"]),
+                      pca=c0.get("pca", _PROTOCOL_DEFAULTS["pca"]), convnet=bool(c0["convnet"]),
                       seeds=c0["seeds"], epochs=c0["epochs"],
                       batch_size=c0["batch_size"], optimizer_name=c0["optimizer_name"],
                       n_train=c0["n_train"], n_test=c0["n_test"], report=c0["report"],
