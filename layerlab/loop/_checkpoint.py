@@ -23,6 +23,7 @@ Layout of a checkpoint directory::
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import math
@@ -79,6 +80,17 @@ class CheckpointFallbackWarning(UserWarning):
 
 
 # --------------------------------------------------------------------------- fingerprint
+
+
+def _drop_tracebacks(e: BaseException) -> BaseException:
+    """``e`` with its traceback (and its chain's) dropped, so the frames it held can go."""
+    seen = set()
+    x = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        x.__traceback__ = None
+        x = x.__cause__ or x.__context__
+    return e
 
 
 def _abstract(tree):
@@ -420,11 +432,24 @@ class Checkpointer:
 
     def restore_arrays(self, step: int, arrays_like: dict[str, Any]) -> dict[str, Any]:
         ocp = self._ocp
-        out = self.manager.restore(
-            int(step),
-            args=ocp.args.Composite(arrays=ocp.args.StandardRestore(_abstract(arrays_like))),
-        )
-        return out["arrays"]
+        with warnings.catch_warnings():
+            # a failed orbax/tensorstore restore (corrupt array files) abandons coroutines;
+            # their "never awaited" RuntimeWarning would surface at some later, random
+            # garbage collection in the user's program.  Collect them here, silently.
+            warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited",
+                                    category=RuntimeWarning)
+            try:
+                out = self.manager.restore(
+                    int(step),
+                    args=ocp.args.Composite(
+                        arrays=ocp.args.StandardRestore(_abstract(arrays_like))),
+                )
+            except Exception as e:
+                failed = _drop_tracebacks(e)
+            else:
+                return out["arrays"]
+            gc.collect()
+        raise failed
 
     def restore(self, step: int, arrays_like: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         return self.restore_arrays(step, arrays_like), self.read_meta(step)

@@ -119,9 +119,14 @@ CORRUPTIONS = {
 }
 
 
-# a failed orbax/tensorstore restore of truncated array files can leave a callback that
-# fires on its closed asyncio loop ("Event loop is closed"), reported after the test: harmless
+# a failed orbax/tensorstore restore of corrupt array files can leave a callback that fires
+# on its closed asyncio loop ("Event loop is closed"), reported after the test, and abandoned
+# coroutines whose "never awaited" RuntimeWarning comes at a later garbage collection (the
+# library collects them inside the restore; a background thread may still be late): harmless.
+# pytest.warns re-emits any warning it did not match, so both must be ignored here (CI of
+# stop 37 failed on the second; it is timing-dependent).
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
 @pytest.mark.parametrize("how", sorted(CORRUPTIONS))
 def test_corrupt_latest_step_falls_back_and_ends_identical(killed, reference, how):
     CORRUPTIONS[how](killed / "6")
