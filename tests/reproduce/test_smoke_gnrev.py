@@ -61,6 +61,42 @@ def test_appG_rate_ablation_weight_movement_grows_with_gns_rate(tmp_path):
         assert r["within_3x"][g]["adam_0.001"] == (1 / 3 <= q <= 3)
 
 
+def test_appG_rate_ablation_compares_at_matched_training_loss(tmp_path):
+    # Adam at 3e-5 and GN at 0.1 / 0.2 overlap in training loss on the smoke net (3 epochs)
+    r = _smoke("_gnrev_appG_rate", ["--gn-rates", "0.1,0.2", "--adam-rates", "3e-5",
+                                    "--epochs", "3"], tmp_path)
+    c = r["w_one_minus_cos_per_epoch"]
+    # at matched training loss: every GN epoch whose loss lies inside Adam's range (epochs >= 1)
+    # is listed, with Adam's movement between that of the two Adam epochs bracketing the loss
+    import numpy as np
+    import pytest
+
+    la = np.array(r["train_loss_per_epoch"]["adam_3e-05"][1:])
+    ma = np.array(c["adam_3e-05"][1:])
+    order = np.argsort(la)
+    la, ma = la[order], ma[order]
+    for g in ("gn_0.1", "gn_0.2"):
+        lg = np.array(r["train_loss_per_epoch"][g])
+        rows = r["gn_over_adam_at_matched_loss"][g]["adam_3e-05"]
+        inside = [k for k in range(1, len(lg)) if la.min() <= lg[k] <= la.max()]
+        assert inside and [row["epoch"] for row in rows] == inside
+        for row in rows:
+            k = row["epoch"]
+            assert row["loss"] == pytest.approx(lg[k]) and row["gn"] == pytest.approx(c[g][k])
+            j = int(np.searchsorted(la, lg[k]))  # Adam's epochs whose losses bracket GN's
+            lo, hi = max(j - 1, 0), min(j, len(la) - 1)
+            assert min(ma[lo], ma[hi]) - 1e-12 <= row["adam"] <= max(ma[lo], ma[hi]) + 1e-12
+            assert row["ratio"] == pytest.approx(row["gn"] / row["adam"])
+
+
+def test_appG_rate_ablation_refuses_a_bad_width(tmp_path, capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        _smoke("_gnrev_appG_rate", ["--bottleneck", "0"], tmp_path)
+    assert "--bottleneck must be a positive width, got 0" in capsys.readouterr().err
+
+
 def test_variants_long_without_adam_decides_only_the_claims_it_can(tmp_path):
     # run_variants compares with Adam for most claims: a run of chosen arms without Adam must
     # leave those out (not fail, not invent an Adam), and keep the ones it can decide
