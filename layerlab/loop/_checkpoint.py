@@ -30,6 +30,7 @@ import math
 import os
 import socket
 import time
+import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -82,15 +83,29 @@ class CheckpointFallbackWarning(UserWarning):
 # --------------------------------------------------------------------------- fingerprint
 
 
-def _drop_tracebacks(e: BaseException) -> BaseException:
-    """``e`` with its traceback (and its chain's) dropped, so the frames it held can go."""
-    seen = set()
-    x = e
-    while x is not None and id(x) not in seen:
+def _clear_frames(e: BaseException) -> BaseException:
+    """``e`` with the locals of its traceback's finished frames cleared (its ``__cause__``,
+    ``__context__`` and group members too), so the objects they held can be collected; the
+    traceback itself stays printable."""
+    todo, seen = [e], set()
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
         seen.add(id(x))
-        x.__traceback__ = None
-        x = x.__cause__ or x.__context__
+        traceback.clear_frames(x.__traceback__)
+        todo += [x.__cause__, x.__context__, *getattr(x, "exceptions", ())]
     return e
+
+
+_ORBAX_CODE = ("orbax", "tensorstore", "zarr")
+
+
+def _orbax_unawaited(w: warnings.WarningMessage) -> bool:
+    """A "coroutine ... was never awaited" RuntimeWarning of a coroutine in orbax's stack."""
+    code = getattr(w.source, "cr_code", None)
+    return (issubclass(w.category, RuntimeWarning) and "was never awaited" in str(w.message)
+            and code is not None and any(k in code.co_filename for k in _ORBAX_CODE))
 
 
 def _abstract(tree):
@@ -432,23 +447,27 @@ class Checkpointer:
 
     def restore_arrays(self, step: int, arrays_like: dict[str, Any]) -> dict[str, Any]:
         ocp = self._ocp
-        with warnings.catch_warnings():
-            # a failed orbax/tensorstore restore (corrupt array files) abandons coroutines;
-            # their "never awaited" RuntimeWarning would surface at some later, random
-            # garbage collection in the user's program.  Collect them here, silently.
-            warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited",
-                                    category=RuntimeWarning)
-            try:
-                out = self.manager.restore(
-                    int(step),
-                    args=ocp.args.Composite(
-                        arrays=ocp.args.StandardRestore(_abstract(arrays_like))),
-                )
-            except Exception as e:
-                failed = _drop_tracebacks(e)
-            else:
-                return out["arrays"]
+        try:
+            out = self.manager.restore(
+                int(step),
+                args=ocp.args.Composite(
+                    arrays=ocp.args.StandardRestore(_abstract(arrays_like))),
+            )
+        except Exception as e:
+            failed = _clear_frames(e)
+        else:
+            return out["arrays"]
+        # a failed orbax/tensorstore restore (corrupt array files) abandons coroutines; their
+        # "never awaited" RuntimeWarning would surface at some later, random garbage collection
+        # in the user's program.  Collect them now and drop those warnings; any other warning
+        # raised meanwhile is passed on unchanged.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             gc.collect()
+        for w in caught:
+            if not _orbax_unawaited(w):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                                       source=w.source)
         raise failed
 
     def restore(self, step: int, arrays_like: dict[str, Any]) -> tuple[dict[str, Any], dict]:
