@@ -44,16 +44,17 @@ def matched_loss_ratio(loss_g, move_g, loss_a, move_a) -> list[dict]:
     """GN's weight movement over Adam's at the training losses GN reaches.
 
     ``loss_*`` and ``move_*`` are per-epoch curves (entry 0 = init; ``move`` = 1 − cos(W, W₀)).
-    For every epoch ``k >= 1`` of GN whose loss lies inside Adam's range of losses after its
-    first epoch, Adam's movement is interpolated (piecewise linearly in log loss, Adam's loss
-    assumed to fall) at that loss: ``{"epoch", "loss", "gn", "adam", "ratio"}``.  Empty when
-    the curves do not overlap.
+    Adam's curve is taken at its epochs ``>= 1`` that set a new lowest loss (where its loss
+    rises, the later epochs at the same loss are skipped), and its movement is interpolated
+    piecewise linearly in log loss.  For every epoch ``k >= 1`` of GN whose loss lies inside
+    that range: ``{"epoch", "loss", "gn", "adam", "ratio"}``.  Empty when the curves do not
+    overlap.
     """
     import numpy as np
 
-    la, ma = np.log(np.asarray(loss_a, float)[1:]), np.asarray(move_a, float)[1:]
-    order = np.argsort(la)
-    la, ma = la[order], ma[order]
+    la, ma = np.asarray(loss_a, float)[1:], np.asarray(move_a, float)[1:]
+    keep = [j for j in range(len(la)) if la[j] < np.min(la[:j], initial=np.inf)]
+    la, ma = np.log(la[keep])[::-1], ma[keep][::-1]  # ascending log loss
     out = []
     for k in range(1, len(loss_g)):
         lg = float(np.log(loss_g[k]))
@@ -70,9 +71,10 @@ def main(argv=None) -> int:
     p.add_argument("--adam-rates", default="3e-5,1e-4,3e-4")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--bottleneck", type=int, default=None,
-                   help="d' of the reversible blocks (default: the configuration's, 1024 as "
-                        "the record; the paper: 8000). The weights are drawn with the paper's "
-                        "d'=8000 Xavier variance at every width below it, as the record's")
+                   help="d' of the reversible blocks (default: the configuration's: 1024 as "
+                        "the record, the smoke net's own with --smoke; the paper: 8000). The "
+                        "weights keep the configuration's init variance (the record: d'=8000 "
+                        "Xavier) at every width below 8000")
     p.add_argument("--smoke", action="store_true", help="the tiny MNIST smoke configuration")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--data-dir", default=None)
@@ -112,15 +114,18 @@ def main(argv=None) -> int:
     gns = [a for a in end if a.startswith("gn")]
     adams = [a for a in end if a.startswith("adam")]
     ratio = {g: {a: end[g] / end[a] for a in adams} for g in gns}
+    width = ("" if args.bottleneck is None else
+             f", at d'={cfg.bottleneck} instead of the record's 1024")
     out = {"_note": "App. G (weight cosine with init) on CIFAR-10 at the first appG_cifar10 "
-           f"record's configuration ({res['n_train']} images, batch {cfg.batch_size}, "
+           f"record's configuration{width} ({res['n_train']} images, batch {cfg.batch_size}, "
            f"d'={cfg.bottleneck} (init variance of d'={cfg.init_bottleneck or cfg.bottleneck}), "
            f"{cfg.depth} blocks, {cfg.epochs} epochs, seed 0: same init and batches), rates "
            "fixed, no probes. 1 - cos(W, W0): mean over the half-coupled layers, per epoch. "
            "The record's claim: GN within 3x of Adam.",
            "config": {"gn_rates": gr, "adam_rates": ar, "epochs": cfg.epochs,
                       "n_train": res["n_train"], "batch_size": cfg.batch_size,
-                      "bottleneck": cfg.bottleneck, "depth": cfg.depth},
+                      "bottleneck": cfg.bottleneck, "init_bottleneck": cfg.init_bottleneck,
+                      "depth": cfg.depth},
            "w_one_minus_cos_per_epoch": curve, "w_one_minus_cos_end": end,
            "gn_over_adam_end": ratio,
            # the record's test (experiments.run_appG): 1/3 <= GN / Adam <= 3

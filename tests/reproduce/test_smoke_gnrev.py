@@ -89,6 +89,34 @@ def test_appG_rate_ablation_compares_at_matched_training_loss(tmp_path):
             assert row["ratio"] == pytest.approx(row["gn"] / row["adam"])
 
 
+def test_matched_loss_ratio_interpolates_adam_in_log_loss():
+    import numpy as np
+    import pytest
+
+    from reproduce._gnrev_appG_rate import matched_loss_ratio
+
+    # Adam: loss 1 -> 0.1 -> 0.01 (epochs 1, 2), movement 0 -> 1 -> 3; GN at loss 10^-1.5
+    # (halfway in log between Adam's epochs 1 and 2) and 0.5 (outside Adam's [0.01, 0.1])
+    rows = matched_loss_ratio([2.0, 0.5, 10 ** -1.5], [0.0, 4.0, 8.0],
+                              [2.0, 0.1, 0.01], [0.0, 1.0, 3.0])
+    assert [r["epoch"] for r in rows] == [2]
+    assert rows[0]["adam"] == pytest.approx(2.0) and rows[0]["ratio"] == pytest.approx(4.0)
+    # linear instead of log interpolation would give 1 + 2 * (0.1 - 0.0316) / 0.09 = 2.52
+    assert matched_loss_ratio([2.0, 5.0], [0.0, 1.0], [2.0, 0.1, 0.01], [0.0, 1.0, 3.0]) == []
+    # Adam's loss rising again (epoch 3 back at 0.05): only its new-lowest epochs count, so
+    # GN at 0.05 is read between epochs 1 and 2 (log-halfway 0.0316 is not hit exactly)
+    rows = matched_loss_ratio([2.0, 0.05], [0.0, 1.0], [2.0, 0.1, 0.01, 0.05],
+                              [0.0, 1.0, 3.0, 100.0])
+    want = 1.0 + 2.0 * np.log(0.05 / 0.1) / np.log(0.01 / 0.1)
+    assert rows[0]["adam"] == pytest.approx(want)
+
+
+def test_appG_rate_ablation_runs_at_the_width_asked(tmp_path):
+    r = _smoke("_gnrev_appG_rate", ["--gn-rates", "0.1", "--adam-rates", "1e-3", "--epochs",
+                                    "1", "--bottleneck", "40"], tmp_path)
+    assert r["config"]["bottleneck"] == 40 and "d'=40" in r["_note"]
+
+
 def test_appG_rate_ablation_refuses_a_bad_width(tmp_path, capsys):
     import pytest
 
