@@ -72,6 +72,10 @@ class DMNConfig:
         ``"notebook"``).
       activation: after each DMN layer: ``"relu"`` (paper, Fig. 4 caption) or ``"linear"``
         (the authors' code).
+      conv_activation: after each *trained* conv layer (``c`` tokens): ``"relu"`` (the paper's
+        text: "a convolutional layer, ReLU activation layer and a maxpooling layer", Fig. 9)
+        or ``"linear"`` (what a Keras ``Conv2D`` gives when no activation is passed; an
+        ablation of the paper's ConvNet numbers, docs/dmn.md).
       signs: eigenvector sign convention: ``"mean"`` (non-negative overlap with the class
         mean), ``"max_abs"`` (largest-magnitude entry positive) or ``"none"`` (as ``eigh``
         returns them, the authors').
@@ -94,6 +98,7 @@ class DMNConfig:
     input_noise: float = 0.0
     standardize: str = "none"
     activation: str = "relu"
+    conv_activation: str = "relu"
     signs: str = "mean"
     frac_sampling: str = "stratified"
     input_fraction: float = 1.0
@@ -112,7 +117,8 @@ class DMNConfig:
             "pca": ("class", "naive", "naive_first"), "threshold": THRESHOLD_RULES,
             "correlation": CORRELATIONS, "order": ORDERS, "rho_norm": ("total", "class"),
             "patches": ("all", "grid"), "padding": ("SAME", "VALID", "same", "valid"),
-            "standardize": STANDARDIZE, "activation": ACTIVATIONS, "signs": SIGNS,
+            "standardize": STANDARDIZE, "activation": ACTIVATIONS,
+            "conv_activation": ACTIVATIONS, "signs": SIGNS,
             "frac_sampling": ("stratified", "random"),
         }
         for name, allowed in choices.items():

@@ -46,6 +46,8 @@ class Head(nn.Module):
 
     layers: tuple
     padding: str = "SAME"
+    #: after each conv layer: ``"relu"`` (the paper) or ``"linear"`` (an ablation)
+    conv_activation: str = "relu"
     #: ``True``: XLA's ``lax.conv`` and ``reduce_window`` max-pooling (what ``nn.Conv`` and
     #: ``nn.max_pool`` run) instead of the default CPU route (patch product, reshape max):
     #: same parameters and values, the reference route of ``benchmarks/dmn_fit.py``.
@@ -59,9 +61,13 @@ class Head(nn.Module):
         n_conv = 0
         for lay in self.layers:
             if lay.kind == "conv":
-                x = jax.nn.relu(Conv3x3(lay.width, padding=self.padding.upper(),
-                                        kernel_init=init, name=f"Conv_{n_conv}",
-                                        im2col=False if self.lax_ops else None)(x))
+                x = Conv3x3(lay.width, padding=self.padding.upper(), kernel_init=init,
+                            name=f"Conv_{n_conv}", im2col=False if self.lax_ops else None)(x)
+                if self.conv_activation == "relu":
+                    x = jax.nn.relu(x)
+                elif self.conv_activation != "linear":
+                    raise ValueError(f"Head.conv_activation must be 'relu' or 'linear'; got "
+                                     f"{self.conv_activation!r}.")
                 n_conv += 1
             elif lay.kind == "bn":
                 x = nn.BatchNorm(use_running_average=not train, momentum=0.99, epsilon=1e-3,
@@ -141,7 +147,7 @@ def make_network(
             f"the classifier {format_spec(layers[-1:])} must have num_classes={num_classes} units."
         )
     prefix, head_layers = split_spec(layers)
-    head = Head(head_layers, padding=config.padding)
+    head = Head(head_layers, padding=config.padding, conv_activation=config.conv_activation)
     padding = config.padding
 
     def prepare(key, x):

@@ -105,3 +105,27 @@ def test_head_default_route_equals_lax_ops_route():
     np.testing.assert_allclose(float(v), float(v_ref), rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["relu", "linear"])
+def test_head_conv_activation_against_a_float64_numpy_forward(act):
+    # c4,m,de10 forward pass by hand: float64 numpy conv, optional ReLU, 2x2 max-pool, dense
+    x = jax.random.normal(jax.random.key(7), (3, 8, 8, 2))
+    net = L.make_network("c4,m,de10", 10, L.DMNConfig.paper(conv_activation=act))
+    p = net.init_head(jax.random.key(8), x)["params"]
+    h = _numpy_conv(x, p["Conv_0"]["kernel"], "VALID") + np.asarray(p["Conv_0"]["bias"],
+                                                                      np.float64)
+    if act == "relu":
+        h = np.maximum(h, 0.0)
+    n, hh, ww, c = h.shape
+    h = h[:, : hh // 2 * 2, : ww // 2 * 2].reshape(n, hh // 2, 2, ww // 2, 2, c).max(axis=(2, 4))
+    want = h.reshape(n, -1) @ np.asarray(p["Dense_0"]["kernel"], np.float64) + np.asarray(
+        p["Dense_0"]["bias"], np.float64)
+    np.testing.assert_allclose(np.asarray(net.head_apply({"params": p}, x)), want, rtol=1e-4,
+                               atol=1e-4)
+    assert (np.min(_numpy_conv(x, p["Conv_0"]["kernel"], "VALID")) < 0)  # ReLU would matter
+
+
+def test_conv_activation_must_be_relu_or_linear():
+    with pytest.raises(ValueError, match=r"DMNConfig.conv_activation must be one of .*'tanh'"):
+        L.DMNConfig(conv_activation="tanh")
