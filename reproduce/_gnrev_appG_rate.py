@@ -33,7 +33,8 @@ FIRST_RECORD = {"gn_0.2": 0.026345, "adam_3e-05": 0.000137}
 def _record_check(end: dict, cfg, smoke: bool) -> dict | None:
     """This run's GN 0.2 and Adam 3e-5 beside the first ``appG_cifar10`` record's
     (``FIRST_RECORD``): the same configuration must give the same numbers."""
-    if smoke or cfg.epochs != 5 or cfg.n_train != 10240 or cfg.bottleneck != 1024:
+    if (smoke or cfg.epochs != 5 or cfg.n_train != 10240 or cfg.bottleneck != 1024
+            or cfg.augment is not None):
         return None
     return {mine: {"this_run": end[mine], "record": rv,
                    "relative_difference": abs(end[mine] - rv) / rv}
@@ -75,6 +76,10 @@ def main(argv=None) -> int:
                         "the record, the smoke net's own with --smoke; the paper: 8000). The "
                         "weights keep the configuration's init variance (the record: d'=8000 "
                         "Xavier) at every width below 8000")
+    p.add_argument("--augment", choices=["none", "random_resized_crop"], default="none",
+                   help="training-batch augmentation (the record this ablation first explained "
+                        "ran without; the records since 2026-11-27 use App. L's "
+                        "random_resized_crop)")
     p.add_argument("--smoke", action="store_true", help="the tiny MNIST smoke configuration")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--data-dir", default=None)
@@ -98,7 +103,8 @@ def main(argv=None) -> int:
     # without augmentation
     base = (ex.MinibatchConfig.smoke() if args.smoke else
             dataclasses.replace(ex.MinibatchConfig.cifar_cpu(None), n_train=10240, n_test=2000))
-    cfg = dataclasses.replace(base, arms=arms, epochs=args.epochs, probe=False)
+    cfg = dataclasses.replace(base, arms=arms, epochs=args.epochs, probe=False,
+                              augment=None if args.augment == "none" else args.augment)
     if args.bottleneck is not None:
         if args.bottleneck < 1:
             p.error(f"--bottleneck must be a positive width, got {args.bottleneck}")
@@ -114,8 +120,12 @@ def main(argv=None) -> int:
     gns = [a for a in end if a.startswith("gn")]
     adams = [a for a in end if a.startswith("adam")]
     ratio = {g: {a: end[g] / end[a] for a in adams} for g in gns}
-    width = ("" if args.bottleneck is None else
-             f", at d'={cfg.bottleneck} instead of the record's 1024")
+    changed = []
+    if args.bottleneck is not None and cfg.bottleneck != base.bottleneck:
+        changed.append(f"d'={cfg.bottleneck} instead of {base.bottleneck}")
+    if cfg.augment != base.augment:
+        changed.append(f"training batches augmented ({cfg.augment}, App. L)")
+    width = "" if not changed else " except: " + ", ".join(changed)
     out = {"_note": "App. G (weight cosine with init) on CIFAR-10 at the first appG_cifar10 "
            f"record's configuration{width} ({res['n_train']} images, batch {cfg.batch_size}, "
            f"d'={cfg.bottleneck} (init variance of d'={cfg.init_bottleneck or cfg.bottleneck}), "
@@ -125,6 +135,7 @@ def main(argv=None) -> int:
            "config": {"gn_rates": gr, "adam_rates": ar, "epochs": cfg.epochs,
                       "n_train": res["n_train"], "batch_size": cfg.batch_size,
                       "bottleneck": cfg.bottleneck, "init_bottleneck": cfg.init_bottleneck,
+                      "augment": cfg.augment,
                       "depth": cfg.depth},
            "w_one_minus_cos_per_epoch": curve, "w_one_minus_cos_end": end,
            "gn_over_adam_end": ratio,

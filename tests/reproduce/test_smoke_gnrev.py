@@ -115,6 +115,18 @@ def test_appG_rate_ablation_runs_at_the_width_asked(tmp_path):
     r = _smoke("_gnrev_appG_rate", ["--gn-rates", "0.1", "--adam-rates", "1e-3", "--epochs",
                                     "1", "--bottleneck", "40"], tmp_path)
     assert r["config"]["bottleneck"] == 40 and "d'=40" in r["_note"]
+    assert r["config"]["augment"] is None and "augmented" not in r["_note"]
+
+
+def test_appG_rate_ablation_augments_when_asked(tmp_path):
+    # same keys, one arm: the augmented run's weights differ from the plain run's
+    argv = ["--gn-rates", "0.1", "--adam-rates", "", "--epochs", "1"]
+    plain = _smoke("_gnrev_appG_rate", argv, tmp_path / "plain")
+    aug = _smoke("_gnrev_appG_rate", [*argv, "--augment", "random_resized_crop"],
+                 tmp_path / "aug")
+    assert aug["config"]["augment"] == "random_resized_crop" and "augmented" in aug["_note"]
+    a, b = plain["w_one_minus_cos_end"]["gn_0.1"], aug["w_one_minus_cos_end"]["gn_0.1"]
+    assert a > 0 and b > 0 and abs(a - b) > 1e-3 * a
 
 
 def test_appG_rate_ablation_refuses_a_bad_width(tmp_path, capsys):
