@@ -704,6 +704,16 @@ _PROTOCOL = ("preset", "dmn_preset", "seeds", "epochs", "batch_size", "optimizer
              "n_train", "n_test", "report", "dtype", "convnet")
 # protocol fields added after records were written: their value in older records
 _PROTOCOL_DEFAULTS = {"pca": "class"}
+# DMNConfig fields added after records were committed, with the value those records ran with
+_DMN_PRESET_ADDED = {"conv_activation": "relu"}
+
+
+def _protocol_value(config: dict, field: str):
+    """``config[field]`` as a merge compares it: older records' missing fields filled in."""
+    v = config.get(field, _PROTOCOL_DEFAULTS.get(field))
+    if field == "dmn_preset" and isinstance(v, dict):
+        v = _DMN_PRESET_ADDED | v
+    return v
 # what defines a row's runs (the paper's printed numbers may be corrected without rerunning)
 _RUN_FIELDS = ("dataset", "arch", "label", "input_fraction", "var_fraction", "cutoff",
                "layer_vars")
@@ -772,7 +782,7 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
         for f in tuple(_PROTOCOL_DEFAULTS) + _PROTOCOL:  # pca first: it also changes dmn_preset
-            a, b = (x["config"].get(f, _PROTOCOL_DEFAULTS.get(f)) for x in (ref, d))
+            a, b = (_protocol_value(x["config"], f) for x in (ref, d))
             if a != b:
                 raise ValueError(f"merge_tables: {label} ran with {f}={b!r} but {ref_label} with "
                                  f"{f}={a!r}; rows run under different protocols do not merge.")

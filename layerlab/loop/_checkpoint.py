@@ -29,6 +29,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 import traceback
 import warnings
@@ -83,18 +84,21 @@ class CheckpointFallbackWarning(UserWarning):
 # --------------------------------------------------------------------------- fingerprint
 
 
-def _clear_frames(e: BaseException) -> BaseException:
+def _clear_frames(e: BaseException, keep: BaseException | None = None) -> BaseException:
     """``e`` with the locals of its traceback's finished frames cleared (its ``__cause__``,
     ``__context__`` and group members too), so the objects they held can be collected; the
-    traceback itself stays printable."""
+    traceback itself stays printable.  ``keep`` (the exception the caller was handling when
+    the failed call began, which becomes a ``__context__``) and its chain are left alone."""
     todo, seen = [e], set()
     while todo:
         x = todo.pop()
-        if x is None or id(x) in seen:
+        if x is None or x is keep or id(x) in seen:
             continue
         seen.add(id(x))
         traceback.clear_frames(x.__traceback__)
-        todo += [x.__cause__, x.__context__, *getattr(x, "exceptions", ())]
+        todo += [x.__cause__, x.__context__]
+        if isinstance(x, BaseExceptionGroup):
+            todo += list(x.exceptions)
     return e
 
 
@@ -447,6 +451,7 @@ class Checkpointer:
 
     def restore_arrays(self, step: int, arrays_like: dict[str, Any]) -> dict[str, Any]:
         ocp = self._ocp
+        handling = sys.exc_info()[1]  # the caller's exception, if called inside an except
         try:
             out = self.manager.restore(
                 int(step),
@@ -454,7 +459,7 @@ class Checkpointer:
                     arrays=ocp.args.StandardRestore(_abstract(arrays_like))),
             )
         except Exception as e:
-            failed = _clear_frames(e)
+            failed = _clear_frames(e, keep=handling)
         else:
             return out["arrays"]
         # a failed orbax/tensorstore restore (corrupt array files) abandons coroutines; their
@@ -464,11 +469,13 @@ class Checkpointer:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             gc.collect()
-        for w in caught:
-            if not _orbax_unawaited(w):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
-                                       source=w.source)
-        raise failed
+        try:  # a warning turned into an error by the user's filters must not hide `failed`
+            for w in caught:
+                if not _orbax_unawaited(w):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                                           source=w.source)
+        finally:
+            raise failed
 
     def restore(self, step: int, arrays_like: dict[str, Any]) -> tuple[dict[str, Any], dict]:
         return self.restore_arrays(step, arrays_like), self.read_meta(step)

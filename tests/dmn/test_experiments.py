@@ -548,6 +548,17 @@ def test_merge_tables_keeps_rows_that_share_a_label_apart_and_checks_the_protoco
     b["config"]["dmn_preset"] = b["config"]["dmn_preset"] | {"cutoff": 0.8}
     with pytest.raises(ValueError, match="dmn_preset"):
         ex.merge_tables("table2", [a, b])
+    # a part written before DMNConfig had conv_activation merges with one written after (both
+    # ran ReLU convs); a part whose ConvNets ran linear does not
+    old_part = _table_part("table2", [6], [50.0], [45.0])
+    old_part["config"]["dmn_preset"] = {k: v for k, v in old_part["config"]["dmn_preset"].items()
+                                        if k != "conv_activation"}
+    assert "conv_activation" in a["config"]["dmn_preset"]
+    assert len(ex.merge_tables("table2", [a, old_part], data_dir=tmp_path).rows) > 0
+    lin = _table_part("table2", [6], [50.0], [45.0])
+    lin["config"]["dmn_preset"] = lin["config"]["dmn_preset"] | {"conv_activation": "linear"}
+    with pytest.raises(ValueError, match="dmn_preset"):
+        ex.merge_tables("table2", [a, lin], data_dir=tmp_path)
 
 
 def test_a_table2_without_its_convnets_is_not_paper_scale(tmp_path):

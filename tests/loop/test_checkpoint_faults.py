@@ -50,7 +50,8 @@ def _flush_abandoned_coroutines():
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited",
+                                category=RuntimeWarning)
         gc.collect()
 
 
@@ -475,4 +476,24 @@ def test_clear_frames_frees_the_locals_of_a_failed_call_and_its_chain():
     assert all(r() is None for r in refs)
     assert str(err) == "outer" and isinstance(err.__cause__, KeyError)
     assert "outer" in "".join(traceback.format_exception(err))  # still printable
+
+    # an exception the caller was handling (a __context__ of the failure) keeps its locals
+    refs.clear()
+
+    def users():
+        held = Held()
+        refs.append(weakref.ref(held))
+        raise OSError("the user's own")
+
+    try:
+        users()
+    except OSError as mine:
+        try:
+            outer()
+        except ValueError as e:
+            err = e
+        assert err.__context__.__context__ is mine  # outer's KeyError was raised while handling
+        _clear_frames(err, keep=mine)
+        gc.collect()
+        assert refs[0]() is not None and all(r() is None for r in refs[1:])
 
