@@ -52,14 +52,15 @@ def _plot(rec, path):
     for a in rec["arms"].values():
         ax.plot([c[0] for c in a["curve"]],
                 [float("nan") if c[2] is None else c[2] for c in a["curve"]], "o-", ms=2,
-                label=f"ConvNet {rec['spec']}, inputs x{a['input_scale']:g}, {a['optimizer']}")
+                label=f"ConvNet {rec['spec']}, inputs x{a['input_scale']:g}, {a['optimizer']}, "
+                      f"{a.get('conv_activation', 'relu')} conv")
     ax.axhline(rec["paper_convnet"], color="k", ls="--", lw=0.8,
                label=f"paper's ConvNet {rec['paper_convnet']}")
     ax.axhline(rec["our_dmn_3_seeds"], color="C2", ls=":", lw=1,
-               label=f"our DMN d10, 3 seeds {rec['our_dmn_3_seeds']}")
+               label=f"our DMN (the row compared), 3 seeds {rec['our_dmn_3_seeds']}")
     ax.set_xlabel("epoch")
     ax.set_ylabel("CIFAR-10 test accuracy %")
-    ax.set_title("Table 2, d10 row: the ConvNet per epoch")
+    ax.set_title(f"ConvNet {rec['spec']} per epoch (CIFAR-10, seed {rec['seed']})")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
         opt = optax.sgd(0.01) if arm == "sgd" else optax.adam(1e-3)
         r = _cached_unit_run(args.table_cache, args.spec, args.seed, args.epochs) \
             if arm == "unit" else None
-        source = "table2 run cache" if r is not None else "trained here"
+        source = f"run cache {args.table_cache}" if r is not None else "trained here"
         if r is None:
             r = train_and_evaluate(args.spec, np.asarray(tr.x) * scale, tr.y,
                                    np.asarray(te.x) * scale, te.y, 10, key=key,
