@@ -57,6 +57,8 @@ def matched_loss_ratio(loss_g, move_g, loss_a, move_a) -> list[dict]:
     keep = [j for j in range(len(la)) if la[j] < np.min(la[:j], initial=np.inf)]
     la, ma = np.log(la[keep])[::-1], ma[keep][::-1]  # ascending log loss
     out = []
+    if not len(la):  # Adam has no epoch after init
+        return out
     for k in range(1, len(loss_g)):
         lg = float(np.log(loss_g[k]))
         if la[0] <= lg <= la[-1]:

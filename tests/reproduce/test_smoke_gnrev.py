@@ -103,6 +103,7 @@ def test_matched_loss_ratio_interpolates_adam_in_log_loss():
     assert rows[0]["adam"] == pytest.approx(2.0) and rows[0]["ratio"] == pytest.approx(4.0)
     # linear instead of log interpolation would give 1 + 2 * (0.1 - 0.0316) / 0.09 = 2.52
     assert matched_loss_ratio([2.0, 5.0], [0.0, 1.0], [2.0, 0.1, 0.01], [0.0, 1.0, 3.0]) == []
+    assert matched_loss_ratio([2.0, 0.5], [0.0, 1.0], [2.0], [0.0]) == []  # Adam: init only
     # Adam's loss rising again (epoch 3 back at 0.05): only its new-lowest epochs count, so
     # GN at 0.05 is read between epochs 1 and 2 (log-halfway 0.0316 is not hit exactly)
     rows = matched_loss_ratio([2.0, 0.05], [0.0, 1.0], [2.0, 0.1, 0.01, 0.05],
