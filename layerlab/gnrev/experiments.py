@@ -1233,7 +1233,7 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
 def _cert_rows(cfg, res) -> list[Row]:
     rows = []
     for a in res["arms"]:
-        if a.startswith("gn"):
+        if a.startswith("gn") and all("residual" in r for r in res["arms"][a]["seeds"]):
             rows += _cert_row(a, _stack(res, a, "residual"), _stack(res, a, "min_rank"),
                               cfg.batch_size)
     return rows
