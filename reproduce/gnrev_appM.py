@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     if args.seeds:
         cfg = dataclasses.replace(cfg, seeds=args.seeds)
     rec = ex.run_appM(cfg, key=jax.random.key(0), progress=not args.no_progress,
-                      data_dir=args.data_dir)
+                      checkpoint_dir=_cli.checkpoint_dir(args), data_dir=args.data_dir)
     _cli.finish(args, rec, figure=lambda path: ex.plot_appM(rec, path), argv=argv)
     return 0
 

@@ -468,8 +468,8 @@ def _cfg_dict(cfg) -> dict[str, Any]:
     # likewise; a cached result made before the rule is re-checked on load (_stale_instability)
     if d.get("max_climb", "") == 0.1:
         del d["max_climb"]
-    if hasattr(cfg, "arms"):
-        d["arms"] = [_arm_dict(a) for a in cfg.arms]
+    if hasattr(cfg, "arms"):  # a field, or (RegressionConfig) a method building them
+        d["arms"] = [_arm_dict(a) for a in (cfg.arms() if callable(cfg.arms) else cfg.arms)]
     return d
 
 
@@ -1703,6 +1703,59 @@ class RegressionConfig:
                 Arm("adam", optax.adam, self.adam_lrs), Arm("sgd", optax.sgd, self.sgd_lrs))
 
 
+# part of the key of run_appM's kept pieces: bump when a piece's content or a rate rule changes
+_APPM_PIECES = "|appM-pieces-v1"
+
+
+def _appM_piece(cfg: RegressionConfig, arm: Arm, name: str, s: int, ks: jax.Array, params,
+                frozen, P, fb, train, test, bs: int, spe: int, progress: bool,
+                checkpoint_dir: pathlib.Path | None) -> dict[str, Any]:
+    """One (dataset, seed, arm) piece of :func:`run_appM` (numpy only, so it can be kept):
+    the full-batch sweep (largest non-diverging rate) and its curve, test MSE and
+    certificate; the mini-batch sweep and run, each rate's run checkpointed under
+    ``checkpoint_dir/lr<rate>`` so an interrupted run resumes mid-way."""
+    (xfb, yfb), (xtr, ytr), (xte, yte) = fb, train, test
+    one: dict[str, Any] = {"replaced": []}
+    sw = lr_sweep(arm, params, frozen, P, (xfb, yfb), steps=cfg.fullbatch_steps,
+                  batch_size=None, rule="largest_stable", loss="mse",
+                  key=jax.random.fold_in(ks, 1), progress=progress)
+    i = int(np.nonzero(sw["lrs"] == np.float32(sw["best"]))[0][0])
+    pr = jax.tree.map(lambda a, i=i: a[i], sw["state"].params)
+    one["fb_loss"] = np.asarray(sw["loss"][:, i], np.float64)
+    one["fb_test"] = float(revmlp_loss(pr, frozen, P, (xte, yte), loss="mse")[0])
+    one["fb_lr"] = float(sw["best"])
+    if arm.is_gn:
+        one["residual"] = np.asarray(sw["residual"][:, i], np.float64)
+    if len(arm.lrs) > 1:
+        mb = lr_sweep(arm, params, frozen, P, (xtr, ytr), steps=spe, batch_size=bs,
+                      rule="progress", loss="mse", key=jax.random.fold_in(ks, 3))
+        lr = float(mb["best"])
+    else:
+        lr = float(arm.lrs[0])
+    ts = _make_step(arm, frozen, P, loss="mse", loss_after=False)
+    eval_fn = jax.tree_util.Partial(_mse_eval_metrics, frozen, P, xte, yte, xtr, ytr)
+    # as in the mini-batch figures (_train_stable): a rate the one-epoch sweep picks but whose
+    # full run diverges is replaced by the next smaller grid rate (§5.4: "the highest learning
+    # rate that does not cause the loss to diverge") (the sweep returns a float32 rate: 0.4
+    # there is above the grid's 0.4)
+    lower = sorted((float(v) for v in arm.lrs if float(v) < lr * (1 - 1e-6)), reverse=True)
+    while True:
+        ck = None if checkpoint_dir is None else checkpoint_dir / f"lr{lr:.6g}"
+        _, hist = fit(ts.step, _init_state(arm, ts, params, lr), (xtr, ytr),
+                      key=jax.random.fold_in(ks, 2), epochs=cfg.epochs[name], batch_size=bs,
+                      eval_fn=eval_fn, eval_every=spe, eval_at_start=True, progress=progress,
+                      desc=f"{name} {arm.name}", check_finite=False, checkpoint_dir=ck,
+                      checkpoint_every=spe if ck is not None else None)
+        if np.all(np.isfinite(np.asarray(hist["eval"]["train"]))) or not lower:
+            break
+        one["replaced"].append((s, float(lr)))
+        lr = lower.pop(0)
+    one["mb_train"] = np.asarray(hist["eval"]["train"], np.float64)
+    one["mb_test"] = np.asarray(hist["eval"]["test"], np.float64)
+    one["mb_lr"] = lr
+    return one
+
+
 def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
              checkpoint_dir: str | os.PathLike | None = None,
              data_dir: str | os.PathLike | None = None) -> Record:
@@ -1711,6 +1764,11 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
     t0 = time.perf_counter()
     rows, claims, curves = [], [], {}
     replaced_all: dict[str, dict] = {}
+    kd = repr(jax.random.key_data(key).tolist()) + _APPM_PIECES
+    done = None if checkpoint_dir is None else (
+        pathlib.Path(checkpoint_dir)
+        / f"appM_{_fingerprint(dataclasses.replace(cfg, seeds=0, scale_note=''), kd)}")
+    wall, new = 0.0, 0.0  # all pieces' own times / this call's new pieces' times
     for name in cfg.datasets:
         replaced: dict[str, list] = {}
         replaced_all[name] = replaced
@@ -1730,46 +1788,23 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
                 r = res.setdefault(arm.name, {k: [] for k in (
                     "fb_loss", "fb_test", "mb_train", "mb_test", "fb_lr", "mb_lr", "residual")})
                 replaced.setdefault(arm.name, [])
-                sw = lr_sweep(arm, params, frozen, P, (xfb, yfb), steps=cfg.fullbatch_steps,
-                              batch_size=None, rule="largest_stable", loss="mse",
-                              key=jax.random.fold_in(ks, 1), progress=progress)
-                i = int(np.nonzero(sw["lrs"] == np.float32(sw["best"]))[0][0])
-                pr = jax.tree.map(lambda a, i=i: a[i], sw["state"].params)
-                r["fb_loss"].append(sw["loss"][:, i])
-                r["fb_test"].append(float(revmlp_loss(pr, frozen, P, (xte, yte), loss="mse")[0]))
-                r["fb_lr"].append(sw["best"])
-                if arm.is_gn:
-                    r["residual"].append(sw["residual"][:, i])
-                if len(arm.lrs) > 1:
-                    mb = lr_sweep(arm, params, frozen, P, (xtr, ytr), steps=spe, batch_size=bs,
-                                  rule="progress", loss="mse", key=jax.random.fold_in(ks, 3))
-                    lr = mb["best"]
+                piece = None if done is None else done / f"{name}_s{s}_{arm.name}.pkl"
+                if piece is not None and piece.exists():
+                    one = _load(piece)
                 else:
-                    lr = float(arm.lrs[0])
-                ts = _make_step(arm, frozen, P, loss="mse", loss_after=False)
-
-                eval_fn = jax.tree_util.Partial(_mse_eval_metrics, frozen, P, xte, yte,
-                                                xtr, ytr)
-
-                # as in the mini-batch figures (_train_stable): a rate the one-epoch sweep
-                # picks but whose full run diverges is replaced by the next smaller grid rate
-                # (§5.4: "the highest learning rate that does not cause the loss to diverge")
-                # (the sweep returns a float32 rate: 0.4 there is above the grid's 0.4)
-                lower = sorted((float(v) for v in arm.lrs if float(v) < lr * (1 - 1e-6)),
-                               reverse=True)
-                while True:
-                    _, hist = fit(ts.step, _init_state(arm, ts, params, lr), (xtr, ytr),
-                                  key=jax.random.fold_in(ks, 2), epochs=cfg.epochs[name],
-                                  batch_size=bs, eval_fn=eval_fn, eval_every=spe,
-                                  eval_at_start=True, progress=progress,
-                                  desc=f"{name} {arm.name}", check_finite=False)
-                    if np.all(np.isfinite(np.asarray(hist["eval"]["train"]))) or not lower:
-                        break
-                    replaced[arm.name].append((s, float(lr)))
-                    lr = lower.pop(0)
-                r["mb_train"].append(np.asarray(hist["eval"]["train"], np.float64))
-                r["mb_test"].append(np.asarray(hist["eval"]["test"], np.float64))
-                r["mb_lr"].append(lr)
+                    t1 = time.perf_counter()
+                    one = _appM_piece(cfg, arm, name, s, ks, params, frozen, P, (xfb, yfb),
+                                      (xtr, ytr), (xte, yte), bs, spe, progress,
+                                      None if done is None else done / f"{name}_s{s}_{arm.name}")
+                    one["wall_s"] = time.perf_counter() - t1
+                    new += one["wall_s"]
+                    if piece is not None:
+                        _dump(one, piece)
+                wall += one["wall_s"]
+                replaced[arm.name] += one["replaced"]
+                for k in r:
+                    if k in one:
+                        r[k].append(one[k])
         res = {a: {k: np.asarray(v) for k, v in r.items()} for a, r in res.items()}
         curves[name] = {a: {"fb_loss": r["fb_loss"].mean(0), "mb_train": r["mb_train"].mean(0),
                             "mb_test": r["mb_test"].mean(0)} for a, r in res.items()}
@@ -1819,7 +1854,8 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
                        f"gives none). {cfg.seeds} seed(s). " + cfg.scale_note
                        + _replaced_note(replaced_all)),
                  extra={"curves": curves, "mb_rates_replaced": replaced_all})
-    rec.wall_s = time.perf_counter() - t0
+    # the work, not the calls: kept pieces count their own time once
+    rec.wall_s = time.perf_counter() - t0 - new + wall
     return rec
 
 

@@ -600,3 +600,41 @@ def test_views_carry_the_certificate_and_fig4_makes_no_repeated_middle_claim(dep
                                 depth=2, dataset="mnist")
     if depth == 2:
         assert ex.run_fig4(paper, key=key, result=res).scale == "paper"
+
+
+def test_appM_checkpoint_dir_resumes_per_dataset_seed_and_arm(tmp_path, monkeypatch):
+    """App. M keeps each finished (dataset, seed, arm) piece and each mini-batch run's fit
+    checkpoints: a second call trains nothing and gives the same record; with one arm's piece
+    removed only that arm runs again (its mini-batch run restored from its checkpoints), and
+    ``wall_s`` counts every piece's own time once."""
+    cfg = ex.RegressionConfig.smoke()
+    first = ex.run_appM(cfg, key=jax.random.key(0), progress=False, checkpoint_dir=tmp_path)
+    (done,) = tmp_path.glob("appM_*")
+    pieces = sorted(p.name for p in done.glob("*.pkl"))
+    assert pieces == ["wine_s0_adam.pkl", "wine_s0_gn.pkl", "wine_s0_sgd.pkl"]
+    assert any((done / "wine_s0_sgd").glob("lr*/*"))  # the mini-batch run's fit checkpoints
+
+    def no_training(*a, **k):
+        raise AssertionError("a kept piece was trained again")
+
+    with monkeypatch.context() as m:
+        m.setattr(ex, "lr_sweep", no_training)
+        m.setattr(ex, "fit", no_training)
+        again = ex.run_appM(cfg, key=jax.random.key(0), progress=False, checkpoint_dir=tmp_path)
+    assert [(r.name, r.ours) for r in again.rows] == [(r.name, r.ours) for r in first.rows]
+    assert [c.holds for c in again.claims] == [c.holds for c in first.claims]
+    assert again.wall_s == pytest.approx(first.wall_s, rel=0.5)
+
+    (done / "wine_s0_sgd.pkl").unlink()
+    calls = []
+    real_sweep = ex.lr_sweep
+
+    def counting(arm, *a, **k):
+        calls.append(arm.name)
+        return real_sweep(arm, *a, **k)
+
+    monkeypatch.setattr(ex, "lr_sweep", counting)
+    third = ex.run_appM(cfg, key=jax.random.key(0), progress=False, checkpoint_dir=tmp_path)
+    assert set(calls) == {"sgd"}
+    np.testing.assert_allclose([r.ours for r in third.rows], [r.ours for r in first.rows],
+                               rtol=1e-6)
