@@ -256,6 +256,7 @@ def test_float64_build_keeps_float64(key, x64):
     assert net.features(params + [None], jnp.asarray(x)).dtype == jnp.float64
 
 
+@pytest.mark.datasets("mnist")
 def test_presets_widths_on_mnist_3x3(shared_data, key):
     """Table 2 prints d4 / d6 / d16 for Var 0.85 / 0.95 / 0.99 (Input 0.5 / 0.3 / 0.3).
 
