@@ -57,7 +57,10 @@ def main(argv=None) -> int:
                               ("depth", args.depth), ("seeds", args.seeds),
                               ("n_train", args.n_train)) if v is not None}
     if args.no_bottleneck:
+        # Fig. 5 removes the bottlenecks: the net keeps its own Xavier init (as the mini-batch
+        # fig5 record), not the d'=8000 variance a reduced-width CPU config borrows
         over["bottleneck"] = None
+        over["init_bottleneck"] = None
     if over:
         cfg = dataclasses.replace(cfg, **over,
                                   scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))

@@ -186,3 +186,25 @@ def test_dmn_fig6_epochs_reads_curves_and_compares_by_hand(tmp_path):
     assert r["convnet_first_epoch_reaching_paper"] == {
         "Table 2 c10": [2, 3], "Table 2 c22": [3, 3], "Table 4 c27": [3, 3]}
     assert m.main(["--checkpoint-dir", str(tmp_path / "missing")]) == 2
+
+
+def test_gnrev_fig1_no_bottleneck_keeps_the_nets_own_init(monkeypatch, tmp_path):
+    """Fig. 5's full-batch panel (``--no-bottleneck``): V = I and W at the net's own Xavier
+    variance (``init_bottleneck=None``, factor 1), not the d'=8000 variance the CPU config
+    gives its d'=1024 net; the record is named ``fig1_cifar10_nobottleneck``."""
+    from layerlab.gnrev import experiments as ex
+    from reproduce import gnrev_fig1
+
+    seen = {}
+
+    def fake_run(cfg, **kw):
+        seen["cfg"] = cfg
+        raise SystemExit(0)
+
+    monkeypatch.setattr(ex, "run_fig1", fake_run)
+    with pytest.raises(SystemExit):
+        gnrev_fig1.main(["--dataset", "cifar10", "--no-bottleneck", "--out", str(tmp_path)])
+    cfg = seen["cfg"]
+    assert cfg.bottleneck is None and cfg.init_bottleneck is None
+    assert ex.init_w_scale(3072, cfg.bottleneck, cfg.init_bottleneck) == 1.0
+    assert "overridden" in cfg.scale_note
