@@ -1190,7 +1190,7 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
     ``name_dataset`` (or a smoke run), else ``<artifact>_<dataset>``."""
     # "paper" = the paper's data, model, batch and 3 seeds (issue #12: the MNIST runs at the
     # paper's shape are paper scale even where the paper's figure shows CIFAR-10; the note says so)
-    scale = "paper" if cfg.is_paper_scale else "reduced"
+    scale = "paper" if (cfg.is_paper_scale and "overridden" not in cfg.scale_note) else "reduced"
     lrs = {a: res["arms"][a]["lr"] for a in res["arms"]}
     dropped = {a: res["arms"][a]["diverged_lrs"] for a in res["arms"]
                if res["arms"][a].get("diverged_lrs")}
@@ -1220,8 +1220,9 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
         notes.append(cfg.scale_note)
     if note:
         notes.append(note)
-    if not any(r.name.endswith("median residual ‖JΔθ−ε‖/‖ε‖") for r in rows):
-        rows = list(rows) + _cert_rows(cfg, res)  # the certificate beside every view
+    # the certificate beside every view: added for each GN arm the view did not list itself
+    have = {r.name for r in rows}
+    rows = list(rows) + [r for r in _cert_rows(cfg, res) if r.name not in have]
     plain = cfg.dataset == name_dataset or cfg.scale_note.startswith("smoke")
     art = artifact if plain else f"{artifact}_{cfg.dataset}"
     rec = Record("gnrev", art, title, scale, res["config"], rows=rows, claims=claims,
@@ -1233,7 +1234,9 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
 def _cert_rows(cfg, res) -> list[Row]:
     rows = []
     for a in res["arms"]:
-        if a.startswith("gn") and all("residual" in r for r in res["arms"][a]["seeds"]):
+        # a switched arm (App. F's gn_then_adam) runs GN in one phase only: no certificate row
+        if (a.startswith("gn") and "_then_" not in a
+                and all("residual" in r for r in res["arms"][a]["seeds"])):
             rows += _cert_row(a, _stack(res, a, "residual"), _stack(res, a, "min_rank"),
                               cfg.batch_size)
     return rows
@@ -1443,8 +1446,10 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                                   cache_dir=cache_dir, data_dir=data_dir)
     L = cfg.depth
     blocks = {"first": 0, "middle": (L - 1) // 2, "last": L - 1}
-    # with fewer than 3 blocks the "middle" block is the first one again: no claim of its own
-    claim_blocks = [n for n in blocks if L >= 3 or n != "middle"]
+    # with fewer than 3 blocks "middle" (and with 1, "last") is the first block again: one
+    # claim per distinct block
+    claim_blocks = [n for i, (n, b) in enumerate(blocks.items())
+                    if b not in list(blocks.values())[:i]]
     rows, claims, curves = [], [], {}
     fin = {}
     for a in res["arms"]:

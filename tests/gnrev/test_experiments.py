@@ -574,15 +574,20 @@ def _fake_minibatch_result(depth, *, seeds=1, epochs=3, steps_per_epoch=4, seed=
     return res
 
 
-@pytest.mark.parametrize("depth", [2, 3])
+@pytest.mark.parametrize("depth", [1, 2, 3])
 def test_views_carry_the_certificate_and_fig4_makes_no_repeated_middle_claim(depth, key):
     """Every mini-batch view lists GN's residual certificate (numpy median over steps and
     seeds); with 2 blocks Fig. 4's "middle" block is the first one, so its claim is not made
     twice; a run at the paper's MNIST shape is ``scale: paper`` though Fig. 4 shows CIFAR-10."""
     res = _fake_minibatch_result(depth, seeds=2)
-    cfg = dataclasses.replace(ex.MinibatchConfig.smoke(), depth=depth, batch_size=8)
+    cfg = dataclasses.replace(ex.MinibatchConfig.smoke(), depth=depth, batch_size=8, epochs=3)
     want = float(np.median(np.stack([r["residual"] for r in res["arms"]["gn"]["seeds"]])))
-    for run in (ex.run_fig3, ex.run_fig4, ex.run_appG, ex.run_appH):
+    for a, end in (("gn", 1.0), ("adam", 1.5), ("sgd", 1.7)):  # Fig. 2 reads the loss curves
+        for k, r in enumerate(res["arms"][a]["seeds"]):
+            for m in ("eval_test_loss", "eval_test_accuracy", "eval_train_loss_full"):
+                r[m] = np.linspace(2.0, end, 4) + 0.1 * k
+            r["loss"] = np.linspace(2.0, end, 12)
+    for run in (ex.run_fig2, ex.run_fig3, ex.run_fig4, ex.run_appG, ex.run_appH):
         rec = run(cfg, key=key, result=res)
         cert = [r for r in rec.rows if r.name == "gn: median residual ‖JΔθ−ε‖/‖ε‖"]
         assert len(cert) == 1, (run.__name__, [r.name for r in rec.rows])
@@ -592,7 +597,7 @@ def test_views_carry_the_certificate_and_fig4_makes_no_repeated_middle_claim(dep
         assert rec.scale == "reduced"
     fig4 = ex.run_fig4(cfg, key=key, result=res)
     cka = [c.claim for c in fig4.claims if c.claim.startswith("CKA of GN (gn)")]
-    blocks = ["first", "last"] if depth == 2 else ["first", "middle", "last"]
+    blocks = {1: ["first"], 2: ["first", "last"], 3: ["first", "middle", "last"]}[depth]
     assert cka == [f"CKA of GN (gn) stays closer to init than Adam's ({b} block)" for b in blocks]
     # GN's kernel drifts least in this hand-made run, so every GN-vs-Adam NTK claim holds
     assert all(c.holds for c in fig4.claims if c.claim.startswith("NTK of GN"))
@@ -600,6 +605,9 @@ def test_views_carry_the_certificate_and_fig4_makes_no_repeated_middle_claim(dep
                                 depth=2, dataset="mnist")
     if depth == 2:
         assert ex.run_fig4(paper, key=key, result=res).scale == "paper"
+        # a --paper run with a flag overridden (e.g. fewer epochs) is not the paper's scale
+        short = dataclasses.replace(paper, scale_note="overridden: {'epochs': 1}")
+        assert ex.run_fig4(short, key=key, result=res).scale == "reduced"
 
 
 def test_appM_checkpoint_dir_resumes_per_dataset_seed_and_arm(tmp_path, monkeypatch):
