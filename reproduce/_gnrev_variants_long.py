@@ -1,8 +1,8 @@
-"""Settle the run-length misses of the CPU-scale variant records (Fig. 5, Apps. E, F) by
+"""Settle the run-length misses of the CPU-scale variant records (Fig. 5, Apps. E, F, I) by
 running them longer, with only the arms their claims compare.
 
 The CPU records (``reproduce.gnrev_appE`` / ``_appF`` / ``_fig5``: CIFAR-10, 4096 images, batch
-256, 6 blocks) run 10–30 epochs; the paper 80–1000.  Three of their claims failed for reasons the
+256, 6 blocks) run 10–30 epochs; the paper 80–1000.  Four of their claims failed for reasons the
 docs put down to length, untested until this script:
 
 * App. E — "with longer training even SGD reaches a lower training loss than GN": at 30 epochs
@@ -14,6 +14,10 @@ docs put down to length, untested until this script:
 * Fig. 5 — "GN's training loss saturates early": the net without the inverted bottleneck starts
   at loss 21.6 and GN was still falling at epoch 10.  ``--artifact fig5 --arms gn,adam
   --epochs 30``, and from a smaller init (``--w-scale 0.5``: initial loss 3.2) for 10 epochs.
+
+* App. I — "GN's training loss saturates early at every rate that trains" fails at 0.05 only,
+  whose 10 epochs are 5 of 0.1's in rate x time (Eq. 11's gradient-flow limit): ``--artifact
+  appI --arms gn_lr0.05,gn_lr0.1,adam --epochs 20`` runs 0.05 as long as 0.1's 10 epochs.
 
 Everything else is the record's own configuration (``variants_config(artifact, "cpu")``: data,
 init, batches, rates, residual certificate), and the record's own claim code
@@ -58,7 +62,7 @@ def _crossings(curves: dict, names: list[str]) -> dict[str, int | None]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--artifact", required=True, choices=("appE", "appF", "fig5"))
+    p.add_argument("--artifact", required=True, choices=("appE", "appF", "appI", "appJ", "fig5"))
     p.add_argument("--arms", required=True, help="comma-separated arm names of the record")
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--switch", type=int, default=None,
