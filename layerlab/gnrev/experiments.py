@@ -606,16 +606,10 @@ def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
     curves: dict[str, dict[str, list]] = {}
     for s, ks in enumerate(_seed_keys(key, cfg.seeds)):
         for arm in cfg.arms:
-            piece = None if done is None else done / f"s{s}_{arm.name}.pkl"
-            if piece is not None and piece.exists():
-                one = _load(piece)
-            else:
-                t1 = time.perf_counter()
-                one = _fig1_sweep(cfg, arm, ks, dim, prep.num_outputs, (xtr, ytr), (xte, yte),
-                                  progress)
-                one["wall_s"] = time.perf_counter() - t1
-                if piece is not None:
-                    _dump(one, piece)
+            one, _ = _kept_piece(
+                None if done is None else done / f"s{s}_{arm.name}.pkl",
+                lambda arm=arm, ks=ks: _fig1_sweep(cfg, arm, ks, dim, prep.num_outputs,
+                                                   (xtr, ytr), (xte, yte), progress))
             wall_pieces += one.pop("wall_s")
             c = curves.setdefault(arm.name, {k: [] for k in one})
             for k, v in one.items():
@@ -873,8 +867,12 @@ class MinibatchConfig:
 
     @property
     def is_paper_scale(self) -> bool:
+        """The paper's data, model, batch, 3 seeds, and at least :meth:`paper`'s epochs with
+        its augmentation (a ``--paper`` run with fewer epochs or other crops is not)."""
+        ref = MinibatchConfig.paper(self.dataset)
         return (self.n_train is None and self.bottleneck == 8000 and self.batch_size == 1024
-                and self.seeds >= 3 and self.depth == (2 if self.dataset == "mnist" else 6))
+                and self.seeds >= 3 and self.depth == ref.depth and self.epochs >= ref.epochs
+                and self.augment == ref.augment)
 
 
 def _probe_fns(frozen, readout, px, pn, ntk_chunk):
@@ -1158,6 +1156,19 @@ def _train_seeds(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys
     return runs
 
 
+def _kept_piece(path: pathlib.Path | None, compute) -> tuple[dict[str, Any], float]:
+    """A resumable run's piece: loaded from ``path`` when kept there, else ``compute()`` timed
+    (its ``"wall_s"``) and kept.  Returns ``(piece, seconds spent in this call)``."""
+    if path is not None and path.exists():
+        return _load(path), 0.0
+    t = time.perf_counter()
+    one = compute()
+    one["wall_s"] = time.perf_counter() - t
+    if path is not None:
+        _dump(one, path)
+    return one, one["wall_s"]
+
+
 def _dump(obj, path: pathlib.Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -1190,7 +1201,7 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
     ``name_dataset`` (or a smoke run), else ``<artifact>_<dataset>``."""
     # "paper" = the paper's data, model, batch and 3 seeds (issue #12: the MNIST runs at the
     # paper's shape are paper scale even where the paper's figure shows CIFAR-10; the note says so)
-    scale = "paper" if (cfg.is_paper_scale and "overridden" not in cfg.scale_note) else "reduced"
+    scale = "paper" if cfg.is_paper_scale else "reduced"
     lrs = {a: res["arms"][a]["lr"] for a in res["arms"]}
     dropped = {a: res["arms"][a]["diverged_lrs"] for a in res["arms"]
                if res["arms"][a].get("diverged_lrs")}
@@ -1220,9 +1231,7 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
         notes.append(cfg.scale_note)
     if note:
         notes.append(note)
-    # the certificate beside every view: added for each GN arm the view did not list itself
-    have = {r.name for r in rows}
-    rows = list(rows) + [r for r in _cert_rows(cfg, res) if r.name not in have]
+    rows = list(rows) + _cert_rows(cfg, res)  # GN's certificate beside every view
     plain = cfg.dataset == name_dataset or cfg.scale_note.startswith("smoke")
     art = artifact if plain else f"{artifact}_{cfg.dataset}"
     rec = Record("gnrev", art, title, scale, res["config"], rows=rows, claims=claims,
@@ -1259,7 +1268,6 @@ def run_fig2(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
         rows.append(_row(f"{a}: best test loss", tl.min(1)))
         rows.append(_row(f"{a}: final test accuracy", 100 * ta[:, -1], unit="%"))
         rows.append(_row(f"{a}: training loss after epoch 1", tr[:, 1]))
-    rows += _cert_rows(cfg, res)
     for g in [n for n in ("gn", "gn_first_linear") if n in res["arms"]]:
         tg, ad = curves[g], curves["adam"]
         claims.append(Claim(
@@ -1448,8 +1456,11 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
     blocks = {"first": 0, "middle": (L - 1) // 2, "last": L - 1}
     # with fewer than 3 blocks "middle" (and with 1, "last") is the first block again: one
     # claim per distinct block
-    claim_blocks = [n for i, (n, b) in enumerate(blocks.items())
-                    if b not in list(blocks.values())[:i]]
+    claim_blocks, seen = [], set()
+    for n, b in blocks.items():
+        if b not in seen:
+            claim_blocks.append(n)
+            seen.add(b)
     rows, claims, curves = [], [], {}
     fin = {}
     for a in res["arms"]:
@@ -1793,18 +1804,13 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
                 r = res.setdefault(arm.name, {k: [] for k in (
                     "fb_loss", "fb_test", "mb_train", "mb_test", "fb_lr", "mb_lr", "residual")})
                 replaced.setdefault(arm.name, [])
-                piece = None if done is None else done / f"{name}_s{s}_{arm.name}.pkl"
-                if piece is not None and piece.exists():
-                    one = _load(piece)
-                else:
-                    t1 = time.perf_counter()
-                    one = _appM_piece(cfg, arm, name, s, ks, params, frozen, P, (xfb, yfb),
-                                      (xtr, ytr), (xte, yte), bs, spe, progress,
-                                      None if done is None else done / f"{name}_s{s}_{arm.name}")
-                    one["wall_s"] = time.perf_counter() - t1
-                    new += one["wall_s"]
-                    if piece is not None:
-                        _dump(one, piece)
+                stem = None if done is None else done / f"{name}_s{s}_{arm.name}"
+                one, spent = _kept_piece(
+                    None if stem is None else stem.parent / f"{stem.name}.pkl",
+                    lambda arm=arm, s=s, ks=ks, params=params, stem=stem: _appM_piece(
+                        cfg, arm, name, s, ks, params, frozen, P, (xfb, yfb), (xtr, ytr),
+                        (xte, yte), bs, spe, progress, stem))
+                new += spent
                 wall += one["wall_s"]
                 replaced[arm.name] += one["replaced"]
                 for k in r:
@@ -2011,9 +2017,6 @@ def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progres
         rows.append(_row(f"{a}: final training loss", tr[:, -1]))
         rows.append(_row(f"{a}: final test loss", tl[:, -1]))
         rows.append(_row(f"{a}: final test accuracy", 100 * ta[:, -1], unit="%"))
-        if "residual" in res["arms"][a]["seeds"][0] and "_then_" not in a:
-            rows += _cert_row(a, _stack(res, a, "residual"), _stack(res, a, "min_rank"),
-                              cfg.batch_size)
     gns = [a for a in fin if a.startswith("gn") and "_then_" not in a]
     # a run without Adam (an ablation of chosen arms) is judged on the claims it can decide
     ad = fin.get("adam")

@@ -602,12 +602,13 @@ def test_views_carry_the_certificate_and_fig4_makes_no_repeated_middle_claim(dep
     # GN's kernel drifts least in this hand-made run, so every GN-vs-Adam NTK claim holds
     assert all(c.holds for c in fig4.claims if c.claim.startswith("NTK of GN"))
     paper = dataclasses.replace(cfg, n_train=None, bottleneck=8000, batch_size=1024, seeds=3,
-                                depth=2, dataset="mnist")
+                                depth=2, dataset="mnist", epochs=10)
     if depth == 2:
         assert ex.run_fig4(paper, key=key, result=res).scale == "paper"
-        # a --paper run with a flag overridden (e.g. fewer epochs) is not the paper's scale
-        short = dataclasses.replace(paper, scale_note="overridden: {'epochs': 1}")
-        assert ex.run_fig4(short, key=key, result=res).scale == "reduced"
+        # a --paper run with fewer epochs, or other augmentation, is not the paper's scale
+        for other in ({"epochs": 1}, {"augment": "random_resized_crop"}):
+            short = dataclasses.replace(paper, **other)
+            assert ex.run_fig4(short, key=key, result=res).scale == "reduced", other
 
 
 def test_appM_checkpoint_dir_resumes_per_dataset_seed_and_arm(tmp_path, monkeypatch):
