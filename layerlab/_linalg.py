@@ -1,4 +1,4 @@
-"""Batched SVD that cannot wedge XLA's CPU thread pool.
+"""Batched LAPACK calls (SVD, eigh, QR, Cholesky) that cannot wedge XLA's CPU thread pool.
 
 jaxlib runs a batched CPU LAPACK call (``jnp.linalg.svd`` on ``[..., m, n]``, or on ``[m, n]``
 under ``vmap``) as ``ParallelBatchMap`` tasks on XLA's intra-op thread pool.  When several such
@@ -7,8 +7,16 @@ representation SVDs of ``bottleneck.bottleneck_diagnostics`` vmapped over a swee
 every pool thread can end up waiting for batch tasks queued behind it: the program never
 finishes, with all threads idle in ``futex_wait``.  Reproduced on this 2-core CPU with jaxlib
 0.10 (``bottleneck.experiments._diag_runs`` hung on its third call; see docs/bottleneck.md);
-the same family as the batched-Cholesky hang fixed in ``dgl._loss`` and the Eigen-pool hangs
-reported upstream (PyAutoLabs/PyAutoFit#1528, #1530).
+the same family as the batched-Cholesky hang of ``dgl._loss``, the vmapped-``eigh`` hang of
+``gnrev.gn_direction`` (the two Gram eighs of a block, vmapped over a learning-rate sweep:
+both threads of the 2-thread pool in ``lapack_ssyevd_ffi`` -> ``ParallelBatchMap`` ->
+``BlockingCounter::Wait``; see docs/gnrev.md) and the Eigen-pool hangs reported upstream
+(PyAutoLabs/PyAutoFit#1528, #1530).  ``lax.optimization_barrier`` does not order two such
+calls: XLA drops the barrier before the thunk executor builds its dependency graph.
+
+:func:`cpu_mapped` wraps any one-matrix LAPACK function so that under ``vmap`` on CPU it maps
+over the batch (``lax.map``: one unbatched call at a time, run inline by the calling thread);
+``eigh`` (differentiable), ``qr``, ``cholesky`` and ``thin_svd`` here are wrapped that way.
 
 On CPU :func:`svdvals` (and the thin SVD its derivative uses) maps over the batch one
 matrix at a time (``lax.map``, unbatched LAPACK calls: the same flops, no nested pool tasks),
@@ -27,6 +35,76 @@ Array = jax.Array
 
 def _on_cpu() -> bool:
     return jax.default_backend() == "cpu"
+
+
+def cpu_mapped(f):
+    """``f`` (one ``[m, n]`` matrix -> pytree of arrays) whose ``vmap`` on CPU maps over the
+    batch one matrix at a time (``lax.map``); on accelerators ``vmap`` is kept.
+
+    Unbatched calls are ``f`` itself (the same XLA program), so wrapping costs nothing outside
+    ``vmap``.  ``f`` must take exactly one argument (``custom_vmap`` traces defaults too).
+    """
+    g = custom_batching.custom_vmap(f)
+
+    @g.def_vmap
+    def _rule(axis_size, in_batched, a):
+        (batched,) = in_batched
+        if not batched:
+            out = g(a)
+            return out, jax.tree.map(lambda _: False, out)
+        out = jax.lax.map(g, a) if _on_cpu() else jax.vmap(f)(a)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return g
+
+
+# one-argument wrappers: custom_vmap traces every argument, defaults included (a static
+# ``symmetrize_input=True`` would become a tracer)
+def _eigh(a: Array) -> tuple[Array, Array]:
+    w, v = jnp.linalg.eigh(a)
+    return w, v
+
+
+def _qr(a: Array) -> tuple[Array, Array]:
+    q, r = jnp.linalg.qr(a)
+    return q, r
+
+
+def _cholesky(a: Array) -> Array:
+    return jnp.linalg.cholesky(a)
+
+
+_eigh_mapped = cpu_mapped(_eigh)
+
+qr = cpu_mapped(_qr)
+"""Reduced ``jnp.linalg.qr`` of one matrix, mapped over ``vmap``'s batch on CPU (no
+derivative)."""
+
+cholesky = cpu_mapped(_cholesky)
+"""``jnp.linalg.cholesky`` of one matrix (NaN when not positive definite), mapped over
+``vmap``'s batch on CPU (no derivative)."""
+
+
+@jax.custom_jvp
+def eigh(a: Array) -> tuple[Array, Array]:
+    """``jnp.linalg.eigh`` of one symmetric ``[n, n]`` matrix: ``(w [n] ascending, v [n, n])``.
+
+    Under ``vmap`` on CPU one matrix at a time (see the module docstring).  Differentiable
+    with ``jnp.linalg.eigh``'s first-order formulas (input and tangent symmetrised):
+    ``dw = diag(Vᵀ dA V)``, ``dV = V (F ∘ Vᵀ dA V)``, ``F_ij = 1/(w_j − w_i)`` (``i ≠ j``).
+    """
+    return _eigh_mapped(a)
+
+
+@eigh.defjvp
+def _eigh_jvp(primals, tangents):
+    (a,), (da,) = primals, tangents
+    w, v = _eigh_mapped(a)
+    da = (da + jnp.swapaxes(da, -1, -2)) / 2
+    vdv = jnp.swapaxes(v, -1, -2) @ da @ v
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+    f = 1.0 / (eye + w[..., None, :] - w[..., :, None]) - eye
+    return (w, v), (jnp.diagonal(vdv, axis1=-2, axis2=-1), v @ (f * vdv))
 
 
 def _map_matrices(f, a: Array):
@@ -64,6 +142,11 @@ def _svd_raw(a: Array) -> tuple[Array, Array, Array]:
 def _svd_raw_vmap(axis_size, in_batched, a):
     (batched,) = in_batched
     return _svd_raw(a), (batched, batched, batched)
+
+
+thin_svd = _svd_raw
+"""``jnp.linalg.svd(a, full_matrices=False)`` -> ``(u, s, vt)``, one matrix at a time on CPU
+(batched inputs and under ``vmap``; no derivative)."""
 
 
 @jax.custom_jvp

@@ -24,6 +24,7 @@ import numpy as np
 from jax.scipy.linalg import solve_triangular
 
 from layerlab._checks import check_array, check_number, check_result_finite, is_concrete
+from layerlab._linalg import cholesky, cpu_mapped
 
 __all__ = [
     "check_kernel",
@@ -124,31 +125,8 @@ def _tril_inverse(L: jax.Array) -> jax.Array:
     return solve_triangular(L, jnp.eye(L.shape[0], dtype=L.dtype), lower=True)
 
 
-def _cpu_mapped(f: Callable[[jax.Array], jax.Array]) -> Callable[[jax.Array], jax.Array]:
-    """``f`` whose ``vmap`` on CPU maps over the batch one matrix at a time.
-
-    jaxlib's batched CPU LAPACK calls (``ParallelBatchMap`` on XLA's intra-op thread pool) can
-    deadlock when several of them run concurrently in one program (a vmapped sweep of runs
-    with several layers' DGLs: every pool thread ends up waiting for batch tasks that are
-    queued behind it; seen with jaxlib 0.10 on 2 cores, see docs/dgl.md).  Mapping over the
-    batch issues unbatched LAPACK calls, the same flops; on accelerators ``vmap`` is kept.
-    """
-    g = jax.custom_batching.custom_vmap(f)
-
-    @g.def_vmap
-    def _rule(axis_size, in_batched, A):
-        (batched,) = in_batched
-        if not batched:
-            return g(A), False
-        if jax.default_backend() == "cpu":
-            return jax.lax.map(g, A), True
-        return jax.vmap(f)(A), True
-
-    return g
-
-
-_cholesky = _cpu_mapped(jnp.linalg.cholesky)  # LAPACK potrf; NaN when not pos. definite
-_leaf_tril_inv = _cpu_mapped(_tril_inverse)  # LAPACK trsm against the identity
+_cholesky = cholesky  # LAPACK potrf; NaN when not pos. definite (CPU-mapped under vmap)
+_leaf_tril_inv = cpu_mapped(_tril_inverse)  # LAPACK trsm against the identity
 
 
 def _edges(n: int, nb: int) -> list[int]:

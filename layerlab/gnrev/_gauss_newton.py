@@ -29,6 +29,7 @@ import numpy as np
 from jax import lax
 
 from layerlab._checks import check_array, check_labels
+from layerlab._linalg import eigh, qr, thin_svd
 
 from ._revmlp import (
     RevMLPFrozen,
@@ -166,7 +167,11 @@ def pinv_solve(
     (``n <= k``) or ``AᵀA`` with ``eigh`` and uses ``A⁺ = Aᵀ U diag(φ/s) Uᵀ``; singular values
     below ``10 sqrt(eps) s_1`` are always dropped there, since squaring loses them.
     ``solver="svd"`` uses a thin SVD of ``A`` (slower, more accurate); ``solver="rsvd"`` a
-    randomized SVD (:class:`PinvConfig`).
+    randomized SVD (:class:`PinvConfig`).  Every factorisation comes from ``layerlab._linalg``:
+    under ``vmap`` on CPU it runs one matrix at a time, because two concurrent batched LAPACK
+    calls (the two Gram ``eigh`` of a block, vmapped over a learning-rate sweep) deadlock
+    XLA:CPU's 2-thread intra-op pool (jaxlib 0.10.2; docs/gnrev.md).  The ``"gram"`` solver is
+    differentiable; ``"svd"`` and ``"rsvd"`` are not.
 
     Args:
       a: ``[n, k]`` matrix.
@@ -195,7 +200,7 @@ def pinv_solve(
     n, k = a.shape
     eps = float(np.finfo(np.dtype(a.dtype)).eps)
     if solver == "svd":
-        u, s, wt = jnp.linalg.svd(a, full_matrices=False)
+        u, s, wt = thin_svd(a)
         phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
         return wt.T @ (phi[:, None] * (u.T @ e)), rank, cond
     if solver == "rsvd":
@@ -205,12 +210,12 @@ def pinv_solve(
         return wt.T @ (phi[:, None] * (u.T @ e)), rank, cond
     floor = 10.0 * np.sqrt(eps)
     if n <= k:
-        lam, u = jnp.linalg.eigh(a @ a.T)
+        lam, u = eigh(a @ a.T)
         s = jnp.sqrt(jnp.clip(lam, 0.0))
         phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
         coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
         return a.T @ (u @ (coef[:, None] * (u.T @ e))), rank, cond
-    lam, w = jnp.linalg.eigh(a.T @ a)
+    lam, w = eigh(a.T @ a)
     s = jnp.sqrt(jnp.clip(lam, 0.0))
     phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
     coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
@@ -224,11 +229,11 @@ def _randomized_svd(a, cfg: PinvConfig, key):
     at = n > k  # sketch the smaller side: range of a (n <= k) or of aᵀ
     m = a.T if at else a
     omega = jax.random.normal(key, (m.shape[1], r), a.dtype)
-    q, _ = jnp.linalg.qr(m @ omega)
+    q, _ = qr(m @ omega)
     for _ in range(cfg.power_iters):
-        q, _ = jnp.linalg.qr(m.T @ q)
-        q, _ = jnp.linalg.qr(m @ q)
-    ub, s, wt = jnp.linalg.svd(q.T @ m, full_matrices=False)
+        q, _ = qr(m.T @ q)
+        q, _ = qr(m @ q)
+    ub, s, wt = thin_svd(q.T @ m)
     u = q @ ub
     if at:  # m = aᵀ = u s wt  ->  a = wtᵀ s uᵀ
         return wt.T, s, u.T
