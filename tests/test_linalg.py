@@ -1,14 +1,17 @@
 """layerlab._linalg: the CPU-safe batched SVD equals numpy's, batched, under vmap and jit, and
-its gradient is that of jnp.linalg.svd (float64 finite differences).
+its gradient is that of jnp.linalg.svd (float64 finite differences); the cpu_mapped eigh / qr /
+cholesky / thin_svd equal numpy's per matrix under (nested) vmap, map on CPU, and eigh's
+derivative is jnp.linalg.eigh's (float64 finite differences).
 
-The hang it prevents is timing-dependent (a thread-pool deadlock), so no test here can
-reproduce it reliably; the reproducer and its measurements are in docs/bottleneck.md."""
+The bottleneck hang it prevents is timing-dependent (a thread-pool deadlock), so no test here
+reproduces it; its reproducer is in docs/bottleneck.md.  The gnrev one does reproduce (hung 3/3
+before the fix): tests/gnrev/test_cpu_deadlock.py."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from layerlab._linalg import svdvals
+from layerlab._linalg import cholesky, eigh, qr, svdvals, thin_svd
 
 
 def _mats(shape, seed=0):
@@ -45,3 +48,54 @@ def test_svdvals_gradient_matches_finite_differences_in_float64():
         # the same gradient as differentiating jnp.linalg.svd directly
         g_ref = jax.grad(lambda m: jnp.sum(jnp.linalg.svd(m, compute_uv=False) * w))(a)
         np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), atol=1e-12)
+
+
+def test_cpu_mapped_factorisations_equal_numpy_under_nested_vmap():
+    a = _mats((2, 3, 6, 6), seed=7)
+    sym = a + np.swapaxes(a, -1, -2)
+    spd = a @ np.swapaxes(a, -1, -2) + 6 * np.eye(6)
+    f32 = lambda m: jnp.asarray(m, jnp.float32)  # noqa: E731
+    vv = lambda f: jax.jit(jax.vmap(jax.vmap(f)))  # noqa: E731
+    w, v = vv(eigh)(f32(sym))
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(sym), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(v @ (w[..., None] * np.swapaxes(v, -1, -2))), sym,
+                               atol=1e-4)
+    q, r = vv(qr)(f32(a[..., :4]))
+    np.testing.assert_allclose(np.asarray(q @ r), a[..., :4], atol=1e-4)
+    np.testing.assert_allclose(np.asarray(np.swapaxes(q, -1, -2) @ q), np.broadcast_to(
+        np.eye(4), (2, 3, 4, 4)), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(vv(cholesky)(f32(spd))), np.linalg.cholesky(spd),
+                               rtol=1e-4, atol=1e-4)
+    u, s, vt = vv(thin_svd)(f32(a[..., :4]))
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a[..., :4], compute_uv=False),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray((u * s[..., None, :]) @ vt), a[..., :4], atol=1e-4)
+
+
+def test_cpu_mapped_eigh_maps_under_vmap_on_cpu():
+    """Under vmap on CPU the batch is a lax.map (a while loop of unbatched eighs)."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("the mapping is CPU-only")
+    a = jnp.zeros((3, 4, 4))
+    hlo = jax.jit(jax.vmap(eigh)).lower(a).as_text()
+    assert "while" in hlo
+    assert "while" not in jax.jit(jax.vmap(lambda m: jnp.linalg.eigh(m))).lower(a).as_text()
+
+
+def test_eigh_derivative_matches_finite_differences_in_float64():
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(11)
+        a = rng.standard_normal((3, 5, 5))
+        a = jnp.asarray(a + np.swapaxes(a, -1, -2))
+        c = jnp.asarray(rng.standard_normal((3, 5)))
+
+        def f(m):  # eigenvalues and a sign-invariant function of the top eigenvector
+            w, v = jax.vmap(eigh)(m)
+            return jnp.sum(w * c) + jnp.sum((v[..., -1] ** 2) * c)
+
+        g = jax.grad(f)(a)
+        d = jnp.asarray(rng.standard_normal(a.shape))
+        d = d + jnp.swapaxes(d, -1, -2)
+        h = 1e-6
+        fd = (f(a + h * d) - f(a - h * d)) / (2 * h)
+        np.testing.assert_allclose(float(jnp.sum(g * d)), float(fd), rtol=1e-6)
