@@ -2,6 +2,7 @@
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -647,3 +648,88 @@ def test_appM_checkpoint_dir_resumes_per_dataset_seed_and_arm(tmp_path, monkeypa
     assert set(calls) == {"sgd"}
     np.testing.assert_allclose([r.ours for r in third.rows], [r.ours for r in first.rows],
                                rtol=1e-6)
+
+
+def _toy_prep(n=96, c=3, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return ex.Prepared(rng.normal(size=(n, d)).astype(np.float32),
+                       (np.arange(n) % c).astype(np.int32),
+                       rng.normal(size=(12, d)).astype(np.float32),
+                       (np.arange(12) % c).astype(np.int32), num_outputs=c, name="toy")
+
+
+def test_split_validation_is_balanced_disjoint_and_complete():
+    prep = _toy_prep()
+    out = ex.split_validation(prep, 10, seed=1)
+    assert out.x_val.shape == (10, 6) and out.x_train.shape == (86, 6)
+    assert np.bincount(out.y_val, minlength=3).tolist() == [4, 3, 3]  # remainder to class 0
+    rows = {r.tobytes() for r in prep.x_train}
+    tr, va = {r.tobytes() for r in out.x_train}, {r.tobytes() for r in out.x_val}
+    assert not tr & va and tr | va == rows                   # disjoint, nothing lost
+    for x, y in ((out.x_train, out.y_train), (out.x_val, out.y_val)):  # labels travel along
+        idx = [np.flatnonzero((prep.x_train == r).all(1))[0] for r in x]
+        np.testing.assert_array_equal(prep.y_train[idx], y)
+    with pytest.raises(ValueError, match="n_val must be in"):
+        ex.split_validation(prep, 96)
+    with pytest.raises(ValueError, match="already has a validation split"):
+        ex.split_validation(out, 3)
+    with pytest.raises(ValueError, match="n_val must be an int >= 0"):
+        ex.MinibatchConfig(n_val=-1)
+    # n_val=0 leaves the fingerprint (checkpoint and cache names) as it was before the field
+    assert "n_val" not in ex._cfg_dict(ex.MinibatchConfig.smoke())
+    assert ex._cfg_dict(dataclasses.replace(ex.MinibatchConfig.smoke(), n_val=8))["n_val"] == 8
+
+
+def test_minibatch_run_evaluates_the_validation_split_every_epoch(monkeypatch):
+    """n_val rows are drawn beside n_train, held out of training, and their loss is logged
+    each epoch: at epoch 0 it is the initial net's loss on exactly those rows."""
+    prep = _toy_prep(n=80)
+    asked = []
+
+    def fake_load(name, n_train, n_test, **kw):
+        asked.append(n_train)
+        return prep
+
+    monkeypatch.setattr(ex, "load_classification", fake_load)
+    arm = ex.Arm("sgd", optax.sgd, (0.05,))
+    cfg = dataclasses.replace(ex.MinibatchConfig.smoke(), n_train=64, n_val=16, batch_size=16,
+                              epochs=2, probe=False, arms=(arm,), bottleneck=None, depth=2)
+    key = jax.random.key(5)
+    res = ex.run_minibatch(cfg, key=key, progress=False)
+    assert asked == [80] and res["n_train"] == 64
+    run = res["arms"]["sgd"]["seeds"][0]
+    assert run["eval_val_loss"].shape == (3,) and run["eval_val_accuracy"].shape == (3,)
+    split = ex.split_validation(prep, 16)
+    params, frozen, P = ex.make_model(jax.random.fold_in(key, 0), 6, 2, 3, bottleneck=None,
+                                      first_linear=False, init=cfg.init,
+                                      w_scale=ex._arm_w_scale(cfg, arm, 6))
+    want = ex.revmlp_loss(params, frozen, P, (jnp.asarray(split.x_val),
+                                              jnp.asarray(split.y_val)))[0]
+    np.testing.assert_allclose(run["eval_val_loss"][0], float(want), rtol=1e-5)
+    assert run["eval_val_loss"][-1] != run["eval_val_loss"][0]
+
+
+def test_appJ_selects_the_decay_on_validation_and_compares_it_with_none():
+    cfg = ex.variants_config("appJ", "smoke")
+    res = _fake_variant_result({"gn_wd0": [4, 2, 2.2, 2.5], "gn_wd0.001": [4, 2, 2.1, 2.3],
+                                "gn_wd0.01": [4, 2, 2.0, 2.0], "adam": [4, 3, 2, 1.8]})
+    for name, v, acc in (("gn_wd0", 3.0, 0.36), ("gn_wd0.001", 2.5, 0.365),
+                         ("gn_wd0.01", 2.8, 0.39)):
+        run = res["arms"][name]["seeds"][0]
+        run["eval_val_loss"] = np.array([4.0, 2.2, 2.4, v])
+        run["eval_test_accuracy"] = np.full(4, acc)
+    rec = ex.run_variants(cfg, "appJ", key=None, result=res)
+    (sel,) = [r for r in rec.rows if r.name == "weight decay selected on the validation set"]
+    assert sel.ours == 0.001                        # lowest final validation loss, 2.5
+    acc_c, loss_c = [c for c in rec.claims if "tuned on the validation set" in c.claim]
+    assert acc_c.holds is True                      # 36.5 vs 36.0 %: within 1 point
+    assert loss_c.holds is True                     # test 2.8 vs 3.0: within 10 %
+    assert "across strengths" not in " ".join(c.claim for c in rec.claims)
+    res["arms"]["gn_wd0.01"]["seeds"][0]["eval_val_loss"][-1] = 2.0   # now 1e-2 is selected
+    rec = ex.run_variants(cfg, "appJ", key=None, result=res)
+    acc_c, loss_c = [c for c in rec.claims if "tuned on the validation set" in c.claim]
+    assert acc_c.holds is False and loss_c.holds is False  # 39 vs 36 %; 2.5 vs 3.0 (-17 %)
+    for run in (r for a in res["arms"].values() for r in a["seeds"]):
+        run.pop("eval_val_loss", None)             # a record without a validation split
+    rec = ex.run_variants(cfg, "appJ", key=None, result=res)
+    assert [c for c in rec.claims if "across strengths" in c.claim]
