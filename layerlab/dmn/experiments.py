@@ -117,6 +117,7 @@ def train_and_evaluate(
     progress: bool = True,
     train_eval_n: int | None = 5000,
     checkpoint_dir: str | os.PathLike | None = None,
+    train_curve_n: int = 0,
 ) -> dict[str, Any]:
     """Build, train and evaluate one architecture; return accuracies and wall-clock.
 
@@ -135,6 +136,8 @@ def train_and_evaluate(
         (``curve``), for best-epoch reports and time-to-accuracy comparisons.
       progress: show the loop's progress bar.
       train_eval_n: training accuracy on the first ``train_eval_n`` samples (None: all).
+      train_curve_n: with ``eval_every_epoch``, also the accuracy of every epoch's state on
+        the first ``train_curve_n`` training samples (``train_curve``; 0: not measured).
       checkpoint_dir: resumable training (a ConvNet on full CIFAR-10 trains for 7-65 min on
         a 2-core CPU): the head's ``loop.fit`` state is saved here after every epoch (every
         ``max(1, epochs // 10)`` epochs without ``eval_every_epoch``) with the validation
@@ -152,7 +155,10 @@ def train_and_evaluate(
     Returns:
       dict with ``spec``, ``widths`` (DMN filters kept), ``build_s``, ``features_s``,
       ``train_s``, ``total_s``, ``train_acc``, ``val_acc``, ``best_val_acc``, ``curve``
-      (list of ``(epoch, seconds_since_start, val_acc)``), ``final_loss`` and
+      (list of ``(epoch, seconds_since_start, val_acc)``), ``final_loss``,
+      ``running_train_acc`` (per epoch, the mean of the per-batch training accuracies while
+      it trained -- the ``acc`` Keras logs; epochs after ``resumed_from_epoch`` only),
+      ``train_curve`` (``(epoch, train_acc)``, with ``train_curve_n``) and
       ``resumed_from_epoch`` (0 unless resumed from ``checkpoint_dir``).
     """
     y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train))
@@ -191,6 +197,7 @@ def train_and_evaluate(
     saved = {"curve": [], "train_s_at": {"0": 0.0}, "pre_s": t_start - t0}
     if ck is not None and (ck / "curve.json").exists():
         saved = json.loads((ck / "curve.json").read_text())
+    train_curve: list = [tuple(c) for c in saved.get("train_curve", [])]
     base = {"train_s": 0.0}  # training seconds before this run's start, set on resume
     resumed_from, seen = 0, []
 
@@ -207,6 +214,7 @@ def train_and_evaluate(
         kept = {int(c[0]): tuple(c) for c in saved["curve"] if int(c[0]) <= epoch}
         if eval_every_epoch:
             curve[:] = [kept.get(e, (e, None, None)) for e in range(1, epoch + 1)]
+            train_curve[:] = [c for c in train_curve if int(c[0]) <= epoch]
 
     def seconds_now():
         return saved["pre_s"] + base["train_s"] + time.perf_counter() - t_start
@@ -218,10 +226,14 @@ def train_and_evaluate(
         if eval_every_epoch and t % spe == 0:
             acc = score(head_variables(st), f_val, y_val)
             curve.append((t // spe, seconds_now(), acc))
+            if train_curve_n:
+                n = min(train_curve_n, f_tr.shape[0])
+                train_curve.append((t // spe, score(head_variables(st), f_tr[:n],
+                                                    y_train[:n])))
         if ck is not None and (t % every == 0 or t == epochs * spe):  # fit saved t just before
             at = {e: v for e, v in saved["train_s_at"].items() if int(e) < t // spe}
             at[str(t // spe)] = base["train_s"] + time.perf_counter() - t_start
-            saved.update(curve=list(curve), train_s_at=at)
+            saved.update(curve=list(curve), train_s_at=at, train_curve=list(train_curve))
             tmp = ck / "curve.json.tmp"
             tmp.write_text(json.dumps(saved))
             os.replace(tmp, ck / "curve.json")
@@ -244,6 +256,10 @@ def train_and_evaluate(
         curve[-1] = (epochs, None, val_acc)  # the final state's accuracy is measured here
     n_tr = f_tr.shape[0] if train_eval_n is None else train_eval_n
     train_acc = score(v, f_tr[:n_tr], y_train[:n_tr])
+    step_acc = np.asarray(hist["train"].get("accuracy", []), np.float64).ravel()
+    done_steps = step_acc.size // spe * spe  # whole epochs trained by this call
+    running = step_acc[step_acc.size - done_steps:].reshape(-1, spe).mean(1) if spe else []
+    first = epochs - len(running) + 1
     return {
         "spec": format_spec(net.layers),
         "pca": config.pca if net.prefix else None,
@@ -257,6 +273,8 @@ def train_and_evaluate(
         "best_val_acc": max([c[2] for c in curve if c[2] is not None], default=val_acc),
         "curve": curve,
         "final_loss": float(np.asarray(hist["train"]["loss"])[-1]),
+        "running_train_acc": [(first + i, float(a)) for i, a in enumerate(running)],
+        "train_curve": [(int(e), float(a)) for e, a in train_curve],
         "resumed_from_epoch": resumed_from,
         "epochs": epochs,
         "n_train": int(np.shape(x_train)[0]),

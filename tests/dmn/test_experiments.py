@@ -23,6 +23,29 @@ def test_dmn_classifier_learns_digits():
     assert np.isfinite(r["final_loss"]) and r["final_loss"] < 1.0
 
 
+def test_running_and_evaluated_training_accuracy_per_epoch():
+    """With a frozen head (SGD at rate 0) every batch sees the initial net, so each epoch's
+    running training accuracy (Keras' ``acc``: the mean of the per-batch accuracies) equals the
+    accuracy of that net on the whole training set, which is also every train_curve entry
+    and train_acc; with training, the running value trails the end-of-epoch one."""
+    import optax
+
+    tr, te = load("digits", "train"), load("digits", "test")
+    n = len(tr.x) // 64 * 64  # whole batches: every sample once per epoch
+    kw = dict(key=jax.random.key(2), epochs=3, batch_size=64, progress=False,
+              eval_every_epoch=True, train_eval_n=None, train_curve_n=n)
+    r = train_and_evaluate("c4,m,de10", tr.x[:n], tr.y[:n], te.x, te.y, 10,
+                           optimizer=optax.sgd(0.0), **kw)
+    assert [e for e, _ in r["running_train_acc"]] == [1, 2, 3]
+    assert [e for e, _ in r["train_curve"]] == [1, 2, 3]
+    for (_, run), (_, ev) in zip(r["running_train_acc"], r["train_curve"]):
+        assert run == pytest.approx(r["train_acc"], abs=1e-6)
+        assert ev == pytest.approx(r["train_acc"], abs=1e-6)
+    r = train_and_evaluate("c4,m,de10", tr.x[:n], tr.y[:n], te.x, te.y, 10, lr=1e-2, **kw)
+    assert r["train_curve"][-1][1] == pytest.approx(r["train_acc"], abs=1e-6)
+    assert r["running_train_acc"][0][1] < r["train_curve"][0][1]  # epoch 1 starts at chance
+
+
 def _write_cifar100(root, n_train=200, n_test=100, seed=0):
     """A tiny CIFAR-100 in the official python format (cifar-100-python/{train,test,meta})."""
     import pickle
