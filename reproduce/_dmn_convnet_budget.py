@@ -112,7 +112,9 @@ def main(argv=None) -> int:
     p.add_argument("--n-train", type=int, default=6000, help="label-balanced training images")
     p.add_argument("--epochs", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rows", default="", help="semicolon-separated specs to run, e.g. \"c10,m,de10;c27,m,de10\" (default: all)")
+    p.add_argument("--rows", default="",
+                   help="semicolon-separated specs to run, e.g. 'c10,m,de10;c27,m,de10' "
+                   "(default: all)")
     p.add_argument("--checkpoint-dir", type=pathlib.Path,
                    default=pathlib.Path("checkpoints/dmn_convnet_budget"))
     args = p.parse_args(argv)
