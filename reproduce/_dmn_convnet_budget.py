@@ -51,34 +51,40 @@ def matches(curve_val, curve_train, paper_val, paper_train, tol=TOL):
     within ``tol`` points of the paper's."""
     out = []
     for e, v in enumerate(curve_val, 1):
-        if abs(v - paper_val) > tol:
+        if not abs(v - paper_val) <= tol:  # NaN (an epoch without a score) never matches
             continue
-        if paper_train is not None and abs(curve_train[e - 1] - paper_train) > tol:
+        if paper_train is not None and not abs(curve_train[e - 1] - paper_train) <= tol:
             continue
         out.append(e)
     return out
 
 
+def _by_epoch(pairs, epochs):
+    """``[(epoch, acc or None)]`` -> accuracies % for epochs 1..epochs (NaN where missing)."""
+    d = {int(e): a for e, a in pairs}
+    return [float("nan") if d.get(e) is None else 100 * float(d[e]) for e in range(1, epochs + 1)]
+
+
 def summarise(label, spec, paper_val, paper_train, runs) -> dict:
-    """Mean curves over the seeds' runs, the matching epochs, and each seed's best epoch."""
+    """Mean curves over the seeds' runs (by epoch; an epoch a resumed run lost is NaN), the
+    epochs matching the paper, and each seed's best-validation epoch."""
     import numpy as np
 
-    val = list(np.mean([[100 * float(a) for _, _, a in r["curve"]] for r in runs], 0))
-    ev = list(np.mean([[100 * float(a) for _, a in r["train_curve"]] for r in runs], 0))
-    run = list(np.mean([[100 * float(a) for _, a in r["running_train_acc"]] for r in runs], 0))
+    E = int(runs[0]["epochs"])
+    vals = np.array([_by_epoch([(c[0], c[2]) for c in r["curve"]], E) for r in runs])
+    evs = np.array([_by_epoch(r["train_curve"], E) for r in runs])
+    rns = np.array([_by_epoch(r["running_train_acc"], E) for r in runs])
+    val, ev, run = (list(np.nanmean(a, 0)) if np.isfinite(a).any() else list(a[0])
+                    for a in (vals, evs, rns))
     per_seed = []
-    for r in runs:  # the authors' ModelCheckpoint kept the best-validation epoch
-        v = [100 * float(a) for _, _, a in r["curve"]]
-        b = int(np.argmax(v))
-        per_seed.append({"best_epoch": b + 1, "best_val": round(v[b], 2),
-                         "train_at_best": round(100 * float(r["train_curve"][b][1]), 2),
-                         "running_train_at_best": round(
-                             100 * float(r["running_train_acc"][b][1]), 2)
-                         if len(r["running_train_acc"]) == len(v) else None,
-                         "final_val": round(v[-1], 2),
-                         "final_train": round(100 * float(r["train_curve"][-1][1]), 2),
-                         "max_train": round(100 * max(float(a) for _, a in r["train_curve"]),
-                                            2),
+    for v, t, rt, r in zip(vals, evs, rns, runs):  # the authors' ModelCheckpoint kept the
+        b = int(np.nanargmax(v))                   # best-validation epoch
+        per_seed.append({"best_epoch": b + 1, "best_val": round(float(v[b]), 2),
+                         "train_at_best": round(float(t[b]), 2),
+                         "running_train_at_best": round(float(rt[b]), 2),
+                         "final_val": round(float(v[-1]), 2),
+                         "final_train": round(float(t[-1]), 2),
+                         "max_train": round(float(np.nanmax(t)), 2),
                          "widths": r.get("widths")})
     return {
         "spec": spec, "paper_val": paper_val, "paper_train": paper_train,
@@ -86,11 +92,9 @@ def summarise(label, spec, paper_val, paper_train, runs) -> dict:
         "train_curve": [round(a, 3) for a in ev],
         "running_train_curve": [round(a, 3) for a in run],
         "final": {"val": round(val[-1], 2), "train": round(ev[-1], 2)},
-        "best_val": {"epoch": int(max(range(len(val)), key=val.__getitem__)) + 1,
-                     "val": round(max(val), 2)},
+        "best_val": {"epoch": int(np.nanargmax(val)) + 1, "val": round(float(np.nanmax(val)), 2)},
         "epochs_matching_paper_eval_train": matches(val, ev, paper_val, paper_train),
-        "epochs_matching_paper_running_train": matches(val, run, paper_val, paper_train)
-        if len(run) == len(val) else None,
+        "epochs_matching_paper_running_train": matches(val, run, paper_val, paper_train),
         "final_matches_paper": bool(matches(val[-1:], ev[-1:], paper_val, paper_train)),
         "train_s": float(np.sum([r["train_s"] for r in runs])), "label": label,
         "seeds": len(runs), "per_seed": per_seed,
@@ -177,8 +181,10 @@ def main(argv=None) -> int:
         for seed in range(args.seed, args.seed + args.seeds):
             key = jax.random.fold_in(jax.random.key(0), seed)  # run_table's key for a seed
             tag = f"-{args.preset}-{args.pca}" if dmn else ""
+            # the data subset (drawn with the first seed) and the scored rows name the run too
             ck = args.checkpoint_dir / (f"{spec.replace(',', '_')}{tag}-n{args.n_train}"
-                                        f"-e{args.epochs}-s{seed}")
+                                        f"d{args.seed}-t{args.train_curve_n}-e{args.epochs}"
+                                        f"-s{seed}")
             done = ck / "result.json"
             if done.exists():
                 r = json.loads(done.read_text())

@@ -156,9 +156,10 @@ def train_and_evaluate(
       dict with ``spec``, ``widths`` (DMN filters kept), ``build_s``, ``features_s``,
       ``train_s``, ``total_s``, ``train_acc``, ``val_acc``, ``best_val_acc``, ``curve``
       (list of ``(epoch, seconds_since_start, val_acc)``), ``final_loss``,
-      ``running_train_acc`` (per epoch, the mean of the per-batch training accuracies while
-      it trained -- the ``acc`` Keras logs; epochs after ``resumed_from_epoch`` only),
-      ``train_curve`` (``(epoch, train_acc)``, with ``train_curve_n``) and
+      ``running_train_acc`` (``(epoch, acc)``: the mean of the per-batch training accuracies
+      while the epoch trained -- the ``acc`` Keras logs; ``loop.fit`` keeps the history of a
+      resumed run, so every epoch is there), ``train_curve`` (``(epoch, train_acc)`` with
+      ``train_curve_n``; ``(epoch, None)`` for an epoch restored without it, as ``curve``) and
       ``resumed_from_epoch`` (0 unless resumed from ``checkpoint_dir``).
     """
     y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train))
@@ -214,7 +215,9 @@ def train_and_evaluate(
         kept = {int(c[0]): tuple(c) for c in saved["curve"] if int(c[0]) <= epoch}
         if eval_every_epoch:
             curve[:] = [kept.get(e, (e, None, None)) for e in range(1, epoch + 1)]
-            train_curve[:] = [c for c in train_curve if int(c[0]) <= epoch]
+            if train_curve_n:  # the same placeholders as ``curve`` for lost epochs
+                kept_tr = {int(c[0]): tuple(c) for c in train_curve if int(c[0]) <= epoch}
+                train_curve[:] = [kept_tr.get(e, (e, None)) for e in range(1, epoch + 1)]
 
     def seconds_now():
         return saved["pre_s"] + base["train_s"] + time.perf_counter() - t_start
@@ -254,6 +257,9 @@ def train_and_evaluate(
     val_acc = score(v, f_val, y_val)
     if finished_before and eval_every_epoch and curve[-1][2] is None:
         curve[-1] = (epochs, None, val_acc)  # the final state's accuracy is measured here
+    if finished_before and train_curve_n and train_curve and train_curve[-1][1] is None:
+        n = min(train_curve_n, f_tr.shape[0])
+        train_curve[-1] = (epochs, score(v, f_tr[:n], y_train[:n]))
     n_tr = f_tr.shape[0] if train_eval_n is None else train_eval_n
     train_acc = score(v, f_tr[:n_tr], y_train[:n_tr])
     step_acc = np.asarray(hist["train"].get("accuracy", []), np.float64).ravel()
@@ -274,7 +280,7 @@ def train_and_evaluate(
         "curve": curve,
         "final_loss": float(np.asarray(hist["train"]["loss"])[-1]),
         "running_train_acc": [(first + i, float(a)) for i, a in enumerate(running)],
-        "train_curve": [(int(e), float(a)) for e, a in train_curve],
+        "train_curve": [(int(e), None if a is None else float(a)) for e, a in train_curve],
         "resumed_from_epoch": resumed_from,
         "epochs": epochs,
         "n_train": int(np.shape(x_train)[0]),

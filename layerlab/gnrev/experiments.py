@@ -836,8 +836,9 @@ class MinibatchConfig:
     # the way from its lowest epoch toward the initial loss (``None``: non-finite only); the
     # arm then retrains at the grid's next smaller rate (``_train_stable``).
     max_climb: float | None = 0.1
-    # App. J: a validation split of this many label-balanced images, drawn with the training
-    # images (``n_train`` stays the training count) and evaluated every epoch (0: none)
+    # App. J: a validation split of this many label-balanced images, evaluated every epoch
+    # (0: none); drawn beside ``n_train`` training images (``n_train`` stays the training
+    # count), or with ``n_train=None`` out of the full training set (which shrinks by it)
     n_val: int = 0
 
     def __post_init__(self):
@@ -2126,7 +2127,8 @@ def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progres
         # seeds) against no decay, on the test set
         for n in gns:
             rows.append(_row(f"{n}: final validation loss", val[n][:, -1]))
-        best = min(gns, key=lambda n: float(val[n][:, -1].mean()))
+        fv = {n: float(val[n][:, -1].mean()) for n in gns}  # a diverged arm is never chosen
+        best = min(gns, key=lambda n: fv[n] if np.isfinite(fv[n]) else np.inf)
         rows.append(_row("weight decay selected on the validation set", [_wd_of(best)]))
         t0, tb = fin["gn_wd0"]["test"], fin[best]["test"]
         a0, ab = 100 * fin["gn_wd0"]["acc"], 100 * fin[best]["acc"]

@@ -46,6 +46,51 @@ def test_running_and_evaluated_training_accuracy_per_epoch():
     assert r["running_train_acc"][0][1] < r["train_curve"][0][1]  # epoch 1 starts at chance
 
 
+def test_train_curve_survives_a_resume(tmp_path, monkeypatch):
+    """train_curve is checkpointed with the curve: a resumed run keeps the stored epochs, an
+    epoch restored without its training accuracy is (epoch, None) like the curve's entry, and
+    a run whose checkpoint holds the final step scores the final state for a missing last
+    entry."""
+    from layerlab.loop import _chunks
+
+    tr, te = load("digits", "train"), load("digits", "test")
+    kw = dict(key=jax.random.key(1), epochs=4, batch_size=256, lr=1e-2, progress=False,
+              eval_every_epoch=True, train_eval_n=None, train_curve_n=10_000)
+    want = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, **kw)
+    assert [e for e, _ in want["train_curve"]] == [1, 2, 3, 4]
+    assert want["train_curve"][-1][1] == want["train_acc"]
+
+    real_launch, calls = _chunks.ChunkLauncher.launch, []
+
+    def stop_in_epoch_3(self, t, state):
+        calls.append(t)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real_launch(self, t, state)
+
+    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", stop_in_epoch_3)
+    ck = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
+    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", real_launch)
+    saved = json.loads((ck / "curve.json").read_text())
+    assert [c[0] for c in saved["train_curve"]] == [1, 2]
+    saved["train_curve"] = saved["train_curve"][:1]  # epoch 2's training score was lost
+    (ck / "curve.json").write_text(json.dumps(saved))
+    got = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
+    assert got["resumed_from_epoch"] == 2
+    assert got["train_curve"][1] == (2, None)
+    for i in (0, 2, 3):
+        assert got["train_curve"][i] == pytest.approx(want["train_curve"][i], abs=1e-7)
+    saved = json.loads((ck / "curve.json").read_text())
+    saved["train_curve"] = saved["train_curve"][:-1]
+    saved["curve"] = saved["curve"][:-1]
+    (ck / "curve.json").write_text(json.dumps(saved))
+    last = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
+    assert last["resumed_from_epoch"] == 4
+    assert last["train_curve"][-1] == (4, pytest.approx(want["train_acc"], abs=1e-7))
+
+
 def _write_cifar100(root, n_train=200, n_test=100, seed=0):
     """A tiny CIFAR-100 in the official python format (cifar-100-python/{train,test,meta})."""
     import pickle

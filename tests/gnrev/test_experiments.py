@@ -729,6 +729,10 @@ def test_appJ_selects_the_decay_on_validation_and_compares_it_with_none():
     rec = ex.run_variants(cfg, "appJ", key=None, result=res)
     acc_c, loss_c = [c for c in rec.claims if "tuned on the validation set" in c.claim]
     assert acc_c.holds is False and loss_c.holds is False  # 39 vs 36 %; 2.5 vs 3.0 (-17 %)
+    res["arms"]["gn_wd0"]["seeds"][0]["eval_val_loss"][-1] = np.nan  # diverged, listed first
+    rec = ex.run_variants(cfg, "appJ", key=None, result=res)
+    (sel,) = [r for r in rec.rows if r.name == "weight decay selected on the validation set"]
+    assert sel.ours == 0.01
     for run in (r for a in res["arms"].values() for r in a["seeds"]):
         run.pop("eval_val_loss", None)             # a record without a validation split
     rec = ex.run_variants(cfg, "appJ", key=None, result=res)

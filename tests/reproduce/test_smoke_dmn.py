@@ -25,3 +25,4 @@ def test_convnet_budget_matches_need_both_accuracies_within_tolerance():
     assert matches(val, train, 51.94, 62.69) == [3]              # 51.0 / 61.0 both within 2
     assert matches(val, train, 51.94, 70.0) == []
     assert matches([49.94], [0.0], 51.94, None) == [1]           # the bound is inclusive
+    assert matches([float("nan"), 51.0], [61.0, float("nan")], 51.94, 62.69) == []  # no score
