@@ -46,19 +46,10 @@ def test_running_and_evaluated_training_accuracy_per_epoch():
     assert r["running_train_acc"][0][1] < r["train_curve"][0][1]  # epoch 1 starts at chance
 
 
-def test_train_curve_survives_a_resume(tmp_path, monkeypatch):
-    """train_curve is checkpointed with the curve: a resumed run keeps the stored epochs, an
-    epoch restored without its training accuracy is (epoch, None) like the curve's entry, and
-    a run whose checkpoint holds the final step scores the final state for a missing last
-    entry."""
+def _run_stopped_in_epoch_3(monkeypatch, ck, tr, te, kw):
+    """train_and_evaluate into ``ck``, interrupted in epoch 3 (two epochs saved): chunk k+1
+    launches before chunk k is processed, so the 4th launch is epoch 3's."""
     from layerlab.loop import _chunks
-
-    tr, te = load("digits", "train"), load("digits", "test")
-    kw = dict(key=jax.random.key(1), epochs=4, batch_size=256, lr=1e-2, progress=False,
-              eval_every_epoch=True, train_eval_n=None, train_curve_n=10_000)
-    want = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, **kw)
-    assert [e for e, _ in want["train_curve"]] == [1, 2, 3, 4]
-    assert want["train_curve"][-1][1] == want["train_acc"]
 
     real_launch, calls = _chunks.ChunkLauncher.launch, []
 
@@ -69,10 +60,25 @@ def test_train_curve_survives_a_resume(tmp_path, monkeypatch):
         return real_launch(self, t, state)
 
     monkeypatch.setattr(_chunks.ChunkLauncher, "launch", stop_in_epoch_3)
-    ck = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
     monkeypatch.setattr(_chunks.ChunkLauncher, "launch", real_launch)
+
+
+def test_train_curve_survives_a_resume(tmp_path, monkeypatch):
+    """train_curve is checkpointed with the curve: a resumed run keeps the stored epochs, an
+    epoch restored without its training accuracy is (epoch, None) like the curve's entry, and
+    a run whose checkpoint holds the final step scores the final state for a missing last
+    entry."""
+    tr, te = load("digits", "train"), load("digits", "test")
+    kw = dict(key=jax.random.key(1), epochs=4, batch_size=256, lr=1e-2, progress=False,
+              eval_every_epoch=True, train_eval_n=None, train_curve_n=10_000)
+    want = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, **kw)
+    assert [e for e, _ in want["train_curve"]] == [1, 2, 3, 4]
+    assert want["train_curve"][-1][1] == want["train_acc"]
+
+    ck = tmp_path / "run"
+    _run_stopped_in_epoch_3(monkeypatch, ck, tr, te, kw)
     saved = json.loads((ck / "curve.json").read_text())
     assert [c[0] for c in saved["train_curve"]] == [1, 2]
     saved["train_curve"] = saved["train_curve"][:1]  # epoch 2's training score was lost
@@ -295,7 +301,6 @@ def test_an_interrupted_training_resumes_to_the_uninterrupted_result(tmp_path, m
     epoch's save, before its accuracy was stored: that epoch's curve entry is None (when the
     save was committed)."""
     from layerlab.dmn import experiments as ex
-    from layerlab.loop import _chunks
 
     tr, te = load("digits", "train"), load("digits", "test")
     kw = dict(key=jax.random.key(1), epochs=5, batch_size=256, lr=1e-2, progress=False,
@@ -303,19 +308,8 @@ def test_an_interrupted_training_resumes_to_the_uninterrupted_result(tmp_path, m
     want = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, **kw)
     assert want["resumed_from_epoch"] == 0
 
-    real_launch, calls = _chunks.ChunkLauncher.launch, []
-
-    def stop_in_epoch_3(self, t, state):  # chunk k+1 launches before chunk k is processed
-        calls.append(t)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real_launch(self, t, state)
-
-    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", stop_in_epoch_3)
     ck = tmp_path / "run"
-    with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
-    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", real_launch)
+    _run_stopped_in_epoch_3(monkeypatch, ck, tr, te, kw)
     assert [c[0] for c in json.loads((ck / "curve.json").read_text())["curve"]] == [1, 2]
     got = train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
     assert got["resumed_from_epoch"] == 2
@@ -367,11 +361,7 @@ def test_an_interrupted_training_resumes_to_the_uninterrupted_result(tmp_path, m
     # curve.json ahead of the checkpoint (its save of epoch 3 never committed): cut back to
     # the restored epoch, then measured again -- no duplicate epochs
     ck3 = tmp_path / "run3"
-    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", stop_in_epoch_3)
-    calls.clear()
-    with pytest.raises(KeyboardInterrupt):
-        train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck3, **kw)
-    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", real_launch)
+    _run_stopped_in_epoch_3(monkeypatch, ck3, tr, te, kw)
     saved = json.loads((ck3 / "curve.json").read_text())
     saved["curve"].append([3, 1e9, 0.5])
     saved["train_s_at"]["3"] = 1e9
