@@ -745,10 +745,12 @@ def _fig1_record(cfg: FullBatchConfig, curves, prep: Prepared) -> Record:
             "paper's figure was made with the authors' code. Learning rates: GN in the authors' "
             "per-block convention. " + cfg.scale_note)
     art = "fig1" if cfg.dataset == "mnist" else f"fig1_{cfg.dataset}"
+    title = f"Fig. 1: full-batch training ({cfg.dataset}, n={cfg.n_train})"
     if cfg.bottleneck is None:
         art += "_nobottleneck"  # Fig. 5's full-batch panel
-    return Record("gnrev", art,
-                  f"Fig. 1: full-batch training ({cfg.dataset}, n={cfg.n_train})", scale,
+        title = (f"Fig. 5 (left): full-batch training without inverted bottleneck "
+                 f"({cfg.dataset}, n={cfg.n_train})")
+    return Record("gnrev", art, title, scale,
                   _cfg_dict(cfg), rows=rows, claims=claims, note=note,
                   extra={"curves": {a: {"loss_mean": c["loss"].mean(0),
                                         "accuracy_mean": c["accuracy"].mean(0)}
