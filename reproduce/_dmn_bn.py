@@ -97,6 +97,8 @@ def main(argv=None) -> int:
     p.add_argument("--train-eval-n", type=int, default=None,
                    help="training accuracy on the first N training images (default: all)")
     p.add_argument("--name", default="bn_outlier", help="file stem of the JSON and PNG")
+    p.add_argument("--preset", choices=("authors", "paper"), default="authors",
+                   help="DMN layer rules (DMNConfig.authors, the records', or .paper)")
     args = p.parse_args(argv)
     path = pathlib.Path(args.out)
     if args.plot_only:
@@ -108,8 +110,8 @@ def main(argv=None) -> int:
     from layerlab.dmn._head import head_variables, map_batches
 
     t_all = time.perf_counter()
-    cfg = (ex.table_config("table4", "paper") if args.paper
-           else ex.table_config("table4", "default", epochs=args.epochs))
+    cfg = (ex.table_config("table4", "paper", preset=args.preset) if args.paper
+           else ex.table_config("table4", "default", epochs=args.epochs, preset=args.preset))
     row = next(r for r in cfg.rows if r.arch == args.row)
     (tr, te), err = ex._load_split("cifar10", cfg)
     if err:
@@ -167,6 +169,7 @@ def main(argv=None) -> int:
     if not curve or curve[-1]["epoch"] != cfg.epochs:
         score(cfg.epochs, state)
     out = {"row": row.label, "spec": row.arch, "widths": info.widths, "seed": seed,
+           "preset": args.preset,
            "n_train": int(f_tr.shape[0]), "n_test": int(f_te.shape[0]),
            "train_eval_n": int(n_ev), "eval_every": args.eval_every,
            "epochs": cfg.epochs, "batch_size": bs, "optimizer": cfg.optimizer_name,
