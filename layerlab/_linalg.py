@@ -77,12 +77,12 @@ def _cholesky(a: Array) -> Array:
 _eigh_mapped = cpu_mapped(_eigh)
 
 qr = cpu_mapped(_qr)
-"""Reduced ``jnp.linalg.qr`` of one matrix, mapped over ``vmap``'s batch on CPU (no
-derivative)."""
+"""Reduced ``jnp.linalg.qr`` of one matrix, mapped over ``vmap``'s batch on CPU (forward-mode
+derivative only: ``jax.grad`` through it raises)."""
 
 cholesky = cpu_mapped(_cholesky)
 """``jnp.linalg.cholesky`` of one matrix (NaN when not positive definite), mapped over
-``vmap``'s batch on CPU (no derivative)."""
+``vmap``'s batch on CPU (forward-mode derivative only: ``jax.grad`` through it raises)."""
 
 
 @jax.custom_jvp
@@ -146,7 +146,7 @@ def _svd_raw_vmap(axis_size, in_batched, a):
 
 thin_svd = _svd_raw
 """``jnp.linalg.svd(a, full_matrices=False)`` -> ``(u, s, vt)``, one matrix at a time on CPU
-(batched inputs and under ``vmap``; no derivative)."""
+(batched inputs and under ``vmap``; forward-mode derivative only)."""
 
 
 @jax.custom_jvp
