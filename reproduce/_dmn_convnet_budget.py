@@ -143,6 +143,9 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=50)
     p.add_argument("--seed", type=int, default=0, help="first seed")
     p.add_argument("--seeds", type=int, default=1, help="number of seeds")
+    p.add_argument("--subset-per-seed", action="store_true",
+                   help="each seed draws its own --n-train subset (with the seed itself); by "
+                   "default every seed trains on the subset drawn with the first seed")
     p.add_argument("--preset", choices=("authors", "paper"), default="paper",
                    help="DMN layer rules (DMN rows only)")
     p.add_argument("--pca", choices=("class", "naive"), default="class",
@@ -170,7 +173,14 @@ def main(argv=None) -> int:
     specs = wanted if wanted is not None else [spec for _, spec, _, _ in ROWS]
     t0 = time.perf_counter()
     n_train = args.n_train or None
-    tr = load("cifar10", "train", n=n_train, balanced=n_train is not None, seed=args.seed)
+    subsets = {}  # subset seed -> training set, loaded when a run needs it
+
+    def train_set(seed):
+        if seed not in subsets:
+            subsets[seed] = load("cifar10", "train", n=n_train, balanced=n_train is not None,
+                                 seed=seed)
+        return subsets[seed]
+
     te = load("cifar10", "test")
     preset = DMNConfig.paper if args.preset == "paper" else DMNConfig.authors
     args.out.mkdir(parents=True, exist_ok=True)
@@ -180,11 +190,12 @@ def main(argv=None) -> int:
         dmn = spec.startswith("d")
         runs = []
         for seed in range(args.seed, args.seed + args.seeds):
+            dseed = seed if args.subset_per_seed else args.seed  # the subset's seed
             key = jax.random.fold_in(jax.random.key(0), seed)  # run_table's key for a seed
             tag = f"-{args.preset}-{args.pca}" if dmn else ""
-            # the data subset (drawn with the first seed) and the scored rows name the run too
+            # the data subset's seed and the scored rows name the run too
             ck = args.checkpoint_dir / (f"{spec.replace(',', '_')}{tag}-n{args.n_train}"
-                                        f"d{args.seed}-t{args.train_curve_n}-e{args.epochs}"
+                                        f"d{dseed}-t{args.train_curve_n}-e{args.epochs}"
                                         f"-s{seed}")
             done = ck / "result.json"
             if done.exists():
@@ -192,6 +203,7 @@ def main(argv=None) -> int:
             else:
                 cfg = preset(var_fraction=None, cutoff=0.9, pca=args.pca) if dmn \
                     else DMNConfig.paper()
+                tr = train_set(dseed)
                 r = train_and_evaluate(spec, np.asarray(tr.x), tr.y, np.asarray(te.x), te.y,
                                        10, key=key, config=cfg, epochs=args.epochs,
                                        batch_size=128, eval_every_epoch=True, progress=False,
@@ -208,6 +220,8 @@ def main(argv=None) -> int:
               f"{s['per_seed']} [{s['train_s']:.0f} s]", flush=True)
     rec = {"what": __doc__.split("\n")[0], "n_train": n_train or 50000, "n_test": 10000,
            "epochs": args.epochs, "seed": args.seed, "seeds": args.seeds, "batch_size": 128,
+           "subset": ("each seed its own, drawn with the seed" if args.subset_per_seed
+                      else "one, drawn with the first seed"),
            "preset": args.preset, "pca": args.pca, "train_curve_n": args.train_curve_n,
            "optimizer": "adam(lr=1e-3)", "tol": TOL, "rows": rows,
            "wall_s": time.perf_counter() - t0, "device": str(jax.devices()[0]),

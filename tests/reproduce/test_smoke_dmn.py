@@ -26,3 +26,51 @@ def test_convnet_budget_matches_need_both_accuracies_within_tolerance():
     assert matches(val, train, 51.94, 70.0) == []
     assert matches([49.94], [0.0], 51.94, None) == [1]           # the bound is inclusive
     assert matches([float("nan"), 51.0], [61.0, float("nan")], 51.94, 62.69) == []  # no score
+
+
+def test_convnet_budget_subset_per_seed_draws_each_seeds_own_subset(tmp_path, monkeypatch):
+    """``--subset-per-seed``: seed s trains on the subset drawn with s (and its run is named
+    by it); by default every seed trains on the first seed's subset.  Training is faked: the
+    test checks which data each run gets and where it is kept."""
+    import json
+    import types
+
+    import numpy as np
+
+    import layerlab.data
+    import layerlab.dmn.experiments
+    from reproduce import _dmn_convnet_budget as budget
+
+    def fake_load(name, split, n=None, balanced=False, seed=0):
+        x = np.full((n or 3, 2), float(seed) if split == "train" else -1.0)
+        return types.SimpleNamespace(x=x, y=np.zeros(len(x), int))
+
+    seen = []
+
+    def fake_train(spec, xtr, ytr, xte, yte, classes, *, key, checkpoint_dir, epochs, **kw):
+        seen.append((float(xtr[0, 0]), len(xtr), checkpoint_dir.name))
+        ep = list(range(1, epochs + 1))
+        return {"epochs": epochs, "curve": [(e, 0.0, 0.5) for e in ep],
+                "train_curve": [(e, 0.6) for e in ep],
+                "running_train_acc": [(e, 0.55) for e in ep], "train_s": 1.0}
+
+    monkeypatch.setattr(layerlab.data, "load", fake_load)
+    monkeypatch.setattr(layerlab.dmn.experiments, "train_and_evaluate", fake_train)
+    common = ["--n-train", "4", "--epochs", "2", "--rows", "c10,m,de10;c27,m,de10",
+              "--seeds", "2", "--seed", "5", "--out", str(tmp_path / "o")]
+    budget.main(common + ["--subset-per-seed", "--checkpoint-dir", str(tmp_path / "a")])
+    assert seen == [(5.0, 4, "c10_m_de10-n4d5-t10000-e2-s5"),
+                    (6.0, 4, "c10_m_de10-n4d6-t10000-e2-s6"),
+                    (5.0, 4, "c27_m_de10-n4d5-t10000-e2-s5"),   # not the last subset loaded
+                    (6.0, 4, "c27_m_de10-n4d6-t10000-e2-s6")]
+    rec = json.loads((tmp_path / "o" / "convnet_budget.json").read_text())
+    assert rec["subset"].startswith("each seed its own")
+    assert rec["rows"]["Table 4 c27"]["final"] == {"val": 50.0, "train": 60.0}
+    seen.clear()
+    budget.main(common + ["--checkpoint-dir", str(tmp_path / "b")])
+    assert [s[0] for s in seen] == [5.0, 5.0, 5.0, 5.0]
+    assert [s[2] for s in seen[:2]] == ["c10_m_de10-n4d5-t10000-e2-s5",
+                                        "c10_m_de10-n4d5-t10000-e2-s6"]
+    seen.clear()
+    budget.main(common + ["--subset-per-seed", "--checkpoint-dir", str(tmp_path / "a")])
+    assert seen == []  # every run kept: nothing retrained
