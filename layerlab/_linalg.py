@@ -16,13 +16,15 @@ calls: XLA drops the barrier before the thunk executor builds its dependency gra
 
 :func:`cpu_mapped` wraps any one-matrix LAPACK function so that under ``vmap`` on CPU it maps
 over the batch (``lax.map``: one unbatched call at a time, run inline by the calling thread);
-``eigh`` (differentiable), ``qr``, ``cholesky`` and ``thin_svd`` here are wrapped that way.
+``eigh`` (differentiable), ``qr``, ``cholesky`` and ``thin_svd`` here are wrapped that way;
+:func:`over_leading` applies such a function over the leading dims of a stacked ``[..., m, n]``
+input the same way (one matrix at a time on CPU, the batched kernel on accelerators).
 
-On CPU :func:`svdvals` (and the thin SVD its derivative uses) maps over the batch one
-matrix at a time (``lax.map``, unbatched LAPACK calls: the same flops, no nested pool tasks),
-both for batched inputs and under ``vmap`` (a ``custom_vmap`` rule).  On accelerators the
-batched kernels are kept.  Derivatives are those of ``jnp.linalg.svd`` (a ``custom_jvp`` with
-the standard first-order formulas).
+:func:`svdvals` (``[..., m, n]``, differentiable) and :func:`thin_svd` take stacked inputs too:
+on CPU one matrix at a time (``lax.map``, unbatched LAPACK calls: the same flops, no nested
+pool tasks), both for stacked inputs and under ``vmap``.  On accelerators the batched kernels
+are kept.  Derivatives are those of ``jnp.linalg.svd`` (a ``custom_jvp`` with the standard
+first-order formulas).
 """
 from __future__ import annotations
 
@@ -107,42 +109,37 @@ def _eigh_jvp(primals, tangents):
     return (w, v), (jnp.diagonal(vdv, axis1=-2, axis2=-1), v @ (f * vdv))
 
 
-def _map_matrices(f, a: Array):
-    """Apply ``f`` (one ``[m, n]`` matrix -> pytree) over the leading dims of ``a``."""
-    if a.ndim == 2:
-        return f(a)
-    batch = a.shape[:-2]
-    out = jax.lax.map(f, a.reshape((-1,) + a.shape[-2:]))
-    return jax.tree.map(lambda o: o.reshape(batch + o.shape[1:]), out)
+def over_leading(g):
+    """``g`` (one ``[m, n]`` matrix -> pytree) applied over the leading dims of ``a [..., m, n]``.
+
+    ``jax.vmap(g)`` over the flattened batch: with ``g`` from :func:`cpu_mapped` that is one
+    unbatched call at a time on CPU (``lax.map``) and the batched kernel on accelerators; a
+    2-d ``a`` is ``g(a)`` itself.  Under ``vmap`` the same holds (the rule of ``g``).
+    """
+    def h(a: Array):
+        a = jnp.asarray(a)
+        if a.ndim == 2:
+            return g(a)
+        if a.ndim < 2:
+            raise ValueError(f"a must be [..., m, n] (at least 2-d); got shape {a.shape}.")
+        batch = a.shape[:-2]
+        out = jax.vmap(g)(a.reshape((-1,) + a.shape[-2:]))
+        return jax.tree.map(lambda o: o.reshape(batch + o.shape[1:]), out)
+
+    return h
 
 
-@custom_batching.custom_vmap
-def _svdvals_raw(a: Array) -> Array:
-    if _on_cpu():
-        return _map_matrices(lambda m: jnp.linalg.svd(m, compute_uv=False), a)
+def _svdvals_one(a: Array) -> Array:
     return jnp.linalg.svd(a, compute_uv=False)
 
 
-@_svdvals_raw.def_vmap
-def _svdvals_raw_vmap(axis_size, in_batched, a):
-    (batched,) = in_batched
-    return _svdvals_raw(a), batched
+def _svd_one(a: Array) -> tuple[Array, Array, Array]:
+    u, s, vt = jnp.linalg.svd(a, full_matrices=False)
+    return u, s, vt
 
 
-@custom_batching.custom_vmap
-def _svd_raw(a: Array) -> tuple[Array, Array, Array]:
-    def one(m):
-        u, s, vt = jnp.linalg.svd(m, full_matrices=False)
-        return u, s, vt
-
-    return _map_matrices(one, a) if _on_cpu() else one(a)
-
-
-@_svd_raw.def_vmap
-def _svd_raw_vmap(axis_size, in_batched, a):
-    (batched,) = in_batched
-    return _svd_raw(a), (batched, batched, batched)
-
+_svdvals_raw = over_leading(cpu_mapped(_svdvals_one))
+_svd_raw = over_leading(cpu_mapped(_svd_one))
 
 thin_svd = _svd_raw
 """``jnp.linalg.svd(a, full_matrices=False)`` -> ``(u, s, vt)``, one matrix at a time on CPU

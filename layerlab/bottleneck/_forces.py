@@ -21,6 +21,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from layerlab._checks import check_array
+from layerlab._linalg import eigh
 from layerlab.bottleneck._layout import check_reps, check_x, cols
 from layerlab.bottleneck._representations import Activation, _augment, _is_zero, tikhonov_pinv
 
@@ -70,7 +71,7 @@ def _psd_power(M: np.ndarray | Array, p: float, *, rtol: float | None = None) ->
     M = jnp.asarray(M)
     if rtol is None:
         rtol = 100.0 * M.shape[-1] * float(jnp.finfo(M.dtype).eps)
-    w, V = jnp.linalg.eigh((M + M.T) / 2)
+    w, V = eigh((M + M.T) / 2)  # layerlab._linalg: safe under vmap on CPU
     keep = w > rtol * jnp.max(w)
     w = jnp.where(keep, w, 0.0)
     wp = jnp.where(keep, jnp.where(keep, w, 1.0) ** p, 0.0)

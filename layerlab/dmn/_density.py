@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from layerlab import _linalg
 from layerlab._checks import check_array, check_labels
 
 
@@ -337,6 +338,9 @@ def sharded_class_density_matrices(
     )(h, y)
 
 
+_eigh_stacked = _linalg.over_leading(_linalg.eigh)
+
+
 def density_eigh(rho: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Eigen-decomposition of (a batch of) density matrices, eigenvalues descending.
 
@@ -353,7 +357,9 @@ def density_eigh(rho: jax.Array) -> tuple[jax.Array, jax.Array]:
     rho = jnp.asarray(rho)
     if rho.ndim < 2 or rho.shape[-1] != rho.shape[-2]:
         raise ValueError(f"rho must be [..., d, d] square matrices; got shape {rho.shape}.")
-    lam, vec = jnp.linalg.eigh(rho)
+    # one matrix at a time on CPU, also under vmap (layerlab._linalg: concurrent batched
+    # LAPACK calls can deadlock XLA's CPU pool); the batched kernel on accelerators
+    lam, vec = _eigh_stacked(rho)
     return lam[..., ::-1], vec[..., ::-1]
 
 

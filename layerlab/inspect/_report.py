@@ -38,7 +38,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from layerlab import dgl, kernels, probes
-from layerlab._linalg import svdvals
+from layerlab._linalg import qr, svdvals
 from layerlab.inspect._models import FeaturesFn, Inspectable, named_weights
 
 __all__ = [
@@ -436,7 +436,7 @@ def layer_report(
             # d > n (e.g. flattened convolutions): the same loss on the n coordinates of the
             # row space, H Q with H^T = Q R; exact, as eq. (6) is invariant under H -> H V for
             # orthogonal V, and O(d n^2) instead of O(d^3)
-            hl = h @ jnp.linalg.qr(h.T)[0] if d > n else h
+            hl = h @ qr(h.T)[0] if d > n else h
             layer_values["dgl_linear"].append(dgl.dgl_linear(hl, Y.astype(dt), eps2=eps2) / n)
         if "dgl_nngp" in layer_values:
             v = tops[name] if name in tops else config.top.variances(dt)
