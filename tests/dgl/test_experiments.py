@@ -307,3 +307,47 @@ def test_fig1_centred_inputs_and_bad_option():
     assert cos["centred"] < 0.5 * cos["raw"]
     assert ex._fig1_scale(ex.Fig1Config.paper(inputs="centred")) == "paper"
     assert ex._fig1_scale(ex.Fig1Config.paper(inputs="centred", num_nets=4000)) == "reduced"
+
+
+@pytest.mark.datasets("mnist")
+def test_a_lego_layer_stopped_mid_layer_resumes_from_its_fit_checkpoint(tmp_path, shared_data,
+                                                                       monkeypatch):
+    # Stop inside LEGO layer 2 after its step-4 checkpoint (8 steps, one checkpoint per
+    # evaluation, every 2 steps), rerun: layer 2 continues from step 4 and the part equals an
+    # uninterrupted run's; the finished layer's fit checkpoints are removed.
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data), dgl_steps=8, dgl_evals=4)
+    key = jax.random.key(0)
+    ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path / "whole")
+    want = json.loads((tmp_path / "whole" / "bmnist-2x20_seed0.json").read_text())
+
+    real_fit = ex.fit
+
+    def stop_in_layer_2(*a, **k):
+        if k.get("desc", "").endswith("layer 2/2"):
+            assert k["checkpoint_dir"].name == "lego_layer2.fit" and k["checkpoint_every"] == 2
+
+            def cb(t, state, metrics):
+                if t >= 5:
+                    raise KeyboardInterrupt
+            k = dict(k, callback=cb)
+        return real_fit(*a, **k)
+
+    monkeypatch.setattr(ex, "fit", stop_in_layer_2)
+    parts, ck = tmp_path / "parts", tmp_path / "ck"
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_table1(cfg, key=key, progress=False, parts_dir=parts, checkpoint_dir=ck)
+    steps = ck / "bmnist-2x20_seed0"
+    assert (steps / "lego_layer2.fit").is_dir()
+    assert not (steps / "lego_layer1.fit").exists()  # removed once layer 1 was cached
+    monkeypatch.setattr(ex, "fit", real_fit)
+    ex.run_table1(cfg, key=key, progress=False, parts_dir=parts, checkpoint_dir=ck)
+    got = json.loads((parts / "bmnist-2x20_seed0.json").read_text())
+    assert not steps.exists()
+    l2 = got["lego"]["layers"][1]
+    assert l2["resumed_from_step"] == 4
+    assert l2["wall_s"] == pytest.approx(l2["wall_s_measured"] * 8 / 4)
+    for col in ("end_to_end", "lego", "random"):
+        assert got[col]["test"] == want[col]["test"]
+    drop = ("wall_s", "wall_s_measured", "resumed_from_step")
+    strip = lambda layers: [{k: v for k, v in li.items() if k not in drop} for li in layers]  # noqa: E731
+    assert strip(got["lego"]["layers"]) == strip(want["lego"]["layers"])
