@@ -74,3 +74,30 @@ def test_convnet_budget_subset_per_seed_draws_each_seeds_own_subset(tmp_path, mo
     seen.clear()
     budget.main(common + ["--subset-per-seed", "--checkpoint-dir", str(tmp_path / "a")])
     assert seen == []  # every run kept: nothing retrained
+
+
+def test_convnet_budget_headline_pairs_table2_dmn_rows_with_this_runs_convnets():
+    from reproduce._dmn_convnet_budget import headline
+
+    rows = {"Table 2 c22, c41": {"paper_val": 51.96, "final": {"val": 55.0, "train": 80.0},
+                                 "best_val": {"epoch": 20, "val": 59.0}},
+            "Table 2 c10": {"paper_val": 48.61, "final": {"val": 48.0, "train": 70.0},
+                            "best_val": {"epoch": 30, "val": 49.5}}}
+    table2 = {"rows": [
+        {"name": "cifar10 d22, d41 (Input 0.2, Var 0.995) val acc", "ours": 59.93, "paper": 59.64,
+         "seeds": 3},
+        {"name": "cifar10 d22, d41 (Input 0.2, Var 0.995) ConvNet val acc", "ours": 69.4},
+        {"name": "cifar10 d22, d41 (Input 0.7, Var 0.995) val acc", "ours": 58.53, "seeds": 3},
+        {"name": "cifar10 d10 (Input 0.7, Var 0.99) val acc", "ours": 48.73, "seeds": 3},
+        {"name": "cifar10 d10, d11 (Input 0.7, Var 0.99) val acc", "ours": 45.70, "seeds": 3},
+        {"name": "cifar100 d79 (Input 1.0, Var 0.999) val acc", "ours": None}]}
+    h = headline(rows, table2)
+    assert [(p["convnet_row"], p["dmn_row"].split(" Var")[0]) for p in h["pairs"]] == [
+        ("Table 2 c10", "cifar10 d10 (Input 0.7,"),
+        ("Table 2 c22, c41", "cifar10 d22, d41 (Input 0.2,"),
+        ("Table 2 c22, c41", "cifar10 d22, d41 (Input 0.7,")]
+    assert len(h["pairs"]) == 3  # d10, d11 has no ConvNet row in this run; CIFAR-100 skipped
+    assert [p["dmn_ge_convnet_final"] for p in h["pairs"]] == [True, True, True]
+    assert [p["dmn_ge_convnet_best"] for p in h["pairs"]] == [False, True, False]
+    assert (h["holds_final"], h["holds_best"]) == ("3/3", "1/3")
+    assert headline({}, table2) is None
