@@ -28,6 +28,8 @@ first-order formulas).
 """
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 from jax import custom_batching
@@ -103,13 +105,15 @@ def _eigh_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     w, v = _eigh_mapped(a)
     da = (da + jnp.swapaxes(da, -1, -2)) / 2
-    vdv = jnp.swapaxes(v, -1, -2) @ da @ v
+    hi = jax.lax.Precision.HIGHEST  # as jax's own eigh jvp (TF32 would cost digits on GPU)
+    vdv = jnp.matmul(jnp.matmul(jnp.swapaxes(v, -1, -2), da, precision=hi), v, precision=hi)
     eye = jnp.eye(a.shape[-1], dtype=a.dtype)
     f = 1.0 / (eye + w[..., None, :] - w[..., :, None]) - eye
-    return (w, v), (jnp.diagonal(vdv, axis1=-2, axis2=-1), v @ (f * vdv))
+    return (w, v), (jnp.diagonal(vdv, axis1=-2, axis2=-1),
+                    jnp.matmul(v, f * vdv, precision=hi))
 
 
-def over_leading(g):
+def over_leading(g, name: str = "a"):
     """``g`` (one ``[m, n]`` matrix -> pytree) applied over the leading dims of ``a [..., m, n]``.
 
     ``jax.vmap(g)`` over the flattened batch: with ``g`` from :func:`cpu_mapped` that is one
@@ -121,9 +125,10 @@ def over_leading(g):
         if a.ndim == 2:
             return g(a)
         if a.ndim < 2:
-            raise ValueError(f"a must be [..., m, n] (at least 2-d); got shape {a.shape}.")
+            raise ValueError(f"{name}: the input must be [..., m, n] (at least 2-d); got shape "
+                             f"{a.shape}.")
         batch = a.shape[:-2]
-        out = jax.vmap(g)(a.reshape((-1,) + a.shape[-2:]))
+        out = jax.vmap(g)(a.reshape((math.prod(batch),) + a.shape[-2:]))
         return jax.tree.map(lambda o: o.reshape(batch + o.shape[1:]), out)
 
     return h
@@ -138,8 +143,8 @@ def _svd_one(a: Array) -> tuple[Array, Array, Array]:
     return u, s, vt
 
 
-_svdvals_raw = over_leading(cpu_mapped(_svdvals_one))
-_svd_raw = over_leading(cpu_mapped(_svd_one))
+_svdvals_raw = over_leading(cpu_mapped(_svdvals_one), "svdvals")
+_svd_raw = over_leading(cpu_mapped(_svd_one), "thin_svd")
 
 thin_svd = _svd_raw
 """``jnp.linalg.svd(a, full_matrices=False)`` -> ``(u, s, vt)``, one matrix at a time on CPU

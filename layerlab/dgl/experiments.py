@@ -419,11 +419,16 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
                     *, batch, lrs, wds, steps, evals, progress, desc, checkpoint_dir=None):
     """Step 4 for one layer: the (lr, wd) grid, each run keeping its best validation DGL.
 
-    ``checkpoint_dir``: ``loop.fit`` checkpoints of the grid at every evaluation, so a
-    stopped layer resumes mid-layer (a full-N MNIST10k layer is ~1.5 h on a 2-core CPU).  A
-    resumed layer's ``wall_s`` is this call's time scaled to all ``steps``
-    (``wall_s_measured`` and ``resumed_from_step`` say so).
+    ``checkpoint_dir``: ``loop.fit`` checkpoints of the grid at every evaluation (one kept), so
+    a stopped layer resumes mid-layer (a full-N MNIST10k layer is ~1.5 h on a 2-core CPU).
+    Beside it, ``<checkpoint_dir>.wall.json`` keeps each chunk's wall time by step, so a
+    resumed layer's ``wall_s`` is the sum over one pass of its chunks (each chunk's last
+    measured time; ``resumed: True``, this call's time in ``wall_s_this_call``).  A folder
+    that does not match this layer (its data, grid or steps) or cannot be read is a warning:
+    it is removed and the layer restarts.
     """
+    from layerlab.loop import CheckpointCorruptError, CheckpointMismatchError
+
     ts = _dgl_step(float(cfg.eps_rel))
     states, grid = _grid_states(ts, layer0, lrs, wds,
                                 {"w_var": jnp.asarray(w_var), "b_var": jnp.asarray(b_var)})
@@ -443,20 +448,46 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     eval_fn = jax.tree_util.Partial(_val_dgl_metrics, h_sub, y_sub, jnp.asarray(w_var),
                                     jnp.asarray(b_var), jnp.asarray(cfg.eps_rel))
     every = max(1, steps // max(1, evals))
-    start = 0
-    if checkpoint_dir is not None and pathlib.Path(checkpoint_dir).exists():
-        from layerlab.loop._checkpoint import Checkpointer
+    ck = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir)
+    wall_file = None if ck is None else ck.with_name(ck.name + ".wall.json")
+    chunk_wall: dict[int, float] = {}
+    if wall_file is not None and wall_file.exists() and ck.exists():
+        chunk_wall = {int(t): float(w) for t, w in json.loads(wall_file.read_text()).items()}
+    resumed = bool(chunk_wall)
+    clock = [time.perf_counter()]
 
-        start = Checkpointer(checkpoint_dir, writer=False).latest_step() or 0
-    t0 = time.perf_counter()
-    st, hist = fit(ts.step, states, (h_tr, y_tr), key=key, steps=steps, batch_size=bs,
+    def timed(t, state, metrics):  # after each chunk (and its checkpoint): its wall time
+        now = time.perf_counter()
+        chunk_wall[int(t)] = now - clock[0]
+        clock[0] = now
+        if wall_file is not None:
+            tmp = wall_file.with_name(wall_file.name + ".tmp")
+            tmp.write_text(json.dumps({str(k): v for k, v in sorted(chunk_wall.items())}))
+            tmp.replace(wall_file)
+
+    def run():
+        return fit(ts.step, states, (h_tr, y_tr), key=key, steps=steps, batch_size=bs,
                    runs=True, eval_fn=eval_fn, eval_every=every, eval_at_start=True,
                    check_finite=False,
                    early_stopping=EarlyStopping("val_dgl", "min", patience=10**6,
                                                 restore_best=True),
-                   checkpoint_dir=checkpoint_dir,
-                   checkpoint_every=every if checkpoint_dir is not None else None,
-                   progress=progress, desc=desc)
+                   checkpoint_dir=ck, checkpoint_every=every if ck is not None else None,
+                   max_to_keep=1, callback=timed, progress=progress, desc=desc)
+
+    t0 = time.perf_counter()
+    try:
+        st, hist = run()
+    except (CheckpointMismatchError, CheckpointCorruptError) as e:
+        import warnings
+
+        warnings.warn(f"{desc}: the mid-layer checkpoint in {ck} does not match this layer or "
+                      f"cannot be read ({type(e).__name__}); removing it and training the "
+                      "layer from its start.", RuntimeWarning, stacklevel=2)
+        _StepCache.drop_fit_dir(ck)
+        chunk_wall.clear()
+        resumed = False
+        t0 = clock[0] = time.perf_counter()
+        st, hist = run()
     jax.block_until_ready(st.params)
     wall = time.perf_counter() - t0
     v = np.asarray(hist["eval"]["val_dgl"])  # [E, R]
@@ -469,9 +500,9 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
             "train_dgl_first_last": [float(tr_loss[0]), float(tr_loss[-1])],
             "val_dgl_first_best": [float(v[0, i]), float(best_per_run[i])],
             "batch": bs, "steps": steps, "wall_s": wall}
-    if 0 < start < steps:
-        info.update(wall_s=wall * steps / (steps - start), wall_s_measured=wall,
-                    resumed_from_step=start)
+    if resumed:
+        info.update(wall_s=float(sum(w for t, w in chunk_wall.items() if t <= steps)),
+                    wall_s_this_call=wall, resumed=True)
     return _take(st.params, i), info
 
 
@@ -482,8 +513,26 @@ class _StepCache:
     order), ``<dir>/<name>.json`` its info, written last: a step counts as done only when
     both are there.  ``path=None``: nothing is cached."""
 
-    def __init__(self, path: str | os.PathLike | None):
+    def __init__(self, path: str | os.PathLike | None, mid_layer: bool = True):
         self.path = None if path is None else pathlib.Path(path)
+        self.mid_layer = mid_layer
+
+    def fit_dir(self, name: str, settings: list) -> pathlib.Path | None:
+        """Where a step's ``loop.fit`` checkpoints go (``None``: not kept): named by the step
+        and a hash of the settings the fit fingerprint does not cover (steps, evaluations,
+        validation subsets, batch, grid, eps), so a changed configuration starts afresh."""
+        if self.path is None or not self.mid_layer:
+            return None
+        import hashlib
+
+        h = hashlib.sha1(json.dumps(settings, default=str).encode()).hexdigest()[:10]
+        return self.path / f"{name}-{h}.fit"
+
+    @staticmethod
+    def drop_fit_dir(fit_dir: pathlib.Path | None) -> None:
+        if fit_dir is not None:
+            shutil.rmtree(fit_dir, ignore_errors=True)
+            fit_dir.with_name(fit_dir.name + ".wall.json").unlink(missing_ok=True)
 
     def load(self, name: str, like: Any) -> tuple[Any, dict] | None:
         if self.path is None or not (self.path / f"{name}.json").exists():
@@ -528,15 +577,16 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
         if done is not None:
             params[i], info = done
         else:
-            fit_dir = None if cache.path is None else cache.path / f"{tag}_layer{i + 1}.fit"
+            fit_dir = cache.fit_dir(f"{tag}_layer{i + 1}", [
+                steps or cfg.dgl_steps, cfg.dgl_evals, cfg.val_subsets, batch, list(lr_i),
+                list(wd_i), cfg.eps_rel])
             params[i], info = _dgl_layer_grid(
                 sub, params[i], h, y, hv, yv, v.w_var[i + 1:], v.b_var[i + 1:], cfg,
                 batch=batch, lrs=lr_i, wds=wd_i, steps=steps or cfg.dgl_steps,
                 evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}",
                 checkpoint_dir=fit_dir)
             cache.save(f"{tag}_layer{i + 1}", params[i], info)
-            if fit_dir is not None:  # the finished layer is in the cache
-                shutil.rmtree(fit_dir, ignore_errors=True)
+            cache.drop_fit_dir(fit_dir)  # the finished layer is in the cache
         layers.append(info)
         h, hv = _relu_layer(params[i], h), _relu_layer(params[i], hv)
     return params, h, hv, layers
@@ -544,16 +594,19 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
 
 def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
                    progress: bool = True,
-                   cache_dir: str | os.PathLike | None = None) -> dict:
+                   cache_dir: str | os.PathLike | None = None,
+                   mid_layer: bool = True) -> dict:
     """Steps 1-5 for one row and one seed; returns a JSON-able dict of test accuracies (%),
     the selected hyper-parameters, per-layer DGL curves and wall times.
 
     ``cache_dir``: where finished steps (the end-to-end run, each LEGO layer, each layer of
     the full-N comparison) are kept; a rerun with the same folder resumes after the last
     finished step and gives the same result as an uninterrupted run (same keys; the steps'
-    info is stored rounded to 6 digits, as the part itself is).
+    info is stored rounded to 6 digits, as the part itself is).  ``mid_layer``: also keep
+    ``loop.fit`` checkpoints inside each LEGO layer there (resume mid-layer; see
+    :func:`_dgl_layer_grid`).
     """
-    cache = _StepCache(cache_dir)
+    cache = _StepCache(cache_dir, mid_layer)
     dataset, L, _, _ = ROWS[row]
     width = cfg.width(row)
     t_row = time.perf_counter()
@@ -640,7 +693,8 @@ def _full_n_comparison(cfg: Table1Config, row: str, key, p0, d, v: LayerVariance
 
 def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.PathLike | None =
                           None, full_n_steps: int | None = None, progress: bool = True,
-                          cache_dir: str | os.PathLike | None = None) -> dict:
+                          cache_dir: str | os.PathLike | None = None,
+                          mid_layer: bool = True) -> dict:
     """The full-N vs mini-batch comparison (issue item 3) for a Table I part written without
     it (e.g. ``--full-n none`` on a short GPU lease), without rerunning steps 1-5.
 
@@ -654,7 +708,8 @@ def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.Path
       part: a dict as written by :func:`run_table1` (``<row>_seed<k>.json``).
       key: the row's key.  data_dir: where the datasets are (this machine's).
       full_n_steps: Adam steps per layer (default: the part's ``full_n_steps``).
-      cache_dir: where finished layers are kept (resume), as in :func:`run_table1_row`.
+      cache_dir: where finished layers are kept (resume), as in :func:`run_table1_row`;
+        ``mid_layer``: also ``loop.fit`` checkpoints inside each layer there.
     Returns:
       A copy of ``part`` with ``"full_n_vs_minibatch"`` added.
     """
@@ -690,7 +745,7 @@ def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.Path
     t0 = time.perf_counter()
     with jax.default_matmul_precision("highest"):
         cmp = _full_n_comparison(cfg, row, k_full, p0, d, v, lr_wd, kind, progress=progress,
-                                 cache=_StepCache(cache_dir))
+                                 cache=_StepCache(cache_dir, mid_layer))
     cmp["added_after_run"] = True
     out = dict(part)
     out["full_n_vs_minibatch"] = cmp
@@ -825,6 +880,8 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
     """
     import tempfile
 
+    # mid-layer checkpoints only where a rerun can find them (not in a temporary folder)
+    mid_layer = checkpoint_dir is not None or parts_dir is not None
     parts_dir = pathlib.Path(parts_dir or tempfile.mkdtemp(prefix="dgl_table1_"))
     parts_dir.mkdir(parents=True, exist_ok=True)
 
@@ -845,7 +902,7 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                         part = add_full_n_comparison(
                             part, key=jax.random.fold_in(key, s), data_dir=cfg.data_dir,
                             full_n_steps=cfg.full_n_steps, progress=progress,
-                            cache_dir=steps_dir(row, s))
+                            cache_dir=steps_dir(row, s), mid_layer=mid_layer)
                         _write_part(path, part)
                         shutil.rmtree(steps_dir(row, s), ignore_errors=True)
                         c = part["full_n_vs_minibatch"]
@@ -854,7 +911,8 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                               flush=True)
                     continue
                 out = run_table1_row(cfg, row, s, key=jax.random.fold_in(key, s),
-                                     progress=progress, cache_dir=steps_dir(row, s))
+                                     progress=progress, cache_dir=steps_dir(row, s),
+                                     mid_layer=mid_layer)
                 out["command"] = command
                 _write_part(path, out)
                 shutil.rmtree(steps_dir(row, s), ignore_errors=True)

@@ -338,7 +338,7 @@ def sharded_class_density_matrices(
     )(h, y)
 
 
-_eigh_stacked = _linalg.over_leading(_linalg.eigh)
+_eigh_stacked = _linalg.over_leading(_linalg.eigh, "density_eigh")
 
 
 def density_eigh(rho: jax.Array) -> tuple[jax.Array, jax.Array]:

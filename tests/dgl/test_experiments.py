@@ -314,19 +314,25 @@ def test_a_lego_layer_stopped_mid_layer_resumes_from_its_fit_checkpoint(tmp_path
                                                                        monkeypatch):
     # Stop inside LEGO layer 2 after its step-4 checkpoint (8 steps, one checkpoint per
     # evaluation, every 2 steps), rerun: layer 2 continues from step 4 and the part equals an
-    # uninterrupted run's; the finished layer's fit checkpoints are removed.
+    # uninterrupted run's; its wall time is the sum of one pass of chunks; the finished
+    # layers' fit checkpoints are removed.  A folder from another configuration is not reused.
     cfg = ex.Table1Config.smoke(data_dir=str(shared_data), dgl_steps=8, dgl_evals=4)
     key = jax.random.key(0)
     ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path / "whole")
     want = json.loads((tmp_path / "whole" / "bmnist-2x20_seed0.json").read_text())
 
     real_fit = ex.fit
+    starts = []
 
     def stop_in_layer_2(*a, **k):
         if k.get("desc", "").endswith("layer 2/2"):
-            assert k["checkpoint_dir"].name == "lego_layer2.fit" and k["checkpoint_every"] == 2
+            assert k["checkpoint_dir"].name.startswith("lego_layer2-")
+            assert k["checkpoint_every"] == 2 and k["max_to_keep"] == 1
+            inner = k["callback"]
 
             def cb(t, state, metrics):
+                starts.append(t)
+                inner(t, state, metrics)
                 if t >= 5:
                     raise KeyboardInterrupt
             k = dict(k, callback=cb)
@@ -337,17 +343,47 @@ def test_a_lego_layer_stopped_mid_layer_resumes_from_its_fit_checkpoint(tmp_path
     with pytest.raises(KeyboardInterrupt):
         ex.run_table1(cfg, key=key, progress=False, parts_dir=parts, checkpoint_dir=ck)
     steps = ck / "bmnist-2x20_seed0"
-    assert (steps / "lego_layer2.fit").is_dir()
-    assert not (steps / "lego_layer1.fit").exists()  # removed once layer 1 was cached
-    monkeypatch.setattr(ex, "fit", real_fit)
+    left = sorted(p.name for p in steps.iterdir())
+    assert [n.split("-")[0] for n in left if ".fit" in n] == ["lego_layer2", "lego_layer2"]
+    fit_dir = steps / next(n for n in left if n.endswith(".fit"))
+    walls = json.loads((steps / (fit_dir.name + ".wall.json")).read_text())
+    assert sorted(int(t) for t in walls) == sorted(set(starts)) and max(starts) >= 5
+
+    seen = []
+    monkeypatch.setattr(ex, "fit", lambda *a, **k: seen.append(k.get("desc")) or real_fit(*a, **k))
     ex.run_table1(cfg, key=key, progress=False, parts_dir=parts, checkpoint_dir=ck)
+    assert seen == ["bmnist-2x20 s0 LEGO layer 2/2"]  # only the unfinished layer trained
     got = json.loads((parts / "bmnist-2x20_seed0.json").read_text())
     assert not steps.exists()
     l2 = got["lego"]["layers"][1]
-    assert l2["resumed_from_step"] == 4
-    assert l2["wall_s"] == pytest.approx(l2["wall_s_measured"] * 8 / 4)
+    assert l2["resumed"] is True and 0 < l2["wall_s_this_call"]
+    assert l2["wall_s"] >= sum(w for t, w in walls.items() if int(t) <= 4) > 0
     for col in ("end_to_end", "lego", "random"):
         assert got[col]["test"] == want[col]["test"]
-    drop = ("wall_s", "wall_s_measured", "resumed_from_step")
+    drop = ("wall_s", "wall_s_this_call", "resumed")
     strip = lambda layers: [{k: v for k, v in li.items() if k not in drop} for li in layers]  # noqa: E731
     assert strip(got["lego"]["layers"]) == strip(want["lego"]["layers"])
+
+
+def test_a_mismatched_mid_layer_checkpoint_is_dropped_with_a_warning(tmp_path):
+    """A ``.fit`` folder whose run fingerprint differs (here: other layer input data) is
+    removed with a warning and the layer trains from its start; the result equals a fresh
+    run's."""
+    rng = np.random.default_rng(0)
+    h, y = rng.standard_normal((40, 6)).astype(np.float32), np.eye(2, dtype=np.float32)[
+        rng.integers(0, 2, 40)]
+    layer0 = {"w": jnp.asarray(rng.standard_normal((6, 5)).astype(np.float32) * 0.5),
+              "b": jnp.zeros(5)}
+    cfg = ex.Table1Config.smoke(dgl_steps=4, dgl_evals=2)
+    kw = dict(cfg=cfg, batch=None, lrs=(1e-3,), wds=(0.0,), steps=4, evals=2, progress=False,
+              desc="t", w_var=jnp.asarray([2.0]), b_var=jnp.asarray([0.0]))
+    key = jax.random.key(3)
+    ck = tmp_path / "x.fit"
+    ex._dgl_layer_grid(key, layer0, h + 1, y, h, y, checkpoint_dir=ck, **kw)  # other data
+    assert ck.exists()
+    with pytest.warns(RuntimeWarning, match=r"t: the mid-layer checkpoint in .*x\.fit does "
+                      r"not match this layer.*CheckpointMismatchError"):
+        p1, info1 = ex._dgl_layer_grid(key, layer0, h, y, h, y, checkpoint_dir=ck, **kw)
+    p0, info0 = ex._dgl_layer_grid(key, layer0, h, y, h, y, **kw)
+    np.testing.assert_array_equal(np.asarray(p1["w"]), np.asarray(p0["w"]))
+    assert "resumed" not in info1 and info1["val_dgl_best"] == info0["val_dgl_best"]
