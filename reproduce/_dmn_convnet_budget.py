@@ -173,8 +173,9 @@ def plot(rec, path) -> None:
         ax.set_xlabel("epoch")
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy %")
+    per = ", each seed its own subset" if rec.get("subset", "").startswith("each") else ""
     fig.suptitle(f"CIFAR-10 on {rec['n_train']} training images, {rec['seeds']} seed(s) from "
-                 f"{rec['seed']}", fontsize=9)
+                 f"{rec['seed']}{per} (mean curves)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
