@@ -420,7 +420,7 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     """Step 4 for one layer: the (lr, wd) grid, each run keeping its best validation DGL.
 
     ``checkpoint_dir``: ``loop.fit`` checkpoints of the grid at every evaluation (one kept), so
-    a stopped layer resumes mid-layer (a full-N MNIST10k layer is ~1.5 h on a 2-core CPU).
+    a stopped layer resumes mid-layer (a full-N MNIST10k layer is ~3 h on a 2-core CPU).
     Beside it, ``<checkpoint_dir>.wall.json`` keeps each chunk's wall time by step, so a
     resumed layer's ``wall_s`` is the sum over one pass of its chunks (each chunk's last
     measured time; ``resumed: True``, this call's time in ``wall_s_this_call``).  A folder
