@@ -207,10 +207,17 @@ def fit(
         if eval_fn is not None and eval_at_start and run.t == 0:
             run.evaluate(eval_fn)
         # One chunk of look-ahead: chunk k+1 is dispatched before chunk k's metrics are read,
-        # so the device never waits for the host (progress, history, eval, checkpoints).
+        # so the device never waits for the host (progress, history, evaluation) -- except
+        # where chunk k ends at a checkpoint: then chunk k is read, evaluated and saved first
+        # and chunk k+1 dispatched after.  Otherwise the save (and the evaluation it records)
+        # can wait behind the look-ahead chunk where the "device" is the host's own cores (CPU:
+        # seen on the multi-hour DGL runs), and a stop would lose two checkpoint intervals
+        # instead of at most one.  The chunks, keys and results are the same either way.
         inflight = chunks.launch(run.t, run.state)
         while inflight is not None:
-            done, inflight = inflight, chunks.launch(inflight.t_to, inflight.state)
+            done = inflight
+            save_first = run.ckpt is not None and _due(done.t_to, checkpoint.every, total)
+            inflight = None if save_first else chunks.launch(done.t_to, done.state)
             metrics = run.take_chunk(done, check_finite)  # raises NonFiniteError
             if eval_fn is not None and _due(run.t, eval_every, total):
                 run.evaluate(eval_fn)
@@ -218,6 +225,8 @@ def fit(
                     inflight = None  # drop the look-ahead chunk: training ends here
             if run.ckpt is not None and (_due(run.t, checkpoint.every, total) or run.stopped):
                 run.save()
+            if save_first and not run.stopped:
+                inflight = chunks.launch(run.t, run.state)
             if callback is not None:
                 callback(run.t, run.state, metrics)
     except BaseException:

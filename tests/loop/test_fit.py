@@ -462,3 +462,41 @@ def test_augment_inputs_equals_fitting_the_augmented_batches_by_hand():
     plain, _ = loop.fit(ts.step, ts.init(jnp.zeros(3)), (x, y), key=key, steps=3,
                         batch_size=None, progress=False)
     assert not np.allclose(st.params, plain.params, rtol=1e-3)
+
+
+def test_checkpoint_is_saved_before_the_next_chunk_runs(key, tmp_path, monkeypatch):
+    """The state after t updates is saved before step t+1 executes (no look-ahead chunk
+    past a checkpoint), so a stop loses at most one checkpoint interval; results unchanged."""
+    from layerlab.loop import _run
+
+    events = []
+    saved = _run.FitRun.save
+
+    def save(self):
+        events.append(("save", int(self.t)))
+        saved(self)
+
+    monkeypatch.setattr(_run.FitRun, "save", save)
+
+    def step(s, batch, k):
+        jax.debug.callback(lambda t: events.append(("step", int(t))), s)  # t = updates so far
+        return s + 1.0, {"loss": s + jnp.sum(batch)}
+
+    data = jnp.ones((4, 1))
+    kw = dict(steps=12, key=key, progress=False, chunk_size=2, eval_every=2,
+              eval_fn=lambda s: {"v": s * 2.0})
+    s_ck, h_ck = loop.fit(step, jnp.zeros(()), data, checkpoint_dir=str(tmp_path),
+                          checkpoint_every=4, **kw)
+    jax.effects_barrier()
+    steps = [t for kind, t in events if kind == "step"]
+    assert sorted(steps) == list(range(12))
+    saves = [t for kind, t in events if kind == "save"]
+    assert saves == [4, 8, 12]
+    for t in (4, 8):  # saved before the first step after it ran
+        assert events.index(("save", t)) < events.index(("step", t)), events
+    events.clear()
+    s_plain, h_plain = loop.fit(step, jnp.zeros(()), data, **kw)
+    jax.effects_barrier()
+    assert float(s_ck) == float(s_plain) == 12.0
+    np.testing.assert_array_equal(h_ck["train"]["loss"], h_plain["train"]["loss"])
+    np.testing.assert_array_equal(h_ck["eval"]["v"], h_plain["eval"]["v"])
