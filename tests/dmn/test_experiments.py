@@ -47,22 +47,23 @@ def test_running_and_evaluated_training_accuracy_per_epoch():
 
 
 def _run_stopped_in_epoch_3(monkeypatch, ck, tr, te, kw):
-    """train_and_evaluate into ``ck``, interrupted in epoch 3 (two epochs saved): chunk k+1
-    launches before chunk k is processed, so the 4th launch is epoch 3's."""
-    from layerlab.loop import _chunks
+    """train_and_evaluate into ``ck``, interrupted in epoch 3 (two epochs saved): each chunk
+    is one epoch, so the 3rd chunk read back is epoch 3's; it stops there, before that
+    chunk is logged, evaluated or saved."""
+    from layerlab.loop import _run
 
-    real_launch, calls = _chunks.ChunkLauncher.launch, []
+    real_take, calls = _run.FitRun.take_chunk, []
 
-    def stop_in_epoch_3(self, t, state):
-        calls.append(t)
-        if len(calls) == 4:
+    def stop_in_epoch_3(self, chunk, check_finite):
+        calls.append(chunk.t_from)
+        if len(calls) == 3:
             raise KeyboardInterrupt
-        return real_launch(self, t, state)
+        return real_take(self, chunk, check_finite)
 
-    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", stop_in_epoch_3)
+    monkeypatch.setattr(_run.FitRun, "take_chunk", stop_in_epoch_3)
     with pytest.raises(KeyboardInterrupt):
         train_and_evaluate("c4,m,de10", tr.x, tr.y, te.x, te.y, 10, checkpoint_dir=ck, **kw)
-    monkeypatch.setattr(_chunks.ChunkLauncher, "launch", real_launch)
+    monkeypatch.setattr(_run.FitRun, "take_chunk", real_take)
 
 
 def test_train_curve_survives_a_resume(tmp_path, monkeypatch):

@@ -473,8 +473,8 @@ def test_checkpoint_is_saved_before_the_next_chunk_runs(key, tmp_path, monkeypat
     saved = _run.FitRun.save
 
     def save(self):
-        events.append(("save", int(self.t)))
         saved(self)
+        events.append(("save", int(self.t)))  # its blocking part has returned
 
     monkeypatch.setattr(_run.FitRun, "save", save)
 
@@ -486,14 +486,16 @@ def test_checkpoint_is_saved_before_the_next_chunk_runs(key, tmp_path, monkeypat
     kw = dict(steps=12, key=key, progress=False, chunk_size=2, eval_every=2,
               eval_fn=lambda s: {"v": s * 2.0})
     s_ck, h_ck = loop.fit(step, jnp.zeros(()), data, checkpoint_dir=str(tmp_path),
-                          checkpoint_every=4, **kw)
+                          checkpoint_every=4,
+                          callback=lambda t, s, m: events.append(("callback", int(t))), **kw)
     jax.effects_barrier()
     steps = [t for kind, t in events if kind == "step"]
     assert sorted(steps) == list(range(12))
     saves = [t for kind, t in events if kind == "save"]
     assert saves == [4, 8, 12]
-    for t in (4, 8):  # saved before the first step after it ran
-        assert events.index(("save", t)) < events.index(("step", t)), events
+    for t in (4, 8):  # saved and called back before the first step after it ran
+        assert events.index(("save", t)) < events.index(("callback", t)), events
+        assert events.index(("callback", t)) < events.index(("step", t)), events
     events.clear()
     s_plain, h_plain = loop.fit(step, jnp.zeros(()), data, **kw)
     jax.effects_barrier()
