@@ -104,24 +104,22 @@ def test_timeit_interleaved_calls_every_case_once_per_round():
 
 
 def test_fit_checkpoint_counts_the_steps_run_past_a_save(tmp_path):
-    """The lag the benchmark reports: 0 steps past t when save(t) returns now; at most the
-    look-ahead chunk at 469f4fa (fit's main loop before it stopped dispatching past a
-    checkpoint), loaded as its own module beside the current siblings."""
+    """The lag the benchmark reports: 0 steps past t when save(t) returns, both through the
+    current fit and through ``--compare-rev HEAD``'s (``_fit.py`` loaded from git as its own
+    module beside the current siblings; HEAD, so that a shallow clone has it)."""
     import json
 
     from benchmarks import fit_checkpoint
 
     assert fit_checkpoint.main(["--steps", "40", "--batch", "64", "--hidden", "16",
-                                "--periods", "10", "--repeats", "1", "--compare-rev", "469f4fa",
+                                "--periods", "10", "--repeats", "1", "--compare-rev", "HEAD",
                                 "--out", str(tmp_path)]) == 0
     rec = json.loads((tmp_path / "fit_checkpoint.json").read_text())["records"][0]
-    assert rec["lag"]["ckpt"] == {"max_steps_past_save": 0, "mean_steps_past_save": 0.0,
-                                  "saves": 4}
-    # how far the old loop's look-ahead chunk got is a race (the big benchmark: 48.75 of 50
-    # steps on average); it is at most that one chunk of 10
-    assert 0 <= rec["lag"]["ckpt@469f4fa"]["max_steps_past_save"] <= 10
-    assert rec["lag"]["ckpt@469f4fa"]["saves"] == 4
-    assert set(rec["times"]) == {"eval_only", "ckpt", "ckpt@469f4fa"}
+    for case in ("ckpt", "ckpt@HEAD"):
+        assert rec["lag"][case] == {"max_steps_past_save": 0, "mean_steps_past_save": 0.0,
+                                    "saves": 4}
+    assert set(rec["times"]) == {"eval_only", "ckpt", "ckpt@HEAD"}
+    assert rec["ckpt_over_ckpt@HEAD"] > 0
     assert (tmp_path / "fit_checkpoint.png").is_file()
     with pytest.raises(SystemExit, match="--compare-rev"):
         fit_checkpoint._fit_at("no-such-revision-xyz")
