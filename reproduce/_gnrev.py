@@ -120,8 +120,13 @@ def variants_main(artifact: str, doc: str | None, argv=None) -> int:
     cfg = ex.variants_config(artifact, scale, args.dataset)
     if args.epochs or args.seeds:
         over = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds)) if v}
-        cfg = dataclasses.replace(cfg, **over,
-                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
+        note, said = cfg.scale_note, dict(over)
+        if "seeds" in over and ", 1 seed," in note:  # the CPU notes count the seeds: recount
+            note = note.replace(", 1 seed,", f", {over['seeds']} seed"
+                                f"{'s' if over['seeds'] != 1 else ''},")
+            said.pop("seeds")
+        cfg = dataclasses.replace(cfg, **over, scale_note=(
+            note + (f"; overridden: {said}" if said else "")).strip("; "))
     import pathlib
     import tempfile
     cache = (pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache" if args.smoke

@@ -208,3 +208,27 @@ def test_gnrev_fig1_no_bottleneck_keeps_the_nets_own_init(monkeypatch, tmp_path)
     assert cfg.bottleneck is None and cfg.init_bottleneck is None
     assert ex.init_w_scale(3072, cfg.bottleneck, cfg.init_bottleneck) == 1.0
     assert "overridden" in cfg.scale_note
+
+
+def test_gnrev_variants_seed_override_recounts_the_note(monkeypatch):
+    """``--seeds 3`` on a CPU variant: the note's "1 seed" becomes "3 seeds" (not "1 seed ...;
+    overridden: {'seeds': 3}"); other overrides are still listed."""
+    from layerlab.gnrev import experiments as ex
+    from reproduce import gnrev_appK
+
+    seen = []
+
+    def fake_run(cfg, artifact, **kw):
+        seen.append(cfg)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(ex, "run_variants", fake_run)
+    for argv in (["--seeds", "3"], ["--seeds", "3", "--epochs", "5"], ["--epochs", "5"]):
+        with pytest.raises(SystemExit):
+            gnrev_appK.main(argv)
+    a, b, c = seen
+    assert (a.seeds, b.seeds, c.seeds) == (3, 3, 1) and (b.epochs, c.epochs) == (5, 5)
+    assert ", 3 seeds," in a.scale_note and "1 seed" not in a.scale_note
+    assert "overridden" not in a.scale_note
+    assert b.scale_note.endswith("; overridden: {'epochs': 5}") and ", 3 seeds," in b.scale_note
+    assert ", 1 seed," in c.scale_note and c.scale_note.endswith("overridden: {'epochs': 5}")
