@@ -137,6 +137,10 @@ class Arm:
       then: switch to this arm (at its first rate) after ``switch_epoch`` epochs (App. F,
         Fig. 7: Adam→GN and GN→Adam).
       switch_epoch: epoch of the switch.
+      fallback_lrs: rates below a fixed rate (``lrs`` of one value) for §5.2's "without
+        any training instabilities": where a full run at the rate is unstable
+        (:func:`run_unstable`) every seed reruns at the next smaller rate of ``lrs`` and
+        ``fallback_lrs`` together; never swept.
     """
 
     name: str
@@ -146,6 +150,7 @@ class Arm:
     w_scale: float = 1.0
     then: Arm | None = None
     switch_epoch: int = 0
+    fallback_lrs: tuple[float, ...] = ()
 
     @property
     def is_gn(self) -> bool:
@@ -490,6 +495,8 @@ def _arm_dict(a: Arm) -> dict[str, Any]:
         d["w_scale"] = a.w_scale
     if a.then is not None:
         d["then"], d["switch_epoch"] = _arm_dict(a.then), a.switch_epoch
+    if a.fallback_lrs:
+        d["fallback_lrs"] = list(a.fallback_lrs)
     return d
 
 
@@ -1140,9 +1147,11 @@ def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, key
 
 
 def _smaller_rates(arm: Arm, lr: float) -> list[float]:
-    """The rates of ``arm.lrs`` below ``lr``, largest first.  The sweep returns a float32 rate
-    (0.1 -> 0.10000000149): the grid's own 0.1 does not count as smaller."""
-    return sorted((float(r) for r in arm.lrs if float(r) < lr * (1 - 1e-6)), reverse=True)
+    """The rates of ``arm.lrs`` and ``arm.fallback_lrs`` below ``lr``, largest first.  The
+    sweep returns a float32 rate (0.1 -> 0.10000000149): the grid's own 0.1 does not count as
+    smaller."""
+    return sorted({float(r) for r in (*arm.lrs, *arm.fallback_lrs)
+                   if float(r) < lr * (1 - 1e-6)}, reverse=True)
 
 
 def _stale_instability(cfg: MinibatchConfig, res) -> bool:
@@ -1268,10 +1277,11 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
              f"GN in the authors' per-block convention): {lrs}"
              + (f"; rates swept past the grid's edge after an edge pick: {ext}" if ext else "")
              + (f"; picks still at the edge of the swept rates: {edge}" if edge else "")
-             + (f"; rates that passed the sweep but were unstable in the full run (loss "
-                f"non-finite, or epoch-mean training loss climbing back more than "
+             + (f"; rates that passed the sweep (or were fixed) but were unstable in the full "
+                f"run (loss non-finite, or epoch-mean training loss climbing back more than "
                 f"{cfg.max_climb} of the way from its lowest epoch toward the initial loss), "
-                f"replaced by the next smaller rate of the grid: {dropped}" if dropped else ""),
+                f"replaced by the next smaller rate of the grid (or of the fixed rate's "
+                f"fallbacks): {dropped}" if dropped else ""),
              f"{cfg.epochs} epochs of {res['steps_per_epoch']} steps (paper: up to 80-100 on "
              "MNIST/CIFAR-10, 1000 in App. E)"]
     if "gn_first_linear" in res["arms"]:
@@ -1967,12 +1977,18 @@ _VARIANT_TITLES = {
 
 
 def _variant_arms(artifact: str, epochs: int, gn_lr: float, adam_lr: float,
-                  sgd_lr: float) -> tuple[Arm, ...]:
+                  sgd_lr: float, fallbacks: bool = False) -> tuple[Arm, ...]:
     gn = GaussNewton(pinv=EXACT_PINV, first_linear=False)
     adam = Arm("adam", optax.adam, (adam_lr,))
     sgd = Arm("sgd", optax.sgd, (sgd_lr,))
     if artifact in ("fig5", "appE"):
-        return (Arm("gn", gn, (gn_lr,)), adam, sgd)
+        arms = (Arm("gn", gn, (gn_lr,)), adam, sgd)
+        if fallbacks:  # each optimizer at its tuned rate: §5.2's rule, one grid step at a time
+            steps = {"gn": (2.0, 4.0), "adam": (3.0, 10.0), "sgd": (3.0, 10.0)}
+            arms = tuple(dataclasses.replace(
+                a, fallback_lrs=tuple(float(f"{a.lrs[0] / f:.1g}") for f in steps[a.name]))
+                for a in arms)
+        return arms
     if artifact == "appI":
         return tuple(Arm(f"gn_lr{r:g}", gn, (r,)) for r in (gn_lr / 4, gn_lr / 2, gn_lr,
                                                             2 * gn_lr)) + (adam,)
@@ -2051,7 +2067,11 @@ def variants_config(artifact: str, scale: str = "cpu", dataset: str = "cifar10"
         base["n_val"] = 5000 if scale == "paper" else 1024
         if scale == "cpu":
             base["scale_note"] += "; 1024 validation images held out to tune the decay"
-    arms = _variant_arms(artifact, epochs, gn_lr, 1e-4 if scale != "smoke" else 1e-3, sgd_lr)
+    # fig5's net (no bottleneck) is not the one the CPU rates were swept on, and App. E's
+    # rates are the optimizers' tuned ones: an unstable full run falls back a grid step
+    # (2026-11-27: fig5's SGD at 0.01 gave NaN in seeds 0 and 2)
+    arms = _variant_arms(artifact, epochs, gn_lr, 1e-4 if scale != "smoke" else 1e-3, sgd_lr,
+                         fallbacks=scale != "smoke")
     if scale == "smoke":  # one shared run for every variant (exercises the switch)
         arms = _variant_arms("appF", epochs, gn_lr, 1e-3, 0.1)[:4]
         base.pop("bottleneck")

@@ -106,6 +106,34 @@ def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monk
     assert lr == 0.3 and dropped == [] and not np.isfinite(runs[0]["loss"]).all()
 
 
+def test_fixed_rate_falls_back_on_its_fallback_rates(tmp_path, monkeypatch):
+    """A fixed rate (one ``lrs`` value, no sweep) with ``fallback_lrs``: an unstable full run
+    moves every seed to the next smaller fallback (fig5's SGD at 0.01 was NaN in 2 of 3 seeds);
+    a plain arm's dict, which names checkpoints and caches, does not change; the CPU Fig. 5 /
+    App. E arms carry one-grid-step fallbacks, the other variants none."""
+    calls = []
+
+    def fake_train(cfg, arm, lr, prep, ks, *, progress, checkpoint_dir):
+        calls.append((lr, ks))
+        return {"loss": np.array([1.0, np.nan if (lr > 0.002 and ks == 1) else 0.5])}
+
+    monkeypatch.setattr(ex, "_train_arm", fake_train)
+    cfg = ex.MinibatchConfig.smoke()
+    arm = ex.Arm("sgd", optax.sgd, (0.01,), fallback_lrs=(0.003, 0.001))
+    assert ex._smaller_rates(arm, 0.01) == [0.003, 0.001]
+    lr, runs, dropped = ex._train_stable(cfg, arm, 0.01, None, [0, 1], tmp_path, None, "fp",
+                                         False)
+    assert (lr, dropped) == (0.001, [0.01, 0.003])
+    assert calls == [(0.01, 0), (0.01, 1), (0.003, 0), (0.003, 1), (0.001, 0), (0.001, 1)]
+    assert ex._arm_dict(arm)["fallback_lrs"] == [0.003, 0.001]
+    assert "fallback_lrs" not in ex._arm_dict(ex.Arm("sgd", optax.sgd, (0.01,)))
+    fb = {a: {x.name: x.fallback_lrs for x in ex.variants_config(a, "cpu").arms}
+          for a in ("fig5", "appE", "appK", "appI")}
+    assert fb["fig5"] == fb["appE"] == {"gn": (0.1, 0.05), "adam": (3e-5, 1e-5),
+                                        "sgd": (0.003, 0.001)}
+    assert not any(v for a in ("appK", "appI") for v in fb[a].values())
+
+
 def test_loss_climb_and_unstable_rule_against_hand_values():
     """``loss_climb`` = (last epoch mean - lowest epoch mean) / (first loss - lowest epoch
     mean), by hand on a 4-epoch curve; ``run_unstable`` flags it above ``max_climb``."""
