@@ -1089,8 +1089,11 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     # Sweeps and (arm, seed) runs do not depend on the seed count or the note, so their folder
     # is keyed without them: a 3-seed run reuses a 1-seed run's sweeps and seed 0 (seed keys
     # are fold_in(key, s), the sweep uses seed 0's key).
-    # ``max_climb`` decides between finished runs, it changes none: not part of the key either.
-    fp_runs = _fingerprint(dataclasses.replace(cfg, seeds=0, scale_note="", max_climb=0.1), kd)
+    # ``max_climb`` and the arms' ``fallback_lrs`` decide between finished runs, they change
+    # none: not part of the key either.
+    fp_runs = _fingerprint(dataclasses.replace(
+        cfg, seeds=0, scale_note="", max_climb=0.1,
+        arms=tuple(dataclasses.replace(a, fallback_lrs=()) for a in cfg.arms)), kd)
     done = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"done_{fp_runs}"
     for arm in cfg.arms:
         sweep_file = None if done is None else done / f"{arm.name}_sweep.pkl"
