@@ -125,6 +125,9 @@ def variants_main(artifact: str, doc: str | None, argv=None) -> int:
             note = note.replace(", 1 seed,", f", {over['seeds']} seed"
                                 f"{'s' if over['seeds'] != 1 else ''},")
             said.pop("seeds")
+        if "epochs" in over and f", {cfg.epochs} epochs," in note:  # and the epochs
+            note = note.replace(f", {cfg.epochs} epochs,", f", {over['epochs']} epochs,")
+            said.pop("epochs")
         cfg = dataclasses.replace(cfg, **over, scale_note=(
             note + (f"; overridden: {said}" if said else "")).strip("; "))
     import pathlib

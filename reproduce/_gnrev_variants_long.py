@@ -123,6 +123,7 @@ def main(argv=None) -> int:
         tail = c[-6:]
         arms_out[a] = {
             "lr": res["arms"][a]["lr"],
+            "replaced_lrs": res["arms"][a].get("diverged_lrs", []),  # unstable, fell back
             "train_loss_per_epoch": c.tolist(), "test_loss_per_epoch": tests[a].tolist(),
             "epoch1_drop": float(c[0] - c[1]), "later_drop": float(c[1] - c[-1]),
             "last5_mean_relative_drop_per_epoch": float(np.mean(1 - tail[1:] / tail[:-1])),
@@ -136,6 +137,7 @@ def main(argv=None) -> int:
            "command": "python -m reproduce._gnrev_variants_long " + " ".join(
                argv if argv is not None else __import__("sys").argv[1:]),
            "config": {"epochs": args.epochs, "arms": names,
+                      "fallback_lrs": {a.name: list(a.fallback_lrs) for a in arms},
                       "switch_epoch": switch if any(a.then for a in arms) else None,
                       "w_scale": args.w_scale,
                       "scale_note": cfg.scale_note, "n_train": res["n_train"],

@@ -152,6 +152,17 @@ class Arm:
     switch_epoch: int = 0
     fallback_lrs: tuple[float, ...] = ()
 
+    def __post_init__(self):
+        if self.fallback_lrs:
+            top = min(float(r) for r in self.lrs)
+            bad = [r for r in self.fallback_lrs if not 0 < float(r) < top]
+            if bad:
+                raise ValueError(f"Arm {self.name!r}: fallback_lrs must be positive and below "
+                                 f"the arm's rates {tuple(self.lrs)}, got {bad}")
+        if self.then is not None and self.then.fallback_lrs:
+            raise ValueError(f"Arm {self.name!r}: the second phase (then=) takes its first "
+                             "rate only; fallback_lrs there would never be used")
+
     @property
     def is_gn(self) -> bool:
         return isinstance(self.optimizer, GaussNewton)
@@ -1091,9 +1102,7 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     # are fold_in(key, s), the sweep uses seed 0's key).
     # ``max_climb`` and the arms' ``fallback_lrs`` decide between finished runs, they change
     # none: not part of the key either.
-    fp_runs = _fingerprint(dataclasses.replace(
-        cfg, seeds=0, scale_note="", max_climb=0.1,
-        arms=tuple(dataclasses.replace(a, fallback_lrs=()) for a in cfg.arms)), kd)
+    fp_runs = _runs_fingerprint(cfg, kd)
     done = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"done_{fp_runs}"
     for arm in cfg.arms:
         sweep_file = None if done is None else done / f"{arm.name}_sweep.pkl"
@@ -1115,9 +1124,9 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
             sw = None
         lr = float(arm.lrs[0]) if sw is None else sw["best"]
         # §5.2 "without any training instabilities": a rate that passed the one-epoch sweep
-        # but makes a full run unstable (non-finite, or its training loss climbs back:
-        # run_unstable) is replaced by the next smaller rate of the grid (all seeds rerun at
-        # it), and the replaced rates are reported.
+        # (or a fixed rate) but makes a full run unstable (non-finite, or its training loss
+        # climbs back: run_unstable) is replaced by the next smaller rate of the grid or of
+        # the arm's fallback_lrs (all seeds rerun at it), and the replaced rates are reported.
         lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp_runs,
                                            progress)
         out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs, "diverged_lrs": diverged}
@@ -1127,12 +1136,20 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     return out
 
 
+def _runs_fingerprint(cfg: MinibatchConfig, kd: str) -> str:
+    """Key of the folder of finished sweeps and (arm, rate, seed) runs: the config without
+    what changes no run (seed count, note, ``max_climb``, the arms' ``fallback_lrs``)."""
+    return _fingerprint(dataclasses.replace(
+        cfg, seeds=0, scale_note="", max_climb=0.1,
+        arms=tuple(dataclasses.replace(a, fallback_lrs=()) for a in cfg.arms)), kd)
+
+
 def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
                   checkpoint_dir, fp: str, progress: bool
                   ) -> tuple[float, list[dict[str, np.ndarray]], list[float]]:
     """Train every seed at ``lr``; while a seed's run is unstable (:func:`run_unstable`), retrain
-    all seeds at the next smaller rate of ``arm.lrs``.  Returns ``(rate used, runs, replaced
-    rates)``."""
+    all seeds at the next smaller rate of ``arm.lrs`` and ``arm.fallback_lrs``
+    (:func:`_smaller_rates`).  Returns ``(rate used, runs, replaced rates)``."""
     lower = _smaller_rates(arm, lr)
     diverged: list[float] = []
     def bad(r):
@@ -1283,8 +1300,8 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
              + (f"; rates that passed the sweep (or were fixed) but were unstable in the full "
                 f"run (loss non-finite, or epoch-mean training loss climbing back more than "
                 f"{cfg.max_climb} of the way from its lowest epoch toward the initial loss), "
-                f"replaced by the next smaller rate of the grid (or of the fixed rate's "
-                f"fallbacks): {dropped}" if dropped else ""),
+                f"replaced by the next smaller candidate rate (the grid's or the arm's "
+                f"fallback_lrs): {dropped}" if dropped else ""),
              f"{cfg.epochs} epochs of {res['steps_per_epoch']} steps (paper: up to 80-100 on "
              "MNIST/CIFAR-10, 1000 in App. E)"]
     if "gn_first_linear" in res["arms"]:
@@ -1823,7 +1840,7 @@ def _appM_piece(cfg: RegressionConfig, arm: Arm, name: str, s: int, ks: jax.Arra
     # full run diverges is replaced by the next smaller grid rate (§5.4: "the highest learning
     # rate that does not cause the loss to diverge") (the sweep returns a float32 rate: 0.4
     # there is above the grid's 0.4)
-    lower = sorted((float(v) for v in arm.lrs if float(v) < lr * (1 - 1e-6)), reverse=True)
+    lower = _smaller_rates(arm, lr)
     while True:
         ck = None if checkpoint_dir is None else checkpoint_dir / f"lr{lr:.6g}"
         _, hist = fit(ts.step, _init_state(arm, ts, params, lr), (xtr, ytr),
@@ -1987,9 +2004,11 @@ def _variant_arms(artifact: str, epochs: int, gn_lr: float, adam_lr: float,
     if artifact in ("fig5", "appE"):
         arms = (Arm("gn", gn, (gn_lr,)), adam, sgd)
         if fallbacks:  # each optimizer at its tuned rate: §5.2's rule, one grid step at a time
-            steps = {"gn": (2.0, 4.0), "adam": (3.0, 10.0), "sgd": (3.0, 10.0)}
-            arms = tuple(dataclasses.replace(
-                a, fallback_lrs=tuple(float(f"{a.lrs[0] / f:.1g}") for f in steps[a.name]))
+            # (GN's grids halve; Adam's and SGD's go 1-3-10: 1e-4 -> 3e-5 -> 1e-5)
+            steps = {"gn": ((2.0, 4.0), ".2g"), "adam": ((10 / 3, 10.0), ".1g"),
+                     "sgd": ((10 / 3, 10.0), ".1g")}
+            arms = tuple(dataclasses.replace(a, fallback_lrs=tuple(
+                float(format(a.lrs[0] / f, steps[a.name][1])) for f in steps[a.name][0]))
                 for a in arms)
         return arms
     if artifact == "appI":
@@ -2200,7 +2219,10 @@ def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progres
     note = ("fixed learning rates (GN in the authors' per-block convention; at --paper scale the "
             "authors' GN 1.0 on CIFAR-10 / 0.1 on MNIST, Adam 1e-4, SGD 0.1; the CPU scale's "
             "GN and SGD rates come from a one-epoch sweep at its size, see variants_config): "
-            + ", ".join(f"{a} {res['arms'][a]['lr']:g}" for a in base) + "; ReLU in every block")
+            + ", ".join(f"{a} {res['arms'][a]['lr']:g}" + (
+                f" (fallback: {', '.join(f'{r:g}' for r in res['arms'][a]['diverged_lrs'])} "
+                "unstable)" if res["arms"][a].get("diverged_lrs") else "") for a in base)
+            + "; ReLU in every block")
     if artifact == "fig5":
         note += "; no inverted bottleneck (V = I, d' = d/2): rank bound d/2+1"
     rec = _mb_record(cfg, res, artifact, _VARIANT_TITLES[artifact] + f" ({cfg.dataset})", rows,

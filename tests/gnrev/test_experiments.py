@@ -132,6 +132,19 @@ def test_fixed_rate_falls_back_on_its_fallback_rates(tmp_path, monkeypatch):
     assert fb["fig5"] == fb["appE"] == {"gn": (0.1, 0.05), "adam": (3e-5, 1e-5),
                                         "sgd": (0.003, 0.001)}
     assert not any(v for a in ("appK", "appI") for v in fb[a].values())
+    paper = {x.name: x.fallback_lrs for x in ex.variants_config("fig5", "paper").arms}
+    assert paper == {"gn": (0.5, 0.25), "adam": (3e-5, 1e-5), "sgd": (0.03, 0.01)}
+    # the finished-runs key ignores the fallbacks (they change no run): a rerun reuses runs
+    cfg5 = ex.variants_config("fig5", "cpu")
+    plain = dataclasses.replace(cfg5, arms=tuple(dataclasses.replace(a, fallback_lrs=())
+                                                 for a in cfg5.arms))
+    assert ex._fingerprint(cfg5) != ex._fingerprint(plain)
+    assert ex._runs_fingerprint(cfg5, "k") == ex._runs_fingerprint(plain, "k")
+    assert ex._runs_fingerprint(cfg5, "k") != ex._runs_fingerprint(cfg5, "other key")
+    with pytest.raises(ValueError, match="fallback_lrs must be positive and below"):
+        ex.Arm("sgd", optax.sgd, (0.01,), fallback_lrs=(0.03,))
+    with pytest.raises(ValueError, match="second phase"):
+        ex.Arm("a", optax.adam, (1e-4,), then=arm, switch_epoch=1)
 
 
 def test_loss_climb_and_unstable_rule_against_hand_values():
