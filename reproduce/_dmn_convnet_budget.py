@@ -43,6 +43,9 @@ DMN_ROWS = (
     ("Table 4 d15, d108", "d15,m,d108,m,de10", 55.36, 66.11),
     ("Table 4 d20, d180, BN", "d20,m,d180,m,BN,de10", 63.66, 66.02),
     ("Table 4 d15, c80", "d15,m,c80,m,de10", 68.03, 79.21),  # DMN + trained conv
+    # not in the paper: the BN row's DMN layers without BN (Fig. 10's "BN after two DMN layers
+    # helps" compares d15, d108 with d20, d180, BN: width and BN together)
+    ("d20, d180 without BN (control)", "d20,m,d180,m,de10", None, None),
 )
 TOL = 2.0
 # Table 2's CIFAR-10 ConvNet rows and the DMN rows of the same widths (the headline claim)
@@ -96,6 +99,8 @@ def matches(curve_val, curve_train, paper_val, paper_train, tol=TOL):
     """Epochs (1-based) whose test (and, when the paper prints one, training) accuracy is
     within ``tol`` points of the paper's."""
     out = []
+    if paper_val is None:  # a control row the paper does not print
+        return out
     for e, v in enumerate(curve_val, 1):
         if not abs(v - paper_val) <= tol:  # NaN (an epoch without a score) never matches
             continue
@@ -162,7 +167,8 @@ def plot(rec, path) -> None:
         ax.plot(ep, r["val_curve"], "C0", lw=1, label="test")
         ax.plot(ep, r["train_curve"], "C1", lw=1, label="train (epoch's state)")
         ax.plot(ep, r["running_train_curve"], "C1", lw=0.7, ls=":", label="train (Keras running)")
-        ax.axhline(r["paper_val"], color="C0", ls="--", lw=0.8)
+        if r["paper_val"] is not None:
+            ax.axhline(r["paper_val"], color="C0", ls="--", lw=0.8)
         if r["paper_train"] is not None:
             ax.axhline(r["paper_train"], color="C1", ls="--", lw=0.8)
         ax.set_title(label, fontsize=8)
@@ -196,6 +202,11 @@ def main(argv=None) -> int:
                    help="DMN layer rules (DMN rows only)")
     p.add_argument("--pca", choices=("class", "naive"), default="class",
                    help="class-based or naive PCA (DMN rows only)")
+    p.add_argument("--standardize", default=None,
+                   choices=("none", "sample", "sample_channel", "notebook"),
+                   help="per-sample standardisation after the last DMN layer (DMN rows only; "
+                   "default: the preset's -- paper: none, authors: notebook; dmn2.py's is "
+                   "sample_channel)")
     p.add_argument("--train-curve-n", type=int, default=10000,
                    help="training images scored every epoch (at most the training set)")
     p.add_argument("--name", default="convnet_budget", help="record name")
@@ -239,7 +250,8 @@ def main(argv=None) -> int:
             # the subset's seed (the full training set has none: every seed shares it)
             dseed = seed if args.subset_per_seed and n_train is not None else args.seed
             key = jax.random.fold_in(jax.random.key(0), seed)  # run_table's key for a seed
-            tag = f"-{args.preset}-{args.pca}" if dmn else ""
+            tag = (f"-{args.preset}-{args.pca}"
+                   + (f"-std_{args.standardize}" if args.standardize else "")) if dmn else ""
             # the data subset's seed and the scored rows name the run too
             ck = args.checkpoint_dir / (f"{spec.replace(',', '_')}{tag}-n{args.n_train}"
                                         f"d{dseed}-t{args.train_curve_n}-e{args.epochs}"
@@ -248,7 +260,8 @@ def main(argv=None) -> int:
             if done.exists():
                 r = json.loads(done.read_text())
             else:
-                cfg = preset(var_fraction=None, cutoff=0.9, pca=args.pca) if dmn \
+                std = {} if args.standardize is None else {"standardize": args.standardize}
+                cfg = preset(var_fraction=None, cutoff=0.9, pca=args.pca, **std) if dmn \
                     else DMNConfig.paper()
                 tr = train_set(dseed)
                 r = train_and_evaluate(spec, np.asarray(tr.x), tr.y, np.asarray(te.x), te.y,
@@ -270,6 +283,7 @@ def main(argv=None) -> int:
            "subset": ("each seed its own, drawn with the seed" if args.subset_per_seed
                       else "one, drawn with the first seed"),
            "preset": args.preset, "pca": args.pca, "train_curve_n": args.train_curve_n,
+           "standardize": args.standardize or "the preset's",
            "optimizer": "adam(lr=1e-3)", "tol": TOL, "rows": rows,
            "wall_s": time.perf_counter() - t0, "device": str(jax.devices()[0]),
            "command": "python -m reproduce._dmn_convnet_budget "

@@ -76,6 +76,57 @@ def test_convnet_budget_subset_per_seed_draws_each_seeds_own_subset(tmp_path, mo
     assert seen == []  # every run kept: nothing retrained
 
 
+def test_convnet_budget_standardize_reaches_the_dmn_config_and_names_the_run(tmp_path,
+                                                                             monkeypatch):
+    """``--standardize sample_channel`` (``dmn2.py``'s per-channel z-scoring) replaces the
+    preset's mode for DMN rows, is part of the kept run's name (a run under another mode is
+    not reused) and of the record; without it the preset's mode and the old names stay.  The
+    control row (d20, d180 without BN) has no paper number: nothing matches, no dashed line."""
+    import json
+    import types
+
+    import numpy as np
+
+    import layerlab.data
+    import layerlab.dmn.experiments
+    from reproduce import _dmn_convnet_budget as budget
+
+    def fake_load(name, split, n=None, balanced=False, seed=0):
+        return types.SimpleNamespace(x=np.zeros((4, 2)), y=np.zeros(4, int))
+
+    seen = []
+
+    def fake_train(spec, xtr, ytr, xte, yte, classes, *, key, checkpoint_dir, epochs, config,
+                   **kw):
+        seen.append((spec, config.standardize, config.pca, checkpoint_dir.name))
+        ep = list(range(1, epochs + 1))
+        return {"epochs": epochs, "curve": [(e, 0.0, 0.6) for e in ep],
+                "train_curve": [(e, 0.7) for e in ep],
+                "running_train_acc": [(e, 0.65) for e in ep], "train_s": 1.0}
+
+    monkeypatch.setattr(layerlab.data, "load", fake_load)
+    monkeypatch.setattr(layerlab.dmn.experiments, "train_and_evaluate", fake_train)
+    common = ["--n-train", "0", "--epochs", "2", "--rows", "d10,m,de10;d20,m,d180,m,de10",
+              "--preset", "authors", "--pca", "naive", "--out", str(tmp_path / "o"),
+              "--checkpoint-dir", str(tmp_path / "ck")]
+    budget.main(common + ["--standardize", "sample_channel"])
+    assert seen == [
+        ("d10,m,de10", "sample_channel", "naive",
+         "d10_m_de10-authors-naive-std_sample_channel-n0d0-t10000-e2-s0"),
+        ("d20,m,d180,m,de10", "sample_channel", "naive",
+         "d20_m_d180_m_de10-authors-naive-std_sample_channel-n0d0-t10000-e2-s0")]
+    rec = json.loads((tmp_path / "o" / "convnet_budget.json").read_text())
+    assert rec["standardize"] == "sample_channel"
+    control = rec["rows"]["d20, d180 without BN (control)"]
+    assert control["paper_val"] is None and control["epochs_matching_paper_eval_train"] == []
+    assert (tmp_path / "o" / "convnet_budget.png").is_file()
+    seen.clear()
+    budget.main(common[:-2] + ["--checkpoint-dir", str(tmp_path / "ck2")])
+    assert [(s[1], s[3]) for s in seen] == [
+        ("notebook", "d10_m_de10-authors-naive-n0d0-t10000-e2-s0"),
+        ("notebook", "d20_m_d180_m_de10-authors-naive-n0d0-t10000-e2-s0")]
+
+
 def test_convnet_budget_headline_pairs_table2_dmn_rows_with_this_runs_convnets():
     from reproduce._dmn_convnet_budget import headline
 
