@@ -69,8 +69,11 @@ class Head(nn.Module):
                     raise ValueError(f"Head.conv_activation must be 'relu' or 'linear'; got "
                                      f"{self.conv_activation!r}.")
                 n_conv += 1
-            elif lay.kind == "bn":
+            elif lay.kind in ("bn", "bn_col"):
+                # bn: per channel; bn_col: per image column (NHWC axis 2), i.e. Keras'
+                # BatchNormalization(axis=-1) on channels_first data
                 x = nn.BatchNorm(use_running_average=not train, momentum=0.99, epsilon=1e-3,
+                                 axis=-1 if lay.kind == "bn" else 2,
                                  dtype=x.dtype, param_dtype=x.dtype)(x)
             elif lay.kind == "pool":
                 x = (nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID") if self.lax_ops

@@ -18,7 +18,10 @@ Architectures are written as in the paper's tables, comma separated:
 * ``dd<F>`` dense DMN layer on the flattened input,
 * ``m``     2x2 max-pooling (stride 2),
 * ``c<F>``  trainable (backprop) 3x3 convolution + ReLU (flax ``nn.Conv``),
-* ``bn``    trainable batch-norm (flax ``nn.BatchNorm``),
+* ``bn``    trainable batch-norm (flax ``nn.BatchNorm``), per channel,
+* ``bnw``   the same per image *column* (statistics over samples, rows and channels for each
+  column): what Keras' ``BatchNormalization(axis=-1)`` computes on ``channels_first`` data,
+  the data format of the authors' notebook head (an ablation of the paper's BN rows),
 * ``de<K>`` trainable dense layer; the last one is the softmax classifier (logits).
 
 DMN layers must come first (a closed-form layer is built on the outputs of the layers below
@@ -37,14 +40,14 @@ _TOKEN = re.compile(r"^(dd|de|d|c)(\d+)$")
 
 class Layer(NamedTuple):
     """One parsed architecture token: ``kind`` in {dmn_conv, dmn_dense, pool, conv, bn,
-    dense} and ``width`` (filters/units; 0 for pool and bn)."""
+    bn_col, dense} and ``width`` (filters/units; 0 for pool and batch-norm)."""
 
     kind: str
     width: int = 0
 
 
 _KINDS = {"d": "dmn_conv", "dd": "dmn_dense", "c": "conv", "de": "dense"}
-_NAMES = {v: k for k, v in _KINDS.items()} | {"pool": "m", "bn": "bn"}
+_NAMES = {v: k for k, v in _KINDS.items()} | {"pool": "m", "bn": "bn", "bn_col": "bnw"}
 
 
 def parse_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:
@@ -64,12 +67,15 @@ def parse_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:
             out.append(Layer("pool"))
         elif tok == "bn":
             out.append(Layer("bn"))
+        elif tok == "bnw":
+            out.append(Layer("bn_col"))
         else:
             m = _TOKEN.match(tok)
             if not m or int(m.group(2)) < 1:
                 raise ValueError(
                     f"bad architecture token {tok!r} in {spec!r}: use d<F> (conv DMN), dd<F> "
-                    "(dense DMN), m (2x2 max-pool), c<F> (trained conv), bn, de<K> (dense)."
+                    "(dense DMN), m (2x2 max-pool), c<F> (trained conv), bn, bnw, de<K> "
+                    "(dense)."
                 )
             out.append(Layer(_KINDS[m.group(1)], int(m.group(2))))
     if not out or out[-1].kind != "dense":
@@ -101,7 +107,7 @@ def split_spec(layers: Sequence[Layer]) -> tuple[tuple[Layer, ...], tuple[Layer,
     while cut and cut < len(layers) and layers[cut].kind == "pool":  # pools after the last
         cut += 1  # DMN layer are parameter-free: precompute them with the DMN features
     prefix, head = layers[:cut], layers[cut:]
-    bad = [lay for lay in prefix if lay.kind in ("conv", "bn", "dense")]
+    bad = [lay for lay in prefix if lay.kind in ("conv", "bn", "bn_col", "dense")]
     if bad:
         raise ValueError(
             f"DMN layers must come before trainable layers, got {format_spec(layers)!r}: a "

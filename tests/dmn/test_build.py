@@ -110,3 +110,31 @@ def test_network_apply_is_jittable_and_vmappable(key):
     # the conv DMN layer maps one image like a batch of one
     one = jax.vmap(lambda im: L.dmn_conv_apply(dmn[0]["w"], im))(jnp.asarray(x))
     np.testing.assert_allclose(one, L.dmn_conv_apply(dmn[0]["w"], jnp.asarray(x)), rtol=1e-6)
+
+
+def test_bnw_normalises_per_image_column_as_keras_axis_minus1_on_channels_first():
+    """``bnw``: batch-norm statistics per image column (over samples, rows, channels), which
+    is Keras' ``BatchNormalization(axis=-1)`` on NCHW data; ``bn``: per channel.  Checked in
+    training mode (batch statistics, scale 1, offset 0 at init) against numpy moments of the
+    layer's input, in float64; the token round-trips and cannot precede a DMN layer."""
+    from layerlab.dmn._spec import format_spec, parse_spec, split_spec
+
+    x = np.asarray(jax.random.normal(jax.random.key(0), (40, 5, 6, 3)), np.float64)
+    x = x * np.arange(1.0, 4.0)[None, None, None, :] + np.arange(6.0)[None, None, :, None]
+    for token, axes in (("bnw", (0, 1, 3)), ("bn", (0, 1, 2))):
+        net = L.make_network(f"d2,m,{token},de2", 2, L.DMNConfig())
+        head = net.head
+        variables = head.init(jax.random.key(1), jnp.asarray(x[:2], jnp.float32))
+        # the head's first layer is the batch-norm: run it alone on x, training mode
+        bn_only = type(head)(layers=head.layers[:1], padding=head.padding)
+        vs = {"params": {"BatchNorm_0": variables["params"]["BatchNorm_0"]},
+              "batch_stats": {"BatchNorm_0": variables["batch_stats"]["BatchNorm_0"]}}
+        with jax.enable_x64(True):
+            y, _ = bn_only.apply(jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64),
+                                                        vs),
+                                 jnp.asarray(x), train=True, mutable=["batch_stats"])
+        want = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-3)
+        np.testing.assert_allclose(np.asarray(y), want, rtol=1e-9, atol=1e-9)
+    assert format_spec(parse_spec("d3,m,bnw,de2")) == "d3,m,bnw,de2"
+    with pytest.raises(ValueError, match="DMN layers must come before"):
+        split_spec(parse_spec("bnw,d3,de2"))
