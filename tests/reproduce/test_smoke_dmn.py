@@ -165,6 +165,8 @@ def test_linear_separability_fits_separable_features_to_100_percent(tmp_path, mo
 
     import numpy as np
 
+    import pytest
+
     import layerlab.data
     from reproduce import _dmn_linear_separability as sep
 
