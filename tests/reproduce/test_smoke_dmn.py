@@ -164,7 +164,6 @@ def test_linear_separability_fits_separable_features_to_100_percent(tmp_path, mo
     import types
 
     import numpy as np
-
     import pytest
 
     import layerlab.data
