@@ -286,7 +286,7 @@ def main(argv=None) -> int:
            "subset": ("each seed its own, drawn with the seed" if args.subset_per_seed
                       else "one, drawn with the first seed"),
            "preset": args.preset, "pca": args.pca, "train_curve_n": args.train_curve_n,
-           "standardize": args.standardize or "the preset's",
+           "standardize": args.standardize or preset().standardize,
            "optimizer": "adam(lr=1e-3)", "tol": TOL, "rows": rows,
            "wall_s": time.perf_counter() - t0, "device": str(jax.devices()[0]),
            "command": "python -m reproduce._dmn_convnet_budget "

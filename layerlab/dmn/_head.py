@@ -38,7 +38,8 @@ class Conv3x3(nn.Module):
 
 
 class Head(nn.Module):
-    """Trainable layers (``c``, ``bn``, ``m``, ``de``) as a flax module; last ``de`` = logits.
+    """Trainable layers (``c``, ``bn``, ``bnw``, ``m``, ``de``) as a flax module; last ``de`` =
+    logits.
 
     Keras' defaults, as the paper used Keras: Glorot-uniform kernels, zero biases, 3x3
     convolutions with ReLU, batch-norm momentum 0.99 and epsilon 1e-3.
@@ -70,6 +71,10 @@ class Head(nn.Module):
                                      f"{self.conv_activation!r}.")
                 n_conv += 1
             elif lay.kind in ("bn", "bn_col"):
+                if lay.kind == "bn_col" and x.ndim != 4:
+                    raise ValueError(f"bnw normalises per image column and needs [N, H, W, C] "
+                                     f"features; got shape {x.shape} (after a dense layer use "
+                                     "bn).")
                 # bn: per channel; bn_col: per image column (NHWC axis 2), i.e. Keras'
                 # BatchNormalization(axis=-1) on channels_first data
                 x = nn.BatchNorm(use_running_average=not train, momentum=0.99, epsilon=1e-3,

@@ -135,6 +135,12 @@ def test_bnw_normalises_per_image_column_as_keras_axis_minus1_on_channels_first(
                                  jnp.asarray(x), train=True, mutable=["batch_stats"])
         want = (x - x.mean(axes, keepdims=True)) / np.sqrt(x.var(axes, keepdims=True) + 1e-3)
         np.testing.assert_allclose(np.asarray(y), want, rtol=1e-9, atol=1e-9)
+        n_stat = x.shape[2] if token == "bnw" else x.shape[3]  # per column / per channel
+        assert variables["params"]["BatchNorm_0"]["scale"].shape == (n_stat,)
+        assert variables["batch_stats"]["BatchNorm_0"]["mean"].shape == (n_stat,)
     assert format_spec(parse_spec("d3,m,bnw,de2")) == "d3,m,bnw,de2"
     with pytest.raises(ValueError, match="DMN layers must come before"):
         split_spec(parse_spec("bnw,d3,de2"))
+    net = L.make_network("c3,de5,bnw,de2", 2, L.DMNConfig())
+    with pytest.raises(ValueError, match=r"bnw normalises per image column.*\[N, H, W, C\]"):
+        net.head.init(jax.random.key(0), jnp.zeros((2, 4, 4, 1)))

@@ -122,6 +122,8 @@ def test_convnet_budget_standardize_reaches_the_dmn_config_and_names_the_run(tmp
     assert (tmp_path / "o" / "convnet_budget.png").is_file()
     seen.clear()
     budget.main(common[:-2] + ["--checkpoint-dir", str(tmp_path / "ck2")])
+    rec = json.loads((tmp_path / "o" / "convnet_budget.json").read_text())
+    assert rec["standardize"] == "notebook"  # the authors' preset's, resolved
     assert [(s[1], s[3]) for s in seen] == [
         ("notebook", "d10_m_de10-authors-naive-n0d0-t10000-e2-s0"),
         ("notebook", "d20_m_d180_m_de10-authors-naive-n0d0-t10000-e2-s0")]
