@@ -60,6 +60,29 @@ def out_dir(name: str, out: str | None = None, record: bool = False) -> pathlib.
     return d
 
 
+def module_at(rev: str, relpath: str, name: str, package: str = ""):
+    """The file ``relpath`` as of git revision ``rev``, executed as its own module ``name``
+    (for ``--compare-rev`` A/B runs).  Only that file is swapped: what it imports comes from
+    the working tree (``package`` resolves its relative imports), so an old revision works
+    while those neighbours keep their API.  A revision git cannot show stops the script with
+    a message naming ``--compare-rev``."""
+    import subprocess
+    import sys
+    import types
+
+    got = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{relpath}"],
+                         capture_output=True, text=True)
+    if got.returncode != 0:
+        raise SystemExit(f"--compare-rev {rev}: git could not show {relpath} at that "
+                         f"revision: {got.stderr.strip()}")
+    mod = types.ModuleType(name)
+    mod.__package__ = package
+    mod.__file__ = f"<{relpath}@{rev}>"
+    sys.modules[name] = mod  # dataclasses and pickling look their module up by name
+    exec(compile(got.stdout, mod.__file__, "exec"), mod.__dict__)
+    return mod
+
+
 def machine_info() -> dict[str, Any]:
     """Describe the machine a measurement was taken on."""
     import jax

@@ -30,7 +30,6 @@ calls thrash and the ratios become meaningless; one core gives stable, comparabl
 from __future__ import annotations
 
 import os
-import pathlib
 import sys
 
 # one core, single-threaded Eigen: must happen before jax creates its thread pools
@@ -95,30 +94,13 @@ def build_parser():
 
 
 def _loss_at(rev):
-    """``layerlab/dgl/_loss.py`` as of git revision ``rev``, imported as its own module.
-
-    Only that file is swapped: what it imports (``layerlab._checks``) comes from the working
-    tree, so an old revision works while those helpers keep their API."""
-    import importlib.util
+    """``layerlab/dgl/_loss.py`` as of git revision ``rev``, imported as its own module
+    (:func:`benchmarks._common.module_at`: what it imports comes from the working tree)."""
     import re
-    import subprocess
-    import tempfile
 
-    from benchmarks._common import REPO
+    from benchmarks._common import module_at
 
-    got = subprocess.run(["git", "show", f"{rev}:layerlab/dgl/_loss.py"], cwd=REPO,
-                         capture_output=True, text=True)
-    if got.returncode != 0:
-        raise SystemExit(f"--compare-rev {rev}: git could not show layerlab/dgl/_loss.py at "
-                         f"that revision: {got.stderr.strip()}")
-    name = "_loss_" + re.sub(r"\W", "_", rev)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = pathlib.Path(tmp) / f"{name}.py"
-        path.write_text(got.stdout)
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)  # its imports (layerlab._checks, ...) are today's
-    return mod
+    return module_at(rev, "layerlab/dgl/_loss.py", "_loss_" + re.sub(r"\W", "_", rev))
 
 
 def _composed(n, repeats):

@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import importlib
 import shutil
-import subprocess
-import sys
 import tempfile
-import types
 
-from benchmarks._common import REPO, add_output_flags, arg_parser, csv_list
+from benchmarks._common import add_output_flags, arg_parser, csv_list
 
 
 def build_parser():
@@ -50,17 +47,13 @@ def build_parser():
 
 def _fit_at(rev: str):
     """``fit`` from ``layerlab/loop/_fit.py`` at ``rev``, importing the current siblings."""
-    got = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:layerlab/loop/_fit.py"],
-                         capture_output=True, text=True)
-    if got.returncode != 0:
-        raise SystemExit(f"--compare-rev {rev}: git could not show layerlab/loop/_fit.py at "
-                         f"that revision: {got.stderr.strip()}")
-    name = f"layerlab.loop._fit_at_{rev}"
-    mod = types.ModuleType(name)
-    mod.__package__ = "layerlab.loop"
-    sys.modules[name] = mod
-    exec(compile(got.stdout, f"<_fit.py@{rev}>", "exec"), mod.__dict__)
-    return mod.fit
+    import re
+
+    from benchmarks._common import module_at
+
+    return module_at(rev, "layerlab/loop/_fit.py",
+                     "layerlab.loop._fit_at_" + re.sub(r"\W", "_", rev),
+                     package="layerlab.loop").fit
 
 
 def main(argv=None) -> int:

@@ -28,18 +28,16 @@ def test_convnet_budget_matches_need_both_accuracies_within_tolerance():
     assert matches([float("nan"), 51.0], [61.0, float("nan")], 51.94, 62.69) == []  # no score
 
 
-def test_convnet_budget_subset_per_seed_draws_each_seeds_own_subset(tmp_path, monkeypatch):
-    """``--subset-per-seed``: seed s trains on the subset drawn with s (and its run is named
-    by it); by default every seed trains on the first seed's subset.  Training is faked: the
-    test checks which data each run gets and where it is kept."""
-    import json
+def _fake_budget_runs(monkeypatch):
+    """Fake ``data.load`` (training images filled with the subset's seed, test images -1) and
+    ``train_and_evaluate`` (constant curves: test 50 %, train 60 %, running 55 %) for
+    ``reproduce._dmn_convnet_budget``; returns the list each faked run appends to."""
     import types
 
     import numpy as np
 
     import layerlab.data
     import layerlab.dmn.experiments
-    from reproduce import _dmn_convnet_budget as budget
 
     def fake_load(name, split, n=None, balanced=False, seed=0):
         x = np.full((n or 3, 2), float(seed) if split == "train" else -1.0)
@@ -47,8 +45,10 @@ def test_convnet_budget_subset_per_seed_draws_each_seeds_own_subset(tmp_path, mo
 
     seen = []
 
-    def fake_train(spec, xtr, ytr, xte, yte, classes, *, key, checkpoint_dir, epochs, **kw):
-        seen.append((float(xtr[0, 0]), len(xtr), checkpoint_dir.name))
+    def fake_train(spec, xtr, ytr, xte, yte, classes, *, key, checkpoint_dir, epochs, config,
+                   **kw):
+        seen.append({"x": float(xtr[0, 0]), "n": len(xtr), "name": checkpoint_dir.name,
+                     "spec": spec, "standardize": config.standardize, "pca": config.pca})
         ep = list(range(1, epochs + 1))
         return {"epochs": epochs, "curve": [(e, 0.0, 0.5) for e in ep],
                 "train_curve": [(e, 0.6) for e in ep],
@@ -56,24 +56,39 @@ def test_convnet_budget_subset_per_seed_draws_each_seeds_own_subset(tmp_path, mo
 
     monkeypatch.setattr(layerlab.data, "load", fake_load)
     monkeypatch.setattr(layerlab.dmn.experiments, "train_and_evaluate", fake_train)
+    return seen
+
+
+def test_convnet_budget_subset_per_seed_draws_each_seeds_own_subset(tmp_path, monkeypatch):
+    """``--subset-per-seed``: seed s trains on the subset drawn with s (and its run is named
+    by it); by default every seed trains on the first seed's subset.  Training is faked: the
+    test checks which data each run gets and where it is kept."""
+    import json
+
+    from reproduce import _dmn_convnet_budget as budget
+
+    runs = _fake_budget_runs(monkeypatch)
+
+    def seen():
+        return [(r["x"], r["n"], r["name"]) for r in runs]
     common = ["--n-train", "4", "--epochs", "2", "--rows", "c10,m,de10;c27,m,de10",
               "--seeds", "2", "--seed", "5", "--out", str(tmp_path / "o")]
     budget.main(common + ["--subset-per-seed", "--checkpoint-dir", str(tmp_path / "a")])
-    assert seen == [(5.0, 4, "c10_m_de10-n4d5-t10000-e2-s5"),
+    assert seen() == [(5.0, 4, "c10_m_de10-n4d5-t10000-e2-s5"),
                     (6.0, 4, "c10_m_de10-n4d6-t10000-e2-s6"),
                     (5.0, 4, "c27_m_de10-n4d5-t10000-e2-s5"),   # not the last subset loaded
                     (6.0, 4, "c27_m_de10-n4d6-t10000-e2-s6")]
     rec = json.loads((tmp_path / "o" / "convnet_budget.json").read_text())
     assert rec["subset"].startswith("each seed its own")
     assert rec["rows"]["Table 4 c27"]["final"] == {"val": 50.0, "train": 60.0}
-    seen.clear()
+    runs.clear()
     budget.main(common + ["--checkpoint-dir", str(tmp_path / "b")])
-    assert [s[0] for s in seen] == [5.0, 5.0, 5.0, 5.0]
-    assert [s[2] for s in seen[:2]] == ["c10_m_de10-n4d5-t10000-e2-s5",
+    assert [s[0] for s in seen()] == [5.0, 5.0, 5.0, 5.0]
+    assert [s[2] for s in seen()[:2]] == ["c10_m_de10-n4d5-t10000-e2-s5",
                                         "c10_m_de10-n4d5-t10000-e2-s6"]
-    seen.clear()
+    runs.clear()
     budget.main(common + ["--subset-per-seed", "--checkpoint-dir", str(tmp_path / "a")])
-    assert seen == []  # every run kept: nothing retrained
+    assert seen() == []  # every run kept: nothing retrained
 
 
 def test_convnet_budget_standardize_reaches_the_dmn_config_and_names_the_run(tmp_path,
@@ -83,34 +98,18 @@ def test_convnet_budget_standardize_reaches_the_dmn_config_and_names_the_run(tmp
     not reused) and of the record; without it the preset's mode and the old names stay.  The
     control row (d20, d180 without BN) has no paper number: nothing matches, no dashed line."""
     import json
-    import types
 
-    import numpy as np
-
-    import layerlab.data
-    import layerlab.dmn.experiments
     from reproduce import _dmn_convnet_budget as budget
 
-    def fake_load(name, split, n=None, balanced=False, seed=0):
-        return types.SimpleNamespace(x=np.zeros((4, 2)), y=np.zeros(4, int))
+    runs = _fake_budget_runs(monkeypatch)
 
-    seen = []
-
-    def fake_train(spec, xtr, ytr, xte, yte, classes, *, key, checkpoint_dir, epochs, config,
-                   **kw):
-        seen.append((spec, config.standardize, config.pca, checkpoint_dir.name))
-        ep = list(range(1, epochs + 1))
-        return {"epochs": epochs, "curve": [(e, 0.0, 0.6) for e in ep],
-                "train_curve": [(e, 0.7) for e in ep],
-                "running_train_acc": [(e, 0.65) for e in ep], "train_s": 1.0}
-
-    monkeypatch.setattr(layerlab.data, "load", fake_load)
-    monkeypatch.setattr(layerlab.dmn.experiments, "train_and_evaluate", fake_train)
+    def seen():
+        return [(r["spec"], r["standardize"], r["pca"], r["name"]) for r in runs]
     common = ["--n-train", "0", "--epochs", "2", "--rows", "d10,m,de10;d20,m,d180,m,de10",
               "--preset", "authors", "--pca", "naive", "--out", str(tmp_path / "o"),
               "--checkpoint-dir", str(tmp_path / "ck")]
     budget.main(common + ["--standardize", "sample_channel"])
-    assert seen == [
+    assert seen() == [
         ("d10,m,de10", "sample_channel", "naive",
          "d10_m_de10-authors-naive-std_sample_channel-n0d0-t10000-e2-s0"),
         ("d20,m,d180,m,de10", "sample_channel", "naive",
@@ -120,11 +119,11 @@ def test_convnet_budget_standardize_reaches_the_dmn_config_and_names_the_run(tmp
     control = rec["rows"]["d20, d180 without BN (control)"]
     assert control["paper_val"] is None and control["epochs_matching_paper_eval_train"] == []
     assert (tmp_path / "o" / "convnet_budget.png").is_file()
-    seen.clear()
+    runs.clear()
     budget.main(common[:-2] + ["--checkpoint-dir", str(tmp_path / "ck2")])
     rec = json.loads((tmp_path / "o" / "convnet_budget.json").read_text())
     assert rec["standardize"] == "notebook"  # the authors' preset's, resolved
-    assert [(s[1], s[3]) for s in seen] == [
+    assert [(s[1], s[3]) for s in seen()] == [
         ("notebook", "d10_m_de10-authors-naive-n0d0-t10000-e2-s0"),
         ("notebook", "d20_m_d180_m_de10-authors-naive-n0d0-t10000-e2-s0")]
 
