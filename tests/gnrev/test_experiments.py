@@ -106,6 +106,17 @@ def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monk
     assert lr == 0.3 and dropped == [] and not np.isfinite(runs[0]["loss"]).all()
 
 
+def test_paper_scale_variants_augment_cifar10_as_app_l():
+    """App. L crops and resizes CIFAR-10's training batches: the paper-scale Fig. 5 / App. E-K
+    configs do (as ``MinibatchConfig.paper``), the CPU scale and MNIST do not."""
+    combos = [(a, sc, ds) for a in ("fig5", "appE", "appJ") for sc in ("paper", "cpu")
+              for ds in ("cifar10", "mnist")]
+    got = {c: ex.variants_config(*c).augment for c in combos}
+    assert got == {c: "random_resized_crop" if c[1:] == ("paper", "cifar10") else None
+                   for c in combos}
+    assert ex.MinibatchConfig.paper("cifar10").augment == "random_resized_crop"
+
+
 def test_fixed_rate_falls_back_on_its_fallback_rates(tmp_path, monkeypatch):
     """A fixed rate (one ``lrs`` value, no sweep) with ``fallback_lrs``: an unstable full run
     moves every seed to the next smaller fallback (fig5's SGD at 0.01 was NaN in 2 of 3 seeds);
