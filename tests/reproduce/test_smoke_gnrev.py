@@ -185,3 +185,59 @@ def test_ntk_rate_ablation_decides_fig3_from_its_own_adam_and_sgd(tmp_path):
                                              "GN's (gn) per-batch advantage over S"]
     assert [c["holds"] for c in cl] == [min(first) > 0, all(a < b for a, b in zip(last, first)),
                                         min(last) > 0]
+
+
+def test_fig3_matched_loss_crossing_matches_the_closed_form():
+    """Arm a's drop is linear in log loss (-18 - 8 ln x at its epochs' end losses e^-1, e^-2),
+    arm b's a constant -6 on [e^-1.8, e^-1.2]: they cross where -18 - 8 ln x = -6."""
+    import math
+
+    import pytest
+
+    from reproduce._gnrev_fig3_matched_loss import anchored, at, compare
+
+    a = anchored([1.0, math.exp(-1), math.exp(-2)], [-10.0, -2.0], "end")
+    b = anchored([1.0, math.exp(-1.2), math.exp(-1.8)], [-6.0, -6.0], "end")
+    assert at(*a, math.exp(-1.25)) == pytest.approx(-18 + 8 * 1.25, abs=1e-12)
+    c = compare(a, b)
+    assert c["overlap"] == pytest.approx([math.exp(-1.8), math.exp(-1.2)], rel=1e-12)
+    assert len(c["crossings"]) == 1
+    assert math.log(c["crossings"][0]) == pytest.approx(-1.5, abs=1e-9)
+    assert c["a_leads_fraction"] == pytest.approx(200 / 401)   # a drops more above e^-1.5
+    # the geometric middle of each epoch: a's points move to e^-0.5, e^-1.5 (-14 - 8 ln x)
+    am = anchored([1.0, math.exp(-1), math.exp(-2)], [-10.0, -2.0], "middle")
+    assert am[0] == pytest.approx([math.exp(-1.5), math.exp(-0.5)], rel=1e-12)
+    b2 = anchored([1.0, math.exp(-0.4), math.exp(-1.6)], [-3.0, -3.0], "end")
+    assert math.log(compare(am, b2)["crossings"][0]) == pytest.approx(-11 / 8, abs=1e-9)
+    assert compare(am, b)["crossings"] == []          # -14 - 8 ln x > -6 on the whole overlap
+    assert compare(a, anchored([1.0, 0.9, 0.8], [-1.0, -1.0], "end"))["overlap"] is None
+    with pytest.raises(ValueError, match="one entry more"):
+        anchored([1.0, 0.5], [-1.0, -2.0], "end")
+    with pytest.raises(ValueError, match="anchor must be one of"):
+        anchored([1.0, 0.5], [-1.0], "mean")
+
+
+def test_fig3_matched_loss_record_is_what_the_script_computes(tmp_path):
+    """The committed ablation is the script's output on the committed curves."""
+    import json
+    import pathlib
+
+    import pytest
+
+    from reproduce._gnrev_fig3_matched_loss import main
+
+    res = pathlib.Path(__file__).resolve().parents[2] / "results" / "gnrev"
+    out = tmp_path / "m.json"
+    assert main(["--out", str(out), "--fig3", str(res / "fig3.json"), "--fig2",
+                 str(res / "fig2.json"), "--ablation",
+                 str(res / "ablation" / "fig3_gn_rate_mnist.json")]) == 0
+    got = json.loads(out.read_text())
+    ref = json.loads((res / "ablation" / "fig3_matched_loss.json").read_text())
+    for src in ("record", "authors_rate"):
+        for anchor, pairs in ref[src].items():
+            for k, v in pairs.items():
+                assert got[src][anchor][k]["crossings"] == pytest.approx(v["crossings"])
+    # the numbers docs/gnrev.md quotes: GN 0.1 meets Adam at 0.056 / 0.064 / 0.074
+    cr = [got["authors_rate"][an]["gn_0.1 vs adam_3e-4"]["crossings"]
+          for an in ("end", "middle", "start")]
+    assert [round(c[0], 3) for c in cr] == [0.056, 0.064, 0.074]
