@@ -15,6 +15,9 @@ docs put down to length, untested until this script:
   at loss 21.6 and GN was still falling at epoch 10.  ``--artifact fig5 --arms gn,adam
   --epochs 30``, and from a smaller init (``--w-scale 0.5``: initial loss 3.2) for 10 epochs.
 
+* App. J — "weight decay tuned on the validation set has a minimal effect on GN's test loss"
+  fails (-12 %) with the grid's largest decay, 1e-2, selected: ``--weight-decays 0.03,0.1``
+  adds larger decays to the selection.
 * App. I — "GN's training loss saturates early at every rate that trains" fails at 0.05 only,
   whose 10 epochs are 5 of 0.1's in rate x time (Eq. 11's gradient-flow limit): ``--artifact
   appI --arms gn_lr0.05,gn_lr0.1,adam --epochs 20`` runs 0.05 as long as 0.1's 10 epochs.
@@ -33,6 +36,8 @@ plateau measure).  Resumable (``--checkpoint-dir``, one ``loop.fit`` checkpoint 
         --w-scale 0.5 --out results/gnrev/ablation/fig5_init_x0.5.json
     python -m reproduce._gnrev_variants_long --artifact appE --arms gn,sgd --epochs 120 \
         --out results/gnrev/ablation/appE_120epochs.json
+    python -m reproduce._gnrev_variants_long --artifact appJ --arms gn_wd0,gn_wd0.01,adam \
+        --weight-decays 0.03,0.1 --epochs 10 --out results/gnrev/ablation/appJ_larger_decays.json
 """
 from __future__ import annotations
 
@@ -70,6 +75,10 @@ def main(argv=None) -> int:
     p.add_argument("--w-scale", type=float, default=1.0,
                    help="multiplies every arm's initial weight standard deviation (App. F's "
                    "init factor); Fig. 5's net starts at loss 21.6 at 1, 3.2 at 0.5")
+    p.add_argument("--weight-decays", default=None,
+                   help="App. J only: comma-separated decays w whose GN arms gn_wd<w> run beside "
+                   "the --arms ones (the record's grid is 0, 1e-4, 1e-3, 1e-2; its selection on "
+                   "the validation split then ranges over every GN arm run)")
     p.add_argument("--smoke", action="store_true", help="the tiny MNIST smoke configuration")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--data-dir", default=None)
@@ -91,6 +100,22 @@ def main(argv=None) -> int:
         raise SystemExit(f"--switch: expected an epoch in 1..{args.epochs - 1} (both phases "
                          f"train), got {switch}")
     by_name = {a.name: a for a in base.arms}
+    if args.weight_decays:
+        if args.artifact != "appJ":
+            raise SystemExit(f"--weight-decays: App. J's arms only, not --artifact "
+                             f"{args.artifact}")
+        try:
+            wds = [float(w) for w in args.weight_decays.split(",") if w.strip()]
+        except ValueError:
+            raise SystemExit(f"--weight-decays: expected comma-separated numbers, got "
+                             f"{args.weight_decays!r}") from None
+        if not wds or any(not w >= 0 for w in wds):
+            raise SystemExit(f"--weight-decays: expected decays >= 0, got {args.weight_decays!r}")
+        template = by_name.get("gn_wd0", by_name.get("gn"))  # the smoke config's one GN arm
+        for w in wds:
+            extra = dataclasses.replace(template, name=f"gn_wd{w:g}", weight_decay=w)
+            by_name.setdefault(extra.name, extra)
+            names += [] if extra.name in names else [extra.name]
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise SystemExit(f"--arms: {unknown} not arms of {args.artifact} "
@@ -122,7 +147,7 @@ def main(argv=None) -> int:
         s0 = res["arms"][a]["seeds"][0]
         tail = c[-6:]
         arms_out[a] = {
-            "lr": res["arms"][a]["lr"],
+            "lr": res["arms"][a]["lr"], "weight_decay": by_name[a].weight_decay,
             "replaced_lrs": res["arms"][a].get("diverged_lrs", []),  # unstable, fell back
             "train_loss_per_epoch": c.tolist(), "test_loss_per_epoch": tests[a].tolist(),
             "epoch1_drop": float(c[0] - c[1]), "later_drop": float(c[1] - c[-1]),

@@ -46,6 +46,31 @@ def test_variants_long_ablation_switches_at_the_asked_epoch(tmp_path):
     assert r["crossings"]["adam below gn"] == (below[0] if below else None)
 
 
+def test_variants_long_weight_decays_add_app_j_arms(tmp_path):
+    # --weight-decays adds GN arms gn_wd<w> (the decay is the only change: same init and
+    # batches, so at w > 0 the curve leaves the undecayed one); other artifacts refuse it
+    import numpy as np
+    import pytest
+
+    from reproduce._gnrev_variants_long import main
+
+    r = _smoke("_gnrev_variants_long", ["--artifact", "appJ", "--arms", "gn",
+                                        "--weight-decays", "0,0.1", "--epochs", "2"], tmp_path)
+    assert r["config"]["arms"] == ["gn", "gn_wd0", "gn_wd0.1"]
+    assert {a: v["weight_decay"] for a, v in r["arms"].items()} == {
+        "gn": 0.0, "gn_wd0": 0.0, "gn_wd0.1": 0.1}
+    g, g0, g1 = (np.array(r["arms"][a]["train_loss_per_epoch"]) for a in
+                 ("gn", "gn_wd0", "gn_wd0.1"))
+    np.testing.assert_allclose(g0, g, rtol=1e-5)
+    assert g1[0] == g[0] and abs(g1[-1] - g[-1]) > 1e-3 * g[-1]
+    for argv, msg in ((["--artifact", "appE", "--weight-decays", "0.1"], "App. J's arms only"),
+                      (["--artifact", "appJ", "--weight-decays", "x"], "comma-separated numbers"),
+                      (["--artifact", "appJ", "--weight-decays", "-1"], "decays >= 0")):
+        with pytest.raises(SystemExit, match=msg):
+            main([*argv, "--arms", "gn", "--epochs", "2", "--smoke",
+                  "--out", str(tmp_path / "x.json")])
+
+
 def test_appG_rate_ablation_weight_movement_grows_with_gns_rate(tmp_path):
     # 1 - cos(W, W0) is 0 at init and, for small steps, grows like the rate squared: doubling
     # GN's rate must multiply it by well over 2 (the smoke net: ~3.3)
