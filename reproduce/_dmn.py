@@ -50,7 +50,8 @@ def pca_flag(p):
 
 
 _RUN_FLAGS = ("paper", "smoke", "preset", "pca", "datasets", "epochs", "n_train", "n_test",
-              "report", "rows", "no_conv_rows", "no_convnet", "seeds", "checkpoint_dir")
+              "report", "rows", "no_conv_rows", "no_convnet", "seeds", "checkpoint_dir",
+              "filters")
 
 
 def merge_main(artifact: str, args, argv=None) -> int:
@@ -63,10 +64,14 @@ def merge_main(artifact: str, args, argv=None) -> int:
     from layerlab.dmn import experiments as ex
 
     try:
-        rec = ex.merge_tables(artifact, args.merge, data_dir=args.data_dir)
+        if artifact == "fig6":
+            rec = ex.merge_fig6(args.merge, data_dir=args.data_dir)
+        else:
+            rec = ex.merge_tables(artifact, args.merge, data_dir=args.data_dir)
     except (ValueError, OSError) as e:
         raise SystemExit(f"--merge: {e}") from None
-    _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv,
+    plot = ex.plot_fig6 if artifact == "fig6" else ex.plot_table
+    _cli.finish(args, rec, figure=lambda path: plot(rec, path), argv=argv,
                 variant=variant(rec))
     return 0
 

@@ -5,6 +5,8 @@ CIFAR-100 (not run when its files are absent), with the classifier-only baseline
     python -m reproduce.dmn_fig6 --paper      # F = 2..27, full data, 3 seeds, 50 epochs
     python -m reproduce.dmn_fig6              # MNIST + CIFAR-10, 6000/2000 images, 10 epochs
     python -m reproduce.dmn_fig6 --smoke      # seconds
+    python -m reproduce.dmn_fig6 --merge results/dmn/fig6_mnist.json \
+        results/dmn/fig6_cifar10_convnet.json --out results/dmn/fig6.json   # trains nothing
 """
 from __future__ import annotations
 
@@ -24,11 +26,18 @@ def build_parser():
     p.add_argument("--no-convnet", action="store_true",
                    help="DMN curve and baselines only (the one-layer ConvNets take minutes "
                    "each at full CIFAR-10 on a 2-core CPU); the record is then reduced")
+    p.add_argument("--merge", nargs="+", default=None, metavar="RECORD",
+                   help="train nothing: merge Fig. 6 records that each ran some datasets "
+                   "(--datasets, on different machines) into one record of all three, a later "
+                   "record replacing an earlier one dataset by dataset; datasets no record "
+                   "holds are marked not run. Writes to scratch/dmn/ unless --record or --out")
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.merge:
+        return _dmn.merge_main("fig6", args, argv)
     import dataclasses
 
     import jax

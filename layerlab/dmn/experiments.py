@@ -1235,18 +1235,8 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
                     f"{ds} F={f} {'DMN' if v == 'dmn' else 'ConvNet'} val acc", vals,
                     unit="%", tol=TOL[ds],
                     note=f"filters kept: {kept}" if v == "dmn" else ""))
-        best = cfg.filters[int(np.argmax(curves["dmn"]))]
-        claims.append(Claim(f"{ds}: best one-layer DMN width is F={FIG6_BEST_F[ds]}",
-                            best == FIG6_BEST_F[ds],
-                            f"ours: best F={best} among {list(cfg.filters)}"))
-        if ds == "cifar10" and not cfg.convnet:
-            claims.append(Claim("CIFAR-10: one DMN layer >= one conv layer (most F)", None,
-                                "ConvNets not run (convnet=False, --no-convnet)"))
-        elif ds == "cifar10":
-            wins = sum(a >= b for a, b in zip(curves["dmn"], curves["convnet"]))
-            claims.append(Claim("CIFAR-10: one DMN layer >= one conv layer (most F)",
-                                wins > len(cfg.filters) / 2,
-                                f"{wins}/{len(cfg.filters)} widths"))
+        claims += _fig6_claims(ds, cfg.filters, curves["dmn"],
+                               curves["convnet"] if cfg.convnet else None)
     full = Fig6Config.paper()
     scale = ("paper" if cfg.n_train is None and cfg.n_test is None and cfg.seeds >= 3
              and cfg.epochs >= full.epochs and set(cfg.datasets) == set(full.datasets)
@@ -1266,6 +1256,143 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
                "runs": [{k: r[k] for k in ("dataset", "filters", "variant", "seed", "widths",
                                            "val_acc", "train_acc", "total_s")} for r in runs]},
     )
+
+
+def _fig6_claims(ds: str, filters: Sequence[int], dmn: Sequence[float],
+                 convnet: Sequence[float] | None) -> list[Claim]:
+    """Fig. 6's claims for one dataset from its mean curves over ``filters`` (``convnet``:
+    ``None`` when the ConvNets did not run)."""
+    best = filters[int(np.argmax(dmn))]
+    claims = [Claim(f"{ds}: best one-layer DMN width is F={FIG6_BEST_F[ds]}",
+                    best == FIG6_BEST_F[ds], f"ours: best F={best} among {list(filters)}")]
+    if ds == "cifar10" and convnet is None:
+        claims.append(Claim("CIFAR-10: one DMN layer >= one conv layer (most F)", None,
+                            "ConvNets not run (convnet=False, --no-convnet)"))
+    elif ds == "cifar10":
+        wins = sum(a >= b for a, b in zip(dmn, convnet))
+        claims.append(Claim("CIFAR-10: one DMN layer >= one conv layer (most F)",
+                            wins > len(filters) / 2, f"{wins}/{len(filters)} widths"))
+    return claims
+
+
+# Fig. 6 records that merge must share these (older records lack pca / convnet: defaults)
+_FIG6_PROTOCOL = ("filters", "preset", "pca", "seeds", "epochs", "batch_size", "optimizer_name",
+                  "n_train", "n_test", "report", "dtype", "convnet")
+_FIG6_DEFAULTS = {"pca": "class", "convnet": True}
+
+
+def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
+               data_dir: str | os.PathLike | None = None) -> Record:
+    """One Fig. 6 record of every dataset from records that each ran some of its datasets.
+
+    Fig. 6's datasets run for hours each on different machines (``--datasets``); this merges
+    their records without training.  Each of the figure's datasets (MNIST, CIFAR-10,
+    CIFAR-100) comes from the **last** part that ran it (its rows, claims and runs); a dataset
+    no part ran is marked not run, with the loader's message when its files are absent.
+
+    Args:
+      parts: ``fig6`` records (paths or loaded dicts) written by :func:`run_fig6` or an
+        earlier merge.  They must share the protocol (``_FIG6_PROTOCOL``: widths, DMN preset
+        and PCA, seeds, epochs, batch size, optimizer, ``n_train``/``n_test``, ``report``,
+        dtype, ``convnet``); a ``ValueError`` names the part and the field that differs.
+      data_dir: where to look for the files of datasets no part ran.
+
+    Returns:
+      A :class:`~layerlab.record.Record`; claims recomputed from the kept rows;
+      ``scale`` ``"paper"`` when the protocol is the paper's and every dataset ran;
+      ``extra["parts"]`` names each contributing run (path, datasets, machine, wall time,
+      command, git); ``wall_s`` is the sum of their wall times.
+    """
+    from layerlab.record import load_record
+
+    if not parts:
+        raise ValueError("merge_fig6: parts is empty; pass the records to merge.")
+    loaded = []
+    for i, part in enumerate(parts):
+        label = str(part) if not isinstance(part, dict) else f"parts[{i}]"
+        d = part if isinstance(part, dict) else load_record(part)
+        if d.get("paper") != "dmn" or d.get("artifact") != "fig6":
+            raise ValueError(f"merge_fig6: {label} is a {d.get('paper')} {d.get('artifact')} "
+                             "record, not dmn fig6.")
+        loaded.append((label, d))
+
+    def proto(d, f):
+        return d["config"].get(f, _FIG6_DEFAULTS.get(f))
+
+    ref_label, ref = loaded[0]
+    for label, d in loaded[1:]:
+        for f in _FIG6_PROTOCOL:
+            if proto(ref, f) != proto(d, f):
+                raise ValueError(f"merge_fig6: {label} ran with {f}={proto(d, f)!r} but "
+                                 f"{ref_label} with {f}={proto(ref, f)!r}; runs under different "
+                                 "protocols do not merge.")
+    owner = {}
+    for i, (_, d) in enumerate(loaded):
+        for r in d["rows"]:
+            ds = r["name"].split(" ", 1)[0]
+            if r["name"].startswith(f"{ds} baseline") and r.get("ours") is not None:
+                owner[ds] = i
+    filters = list(proto(ref, "filters"))
+    convnet = bool(proto(ref, "convnet"))
+    rows, claims, runs, missing, kept = [], [], [], {}, {}
+    for ds in Fig6Config().datasets:
+        c = NUM_CLASSES[ds]
+        if ds not in owner:
+            try:
+                load(ds, "test", data_dir=data_dir)
+                why = (f"not run: no part record holds {ds} (run it with --datasets {ds} and "
+                       "merge again)")
+            except DatasetNotFoundError as e:
+                missing[ds] = str(e)
+                why = f"not run: {e}"
+            rows.append(Row(f"{ds} baseline de{c} val acc", None, FIG6_BASELINE[ds], "%",
+                            TOL[ds], 0, None, None, why))
+            continue
+        label, d = loaded[owner[ds]]
+        mine = [r for r in d["rows"] if r["name"].split(" ", 1)[0] == ds]
+        rows += [Row(**r) for r in mine]
+        by = {r["name"]: r.get("ours") for r in mine}
+        dmn = [by.get(f"{ds} F={f} DMN val acc") for f in filters]
+        conv = [by.get(f"{ds} F={f} ConvNet val acc") for f in filters] if convnet else None
+        if None in dmn or (conv is not None and None in conv):
+            raise ValueError(f"merge_fig6: {label} ran {ds} but lacks some of its F rows "
+                             f"(filters {filters}).")
+        claims += _fig6_claims(ds, filters, dmn, conv)
+        runs += [r for r in (d.get("extra") or {}).get("runs", []) if r.get("dataset") == ds]
+        kept.setdefault(owner[ds], []).append(ds)
+    part_info = [{"path": loaded[i][0], "datasets": dss, "scale": loaded[i][1].get("scale"),
+                  "machine": loaded[i][1].get("machine"), "wall_s": loaded[i][1].get("wall_s"),
+                  "command": loaded[i][1].get("command"), "git": loaded[i][1].get("git")}
+                 for i, dss in kept.items()]
+    full = Fig6Config.paper()
+    protocol_paper = (proto(ref, "n_train") is None and proto(ref, "n_test") is None
+                      and proto(ref, "seeds") >= 3 and proto(ref, "epochs") >= full.epochs
+                      and convnet)
+    walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
+    pca = proto(ref, "pca")
+
+    def where(p):
+        m = p["machine"] or {}
+        dev = m.get("device_kind") or m.get("platform") or "?"
+        return (f"{p['path']}: {', '.join(p['datasets'])} on {dev} "
+                f"({m.get('cpu_count', '?')} cores), {p['wall_s'] or 0:.0f} s")
+
+    note = (f"DMN preset {proto(ref, 'preset')!r}, fixed count ("
+            + ("top-F class-PCA filters after Cutoff 0.9" if pca == "class" else
+               "top-F eigenvectors of the class-blind density matrix: the paper's naive DMN, "
+               "pca='naive'") + "); the paper gives the curves only as a figure, so only the "
+            "baselines and the best widths have paper numbers. Merged from "
+            f"{len(part_info)} runs (merge_fig6; a later part replaces an earlier one dataset by "
+            "dataset): " + "; ".join(where(p) for p in part_info) + "."
+            + ("" if not missing else f" Not run (files absent): {sorted(missing)}."))
+    config = {f: proto(ref, f) for f in _FIG6_PROTOCOL} | {
+        "datasets": list(full.datasets), "data_dir": None}
+    return Record(
+        paper="dmn", artifact="fig6", title="Fig. 6: accuracy vs number of filters, one DMN "
+        "layer vs one conv layer",
+        scale="paper" if protocol_paper and all(r.ours is not None for r in rows) else "reduced",
+        config=config, rows=rows, claims=claims, note=note,
+        wall_s=sum(walls) if walls else None, extra={"parts": part_info, "runs": runs})
 
 
 # ----------------------------------------------------------------------------- time scales

@@ -795,3 +795,85 @@ def test_naive_parts_merge_apart_and_never_overwrite_the_main_record(tmp_path):
     dmn_table2.main(["--merge", *map(str, paths), "--out", str(named), "--data-dir",
                      str(tmp_path)])
     assert named.exists()
+
+
+def _fig6_part(monkeypatch, datasets, acc, **changes):
+    """A Fig. 6 record of ``datasets`` from run_fig6 with the per-run trainer stubbed:
+    accuracy ``acc[(variant, F)]`` (30 elsewhere), as written to disk."""
+    from layerlab.dmn import experiments as ex
+
+    def fake_one(tcfg, row, variant, seed, data, **kw):
+        head = row.arch.split(",")[0]
+        f = 0 if head.startswith("de") else int(head[1:])
+        return {"variant": variant, "seed": seed, "widths": [f], "train_acc": 0.0,
+                "total_s": 0.0, "val_acc": acc.get((variant, f), 30.0) + seed}
+
+    monkeypatch.setattr(ex, "_one", fake_one)
+    monkeypatch.setattr(ex, "_load_split", lambda ds, tcfg: (None, None))
+    monkeypatch.setattr(ex, "_acc", lambda r, tcfg: r["val_acc"])
+    cfg = ex.Fig6Config.paper(datasets=datasets, filters=(2, 12, 27), **changes)
+    rec = ex.run_fig6(cfg, key=jax.random.key(0), progress=False)
+    return json.loads(json.dumps(rec.to_dict() | {
+        "machine": {"device_kind": "cpu", "cpu_count": 2}, "git": "x", "versions": {},
+        "wall_s": 10.0 * len(datasets), "command": f"part {datasets}"}))
+
+
+def test_merge_fig6_takes_each_dataset_from_its_last_part(monkeypatch, tmp_path):
+    """Fig. 6's datasets run apart (MNIST on a GPU, CIFAR-10 on the CPU) merge into one record:
+    each dataset's rows from the last part that ran it, claims recomputed from those rows,
+    CIFAR-100 (no files) not run with the loader's message; protocols must agree."""
+    import dataclasses
+    import pathlib
+
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import load_record
+    from reproduce import dmn_fig6
+
+    mn = _fig6_part(monkeypatch, ("mnist",), {("dmn", 12): 97.0})        # best F = 12
+    c1 = _fig6_part(monkeypatch, ("cifar10",), {("dmn", 12): 55.0, ("convnet", 12): 50.0,
+                                                ("dmn", 27): 60.0, ("convnet", 27): 50.0})
+    c2 = _fig6_part(monkeypatch, ("cifar10",), {("dmn", 12): 58.0, ("convnet", 2): 40.0})
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rec = ex.merge_fig6([mn, c1, c2], data_dir=empty)
+    by = {r.name: r for r in rec.rows}
+    assert by["mnist F=12 DMN val acc"].ours == 98.0          # seeds 0-2: 97, 98, 99
+    assert by["cifar10 F=12 DMN val acc"].ours == 59.0 and by["cifar10 F=27 DMN val acc"].ours \
+        == 31.0                                               # c2 replaced c1 whole
+    assert by["cifar100 baseline de100 val acc"].ours is None
+    assert "not found" in by["cifar100 baseline de100 val acc"].note
+    assert [r.name.split(" ")[0] for r in rec.rows].count("cifar100") == 1
+    claims = {c.claim: (c.holds, c.evidence) for c in rec.claims}
+    assert claims["mnist: best one-layer DMN width is F=6"] == (
+        False, "ours: best F=12 among [2, 12, 27]")
+    assert claims["cifar10: best one-layer DMN width is F=12"][0] is True
+    # c2: DMN 31 vs ConvNet 41 at F=2, 59 vs 31 at 12, 31 vs 31 at 27 -> 2 of 3 widths
+    assert claims["CIFAR-10: one DMN layer >= one conv layer (most F)"] == (True, "2/3 widths")
+    assert rec.scale == "reduced" and rec.wall_s == 20.0
+    assert [(p["path"], p["datasets"]) for p in rec.extra["parts"]] == [
+        ("parts[0]", ["mnist"]), ("parts[2]", ["cifar10"])]
+    assert {r["dataset"] for r in rec.extra["runs"]} == {"mnist", "cifar10"}
+    # the same claims as the parts' own
+    assert [c.claim for c in rec.claims] == [c["claim"] for c in mn["claims"] + c2["claims"]]
+    assert [c.holds for c in rec.claims] == [c["holds"] for c in mn["claims"] + c2["claims"]]
+    with pytest.raises(ValueError, match="epochs=10"):
+        ex.merge_fig6([mn, _fig6_part(monkeypatch, ("cifar10",), {}, epochs=10)])
+    with pytest.raises(ValueError, match="pca='naive'"):
+        ex.merge_fig6([mn, _fig6_part(monkeypatch, ("cifar10",), {}, pca="naive")])
+    old = mn | {"config": {k: v for k, v in mn["config"].items() if k not in ("pca", "convnet")}}
+    assert ex.merge_fig6([old, c2], data_dir=empty).claims == rec.claims  # older: defaults
+    with pytest.raises(ValueError, match="not dmn fig6"):
+        ex.merge_fig6([mn, mn | {"artifact": "table3"}])
+    with pytest.raises(ValueError, match="parts is empty"):
+        ex.merge_fig6([])
+    # the command: writes the record and its figure, refuses run flags
+    paths = []
+    for i, part in enumerate((mn, c2)):
+        paths.append(str(tmp_path / f"p{i}.json"))
+        pathlib.Path(paths[-1]).write_text(json.dumps(part))
+    out = tmp_path / "out" / "fig6.json"
+    assert dmn_fig6.main(["--merge", *paths, "--out", str(out), "--data-dir", str(empty)]) == 0
+    assert load_record(out)["claims"] == [dataclasses.asdict(c) for c in rec.claims]
+    assert (out.parent / "fig6.png").stat().st_size > 1000
+    with pytest.raises(SystemExit, match="--filters"):
+        dmn_fig6.main(["--merge", *paths, "--filters", "2", "--out", str(out)])
