@@ -18,7 +18,7 @@ drop at any loss level inside its anchors' range is the linear interpolation in 
 two arms are compared on the overlap of their ranges, on a log grid, and every sign change of
 the difference is refined to the crossing level (bisection on the piecewise-linear curves).
 
-    python -m reproduce._gnrev_fig3_matched_loss              # -> scratch/gnrev/fig3_matched_loss.json
+    python -m reproduce._gnrev_fig3_matched_loss      # -> scratch/gnrev/fig3_matched_loss.json
     python -m reproduce._gnrev_fig3_matched_loss --out results/gnrev/ablation/fig3_matched_loss.json
 """
 from __future__ import annotations
@@ -151,7 +151,8 @@ def main(argv=None) -> int:
         for anchor in ANCHORS:
             for k, v in res[src][anchor].items():
                 c = ", ".join(f"{x:.3g}" for x in v["crossings"]) or "none"
-                ov = "none" if v["overlap"] is None else f"{v['overlap'][0]:.3g}–{v['overlap'][1]:.3g}"
+                o = v["overlap"]
+                ov = "none" if o is None else f"{o[0]:.3g}–{o[1]:.3g}"
                 print(f"{src:12s} {anchor:6s} {k:32s} overlap {ov:16s} crossings {c}")
     print(f"wrote {out}")
     return 0

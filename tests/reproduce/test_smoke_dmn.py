@@ -1,5 +1,7 @@
 """Every `reproduce/dmn_*.py` script: a --smoke run writes a valid record and figure
 (parametrized in tests/reproduce/conftest.py)."""
+import pytest
+
 PAPER = "dmn"
 
 
@@ -185,3 +187,31 @@ def test_linear_separability_fits_separable_features_to_100_percent(tmp_path, mo
     assert rec["standardize"] == "notebook" and rec["paper"] == {"test": 60.41, "train": 73.21}
     with pytest.raises(SystemExit):
         sep.main(["--spec", "d10,m,c4,m,de10", "--out", str(tmp_path)])
+
+
+@pytest.mark.datasets("mnist")
+def test_dmn_widths_script_pairs_each_var_with_its_printed_input(shared_data, tmp_path):
+    """The widths script builds each Var at Table 2's printed Input (0.5 / 0.3 / 0.3) and all
+    three at the small fraction: the same counts as direct widths_for calls with those pairs."""
+    import json
+
+    import jax
+
+    from layerlab.data import load
+    from layerlab.dmn.experiments import widths_for
+    from reproduce._dmn_widths import _config, main
+
+    out = tmp_path / "w.json"
+    assert main(["--n-train", "600", "--seeds", "1", "--rules", "authors_crossing",
+                 "--small-fraction", "0.2", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())["widths"]["authors_crossing"]
+    tr = load("mnist", "train", n=600, seed=0)
+    cfg = _config("authors_crossing")
+    assert cfg.threshold == "crossing"
+    key = jax.random.key(0)
+    assert got["printed_input"] == [[widths_for(tr.x, tr.y, 10, (v,), cfg, key=key, fraction=f)[0]
+                                     for v, f in ((0.85, 0.5), (0.95, 0.3), (0.99, 0.3))]]
+    assert got["small_fraction"] == [widths_for(tr.x, tr.y, 10, (0.85, 0.95, 0.99), cfg,
+                                                key=key, fraction=0.2)]
+    with pytest.raises(SystemExit):
+        main(["--rules", "authors,nope", "--out", str(out)])
