@@ -364,6 +364,54 @@ def test_variant_saturation_claim_needs_a_loss_that_falls_first():
     assert rec.artifact == "appI"  # the paper's dataset (CIFAR-10) or a smoke run: no suffix
 
 
+def test_fig5_decides_both_halves_of_its_sentence():
+    """§5.4: "GN leads to an early saturation of the loss, which instead does not appear in Adam
+    and SGD" -- GN's half and the contrast, by the same rule (epoch-1 drop vs the rest)."""
+    cfg5 = ex.variants_config("fig5", "smoke")
+    contrast = "does not appear in Adam and SGD"
+
+    def decide(curves):
+        cl = ex.run_variants(cfg5, "fig5", key=None, result=_fake_variant_result(curves)).claims
+        return {("gn" if "GN's training" in c.claim else "contrast"): c for c in cl
+                if "saturat" in c.claim}
+
+    # GN drops 3 then 0.5 (saturates); Adam 1 then 2, SGD 0.5 then 1.5: the paper's picture
+    c = decide({"gn": [4, 1, 0.5], "adam": [4, 3, 1], "sgd": [4, 3.5, 2]})
+    assert c["gn"].holds is True and c["contrast"].holds is True
+    assert contrast in c["contrast"].claim
+    assert c["contrast"].evidence == ("adam training loss drop: epoch 1 1, epochs 2-2 2; sgd "
+                                      "training loss drop: epoch 1 0.5, epochs 2-2 1.5")
+    # SGD saturating too (drop 2 then 0.5) breaks the contrast, not GN's half
+    c = decide({"gn": [4, 1, 0.5], "adam": [4, 3, 1], "sgd": [4, 2, 1.5]})
+    assert c["gn"].holds is True and c["contrast"].holds is False
+    ok, ev = ex.early_saturation({"a": [3.0, 1.0, 0.5], "b": [3.0, 3.0, 1.0]})
+    assert not ok and ev == ("a training loss drop: epoch 1 2, epochs 2-2 0.5; b training loss "
+                             "drop: epoch 1 0, epochs 2-2 2")
+    assert ex.fig5_contrast_claim({"adam": [4, 3, 1]}).claim.startswith(
+        "the early saturation does not appear in Adam (")
+
+
+def test_fig5_record_redecided_with_the_contrast_from_its_own_curves(tmp_path):
+    """The committed Fig. 5 record carries the contrast decided from its extra.curves, and the
+    re-decision is idempotent."""
+    import json
+    import pathlib
+    import shutil
+
+    from reproduce._gnrev_redecide_fig5 import redecide
+
+    src = pathlib.Path(__file__).resolve().parents[2] / "results" / "gnrev" / "fig5.json"
+    r = json.loads(src.read_text())
+    curves = {a: r["extra"]["curves"][a]["train_loss"] for a in ("adam", "sgd")}
+    want = ex.fig5_contrast_claim(curves)
+    (got,) = [c for c in r["claims"] if c["claim"] == want.claim]
+    assert (got["holds"], got["evidence"]) == (want.holds, want.evidence)
+    dst = tmp_path / "fig5.json"
+    shutil.copy(src, dst)
+    redecide(str(dst))
+    assert json.loads(dst.read_text()) == r
+
+
 def test_appM_minibatch_rate_that_diverges_in_the_full_run_is_replaced(monkeypatch):
     """App. M: a mini-batch rate that passes the one-epoch sweep but whose full run goes
     non-finite is replaced by the next smaller rate of the grid (per seed), and the record
