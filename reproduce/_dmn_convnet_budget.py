@@ -43,6 +43,7 @@ DMN_ROWS = (
     ("Table 4 d15, d108", "d15,m,d108,m,de10", 55.36, 66.11),
     ("Table 4 d20, d180, BN", "d20,m,d180,m,BN,de10", 63.66, 66.02),
     ("Table 4 d15, c80", "d15,m,c80,m,de10", 68.03, 79.21),  # DMN + trained conv
+    ("Table 4 d27, c108, BN", "d27,m,c108,m,BN,de10", 71.19, 81.18),  # the paper's best row
     # not in the paper: the BN row's DMN layers without BN (Fig. 10's "BN after two DMN layers
     # helps" compares d15, d108 with d20, d180, BN: width and BN together)
     ("d20, d180 without BN (control)", "d20,m,d180,m,de10", None, None),
