@@ -1314,6 +1314,11 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
         if d.get("paper") != "dmn" or d.get("artifact") != "fig6":
             raise ValueError(f"merge_fig6: {label} is a {d.get('paper')} {d.get('artifact')} "
                              "record, not dmn fig6.")
+        missing_f = [f for f in _FIG6_PROTOCOL if f not in d.get("config", {})
+                     and f not in _FIG6_DEFAULTS] + [k for k in ("rows", "claims") if k not in d]
+        if missing_f:
+            raise ValueError(f"merge_fig6: {label} has no field(s) {missing_f} (config or "
+                             "record); it was not written by run_fig6 / merge_fig6.")
         loaded.append((label, d))
 
     def proto(d, f):
@@ -1350,7 +1355,8 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
             continue
         label, d = loaded[owner[ds]]
         mine = [r for r in d["rows"] if r["name"].split(" ", 1)[0] == ds]
-        rows += [Row(**r) for r in mine]
+        fields = {f.name for f in dataclasses.fields(Row)}
+        rows += [Row(**{k: v for k, v in r.items() if k in fields}) for r in mine]
         by = {r["name"]: r.get("ours") for r in mine}
         dmn = [by.get(f"{ds} F={f} DMN val acc") for f in filters]
         conv = [by.get(f"{ds} F={f} ConvNet val acc") for f in filters] if convnet else None

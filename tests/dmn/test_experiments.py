@@ -866,6 +866,9 @@ def test_merge_fig6_takes_each_dataset_from_its_last_part(monkeypatch, tmp_path)
         ex.merge_fig6([mn, mn | {"artifact": "table3"}])
     with pytest.raises(ValueError, match="parts is empty"):
         ex.merge_fig6([])
+    nodt = mn | {"config": {k: v for k, v in mn["config"].items() if k != "dtype"}}
+    with pytest.raises(ValueError, match=r"parts\[1\] has no field\(s\) \['dtype'\]"):
+        ex.merge_fig6([c2, nodt])
     # the command: writes the record and its figure, refuses run flags
     paths = []
     for i, part in enumerate((mn, c2)):

@@ -365,7 +365,7 @@ def test_variant_saturation_claim_needs_a_loss_that_falls_first():
 
 
 def test_fig5_decides_both_halves_of_its_sentence():
-    """§5.4: "GN leads to an early saturation of the loss, which instead does not appear in Adam
+    """§5.3: "GN leads to an early saturation of the loss, which instead does not appear in Adam
     and SGD" -- GN's half and the contrast, by the same rule (epoch-1 drop vs the rest)."""
     cfg5 = ex.variants_config("fig5", "smoke")
     contrast = "does not appear in Adam and SGD"
@@ -389,6 +389,12 @@ def test_fig5_decides_both_halves_of_its_sentence():
                              "drop: epoch 1 0, epochs 2-2 2")
     assert ex.fig5_contrast_claim({"adam": [4, 3, 1]}).claim.startswith(
         "the early saturation does not appear in Adam (")
+    # a diverged arm, or one that rises and never recovers, is not "free of saturation"
+    assert ex.fig5_contrast_claim({"adam": [4, 3, 1], "sgd": [4, np.nan, np.nan]}).holds is False
+    assert ex.fig5_contrast_claim({"sgd": [4, 8, 50]}).holds is False
+    assert ex.fig5_contrast_claim({"sgd": [4, 3, 2]}).holds is False    # equal gains: not less
+    with pytest.raises(ValueError, match="curves is empty"):
+        ex.fig5_contrast_claim({})
 
 
 def test_fig5_record_redecided_with_the_contrast_from_its_own_curves(tmp_path):
