@@ -9,7 +9,7 @@ subsample.  Builds the layers only (no training).
 
     python -m reproduce._dmn_widths                  # full training set, 2 seeds -> scratch/
     python -m reproduce._dmn_widths --out results/dmn/ablation/widths_mnist.json
-    python -m reproduce._dmn_widths --n-train 6000   # the test suite's subset
+    python -m reproduce._dmn_widths --n-train 6000   # a fixed 6000-image subset
 """
 from __future__ import annotations
 

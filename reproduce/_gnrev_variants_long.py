@@ -3,7 +3,7 @@ running them longer, with only the arms their claims compare.
 
 The CPU records (``reproduce.gnrev_appE`` / ``_appF`` / ``_fig5``: CIFAR-10, 4096 images, batch
 256, 6 blocks) run 10–30 epochs; the paper 80–1000.  Four of their claims failed for reasons the
-docs put down to length, untested until this script:
+docs put down to length, and App. J's to its decay grid; untested until this script:
 
 * App. E — "with longer training even SGD reaches a lower training loss than GN": at 30 epochs
   SGD 0.01 is at 0.200, GN 0.2 at 0.031.  ``--artifact appE --arms gn,sgd --epochs 120``.
@@ -14,7 +14,6 @@ docs put down to length, untested until this script:
 * Fig. 5 — "GN's training loss saturates early": the net without the inverted bottleneck starts
   at loss 21.6 and GN was still falling at epoch 10.  ``--artifact fig5 --arms gn,adam
   --epochs 30``, and from a smaller init (``--w-scale 0.5``: initial loss 3.2) for 10 epochs.
-
 * App. J — "weight decay tuned on the validation set has a minimal effect on GN's test loss"
   fails (-12 %) with the grid's largest decay, 1e-2, selected: ``--weight-decays 0.03,0.1``
   adds larger decays to the selection.
@@ -109,8 +108,9 @@ def main(argv=None) -> int:
         except ValueError:
             raise SystemExit(f"--weight-decays: expected comma-separated numbers, got "
                              f"{args.weight_decays!r}") from None
-        if not wds or any(not w >= 0 for w in wds):
-            raise SystemExit(f"--weight-decays: expected decays >= 0, got {args.weight_decays!r}")
+        if not wds or any(not (0 <= w < float("inf")) for w in wds):
+            raise SystemExit(f"--weight-decays: expected finite decays >= 0, got "
+                             f"{args.weight_decays!r}")
         template = by_name.get("gn_wd0", by_name.get("gn"))  # the smoke config's one GN arm
         for w in wds:
             extra = dataclasses.replace(template, name=f"gn_wd{w:g}", weight_decay=w)

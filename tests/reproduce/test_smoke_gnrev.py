@@ -65,7 +65,8 @@ def test_variants_long_weight_decays_add_app_j_arms(tmp_path):
     assert g1[0] == g[0] and abs(g1[-1] - g[-1]) > 1e-3 * g[-1]
     for argv, msg in ((["--artifact", "appE", "--weight-decays", "0.1"], "App. J's arms only"),
                       (["--artifact", "appJ", "--weight-decays", "x"], "comma-separated numbers"),
-                      (["--artifact", "appJ", "--weight-decays", "-1"], "decays >= 0")):
+                      (["--artifact", "appJ", "--weight-decays", "-1"], "decays >= 0"),
+                      (["--artifact", "appJ", "--weight-decays", "inf"], "finite decays")):
         with pytest.raises(SystemExit, match=msg):
             main([*argv, "--arms", "gn", "--epochs", "2", "--smoke",
                   "--out", str(tmp_path / "x.json")])
