@@ -787,7 +787,7 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
                 rows.append(Row(f"{ds} L={L} d={wp} {col} test acc", None, pv, "%", _TOL[ds],
                                 seeds=0, note="not run"))
             continue
-        w, n = ps[0]["width"], ps[0]["n_train"]
+        w, n = ("/".join(str(v) for v in sorted({p[k] for p in ps})) for k in ("width", "n_train"))
         proto = {(p.get("config", {}).get("readout", "ridge"),
                   p.get("config", {}).get("init", "he")) for p in ps}
         if len(proto) > 1:
@@ -795,7 +795,11 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
                              f"under different protocols (readout, init) {sorted(proto)}; "
                              "keep one protocol per parts folder.")
         (readout, init), = proto
-        scale_ok = all(p["paper_scale"] for p in ps) and len(ps) >= 3
+        # the paper's N and width in every part, and >= 3 seeds in all: a part's own
+        # "paper_scale" also asks its run for 3 seeds, which a part run with --seeds 1 (one
+        # seed at a time, merged later) cannot show
+        scale_ok = len(ps) >= 3 and all(
+            p["n_train"] == DGL_DATASETS[ds][2] and p["width"] == wp for p in ps)
         paper_scale &= scale_ok
         size = "" if scale_ok else f" [ours: N={n}, d={w}, {len(ps)} seed(s)]"
         if (readout, init) != ("ridge", "he"):

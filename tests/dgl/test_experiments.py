@@ -142,6 +142,20 @@ def test_select_rows_and_merge_of_parts(tmp_path):
     assert "Ref. [10]" in by["CIFAR10_10k L=5 d=2000 End-to-end test acc"].note
     assert cfg.is_paper_scale("cifar-5x2000") and not ex.Table1Config.smoke().is_paper_scale(
         "bmnist-2x20")
+    # a seed run alone (--seeds 1: its part says paper_scale False) at the paper's N and width
+    # counts as paper scale once three seeds are merged; a part below the paper's N does not
+    for seed in range(3):
+        part = {"row": "bmnist-3x20", "seed": seed, "width": 20, "n_train": 2000,
+                "paper_scale": seed > 0, "end_to_end": {"test": 99.0}, "lego": {"test": 99.2},
+                "random": {"test": 90.0}, "wall_s": 1.0, "device": "cpu", "config": {},
+                "command": ""}
+        (tmp_path / f"bmnist-3x20_seed{seed}.json").write_text(json.dumps(part))
+    by = {r.name: r for r in ex.merge_table1(tmp_path).rows}
+    assert by["BMNIST2k L=3 d=20 LEGO test acc"].note == ""
+    part["n_train"] = 1000
+    (tmp_path / "bmnist-3x20_seed2.json").write_text(json.dumps(part))
+    by = {r.name: r for r in ex.merge_table1(tmp_path).rows}
+    assert "[ours: N=1000/2000, d=20, 3 seed(s)]" in by["BMNIST2k L=3 d=20 LEGO test acc"].note
 
 
 def test_classifier_iterative_converges_to_least_squares_and_picks_val_mse(x64):
