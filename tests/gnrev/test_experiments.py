@@ -108,13 +108,19 @@ def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monk
 
 def test_paper_scale_variants_augment_cifar10_as_app_l():
     """App. L crops and resizes CIFAR-10's training batches: the paper-scale Fig. 5 / App. E-K
-    configs do (as ``MinibatchConfig.paper``), the CPU scale and MNIST do not."""
+    configs do (as ``MinibatchConfig.paper``), the CPU scale and MNIST do not; their records
+    are paper scale (Fig. 5's without the bottleneck)."""
     combos = [(a, sc, ds) for a in ("fig5", "appE", "appJ") for sc in ("paper", "cpu")
               for ds in ("cifar10", "mnist")]
     got = {c: ex.variants_config(*c).augment for c in combos}
     assert got == {c: "random_resized_crop" if c[1:] == ("paper", "cifar10") else None
                    for c in combos}
-    assert ex.MinibatchConfig.paper("cifar10").augment == "random_resized_crop"
+    # Fig. 5's paper net has no inverted bottleneck: its --paper config is paper scale
+    assert ex._record_scale(ex.variants_config("fig5", "paper"), "fig5") == "paper"
+    assert ex._record_scale(ex.variants_config("appE", "paper"), "appE") == "paper"
+    assert ex._record_scale(ex.variants_config("appE", "paper"), "fig5") == "reduced"
+    assert ex._record_scale(ex.variants_config("fig5", "cpu"), "fig5") == "reduced"
+    assert ex._record_scale(ex.variants_config("fig5", "paper"), "appE") == "reduced"
 
 
 def test_fixed_rate_falls_back_on_its_fallback_rates(tmp_path, monkeypatch):
