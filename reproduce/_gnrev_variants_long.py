@@ -69,6 +69,8 @@ def main(argv=None) -> int:
     p.add_argument("--artifact", required=True, choices=("appE", "appF", "appI", "appJ", "fig5"))
     p.add_argument("--arms", required=True, help="comma-separated arm names of the record")
     p.add_argument("--epochs", type=int, required=True)
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds (default: the CPU configuration's, 1); curves are seed means")
     p.add_argument("--switch", type=int, default=None,
                    help="App. F switch epoch of the *_then_* arms (default: half of --epochs)")
     p.add_argument("--w-scale", type=float, default=1.0,
@@ -76,8 +78,8 @@ def main(argv=None) -> int:
                    "init factor); Fig. 5's net starts at loss 21.6 at 1, 3.2 at 0.5")
     p.add_argument("--weight-decays", default=None,
                    help="App. J only: comma-separated decays w whose GN arms gn_wd<w> run beside "
-                   "the --arms ones (the record's grid is 0, 1e-4, 1e-3, 1e-2; its selection on "
-                   "the validation split then ranges over every GN arm run)")
+                   "the --arms ones (the record's grid: experiments.APPJ_DECAYS); the "
+                   "selection on the validation split ranges over every GN arm run)")
     p.add_argument("--smoke", action="store_true", help="the tiny MNIST smoke configuration")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--data-dir", default=None)
@@ -128,8 +130,14 @@ def main(argv=None) -> int:
         if args.w_scale != 1.0:
             a = dataclasses.replace(a, w_scale=a.w_scale * args.w_scale)
         arms.append(a)
+    if args.seeds is not None and args.seeds < 1:
+        raise SystemExit(f"--seeds: expected >= 1, got {args.seeds}")
+    if args.seeds is not None:  # the CPU note counts the seeds: recount it
+        base = dataclasses.replace(base, scale_note=base.scale_note.replace(
+            ", 1 seed,", f", {args.seeds} seed{'s' if args.seeds != 1 else ''},"))
     cfg = dataclasses.replace(
         base, epochs=args.epochs, arms=tuple(arms),
+        **({} if args.seeds is None else {"seeds": args.seeds}),
         scale_note=base.scale_note + f"; ablation: {args.epochs} epochs, arms {names}"
         + (f", switch at epoch {switch}" if any(a.then for a in arms) else "")
         + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else ""))
@@ -140,6 +148,7 @@ def main(argv=None) -> int:
                            data_dir=args.data_dir)
     curves = {a: ex._stack(res, a, "eval_train_loss_full").mean(0) for a in res["arms"]}
     tests = {a: ex._stack(res, a, "eval_test_loss").mean(0) for a in res["arms"]}
+    accs = {a: 100 * ex._stack(res, a, "eval_test_accuracy").mean(0) for a in res["arms"]}
     rec = ex.run_variants(cfg, args.artifact, key=jax.random.key(0), result=res)
     claims = [dataclasses.asdict(c) for c in rec.claims]
     arms_out = {}
@@ -150,6 +159,7 @@ def main(argv=None) -> int:
             "lr": res["arms"][a]["lr"], "weight_decay": by_name[a].weight_decay,
             "replaced_lrs": res["arms"][a].get("diverged_lrs", []),  # unstable, fell back
             "train_loss_per_epoch": c.tolist(), "test_loss_per_epoch": tests[a].tolist(),
+            "test_acc_pct_per_epoch": accs[a].tolist(),
             "epoch1_drop": float(c[0] - c[1]), "later_drop": float(c[1] - c[-1]),
             "last5_mean_relative_drop_per_epoch": float(np.mean(1 - tail[1:] / tail[:-1])),
             "certificate": ({"median_residual": float(np.median(s0["residual"])),
@@ -161,7 +171,7 @@ def main(argv=None) -> int:
            "(run_variants) on this run.",
            "command": "python -m reproduce._gnrev_variants_long " + " ".join(
                argv if argv is not None else __import__("sys").argv[1:]),
-           "config": {"epochs": args.epochs, "arms": names,
+           "config": {"epochs": args.epochs, "seeds": cfg.seeds, "arms": names,
                       "fallback_lrs": {a.name: list(a.fallback_lrs) for a in arms},
                       "switch_epoch": switch if any(a.then for a in arms) else None,
                       "w_scale": args.w_scale,

@@ -55,8 +55,11 @@ def test_variants_long_weight_decays_add_app_j_arms(tmp_path):
     from reproduce._gnrev_variants_long import main
 
     r = _smoke("_gnrev_variants_long", ["--artifact", "appJ", "--arms", "gn",
-                                        "--weight-decays", "0,0.1", "--epochs", "2"], tmp_path)
-    assert r["config"]["arms"] == ["gn", "gn_wd0", "gn_wd0.1"]
+                                        "--weight-decays", "0,0.1", "--epochs", "2",
+                                        "--seeds", "2"], tmp_path)
+    assert r["config"]["arms"] == ["gn", "gn_wd0", "gn_wd0.1"] and r["config"]["seeds"] == 2
+    acc = r["arms"]["gn"]["test_acc_pct_per_epoch"]
+    assert len(acc) == 3 and all(0 <= a <= 100 for a in acc)
     assert {a: v["weight_decay"] for a, v in r["arms"].items()} == {
         "gn": 0.0, "gn_wd0": 0.0, "gn_wd0.1": 0.1}
     g, g0, g1 = (np.array(r["arms"][a]["train_loss_per_epoch"]) for a in
@@ -66,7 +69,8 @@ def test_variants_long_weight_decays_add_app_j_arms(tmp_path):
     for argv, msg in ((["--artifact", "appE", "--weight-decays", "0.1"], "App. J's arms only"),
                       (["--artifact", "appJ", "--weight-decays", "x"], "comma-separated numbers"),
                       (["--artifact", "appJ", "--weight-decays", "-1"], "decays >= 0"),
-                      (["--artifact", "appJ", "--weight-decays", "inf"], "finite decays")):
+                      (["--artifact", "appJ", "--weight-decays", "inf"], "finite decays"),
+                      (["--artifact", "appJ", "--seeds", "0"], "--seeds: expected >= 1")):
         with pytest.raises(SystemExit, match=msg):
             main([*argv, "--arms", "gn", "--epochs", "2", "--smoke",
                   "--out", str(tmp_path / "x.json")])
