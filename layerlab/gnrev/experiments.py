@@ -2032,8 +2032,10 @@ def _variant_arms(artifact: str, epochs: int, gn_lr: float, adam_lr: float,
         # the decay is tuned on the validation set (App. J); until 2026-11-27 the grid stopped
         # at 1e-2, which the CPU run selected (its edge); 3e-2 ... 1 extend it so that the pick
         # can be interior (a 1-seed ablation picked 0.1 out of 0, 1e-2, 3e-2, 0.1)
+        # (decoupled: θ ← θ − α(Δ + λθ); α·λ >= 1 would replace the weights by −αΔ every
+        # step, so such λ are left out: at the authors' CIFAR-10 rate 1.0, λ = 1)
         return tuple(Arm(f"gn_wd{w:g}", gn, (gn_lr,), weight_decay=w)
-                     for w in APPJ_DECAYS) + (adam,)
+                     for w in APPJ_DECAYS if w * gn_lr < 1.0) + (adam,)
     if artifact == "appK":
         gn = GaussNewton(first_linear=False)  # App. K: the paper's 1% truncation
         return (Arm("gn_truncate", gn, (gn_lr,)),

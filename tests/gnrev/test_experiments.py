@@ -106,6 +106,17 @@ def test_minibatch_rate_that_diverges_in_the_full_run_is_replaced(tmp_path, monk
     assert lr == 0.3 and dropped == [] and not np.isfinite(runs[0]["loss"]).all()
 
 
+def test_app_j_decay_grid_keeps_the_step_a_contraction():
+    """App. J's GN arms: every decay of APPJ_DECAYS with α·λ < 1 (decoupled decay θ ← θ −
+    α(Δ + λθ)), plus Adam; at the authors' CIFAR-10 rate 1.0 the decay 1 is left out."""
+    cpu = [a.weight_decay for a in ex.variants_config("appJ", "cpu").arms if a.name != "adam"]
+    assert cpu == list(ex.APPJ_DECAYS) and max(cpu) * 0.2 < 1   # CPU GN rate 0.2
+    paper = [(a.name, a.weight_decay) for a in ex.variants_config("appJ", "paper").arms]
+    assert paper[-1][0] == "adam" and [w for _, w in paper[:-1]] == [
+        w for w in ex.APPJ_DECAYS if w < 1.0]
+    assert [n for n, _ in paper[:-1]] == [f"gn_wd{w:g}" for w in ex.APPJ_DECAYS if w < 1.0]
+
+
 def test_paper_scale_variants_augment_cifar10_as_app_l():
     """App. L crops and resizes CIFAR-10's training batches: the paper-scale Fig. 5 / App. E-K
     configs do (as ``MinibatchConfig.paper``), the CPU scale and MNIST do not; their records
