@@ -34,17 +34,23 @@ def redecide(path: str) -> list[tuple[str, bool]]:
     return [(c["claim"], c["holds"]) for c in new]
 
 
-def main(argv=None) -> int:
+def run(redecide_fn, doc: str, argv=None) -> int:
+    """Re-decide each record path of ``argv`` with ``redecide_fn`` and print its claims
+    (the command line of this script and of ``_gnrev_redecide_fig5``)."""
     paths = sys.argv[1:] if argv is None else argv
     if not paths:
-        print(__doc__)
+        print(doc)
         return 2
     for p in paths:
-        out = redecide(p)
-        print(f"{p}: {sum(h for _, h in out)}/{len(out)}")
+        out = redecide_fn(p)
+        print(f"{p}: {sum(bool(h) for _, h in out)}/{len(out)}")
         for c, h in out:
             print(f"   {'yes' if h else 'NO '} {c}")
     return 0
+
+
+def main(argv=None) -> int:
+    return run(redecide, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -41,16 +41,9 @@ def redecide(path: str) -> list[tuple[str, bool]]:
 
 
 def main(argv=None) -> int:
-    paths = sys.argv[1:] if argv is None else argv
-    if not paths:
-        print(__doc__)
-        return 2
-    for p in paths:
-        out = redecide(p)
-        print(f"{p}: {sum(bool(h) for _, h in out)}/{len(out)}")
-        for c, h in out:
-            print(f"   {'yes' if h else 'NO '} {c}")
-    return 0
+    from reproduce._gnrev_redecide_fig3 import run
+
+    return run(redecide, __doc__, argv)
 
 
 if __name__ == "__main__":

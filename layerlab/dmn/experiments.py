@@ -748,6 +748,24 @@ def _run_key(d: dict) -> tuple:
     return tuple(tuple(d[f]) if isinstance(d.get(f), list) else d.get(f) for f in _RUN_FIELDS)
 
 
+def _load_parts(fn: str, parts, ok: set[str]) -> list[tuple[str, dict]]:
+    """``[(label, record)]`` of ``parts`` (paths or loaded dicts), each a dmn record of one of
+    the artifacts ``ok``; ``fn`` names the caller in the errors."""
+    from layerlab.record import load_record
+
+    if not parts:
+        raise ValueError(f"{fn}: parts is empty; pass the records to merge.")
+    loaded = []
+    for i, part in enumerate(parts):
+        label = str(part) if not isinstance(part, dict) else f"parts[{i}]"
+        d = part if isinstance(part, dict) else load_record(part)
+        if d.get("paper") != "dmn" or d.get("artifact") not in ok:
+            raise ValueError(f"{fn}: {label} is a {d.get('paper')} {d.get('artifact')} "
+                             f"record, not dmn {' / '.join(sorted(ok))}.")
+        loaded.append((label, d))
+    return loaded
+
+
 def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                  data_dir: str | os.PathLike | None = None) -> Record:
     """One record of a whole table from records that each ran some of its rows.
@@ -783,27 +801,16 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
       of their whole wall times (a run counts in full even when some of its rows were
       replaced; ``None`` when none recorded one).
     """
-    from layerlab.record import load_record
-
     full = fig10_config().rows if artifact == "fig10" else table_rows(artifact)
     by_key = {_run_key(dataclasses.asdict(r)): r for r in full}
-    if not parts:
-        raise ValueError("merge_tables: parts is empty; pass the records to merge.")
-    loaded = []
-    for i, part in enumerate(parts):
-        label = str(part) if not isinstance(part, dict) else f"parts[{i}]"
-        d = part if isinstance(part, dict) else load_record(part)
-        # Fig. 10 plots rows of Tables 3-5: their records are parts of it too
-        ok = {artifact} | ({"table3", "table4", "table5"} if artifact == "fig10" else set())
-        if d.get("paper") != "dmn" or d.get("artifact") not in ok:
-            raise ValueError(f"merge_tables: {label} is a {d.get('paper')} "
-                             f"{d.get('artifact')} record, not dmn "
-                             f"{' / '.join(sorted(ok))}.")
+    # Fig. 10 plots rows of Tables 3-5: their records are parts of it too
+    ok = {artifact} | ({"table3", "table4", "table5"} if artifact == "fig10" else set())
+    loaded = _load_parts("merge_tables", parts, ok)
+    for label, d in loaded:
         missing_f = [f for f in _PROTOCOL + ("rows",) if f not in d.get("config", {})]
         if missing_f:
             raise ValueError(f"merge_tables: {label} has no config field(s) {missing_f}; "
                              "it was not written by run_table / merge_tables.")
-        loaded.append((label, d))
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
         for f in tuple(_PROTOCOL_DEFAULTS) + _PROTOCOL:  # pca first: it also changes dmn_preset
@@ -1303,23 +1310,13 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
       ``extra["parts"]`` names each contributing run (path, datasets, machine, wall time,
       command, git); ``wall_s`` is the sum of their wall times.
     """
-    from layerlab.record import load_record
-
-    if not parts:
-        raise ValueError("merge_fig6: parts is empty; pass the records to merge.")
-    loaded = []
-    for i, part in enumerate(parts):
-        label = str(part) if not isinstance(part, dict) else f"parts[{i}]"
-        d = part if isinstance(part, dict) else load_record(part)
-        if d.get("paper") != "dmn" or d.get("artifact") != "fig6":
-            raise ValueError(f"merge_fig6: {label} is a {d.get('paper')} {d.get('artifact')} "
-                             "record, not dmn fig6.")
+    loaded = _load_parts("merge_fig6", parts, {"fig6"})
+    for label, d in loaded:
         missing_f = [f for f in _FIG6_PROTOCOL if f not in d.get("config", {})
                      and f not in _FIG6_DEFAULTS] + [k for k in ("rows", "claims") if k not in d]
         if missing_f:
             raise ValueError(f"merge_fig6: {label} has no field(s) {missing_f} (config or "
                              "record); it was not written by run_fig6 / merge_fig6.")
-        loaded.append((label, d))
 
     def proto(d, f):
         return d["config"].get(f, _FIG6_DEFAULTS.get(f))
