@@ -252,7 +252,8 @@ def train_and_evaluate(
     finished_before = ck is not None and not seen  # the checkpoint held the final step
     if finished_before:
         rebase(epochs)
-    t_train = base["train_s"] + time.perf_counter() - t_start
+    # a run whose checkpoint held the final step trained nothing now (restoring is not training)
+    t_train = base["train_s"] + (0.0 if finished_before else time.perf_counter() - t_start)
     v = head_variables(state)
     val_acc = score(v, f_val, y_val)
     if finished_before and eval_every_epoch and curve[-1][2] is None:
