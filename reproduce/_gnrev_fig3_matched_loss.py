@@ -57,17 +57,11 @@ def anchored(train_loss, drops, anchor: str) -> tuple[list[float], list[float]]:
 
 def at(levels, drops, x: float) -> float:
     """Drop at loss level ``x`` (linear in log loss; ``levels`` increasing, ``x`` inside)."""
+    import numpy as np
+
     if not levels[0] <= x <= levels[-1]:
         raise ValueError(f"level {x} outside [{levels[0]}, {levels[-1]}]")
-    lx = math.log(x)
-    for i in range(len(levels) - 1):
-        a, b = levels[i], levels[i + 1]
-        if a <= x <= b:
-            if b == a:
-                return drops[i]
-            t = (lx - math.log(a)) / (math.log(b) - math.log(a))
-            return drops[i] + t * (drops[i + 1] - drops[i])
-    return drops[-1]
+    return float(np.interp(math.log(x), np.log(levels), drops))
 
 
 def compare(a, b, *, grid: int = 400) -> dict:

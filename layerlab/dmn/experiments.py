@@ -767,6 +767,14 @@ def _load_parts(fn: str, parts, ok: set[str]) -> list[tuple[str, dict]]:
     return loaded
 
 
+def _where(p: dict, what: str) -> str:
+    """A merged record's note on one part: its path, what it gave, machine and wall time."""
+    m = p["machine"] or {}
+    dev = m.get("device_kind") or m.get("platform") or "?"
+    return (f"{p['path']}: {what} on {dev} ({m.get('cpu_count', '?')} cores), "
+            f"{p['wall_s'] or 0:.0f} s")
+
+
 def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                  data_dir: str | os.PathLike | None = None) -> Record:
     """One record of a whole table from records that each ran some of its rows.
@@ -904,17 +912,11 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                           "wall_s": src.get("wall_s"), "command": src.get("command"),
                           "git": src.get("git")})
 
-    def where(p):
-        m = p["machine"] or {}
-        dev = m.get("device_kind") or m.get("platform") or "?"
-        return (f"{p['path']}: {len(p['rows'])} row(s) on {dev} ({m.get('cpu_count', '?')} "
-                f"cores), {p['wall_s'] or 0:.0f} s")
-
     unused = [label for i, (label, _) in enumerate(loaded)
               if not any(k[0] == i for k in kept)]
     note = (_note(cfg) + f" Merged from {len(part_info)} runs (merge_tables; later parts "
             "replace earlier ones row by row; extra.parts names each run's rows): "
-            + "; ".join(where(p) for p in part_info) + "."
+            + "; ".join(_where(p, f"{len(p['rows'])} row(s)") for p in part_info) + "."
             + ("" if not unused else f" Parts whose rows were all replaced: {unused}.")
             + ("" if not missing else f" Not run (files absent): {sorted(missing)}."))
     walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
@@ -1375,19 +1377,13 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
     walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
     pca = proto(ref, "pca")
 
-    def where(p):
-        m = p["machine"] or {}
-        dev = m.get("device_kind") or m.get("platform") or "?"
-        return (f"{p['path']}: {', '.join(p['datasets'])} on {dev} "
-                f"({m.get('cpu_count', '?')} cores), {p['wall_s'] or 0:.0f} s")
-
     note = (f"DMN preset {proto(ref, 'preset')!r}, fixed count ("
             + ("top-F class-PCA filters after Cutoff 0.9" if pca == "class" else
                "top-F eigenvectors of the class-blind density matrix: the paper's naive DMN, "
                "pca='naive'") + "); the paper gives the curves only as a figure, so only the "
             "baselines and the best widths have paper numbers. Merged from "
             f"{len(part_info)} runs (merge_fig6; a later part replaces an earlier one dataset by "
-            "dataset): " + "; ".join(where(p) for p in part_info) + "."
+            "dataset): " + "; ".join(_where(p, ", ".join(p["datasets"])) for p in part_info) + "."
             + ("" if not missing else f" Not run (files absent): {sorted(missing)}."))
     config = {f: proto(ref, f) for f in _FIG6_PROTOCOL} | {
         "datasets": list(full.datasets), "data_dir": None}
