@@ -50,7 +50,8 @@ def _fake_budget_runs(monkeypatch):
     def fake_train(spec, xtr, ytr, xte, yte, classes, *, key, checkpoint_dir, epochs, config,
                    **kw):
         seen.append({"x": float(xtr[0, 0]), "n": len(xtr), "name": checkpoint_dir.name,
-                     "spec": spec, "standardize": config.standardize, "pca": config.pca})
+                     "spec": spec, "standardize": config.standardize, "pca": config.pca,
+                     "x_test": float(xte[0, 0]), "noise": config.input_noise})
         ep = list(range(1, epochs + 1))
         return {"epochs": epochs, "curve": [(e, 0.0, 0.5) for e in ep],
                 "train_curve": [(e, 0.6) for e in ep],
@@ -128,6 +129,38 @@ def test_convnet_budget_standardize_reaches_the_dmn_config_and_names_the_run(tmp
     assert [(s[1], s[3]) for s in seen()] == [
         ("notebook", "d10_m_de10-authors-naive-n0d0-t10000-e2-s0"),
         ("notebook", "d20_m_d180_m_de10-authors-naive-n0d0-t10000-e2-s0")]
+
+
+def test_convnet_budget_input_scale_scales_images_and_noise_and_names_the_run(tmp_path,
+                                                                           monkeypatch):
+    """``--input-scale 255`` (the authors' raw pixel scale): training and test images are
+    multiplied by it, the preset's input noise (in pixel units: 1/255 on [0, 1]) becomes 1.0,
+    the run's name and the record carry the scale; the default leaves all three as before; a
+    non-positive scale is refused naming the flag."""
+    import json
+
+    import pytest
+
+    from reproduce import _dmn_convnet_budget as budget
+
+    runs = _fake_budget_runs(monkeypatch)
+    common = ["--n-train", "4", "--seed", "2", "--epochs", "2", "--rows",
+              "d10,m,de10;c27,m,de10", "--preset", "authors", "--out", str(tmp_path / "o"),
+              "--checkpoint-dir", str(tmp_path / "ck")]
+    budget.main(common + ["--input-scale", "255"])
+    (d, c) = runs
+    assert (d["x"], d["x_test"], c["x"], c["x_test"]) == (510.0, -255.0, 510.0, -255.0)
+    assert d["noise"] == pytest.approx(1.0) and c["noise"] == 0.0  # ConvNet rows: no noise
+    assert d["name"] == "d10_m_de10-authors-class-x255-n4d2-t10000-e2-s2"
+    assert c["name"] == "c27_m_de10-x255-n4d2-t10000-e2-s2"
+    assert json.loads((tmp_path / "o" / "convnet_budget.json").read_text())["input_scale"] == 255
+    runs.clear()
+    budget.main(common)
+    assert [(r["x"], r["name"]) for r in runs] == [
+        (2.0, "d10_m_de10-authors-class-n4d2-t10000-e2-s2"), (2.0, "c27_m_de10-n4d2-t10000-e2-s2")]
+    assert runs[0]["noise"] == pytest.approx(1 / 255)
+    with pytest.raises(SystemExit):
+        budget.main(common + ["--input-scale", "0"])
 
 
 def test_convnet_budget_headline_pairs_table2_dmn_rows_with_this_runs_convnets():
