@@ -23,6 +23,7 @@ import dataclasses
 import json
 import pathlib
 import sys
+import textwrap
 import time
 
 # (row label, spec, paper test %, paper training % or None), as printed: Table 2's "ConvNet
@@ -169,9 +170,10 @@ def plot(rec, path) -> None:
     import matplotlib.pyplot as plt
 
     rows = rec["rows"]
+    nrow = 1 if len(rows) == 1 else 2
     ncol = max(1, (len(rows) + 1) // 2)
-    fig, axes = plt.subplots(2, ncol, figsize=(2.6 * ncol + 0.6, 5.4), sharex=True,
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(2.6 * ncol + 0.6, 2.7 * nrow + 0.6),
+                             sharex=True, sharey=True, squeeze=False)
     for ax, (label, r) in zip(axes.ravel(), rows.items()):
         ep = range(1, len(r["val_curve"]) + 1)
         ax.plot(ep, r["val_curve"], "C0", lw=1, label="test")
@@ -185,13 +187,17 @@ def plot(rec, path) -> None:
     for ax in axes.ravel()[len(rows):]:
         ax.axis("off")
     axes[0, 0].legend(fontsize=6, title="dashed: paper", title_fontsize=6)
-    for ax in axes[-1]:
+    for ax in axes.ravel()[max(0, len(rows) - ncol):len(rows)]:  # each column's lowest panel
         ax.set_xlabel("epoch")
+        ax.xaxis.set_tick_params(labelbottom=True)
     for ax in axes[:, 0]:
         ax.set_ylabel("accuracy %")
     per = ", each seed its own subset" if rec.get("subset", "").startswith("each") else ""
-    fig.suptitle(f"CIFAR-10 on {rec['n_train']} training images, {rec['seeds']} seed(s) from "
-                 f"{rec['seed']}{per} (mean curves)", fontsize=9)
+    scale = f", images ×{rec['input_scale']:g}" if rec.get("input_scale", 1.0) != 1.0 else ""
+    title = (f"CIFAR-10 on {rec['n_train']} training images, {rec['seeds']} seed(s) from "
+             f"{rec['seed']}{per}{scale} (mean curves)")
+    # wrapped to the figure's width (two panels fit ~60 characters at this size)
+    fig.suptitle("\n".join(textwrap.wrap(title, 30 * ncol + 10)), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
