@@ -349,8 +349,9 @@ def test_fig1_checkpoint_dir_resumes_per_seed_and_arm(key, monkeypatch, tmp_path
     spent = time.perf_counter() - t
     assert calls == ["adam", "sgd", "gn"] * 2  # nothing retrained
     # wall_s = every kept piece's own time + this call's data loading (at most the call)
-    pieces = sum(ex._load(f)["wall_s"] for f in tmp_path.glob("fig1_*/*.pkl"))
-    assert len(list(tmp_path.glob("fig1_*/*.pkl"))) == 6 and pieces > 0
+    kept = list(tmp_path.glob("fig1_*/*.pkl"))
+    pieces = sum(ex._load(f)["wall_s"] for f in kept)
+    assert len(kept) == 6 and pieces > 0
     assert pieces <= again.wall_s <= pieces + spent
 
 
