@@ -290,9 +290,8 @@ def main(argv=None) -> int:
                     cfg = dataclasses.replace(cfg, input_noise=cfg.input_noise * args.input_scale)
                 tr = train_set(dseed)
                 xs = np.float32(args.input_scale)
-                r = train_and_evaluate(spec, np.asarray(tr.x) * xs, tr.y, np.asarray(te.x) * xs,
-                                       te.y,
-                                       10, key=key, config=cfg, epochs=args.epochs,
+                r = train_and_evaluate(spec, np.asarray(tr.x) * xs, tr.y,
+                                       np.asarray(te.x) * xs, te.y, 10, key=key, config=cfg, epochs=args.epochs,
                                        batch_size=128, eval_every_epoch=True, progress=False,
                                        train_eval_n=None, train_curve_n=args.train_curve_n,
                                        checkpoint_dir=ck)
