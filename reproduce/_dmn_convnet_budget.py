@@ -291,7 +291,8 @@ def main(argv=None) -> int:
                 tr = train_set(dseed)
                 xs = np.float32(args.input_scale)
                 r = train_and_evaluate(spec, np.asarray(tr.x) * xs, tr.y,
-                                       np.asarray(te.x) * xs, te.y, 10, key=key, config=cfg, epochs=args.epochs,
+                                       np.asarray(te.x) * xs, te.y, 10, key=key, config=cfg,
+                                       epochs=args.epochs,
                                        batch_size=128, eval_every_epoch=True, progress=False,
                                        train_eval_n=None, train_curve_n=args.train_curve_n,
                                        checkpoint_dir=ck)
