@@ -529,6 +529,42 @@ def test_lr_sweep_extends_past_an_edge_pick(key):
     assert low["extended"] == []
 
 
+def test_lr_sweep_stopped_mid_way_resumes_from_its_checkpoint(key, tmp_path, monkeypatch):
+    """checkpoint_dir: a sweep stopped after its first checkpoint resumes there (the steps
+    before it are not retrained) and gives the uninterrupted sweep's losses and pick."""
+    x = jax.random.normal(key, (48, 8))
+    y = jax.random.randint(jax.random.key(1), (48,), 0, 3)
+    params, frozen, P = ex.make_model(jax.random.key(2), 8, 1, 3, bottleneck=40,
+                                      first_linear=False)
+    arm = ex.Arm("sgd", optax.sgd, (1e-2, 0.1, 1.0))
+    kw = dict(steps=12, batch_size=16, rule="progress", key=key)
+    whole = ex.lr_sweep(arm, params, frozen, P, (x, y), **kw)
+    real_fit, seen = ex.fit, []
+
+    class Stop(Exception):
+        pass
+
+    def stopping_fit(*a, **k):  # the first call stops after its first checkpoint (step 4)
+        def cb(t, state, metrics):
+            seen.append(t)
+            if t >= 4 and len(seen) < 100:
+                raise Stop
+        return real_fit(*a, **k, callback=cb)
+
+    monkeypatch.setattr(ex, "fit", stopping_fit)
+    with pytest.raises(Stop):
+        ex.lr_sweep(arm, params, frozen, P, (x, y), checkpoint_dir=tmp_path,
+                    checkpoint_every=4, **kw)
+    assert (tmp_path / "lrs_0.01_0.1_1").is_dir()
+    seen.extend([0] * 100)  # the callback now only records
+    first = len(seen)
+    sw = ex.lr_sweep(arm, params, frozen, P, (x, y), checkpoint_dir=tmp_path,
+                     checkpoint_every=4, **kw)
+    assert seen[first:] and min(seen[first:]) > 4  # resumed at step 4, not from 0
+    np.testing.assert_allclose(sw["loss"], whole["loss"], rtol=1e-6)
+    assert sw["best"] == whole["best"]
+
+
 def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monkeypatch):
     """Sweeps and (arm, seed) runs are kept in a folder keyed without the seed count, so a
     3-seed run after a 1-seed run trains only seeds 1 and 2 and returns seed 0's run as it
@@ -543,6 +579,8 @@ def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monke
 
     def fake_sweep(arm, *a, **k):
         sweeps.append(arm.name)
+        k["checkpoint_dir"].mkdir(parents=True)  # as fit's mid-sweep checkpoints would
+        (k["checkpoint_dir"] / "step").write_text("x")
         return {"best": float(arm.lrs[0]), "state": None}
 
     def fake_train(cfg, arm, lr, prep, ks, *, progress, checkpoint_dir):
@@ -557,6 +595,8 @@ def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monke
     key = jax.random.key(3)
     r1 = ex.run_minibatch(cfg1, key=key, progress=False, checkpoint_dir=tmp_path)
     assert sweeps == ["adam"] and len(calls) == 2
+    assert not list(tmp_path.glob("*_sweep"))  # its mid-sweep checkpoints went once it was kept
+    assert len(list(tmp_path.glob("done_*/adam_sweep.pkl"))) == 1
     cfg3 = ex.dataclasses.replace(cfg1, seeds=3, scale_note="three seeds")
     r3 = ex.run_minibatch(cfg3, key=key, progress=False, checkpoint_dir=tmp_path)
     assert sweeps == ["adam"]                        # the sweep was reused
