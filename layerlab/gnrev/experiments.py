@@ -42,6 +42,7 @@ import pathlib
 import pickle
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,7 +55,13 @@ from jax.typing import ArrayLike
 from layerlab import data as lldata
 from layerlab import probes
 from layerlab.kernels import empirical_ntk
-from layerlab.loop import TrainStep, augment_inputs, fit
+from layerlab.loop import (
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    TrainStep,
+    augment_inputs,
+    fit,
+)
 from layerlab.record import Claim, Record, Row, row_from_values
 
 from ._gauss_newton import PinvConfig
@@ -449,9 +456,21 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
         states = jax.vmap(lambda lr: _init_state(arm, ts, params, lr))(jnp.asarray(rates))
         ck = None if checkpoint_dir is None else (
             pathlib.Path(checkpoint_dir) / ("lrs_" + "_".join(f"{float(r):.6g}" for r in rates)))
-        return fit(ts.step, states, data, key=key, steps=steps, batch_size=batch_size,
-                   runs=True, check_finite=False, progress=progress, desc=f"sweep {arm.name}",
-                   checkpoint_dir=ck, checkpoint_every=every, max_to_keep=1)
+        def run():
+            return fit(ts.step, states, data, key=key, steps=steps, batch_size=batch_size,
+                       runs=True, check_finite=False, progress=progress,
+                       desc=f"sweep {arm.name}", checkpoint_dir=ck, checkpoint_every=every,
+                       max_to_keep=1)
+        try:
+            return run()
+        except (CheckpointMismatchError, CheckpointCorruptError) as e:
+            # the folder is a cache of this sweep: one of another sweep (other data, init,
+            # steps) or one that does not restore is removed and the sweep starts over
+            warnings.warn(f"sweep {arm.name}: the checkpoint in {ck} is not this sweep's or "
+                          f"cannot be read ({type(e).__name__}); removing it and sweeping "
+                          "from step 0.", RuntimeWarning, stacklevel=2)
+            shutil.rmtree(ck, ignore_errors=True)
+            return run()
 
     states, hist = sweep(lrs)
     out = _pick(lrs, hist, steps, rule, peak)
@@ -1050,12 +1069,16 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
         ts = augment_step(_make_step(a, frozen, P, loss="ce", loss_after=True), cfg.augment,
                           prep.image_shape)
         state = _init_state(a, ts, cur, rate)
+        ck = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"phase{i}"
         if i == 0:
             if pfile is not None and pfile.exists():
                 rec.update(_load(pfile))
+                # loop.fit saves a step before it calls back: a stop while the probes of
+                # epoch e were computed leaves a checkpoint at e and no probe there, and a
+                # resume from e would never probe it.  Resume from the last probed epoch.
+                _drop_steps_after(ck, rec["probe_step"][-1])
             else:
                 record(0, state)
-        ck = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"phase{i}"
         st, hist = fit(ts.step, state, (xtr, ytr), key=jax.random.fold_in(ks, 2 + i),
                        epochs=ep, batch_size=cfg.batch_size, eval_fn=eval_fn,
                        eval_every=spe, eval_at_start=i == 0, progress=progress,
@@ -1073,6 +1096,16 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
     out.update({k: np.asarray(v) for k, v in rec.items()})
     out["w_rel"] = np.asarray(probes.tree_relative_change(cur, params))
     return out
+
+
+def _drop_steps_after(ck: pathlib.Path | None, step: int) -> None:
+    """Remove the ``loop.fit`` checkpoints in ``ck`` past ``step`` (a resume then starts from
+    the latest one at or before it; ``loop.fit`` cuts its history back to that step)."""
+    if ck is None or not ck.is_dir():
+        return
+    for p in ck.iterdir():
+        if p.is_dir() and p.name.isdigit() and int(p.name) > step:
+            shutil.rmtree(p)
 
 
 def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
@@ -1122,6 +1155,9 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
         sweep_file = None if done is None else done / f"{arm.name}_sweep.pkl"
         if sweep_file is not None and sweep_file.exists():
             sw = _load(sweep_file)
+            # a stop between keeping the sweep and removing its checkpoints left them
+            shutil.rmtree(pathlib.Path(checkpoint_dir) / f"{fp_runs}_{arm.name}_sweep",
+                          ignore_errors=True)
         elif len(arm.lrs) > 1:
             # a stopped sweep resumes mid-way from here (an epoch of six vmapped GN rates
             # at the paper's MNIST shape is ~17 min on a 2-core CPU)
@@ -1257,6 +1293,8 @@ def _train_seeds(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys
                                    checkpoint_dir=ck))
             if run_file is not None:
                 _dump(runs[-1], run_file)
+                if ck is not None:  # kept whole: its per-epoch checkpoints (~0.1-0.3 GB) go
+                    shutil.rmtree(ck, ignore_errors=True)
         if stop is not None and stop(runs[-1]):
             break
     return runs

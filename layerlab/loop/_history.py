@@ -44,14 +44,18 @@ def _to_py(x):
     if isinstance(x, np.generic):
         return _to_py(x.item())
     if isinstance(x, float) and not math.isfinite(x):
-        return None  # strict JSON has no NaN/Inf; history_from_jsonable maps None back to NaN
+        # strict JSON has no NaN/Inf: NaN -> None, +-Inf -> "inf" / "-inf" (a diverged run's
+        # overflow stays an overflow after a resume); history_from_jsonable maps them back
+        return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
     return x
 
 
 def history_to_jsonable(history: dict[str, Any]) -> dict[str, Any]:
     """Convert a history (numpy arrays, nested dicts) to plain lists/floats for ``json.dump``.
 
-    Non-finite floats become ``None`` (strict JSON); :func:`history_from_jsonable` inverts it.
+    NaN becomes ``None`` and ``±inf`` the strings ``"inf"`` / ``"-inf"`` (strict JSON);
+    :func:`history_from_jsonable` inverts both (files written before the strings existed
+    hold ``None`` for infinities too, read back as NaN).
     Extra keys (e.g. ``"early_stopping"``) are converted the same way.
     """
     return _to_py(history)
@@ -60,7 +64,8 @@ def history_to_jsonable(history: dict[str, Any]) -> dict[str, Any]:
 def _arr(v, dtype=np.float64):
     if v is None:
         return np.zeros((0,), dtype)
-    a = np.array([np.nan if e is None else e for e in _flat(v)], dtype=dtype)
+    a = np.array([np.nan if e is None else (float(e) if isinstance(e, str) else e)
+                  for e in _flat(v)], dtype=dtype)
     return a.reshape(_shape(v))
 
 

@@ -563,6 +563,55 @@ def test_lr_sweep_stopped_mid_way_resumes_from_its_checkpoint(key, tmp_path, mon
     assert seen[first:] and min(seen[first:]) > 4  # resumed at step 4, not from 0
     np.testing.assert_allclose(sw["loss"], whole["loss"], rtol=1e-6)
     assert sw["best"] == whole["best"]
+    # the folder now holds a finished sweep of other data: it is replaced, not resumed
+    other = ex.lr_sweep(arm, params, frozen, P, (2 * x, y), **kw)
+    with pytest.warns(RuntimeWarning, match="not this sweep's"):
+        again = ex.lr_sweep(arm, params, frozen, P, (2 * x, y), checkpoint_dir=tmp_path,
+                            checkpoint_every=4, **kw)
+    np.testing.assert_allclose(again["loss"], other["loss"], rtol=1e-6)
+
+
+def test_arm_run_stopped_while_probing_resumes_from_the_last_probed_epoch(key, tmp_path,
+                                                                        monkeypatch):
+    """loop.fit saves an epoch before its callback probes it: a stop while the probes of
+    epoch 2 are computed leaves a checkpoint at epoch 2 without its probe.  The resumed run
+    goes back to epoch 1, so every epoch is probed once and the run equals an uninterrupted
+    one."""
+    rng = np.random.default_rng(0)
+    prep = ex.Prepared(rng.normal(size=(64, 8)).astype(np.float32),
+                       np.eye(3)[rng.integers(0, 3, 64)].astype(np.float32),
+                       rng.normal(size=(16, 8)).astype(np.float32),
+                       np.eye(3)[rng.integers(0, 3, 16)].astype(np.float32),
+                       num_outputs=3, name="toy")
+    cfg = dataclasses.replace(ex.MinibatchConfig.smoke(), batch_size=16, epochs=3, depth=1,
+                              bottleneck=12, probe_n=8, ntk_n=4, n_eval_train=16)
+    arm = ex.Arm("adam", optax.adam, (1e-2,))
+    whole = ex._train_arm(cfg, arm, 1e-2, prep, key, progress=False, checkpoint_dir=None)
+    real, calls = ex._probe_fns, []
+
+    class Stop(Exception):
+        pass
+
+    def stopping_probe_fns(*a):
+        probe = real(*a)
+
+        def p(params):
+            calls.append(1)
+            if len(calls) == 3:  # epoch 0, epoch 1, then stop inside epoch 2's probe
+                raise Stop
+            return probe(params)
+        return p
+
+    monkeypatch.setattr(ex, "_probe_fns", stopping_probe_fns)
+    with pytest.raises(Stop):
+        ex._train_arm(cfg, arm, 1e-2, prep, key, progress=False, checkpoint_dir=tmp_path)
+    assert (tmp_path / "phase0" / "8").is_dir()  # epoch 2 was saved, its probe was not
+    res = ex._train_arm(cfg, arm, 1e-2, prep, key, progress=False, checkpoint_dir=tmp_path)
+    spe = 64 // 16
+    np.testing.assert_array_equal(res["probe_step"], [0, spe, 2 * spe, 3 * spe])
+    np.testing.assert_array_equal(res["probe_step"], whole["probe_step"])
+    for k in ("loss", "grams", "ntk", "w_cos", "eval_test_accuracy"):
+        np.testing.assert_allclose(res[k], whole[k], rtol=1e-5, atol=1e-7, err_msg=k)
 
 
 def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monkeypatch):

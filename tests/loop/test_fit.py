@@ -301,6 +301,35 @@ def test_nonfinite_raises_with_step_and_metric(key):
     assert np.isnan(h["train"]["loss"][-1]) and float(s) == 8.0
 
 
+def test_nonfinite_metrics_survive_json_and_a_resume(key, tmp_path):
+    """+inf, -inf and NaN metrics round-trip through the JSON history (strict JSON: None and
+    the strings "inf" / "-inf"), so a resumed run's history equals an uninterrupted one's."""
+    def step(s, batch, k):
+        s = s + 1.0
+        loss = jnp.where(s == 2, jnp.inf, jnp.where(s == 3, -jnp.inf,
+                                                    jnp.where(s == 4, jnp.nan, 1.0 / s)))
+        return s, {"loss": loss}
+
+    kw = dict(steps=8, key=key, progress=False, check_finite=False, chunk_size=2)
+    _, whole = loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), **kw)
+    js = json.loads(json.dumps(loop.history_to_jsonable(whole), allow_nan=False))
+    assert js["train"]["loss"][1:4] == ["inf", "-inf", None]
+    back = loop.history_from_jsonable(js)
+    np.testing.assert_array_equal(back["train"]["loss"], whole["train"]["loss"])  # NaN == NaN
+
+    def stop_at_6(t, state, metrics):  # after fit saved step 6
+        if t == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), checkpoint_dir=tmp_path,
+                 checkpoint_every=2, callback=stop_at_6, **kw)
+    _, resumed = loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), checkpoint_dir=tmp_path,
+                          checkpoint_every=2, **kw)
+    assert np.isposinf(resumed["train"]["loss"][1]) and np.isneginf(resumed["train"]["loss"][2])
+    np.testing.assert_array_equal(resumed["train"]["loss"], whole["train"]["loss"])
+
+
 def test_early_stopping_restore_best(key):
     # state counts updates; eval metric (t - target)^2 is minimal at t = target
     def step(s, batch, k):
