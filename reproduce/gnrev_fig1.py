@@ -62,8 +62,15 @@ def main(argv=None) -> int:
         over["bottleneck"] = None
         over["init_bottleneck"] = None
     if over:
+        base = cfg.scale_note
+        if args.no_bottleneck:  # the preset's note describes its bottleneck: say what runs
+            c = dataclasses.replace(cfg, **over)
+            base = (f"{base.split(':')[0] if ':' in base else 'reduced'}: {c.dataset} "
+                    f"n={c.n_train} images (paper 1024), no inverted bottleneck (V = I, "
+                    "d' = d/2, as the paper's Fig. 5; W with its own Xavier variance), "
+                    f"{c.steps} steps (paper 100), {c.seeds} seed(s) (paper 3)")
         cfg = dataclasses.replace(cfg, **over,
-                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
+                                  scale_note=(base + f"; overridden: {over}").strip("; "))
     rec = ex.run_fig1(cfg, key=jax.random.key(0), progress=not args.no_progress,
                       checkpoint_dir=_cli.checkpoint_dir(args), data_dir=args.data_dir)
     _cli.finish(args, rec, figure=lambda path: ex.plot_fig1(rec, path), argv=argv)

@@ -29,6 +29,28 @@ PAPER_TITLES = {
 }
 
 
+def _devices_label(rec: dict) -> str:
+    """The machine(s) behind a record's wall time: a record merged from parts run on several
+    machines (``extra.devices`` and ``extra.row_wall_s`` per part) names each machine with its
+    share; otherwise the machine that wrote the record."""
+    extra = rec.get("extra") or {}
+    devices, walls = extra.get("devices"), extra.get("row_wall_s")
+    if isinstance(devices, dict) and isinstance(walls, dict) and devices:
+        share: dict[str, float] = {}
+        for part, devs in devices.items():
+            kinds = devs if isinstance(devs, list) else [devs]
+            if len(set(kinds)) != 1 or part not in walls:
+                break  # a part on several machines: no clean split
+            share[kinds[0]] = share.get(kinds[0], 0.0) + float(walls[part])
+        else:
+            if len(share) > 1:
+                return "summed over parts: " + ", ".join(
+                    f"{k} {v / 60:.1f} min" for k, v in sorted(share.items()))
+            if share:
+                return next(iter(share))
+    return rec.get("machine", {}).get("device_kind", "")
+
+
 def _fmt(v):
     if v is None:
         return "–"
@@ -113,7 +135,7 @@ def _entry(rec_path, s, paper, out, details, counts):
             wall = rec.get("wall_s")
             wall_s = ("–" if wall is None
                       else f"{wall / 60:.1f} min" if wall >= 120 else f"{wall:.0f} s")
-            dev = rec.get("machine", {}).get("device_kind", "")
+            dev = _devices_label(rec)
             out.append(f"| [{artifact}](../results/{paper}/{artifact}.json) | `{s.name}` | "
                        f"`{rec.get('command') or cmd.strip('`')}` | {rec['scale']} | "
                        f"{held}/{len(judged)} | {cl_held}/{len(cl)} | {wall_s}"

@@ -208,6 +208,24 @@ def test_gnrev_fig1_no_bottleneck_keeps_the_nets_own_init(monkeypatch, tmp_path)
     assert cfg.bottleneck is None and cfg.init_bottleneck is None
     assert ex.init_w_scale(3072, cfg.bottleneck, cfg.init_bottleneck) == 1.0
     assert "overridden" in cfg.scale_note
+    # the note says what runs (it once kept the d'=1024 preset's "d'=1024 ... d'=8000 variance")
+    assert "no inverted bottleneck" in cfg.scale_note and "d'=1024" not in cfg.scale_note
+    assert "1 seed(s)" in cfg.scale_note
+
+
+def test_index_names_each_machine_of_a_record_merged_from_parts():
+    from reproduce.make_index import _devices_label
+    rec = {"machine": {"device_kind": "cpu"},
+           "extra": {"devices": {"a": ["cpu"], "b": ["H100"], "c": ["H100"]},
+                     "row_wall_s": {"a": 600.0, "b": 60.0, "c": 120.0}}}
+    assert _devices_label(rec) == "summed over parts: H100 3.0 min, cpu 10.0 min"
+    one = {"machine": {"device_kind": "cpu"},
+           "extra": {"devices": {"a": ["H100"]}, "row_wall_s": {"a": 60.0}}}
+    assert _devices_label(one) == "H100"
+    mixed = {"machine": {"device_kind": "cpu"},  # a part on two machines: the writer's
+             "extra": {"devices": {"a": ["cpu", "H100"]}, "row_wall_s": {"a": 60.0}}}
+    assert _devices_label(mixed) == "cpu"
+    assert _devices_label({"machine": {"device_kind": "cpu"}}) == "cpu"
 
 
 def test_gnrev_variants_seed_override_recounts_the_note(monkeypatch):
