@@ -144,6 +144,18 @@ def finish(args: argparse.Namespace, record: Any, *,
     d = out_dir(args)
     named = args.out is not None and pathlib.Path(args.out).suffix == ".json"
     stem = out_stem(args) if named else record.artifact + variant
+    if record.rows and all(r.ours is None for r in record.rows):
+        # nothing ran (e.g. a data set the user supplies is absent): say why on the console,
+        # and never write such a record over the committed one by default
+        why = next((r.note for r in record.rows if r.note), "") or "no row produced a number"
+        lines = why.removeprefix("not run: ").splitlines()
+        print(f"{args._paper_name} {args._artifact}: no row ran -- " + "\n  ".join(
+            [lines[0], *(ln for ln in lines[1:] if ln.startswith("Fetch"))]), file=sys.stderr)
+        if args.out is None and (args.paper or args.record):
+            print(f"not written: {d / (stem + '.json')} is kept as it is (a record in which no "
+                  "row ran would replace it); get the data first, or pass --out FILE.json to "
+                  "write such a record elsewhere.", file=sys.stderr)
+            raise SystemExit(1)
     path = write_record(record, d, stem=stem)
     if figure is not None:
         figure(d / f"{stem}.png")

@@ -9,6 +9,12 @@ and BMNIST on a GPU, CIFAR on a CPU) leave per-row parts in ``<out>/table1_parts
 
     python -m reproduce.dgl_table1 --paper --rows mnist,bmnist   # GPU
     python -m reproduce.dgl_table1 --record --rows cifar          # CPU, reduced CIFAR row
+    python -m reproduce.dgl_table1                                # the same, to scratch/
+
+Without ``--paper`` (``Table1Config.cpu()``): the CIFAR row at N = 2000, widths capped at 256,
+3 seeds, 300 Adam steps per LEGO layer (tens of minutes per seed on a 2-core CPU; ``--smoke``
+takes seconds).  With ``--paper`` all five rows at the paper's N and widths (a GPU: an MNIST10k
+row 5-6 min on an H100; the BMNIST rows 28-55 min per seed on a 2-core CPU).
 """
 from __future__ import annotations
 
@@ -23,17 +29,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cli.parser("dgl", "table1", __doc__)
     p.add_argument("--rows", default=None,
                    help="comma list of rows: mnist, cifar, bmnist or ids like mnist-2x2000 "
-                   "(default: the configuration's)")
-    p.add_argument("--n-mnist", type=int, default=None, help="MNIST10k training size")
-    p.add_argument("--n-cifar", type=int, default=None, help="CIFAR10_10k training size")
-    p.add_argument("--n-bmnist", type=int, default=None, help="BMNIST2k training size")
+                   "(default: all five with --paper, cifar-5x2000 without)")
+    p.add_argument("--n-mnist", type=int, default=None,
+                   help="MNIST10k training size (default: 10000 with --paper, 2000 without)")
+    p.add_argument("--n-cifar", type=int, default=None,
+                   help="CIFAR10_10k training size (default: 10000 with --paper, 2000 without)")
+    p.add_argument("--n-bmnist", type=int, default=None,
+                   help="BMNIST2k training size (default: 2000)")
     p.add_argument("--max-width", type=int, default=None,
-                   help="cap on the paper's widths (0: no cap)")
-    p.add_argument("--e2e-epochs", type=int, default=None, help="end-to-end epochs")
-    p.add_argument("--dgl-steps", type=int, default=None, help="Adam steps per LEGO layer")
+                   help="cap on the paper's widths (0: no cap; default: none "
+                   "with --paper, 256 without)")
+    p.add_argument("--e2e-epochs", type=int, default=None, help="end-to-end epochs (default: 30)")
+    p.add_argument("--dgl-steps", type=int, default=None,
+                   help="Adam steps per LEGO layer (default: 1000 with --paper, 300 without)")
     p.add_argument("--dgl-batch", default=None,
-                   help="points per DGL step (an int, or 'full' for the full-N DGL)")
-    p.add_argument("--eps-rel", type=float, default=None, help="eps^2 / mean diag K")
+                   help="points per DGL step (an int, or 'full' for the full-N DGL; "
+                   "default: 1000 with --paper, 500 without)")
+    p.add_argument("--eps-rel", type=float, default=None,
+                   help="eps^2 / mean diag K (default: 0.01)")
     p.add_argument("--full-n", default=None,
                    help="rows (as --rows) on which to compare full-N vs mini-batch LEGO; "
                    "'none' for none (not part of --smoke: add --full-n bmnist-2x20 to exercise "

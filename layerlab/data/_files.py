@@ -92,15 +92,21 @@ def not_found_error(
     where = (
         f"data_dir={str(data_dir)!r}"
         if data_dir is not None
-        else f"${ENV_VAR}={os.environ.get(ENV_VAR, '')!r}, ./data and <repo>/../shared/data"
+        else (f"${ENV_VAR}={os.environ[ENV_VAR]!r}, " if os.environ.get(ENV_VAR)
+              else f"${ENV_VAR} (unset), ") + "./data and <repo>/../shared/data"
     )
+    from layerlab.data._registry import DOWNLOADABLE
+
+    fetch = ([f"Fetch and verify it with: python -m layerlab.data download {name} "
+              "[--data-dir <dir>]"] if name in DOWNLOADABLE else [])
     lines = [
         f"Dataset {name!r} not found (searched {where}).",
+        *fetch,
         "Looked for:",
         *[f"  {p}" for p in looked],
         "Expected, under a data directory <dir>:",
         *[f"  {e}" for e in expected],
-        f"How to get it: {how}",
+        f"How to get it by hand: {how}",
         f"Then pass data_dir='<dir>' to layerlab.data.load, or set {ENV_VAR}=<dir> "
         "(several directories separated by os.pathsep are searched in order).",
     ]

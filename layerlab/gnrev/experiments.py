@@ -286,10 +286,11 @@ def load_regression(name: str, *, seed: int = 0,
         te = lldata.load(name, "test", seed=seed, data_dir=data_dir)
     except (FileNotFoundError, lldata.DatasetNotFoundError) as err:
         raise FileNotFoundError(
-            f"regression dataset {name!r} not found ({err}). For 'superconductivity' download "
-            "the UCI 'Superconductivty Data' archive (train.csv, 21263 rows x 82 columns) and "
-            "put it where layerlab.data looks (see layerlab.data.data_roots(); pass "
-            "--data-dir DIR or set LAYERLAB_DATA)."
+            f"regression dataset {name!r} not found ({err}). For 'superconductivity': "
+            "python -m layerlab.data download superconductivity [--data-dir DIR], or put the "
+            "UCI 'Superconductivty Data' archive (train.csv, 21263 rows x 82 columns) where "
+            "layerlab.data looks (see layerlab.data.data_roots(); pass --data-dir DIR or set "
+            "LAYERLAB_DATA)."
         ) from err
     xtr = np.asarray(lldata.flatten(tr.x), np.float64)
     xte = np.asarray(lldata.flatten(te.x), np.float64)
@@ -1941,10 +1942,13 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
         pathlib.Path(checkpoint_dir)
         / f"appM_{_fingerprint(dataclasses.replace(cfg, seeds=0, scale_note=''), kd)}")
     wall, new = 0.0, 0.0  # all pieces' own times / this call's new pieces' times
+    # every data set loaded before any training: a missing one (superconductivity is supplied
+    # by the user) stops the run at once, not after the others' minutes of training
+    preps = {name: load_regression(name, data_dir=data_dir) for name in cfg.datasets}
     for name in cfg.datasets:
         replaced: dict[str, list] = {}
         replaced_all[name] = replaced
-        prep = load_regression(name, data_dir=data_dir)
+        prep = preps[name]
         dim, dp = prep.x_train.shape[1], cfg.bottleneck[name]
         nfb = min(cfg.fullbatch_n, len(prep.x_train))
         xfb, yfb = jnp.asarray(prep.x_train[:nfb]), jnp.asarray(prep.y_train[:nfb])

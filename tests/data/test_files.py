@@ -252,6 +252,7 @@ def test_missing_dataset_error_is_helpful(tmp_path):
     assert "cifar-100-python/{train, test, meta}" in msg  # what it expects
     assert "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz" in msg  # how to get it
     assert "LAYERLAB_DATA" in msg
+    assert "python -m layerlab.data download cifar100" in msg  # the built-in fetch
     for name, url in [
         ("mnist", "yann.lecun.com"),
         ("superconductivity", "archive.ics.uci.edu"),

@@ -44,9 +44,17 @@ def test_certificate_rows_and_diverged_rows():
     assert bad.ours is None and "1 of 2 seeds" in bad.note
 
 
-def test_superconductivity_missing_gives_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="superconductivity.*train.csv"):
+def test_superconductivity_missing_gives_a_clear_error(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="superconductivity.*train.csv") as err:
         ex.load_regression("superconductivity", data_dir=str(tmp_path))
+    assert "python -m layerlab.data download superconductivity" in str(err.value)
+    # App. M with it missing stops before training anything (wine comes first in the list)
+    trained = []
+    monkeypatch.setattr(ex, "lr_sweep", lambda *a, **k: trained.append(1))
+    cfg = dataclasses.replace(ex.RegressionConfig(), datasets=("wine", "superconductivity"))
+    with pytest.raises(FileNotFoundError, match="superconductivity"):
+        ex.run_appM(cfg, key=jax.random.key(0), progress=False, data_dir=str(tmp_path))
+    assert trained == []
 
 
 def test_largest_stable_rejects_a_rate_whose_loss_spikes_then_recovers(key):

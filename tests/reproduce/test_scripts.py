@@ -251,3 +251,43 @@ def test_gnrev_variants_seed_override_recounts_the_note(monkeypatch):
     assert ", 3 seeds," in b.scale_note and ", 5 epochs," in b.scale_note
     assert ", 1 seed," in c.scale_note and ", 5 epochs," in c.scale_note
     assert ", 10 epochs," in a.scale_note and "10 epochs" not in b.scale_note + c.scale_note
+
+
+def test_a_paper_run_in_which_no_row_ran_keeps_the_committed_record(tmp_path, capsys):
+    """dmn_table5 --paper without the CIFAR-100 files: every row is not run, so the script
+    says why on stderr (with the download command) and exits 1 without writing over
+    results/dmn/table5.json."""
+    from reproduce import dmn_table5
+
+    rec = REPO / "results" / "dmn" / "table5.json"
+    before = rec.read_bytes()
+    with pytest.raises(SystemExit) as e:
+        dmn_table5.main(["--paper", "--data-dir", str(tmp_path), "--no-progress",
+                         "--checkpoint-dir", str(tmp_path / "ck")])
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    assert "dmn table5: no row ran -- Dataset 'cifar100' not found" in err
+    assert "python -m layerlab.data download cifar100" in err
+    assert "not written" in err and "table5.json" in err
+    assert rec.read_bytes() == before
+
+
+def test_dgl_table1_help_states_the_configurations_defaults():
+    """The defaults written in dgl_table1's --help (parsed before JAX is imported, so typed
+    out) are the configurations' own."""
+    from layerlab.dgl.experiments import Table1Config
+    from reproduce import dgl_table1
+
+    helps = {a.dest: " ".join(a.help.split()) for a in dgl_table1.build_parser()._actions
+             if a.help}
+    paper, cpu = Table1Config.paper(), Table1Config.cpu()
+    for dest, field in (("n_mnist", "n_mnist"), ("n_cifar", "n_cifar"),
+                        ("dgl_steps", "dgl_steps"), ("dgl_batch", "dgl_batch")):
+        assert (f"default: {getattr(paper, field)} with --paper, {getattr(cpu, field)} without"
+                in helps[dest]), dest
+    assert paper.n_bmnist == cpu.n_bmnist and f"default: {paper.n_bmnist})" in helps["n_bmnist"]
+    assert paper.e2e_epochs == cpu.e2e_epochs and f"(default: {cpu.e2e_epochs})" in helps[
+        "e2e_epochs"]
+    assert paper.eps_rel == cpu.eps_rel and f"(default: {cpu.eps_rel})" in helps["eps_rel"]
+    assert paper.max_width is None and "256 without" in helps["max_width"] and cpu.max_width == 256
+    assert cpu.rows == ("cifar-5x2000",) and len(paper.rows) == 5
