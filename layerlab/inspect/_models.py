@@ -61,12 +61,17 @@ class Inspectable(NamedTuple):
         variances ``[D + 1]`` of the network above each representation (mean-field, Sec. V of
         Ben-David & Ringel 2019), or ``None``; layers without an entry use the configured
         default ReLU top network (:class:`layerlab.inspect.TopNetwork`).
+      trainable: ``trainable(params) -> (theta, rebuild)``, the part of ``params`` the NTK
+        differentiates (``theta``) and ``rebuild(theta) -> params``, or ``None`` (all of
+        ``params``).  The linen and NNX adapters set it so that BatchNorm statistics, RNG
+        counters and other non-trainable state are held fixed, not differentiated.
     """
 
     features: FeaturesFn
     apply: Callable[[Any, jax.Array], jax.Array] | None = None
     weights: Callable[[Any], Mapping[str, jax.Array]] | None = None
     top_variances: Callable[[Any], Mapping[str, LayerVariances]] | None = None
+    trainable: Callable[[Any], tuple[Any, Callable[[Any], Any]]] | None = None
 
 
 # ----------------------------------------------------------------------------- paths
@@ -287,7 +292,12 @@ def from_linen(
         out.pop("output", None)  # the model's own output (captured by some filters)
         return out
 
-    return Inspectable(features=features, apply=lambda p, x: model.apply(_vars(p), x, **kw))
+    def trainable(params):  # the NTK is taken w.r.t. "params" only (not batch_stats, ...)
+        v = _vars(params)
+        return v["params"], lambda theta: {**v, "params": theta}
+
+    return Inspectable(features=features, apply=lambda p, x: model.apply(_vars(p), x, **kw),
+                       trainable=trainable)
 
 
 def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
@@ -299,6 +309,14 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
     method_outputs=nnx.Intermediate)``: values sown with ``self.sow(nnx.Intermediate, name, h)``
     and, with ``capture=True``, the ``__call__`` outputs of every ``nnx.Linear``/``nnx.Conv``
     sub-module, named by attribute path (``"l1"``, ``"blocks/0/conv"``).
+
+    The train/eval mode is the model's when the adapter is built (``nnx.split`` puts flags such
+    as ``use_running_average`` and ``deterministic`` in the graph definition): call
+    ``model.eval()`` (or ``model.train()``) *before* ``from_nnx(model)``.  Each call merges a
+    copy of ``state``, so the caller's state and model are never updated (BatchNorm statistics
+    in train mode, RNG counters).  Layers are reported in call order (read off the traced
+    program), not in the alphabetical order of ``nnx.State``.  The NTK differentiates the
+    ``nnx.Param`` leaves only.
 
     Args:
       model: an ``nnx.Module``.  capture: also report the Linear/Conv outputs.
@@ -317,19 +335,63 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
         if path and isinstance(m, layer_types):
             layer_paths.add(name)
 
-    def features(state, x):
-        mod = nnx.merge(graphdef, state)
+    def keep(k: str) -> bool:
+        """Linear/Conv outputs and sown values; not the outputs of containers or the root.  A
+        module called twice reports ``<path>/0``, ``<path>/1``: judged by ``<path>``."""
+        if k == "output":
+            return False
+        parts = k.split("/")
+        while True:
+            name = "/".join(parts)
+            if name in layer_paths:
+                return True
+            if name in module_paths:
+                return False
+            if len(parts) > 1 and parts[-1].isdigit():
+                parts = parts[:-1]
+                continue
+            return True
+
+    def raw_features(state, x):
+        mod = nnx.merge(graphdef, state, copy=True)  # never updates the caller's Variables
         if capture:
             _, inter = nnx.capture(mod, nnx.Intermediate, method_outputs=nnx.Intermediate)(x)
         else:
             _, inter = nnx.capture(mod, nnx.Intermediate)(x)
         raw: dict[str, jax.Array] = {}
         _walk(inter, (), raw)
-        # keep Linear/Conv outputs and sown values; drop the outputs of containers and the root
-        return {k: h for k, h in raw.items()
-                if k != "output" and (k in layer_paths or k not in module_paths)}
+        return {k: h for k, h in raw.items() if keep(k)}
+
+    def features(state, x):
+        raw = raw_features(state, x)
+        return {k: raw[k] for k in _call_order(raw_features, state, x, list(raw))}
 
     def apply(state, x):  # under capture, so sown values do not leak into the module
-        return nnx.capture(nnx.merge(graphdef, state), nnx.Intermediate)(x)[0]
+        return nnx.capture(nnx.merge(graphdef, state, copy=True), nnx.Intermediate)(x)[0]
 
-    return Inspectable(features=features, apply=apply)
+    def trainable(state):  # the NTK is taken w.r.t. the nnx.Param leaves only
+        theta, rest = nnx.split_state(state, nnx.Param, ...)
+        return theta, lambda t: nnx.merge_state(t, rest)
+
+    return Inspectable(features=features, apply=apply, trainable=trainable)
+
+
+def _call_order(fn: Callable[[Any, jax.Array], Mapping[str, jax.Array]], params, x,
+                names: list[str]) -> list[str]:
+    """``names`` (the keys of ``fn(params, x)``) sorted by where the traced program computes
+    each value: a jaxpr lists its equations in execution order.  Values computed inside one
+    call (e.g. a jitted sub-module) or passed through from the inputs keep their given order.
+    """
+    def outputs(p, xx):
+        r = fn(p, xx)  # one run of the model
+        return [r[k] for k in names]
+
+    jaxpr = jax.make_jaxpr(outputs)(params, x).jaxpr
+    where: dict[Any, int] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for v in eqn.outvars:
+            where[v] = i
+    from jax.extend.core import Var
+
+    pos = [where.get(v, -1) if isinstance(v, Var) else -1 for v in jaxpr.outvars]
+    return [n for _, _, n in sorted(zip(pos, range(len(names)), names, strict=True))]

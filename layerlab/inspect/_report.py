@@ -294,6 +294,12 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
 
 def _targets(y, n: int, config: InspectConfig) -> jax.Array:
     y = jnp.asarray(y)
+    given = y.shape
+    if y.ndim != 1 and jnp.issubdtype(y.dtype, jnp.integer):
+        raise ValueError(
+            f"y: integer array of shape {given}; pass class labels as [n] "
+            "(e.g. y.ravel()) or regression / one-hot targets as a float [n, C] array."
+        )
     if y.ndim == 1 and jnp.issubdtype(y.dtype, jnp.integer):
         if config.num_classes is None:
             raise ValueError(
@@ -301,11 +307,18 @@ def _targets(y, n: int, config: InspectConfig) -> jax.Array:
                 "[n, C])."
             )
         c = config.num_classes
+        if _is_concrete(y) and y.size:  # numpy: inside a jit trace jnp.min would be traced
+            lo, hi = int(np.min(np.asarray(y))), int(np.max(np.asarray(y)))
+            if not (0 <= lo and hi < c):
+                raise ValueError(
+                    f"y: labels must lie in [0, num_classes) = [0, {c}); got values from {lo} "
+                    f"to {hi} (one_hot would silently give zero rows)."
+                )
         y = jax.nn.one_hot(y, c, dtype=jnp.float32) - 1.0 / c
     elif y.ndim == 1:
         y = y[:, None]
     if y.ndim != 2 or y.shape[0] != n:
-        raise ValueError(f"y: expected [n] labels or [n, C] targets with n = {n}, got {y.shape}.")
+        raise ValueError(f"y: expected [n] labels or [n, C] targets with n = {n}, got {given}.")
     return y
 
 
@@ -317,7 +330,11 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
             "'ntk_target_alignment' from InspectConfig.diagnostics."
         )
     m = x.shape[0] if config.ntk_samples is None else min(config.ntk_samples, x.shape[0])
-    return kernels.empirical_ntk(model.apply, params, x[:m], method=config.ntk_method)
+    if model.trainable is None:
+        return kernels.empirical_ntk(model.apply, params, x[:m], method=config.ntk_method)
+    theta, rebuild = model.trainable(params)  # non-trainable state (BatchNorm stats) held fixed
+    return kernels.empirical_ntk(lambda t, xx: model.apply(rebuild(t), xx), theta, x[:m],
+                                 method=config.ntk_method)
 
 
 def make_reference(

@@ -120,3 +120,118 @@ def test_layers_and_revmlp_adapters():
     ws = rev.weights(params)
     assert list(ws) == [f"block_{i}/{k}" for i in (1, 2, 3) for k in ("w1", "w2")]
     np.testing.assert_array_equal(ws["block_2/w2"], params["w2"][1])
+
+
+class NNXBNDrop(nnx.Module):
+    """Call order z_first -> post (sown) -> a_second: not the alphabetical order."""
+
+    def __init__(self, rngs):
+        self.z_first = nnx.Linear(5, 8, rngs=rngs)
+        self.bn = nnx.BatchNorm(8, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.a_second = nnx.Linear(8, 3, rngs=rngs)
+
+    def __call__(self, x):
+        h = jax.nn.relu(self.bn(self.z_first(x)))
+        self.sow(nnx.Intermediate, "post", h)
+        return self.a_second(self.drop(h))
+
+
+class Blk(nnx.Module):
+    def __init__(self, rngs):
+        self.lin = nnx.Linear(4, 4, rngs=rngs)
+
+    def __call__(self, x):
+        return jnp.tanh(self.lin(x))
+
+
+class Twice(nnx.Module):
+    def __init__(self, rngs):
+        self.inp = nnx.Linear(5, 4, rngs=rngs)
+        self.blk = Blk(rngs)
+
+    def __call__(self, x):
+        return self.blk(self.blk(self.inp(x)))
+
+
+def _jacobian(apply, theta, x):
+    """Brute force: the Jacobian [n, k, P] of the outputs w.r.t. the flattened theta."""
+    import jax.flatten_util
+
+    flat, unravel = jax.flatten_util.ravel_pytree(theta)
+    J = jax.jacobian(lambda f: apply(unravel(f), x))(flat)  # [n, k, P]
+    return np.asarray(J)
+
+
+def _target_alignment(J, labels):
+    """A(Theta, yy^T) with Theta = sum_k J_k J_k^T / k, both centred (the report's rule)."""
+    K = np.einsum("akp,bkp->ab", J, J)
+    y = np.asarray(jax.nn.one_hot(labels, 3) - 1 / 3)
+    Kc = K - K.mean(0) - K.mean(1)[:, None] + K.mean()
+    Y = y @ y.T
+    return (Kc * Y).sum() / np.linalg.norm(Kc) / np.linalg.norm(Y)
+
+
+def test_nnx_layers_in_call_order_state_untouched_and_ntk_over_params_only():
+    model = NNXBNDrop(nnx.Rngs(0))
+    model.eval()  # the mode is read when the adapter is built
+    insp = inspect.from_nnx(model)
+    _, state = nnx.split(model)
+    x = jax.random.normal(jax.random.key(1), (N, 5))
+    feats = insp.features(state, x)
+    assert list(feats) == ["z_first", "post", "a_second"]  # call order, not alphabetical
+    mean0 = np.asarray(model.bn.mean.get_value())
+    # a train-mode adapter (BatchNorm updates its statistics, Dropout draws): the caller's
+    # model and state are not updated, and two eager calls agree
+    model_t = NNXBNDrop(nnx.Rngs(0))
+    model_t.train()
+    insp_t = inspect.from_nnx(model_t)
+    _, st_t = nnx.split(model_t)
+    a = insp_t.features(st_t, x)
+    b = insp_t.features(st_t, x)
+    np.testing.assert_array_equal(model_t.bn.mean.get_value(), mean0)
+    np.testing.assert_array_equal(st_t["bn"]["mean"].get_value(), mean0)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+    # the NTK differentiates the nnx.Param leaves only (BatchNorm statistics and the dropout
+    # RNG counter held fixed): equal to a brute-force Jacobian over the Params
+    cfg = inspect.InspectConfig(diagnostics=("ntk_target_alignment",), num_classes=3,
+                                ntk_method="jacobian", ntk_samples=6)
+    rep = inspect.layer_report(insp, state, x, _labels(), config=cfg)
+    theta, rest = nnx.split_state(state, nnx.Param, ...)
+    J = _jacobian(lambda t, xx: insp.apply(nnx.merge_state(t, rest), xx), theta, x[:6])
+    np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]),
+                               _target_alignment(J, _labels()[:6]), rtol=1e-4)
+
+
+def test_nnx_module_called_twice_is_not_a_layer():
+    model = Twice(nnx.Rngs(0))
+    _, state = nnx.split(model)
+    x = jax.random.normal(jax.random.key(2), (N, 5))
+    feats = inspect.from_nnx(model).features(state, x)
+    assert list(feats) == ["inp", "blk/lin/0", "blk/lin/1"]  # the container's outputs dropped
+    h0 = feats["inp"]
+    np.testing.assert_allclose(feats["blk/lin/1"], model.blk.lin(jnp.tanh(model.blk.lin(h0))),
+                               atol=1e-5)
+
+
+def test_linen_ntk_holds_batch_stats_fixed():
+    class BNNet(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.BatchNorm(use_running_average=True)(nn.Dense(6)(x))
+            return nn.Dense(3)(jax.nn.relu(h))
+
+    x = jax.random.normal(jax.random.key(3), (N, 5))
+    model = BNNet()
+    variables = model.init(jax.random.key(4), x)
+    variables = {**variables, "batch_stats": jax.tree.map(
+        lambda v: v + 0.3, variables["batch_stats"])}  # non-trivial running statistics
+    insp = inspect.from_linen(model)
+    cfg = inspect.InspectConfig(diagnostics=("ntk_target_alignment",), num_classes=3,
+                                ntk_method="jacobian", ntk_samples=6)
+    got = float(inspect.layer_report(insp, variables, x, _labels(),
+                                     config=cfg).model_values["ntk_target_alignment"])
+    J = _jacobian(lambda p, xx: model.apply({**variables, "params": p}, xx),
+                  variables["params"], x[:6])
+    np.testing.assert_allclose(got, _target_alignment(J, _labels()[:6]), rtol=1e-4)
