@@ -272,13 +272,22 @@ def from_linen(
       model: a ``flax.linen.Module``.
       capture: ``True`` (Dense/Conv outputs), ``False`` (sown values only) or a linen
         filter ``(module, method_name) -> bool``.
-      apply_kwargs: extra keyword arguments for ``model.apply`` (e.g. ``{"train": False}``).
+      apply_kwargs: extra keyword arguments for ``model.apply`` (e.g. ``{"train": False}``);
+        ``"mutable"`` names collections the model updates in that mode (e.g. ``{"train":
+        True, "mutable": ["batch_stats"]}`` for BatchNorm on the batch's statistics): they are
+        made mutable and their updates discarded (the caller's variables are never changed).
 
     Returns:
       :class:`Inspectable`; ``params`` is the linen variables dict (``{"params": ...}``; a bare
       params tree is wrapped).
     """
     kw = dict(apply_kwargs or {})
+    extra = kw.pop("mutable", ())
+    extra = [extra] if isinstance(extra, str) else list(extra)
+    if any(m in (True, False) for m in extra) or "intermediates" in extra:
+        raise ValueError(
+            "from_linen: apply_kwargs['mutable'] must name the collections the model updates "
+            f"(e.g. ['batch_stats']), without 'intermediates'; got {extra!r}.")
     flt = _default_linen_filter if capture is True else capture
 
     def _vars(params):
@@ -286,7 +295,7 @@ def from_linen(
 
     def features(params, x):
         _, state = model.apply(_vars(params), x, capture_intermediates=flt,
-                               mutable=["intermediates"], **kw)
+                               mutable=["intermediates", *extra], **kw)
         out: dict[str, jax.Array] = {}
         _walk(state.get("intermediates", {}), (), out)
         out.pop("output", None)  # the model's own output (captured by some filters)
@@ -296,8 +305,12 @@ def from_linen(
         v = _vars(params)
         return v["params"], lambda theta: {**v, "params": theta}
 
-    return Inspectable(features=features, apply=lambda p, x: model.apply(_vars(p), x, **kw),
-                       trainable=trainable)
+    def apply(params, x):
+        if extra:
+            return model.apply(_vars(params), x, mutable=extra, **kw)[0]
+        return model.apply(_vars(params), x, **kw)
+
+    return Inspectable(features=features, apply=apply, trainable=trainable)
 
 
 def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:

@@ -235,3 +235,30 @@ def test_linen_ntk_holds_batch_stats_fixed():
     J = _jacobian(lambda p, xx: model.apply({**variables, "params": p}, xx),
                   variables["params"], x[:6])
     np.testing.assert_allclose(got, _target_alignment(J, _labels()[:6]), rtol=1e-4)
+
+
+def test_linen_train_mode_with_mutable_batch_stats():
+    """apply_kwargs={"train": True, "mutable": ["batch_stats"]}: BatchNorm normalises with the
+    batch's own statistics, the updates are discarded, the caller's variables unchanged."""
+    class BNNet(nn.Module):
+        @nn.compact
+        def __call__(self, x, train):
+            h = nn.Dense(6)(x)
+            self.sow("intermediates", "pre", h)
+            h = nn.BatchNorm(use_running_average=not train, epsilon=1e-5)(h)
+            self.sow("intermediates", "bn", h)
+            return nn.Dense(3)(jax.nn.relu(h))
+
+    x = jax.random.normal(jax.random.key(3), (N, 5))
+    model = BNNet()
+    variables = model.init(jax.random.key(4), x, train=False)
+    before = jax.tree.map(np.asarray, variables)
+    insp = inspect.from_linen(model, apply_kwargs={"train": True, "mutable": ["batch_stats"]})
+    f = insp.features(variables, x)
+    pre = np.asarray(f["pre"])
+    want = (pre - pre.mean(0)) / np.sqrt(pre.var(0) + 1e-5)  # scale 1, bias 0 at init
+    np.testing.assert_allclose(f["bn"], want, atol=1e-4)
+    assert insp.apply(variables, x).shape == (N, 3)
+    jax.tree.map(np.testing.assert_array_equal, before, jax.tree.map(np.asarray, variables))
+    with pytest.raises(ValueError, match="without 'intermediates'"):
+        inspect.from_linen(model, apply_kwargs={"mutable": ["intermediates"]})
