@@ -132,10 +132,11 @@ def effective_rank(s: ArrayLike) -> jax.Array:
     """
     s = _spectrum(s, "effective_rank")
     total = jnp.sum(s)
-    p = s / jnp.where(total > 0, total, 1.0)
+    zero = total == 0  # (not "<= 0": a NaN spectrum gives NaN, not 0, under jit too)
+    p = s / jnp.where(zero, 1.0, total)
     safe = jnp.where(p > 0, p, 1.0)
-    erank = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(safe), 0.0)))
-    return jnp.where(total > 0, erank, 0.0)
+    erank = jnp.exp(-jnp.sum(jnp.where(p > 0, p * jnp.log(safe), jnp.where(p == 0, 0.0, p))))
+    return jnp.where(zero, 0.0, erank)
 
 
 def stable_rank(m: ArrayLike) -> jax.Array:
@@ -151,7 +152,8 @@ def stable_rank(m: ArrayLike) -> jax.Array:
     """
     s = _spectrum(m, "stable_rank")
     top = jnp.max(s) ** 2
-    return jnp.where(top > 0, jnp.sum(s * s) / jnp.where(top > 0, top, 1.0), 0.0)
+    zero = top == 0  # a NaN spectrum gives NaN
+    return jnp.where(zero, 0.0, jnp.sum(s * s) / jnp.where(zero, 1.0, top))
 
 
 def participation_ratio(eigs: ArrayLike) -> jax.Array:
@@ -171,7 +173,8 @@ def participation_ratio(eigs: ArrayLike) -> jax.Array:
         raise ValueError(f"participation_ratio expects a 1-D spectrum, got shape {e.shape}.")
     check_finite(e, "eigs", fn="participation_ratio")  # eager only
     sq = jnp.sum(e * e)
-    return jnp.where(sq > 0, jnp.sum(e) ** 2 / jnp.where(sq > 0, sq, 1.0), 0.0)
+    zero = sq == 0  # a NaN spectrum gives NaN
+    return jnp.where(zero, 0.0, jnp.sum(e) ** 2 / jnp.where(zero, 1.0, sq))
 
 
 def count_near_one(s: ArrayLike, tol: float = 0.1) -> jax.Array:

@@ -188,3 +188,45 @@ def test_probe_shape_errors():
         P.linear_cka(jnp.ones(5), jnp.ones((5, 2)))
     with pytest.raises(ValueError, match="equal B and m"):
         P.minibatch_cka(jnp.ones((2, 5, 3)), jnp.ones((3, 5, 3)))
+
+
+def _numpy_linear_cka(x, y):
+    x = np.asarray(x, np.float64) - np.mean(np.asarray(x, np.float64), 0)
+    y = np.asarray(y, np.float64) - np.mean(np.asarray(y, np.float64), 0)
+    return np.sum((y.T @ x) ** 2) / np.linalg.norm(x.T @ x) / np.linalg.norm(y.T @ y)
+
+
+def test_linear_cka_small_spread_at_large_n_is_not_called_constant():
+    """float32, n = 50 000, a column whose spread is 1e-3 of its mean: real variation, not a
+    constant representation (the constant test once grew like n and returned 0 here)."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(50_000, 4))
+    x = (10.0 + 0.01 * z).astype(np.float32)
+    y = (z @ rng.normal(size=(4, 6))).astype(np.float32)
+    np.testing.assert_allclose(float(P.linear_cka(x, y)), _numpy_linear_cka(x, y), rtol=2e-3)
+    w = (1.0 + 1e-4 * rng.normal(size=(20_000, 3))).astype(np.float32)
+    np.testing.assert_allclose(float(P.linear_cka(w, w)), 1.0, rtol=1e-3)
+    # an exactly constant column still gives the documented 0
+    c = np.full((50_000, 3), 0.3, np.float32)
+    assert float(P.linear_cka(c, y)) == 0.0
+
+
+def test_nan_input_gives_nan_under_jit_not_zero():
+    """A diverged model's representation (NaN) must read as non-finite inside a jitted
+    evaluation, not as rank 0 / CKA 0."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(12, 5)).astype(np.float32)
+    bad = x.copy()
+    bad[3, 2] = np.nan
+    fns = {"linear_cka": lambda a: P.linear_cka(a, x), "rbf_cka": lambda a: P.rbf_cka(a, x),
+           "cka": lambda a: P.cka(a @ a.T, x @ x.T),
+           "stable_rank": P.stable_rank, "effective_rank": P.effective_rank,
+           "participation_ratio": lambda a: P.participation_ratio(jnp.abs(a[3]))}
+    for name, f in fns.items():
+        assert np.isnan(float(jax.jit(f)(bad))), name
+        assert np.isfinite(float(jax.jit(f)(x))), name
+    # and the documented zeros stay zeros
+    assert float(P.stable_rank(np.zeros((3, 4), np.float32))) == 0.0
+    assert float(P.effective_rank(np.zeros(4, np.float32))) == 0.0
+    assert float(P.participation_ratio(np.zeros(4, np.float32))) == 0.0
+    assert float(P.cka(np.ones((5, 5)), x[:5] @ x[:5].T)) == 0.0
