@@ -8,7 +8,6 @@ Kornblith et al. 2019 (CKA), Nguyen et al. 2021 (minibatch CKA), Cristianini et 
 from __future__ import annotations
 
 import math
-
 from typing import NamedTuple
 
 import jax
