@@ -23,7 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from layerlab._checks import check_array, check_number, check_result_finite, is_concrete
+from layerlab._checks import (
+    check_array,
+    check_int,
+    check_number,
+    check_result_finite,
+    is_concrete,
+)
 from layerlab._linalg import cholesky, cpu_mapped
 
 __all__ = [
@@ -44,6 +50,12 @@ __all__ = [
 
 def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y") -> jax.Array:
     Y = check_array(Y, name, kind="real")
+    if Y.ndim == 1 and jnp.issubdtype(Y.dtype, jnp.integer):
+        raise ValueError(
+            f"{name} is an integer array of shape {Y.shape}: class labels here would be "
+            "regressed on as numbers (0, 1, 2, ...). Pass one-hot or zero-mean one-hot targets "
+            "[N, C] (e.g. jax.nn.one_hot(y, C) - 1 / C, as LEGO and dgl.monitor_fn use), or a "
+            "float [N] target for a real-valued regression.")
     if Y.ndim == 1:
         Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n:
@@ -52,6 +64,13 @@ def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y") -> jax.Array:
             f"got {Y.shape}. Pass one target row per training point (e.g. one-hot labels)."
         )
     return Y
+
+
+def _promote(*xs: jax.Array) -> list[jax.Array]:
+    """Every array in one float dtype, the widest of theirs and float32: integer arguments are
+    never truncating the others (an integer H once truncated real targets to integers)."""
+    dt = jnp.result_type(*(x.dtype for x in xs), jnp.float32)
+    return [x.astype(dt) for x in xs]
 
 
 def _check_square(K: jax.Array) -> None:
@@ -392,12 +411,19 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     Returns:
       ``(r [N, C], v [N])``: ``r_n = y_n - mean_{-n}(x_n)`` and the latent LOO variance.
 
+    Not differentiable in reverse mode (the one-retry jitter loop around the Cholesky, see the
+    module docstring); differentiate :func:`dgl_loss`, whose VJP is analytic.  Checks its
+    inputs when called eagerly, as :func:`dgl_loss` does.
+
     References:
       App. A eqs. (A4)-(A5) of Ben-David & Ringel (2019).
     """
-    K = jnp.asarray(K)
+    K = check_array(K, "K", fn="loo_residuals", kind="real")
     _check_square(K)
-    Y = _as_2d_targets(Y, K.shape[0]).astype(K.dtype)
+    K, Y = _promote(K, _as_2d_targets(Y, K.shape[0]))
+    check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
+    if _is_concrete(K, Y, eps2):
+        check_kernel(K, float(eps2), Y)
     A = K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype)
     Li = _factor_inv(A, K)
     b = jnp.sum(Li * Li, axis=0)
@@ -412,7 +438,7 @@ def dgl_loss_reference(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     autodiff through ``jnp.linalg.inv``.  O(N^3) with a larger constant and less stable.
     """
     K = jnp.asarray(K)
-    Y = _as_2d_targets(Y, K.shape[0]).astype(K.dtype)
+    K, Y = _promote(K, _as_2d_targets(Y, K.shape[0]))
     B = jnp.linalg.inv(K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype))
     b = jnp.diagonal(B)
     R = (B @ Y) / b[:, None]
@@ -463,7 +489,7 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
             f"dgl_linear with eps2=0 needs d < N (got d={d}, N={n}): H^T H is singular. "
             "Use eps2 > 0 or dgl_loss(H @ H.T, Y, eps2=...)."
         )
-    Y = _as_2d_targets(Y, n).astype(H.dtype)
+    H, Y = _promote(H, _as_2d_targets(Y, n))
     S = H.T @ H + eps2 * jnp.eye(d, dtype=H.dtype)
     c = jax.scipy.linalg.cho_factor(S, lower=True)
     HY = H.T @ Y
@@ -515,7 +541,7 @@ def ib_pairwise_loss(
     H = jnp.asarray(H)
     if H.ndim != 2:
         raise ValueError(f"H must be (N, d); got shape {H.shape}.")
-    Y = _as_2d_targets(Y, H.shape[0]).astype(H.dtype)
+    H, Y = _promote(H, _as_2d_targets(Y, H.shape[0]))
     sq = jnp.sum(H * H, axis=1)
     r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (H @ H.T), 0.0)
     prof = (overlap or _bhattacharyya)(r2, eta)
@@ -561,21 +587,34 @@ def dgl_minibatch(
     References:
       Eq. (3) of Ben-David & Ringel (2019); the subset estimator is ours (documented here).
     """
+    H = check_array(H, "H", fn="dgl_minibatch", kind="real")  # a numpy H is indexed traced
+    if H.ndim < 1:
+        raise ValueError(f"dgl_minibatch: H must be [N, ...] representations; got {H.shape}.")
     n = H.shape[0]
     Y = _as_2d_targets(Y, n)
+    check_int(batch_size, "batch_size", fn="dgl_minibatch", min_value=2, max_value=n)
+    check_int(num_batches, "num_batches", fn="dgl_minibatch", min_value=1)
+    check_number(eps2, "eps2", fn="dgl_minibatch", min_value=0.0, what="a noise variance")
     keys = jax.random.split(key, num_batches)
 
     def one(k):
         idx = jax.random.choice(k, n, (batch_size,), replace=False)
         return dgl_loss(kernel_fn(H[idx]), Y[idx], eps2=eps2, variance=variance)
 
-    return (n / batch_size) * jnp.mean(jax.vmap(one)(keys))
+    out = (n / batch_size) * jnp.mean(jax.vmap(one)(keys))
+    # inside vmap dgl_loss cannot check its kernels: an eager call says so on a NaN here
+    return check_result_finite(
+        out, "mini-batch DGL", fn="dgl_minibatch",
+        hint="a subset's kernel K_S + eps2 I is not positive definite (or H / Y hold NaN); "
+             "check it with dgl.check_kernel(kernel_fn(H[idx]), eps2, Y[idx]) on a subset, "
+             "or raise eps2.")
 
 
 def dgl_subsets_exact(H: jax.Array, Y: jax.Array, kernel_fn: Callable[[jax.Array], jax.Array], *,
                       batch_size: int, eps2: jax.typing.ArrayLike,
                       variance: bool = False) -> jax.Array:
     """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests)."""
+    H = check_array(H, "H", fn="dgl_subsets_exact", kind="real")
     n = H.shape[0]
     Y = _as_2d_targets(Y, n)
     idx = jnp.asarray(list(itertools.combinations(range(n), batch_size)))

@@ -165,9 +165,10 @@ def _relu_j1_jvp(primals, tangents):
 
 
 def _safe_sqrt(x):
-    """sqrt with gradient 0 (not inf/NaN) at x <= 0."""
+    """sqrt with gradient 0 (not inf/NaN) at x <= 0; NaN stays NaN (a NaN input row must
+    not turn into a finite kernel under jit)."""
     pos = x > 0.0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0)
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), jnp.where(jnp.isnan(x), x, 0.0))
 
 
 def _safe_div(a, b):

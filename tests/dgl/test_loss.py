@@ -274,3 +274,43 @@ def test_float32_gradient_accuracy_against_float64_dense_reference():
         jnp.asarray(K, jnp.float32))
     assert abs(float(v) - np.sum(R * R)) / np.sum(R * R) < 2e-5
     assert np.linalg.norm(np.asarray(g, np.float64) - g64) / np.linalg.norm(g64) < 1e-3
+
+
+def test_api_input_handling_dtype_labels_minibatch_checks():
+    """Public-API edges: integer [N] labels refused (not regressed on as numbers); an integer
+    H or K never truncates real targets; dgl_minibatch takes numpy H, names bad batch sizes
+    and, called eagerly, raises instead of returning NaN; loo_residuals checks eps2."""
+    rng = np.random.default_rng(0)
+    Hf = rng.integers(-3, 4, size=(9, 3)).astype(np.float64)
+    Y = rng.normal(size=(9, 2))
+    labels = np.arange(9) % 3
+    with pytest.raises(ValueError, match="Y is an integer array of shape \\(9,\\)"):
+        dgl.dgl_loss(Hf @ Hf.T + np.eye(9), labels, eps2=0.1)
+    # integer representations give the float result (targets not cast to int)
+    for fn, kw in ((dgl.dgl_linear, {"eps2": 0.5}),
+                   (dgl.ib_pairwise_loss, {"beta": 2.0, "eta": 1.0})):
+        a = float(fn(Hf.astype(np.int32), Y, **kw))
+        b = float(fn(Hf.astype(np.float32), Y.astype(np.float32), **kw))
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    K = Hf @ Hf.T + np.eye(9)
+    np.testing.assert_allclose(float(dgl.dgl_loss_reference(K.astype(np.int32), Y, eps2=0.5)),
+                               float(dgl.dgl_loss(K.astype(np.float32), Y.astype(np.float32),
+                                                  eps2=0.5)), rtol=1e-4)
+    kf = lambda h: h @ h.T  # noqa: E731
+    key = jax.random.key(0)
+    est = dgl.dgl_minibatch(key, Hf, Y, kf, batch_size=4, eps2=0.1)  # numpy H
+    np.testing.assert_allclose(float(est), float(dgl.dgl_minibatch(
+        key, jnp.asarray(Hf), Y, kf, batch_size=4, eps2=0.1)), rtol=1e-6)
+    for bs in (0, 1, 10):
+        with pytest.raises(ValueError, match="batch_size"):
+            dgl.dgl_minibatch(key, Hf, Y, kf, batch_size=bs, eps2=0.1)
+    with pytest.raises(ValueError, match="num_batches"):
+        dgl.dgl_minibatch(key, Hf, Y, kf, batch_size=4, num_batches=0, eps2=0.1)
+    bad = Hf.copy()
+    bad[:, :] = np.nan
+    with pytest.raises(ValueError, match="mini-batch DGL"):
+        dgl.dgl_minibatch(key, bad, Y, kf, batch_size=4, eps2=0.1)
+    with pytest.raises(ValueError, match="eps2"):
+        dgl.loo_residuals(K, Y, eps2=-1.0)
+    r, v = dgl.loo_residuals(K.astype(np.int32), Y, eps2=0.5)  # promoted, not truncated
+    assert r.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(r)))

@@ -368,3 +368,15 @@ def test_clear_errors():
         empirical_ntk(apply_fn, params, x1, x2[:, :3])
     with pytest.raises(ValueError, match=r"\[n, k\]"):
         empirical_ntk(lambda p, x: apply_fn(p, x)[None], params, x1)
+
+
+def test_relu_kernels_keep_a_nan_row_nan_under_jit():
+    """A NaN input row gives NaN kernel entries under jit (no eager check can raise there),
+    not the finite b_var a zero cosine would give; the other rows are unchanged."""
+    x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    bad = x.copy()
+    bad[0, 0] = np.nan
+    f = jax.jit(lambda a: relu_nngp(a, depth=2, w_var=2.0, b_var=0.1))
+    Kb, K = np.asarray(f(bad)), np.asarray(f(x))
+    assert np.all(np.isnan(Kb[0])) and np.all(np.isnan(Kb[:, 0]))
+    np.testing.assert_allclose(Kb[1:, 1:], K[1:, 1:], rtol=1e-6)
