@@ -136,6 +136,11 @@ def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *,
         )
     Z_L = check_array(Z_L, "Z_L", fn=fn, ndim=2, kind="real")
     N = K_sigma[0].shape[0]
+    for name, mats in (("K", K), ("K_sigma", K_sigma)):
+        for i, m in enumerate(mats):
+            if jnp.shape(m) != (N, N):
+                raise ValueError(f"{fn}: every covariance must be [N, N] = [{N}, {N}] (N from "
+                                 f"K_sigma[0]); {name}[{i}] has shape {jnp.shape(m)}.")
     if Z_L.shape[0] != N:
         raise ValueError(f"{fn}: Z_L must be [N, n_L] = [{N}, ?] (rows are samples); got "
                          f"{Z_L.shape}.")

@@ -193,6 +193,8 @@ def network_fn(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (A) Section 2 (the network function ``f_W``).
     """
+    x = check_x(x, "network_fn")
+    check_params(params, x.shape[1], "network_fn")
     return _network_fn_paper(from_mlp_params(params, beta), x, beta, activation)
 
 
@@ -212,6 +214,8 @@ def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 3 (R^(1) >= log pseudo-determinant of the Jacobian on the data).
     """
+    x = check_x(x, "jacobian_stats")
+    check_params(params, x.shape[1], "jacobian_stats")
     Ws = from_mlp_params(params, beta)
 
     def one(xi):
@@ -243,6 +247,8 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 7 / Corollary 8 (NTK of order L).
     """
+    x = check_x(x, "ntk_trace")
+    check_params(params, x.shape[1], "ntk_trace")
     K = kernels.empirical_ntk(
         lambda W, v: _network_fn_paper(W, v, beta, activation), from_mlp_params(params, beta),
         x)
@@ -268,12 +274,12 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], "bottleneck_diagnostics")
     check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0, lo_open=True)
     check_number(rel_tol, "rel_tol", fn="bottleneck_diagnostics", min_value=0.0)
-    return _diagnostics_jit(params, x, tol, rel_tol, beta=float(beta), activation=activation,
-                            ntk=bool(ntk))
+    return _diagnostics_jit(params, x, tol, rel_tol, jnp.asarray(beta, x.dtype),
+                            activation=activation, ntk=bool(ntk))
 
 
-@functools.partial(jax.jit, static_argnames=("beta", "activation", "ntk"))
-def _diagnostics_jit(params, x, tol, rel_tol, *, beta, activation, ntk):
+@functools.partial(jax.jit, static_argnames=("activation", "ntk"))
+def _diagnostics_jit(params, x, tol, rel_tol, beta, *, activation, ntk):
     """:func:`bottleneck_diagnostics` as one program (eagerly, its SVDs, Jacobians and NTK
     compiled op by op: ~6 s for a small net)."""
     out = {"singular_values": layer_singular_values(params, beta=beta),

@@ -55,8 +55,11 @@ def from_mlp_layer(p: dict, beta: ArrayLike = 1.0) -> Array:
     References:
       (A) Section 2 (``Z_l = W_l Z_{l-1}^sigma``).
     """
-    inv = 0.0 if float(beta) == 0.0 else 1.0 / float(beta)
-    return jnp.concatenate([p["w"].T, inv * p["b"][:, None]], axis=1)
+    beta = jnp.asarray(beta)  # traceable: jit / vmap / grad over beta
+    zero = beta == 0
+    inv = jnp.where(zero, 0.0, 1.0 / jnp.where(zero, 1.0, beta))
+    w = p["w"].T
+    return jnp.concatenate([w, (inv * p["b"][:, None]).astype(w.dtype)], axis=1)
 
 
 def from_mlp_params(params: Params, beta: ArrayLike = 1.0) -> list[Array]:

@@ -46,3 +46,39 @@ def test_bad_params_name_the_layer():
         bn.representations([{"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}], x)
     with pytest.raises(ValueError, match=r"params\[0\] \(layer 1\).*got ndarray|got Array"):
         bn.representations([jnp.ones((2, 4))], x)
+
+
+def test_beta_is_traceable_and_matches_the_python_float(key, x64):
+    """beta may be a traced array: jit, vmap and grad over it give the values of a float beta
+    (it was float()-ed at trace time); beta = 0 still drops the bias column."""
+    params = nets.mlp_init(key, [3, 5, 2], dtype=jnp.float64)
+    params = [{"w": p["w"], "b": p["b"] + 0.3} for p in params]  # non-zero biases
+    x = jax.random.normal(jax.random.key(1), (7, 3), jnp.float64)
+    jitted = jax.jit(lambda b: bn.weight_norm_sq(params, beta=b))
+    for b in (0.5, 1.0, 2.0):
+        want = sum(float(jnp.sum(p["w"] ** 2) + jnp.sum((p["b"] / b) ** 2)) for p in params)
+        np.testing.assert_allclose(float(jitted(b)), want, rtol=1e-12)
+    vm = jax.vmap(lambda b: bn.weight_norm_sq(params, beta=b))(jnp.array([0.5, 2.0]))
+    np.testing.assert_allclose(vm, [float(jitted(0.5)), float(jitted(2.0))], rtol=1e-12)
+    g = jax.grad(lambda b: bn.weight_norm_sq(params, beta=b))(0.5)
+    want_g = sum(float(-2.0 * jnp.sum(p["b"] ** 2) / 0.5 ** 3) for p in params)
+    np.testing.assert_allclose(float(g), want_g, rtol=1e-10)
+    np.testing.assert_allclose(
+        float(bn.weight_norm_sq(params, beta=0.0)),
+        sum(float(jnp.sum(p["w"] ** 2)) for p in params), rtol=1e-12)
+    zs = jax.jit(lambda b: bn.representations(params, x, beta=b))(0.7)
+    for a, c in zip(jax.tree.leaves(zs), jax.tree.leaves(bn.representations(params, x, beta=0.7))):
+        np.testing.assert_allclose(a, c, rtol=1e-12)
+
+
+def test_diagnostics_functions_check_their_inputs(key):
+    params = nets.mlp_init(key, [3, 5, 2])
+    x = jax.random.normal(jax.random.key(1), (7, 3))
+    for fn in (bn.network_fn, bn.jacobian_stats, bn.ntk_trace):
+        with pytest.raises(ValueError, match=fn.__name__):
+            fn(params, x.T)            # samples as columns
+        with pytest.raises(ValueError, match="one row per sample"):
+            fn(params, x[0])           # one sample, 1-D
+    K = [jnp.eye(5)]
+    with pytest.raises(ValueError, match=r"K_sigma\[1\] has shape \(6, 6\)"):
+        bn.covariance_loss(K, [jnp.eye(5), jnp.eye(6)], jnp.ones((5, 2)), lam=0.1, cost="mse")
