@@ -187,9 +187,10 @@ def polish_step(cost: Callable, *, beta: ArrayLike = 1.0,
     return loop.TrainStep(init, step)
 
 
-def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: float = 0.02,
+def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: float = 0.05,
                   reference: float | None = None) -> int:
-    """Smallest width whose loss is within ``rel_tol`` of the plateau.
+    """Smallest width whose loss is within ``rel_tol`` of the plateau (default 5 %, the
+    docs' one plateau definition; widths in any order; -1 when none is).
 
     .. math:: w^* = \\min\\{w : \\mathcal L(w) \\le (1 + \\text{rel\\_tol})\\,\\mathcal L_\\infty\\}
 
@@ -204,8 +205,8 @@ def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: fl
     if not np.all(np.isfinite(losses)):
         raise ValueError(f"plateau_start: losses must be finite, got {losses.tolist()}.")
     ref = float(np.min(losses)) if reference is None else float(reference)
-    ok = np.nonzero(losses <= ref * (1 + rel_tol) + 1e-12)[0]
-    return int(np.asarray(widths)[ok[0]]) if ok.size else -1
+    ok = losses <= ref * (1 + rel_tol) + 1e-12
+    return int(np.min(np.asarray(widths)[ok])) if ok.any() else -1
 
 
 def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int], depth: int,

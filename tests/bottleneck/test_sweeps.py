@@ -130,3 +130,5 @@ def test_costs_take_samples_as_rows():
 def test_plateau_start():
     assert bn.plateau_start([1, 2, 3, 4], [5.0, 2.0, 1.001, 1.0], rel_tol=0.01) == 3
     assert bn.plateau_start([1, 2, 3, 4], [5.0, 2.0, 1.05, 1.0], rel_tol=0.01) == 4
+    assert bn.plateau_start([1, 2, 3, 4], [5.0, 2.0, 1.04, 1.0]) == 3  # default: 5 %
+    assert bn.plateau_start([8, 2, 4], [1.0, 1.0, 5.0]) == 2  # the smallest, in any order
