@@ -81,8 +81,14 @@ def empirical_ntk(
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
+    if chunk_size is not None:
+        import numbers
+
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) \
+                or chunk_size < 1:
+            raise ValueError(f"empirical_ntk: chunk_size must be a positive int or None, got "
+                             f"{chunk_size!r}")
+        chunk_size = int(chunk_size)  # numpy integers too
     x1 = jnp.asarray(x1)
     same = x2 is None
     x2 = x1 if same else jnp.asarray(x2)

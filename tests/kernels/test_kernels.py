@@ -327,6 +327,10 @@ def test_empirical_ntk_matches_dense_jacobian_and_neural_tangents(x64):
     close(ntk(apply_fn, params, x1, x2, trace=False), ref)
     close(ntk(apply_fn, params, x1, x2), ref_tr)
     close(ntk(apply_fn, params, x1, x2, trace=False, chunk_size=5), ref)
+    close(empirical_ntk(apply_fn, params, x1, x2, trace=False, chunk_size=np.int64(5)), ref)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="empirical_ntk: chunk_size"):
+            empirical_ntk(apply_fn, params, x1, x2, chunk_size=bad)
     close(ntk(apply_fn, params, x1, x2, trace=False, method="jacobian"), ref)
     # [n] outputs are read as k = 1
     close(ntk(_second_output(apply_fn), params, x1, x2), ref[:, :, 1, 1])
