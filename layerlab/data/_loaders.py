@@ -575,6 +575,9 @@ def load(
     spec = _REGISTRY[key]
     if split not in spec.splits:
         raise ValueError(f"{key!r} has splits {spec.splits}, got split={split!r}.")
+    if not np.issubdtype(np.dtype(dtype), np.floating):
+        raise ValueError(f"load: dtype must be a float dtype (of x and of regression targets); "
+                         f"got {np.dtype(dtype)} (integer dtypes would truncate the values).")
     if spec.kind == "synthetic":
         if classes is not None or balanced:
             raise ValueError(f"{key!r} is a regression task: classes/balanced do not apply.")

@@ -267,6 +267,11 @@ def balanced_subset(ds: Dataset, n: int, seed: int | jax.Array = 0) -> Dataset:
       n: total subset size.
       seed: int seed (numpy ``default_rng``) or a jax key.
     """
+    if 0 < n < ds.num_classes:
+        raise ValueError(
+            f"balanced_subset: n = {n} is below the {ds.num_classes} classes, so no subset of "
+            "it is label-balanced; ask for at least one sample per class, or pass "
+            "balanced=False for a uniform random subset.")
     rng = _rng(seed)
     perms = _class_perms(ds, rng)
     counts = per_class_counts(n, ds.num_classes)

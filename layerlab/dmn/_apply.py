@@ -117,6 +117,8 @@ def dmn_conv_apply(
             f"x must be [N, H, W, C={kernel.shape[2]}] for a kernel of shape {kernel.shape}; "
             f"got {x.shape}."
         )
+    if not jnp.issubdtype(xb.dtype, jnp.floating):  # uint8 images: filters must stay real
+        xb = xb.astype(jnp.result_type(kernel.dtype, jnp.float32))
     y = jax.lax.conv_general_dilated(
         xb, kernel.astype(xb.dtype), (1, 1), padding.upper(),
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
@@ -127,6 +129,8 @@ def dmn_conv_apply(
 
 def dmn_dense_apply(w: jax.Array, x: jax.Array, *, activation: str = "relu") -> jax.Array:
     """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.result_type(w.dtype, jnp.float32))
     return _activate(x.reshape(x.shape[0], -1) @ w.astype(x.dtype), activation)
 
 
@@ -182,6 +186,11 @@ def dmn_apply(
     Returns:
       The prefix's output features (``[N, H', W', F]`` or ``[N, F]``).
     """
+    if any(lay.kind == "dmn_conv" for lay in layers) and jnp.ndim(x) != 4:
+        raise ValueError(
+            f"dmn_apply: x must be a batch of images [N, H, W, C]; got shape {jnp.shape(x)}. "
+            "For one image pass x[None] (under jax.vmap over images: vmap a function of "
+            "x[None] and take [0]; the per-sample standardisation needs the batch axis).")
     last = max((i for i, lay in enumerate(layers) if lay.kind != "pool"), default=-1)
     for i, (lay, p) in enumerate(zip(layers, params, strict=True)):
         if lay.kind == "dmn_conv":

@@ -137,6 +137,10 @@ class DMNConfig:
                              f"{self.input_fraction}.")
         if self.input_noise < 0:
             raise ValueError(f"DMNConfig.input_noise must be >= 0; got {self.input_noise}.")
+        if not isinstance(self.chunk_size, int) or isinstance(self.chunk_size, bool) \
+                or self.chunk_size < 1:
+            raise ValueError(f"DMNConfig.chunk_size must be a positive int (images per "
+                             f"streaming chunk); got {self.chunk_size!r}.")
         if self.patch < 1:
             raise ValueError(f"DMNConfig.patch must be >= 1; got {self.patch}.")
 
@@ -275,6 +279,12 @@ def build_dmn(
         raise ValueError(f"x must be images [N, H, W, C]; got shape {x.shape}.")
     if y.shape != (x.shape[0],):
         raise ValueError(f"y must have shape ({x.shape[0]},); got {y.shape}.")
+    if not np.issubdtype(y.dtype, np.integer):
+        raise ValueError(f"build_dmn: y must hold integer class labels; got dtype {y.dtype}.")
+    if y.size and not (0 <= y.min() and y.max() < num_classes):
+        raise ValueError(f"build_dmn: y must hold labels in [0, num_classes) = [0, "
+                         f"{num_classes}); got values in [{y.min()}, {y.max()}] (a label "
+                         "outside would silently belong to no class).")
     if not np.all(np.isfinite(x)):
         raise ValueError("x contains NaN or inf; clean the data before building DMN layers.")
     if config.input_fraction < 1.0:

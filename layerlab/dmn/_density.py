@@ -71,6 +71,7 @@ def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.
       computation of weights in deep neural networks", arXiv:1703.04757.
     """
     h = check_array(h, "h", kind="real")
+    h = h.astype(jnp.result_type(h.dtype, jnp.float32))  # integer pixels would overflow
     y = check_array(y, "y", kind=None)
     _check_hy(h, y, num_classes)
     onehot = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [N, C]
@@ -105,6 +106,7 @@ def naive_density_matrix(h: jax.Array) -> jax.Array:
     h = check_array(h, "h", kind="real")
     if h.ndim != 2:
         raise ValueError(f"h must have shape (N, d); got shape {h.shape}.")
+    h = h.astype(jnp.result_type(h.dtype, jnp.float32))  # integer pixels would overflow
     return h.T @ h / h.shape[0]
 
 

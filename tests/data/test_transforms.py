@@ -203,3 +203,13 @@ def test_extract_patches_is_a_convolution():
         D.extract_patches(np.zeros((8, 8, 3)), 3)
     with pytest.raises(ValueError, match="do not fit"):
         D.extract_patches(np.zeros((1, 2, 2, 1)), 3)
+
+
+def test_load_refuses_integer_dtype_and_unbalanceable_n():
+    from layerlab import data
+
+    with pytest.raises(ValueError, match="load: dtype must be a float dtype"):
+        data.load("digits", dtype=np.uint8)
+    with pytest.raises(ValueError, match="n = 5 is below the 10 classes"):
+        data.load("digits", n=5, balanced=True)
+    assert len(data.load("digits", n=5, balanced=False, seed=0).y) == 5

@@ -193,3 +193,33 @@ def test_grouped_update_equals_repeated_labels(x64):
     np.testing.assert_allclose(D.density_finalize(st), ref, rtol=1e-12)
     assert float(st.n) == 20.0
     np.testing.assert_allclose(st.count, np.bincount(np.repeat(np.asarray(y[:5]), 4), minlength=3))
+
+
+def test_integer_inputs_and_bad_labels():
+    """uint8 / int32 features give the float density matrices (no integer overflow), uint8
+    images give the float features, and build_dmn refuses labels it would drop."""
+    from layerlab import data, dmn
+
+    h = np.array([[200, 100], [10, 20]], np.uint8)
+    want = np.array([[200.0 * 200 + 10 * 10, 200.0 * 100 + 10 * 20],
+                     [200.0 * 100 + 10 * 20, 100.0 * 100 + 20 * 20]]) / 2
+    np.testing.assert_allclose(dmn.class_density_matrices(h, np.array([0, 0]), 1)[0], want,
+                               rtol=1e-6)
+    np.testing.assert_allclose(dmn.naive_density_matrix(h), want, rtol=1e-6)
+    big = np.array([[70000, 1]], np.int32)
+    np.testing.assert_allclose(dmn.naive_density_matrix(big)[0, 0], 4.9e9, rtol=1e-6)
+    tr = data.load("digits", n=60, balanced=True, seed=0)
+    prefix, _ = dmn.split_spec(dmn.parse_spec("d4,m,de10"))
+    params, _ = dmn.build_dmn(jax.random.key(0), prefix, tr.x, tr.y, 10, jit=False)
+    x8 = np.round(np.asarray(tr.x) * 16).astype(np.uint8)  # digits are 0..16 counts
+    got = dmn.dmn_apply(params, prefix, x8)
+    np.testing.assert_allclose(got, dmn.dmn_apply(params, prefix, x8.astype(np.float32)),
+                               rtol=1e-5, atol=1e-5)
+    assert jnp.issubdtype(got.dtype, jnp.floating)
+    for bad in (np.asarray(tr.y) + 1, np.asarray(tr.y) + 0.5):
+        with pytest.raises(ValueError, match="build_dmn: y must hold"):
+            dmn.build_dmn(jax.random.key(0), prefix, tr.x, bad, 10, jit=False)
+    with pytest.raises(ValueError, match=r"dmn_apply: x must be a batch of images"):
+        dmn.dmn_apply(params, prefix, tr.x[0])
+    with pytest.raises(ValueError, match="DMNConfig.chunk_size"):
+        dmn.DMNConfig(chunk_size=0)
