@@ -21,6 +21,7 @@ a right inverse of the full Jacobian (Theorem 4.3: same loss dynamics as ``J⁺`
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import NamedTuple
 
 import jax
@@ -99,8 +100,10 @@ class PinvConfig:
                              f"got {self.solver!r}")
         for name in ("rtol", "atol", "damping", "noise_scale"):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and np.isfinite(v) and v >= 0):
-                raise ValueError(f"PinvConfig.{name} must be a finite number >= 0, got {v!r}")
+            if not (isinstance(v, numbers.Real) and not isinstance(v, bool)
+                    and np.isfinite(v) and v >= 0):
+                raise ValueError(f"PinvConfig.{name} must be a finite real number >= 0 (a Python "
+                                 f"or numpy scalar), got {v!r}")
         for name in ("rank", "oversample", "power_iters"):
             v = getattr(self, name)
             if not (isinstance(v, int) and v >= 0):

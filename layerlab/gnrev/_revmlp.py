@@ -150,6 +150,9 @@ def revmlp_init(
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
     h = dim // 2
+    if not (np.isfinite(w_scale) and w_scale > 0):
+        raise ValueError(f"revmlp_init: w_scale must be a positive factor on the init's scale, "
+                         f"got {w_scale!r}")
     if bottleneck is not None and bottleneck < 1:
         raise ValueError(f"bottleneck must be a positive width or None, got {bottleneck}")
     dp = h if bottleneck is None else int(bottleneck)

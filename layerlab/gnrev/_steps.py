@@ -35,16 +35,16 @@ def revmlp_loss(params: dict, frozen: RevMLPFrozen, readout: jax.Array,
                 loss: str = "ce") -> tuple[jax.Array, dict[str, jax.Array]]:
     """``(mean loss, {"accuracy": ...})`` of the RevMLP + readout on ``batch = (x, labels)``.
 
-    ``accuracy`` is reported for integer labels only (``nan`` otherwise).
+    ``accuracy`` is reported for integer labels only; real-valued targets (``loss="mse"``
+    regression) give no metric besides the loss (a NaN accuracy would stop ``loop.fit``'s
+    default finiteness check at step 0), as :func:`gn_step` does.
     """
     x, labels = batch
     logits = revmlp_logits(params, frozen, readout, x)
     val = loss_value(logits, labels, loss=loss)
     if jnp.issubdtype(labels.dtype, jnp.integer):
-        acc = probes.accuracy(logits, labels)
-    else:
-        acc = jnp.asarray(jnp.nan, val.dtype)
-    return val, {"accuracy": acc}
+        return val, {"accuracy": probes.accuracy(logits, labels)}
+    return val, {}
 
 
 def gn_step(
@@ -168,6 +168,9 @@ def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, ba
     """One step of :func:`gn_step` (``opts`` = its keyword settings)."""
     loss, target, pinv, combine, residual, loss_after = opts
     x, labels = batch
+    if jnp.shape(labels)[:1] != jnp.shape(x)[:1]:
+        raise ValueError(f"gn_step: the batch's labels/targets must have one row per input row; "
+                         f"got x {jnp.shape(x)} and labels {jnp.shape(labels)}.")
     params = state.params
     y = revmlp_apply(params, frozen, x)
     logits = y @ readout

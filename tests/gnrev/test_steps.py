@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from jax.flatten_util import ravel_pytree
 
 import layerlab.gnrev as g
@@ -182,3 +183,27 @@ def test_revmlp_optax_step_binds_the_net_and_matches_its_closure():
                           chunk_size=3, progress=False)
         np.testing.assert_allclose(h["train"]["loss"], hr["train"]["loss"], rtol=1e-5)
     assert sizes[1] - sizes[0] == 1 and sizes[2] == sizes[1]
+
+
+def test_public_api_edges_regression_targets_and_checks():
+    """MSE regression through revmlp_optax_step trains under loop.fit's default finiteness
+    check (a NaN accuracy once stopped it at step 0); bad settings are named."""
+    from layerlab import loop
+
+    key = jax.random.key(0)
+    params, frozen = g.revmlp_init(key, 8, 2, bottleneck=12)
+    P = jnp.eye(8)[:, :1]  # one real output
+    x = jax.random.normal(jax.random.key(1), (16, 8))
+    t = jnp.sin(x[:, :1])  # real-valued targets [n, 1]
+    ts = g.revmlp_optax_step(frozen, P, optax.adam(1e-2), loss="mse")
+    st, hist = loop.fit(ts.step, ts.init(params), (x, t), key=key, steps=5, progress=False)
+    assert "accuracy" not in hist["train"] and hist["train"]["loss"][-1] < hist["train"]["loss"][0]
+    with pytest.raises(ValueError, match="w_scale"):
+        g.revmlp_init(key, 8, 2, w_scale=-1.0)
+    assert g.PinvConfig(rtol=np.float32(0.01)).rtol == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="PinvConfig.rtol"):
+        g.PinvConfig(rtol=True)
+    gn = g.gn_step(frozen, jnp.eye(8)[:, :3], learning_rate=0.1)
+    labels = jnp.arange(16) % 3
+    with pytest.raises(ValueError, match="one row per input row"):
+        gn.step(gn.init(params), (x, labels[:3]), key)
