@@ -53,8 +53,10 @@ def back_project(
         if lay.kind != "dmn_conv":
             raise ValueError(f"back_project handles conv DMN layers and pools; got {lay.kind!r}.")
         k2 = np.asarray(p["w"], np.float64)  # [k, k, F_prev, F]
-        if eff is None:
-            eff = k2
+        if eff is None:  # the first layer; after leading pools its taps are `stride` apart
+            k = k2.shape[0]
+            eff = np.zeros((stride * (k - 1) + 1, stride * (k2.shape[1] - 1) + 1) + k2.shape[2:])
+            eff[::stride, ::stride] = k2
             continue
         kb = eff.shape[0]
         kk = stride * (k2.shape[0] - 1) + kb

@@ -246,6 +246,27 @@ def test_back_projection_equals_linear_two_layer_network(pooling):
     np.testing.assert_allclose(via, direct, rtol=1e-10, atol=1e-10)
 
 
+def test_back_projection_with_a_leading_pool():
+    """``m, d, m, d``: the first layer already sees a subsampled image, so its taps are 2
+    apart in image space and the last layer's 4 apart (it was composed as if at stride 1)."""
+    rng = np.random.default_rng(11)
+    k1 = rng.normal(size=(3, 3, 1, 2))
+    k2 = rng.normal(size=(3, 3, 2, 3))
+    x = rng.normal(size=(1, 24, 24, 1))
+    layers = (L.Layer("pool"), L.Layer("dmn_conv", 2), L.Layer("pool"), L.Layer("dmn_conv", 3))
+    eff = back_project([None, {"w": k1}, None, {"w": k2}], layers)
+
+    def conv(a, k, stride=1):
+        return np.asarray(jax.lax.conv_general_dilated(
+            a, k, (stride, stride), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")))
+
+    with jax.enable_x64(True):
+        direct = conv(conv(x[:, ::2, ::2], k1)[:, ::2, ::2], k2)
+        via = conv(x, eff, stride=4)
+    assert eff.shape == (2 * 2 + 4 * 2 + 1, 2 * 2 + 4 * 2 + 1, 1, 3)
+    np.testing.assert_allclose(via, direct, rtol=1e-10, atol=1e-10)
+
+
 def test_float64_build_keeps_float64(key, x64):
     rng = np.random.default_rng(10)
     x = rng.uniform(size=(6, 6, 6, 1))
