@@ -45,10 +45,34 @@ class _Fmt(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFo
         return super()._get_help_string(action)
 
 
+def record_epilog(paper: str, artifact: str) -> str | None:
+    """What the committed record of this script cost (for --help: how long a run takes), read
+    from ``results/<paper>/<artifact>.json`` without importing JAX; ``None`` without one."""
+    import json
+
+    path = REPO / "results" / paper / f"{artifact}.json"
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    wall = rec.get("wall_s")
+    if not isinstance(wall, (int, float)):
+        return None
+    dev = (rec.get("machine") or {}).get("device_kind") or "an unnamed machine"
+    took = f"{wall / 60:.1f} min" if wall >= 120 else f"{wall:.0f} s"
+    import textwrap
+
+    return textwrap.fill(
+        f"The committed record {path.relative_to(REPO)} (scale {rec.get('scale')!r}) took "
+        f"{took} on {dev}; per-row machines and every record's time: reproduce/README.md. "
+        "Without --paper/--record a run writes to scratch/ and changes no tracked file.", 88)
+
+
 def parser(paper: str, artifact: str, doc: str | None) -> argparse.ArgumentParser:
     """An ``ArgumentParser`` with the flags every reproduction shares; defaults shown in --help."""
     p = argparse.ArgumentParser(prog=f"python -m reproduce.{paper}_{artifact}",
-                                description=doc, formatter_class=_Fmt)
+                                description=doc, formatter_class=_Fmt,
+                                epilog=record_epilog(paper, artifact))
     p.set_defaults(_paper_name=paper, _artifact=artifact)
     scale = p.add_mutually_exclusive_group()
     scale.add_argument("--paper", action="store_true",

@@ -291,3 +291,16 @@ def test_dgl_table1_help_states_the_configurations_defaults():
     assert paper.eps_rel == cpu.eps_rel and f"(default: {cpu.eps_rel})" in helps["eps_rel"]
     assert paper.max_width is None and "256 without" in helps["max_width"] and cpu.max_width == 256
     assert cpu.rows == ("cifar-5x2000",) and len(paper.rows) == 5
+
+
+def test_help_says_what_the_committed_record_cost(capsys):
+    import json
+
+    from reproduce import gnrev_appM
+
+    with pytest.raises(SystemExit):
+        gnrev_appM.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    rec = json.loads((REPO / "results" / "gnrev" / "appM.json").read_text())
+    assert f"The committed record results/gnrev/appM.json (scale '{rec['scale']}') took" in out
+    assert f"{rec['wall_s']:.0f} s on {rec['machine']['device_kind']}" in out
