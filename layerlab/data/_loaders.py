@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
@@ -575,7 +576,7 @@ def load(
     spec = _REGISTRY[key]
     if split not in spec.splits:
         raise ValueError(f"{key!r} has splits {spec.splits}, got split={split!r}.")
-    if not np.issubdtype(np.dtype(dtype), np.floating):
+    if not jnp.issubdtype(dtype, jnp.floating):  # (bfloat16 is no numpy float)
         raise ValueError(f"load: dtype must be a float dtype (of x and of regression targets); "
                          f"got {np.dtype(dtype)} (integer dtypes would truncate the values).")
     if spec.kind == "synthetic":

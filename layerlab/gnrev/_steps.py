@@ -35,16 +35,24 @@ def revmlp_loss(params: dict, frozen: RevMLPFrozen, readout: jax.Array,
                 loss: str = "ce") -> tuple[jax.Array, dict[str, jax.Array]]:
     """``(mean loss, {"accuracy": ...})`` of the RevMLP + readout on ``batch = (x, labels)``.
 
-    ``accuracy`` is reported for integer labels only; real-valued targets (``loss="mse"``
-    regression) give no metric besides the loss (a NaN accuracy would stop ``loop.fit``'s
-    default finiteness check at step 0), as :func:`gn_step` does.
+    ``accuracy`` is reported for class targets: integer labels ``[n]`` or one-hot / soft
+    targets ``[n, C]`` with ``C > 1`` (argmax); a real-valued regression target (one output)
+    gives no metric besides the loss (a NaN accuracy would stop ``loop.fit``'s default
+    finiteness check at step 0).
     """
     x, labels = batch
     logits = revmlp_logits(params, frozen, readout, x)
     val = loss_value(logits, labels, loss=loss)
-    if jnp.issubdtype(labels.dtype, jnp.integer):
+    if _has_classes(labels, logits):
         return val, {"accuracy": probes.accuracy(logits, labels)}
     return val, {}
+
+
+def _has_classes(labels, logits) -> bool:
+    """Integer labels, or ``[n, C]`` class targets with ``C > 1`` outputs (argmax-able)."""
+    if jnp.issubdtype(labels.dtype, jnp.integer):
+        return True
+    return labels.ndim == 2 and labels.shape[1] > 1 and labels.shape[1] == logits.shape[-1]
 
 
 def gn_step(
@@ -187,7 +195,7 @@ def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, ba
         "max_cond": jnp.max(info.cond),
         "update_norm": optax.tree.norm(delta),
     }
-    if jnp.issubdtype(labels.dtype, jnp.integer):
+    if _has_classes(labels, logits):
         metrics["accuracy"] = probes.accuracy(logits, labels)
     if residual:
         avg = delta if combine == "average" else jax.tree.map(

@@ -375,9 +375,20 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
         _walk(inter, (), raw)
         return {k: h for k, h in raw.items() if keep(k)}
 
+    orders: dict = {}  # call order per (names, input shape, state structure): traced once
+
     def features(state, x):
         raw = raw_features(state, x)
-        return {k: raw[k] for k in _call_order(raw_features, state, x, list(raw))}
+        names = list(raw)
+        key = (tuple(names), jnp.shape(x), str(jnp.result_type(x)), jax.tree.structure(state))
+        if key not in orders:
+            try:
+                orders[key] = _call_order(raw_features, state, x, names)
+            except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+                    jax.errors.TracerIntegerConversionError,
+                    jax.errors.TracerArrayConversionError):
+                orders[key] = names  # a model that cannot be traced: NNX's (sorted) order
+        return {k: raw[k] for k in orders[key]}
 
     def apply(state, x):  # under capture, so sown values do not leak into the module
         return nnx.capture(nnx.merge(graphdef, state, copy=True), nnx.Intermediate)(x)[0]

@@ -213,3 +213,4 @@ def test_load_refuses_integer_dtype_and_unbalanceable_n():
     with pytest.raises(ValueError, match="n = 5 is below the 10 classes"):
         data.load("digits", n=5, balanced=True)
     assert len(data.load("digits", n=5, balanced=False, seed=0).y) == 5
+    assert data.load("digits", n=20, dtype=jnp.bfloat16).x.dtype == jnp.bfloat16  # a float

@@ -262,3 +262,26 @@ def test_linen_train_mode_with_mutable_batch_stats():
     jax.tree.map(np.testing.assert_array_equal, before, jax.tree.map(np.asarray, variables))
     with pytest.raises(ValueError, match="without 'intermediates'"):
         inspect.from_linen(model, apply_kwargs={"mutable": ["intermediates"]})
+
+
+def test_nnx_model_with_python_control_flow_still_reports_eagerly():
+    """Call order is read off a traced program; a model that branches on values in Python
+    cannot be traced, so it keeps NNX's order instead of failing (eager reports worked before
+    the ordering existed)."""
+    class Branchy(nnx.Module):
+        def __init__(self, rngs):
+            self.z = nnx.Linear(5, 4, rngs=rngs)
+            self.a = nnx.Linear(4, 3, rngs=rngs)
+
+        def __call__(self, x):
+            h = self.z(x)
+            if float(jnp.abs(h).max()) > 1e6:  # Python branch on a value
+                h = h / 1e6
+            return self.a(h)
+
+    model = Branchy(nnx.Rngs(0))
+    _, state = nnx.split(model)
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    feats = inspect.from_nnx(model).features(state, x)
+    assert sorted(feats) == ["a", "z"]
+    np.testing.assert_allclose(feats["a"], model(x), atol=1e-5)
