@@ -276,7 +276,13 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
         names = list(config.layers)
     out = {}
     for k in names:
-        h = jnp.asarray(feats[k])
+        v = feats[k]
+        if isinstance(v, (Mapping, tuple, list)):
+            raise TypeError(
+                f"features: representation {k!r} is a {type(v).__name__}; return a flat dict "
+                "{name: array [n, ...]} (e.g. join nested names with '/', one entry per tuple "
+                "element).")
+        h = jnp.asarray(v)
         if h.ndim < 2 or h.shape[0] != n:
             raise ValueError(
                 f"features: representation {k!r} has shape {h.shape}; expected [n, ...] with "

@@ -163,6 +163,10 @@ def test_bad_inputs_raise_clear_errors(mlp_case):
         inspect.layer_report(model, params, x, (jnp.arange(N) % 3)[:5], config=c3)
     with pytest.raises(ValueError, match="y: the diagnostics"):
         inspect.layer_report(model, params, x)
+    with pytest.raises(TypeError, match=r"representation 'blk' is a dict; return a flat dict"):
+        inspect.layer_report(inspect.from_features(lambda p, xx: {"blk": {"a": xx}}), params, x, y)
+    with pytest.raises(TypeError, match=r"representation 'pair' is a tuple"):
+        inspect.layer_report(inspect.from_features(lambda p, xx: {"pair": (xx, xx)}), params, x, y)
     with pytest.raises(TypeError, match="must return a dict"):
         inspect.layer_report(inspect.from_features(lambda p, xx: xx), params, x, y)
     with pytest.raises(ValueError, match="unknown diagnostics"):
