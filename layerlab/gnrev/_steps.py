@@ -135,9 +135,16 @@ def gn_step(
                          fn="gn_step init", min_value=0.0, lo_open=True)
             check_number(hparams.get("weight_decay", 0.0), "hparams['weight_decay']",
                          fn="gn_step init", min_value=0.0)
+        dt = jax.tree.leaves(params)[0].dtype
+        defaults = {"learning_rate": jnp.asarray(lr0, dt), "weight_decay": jnp.asarray(wd0, dt)}
         if hparams is None:
-            dt = jax.tree.leaves(params)[0].dtype
-            hparams = {"learning_rate": jnp.asarray(lr0, dt), "weight_decay": jnp.asarray(wd0, dt)}
+            hparams = defaults
+        elif isinstance(hparams, dict):
+            unknown = sorted(set(hparams) - set(defaults))
+            if unknown:
+                raise ValueError(f"gn_step init: unknown hparams {unknown}; the step reads "
+                                 "'learning_rate' and 'weight_decay'.")
+            hparams = {**defaults, **hparams}  # a missing entry takes gn_step's value
         return TrainState(params, (), jnp.zeros((), jnp.int32), hparams)
 
     opts = (loss, target, pinv, combine, bool(residual), bool(loss_after))

@@ -203,7 +203,11 @@ def test_public_api_edges_regression_targets_and_checks():
     assert g.PinvConfig(rtol=np.float32(0.01)).rtol == pytest.approx(0.01)
     with pytest.raises(ValueError, match="PinvConfig.rtol"):
         g.PinvConfig(rtol=True)
-    gn = g.gn_step(frozen, jnp.eye(8)[:, :3], learning_rate=0.1)
+    gn = g.gn_step(frozen, jnp.eye(8)[:, :3], learning_rate=0.1, weight_decay=0.01)
+    st = gn.init(params, {"learning_rate": 0.2})  # weight_decay from gn_step
+    assert float(st.hparams["weight_decay"]) == pytest.approx(0.01)
+    with pytest.raises(ValueError, match=r"unknown hparams \['lr'\]"):
+        gn.init(params, {"lr": 0.2})
     labels = jnp.arange(16) % 3
     with pytest.raises(ValueError, match="one row per input row"):
         gn.step(gn.init(params), (x, labels[:3]), key)
