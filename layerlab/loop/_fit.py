@@ -193,6 +193,8 @@ def fit(
             total=total, batch_size=batch_size, n=plan.n, runs=plan.R,
             data_runs_axis=data_runs_axis))
     if run.stopped or run.t >= total:
+        if total == 0 and eval_fn is not None and eval_at_start and not run.stopped:
+            run.evaluate(eval_fn)  # steps=0: the asked-for evaluation of the initial state
         return run.finish()
 
     # ---------------------------------------------------------------- main loop

@@ -531,3 +531,14 @@ def test_checkpoint_is_saved_before_the_next_chunk_runs(key, tmp_path, monkeypat
     assert float(s_ck) == float(s_plain) == 12.0
     np.testing.assert_array_equal(h_ck["train"]["loss"], h_plain["train"]["loss"])
     np.testing.assert_array_equal(h_ck["eval"]["v"], h_plain["eval"]["v"])
+
+
+def test_zero_steps_still_evaluates_at_start(key):
+    """steps=0 with eval_at_start=True: the initial state is evaluated (it returned an empty
+    evaluation history), and nothing is trained."""
+    st, h = loop.fit(lambda s, b, k: (s + 1.0, {"loss": s}), jnp.zeros(()), jnp.ones((4, 1)),
+                     key=key, steps=0, eval_fn=lambda s: {"v": s * 2.0 + 3.0},
+                     eval_at_start=True, progress=False)
+    assert float(st) == 0.0 and h["step"].shape == (0,)
+    np.testing.assert_array_equal(h["eval_step"], [0])
+    np.testing.assert_allclose(h["eval"]["v"], [3.0])
