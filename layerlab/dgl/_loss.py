@@ -29,6 +29,7 @@ from layerlab._checks import (
     check_number,
     check_result_finite,
     is_concrete,
+    promote_float,
 )
 from layerlab._linalg import cholesky, cpu_mapped
 
@@ -64,13 +65,6 @@ def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y") -> jax.Array:
             f"got {Y.shape}. Pass one target row per training point (e.g. one-hot labels)."
         )
     return Y
-
-
-def _promote(*xs: jax.Array) -> list[jax.Array]:
-    """Every array in one float dtype, the widest of theirs and float32: integer arguments are
-    never truncating the others (an integer H once truncated real targets to integers)."""
-    dt = jnp.result_type(*(x.dtype for x in xs), jnp.float32)
-    return [x.astype(dt) for x in xs]
 
 
 def _check_square(K: jax.Array) -> None:
@@ -420,7 +414,7 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     """
     K = check_array(K, "K", fn="loo_residuals", kind="real")
     _check_square(K)
-    K, Y = _promote(K, _as_2d_targets(Y, K.shape[0]))
+    K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0]))
     check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
     if _is_concrete(K, Y, eps2):
         check_kernel(K, float(eps2), Y)
@@ -438,7 +432,7 @@ def dgl_loss_reference(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     autodiff through ``jnp.linalg.inv``.  O(N^3) with a larger constant and less stable.
     """
     K = jnp.asarray(K)
-    K, Y = _promote(K, _as_2d_targets(Y, K.shape[0]))
+    K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0]))
     B = jnp.linalg.inv(K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype))
     b = jnp.diagonal(B)
     R = (B @ Y) / b[:, None]
@@ -489,7 +483,7 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
             f"dgl_linear with eps2=0 needs d < N (got d={d}, N={n}): H^T H is singular. "
             "Use eps2 > 0 or dgl_loss(H @ H.T, Y, eps2=...)."
         )
-    H, Y = _promote(H, _as_2d_targets(Y, n))
+    H, Y = promote_float(H, _as_2d_targets(Y, n))
     S = H.T @ H + eps2 * jnp.eye(d, dtype=H.dtype)
     c = jax.scipy.linalg.cho_factor(S, lower=True)
     HY = H.T @ Y
@@ -541,7 +535,7 @@ def ib_pairwise_loss(
     H = jnp.asarray(H)
     if H.ndim != 2:
         raise ValueError(f"H must be (N, d); got shape {H.shape}.")
-    H, Y = _promote(H, _as_2d_targets(Y, H.shape[0]))
+    H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0]))
     sq = jnp.sum(H * H, axis=1)
     r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (H @ H.T), 0.0)
     prof = (overlap or _bhattacharyya)(r2, eta)

@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from layerlab._checks import promote_float
 from layerlab.dmn._spec import Layer
 
 
@@ -118,7 +119,7 @@ def dmn_conv_apply(
             f"got {x.shape}."
         )
     if not jnp.issubdtype(xb.dtype, jnp.floating):  # uint8 images: filters must stay real
-        xb = xb.astype(jnp.result_type(kernel.dtype, jnp.float32))
+        xb = promote_float(xb, kernel)[0]
     y = jax.lax.conv_general_dilated(
         xb, kernel.astype(xb.dtype), (1, 1), padding.upper(),
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
@@ -130,7 +131,7 @@ def dmn_conv_apply(
 def dmn_dense_apply(w: jax.Array, x: jax.Array, *, activation: str = "relu") -> jax.Array:
     """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
     if not jnp.issubdtype(x.dtype, jnp.floating):
-        x = x.astype(jnp.result_type(w.dtype, jnp.float32))
+        x = promote_float(x, w)[0]
     return _activate(x.reshape(x.shape[0], -1) @ w.astype(x.dtype), activation)
 
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_labels
 from layerlab.data import extract_patches
 from layerlab.dmn._apply import (
     ACTIVATIONS,
@@ -279,12 +280,7 @@ def build_dmn(
         raise ValueError(f"x must be images [N, H, W, C]; got shape {x.shape}.")
     if y.shape != (x.shape[0],):
         raise ValueError(f"y must have shape ({x.shape[0]},); got {y.shape}.")
-    if not np.issubdtype(y.dtype, np.integer):
-        raise ValueError(f"build_dmn: y must hold integer class labels; got dtype {y.dtype}.")
-    if y.size and not (0 <= y.min() and y.max() < num_classes):
-        raise ValueError(f"build_dmn: y must hold labels in [0, num_classes) = [0, "
-                         f"{num_classes}); got values in [{y.min()}, {y.max()}] (a label "
-                         "outside would silently belong to no class).")
+    y = check_labels(y, num_classes, fn="build_dmn", xp="np")  # an outside label: no class
     if not np.all(np.isfinite(x)):
         raise ValueError("x contains NaN or inf; clean the data before building DMN layers.")
     if config.input_fraction < 1.0:

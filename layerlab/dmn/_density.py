@@ -26,7 +26,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from layerlab import _linalg
-from layerlab._checks import check_array, check_labels
+from layerlab._checks import check_array, check_labels, promote_float
 
 
 def _check_hy(h, y, num_classes):
@@ -71,7 +71,7 @@ def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.
       computation of weights in deep neural networks", arXiv:1703.04757.
     """
     h = check_array(h, "h", kind="real")
-    h = h.astype(jnp.result_type(h.dtype, jnp.float32))  # integer pixels would overflow
+    (h,) = promote_float(h)  # integer pixels would overflow
     y = check_array(y, "y", kind=None)
     _check_hy(h, y, num_classes)
     onehot = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [N, C]
@@ -106,7 +106,7 @@ def naive_density_matrix(h: jax.Array) -> jax.Array:
     h = check_array(h, "h", kind="real")
     if h.ndim != 2:
         raise ValueError(f"h must have shape (N, d); got shape {h.shape}.")
-    h = h.astype(jnp.result_type(h.dtype, jnp.float32))  # integer pixels would overflow
+    (h,) = promote_float(h)  # integer pixels would overflow
     return h.T @ h / h.shape[0]
 
 

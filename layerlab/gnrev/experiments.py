@@ -60,6 +60,7 @@ from layerlab.loop import (
     CheckpointMismatchError,
     TrainStep,
     augment_inputs,
+    discard_checkpoints_after,
     fit,
 )
 from layerlab.record import Claim, Record, Row, row_from_values
@@ -1077,7 +1078,8 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
                 # loop.fit saves a step before it calls back: a stop while the probes of
                 # epoch e were computed leaves a checkpoint at e and no probe there, and a
                 # resume from e would never probe it.  Resume from the last probed epoch.
-                _drop_steps_after(ck, rec["probe_step"][-1])
+                if ck is not None:
+                    discard_checkpoints_after(ck, rec["probe_step"][-1])
             else:
                 record(0, state)
         st, hist = fit(ts.step, state, (xtr, ytr), key=jax.random.fold_in(ks, 2 + i),
@@ -1097,16 +1099,6 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
     out.update({k: np.asarray(v) for k, v in rec.items()})
     out["w_rel"] = np.asarray(probes.tree_relative_change(cur, params))
     return out
-
-
-def _drop_steps_after(ck: pathlib.Path | None, step: int) -> None:
-    """Remove the ``loop.fit`` checkpoints in ``ck`` past ``step`` (a resume then starts from
-    the latest one at or before it; ``loop.fit`` cuts its history back to that step)."""
-    if ck is None or not ck.is_dir():
-        return
-    for p in ck.iterdir():
-        if p.is_dir() and p.name.isdigit() and int(p.name) > step:
-            shutil.rmtree(p)
 
 
 def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
@@ -1154,16 +1146,14 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     done = None if checkpoint_dir is None else pathlib.Path(checkpoint_dir) / f"done_{fp_runs}"
     for arm in cfg.arms:
         sweep_file = None if done is None else done / f"{arm.name}_sweep.pkl"
+        # mid-sweep checkpoints: a stopped sweep resumes mid-way (an epoch of six vmapped GN
+        # rates at the paper's MNIST shape is ~17 min on a 2-core CPU); removed once kept
+        sweep_ck = (None if checkpoint_dir is None
+                    else pathlib.Path(checkpoint_dir) / f"{fp_runs}_{arm.name}_sweep")
         if sweep_file is not None and sweep_file.exists():
             sw = _load(sweep_file)
-            # a stop between keeping the sweep and removing its checkpoints left them
-            shutil.rmtree(pathlib.Path(checkpoint_dir) / f"{fp_runs}_{arm.name}_sweep",
-                          ignore_errors=True)
+            shutil.rmtree(sweep_ck, ignore_errors=True)  # left by a stop after the keep
         elif len(arm.lrs) > 1:
-            # a stopped sweep resumes mid-way from here (an epoch of six vmapped GN rates
-            # at the paper's MNIST shape is ~17 min on a 2-core CPU)
-            sweep_ck = (None if checkpoint_dir is None
-                        else pathlib.Path(checkpoint_dir) / f"{fp_runs}_{arm.name}_sweep")
             params, frozen, P = make_model(keys[0], dim, cfg.depth, prep.num_outputs,
                                            bottleneck=cfg.bottleneck,
                                            first_linear=_first_linear(arm, cfg.first_linear),
@@ -1172,11 +1162,11 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
                           batch_size=cfg.batch_size, rule="progress", extend=cfg.sweep_extend,
                           key=jax.random.fold_in(keys[0], 3), progress=progress,
                           augment=cfg.augment, image_shape=prep.image_shape,
-                          checkpoint_dir=None if checkpoint_dir is None else sweep_ck)
+                          checkpoint_dir=sweep_ck)
             sw.pop("state")
             if sweep_file is not None:
                 _dump(sw, sweep_file)
-            if checkpoint_dir is not None:  # kept whole now: the mid-sweep states go
+            if sweep_ck is not None:  # kept whole now: the mid-sweep states go
                 shutil.rmtree(sweep_ck, ignore_errors=True)
         else:
             sw = None

@@ -38,6 +38,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from layerlab import dgl, kernels, probes
+from layerlab._checks import check_labels
 from layerlab._linalg import qr, svdvals
 from layerlab.inspect._models import FeaturesFn, Inspectable, named_weights
 
@@ -313,13 +314,7 @@ def _targets(y, n: int, config: InspectConfig) -> jax.Array:
                 "[n, C])."
             )
         c = config.num_classes
-        if _is_concrete(y) and y.size:  # numpy: inside a jit trace jnp.min would be traced
-            lo, hi = int(np.min(np.asarray(y))), int(np.max(np.asarray(y)))
-            if not (0 <= lo and hi < c):
-                raise ValueError(
-                    f"y: labels must lie in [0, num_classes) = [0, {c}); got values from {lo} "
-                    f"to {hi} (one_hot would silently give zero rows)."
-                )
+        y = check_labels(y, c)  # eager: the range (one_hot would give zero rows outside it)
         y = jax.nn.one_hot(y, c, dtype=jnp.float32) - 1.0 / c
     elif y.ndim == 1:
         y = y[:, None]

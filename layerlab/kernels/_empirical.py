@@ -19,6 +19,7 @@ References:
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -82,8 +83,6 @@ def empirical_ntk(
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     if chunk_size is not None:
-        import numbers
-
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) \
                 or chunk_size < 1:
             raise ValueError(f"empirical_ntk: chunk_size must be a positive int or None, got "

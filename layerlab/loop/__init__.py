@@ -11,6 +11,7 @@ from layerlab.loop._checkpoint import CheckpointFallbackWarning as CheckpointFal
 from layerlab.loop._checkpoint import Checkpointing as Checkpointing
 from layerlab.loop._checkpoint import CheckpointLockedError as CheckpointLockedError
 from layerlab.loop._checkpoint import CheckpointMismatchError as CheckpointMismatchError
+from layerlab.loop._checkpoint import discard_checkpoints_after as discard_checkpoints_after
 from layerlab.loop._distributed import initialize_distributed as initialize_distributed
 from layerlab.loop._early_stopping import EarlyStopping as EarlyStopping
 from layerlab.loop._fit import NonFiniteError as NonFiniteError
@@ -35,6 +36,7 @@ __all__ = [
     "TrainState",
     "TrainStep",
     "augment_inputs",
+    "discard_checkpoints_after",
     "fit",
     "history_from_jsonable",
     "history_to_jsonable",

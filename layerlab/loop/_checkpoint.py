@@ -376,6 +376,40 @@ class _Lock:
 # --------------------------------------------------------------------------- checkpointer
 
 
+def discard_checkpoints_after(directory: str | os.PathLike, step: int) -> list[int]:
+    """Remove the checkpoints a :func:`~layerlab.loop.fit` run saved after update ``step``.
+
+    ``fit`` saves a step *before* it calls ``callback`` for it, so files a callback writes (per
+    epoch probes, curves) can lag the newest checkpoint by one interval when a run is stopped
+    inside the callback.  Discarding the checkpoints past the callback's last step makes the
+    next ``fit`` call resume at the newest checkpoint at or before ``step`` (its history is
+    cut back there on resume) and call back again for the steps after it.  Refuses a directory
+    a live run holds (:class:`CheckpointLockedError`).
+
+    Args:
+      directory: the run's ``checkpoint_dir``; a missing one is left alone.
+      step: the last update whose checkpoint is kept.
+
+    Returns:
+      The removed step numbers, ascending.
+    """
+    import shutil
+
+    path = os.fspath(directory)
+    if not os.path.isdir(path):
+        return []
+    lock = _Lock(path)
+    lock.acquire()  # raises while another live process writes here
+    try:
+        gone = sorted(int(p) for p in os.listdir(path)
+                      if p.isdigit() and os.path.isdir(os.path.join(path, p)) and int(p) > step)
+        for s in gone:
+            shutil.rmtree(os.path.join(path, str(s)))
+        return gone
+    finally:
+        lock.release()
+
+
 def validate_directory(directory: str | os.PathLike) -> str:
     """Absolute path of a usable checkpoint directory (created if absent); clear error if not."""
     try:

@@ -155,7 +155,7 @@ def test_bad_inputs_raise_clear_errors(mlp_case):
         inspect.layer_report(model, params, x, jnp.arange(N) % 3)
     c3 = inspect.InspectConfig(num_classes=3, diagnostics=("dgl_linear",))
     for bad in (jnp.arange(N) % 4, jnp.arange(N) % 3 - 1):  # label 3, label -1: no silent 0-rows
-        with pytest.raises(ValueError, match=r"y: labels must lie in \[0, num_classes\)"):
+        with pytest.raises(ValueError, match=r"y must be integer class labels in \[0, 3\)"):
             inspect.layer_report(model, params, x, bad, config=c3)
     with pytest.raises(ValueError, match=r"y: integer array of shape \(48, 1\)"):
         inspect.layer_report(model, params, x, (jnp.arange(N) % 3)[:, None], config=c3)

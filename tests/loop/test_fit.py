@@ -542,3 +542,23 @@ def test_zero_steps_still_evaluates_at_start(key):
     assert float(st) == 0.0 and h["step"].shape == (0,)
     np.testing.assert_array_equal(h["eval_step"], [0])
     np.testing.assert_allclose(h["eval"]["v"], [3.0])
+
+
+def test_discard_checkpoints_after_resumes_from_an_earlier_step(key, tmp_path):
+    """A finished run's checkpoints past step 4 discarded: the next call resumes at 4, calls
+    back for steps 6 and 8 again and ends with the uninterrupted run's state and history."""
+    def step(s, batch, k):
+        return s + jnp.sum(batch) + jax.random.uniform(k), {"loss": s}
+
+    data = jnp.arange(8.0)[:, None]
+    kw = dict(steps=8, batch_size=4, key=key, progress=False, chunk_size=2,
+              checkpoint_dir=tmp_path, checkpoint_every=2, max_to_keep=4)
+    s_full, h_full = loop.fit(step, jnp.zeros(()), data, **kw)
+    assert loop.discard_checkpoints_after(tmp_path, 4) == [6, 8]
+    assert loop.discard_checkpoints_after(tmp_path / "absent", 0) == []
+    seen = []
+    s_again, h_again = loop.fit(step, jnp.zeros(()), data,
+                                callback=lambda t, st, m: seen.append(t), **kw)
+    assert seen == [6, 8]
+    assert float(s_again) == float(s_full)
+    np.testing.assert_array_equal(h_again["train"]["loss"], h_full["train"]["loss"])
