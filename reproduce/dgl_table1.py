@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rows (as --rows) on which to compare full-N vs mini-batch LEGO; "
                    "'none' for none (not part of --smoke: add --full-n bmnist-2x20 to exercise "
                    "it, ~15 s)")
+    p.add_argument("--full-n-steps", type=int, default=None,
+                   help="Adam steps per layer of the full-N vs mini-batch comparison, both "
+                   "estimators (default: 300; a full-N MNIST10k step is ~20-35 s on a 2-core CPU)")
     p.add_argument("--readout", choices=("ridge", "iterative"), default=None,
                    help="step 5's classifier: closed-form ridge (default) or trained under MSE "
                    "with the row's optimizer (the paper's text); use a separate --out, parts "
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows:
         kw["rows"] = ex.select_rows(args.rows)
     for name in ("n_mnist", "n_cifar", "n_bmnist", "e2e_epochs", "dgl_steps", "eps_rel",
-                 "readout", "init"):
+                 "readout", "init", "full_n_steps"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
     if args.seeds is not None:

@@ -29,6 +29,7 @@ mean-pooled over the spatial axes (``conv="mean"``), max-pooled (``"max"``) or f
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -105,8 +106,8 @@ class InspectConfig:
         the exact eq. (6) (needs ``d < n`` and full-rank ``H``).
       top: default :class:`TopNetwork` for layers the model gives no top variances for.
       near_one_tol: tolerance of ``near_one``.
-      ntk_samples: NTK on the first ``m`` probe samples (default all ``n``; the NTK costs
-        ``m * k`` Jacobian-vector products).
+      ntk_samples: NTK on the first ``m`` probe samples (default all ``n``; an ``m`` above ``n``
+        uses all ``n`` with a warning; the NTK costs ``m * k`` Jacobian-vector products).
       ntk_method: ``"ntk_vp"`` or ``"jacobian"`` (``kernels.empirical_ntk``).
     """
 
@@ -331,6 +332,9 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
             "'ntk_target_alignment' from InspectConfig.diagnostics."
         )
     m = x.shape[0] if config.ntk_samples is None else min(config.ntk_samples, x.shape[0])
+    if config.ntk_samples is not None and config.ntk_samples > x.shape[0]:
+        warnings.warn(f"InspectConfig.ntk_samples = {config.ntk_samples} exceeds the {x.shape[0]} "
+                      f"probe samples; the NTK uses all {x.shape[0]}.", stacklevel=3)
     if model.trainable is None:
         return kernels.empirical_ntk(model.apply, params, x[:m], method=config.ntk_method)
     theta, rebuild = model.trainable(params)  # non-trainable state (BatchNorm stats) held fixed

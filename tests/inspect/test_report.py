@@ -126,6 +126,16 @@ def test_self_reference_and_default_ridge(mlp_case):
     assert set(rep2.layer_values) == {"stable_rank"}
 
 
+def test_ntk_samples_above_n_warns_and_uses_all(mlp_case):
+    params, _, x, _, _ = mlp_case
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(diagnostics=("ntk_alignment",), ntk_samples=x.shape[0] + 5)
+    with pytest.warns(UserWarning, match=f"ntk_samples = {x.shape[0] + 5} exceeds the "
+                      f"{x.shape[0]} probe samples"):
+        ref = inspect.make_reference(model, params, x, config=cfg)
+    assert ref.ntk.shape == (x.shape[0], x.shape[0])
+
+
 def test_default_top_network_is_documented_relu_nngp(mlp_case):
     params, _, x, _, y = mlp_case
     top = inspect.TopNetwork(depth=2, w_var=1.5, b_var=0.1)
