@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -278,6 +279,12 @@ def build_dmn(
     y = np.asarray(y)
     if x.ndim != 4:
         raise ValueError(f"x must be images [N, H, W, C]; got shape {x.shape}.")
+    if x.shape[1] in (1, 3) and x.shape[3] > 4 and x.shape[2] > 4:
+        warnings.warn(f"build_dmn: x of shape {x.shape} looks channels-first (NCHW); the "
+                      "layers read [N, H, W, C] (here H = {}, C = {}): transpose with "
+                      "x.transpose(0, 2, 3, 1) if these are images.".format(x.shape[1],
+                                                                            x.shape[3]),
+                      stacklevel=2)
     if y.shape != (x.shape[0],):
         raise ValueError(f"y must have shape ({x.shape[0]},); got {y.shape}.")
     y = check_labels(y, num_classes, fn="build_dmn", xp="np")  # an outside label: no class

@@ -144,3 +144,16 @@ def test_bnw_normalises_per_image_column_as_keras_axis_minus1_on_channels_first(
     net = L.make_network("c3,de5,bnw,de2", 2, L.DMNConfig())
     with pytest.raises(ValueError, match=r"bnw normalises per image column.*\[N, H, W, C\]"):
         net.head.init(jax.random.key(0), jnp.zeros((2, 4, 4, 1)))
+
+
+def test_build_dmn_warns_on_channels_first_images():
+    rng = np.random.default_rng(0)
+    x = rng.random((8, 3, 6, 6)).astype(np.float32)  # NCHW by mistake
+    y = np.arange(8) % 2
+    prefix = L.split_spec(L.parse_spec("d2,de2"))[0]
+    with pytest.warns(UserWarning, match=r"looks channels-first \(NCHW\).*transpose"):
+        L.build_dmn(jax.random.key(0), prefix, x, y, 2, L.DMNConfig())
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NHWC input: no warning
+        L.build_dmn(jax.random.key(0), prefix, x.transpose(0, 2, 3, 1), y, 2, L.DMNConfig())
