@@ -67,6 +67,7 @@ from jax.typing import ArrayLike
 from layerlab._checks import (
     check_array,
     check_finite,
+    check_int,
     check_result_finite,
     is_concrete,
 )
@@ -199,12 +200,25 @@ def _relu_step(k11, k12, k22, mode, with_ntk):
 def _erf_step(k11, k12, k22, mode, with_ntk):
     a11, a22 = 1.0 + 2.0 * k11, 1.0 + 2.0 * k22
     prod = _outer(a11, a22, mode)
-    post12 = (2 / jnp.pi) * jnp.arcsin(2.0 * k12 * jax.lax.rsqrt(prod))
+    # the arcsin argument is <= 1 in exact arithmetic; rounding at large K can exceed it (NaN)
+    post12 = (2 / jnp.pi) * jnp.arcsin(jnp.clip(2.0 * k12 * jax.lax.rsqrt(prod), -1.0, 1.0))
     post11 = (2 / jnp.pi) * jnp.arcsin(2.0 * k11 / a11)
     post22 = (2 / jnp.pi) * jnp.arcsin(2.0 * k22 / a22)
     dot12 = None
     if with_ntk:
-        dot12 = (4 / jnp.pi) * jax.lax.rsqrt(jnp.maximum(prod - 4.0 * k12 * k12, 1.0))
+        # prod - 4 k12^2 = 1 + 2 (k11 + k22) + 4 (k11 k22 - k12^2): the Gram determinant
+        # k11 k22 - k12^2 >= 0 is clamped at 0 (rounding makes it negative for near-parallel
+        # pairs, and at large K the cancellation of prod - 4 k12^2 is O(eps K^2), which
+        # clamping the whole difference at 1 turned into a 10 % error) and is exactly 0 where
+        # x1_i = x2_i by construction
+        det = _outer(k11, k22, mode) - k12 * k12
+        if mode == "sym":
+            det = jnp.where(jnp.eye(det.shape[0], dtype=bool), 0.0, det)
+        elif mode == "dsym":
+            det = jnp.zeros_like(det)
+        lin = 2.0 * (k11[:, None] + k22[None, :]) if mode in ("full", "sym") else \
+            2.0 * (k11 + k22)
+        dot12 = (4 / jnp.pi) * jax.lax.rsqrt(1.0 + lin + 4.0 * jnp.maximum(det, 0.0))
     return post11, post12, post22, dot12
 
 
@@ -233,7 +247,7 @@ def _check_inputs(x1, x2, diagonal):
 
 
 def _check_variance(name: str, v, depth: int, dtype) -> jax.Array:
-    v = jnp.asarray(v, dtype=dtype)
+    v = check_array(v, name, fn="fc_kernels", kind="real").astype(dtype)
     if v.ndim == 0:
         v = jnp.broadcast_to(v, (depth + 1,))
     elif v.shape != (depth + 1,):
@@ -244,7 +258,10 @@ def _check_variance(name: str, v, depth: int, dtype) -> jax.Array:
         if not np.all(np.isfinite(vals)) or np.any(vals < 0):
             raise ValueError(f"{name} must be finite and >= 0 (it is a variance sigma^2), "
                              f"got {vals.tolist()}")
-    return v
+        return v
+    # traced (e.g. a learned variance): a negative or non-finite entry gives NaN, not a
+    # finite wrong kernel
+    return jnp.where((v >= 0) & jnp.isfinite(v), v, jnp.nan)
 
 
 # ------------------------------------------------------------------------- the kernels
@@ -320,6 +337,13 @@ def fc_kernels(
       with_ntk: if False skip the NTK recursion (``ntk`` is then ``None``); about half
         the work when only the NNGP is needed.
 
+    Precision: ``x2=None`` (or ``x2`` the same array object as ``x1``) gives exact diagonals.
+    Between distinct but nearly parallel inputs (equal rows of two different arrays
+    included) float32 loses relative precision: ``O(sqrt(eps))`` for ReLU (``arccos`` near
+    1) and ``O(eps * K^0)`` for the erf NTK, whose ``1 + 2(k11 + k22) + 4 (k11 k22 - k12^2)``
+    needs the first layer's Gram determinant, which cancels at ``O(eps K^2)`` (about 2 % at
+    ``K^0 ~ 1e5``, inputs of raw pixel scale).  Standardise such inputs or use float64.
+
     Returns:
       ``FCKernel(nngp, ntk)``, each ``[n1, n2]`` (``[n]`` if ``diagonal``), with a leading
       ``[depth + 1]`` axis if ``return_all_layers``.
@@ -344,12 +368,12 @@ def fc_kernels(
     """
     if activation not in _ACTIVATIONS:
         raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
-    if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 0:
-        raise ValueError(f"depth must be a Python int >= 0 (number of hidden layers), got "
-                         f"{depth!r}")
-    depth = int(depth)
+    depth = check_int(depth, "depth", fn="fc_kernels", min_value=0)
+    if x2 is x1:  # fc_kernels(x, x): the exact-diagonal route of x2 = None
+        x2 = None
     x1, x2 = _check_inputs(x1, x2, diagonal)
-    dtype = jnp.result_type(x1.dtype if x2 is None else jnp.result_type(x1, x2), float)
+    # integer and half-precision inputs are computed in float32 (_checks.promote_float)
+    dtype = jnp.result_type(x1.dtype, *(() if x2 is None else (x2.dtype,)), jnp.float32)
     x1 = x1.astype(dtype)
     w = _check_variance("w_var", w_var, depth, dtype)
     b = _check_variance("b_var", b_var, depth, dtype)

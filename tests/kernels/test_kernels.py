@@ -254,6 +254,42 @@ def test_nearly_parallel_inputs_float32(act):
     assert all(bool(jnp.all(jnp.isfinite(t))) for t in g)
 
 
+@pytest.mark.parametrize("same", [True, False])
+def test_erf_kernels_float32_at_raw_pixel_scale(same):
+    """Large K (inputs ~300 per coordinate, K^0 ~ 1e5).  x2 = x passed explicitly takes the
+    exact-diagonal route (it went through prod - 4 k12^2, clamped at 1: 10 % errors); for
+    distinct nearly parallel inputs the erf NTK's error is bounded by O(eps K^0) (the
+    first layer's Gram determinant cancels; documented in fc_kernels), and the NNGP's arcsin
+    argument, which can round above 1, is clipped (it gave NaN)."""
+    x = 300.0 * jax.random.normal(jax.random.key(3), (40, 8), jnp.float32)
+    x2 = x if same else x.at[::2].multiply(1.001)
+    kw = dict(depth=2, w_var=1.0, b_var=0.1, activation="erf")
+    k = fc_kernels(x, x2, **kw)
+    with jax.enable_x64(True):
+        k64 = fc_kernels(np.asarray(x, np.float64), np.asarray(x2, np.float64), **kw)
+    k0 = float(jnp.max(jnp.sum(x * x, axis=1))) / x.shape[1]
+    for a, b, rtol in zip(k, k64, (2e-3, 2e-3 if same else 2 * 1.2e-7 * k0)):
+        assert a.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(a)))
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-4)
+
+
+def test_traced_negative_variance_is_nan_and_half_precision_runs_in_float32():
+    x = jax.random.normal(jax.random.key(4), (5, 3), jnp.float32)
+    for kw in (dict(w_var=-1.0, b_var=0.1), dict(w_var=2.0, b_var=-0.5)):
+        k = jax.jit(lambda w, b: relu_ntk(x, depth=1, w_var=w, b_var=b))(kw["w_var"],
+                                                                        kw["b_var"])
+        assert bool(jnp.all(jnp.isnan(k)))  # eager calls raise (test_clear_errors)
+    xb = x.astype(jnp.bfloat16)
+    kb = relu_ntk(xb, depth=3, w_var=2.0, b_var=0.1)
+    assert kb.dtype == jnp.float32  # the bf16 inputs, exactly, in float32 arithmetic
+    np.testing.assert_allclose(kb, relu_ntk(xb.astype(jnp.float32), depth=3, w_var=2.0,
+                                            b_var=0.1), rtol=0, atol=0)
+    with pytest.raises(TypeError, match="depth must be an integer"):
+        relu_nngp(x, depth=2.0, w_var=2.0, b_var=0.1)
+    with pytest.raises(TypeError, match="w_var"):
+        relu_nngp(x, depth=1, w_var="2", b_var=0.1)
+
+
 def test_float32_arccos_matches_float64_reference():
     # The float32 ReLU kernels use a polynomial arccos (XLA's goes through atan2, ~25x
     # slower); its error must match a correctly rounded float32 arccos: a few ulp of pi.
