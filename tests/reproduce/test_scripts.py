@@ -115,7 +115,7 @@ def test_record_rows_holds_is_the_tolerance_rule(tmp_path):
     assert r.holds is True
     assert Row("b", 95.0, paper=97.18, tol=1.0).holds is False
     assert Row("c", 95.0).holds is None  # paper gives no number
-    with pytest.raises(ValueError, match="ours must be finite"):
+    with pytest.raises(ValueError, match="ours must be a finite number"):
         Row("d", float("nan"))
     with pytest.raises(ValueError, match="paper must be one of"):
         Record("nope", "x", "t", "paper", {})
@@ -127,6 +127,38 @@ def test_record_rows_holds_is_the_tolerance_rule(tmp_path):
     p.write_text(json.dumps(d))
     with pytest.raises(ValueError, match="holds=False"):
         load_record(p)
+
+
+def test_record_rows_refuse_inconsistent_values(tmp_path):
+    from layerlab.record import Claim, Record, Row, validate_record, write_record
+    # holds is decided on the unrounded numbers; the 6-digit rounding of the written ones
+    # must not make write_record refuse the row afterwards
+    for row in (Row("r1", 1234564.9, paper=1234565.1, tol=0.5),
+                Row("r2", 100.0004, paper=100.0, tol=0.0004 - 1e-9)):
+        rec = Record("dgl", "x", "t", "reduced", {}, rows=[row])
+        assert load_record(write_record(rec, tmp_path))["rows"][0]["holds"] is row.holds
+    assert Row("nan paper", 1.0, paper=float("nan"), tol=1.0).holds is None
+    with pytest.raises(ValueError, match="not run"):
+        Row("e", None, paper=1.0, tol=1.0, holds=True)
+    with pytest.raises(TypeError, match="holds must be True, False or None"):
+        Row("f", 1.0, holds="no")
+    with pytest.raises(TypeError, match="holds must be True, False or None"):
+        Claim("g", "False")
+    with pytest.raises(ValueError, match="tol must be a finite number >= 0"):
+        Row("h", 1.0, paper=1.0, tol=-1)
+    with pytest.raises(ValueError, match="seeds must be an integer >= 1 for a row that ran"):
+        Row("i", 1.0, seeds=0)
+    with pytest.raises(TypeError, match="ours must be a real number"):
+        Row("j", "1.0")
+    d = json.loads(write_record(Record("dgl", "x", "t", "reduced", {},
+                                       rows=[Row("k", 2.0, paper=1.0, tol=0.5)]),
+                                tmp_path).read_text())
+    for field, bad, msg in (("holds", None, "holds is null"), ("holds", "no", "true, false"),
+                            ("tol", -1.0, "tol must be >= 0"), ("ours", "2", "number or null")):
+        dd = json.loads(json.dumps(d))
+        dd["rows"][0][field] = bad
+        with pytest.raises(ValueError, match=msg):
+            validate_record(dd)
 
 
 def test_out_names_a_folder_or_the_record_file(tmp_path):
