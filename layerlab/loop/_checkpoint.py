@@ -118,6 +118,8 @@ def _abstract(tree):
             return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
         if isinstance(x, (np.ndarray, np.generic)):
             return jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
+        if isinstance(x, (bool, int, float, complex)):  # restored as the array fit carried
+            return jax.ShapeDtypeStruct((), jax.numpy.asarray(x).dtype)
         return x
 
     return jax.tree_util.tree_map(f, tree)
@@ -226,7 +228,8 @@ def _closure_scalars(fn: Callable, limit: int = 200) -> list[str]:
 
 
 def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
-                    data_runs_axis) -> dict[str, Any]:
+                    data_runs_axis, early_stopping=None, eval_every=None,
+                    eval_at_start=False) -> dict[str, Any]:
     """Everything that changes the result of ``fit``: compared on resume.
 
     ``state``: the tree structure, every leaf's shape/dtype and a content hash of the
@@ -235,7 +238,9 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     scalars captured by its closure, dataclass fields included (the optimizer's
     hyper-parameters for :func:`layerlab.loop.optax_step`), and for a ``Partial`` step of
     arrays a content hash of the bound arrays; ``data``: shapes/dtypes and a content hash (computed
-    once per ``fit`` call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key.
+    once per ``fit`` call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key;
+    with early stopping, its settings and the evaluation schedule (they decide where the run
+    stops and which state it returns).
     """
     fp = {
         "version": FINGERPRINT_VERSION,
@@ -254,6 +259,12 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     }
     if is_traced_partial(step):  # its bound arrays are program inputs: hashed like the data
         fp["step_bound_hash"] = content_hash((step.args, step.keywords))
+    es = early_stopping
+    fp["early_stopping"] = None if es is None else {
+        "metric": es.metric, "mode": es.mode, "patience": int(es.patience),
+        "min_delta": float(es.min_delta), "restore_best": bool(es.restore_best),
+        "eval_every": None if eval_every is None else int(eval_every),
+        "eval_at_start": bool(eval_at_start)}
     return fp
 
 
@@ -267,7 +278,7 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     lines = []
     for k, v in now.items():
         s = saved.get(k, "<absent>")
-        if s == v:
+        if s == v or (v is None and k not in saved):  # a key added later, unused here
             continue
         if isinstance(s, list) and isinstance(v, list):
             only_s = [e for e in s if e not in v][:3]
@@ -395,9 +406,17 @@ def discard_checkpoints_after(directory: str | os.PathLike, step: int) -> list[i
     """
     import shutil
 
+    from layerlab._checks import check_int
+
+    step = check_int(step, "step", fn="discard_checkpoints_after", min_value=0)
     path = os.fspath(directory)
     if not os.path.isdir(path):
         return []
+    if not os.path.isfile(os.path.join(path, HISTORY_NAME)):
+        raise ValueError(
+            f"discard_checkpoints_after: directory {path!r} is not a fit checkpoint directory "
+            f"(no {HISTORY_NAME}); pass the checkpoint_dir one fit call wrote, not a folder "
+            "above it.")
     lock = _Lock(path)
     lock.acquire()  # raises while another live process writes here
     try:

@@ -187,17 +187,33 @@ def fit(
 
     # ---------------------------------------------------------------- resume
     run = FitRun(placed.state, early_stopping=early_stopping, R=plan.R, runs=runs)
-    if checkpoint.directory is not None:
-        run.resume(checkpoint, run_fingerprint(  # hashes the data (as given) and the state
-            step=step, state=placed.state, data=data, key_data=jax.random.key_data(placed.key),
-            total=total, batch_size=batch_size, n=plan.n, runs=plan.R,
-            data_runs_axis=data_runs_axis))
-    if run.stopped or run.t >= total:
-        if total == 0 and eval_fn is not None and eval_at_start and not run.stopped:
-            run.evaluate(eval_fn)  # steps=0: the asked-for evaluation of the initial state
-        return run.finish()
+    try:  # from here on the checkpoint directory is locked: any error releases it
+        if checkpoint.directory is not None:
+            run.resume(checkpoint, run_fingerprint(  # hashes the data (as given) and the state
+                step=step, state=placed.state, data=data,
+                key_data=jax.random.key_data(placed.key), total=total, batch_size=batch_size,
+                n=plan.n, runs=plan.R, data_runs_axis=data_runs_axis,
+                early_stopping=early_stopping, eval_every=eval_every,
+                eval_at_start=eval_at_start))
+        if run.stopped or run.t >= total:
+            if total == 0 and eval_fn is not None and eval_at_start and not run.stopped:
+                run.evaluate(eval_fn)  # steps=0: the asked-for evaluation of the initial state
+        else:
+            _train(run, step, placed, plan, total=total, batch_size=batch_size,
+                   eval_fn=eval_fn, eval_every=eval_every, eval_at_start=eval_at_start,
+                   checkpoint=checkpoint, chunk_size=chunk_size, runs=runs,
+                   data_runs_axis=data_runs_axis, check_finite=check_finite,
+                   callback=callback, progress=progress, desc=desc)
+    except BaseException:
+        run.abort()
+        raise
+    return run.finish()
 
-    # ---------------------------------------------------------------- main loop
+
+def _train(run, step, placed, plan, *, total, batch_size, eval_fn, eval_every, eval_at_start,
+           checkpoint, chunk_size, runs, data_runs_axis, check_finite, callback, progress,
+           desc) -> None:
+    """The main loop of :func:`fit` (``run`` resumed, its directory locked by the caller)."""
     intervals = [k for k in (eval_every, checkpoint.every) if k is not None]
     chunks = ChunkLauncher(
         step, placed.data, placed.key, total=total,
@@ -205,35 +221,32 @@ def fit(
         intervals=intervals, batch_size=batch_size, steps_per_epoch=plan.spe, n=plan.n,
         runs=runs, data_runs_axis=data_runs_axis, batch_sharding=placed.batch_sharding,
         state_sharding=placed.state_sharding, check_state=check_finite is not False, R=plan.R)
+    if eval_fn is not None:
+        run.check_eval(eval_fn)
     run.open_progress(progress, total, desc)
-    try:
-        if eval_fn is not None and eval_at_start and run.t == 0:
+    if eval_fn is not None and eval_at_start and run.t == 0:
+        run.evaluate(eval_fn)
+    # One chunk of look-ahead: chunk k+1 is dispatched before chunk k's metrics are read,
+    # so the device never waits for the host (progress, history, evaluation) -- except
+    # where chunk k ends at a checkpoint: then chunk k is read, evaluated, saved and passed
+    # to the callback first and chunk k+1 dispatched after.  Otherwise the evaluation and
+    # save queue behind the look-ahead chunk (on CPU always: seen on the multi-hour DGL
+    # runs), and a stop loses two checkpoint intervals instead of about one.  The chunks,
+    # keys and results are the same either way; the device idles during the save.
+    inflight = chunks.launch(run.t, run.state)
+    while inflight is not None:
+        done = inflight
+        save_first = run.ckpt is not None and _due(done.t_to, checkpoint.every, total)
+        inflight = None if save_first else chunks.launch(done.t_to, done.state)
+        metrics = run.take_chunk(done, check_finite)  # raises NonFiniteError
+        if eval_fn is not None and _due(run.t, eval_every, total):
             run.evaluate(eval_fn)
-        # One chunk of look-ahead: chunk k+1 is dispatched before chunk k's metrics are read,
-        # so the device never waits for the host (progress, history, evaluation) -- except
-        # where chunk k ends at a checkpoint: then chunk k is read, evaluated, saved and passed
-        # to the callback first and chunk k+1 dispatched after.  Otherwise the evaluation and
-        # save queue behind the look-ahead chunk (on CPU always: seen on the multi-hour DGL
-        # runs), and a stop loses two checkpoint intervals instead of about one.  The chunks,
-        # keys and results are the same either way; the device idles during the save.
-        inflight = chunks.launch(run.t, run.state)
-        while inflight is not None:
-            done = inflight
-            save_first = run.ckpt is not None and _due(done.t_to, checkpoint.every, total)
-            inflight = None if save_first else chunks.launch(done.t_to, done.state)
-            metrics = run.take_chunk(done, check_finite)  # raises NonFiniteError
-            if eval_fn is not None and _due(run.t, eval_every, total):
-                run.evaluate(eval_fn)
-                if run.stopped:
-                    inflight = None  # drop the look-ahead chunk: training ends here
-            if run.ckpt is not None and (_due(run.t, checkpoint.every, total) or run.stopped):
-                run.save()
-            if callback is not None:
-                callback(run.t, run.state, metrics)
-            if save_first and not run.stopped:  # after the callback: its files match the save
-                inflight = chunks.launch(run.t, run.state)
-    except BaseException:
-        run.abort()
-        raise
+            if run.stopped:
+                inflight = None  # drop the look-ahead chunk: training ends here
+        if run.ckpt is not None and (_due(run.t, checkpoint.every, total) or run.stopped):
+            run.save()
+        if callback is not None:
+            callback(run.t, run.state, metrics)
+        if save_first and not run.stopped:  # after the callback: its files match the save
+            inflight = chunks.launch(run.t, run.state)
     run.note_early_stop(desc)
-    return run.finish()

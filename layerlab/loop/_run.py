@@ -159,28 +159,40 @@ class FitRun:
             self.bar.set_postfix(_fmt(self.last_metrics), refresh=False)
         return metrics
 
-    def evaluate(self, eval_fn: Callable[[Any], dict[str, jax.Array]]) -> None:
-        """Evaluate the state after ``t`` updates; log it and update early stopping."""
-        out = _run_eval(self.state, eval_fn=eval_fn, runs=self.runs)
+    def _check_eval_out(self, out) -> None:
+        """``eval_fn``'s output (arrays or their shapes) is a dict of (per-run) scalars that
+        holds the early-stopping metric."""
         if not isinstance(out, dict):
             raise TypeError(
                 f"fit: eval_fn must return a dict of scalars, got {type(out).__name__}."
             )
-        out = _to_host(out)
         for k, v in out.items():
-            if np.shape(v) != ((self.R,) if self.runs else ()):
+            shape = tuple(getattr(v, "shape", np.shape(v)))
+            if shape != ((self.R,) if self.runs else ()):
                 raise ValueError(
-                    f"fit: eval_fn metric {k!r} has shape {np.shape(v)}; metrics must be scalars "
+                    f"fit: eval_fn metric {k!r} has shape {shape}; metrics must be scalars "
                     "(per run)."
                 )
+        if self.es is not None and self.es.metric not in out:
+            raise KeyError(
+                f"fit: EarlyStopping.metric {self.es.metric!r} is not among the eval metrics "
+                f"{sorted(out)}."
+            )
+
+    def check_eval(self, eval_fn: Callable[[Any], dict[str, jax.Array]]) -> None:
+        """Check ``eval_fn``'s output by its shapes (traced, not run) before training, so a
+        wrong metric name or output is an error at step 0, not after the last step."""
+        self._check_eval_out(jax.eval_shape(
+            lambda s: _run_eval(s, eval_fn=eval_fn, runs=self.runs), self.state))
+
+    def evaluate(self, eval_fn: Callable[[Any], dict[str, jax.Array]]) -> None:
+        """Evaluate the state after ``t`` updates; log it and update early stopping."""
+        out = _run_eval(self.state, eval_fn=eval_fn, runs=self.runs)
+        self._check_eval_out(out)
+        out = _to_host(out)
         self.log.add_eval(self.t, out)
         es = self.es
         if es is not None:
-            if es.metric not in out:
-                raise KeyError(
-                    f"fit: EarlyStopping.metric {es.metric!r} is not among the eval metrics "
-                    f"{sorted(out)}."
-                )
             self.es_state, improved = es_update(es, self.es_state, out[es.metric], self.t)
             if es.restore_best and np.any(improved):
                 self.best = _select_best(jnp.asarray(improved), self.state, self.best,

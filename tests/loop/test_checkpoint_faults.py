@@ -497,3 +497,65 @@ def test_clear_frames_frees_the_locals_of_a_failed_call_and_its_chain():
         gc.collect()
         assert refs[0]() is not None and all(r() is None for r in refs[1:])
 
+
+
+def _mse_eval(state):
+    return {"mse": _loss(state.params, (X, Y))}
+
+
+def test_early_stopping_settings_are_in_the_fingerprint(tmp_path):
+    """A run stopped early must not be returned to a rerun without (or with other) early
+    stopping: the settings decide where the run stops and which state it returns."""
+    ck = tmp_path / "ck"
+    es = loop.EarlyStopping("mse", patience=1, min_delta=1e9)  # stops at its 2nd evaluation
+    _, h = _run(ck, eval_fn=_mse_eval, eval_every=2, early_stopping=es)
+    assert h["early_stopping"]["stopped"]
+    for other in (None, es._replace(patience=3), es._replace(restore_best=True)):
+        with pytest.raises(CheckpointMismatchError, match="early_stopping: saved"):
+            _run(ck, eval_fn=_mse_eval, eval_every=2, early_stopping=other)
+    with pytest.raises(CheckpointMismatchError, match="early_stopping: saved"):
+        _run(ck, eval_fn=_mse_eval, eval_every=4, early_stopping=es)
+    _run(ck, eval_fn=_mse_eval, eval_every=2, early_stopping=es)  # the same: resumes
+
+
+def test_a_wrong_eval_metric_is_refused_before_training(tmp_path):
+    ck = tmp_path / "ck"
+    calls = []
+    with pytest.raises(KeyError, match="'val_loss' is not among the eval metrics \\['mse'\\]"):
+        _run(ck, eval_fn=_mse_eval, early_stopping=loop.EarlyStopping("val_loss"),
+             callback=lambda t, s, m: calls.append(t))
+    assert calls == [] and not (ck / LOCK_NAME).exists()
+    with pytest.raises(TypeError, match="early_stopping must be a loop.EarlyStopping.*"
+                       "EarlyStopping\\('mse'\\)"):
+        _run(None, eval_fn=_mse_eval, early_stopping="mse")
+
+
+def test_state_with_python_scalar_leaves_resumes(tmp_path):
+    def step(s, b, k):
+        w, n = s
+        g = jnp.mean((b[0][:, 0] * w - b[1][:, 0]) * b[0][:, 0])
+        return (w - 0.1 * g, n + 1), {"loss": g * g}
+
+    kw = dict(key=jax.random.key(0), steps=8, batch_size=4, progress=False, chunk_size=2)
+    want, _ = loop.fit(step, (jnp.zeros(()), 0), (X, Y), **kw)
+
+    def cb(t, s, m):
+        if t == 4:
+            raise RuntimeError("preempted")
+
+    ck = dict(checkpoint_dir=str(tmp_path / "ck"), checkpoint_every=2)
+    with pytest.raises(RuntimeError, match="preempted"):
+        loop.fit(step, (jnp.zeros(()), 0), (X, Y), callback=cb, **ck, **kw)
+    got, _ = loop.fit(step, (jnp.zeros(()), 0), (X, Y), **ck, **kw)
+    _same(got, want)
+    assert int(got[1]) == 8
+
+
+def test_discard_checkpoints_after_refuses_a_folder_that_is_not_a_run(tmp_path, killed):
+    for i in range(3):
+        (tmp_path / "sweep" / str(i)).mkdir(parents=True)
+    with pytest.raises(ValueError, match="not a fit checkpoint directory"):
+        loop.discard_checkpoints_after(tmp_path / "sweep", 0)
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["0", "1", "2"]
+    with pytest.raises(TypeError, match="step must be an integer"):
+        loop.discard_checkpoints_after(killed, None)
