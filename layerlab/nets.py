@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
-from layerlab._checks import check_array
+from layerlab._checks import check_array, check_int, check_number
 
 __all__ = ["mlp_init", "mlp_apply", "INITS"]
 
@@ -101,7 +101,12 @@ def mlp_init(
       Glorot & Bengio (2010); He et al. (2015) Eq. (10); Jacot et al. (2018) Eq. (1);
       PyTorch ``torch.nn.Linear.reset_parameters`` (``init="torch"``).
     """
-    sizes = [int(s) for s in sizes]
+    if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
+        raise TypeError(f"mlp_init: sizes must be a list of widths [d_in, ..., d_out], got "
+                        f"{sizes!r}.")
+    sizes = [check_int(s, f"sizes[{i}]", fn="mlp_init") for i, s in enumerate(sizes)]
+    check_number(b_std, "b_std", fn="mlp_init", min_value=0)
+    check_number(w_std, "w_std", fn="mlp_init", min_value=0, allow_none=True)
     if len(sizes) < 2 or any(s <= 0 for s in sizes):
         raise ValueError(
             f"mlp_init: sizes must list >= 2 positive widths [d_in, ..., d_out], got {sizes}."

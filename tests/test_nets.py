@@ -60,6 +60,13 @@ def test_mlp_vmap_and_errors(key):
         nets.mlp_init(key, [3, 2], init="xavier")
     with pytest.raises(ValueError, match="w_std"):
         nets.mlp_init(key, [3, 2], init="normal")
+    with pytest.raises(TypeError, match=r"sizes\[1\] must be an integer, got float 64.7"):
+        nets.mlp_init(key, [4, 64.7, 2])  # was silently a 64-wide layer
+    with pytest.raises(TypeError, match=r"sizes\[0\] must be an integer"):
+        nets.mlp_init(key, [True, 2])
+    with pytest.raises(ValueError, match="w_std must be finite"):
+        nets.mlp_init(key, [3, 2], w_std=float("nan"))  # was NaN parameters
+    assert [p["w"].shape for p in nets.mlp_init(key, [np.int64(3), 2])] == [(3, 2)]
 
 
 def test_mlp_init_torch_is_pytorchs_linear_default(key):

@@ -41,6 +41,27 @@ def _as_outputs(y, n: int, which: str) -> jax.Array:
     return y
 
 
+def _differentiable_only(apply_fn, params):
+    """``(apply_fn', theta)`` over the floating-point leaves of ``params`` alone: integer or
+    boolean leaves (step counters, masks, index tables) are held fixed, as they have no
+    tangent (``jax.linear_transpose`` and ``jacrev`` refuse them)."""
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    keep = [i for i, a in enumerate(leaves)
+            if jnp.issubdtype(jnp.result_type(a), jnp.inexact)]
+    if len(keep) == len(leaves):
+        return apply_fn, params
+    if not keep:
+        raise ValueError("empirical_ntk: params has no floating-point leaves to differentiate.")
+
+    def rebuilt_apply(theta, x):
+        full = list(leaves)
+        for i, t in zip(keep, theta):
+            full[i] = t
+        return apply_fn(jax.tree_util.tree_unflatten(treedef, full), x)
+
+    return rebuilt_apply, [leaves[i] for i in keep]
+
+
 def empirical_ntk(
     apply_fn: Callable[[Any, jax.Array], jax.Array],
     params: Any,
@@ -62,7 +83,8 @@ def empirical_ntk(
 
     Args:
       apply_fn: ``apply_fn(params, x) -> [n, k]`` (or ``[n]``, read as ``k = 1``).
-      params: parameter pytree.
+      params: parameter pytree; only its floating-point leaves are differentiated
+        (integer and boolean leaves are held fixed).
       x1: ``[n1, ...]`` inputs (any trailing shape ``apply_fn`` accepts).
       x2: ``[n2, ...]`` inputs, or ``None`` for ``x2 = x1``.
       trace: if True sum over the output axis (``a = b``), giving ``[n1, n2]``; if False
@@ -88,6 +110,7 @@ def empirical_ntk(
             raise ValueError(f"empirical_ntk: chunk_size must be a positive int or None, got "
                              f"{chunk_size!r}")
         chunk_size = int(chunk_size)  # numpy integers too
+    apply_fn, params = _differentiable_only(apply_fn, params)
     x1 = jnp.asarray(x1)
     same = x2 is None
     x2 = x1 if same else jnp.asarray(x2)

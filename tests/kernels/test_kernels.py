@@ -420,3 +420,14 @@ def test_relu_kernels_keep_a_nan_row_nan_under_jit():
     Kb, K = np.asarray(f(bad)), np.asarray(f(x))
     assert np.all(np.isnan(Kb[0])) and np.all(np.isnan(Kb[:, 0]))
     np.testing.assert_allclose(Kb[1:, 1:], K[1:, 1:], rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["ntk_vp", "jacobian"])
+def test_empirical_ntk_holds_integer_leaves_fixed(method):
+    """f_a(x) = n (x @ w)_a with an int32 leaf n: the NTK over w alone is k n^2 x1 . x2."""
+    p = {"w": jnp.ones((3, 2)), "n": jnp.array(2, jnp.int32)}
+    x = jnp.arange(6.0).reshape(2, 3)
+    for x2 in (None, x + 1):
+        got = empirical_ntk(lambda q, xx: (xx @ q["w"]) * q["n"], p, x, x2, method=method)
+        want = 2 * 4 * x @ (x if x2 is None else x2).T
+        np.testing.assert_allclose(got, want, rtol=1e-6)
