@@ -33,9 +33,9 @@ def grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every,
     no checkpoints), from ``checkpoint=`` or the flat ``checkpoint_dir=/_every=/max_to_keep=``."""
     if checkpoint is None:
         return Checkpointing(checkpoint_dir, checkpoint_every, max_to_keep)
-    if checkpoint_dir is not None or checkpoint_every is not None:
-        raise ValueError("fit: give checkpoint= or checkpoint_dir=/checkpoint_every=, "
-                         "not both.")
+    if checkpoint_dir is not None or checkpoint_every is not None or max_to_keep != 2:
+        raise ValueError("fit: give checkpoint= or checkpoint_dir=/checkpoint_every=/"
+                         "max_to_keep=, not both (the flat ones would be ignored).")
     if not isinstance(checkpoint, Checkpointing):
         raise TypeError("fit: checkpoint must be a loop.Checkpointing, got "
                         f"{type(checkpoint).__name__}.")
@@ -47,9 +47,10 @@ def grouped_placement(placement, mesh, data_axis, state_sharding, data_sharding)
     ``mesh=/data_axis=/state_sharding=/data_sharding=``."""
     if placement is None:
         return Placement(mesh, data_axis, state_sharding, data_sharding)
-    if mesh is not None or state_sharding is not None or data_sharding is not None:
-        raise ValueError("fit: give placement= or mesh=/state_sharding=/data_sharding=, "
-                         "not both.")
+    if mesh is not None or state_sharding is not None or data_sharding is not None \
+            or data_axis != "data":
+        raise ValueError("fit: give placement= or mesh=/data_axis=/state_sharding=/"
+                         "data_sharding=, not both (the flat ones would be ignored).")
     if not isinstance(placement, Placement):
         raise TypeError("fit: placement must be a loop.Placement, got "
                         f"{type(placement).__name__}.")

@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
 import sys
 import time
@@ -157,14 +158,43 @@ def content_hash(tree) -> str:
     return h.hexdigest()[:16]
 
 
-def _closure_scalars(fn: Callable, limit: int = 200) -> list[str]:
-    """Names and hyper-parameters reachable from ``fn``'s closure: function qualnames and the
-    Python scalars/short strings/small arrays captured (e.g. an optax learning rate)."""
+def _code_digest(code) -> str:
+    """12 hex digits of SHA-256 over a code object's bytecode, names and constants (nested
+    code objects, e.g. lambdas and comprehensions, included): a changed loss body or a
+    constant written into it changes the digest."""
+    h = hashlib.sha256()
+
+    def add(c, depth=0):
+        h.update(c.co_code)
+        h.update(repr((c.co_names, c.co_varnames, c.co_freevars)).encode())
+        for k in c.co_consts:
+            if hasattr(k, "co_code"):
+                if depth < 20:
+                    add(k, depth + 1)
+            else:
+                h.update(repr(k).encode())
+
+    add(code)
+    return h.hexdigest()[:12]
+
+
+_DIGEST = re.compile(r" ?#[0-9a-f]{12}")
+
+
+def _without_digests(entries: list) -> list:
+    return [_DIGEST.sub("", e) if isinstance(e, str) else e for e in entries]
+
+
+def _closure_scalars(fn: Callable, limit: int = 1000) -> list[str]:
+    """Names and hyper-parameters reachable from ``fn``: function qualnames with a digest of
+    their code, the Python scalars/short strings/arrays captured by closures, defaults and
+    the module globals a function reads (e.g. an optax learning rate, a regularisation
+    constant, fixed random features: small arrays by value, larger ones by a content hash)."""
     out: list[str] = []
     seen: set[int] = set()
 
     def visit(obj, depth, label):
-        if len(out) >= limit or depth > 10:
+        if len(out) >= limit or depth > 24:
             return
         if obj is None or isinstance(obj, (bool, int, float, np.integer, np.floating)):
             out.append(f"{label}={obj!r}" if not isinstance(obj, float) or math.isfinite(obj)
@@ -184,7 +214,9 @@ def _closure_scalars(fn: Callable, limit: int = 200) -> list[str]:
                 except Exception:  # pragma: no cover - non-addressable
                     out.append(f"{label}=<array {obj.shape} {obj.dtype}>")
             else:
-                out.append(f"{label}=<array {tuple(obj.shape)} {obj.dtype}>")
+                b = _host_bytes(obj)
+                tag = "" if b is None else " #" + hashlib.sha256(b).hexdigest()[:12]
+                out.append(f"{label}=<array {tuple(obj.shape)} {obj.dtype}{tag}>")
             return
         if isinstance(obj, (tuple, list)):
             for i, v in enumerate(obj[:64]):
@@ -211,7 +243,9 @@ def _closure_scalars(fn: Callable, limit: int = 200) -> list[str]:
             return
         code = getattr(obj, "__code__", None)
         if code is not None:
-            out.append(f"{label}:{getattr(obj, '__qualname__', code.co_name)}")
+            user = _is_user_code(code)
+            out.append(f"{label}:{getattr(obj, '__qualname__', code.co_name)}"
+                       + (f"#{_code_digest(code)}" if user else ""))
             cells = getattr(obj, "__closure__", None) or ()
             for name, cell in zip(code.co_freevars, cells, strict=False):
                 try:
@@ -221,10 +255,49 @@ def _closure_scalars(fn: Callable, limit: int = 200) -> list[str]:
                 visit(v, depth + 1, f"{label}.{name}")
             visit(getattr(obj, "__defaults__", None) or (), depth + 1, f"{label}.defaults")
             visit(getattr(obj, "__kwdefaults__", None) or {}, depth + 1, f"{label}.kwdefaults")
+            # module globals it reads: settings and helper functions of the user's script
+            # (not modules or classes; not for library code, which is versioned, and whose
+            # module state, e.g. caches, may differ between processes)
+            glb = (getattr(obj, "__globals__", None) or {}) if user else {}
+            for name in _global_names(code):
+                if name.startswith("__"):
+                    continue
+                v = glb.get(name)
+                if v is None or isinstance(v, type) or type(v).__name__ == "module":
+                    continue
+                if getattr(v, "__module__", None) not in (None, glb.get("__name__")) \
+                        and callable(v):
+                    continue  # a function imported from a library
+                visit(v, depth + 1, f"{label}.<global {name}>")
             return
 
     visit(fn, 0, "step")
     return out
+
+
+_LIBRARY_DIRS = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+                       *(p + os.sep for p in sys.path if p.rstrip(os.sep).endswith(
+                           ("site-packages", "dist-packages")))})
+
+
+def _is_user_code(code) -> bool:
+    """A function of the user's own code (not layerlab's, not an installed package's, not
+    the standard library's): its code digest and the globals it reads are fingerprinted."""
+    f = os.path.abspath(code.co_filename)
+    if code.co_filename.startswith("<") and code.co_filename not in ("<stdin>", "<string>"):
+        return False  # frozen / built-in
+    stdlib = os.path.dirname(os.__file__) + os.sep
+    return not f.startswith(_LIBRARY_DIRS + (stdlib,))
+
+
+def _global_names(code, depth: int = 0) -> list[str]:
+    """The global names a code object (and its nested code objects) reads."""
+    names = list(code.co_names)
+    if depth < 20:
+        for k in code.co_consts:
+            if hasattr(k, "co_names"):
+                names += _global_names(k, depth + 1)
+    return list(dict.fromkeys(names))
 
 
 def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
@@ -280,6 +353,13 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         s = saved.get(k, "<absent>")
         if s == v or (v is None and k not in saved):  # a key added later, unused here
             continue
+        if k == "step" and isinstance(s, list) and isinstance(v, list) and \
+                not any(isinstance(e, str) and _DIGEST.search(e) for e in s):
+            # saved before code digests and array hashes (2026-11-29): compare without them
+            # (the entries for globals are new too: ignored when the saved list has none)
+            v = [e for e in _without_digests(v) if "<global " not in str(e)]
+            if s == v:
+                continue
         if isinstance(s, list) and isinstance(v, list):
             only_s = [e for e in s if e not in v][:3]
             only_n = [e for e in v if e not in s][:3]

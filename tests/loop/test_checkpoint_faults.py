@@ -388,6 +388,13 @@ def test_grouped_checkpoint_and_placement_arguments(tmp_path, reference):
     with pytest.raises(TypeError, match="placement"):
         loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
                  placement={"mesh": None})
+    # a flat argument beside its group would be ignored: refused
+    with pytest.raises(ValueError, match="max_to_keep=, not both"):
+        loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
+                 checkpoint=loop.Checkpointing(str(ck)), max_to_keep=None)
+    with pytest.raises(ValueError, match="data_axis=.*not both"):
+        loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
+                 placement=loop.Placement(), data_axis="batch")
 
 
 def test_checkpoint_of_the_previous_format_resumes(killed, reference):
@@ -559,3 +566,67 @@ def test_discard_checkpoints_after_refuses_a_folder_that_is_not_a_run(tmp_path, 
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == ["0", "1", "2"]
     with pytest.raises(TypeError, match="step must be an integer"):
         loop.discard_checkpoints_after(killed, None)
+
+
+L2_GLOBAL = 0.0  # read by _l2_loss: a module-level setting of the user's script
+
+
+def _l2_loss(params, batch):
+    return _loss(params, batch) + L2_GLOBAL * jnp.sum(params["w"] ** 2)
+
+
+def test_step_code_globals_and_closure_arrays_are_in_the_fingerprint(tmp_path, monkeypatch):
+    """The user's loss body, the module globals it reads and the contents of large arrays it
+    closes over decide the result: each change is refused on resume (each passed before).
+    Library functions are named without a code digest (an upgrade must not orphan runs)."""
+    def fit(step, ck):
+        return loop.fit(step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=4,
+                        batch_size=4, progress=False, checkpoint_dir=str(ck))
+
+    fit(loop.optax_step(_l2_loss, optax.sgd(0.05)).step, tmp_path / "g")
+    monkeypatch.setattr(sys.modules[__name__], "L2_GLOBAL", 1.0)
+    with pytest.raises(CheckpointMismatchError, match=r"<global L2_GLOBAL>=0\.0"):
+        fit(loop.optax_step(_l2_loss, optax.sgd(0.05)).step, tmp_path / "g")
+
+    def loss_a(params, batch):
+        return _loss(params, batch) + 1e-4 * jnp.sum(params["w"] ** 2)
+
+    def loss_b(params, batch):  # same name and closure, another constant in the body
+        return _loss(params, batch) + 1e-1 * jnp.sum(params["w"] ** 2)
+
+    loss_b.__qualname__ = loss_a.__qualname__
+    fit(loop.optax_step(loss_a, optax.sgd(0.05)).step, tmp_path / "c")
+    with pytest.raises(CheckpointMismatchError, match="loss_a#"):
+        fit(loop.optax_step(loss_b, optax.sgd(0.05)).step, tmp_path / "c")
+
+    def with_features(feat):
+        def loss(params, batch):
+            return _loss(params, batch) + 1e-3 * jnp.sum(feat) * jnp.sum(params["b"] ** 2)
+        return loss
+
+    f0 = np.random.default_rng(0).normal(size=(1, 64)).astype(np.float32)
+    fit(loop.optax_step(with_features(f0), optax.sgd(0.05)).step, tmp_path / "f")
+    fit(loop.optax_step(with_features(f0.copy()), optax.sgd(0.05)).step, tmp_path / "f")
+    with pytest.raises(CheckpointMismatchError, match=r"feat=<array \(1, 64\) float32 #"):
+        fit(loop.optax_step(with_features(f0[:, ::-1].copy()), optax.sgd(0.05)).step,
+            tmp_path / "f")
+    from layerlab.loop._checkpoint import _closure_scalars
+    fp = _closure_scalars(loop.optax_step(_l2_loss, optax.sgd(0.05)).step)
+    assert any(e.startswith("step.loss_fn:_l2_loss#") for e in fp)
+    assert "step:optax_step.<locals>.step" in fp  # library code: no digest
+
+
+def test_a_step_entry_saved_before_code_digests_still_matches():
+    from layerlab.loop._checkpoint import _closure_scalars, fingerprint_diff
+    feat = jnp.arange(64.0)  # a closure array of more than 16 entries: hashed since then
+
+    def loss(params, batch):
+        return _l2_loss(params, batch) + 0 * jnp.sum(feat)
+
+    now = {"step": _closure_scalars(loop.optax_step(loss, optax.sgd(0.05)).step)}
+    assert any("<array (64,) float32 #" in e for e in now["step"])
+    import re as _re
+    old = [_re.sub(r" ?#[0-9a-f]{12}", "", e) for e in now["step"] if "<global " not in e]
+    assert old != now["step"] and fingerprint_diff({"step": old}, now) == []
+    old[0] = old[0] + "x"
+    assert fingerprint_diff({"step": old}, now)
