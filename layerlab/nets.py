@@ -83,7 +83,11 @@ def mlp_init(
     with ``a = sqrt 5``, so ``Var W = 1 / (3 d_{l-1})``; ``w_std`` scales ``W``, and ``b_std``
     must stay 0 because the bias law is fixed).  ``init="ntk"`` with ``w_std = sigma_w`` gives the
     neural-tangents fan-in convention ``Var(W) = sigma_w^2 / d_in`` (so the NNGP of a wide
-    net matches ``layerlab.kernels.relu_nngp(..., w_var=sigma_w**2, b_var=b_std**2)``).
+    net matches ``layerlab.kernels.relu_nngp(..., w_var=sigma_w**2, b_var=b_std**2)``).  It
+    is the *standard* parameterisation at that scale (the same draws as ``"lecun"`` times
+    ``w_std``), not the NTK parameterisation (unit-variance weights with ``1/sqrt(d_in)``
+    in the forward pass): the empirical NTK of such a net is not ``relu_ntk`` (it grows with
+    the width); build the net with neural-tangents' ``stax`` for that comparison.
 
     Args:
       key: a PRNG key (``jax.random.key``).

@@ -331,6 +331,10 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
     program), not in the alphabetical order of ``nnx.State``.  The NTK differentiates the
     ``nnx.Param`` leaves only.
 
+    Values the model sowed in an earlier call (``nnx.Intermediate``) are dropped from the
+    module and from every ``state`` passed, so ``nnx.state(model)`` works before and after
+    the model has been called.
+
     Args:
       model: an ``nnx.Module``.  capture: also report the Linear/Conv outputs.
 
@@ -339,7 +343,13 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
     """
     from flax import nnx
 
-    graphdef, _ = nnx.split(model)
+    if not isinstance(model, nnx.Module):
+        raise TypeError(f"from_nnx: model must be an nnx.Module, got {type(model).__name__}.")
+    # values sown by an earlier call of the model are not part of its parameters: the graph
+    # definition and every state passed later are taken without nnx.Intermediate
+    clean = nnx.clone(model)
+    nnx.pop(clean, nnx.Intermediate)
+    graphdef, _ = nnx.split(clean)
     layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
     module_paths, layer_paths = set(), set()
     for path, m in nnx.iter_modules(model):
@@ -365,7 +375,18 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
                 continue
             return True
 
+    def params_only(state):
+        if isinstance(state, nnx.Module):
+            raise TypeError(
+                "params: from_nnx's params is the model's nnx.State, not the module: pass "
+                "nnx.state(model) (or nnx.split(model)[1]).")
+        if not isinstance(state, nnx.State):
+            raise TypeError(f"params: from_nnx expects the nnx.State of the model "
+                            f"(nnx.state(model)), got {type(state).__name__}.")
+        return nnx.filter_state(state, nnx.Not(nnx.Intermediate))
+
     def raw_features(state, x):
+        state = params_only(state)
         mod = nnx.merge(graphdef, state, copy=True)  # never updates the caller's Variables
         if capture:
             _, inter = nnx.capture(mod, nnx.Intermediate, method_outputs=nnx.Intermediate)(x)
@@ -391,10 +412,11 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
         return {k: raw[k] for k in orders[key]}
 
     def apply(state, x):  # under capture, so sown values do not leak into the module
-        return nnx.capture(nnx.merge(graphdef, state, copy=True), nnx.Intermediate)(x)[0]
+        mod = nnx.merge(graphdef, params_only(state), copy=True)
+        return nnx.capture(mod, nnx.Intermediate)(x)[0]
 
     def trainable(state):  # the NTK is taken w.r.t. the nnx.Param leaves only
-        theta, rest = nnx.split_state(state, nnx.Param, ...)
+        theta, rest = nnx.split_state(params_only(state), nnx.Param, ...)
         return theta, lambda t: nnx.merge_state(t, rest)
 
     return Inspectable(features=features, apply=apply, trainable=trainable)

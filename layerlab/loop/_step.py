@@ -29,7 +29,10 @@ class TrainState(NamedTuple):
         carries the leading runs axis like every other state leaf, which is how a sweep over
         regularisation strengths runs in one program.
       model_state: optional non-trainable model state carried between steps (e.g. flax
-        ``batch_stats`` of batch-norm layers); ``None`` when unused.
+        ``batch_stats`` of batch-norm layers); ``None`` when unused.  :func:`optax_step`
+        carries it through unchanged and does not pass it to the loss: a model that updates
+        such state (BatchNorm in train mode) needs a step of its own that returns the new
+        ``model_state`` (``fit`` takes any ``step(state, batch, key)``).
     """
 
     params: Any
