@@ -381,8 +381,7 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
                 "params: from_nnx's params is the model's nnx.State, not the module: pass "
                 "nnx.state(model) (or nnx.split(model)[1]).")
         if not isinstance(state, nnx.State):
-            raise TypeError(f"params: from_nnx expects the nnx.State of the model "
-                            f"(nnx.state(model)), got {type(state).__name__}.")
+            return state  # a pure dict (to_pure_dict, an orbax restore): nnx.merge takes it
         return nnx.filter_state(state, nnx.Not(nnx.Intermediate))
 
     def raw_features(state, x):

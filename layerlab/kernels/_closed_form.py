@@ -165,6 +165,22 @@ def _relu_j1_jvp(primals, tangents):
     return _relu_j1(c), (jnp.pi - _safe_arccos(c)) * dc
 
 
+@jax.custom_jvp
+def _safe_arcsin(c):
+    """``arcsin`` of ``c`` clipped to ``[-1, 1]`` (rounding at large K can push the erf
+    NNGP's argument past 1: NaN), with derivative ``1 / sqrt(1 - c^2)`` inside and 0 where
+    the clip bites (the clip's own derivative), never inf/NaN."""
+    return jnp.arcsin(jnp.clip(c, -1.0, 1.0))
+
+
+@_safe_arcsin.defjvp
+def _safe_arcsin_jvp(primals, tangents):
+    (c,), (dc,) = primals, tangents
+    inside = jnp.abs(c) < 1.0
+    d = jnp.where(inside, jax.lax.rsqrt(jnp.where(inside, 1.0 - c * c, 1.0)), 0.0)
+    return _safe_arcsin(c), d * dc
+
+
 def _safe_sqrt(x):
     """sqrt with gradient 0 (not inf/NaN) at x <= 0; NaN stays NaN (a NaN input row must
     not turn into a finite kernel under jit)."""
@@ -201,9 +217,9 @@ def _erf_step(k11, k12, k22, mode, with_ntk):
     a11, a22 = 1.0 + 2.0 * k11, 1.0 + 2.0 * k22
     prod = _outer(a11, a22, mode)
     # the arcsin argument is <= 1 in exact arithmetic; rounding at large K can exceed it (NaN)
-    post12 = (2 / jnp.pi) * jnp.arcsin(jnp.clip(2.0 * k12 * jax.lax.rsqrt(prod), -1.0, 1.0))
-    post11 = (2 / jnp.pi) * jnp.arcsin(2.0 * k11 / a11)
-    post22 = (2 / jnp.pi) * jnp.arcsin(2.0 * k22 / a22)
+    post12 = (2 / jnp.pi) * _safe_arcsin(2.0 * k12 * jax.lax.rsqrt(prod))
+    post11 = (2 / jnp.pi) * _safe_arcsin(2.0 * k11 / a11)  # rounds to 1 at K ~ 1e7
+    post22 = (2 / jnp.pi) * _safe_arcsin(2.0 * k22 / a22)
     dot12 = None
     if with_ntk:
         # prod - 4 k12^2 = 1 + 2 (k11 + k22) + 4 (k11 k22 - k12^2): the Gram determinant
@@ -372,8 +388,12 @@ def fc_kernels(
     if x2 is x1:  # fc_kernels(x, x): the exact-diagonal route of x2 = None
         x2 = None
     x1, x2 = _check_inputs(x1, x2, diagonal)
-    # integer and half-precision inputs are computed in float32 (_checks.promote_float)
-    dtype = jnp.result_type(x1.dtype, *(() if x2 is None else (x2.dtype,)), jnp.float32)
+    # half-precision inputs are computed in float32; integer inputs in the default float
+    # (float64 with jax_enable_x64, as before 2026-11-29: raw uint8 pixels are where the
+    # precision matters)
+    dtype = jnp.result_type(x1.dtype, *(() if x2 is None else (x2.dtype,)), float)
+    if jnp.finfo(dtype).bits < 32:
+        dtype = jnp.float32
     x1 = x1.astype(dtype)
     w = _check_variance("w_var", w_var, depth, dtype)
     b = _check_variance("b_var", b_var, depth, dtype)

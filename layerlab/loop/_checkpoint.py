@@ -172,20 +172,26 @@ def _code_digest(code) -> str:
                 if depth < 20:
                     add(k, depth + 1)
             else:
-                h.update(repr(k).encode())
+                h.update(_canonical(k).encode())
 
     add(code)
     return h.hexdigest()[:12]
 
 
+def _canonical(k) -> str:
+    """``repr`` of a code constant, independent of string-hash randomisation (a frozenset
+    constant, ``x in {"a", "b"}``, prints its items in a per-process order)."""
+    if isinstance(k, frozenset):
+        return "frozenset({" + ", ".join(sorted(_canonical(v) for v in k)) + "})"
+    if isinstance(k, tuple):
+        return "(" + ", ".join(_canonical(v) for v in k) + ",)"
+    return repr(k)
+
+
 _DIGEST = re.compile(r" ?#[0-9a-f]{12}")
 
 
-def _without_digests(entries: list) -> list:
-    return [_DIGEST.sub("", e) if isinstance(e, str) else e for e in entries]
-
-
-def _closure_scalars(fn: Callable, limit: int = 1000) -> list[str]:
+def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False) -> list[str]:
     """Names and hyper-parameters reachable from ``fn``: function qualnames with a digest of
     their code, the Python scalars/short strings/arrays captured by closures, defaults and
     the module globals a function reads (e.g. an optax learning rate, a regularisation
@@ -193,8 +199,12 @@ def _closure_scalars(fn: Callable, limit: int = 1000) -> list[str]:
     out: list[str] = []
     seen: set[int] = set()
 
+    if legacy:  # the entries of checkpoints saved before 2026-11-29 (compared on resume)
+        limit = 200
+    max_depth = 10 if legacy else 24
+
     def visit(obj, depth, label):
-        if len(out) >= limit or depth > 24:
+        if len(out) >= limit or depth > max_depth:
             return
         if obj is None or isinstance(obj, (bool, int, float, np.integer, np.floating)):
             out.append(f"{label}={obj!r}" if not isinstance(obj, float) or math.isfinite(obj)
@@ -214,7 +224,7 @@ def _closure_scalars(fn: Callable, limit: int = 1000) -> list[str]:
                 except Exception:  # pragma: no cover - non-addressable
                     out.append(f"{label}=<array {obj.shape} {obj.dtype}>")
             else:
-                b = _host_bytes(obj)
+                b = None if legacy else _host_bytes(obj)
                 tag = "" if b is None else " #" + hashlib.sha256(b).hexdigest()[:12]
                 out.append(f"{label}=<array {tuple(obj.shape)} {obj.dtype}{tag}>")
             return
@@ -243,7 +253,7 @@ def _closure_scalars(fn: Callable, limit: int = 1000) -> list[str]:
             return
         code = getattr(obj, "__code__", None)
         if code is not None:
-            user = _is_user_code(code)
+            user = not legacy and _is_user_code(code)
             out.append(f"{label}:{getattr(obj, '__qualname__', code.co_name)}"
                        + (f"#{_code_digest(code)}" if user else ""))
             cells = getattr(obj, "__closure__", None) or ()
@@ -291,8 +301,13 @@ def _is_user_code(code) -> bool:
 
 
 def _global_names(code, depth: int = 0) -> list[str]:
-    """The global names a code object (and its nested code objects) reads."""
-    names = list(code.co_names)
+    """The global names a code object (and its nested code objects) reads: the arguments
+    of ``LOAD_GLOBAL`` / ``LOAD_NAME`` (``co_names`` also holds attribute names:
+    ``state.params`` must not make a global ``params`` part of the fingerprint)."""
+    import dis
+
+    names = [ins.argval for ins in dis.get_instructions(code)
+             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str)]
     if depth < 20:
         for k in code.co_consts:
             if hasattr(k, "co_names"):
@@ -327,6 +342,7 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         "state_leaves": _leaf_specs(state),
         "state_hash": content_hash(state),
         "step": _closure_scalars(step),
+        "step_legacy": _closure_scalars(step, legacy=True),  # for older checkpoints only
         "data_leaves": _leaf_specs(data),
         "data_hash": content_hash(data),
     }
@@ -353,11 +369,13 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         s = saved.get(k, "<absent>")
         if s == v or (v is None and k not in saved):  # a key added later, unused here
             continue
-        if k == "step" and isinstance(s, list) and isinstance(v, list) and \
+        if k == "step_legacy":
+            continue
+        if k == "step" and isinstance(s, list) and "step_legacy" in now and \
                 not any(isinstance(e, str) and _DIGEST.search(e) for e in s):
-            # saved before code digests and array hashes (2026-11-29): compare without them
-            # (the entries for globals are new too: ignored when the saved list has none)
-            v = [e for e in _without_digests(v) if "<global " not in str(e)]
+            # saved before code digests, array hashes, globals and the larger search limits
+            # (2026-11-29): compared with the entries that version computed
+            v = now["step_legacy"]
             if s == v:
                 continue
         if isinstance(s, list) and isinstance(v, list):

@@ -314,3 +314,7 @@ def test_nnx_state_after_a_call_that_sowed_and_a_module_passed_as_params():
                                    rtol=1e-6)
     with pytest.raises(TypeError, match=r"params: .*not the module: pass nnx.state\(model\)"):
         before.features(m, x)
+    pure = nnx.state(Sows(nnx.Rngs(0))).to_pure_dict()  # a pure dict (e.g. orbax) still works
+    got = jax.jit(before.features)(pure, x)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
