@@ -268,7 +268,7 @@ for name, f, exc, arg in [
     ("kernels.depth<0", lambda: kernels.relu_nngp(X, depth=-1, w_var=1.0, b_var=0.0),
      ValueError, "depth"),
     ("kernels.depth=1.5", lambda: kernels.relu_nngp(X, depth=1.5, w_var=1.0, b_var=0.0),
-     ValueError, "depth"),
+     TypeError, "depth must be an integer"),
     ("kernels.w_var<0", lambda: kernels.relu_nngp(X, depth=1, w_var=-1.0, b_var=0.0),
      ValueError, "w_var"),
     ("kernels.b_var.len", lambda: kernels.relu_ntk(X, depth=1, w_var=1.0, b_var=[0.0] * 5),
