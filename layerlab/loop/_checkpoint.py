@@ -731,7 +731,7 @@ def _history_upto(records: list[dict], t: int) -> tuple[list[dict], dict | None]
             if not keep:
                 continue
             if len(keep) < len(s):
-                r = {"kind": "train", "step": [s[i] for i in keep],
+                r = {**r, "step": [s[i] for i in keep],
                      "metrics": {k: [v[i] for i in keep] for k, v in r["metrics"].items()}}
             steps.extend(s[i] for i in keep)
             kept.append(r)
@@ -741,7 +741,7 @@ def _history_upto(records: list[dict], t: int) -> tuple[list[dict], dict | None]
             if len(keep) == len(s):
                 kept.append(r)
             elif keep:
-                kept.append({"kind": "eval", "step": [s[i] for i in keep],
+                kept.append({**r, "step": [s[i] for i in keep],
                              "metrics": {k: [v[i] for i in keep]
                                          for k, v in r["metrics"].items()}})
         else:

@@ -139,9 +139,12 @@ class HistoryLog:
         return hist
 
     def _records(self, i0: int, j0: int) -> list[dict]:
-        recs = [{"kind": "train", "step": st, "metrics": m}
+        def dtypes(m):  # a resumed history keeps float32 / int32 metrics as they were
+            return {k: np.asarray(v).dtype.name for k, v in m.items()}
+
+        recs = [{"kind": "train", "step": st, "metrics": m, "dtypes": dtypes(m)}
                 for st, m in zip(self.train_steps[i0:], self.train[i0:], strict=True)]
-        return recs + [{"kind": "eval", "step": st, "metrics": m}
+        return recs + [{"kind": "eval", "step": st, "metrics": m, "dtypes": dtypes(m)}
                        for st, m in zip(self.eval_steps[j0:], self.eval[j0:], strict=True)]
 
     def records(self) -> list[dict]:
@@ -158,7 +161,8 @@ class HistoryLog:
     def load_records(self, records: list[dict]) -> None:
         """Append the blocks of ``history.jsonl`` records (JSON ``None`` back to NaN)."""
         for r in records:
-            metrics = {k: _arr(v) for k, v in r["metrics"].items()}
+            dt = r.get("dtypes") or {}  # absent in files written before 2026-11-29: float64
+            metrics = {k: _arr(v, np.dtype(dt.get(k, "float64"))) for k, v in r["metrics"].items()}
             if r["kind"] == "train":
                 self.add_train(np.asarray(r["step"], np.int64), metrics)
             else:

@@ -661,3 +661,25 @@ def test_fingerprint_reads_globals_not_attributes_and_is_stable_across_processes
     assert len(outs) == 1, outs
     out = outs.pop()
     assert "<global ACT>='relu'" in out and "<global params>" not in out
+
+
+def test_resumed_history_keeps_the_metric_dtypes(tmp_path):
+    """An int32 eval metric and float32 train metrics come back as such after a resume (they
+    came back as float64), with the same values as an uninterrupted run."""
+    def ev(s):
+        return {"mse": _loss(s.params, (X, Y)), "n_upd": s.step.astype(jnp.int32)}
+
+    want = _run(None, eval_fn=ev, eval_every=2)[1]
+
+    def cb(t, state, metrics):
+        if t == 6:
+            raise RuntimeError("preempted")
+
+    with pytest.raises(RuntimeError, match="preempted"):
+        _run(tmp_path / "ck", eval_fn=ev, eval_every=2, callback=cb)
+    got = _run(tmp_path / "ck", eval_fn=ev, eval_every=2)[1]
+    for part in ("train", "eval"):
+        for k, v in want[part].items():
+            assert got[part][k].dtype == v.dtype, (part, k, got[part][k].dtype, v.dtype)
+            np.testing.assert_array_equal(got[part][k], v)
+    assert want["eval"]["n_upd"].dtype == np.int32
