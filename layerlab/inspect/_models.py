@@ -381,7 +381,9 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
                 "params: from_nnx's params is the model's nnx.State, not the module: pass "
                 "nnx.state(model) (or nnx.split(model)[1]).")
         if not isinstance(state, nnx.State):
-            return state  # a pure dict (to_pure_dict, an orbax restore): nnx.merge takes it
+            # a pure dict (to_pure_dict, an orbax restore): typed through the graph (the NTK
+            # needs to know which leaves are nnx.Param)
+            state = nnx.state(nnx.merge(graphdef, state, copy=True))
         return nnx.filter_state(state, nnx.Not(nnx.Intermediate))
 
     def raw_features(state, x):

@@ -294,8 +294,9 @@ def _is_user_code(code) -> bool:
     """A function of the user's own code (not layerlab's, not an installed package's, not
     the standard library's): its code digest and the globals it reads are fingerprinted."""
     f = os.path.abspath(code.co_filename)
-    if code.co_filename.startswith("<") and code.co_filename not in ("<stdin>", "<string>"):
-        return False  # frozen / built-in
+    if code.co_filename.startswith("<") and code.co_filename not in ("<stdin>", "<string>") \
+            and not code.co_filename.startswith("<ipython-input-"):
+        return False  # frozen / built-in (not the terminal IPython's cells)
     stdlib = os.path.dirname(os.__file__) + os.sep
     return not f.startswith(_LIBRARY_DIRS + (stdlib,))
 
@@ -372,6 +373,7 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         if k == "step_legacy":
             continue
         if k == "step" and isinstance(s, list) and "step_legacy" in now and \
+                "step_legacy" not in saved and \
                 not any(isinstance(e, str) and _DIGEST.search(e) for e in s):
             # saved before code digests, array hashes, globals and the larger search limits
             # (2026-11-29): compared with the entries that version computed

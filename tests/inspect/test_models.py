@@ -318,3 +318,6 @@ def test_nnx_state_after_a_call_that_sowed_and_a_module_passed_as_params():
     got = jax.jit(before.features)(pure, x)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+    theta, rebuild = before.trainable(pure)  # typed through the graph: the NTK's Params
+    assert len(jax.tree.leaves(theta)) == 4
+    np.testing.assert_allclose(before.apply(rebuild(theta), x), before.apply(pure, x), rtol=1e-6)

@@ -640,6 +640,16 @@ def test_a_step_entry_saved_before_code_digests_still_matches():
     changed = list(old)
     changed[0] = changed[0] + "x"
     assert fingerprint_diff({"step": changed}, now)
+    # a checkpoint saved by this version (it stores step_legacy) is never compared the old way:
+    # a library-only step (no digests) saved now, resumed with a user step of the same name
+    saved_new = {"step": ["step.func:mse"], "step_legacy": ["step.func:mse"]}
+    now2 = {"step": ["step.func:mse#efd906519411", "step.func.<global LR>=0.5"],
+            "step_legacy": ["step.func:mse"]}
+    assert fingerprint_diff(saved_new, now2)
+    assert fingerprint_diff({"step": ["step.func:mse"]}, now2) == []  # an older checkpoint
+    from layerlab.loop._checkpoint import _is_user_code
+    cell = compile("def f():\n    return 1\n", "<ipython-input-3-abcdef>", "exec")
+    assert _is_user_code(cell) and not _is_user_code(compile("1", "<frozen x>", "eval"))
 
 
 def test_fingerprint_reads_globals_not_attributes_and_is_stable_across_processes(tmp_path):
