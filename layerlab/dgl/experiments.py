@@ -907,6 +907,7 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                             part, key=jax.random.fold_in(key, s), data_dir=cfg.data_dir,
                             full_n_steps=cfg.full_n_steps, progress=progress,
                             cache_dir=steps_dir(row, s), mid_layer=mid_layer)
+                        part["full_n_vs_minibatch"]["command"] = command  # not the part's
                         _write_part(path, part)
                         shutil.rmtree(steps_dir(row, s), ignore_errors=True)
                         c = part["full_n_vs_minibatch"]

@@ -281,9 +281,8 @@ def build_dmn(
         raise ValueError(f"x must be images [N, H, W, C]; got shape {x.shape}.")
     if x.shape[1] in (1, 3) and x.shape[3] > 4 and x.shape[2] > 4:
         warnings.warn(f"build_dmn: x of shape {x.shape} looks channels-first (NCHW); the "
-                      "layers read [N, H, W, C] (here H = {}, C = {}): transpose with "
-                      "x.transpose(0, 2, 3, 1) if these are images.".format(x.shape[1],
-                                                                            x.shape[3]),
+                      f"layers read [N, H, W, C] (here H = {x.shape[1]}, C = {x.shape[3]}): "
+                      "transpose with x.transpose(0, 2, 3, 1) if these are images.",
                       stacklevel=2)
     if y.shape != (x.shape[0],):
         raise ValueError(f"y must have shape ({x.shape[0]},); got {y.shape}.")

@@ -169,7 +169,8 @@ def _relu_j1_jvp(primals, tangents):
 def _safe_arcsin(c):
     """``arcsin`` of ``c`` clipped to ``[-1, 1]`` (rounding at large K can push the erf
     NNGP's argument past 1: NaN), with derivative ``1 / sqrt(1 - c^2)`` inside and 0 where
-    the clip bites (the clip's own derivative), never inf/NaN."""
+    the clip bites (the clip's own derivative), never inf/NaN.  Not ``pi/2 - _safe_arccos``:
+    that loses the relative precision of small values (orthogonal inputs) in float32."""
     return jnp.arcsin(jnp.clip(c, -1.0, 1.0))
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from layerlab._checks import check_int, check_number
 from layerlab.loop._checkpoint import Checkpointing
+from layerlab.loop._early_stopping import EarlyStopping
 from layerlab.loop._placement import Placement
 
 __all__ = ["FitPlan", "check_fit_args", "grouped_checkpoint", "grouped_placement"]
@@ -152,13 +153,11 @@ def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn
     if eval_every is not None and eval_fn is None:
         raise ValueError("fit: eval_every given without eval_fn.")
     if early_stopping is not None:
-        from layerlab.loop._early_stopping import EarlyStopping
         if not isinstance(early_stopping, EarlyStopping):
-            raise TypeError(f"fit: early_stopping must be a loop.EarlyStopping(metric, ...), got "
-                            f"{early_stopping!r}; e.g. EarlyStopping({early_stopping!r}) for "
-                            "a metric name." if isinstance(early_stopping, str) else
-                            f"fit: early_stopping must be a loop.EarlyStopping(metric, ...), "
-                            f"got {type(early_stopping).__name__}.")
+            hint = (f"; for a metric name: EarlyStopping({early_stopping!r})"
+                    if isinstance(early_stopping, str) else "")
+            raise TypeError(f"fit: early_stopping must be a loop.EarlyStopping(metric, ...), "
+                            f"got {early_stopping!r}{hint}.")
         if eval_fn is None:
             raise ValueError("fit: early_stopping needs eval_fn (it watches an eval metric).")
         if early_stopping.mode not in ("min", "max"):

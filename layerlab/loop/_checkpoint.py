@@ -23,12 +23,12 @@ Layout of a checkpoint directory::
 from __future__ import annotations
 
 import dataclasses
+import dis
 import gc
 import hashlib
 import json
 import math
 import os
-import re
 import socket
 import sys
 import time
@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from layerlab._checks import check_int
 from layerlab.loop._chunks import is_traced_partial
 from layerlab.loop._history import _to_py
 
@@ -188,9 +189,6 @@ def _canonical(k) -> str:
     return repr(k)
 
 
-_DIGEST = re.compile(r" ?#[0-9a-f]{12}")
-
-
 def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False) -> list[str]:
     """Names and hyper-parameters reachable from ``fn``: function qualnames with a digest of
     their code, the Python scalars/short strings/arrays captured by closures, defaults and
@@ -305,8 +303,6 @@ def _global_names(code, depth: int = 0) -> list[str]:
     """The global names a code object (and its nested code objects) reads: the arguments
     of ``LOAD_GLOBAL`` / ``LOAD_NAME`` (``co_names`` also holds attribute names:
     ``state.params`` must not make a global ``params`` part of the fingerprint)."""
-    import dis
-
     names = [ins.argval for ins in dis.get_instructions(code)
              if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str)]
     if depth < 20:
@@ -373,8 +369,7 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         if k == "step_legacy":
             continue
         if k == "step" and isinstance(s, list) and "step_legacy" in now and \
-                "step_legacy" not in saved and \
-                not any(isinstance(e, str) and _DIGEST.search(e) for e in s):
+                "step_legacy" not in saved:
             # saved before code digests, array hashes, globals and the larger search limits
             # (2026-11-29): compared with the entries that version computed
             v = now["step_legacy"]
@@ -505,8 +500,6 @@ def discard_checkpoints_after(directory: str | os.PathLike, step: int) -> list[i
       The removed step numbers, ascending.
     """
     import shutil
-
-    from layerlab._checks import check_int
 
     step = check_int(step, "step", fn="discard_checkpoints_after", min_value=0)
     path = os.fspath(directory)

@@ -289,32 +289,22 @@ def test_nnx_model_with_python_control_flow_still_reports_eagerly():
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # flax: sow() outside nnx.capture
 def test_nnx_state_after_a_call_that_sowed_and_a_module_passed_as_params():
-    class Sows(nnx.Module):
-        def __init__(self, rngs):
-            self.l1 = nnx.Linear(3, 4, rngs=rngs)
-            self.l2 = nnx.Linear(4, 2, rngs=rngs)
-
-        def __call__(self, x):
-            h = jax.nn.relu(self.l1(x))
-            self.sow(nnx.Intermediate, "h", h)
-            return self.l2(h)
-
-    x = jax.random.normal(jax.random.key(0), (5, 3))
-    m = Sows(nnx.Rngs(0))
+    x = jax.random.normal(jax.random.key(0), (5, 5))
+    m = NNXMLP(nnx.Rngs(0))  # sows "h1"
     before = inspect.from_nnx(m)
     want = before.features(nnx.state(m), x)
     m(x)  # sows "h" into the module: its state has one leaf more
     after = inspect.from_nnx(m)
     for ad in (before, after):
         got = ad.features(nnx.state(m), x)
-        assert list(got) == ["l1", "h", "l2"]
+        assert list(got) == ["l1", "h1", "l2"]
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
         np.testing.assert_allclose(ad.apply(nnx.state(m), x), m.l2(jax.nn.relu(m.l1(x))),
                                    rtol=1e-6)
     with pytest.raises(TypeError, match=r"params: .*not the module: pass nnx.state\(model\)"):
         before.features(m, x)
-    pure = nnx.state(Sows(nnx.Rngs(0))).to_pure_dict()  # a pure dict (e.g. orbax) still works
+    pure = nnx.state(NNXMLP(nnx.Rngs(0))).to_pure_dict()  # a pure dict (e.g. orbax) still works
     got = jax.jit(before.features)(pure, x)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6)

@@ -533,7 +533,7 @@ def test_a_wrong_eval_metric_is_refused_before_training(tmp_path):
              callback=lambda t, s, m: calls.append(t))
     assert calls == [] and not (ck / LOCK_NAME).exists()
     with pytest.raises(TypeError, match="early_stopping must be a loop.EarlyStopping.*"
-                       "EarlyStopping\\('mse'\\)"):
+                       "metric name: EarlyStopping\\('mse'\\)"):
         _run(None, eval_fn=_mse_eval, early_stopping="mse")
 
 
