@@ -13,7 +13,8 @@ from layerlab.loop._checkpoint import Checkpointing
 from layerlab.loop._early_stopping import EarlyStopping
 from layerlab.loop._placement import Placement
 
-__all__ = ["FitPlan", "check_fit_args", "grouped_checkpoint", "grouped_placement"]
+__all__ = ["DEFAULT_DATA_AXIS", "DEFAULT_MAX_TO_KEEP", "FitPlan", "check_fit_args",
+           "grouped_checkpoint", "grouped_placement"]
 
 
 class FitPlan(NamedTuple):
@@ -28,13 +29,32 @@ class FitPlan(NamedTuple):
     total: int         # number of steps T
 
 
+class _DefaultInt(int):
+    """``fit``'s default of a flat argument that has a grouped form: an ``int`` equal to the
+    default whose identity tells "not given" from an explicit value equal to it."""
+
+    __slots__ = ()
+
+
+class _DefaultStr(str):
+    """As :class:`_DefaultInt`, for a string default."""
+
+    __slots__ = ()
+
+
+DEFAULT_MAX_TO_KEEP = _DefaultInt(2)
+DEFAULT_DATA_AXIS = _DefaultStr("data")
+
+
 def grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every,
                        max_to_keep) -> Checkpointing:
     """``fit``'s checkpoint arguments as one :class:`Checkpointing` (``directory`` ``None``:
     no checkpoints), from ``checkpoint=`` or the flat ``checkpoint_dir=/_every=/max_to_keep=``."""
     if checkpoint is None:
-        return Checkpointing(checkpoint_dir, checkpoint_every, max_to_keep)
-    if checkpoint_dir is not None or checkpoint_every is not None or max_to_keep != 2:
+        keep = int(max_to_keep) if isinstance(max_to_keep, _DefaultInt) else max_to_keep
+        return Checkpointing(checkpoint_dir, checkpoint_every, keep)
+    if checkpoint_dir is not None or checkpoint_every is not None \
+            or max_to_keep is not DEFAULT_MAX_TO_KEEP:
         raise ValueError("fit: give checkpoint= or checkpoint_dir=/checkpoint_every=/"
                          "max_to_keep=, not both (the flat ones would be ignored).")
     if not isinstance(checkpoint, Checkpointing):
@@ -47,9 +67,10 @@ def grouped_placement(placement, mesh, data_axis, state_sharding, data_sharding)
     """``fit``'s placement arguments as one :class:`Placement`, from ``placement=`` or the flat
     ``mesh=/data_axis=/state_sharding=/data_sharding=``."""
     if placement is None:
-        return Placement(mesh, data_axis, state_sharding, data_sharding)
+        axis = str(data_axis) if isinstance(data_axis, _DefaultStr) else data_axis
+        return Placement(mesh, axis, state_sharding, data_sharding)
     if mesh is not None or state_sharding is not None or data_sharding is not None \
-            or data_axis != "data":
+            or data_axis is not DEFAULT_DATA_AXIS:
         raise ValueError("fit: give placement= or mesh=/data_axis=/state_sharding=/"
                          "data_sharding=, not both (the flat ones would be ignored).")
     if not isinstance(placement, Placement):

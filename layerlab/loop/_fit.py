@@ -17,7 +17,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from layerlab.loop._args import check_fit_args, grouped_checkpoint, grouped_placement
+from layerlab.loop._args import (
+    DEFAULT_DATA_AXIS,
+    DEFAULT_MAX_TO_KEEP,
+    check_fit_args,
+    grouped_checkpoint,
+    grouped_placement,
+)
 from layerlab.loop._checkpoint import Checkpointing, run_fingerprint
 from layerlab.loop._chunks import ChunkLauncher, _all_finite, _default_chunk, is_traced_partial
 from layerlab.loop._early_stopping import EarlyStopping
@@ -50,13 +56,13 @@ def fit(
     chunk_size: int | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
-    max_to_keep: int | None = 2,
+    max_to_keep: int | None = DEFAULT_MAX_TO_KEEP,
     early_stopping: EarlyStopping | None = None,
     check_finite: bool | Sequence[str] = True,
     runs: bool = False,
     data_runs_axis: bool = False,
     mesh: jax.sharding.Mesh | None = None,
-    data_axis: str = "data",
+    data_axis: str = DEFAULT_DATA_AXIS,
     state_sharding: Any = None,
     data_sharding: jax.sharding.Sharding | None = None,
     callback: Callable[[int, Any, dict[str, np.ndarray]], None] | None = None,

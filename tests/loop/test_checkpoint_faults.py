@@ -395,6 +395,13 @@ def test_grouped_checkpoint_and_placement_arguments(tmp_path, reference):
     with pytest.raises(ValueError, match="data_axis=.*not both"):
         loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
                  placement=loop.Placement(), data_axis="batch")
+    # ... also when the flat value equals its default (given, it would still be ignored)
+    with pytest.raises(ValueError, match="max_to_keep=, not both"):
+        loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
+                 checkpoint=loop.Checkpointing(str(ck), max_to_keep=5), max_to_keep=2)
+    with pytest.raises(ValueError, match="data_axis=.*not both"):
+        loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
+                 placement=loop.Placement(data_axis="batch"), data_axis="data")
 
 
 def test_checkpoint_of_the_previous_format_resumes(killed, reference):
