@@ -465,6 +465,18 @@ def num_components(eigvals: ArrayLike, var_fraction: float, *, rule: str = "cros
     return int(min(np.searchsorted(cum, var_fraction - 1e-12) + 1, lam.size))
 
 
+def _entry_fractions(lam: np.ndarray, rule: str) -> np.ndarray:
+    """``[C, d]``: the smallest ``var_fraction`` at which ``num_components(lam[c], .,
+    rule=rule)`` keeps eigenvector ``a`` of class ``c`` (``rule="below"``: its cumulative
+    trace-normalised energy; ``"crossing"``: that of the eigenvectors before it)."""
+    lam = np.clip(lam, 0.0, None)
+    tot = lam.sum(axis=1, keepdims=True)
+    cum = np.cumsum(lam, axis=1) / np.where(tot > 0, tot, 1.0)
+    if rule == "crossing":
+        cum = np.concatenate([np.zeros_like(cum[:, :1]), cum[:, :-1]], axis=1)
+    return cum
+
+
 def filter_correlation(a: ArrayLike, b: ArrayLike, measure: str = "cosine") -> float:
     """Similarity of two filters: ``|a . b| / (|a| |b|)`` (``"cosine"``) or the absolute
     Pearson correlation of their entries (``"pearson"``, ``numpy.corrcoef``; the authors')."""
@@ -504,7 +516,17 @@ def select_filters(
        filter exceeds ``cutoff``; only kept filters of *other* classes count unless
        ``within_class`` (the authors compare all pairs).  The first of a duplicate pair in
        visiting order is kept.
-    4. **Cap**: selection stops after ``num_filters`` kept filters (if given).
+    4. **Cap**: selection stops after ``num_filters`` kept filters (if given).  With
+       ``order="class"`` the width is not a cut of the class order (that would keep class
+       0's filters first, all of them in the fixed-count mode): if more than
+       ``num_filters`` survive steps 1-3, the kept ones are those that enter first as Var
+       grows — candidates visited by the cumulative trace-normalised energy at which the
+       threshold rule admits them (classes in order on ties), the first ``num_filters``
+       non-duplicates.  The fixed-count mode under the class order is thus "the smallest
+       Var that keeps ``num_filters`` filters" (the authors' class code has no fixed count).
+
+    Eigenvectors with a zero eigenvalue (a class without samples, fewer patches than ``d``)
+    are never candidates.
 
     With a single spectrum (``eigvals`` ``[d]``, naive PCA) this is "the top
     ``num_filters`` eigenvectors" or "the top ones explaining ``var_fraction``".
@@ -555,21 +577,40 @@ def select_filters(
     for c in range(n_cls):
         k = (num_components(lam[c], var_fraction, rule=threshold)
              if var_fraction is not None else d)
-        cands += [(lam[c, a], c, a) for a in range(k)]
+        # a zero (or round-off negative) eigenvalue's eigenvector is an arbitrary direction
+        # of the null space (a class with no samples, or fewer patches than d): never a filter
+        cands += [(lam[c, a], c, a) for a in range(k) if lam[c, a] > 0]
     if order == "eigenvalue":
         cands.sort(key=lambda t: (-t[0], t[1], t[2]))
-    kept: list[tuple[float, int, int]] = []
-    for lam_a, c, a in cands:
-        if num_filters is not None and len(kept) >= num_filters:
-            break
-        v = vec[c, :, a]
-        dup = cutoff is not None and any(
-            (within_class or c2 != c)
-            and filter_correlation(v, vec[c2, :, a2], correlation) > cutoff
-            for _, c2, a2 in kept
-        )
-        if not dup:
-            kept.append((lam_a, c, a))
+
+    def greedy(cands, cap):
+        kept: list[tuple[float, int, int]] = []
+        for lam_a, c, a in cands:
+            if cap is not None and len(kept) >= cap:
+                break
+            v = vec[c, :, a]
+            dup = cutoff is not None and any(
+                (within_class or c2 != c)
+                and filter_correlation(v, vec[c2, :, a2], correlation) > cutoff
+                for _, c2, a2 in kept
+            )
+            if not dup:
+                kept.append((lam_a, c, a))
+        return kept
+
+    if order == "class" and num_filters is not None:
+        # The class order has no cap of its own (the authors' width is what survives Var
+        # and Cutoff); cutting it at a width would keep class 0's filters first (all of
+        # them in the fixed-count mode).  Within a width the kept filters are those that
+        # enter first as Var grows: candidates by the cumulative trace-normalised energy
+        # at which the threshold rule admits them, classes in order on ties.
+        kept = greedy(cands, None) if var_fraction is not None else None
+        if kept is None or len(kept) > num_filters:
+            entry = _entry_fractions(lam, threshold)
+            cands = sorted(cands, key=lambda t: (entry[t[1], t[2]], t[1], t[2]))
+            kept = greedy(cands, num_filters)
+    else:
+        kept = greedy(cands, num_filters)
     w = (np.stack([vec[c, :, a] for _, c, a in kept], axis=1) if kept
          else np.zeros((d, 0)))
     return Filters(

@@ -95,6 +95,58 @@ def test_orders_and_scopes_really_differ_on_this_case():
     assert (a.source.tolist(), a.index.tolist()) != (b.source.tolist(), b.index.tolist())
 
 
+def test_class_order_fixed_count_is_the_smallest_var_that_keeps_the_width():
+    # the authors' class order has no width; the fixed-count mode must not be class 0's top
+    # F (it was: every filter came from class 0).  Reference: raise Var through the grid of
+    # entry points and take the first Var whose authors' selection (no width) has >= F
+    # filters; with no duplicates (cutoff None) the selection is that set's F earliest.
+    lam, vec = _spectra(seed=1, c=3, d=6)
+    for rule in ("below", "crossing"):
+        for F in (1, 3, 5, 8):
+            f = D.select_filters(lam, vec, num_filters=F, cutoff=None, threshold=rule,
+                                 order="class")
+            cum = np.cumsum(lam, 1) / lam.sum(1, keepdims=True)
+            grid = np.unique(np.concatenate([cum.ravel(), [1.0]]))
+            for v in grid:
+                sets = [(c, a) for c in range(3)
+                        for a in range(D.num_components(lam[c], min(v, 1.0), rule=rule))]
+                if len(sets) >= F:
+                    break
+            got = set(zip(f.source.tolist(), f.index.tolist()))
+            assert len(got) == F and got <= set(sets), (rule, F, got, sets)
+            # at this Var every class with a component below it contributes
+            assert len(set(f.source.tolist())) > 1 or F == 1
+    # the width does not bind: the authors' procedure exactly (class order, no width)
+    kw = dict(var_fraction=0.6, cutoff=0.6, threshold="below", correlation="pearson",
+              within_class=True, order="class")
+    free = D.select_filters(lam, vec, **kw)
+    capped = D.select_filters(lam, vec, num_filters=free.w.shape[1], **kw)
+    np.testing.assert_array_equal(capped.source, free.source)
+    np.testing.assert_array_equal(capped.index, free.index)
+    # the width binds: the first non-duplicates in order of entry, not the first classes
+    assert free.w.shape[1] > 2
+    cut = D.select_filters(lam, vec, num_filters=2, **kw)
+    cum = np.cumsum(lam, 1) / lam.sum(1, keepdims=True)  # "below": enters at its own cumsum
+    cands = [(c, a) for c in range(3) for a in range(D.num_components(lam[c], 0.6,
+                                                                       rule="below"))]
+    cands.sort(key=lambda t: (cum[t], t[0], t[1]))
+    ref = _greedy(cands, vec, 0.6, "pearson", True)[:2]
+    assert list(zip(cut.source.tolist(), cut.index.tolist())) == ref
+
+
+def test_zero_eigenvalues_are_never_filters():
+    # a class without samples (rho_c = 0) and a rank-1 class: their null directions are
+    # arbitrary and must not become filters, in either order, with or without a width
+    lam, vec = _spectra(seed=2, c=3, d=5)
+    lam = lam.copy()
+    lam[2] = 0.0
+    lam[1, 1:] = 0.0
+    for order in ("eigenvalue", "class"):
+        f = D.select_filters(lam, vec, num_filters=7, cutoff=None, order=order)
+        assert f.w.shape[1] == 6  # 5 of class 0, 1 of class 1
+        assert set(f.source.tolist()) == {0, 1} and np.all(f.eigvals > 0)
+
+
 def _np_grid_rho(x, y, c, k, norm):
     """The authors' rho_c, written out: per image, per offset (a, b) in {0..k-2}^2, the mean
     of p p^T over non-overlapping k x k blocks; averaged over offsets, then over images."""
