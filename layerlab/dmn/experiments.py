@@ -988,6 +988,17 @@ def _config_dict(cfg) -> dict:
     return d
 
 
+def _fixed_count(preset: str, pca: str, *, table: bool = False) -> str:
+    """How a fixed-count width is chosen under a preset (the records' notes)."""
+    if pca != "class":
+        return ("top-F, no Cutoff" if table else "top-F eigenvectors of the class-blind density "
+                "matrix: the paper's naive DMN, pca='naive'")
+    if preset == "authors":  # select_filters: the class order has no width of its own
+        return ("the first F class-PCA filters to enter as Var grows (the smallest Var that "
+                "keeps F; select_filters since 2026-11-29), after Cutoff 0.9")
+    return "top-F class-PCA filters by eigenvalue after Cutoff 0.9"
+
+
 def _note(cfg) -> str:
     return (f"DMN preset {cfg.preset!r} (docs/dmn.md lists every rule)"
             + (f" with pca={cfg.pca!r} (the paper's naive DMN of Figs. 6 and 10: PCA of the "
@@ -997,7 +1008,7 @@ def _note(cfg) -> str:
             f"reported: {cfg.report} epoch on the official test split; training sets "
             f"{'full' if cfg.n_train is None else cfg.n_train}. Tables 3-5 print no "
             "Var./Cutoff: their DMN widths are fixed counts ("
-            + ("top-F after Cutoff 0.9" if cfg.pca == "class" else "top-F, no Cutoff") + ")."
+            + _fixed_count(cfg.preset, cfg.pca, table=True) + ")."
             + ("" if cfg.artifact == "fig10" or set(cfg.rows) >= set(table_rows(cfg.artifact))
                else f" Rows run: {len(cfg.rows)} of the table's {len(table_rows(cfg.artifact))}"
                " (the others are not in this record).")
@@ -1256,9 +1267,8 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
         paper="dmn", artifact="fig6", title="Fig. 6: accuracy vs number of filters, one DMN "
         "layer vs one conv layer", scale=scale, config=d, rows=rows, claims=claims,
         note=f"DMN preset {cfg.preset!r}, fixed count ("
-        + ("top-F class-PCA filters after Cutoff 0.9" if cfg.pca == "class" else
-           "top-F eigenvectors of the class-blind density matrix: the paper's naive DMN, "
-           "pca='naive'") + "); the paper gives the curves only as a figure, so only the "
+        + _fixed_count(cfg.preset, cfg.pca)
+        + "); the paper gives the curves only as a figure, so only the "
         "baselines and the best widths have paper numbers."
         + ("" if cfg.convnet else " ConvNets not run (convnet=False): DMN curve and baselines "
            "only, so the record is reduced."),
@@ -1378,9 +1388,8 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
     pca = proto(ref, "pca")
 
     note = (f"DMN preset {proto(ref, 'preset')!r}, fixed count ("
-            + ("top-F class-PCA filters after Cutoff 0.9" if pca == "class" else
-               "top-F eigenvectors of the class-blind density matrix: the paper's naive DMN, "
-               "pca='naive'") + "); the paper gives the curves only as a figure, so only the "
+            + _fixed_count(proto(ref, "preset"), pca)
+            + "); the paper gives the curves only as a figure, so only the "
             "baselines and the best widths have paper numbers. Merged from "
             f"{len(part_info)} runs (merge_fig6; a later part replaces an earlier one dataset by "
             "dataset): " + "; ".join(_where(p, ", ".join(p["datasets"])) for p in part_info) + "."
