@@ -23,8 +23,9 @@ from layerlab.bottleneck._layout import check_reps, check_x, col_cost, cols
 from layerlab.bottleneck._representations import (
     Activation,
     Cost,
-    _is_zero,
     _layer_inputs,
+    _ridge_kind,
+    _safe_ridge,
 )
 
 Array = jax.Array
@@ -41,8 +42,27 @@ def _covariance_loss(K, K_sigma, Z_L, cost, lam, ridge) -> Array:
     """``C(Z_L) + lam sum_l Tr[K_l (K_{l-1}^sigma)^+]``, ``K_L = Z_L^T Z_L`` (columns)."""
     L = len(K_sigma)
     Ks = list(K[: L - 1]) + [Z_L.T @ Z_L]
-    reg = sum(jnp.sum(Kl * psd_pinv(Ks_prev, ridge)) for Kl, Ks_prev in zip(Ks, K_sigma))
+    kind = _ridge_kind(ridge)
+    reg = sum(jnp.sum(Kl * _psd_pinv(Ks_prev, ridge, kind)) for Kl, Ks_prev in zip(Ks, K_sigma))
     return cost(Z_L) + lam * reg
+
+
+def _psd_solve(K: Array, ridge) -> Array:
+    """``(K + rho I)^{-1} K (K + rho I)^{-1}`` (``rho > 0``)."""
+    N = K.shape[0]
+    M = jax.scipy.linalg.solve(K + ridge * jnp.eye(N, dtype=K.dtype), K, assume_a="pos")
+    return jax.scipy.linalg.solve(K + ridge * jnp.eye(N, dtype=K.dtype), M.T, assume_a="pos")
+
+
+def _psd_pinv(K: Array, ridge, kind: str) -> Array:
+    """:func:`psd_pinv` with the branch chosen by ``kind`` (see ``_tikhonov_pinv``)."""
+    if kind == "zero":
+        return jnp.linalg.pinv(K, hermitian=True)
+    if kind == "positive":
+        return _psd_solve(K, ridge)
+    r = jnp.asarray(ridge, K.dtype)
+    return jax.lax.cond(r == 0, lambda K, r: jnp.linalg.pinv(K, hermitian=True),
+                        lambda K, r: _psd_solve(K, _safe_ridge(r, K.dtype)), K, r)
 
 
 # ----------------------------------------------------------------------------- public
@@ -54,16 +74,14 @@ def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
 
     Args:
       K: ``[N, N]`` symmetric PSD (e.g. a kernel over samples ``A A^T``).
-      ridge: scalar ``rho >= 0`` (Python 0 gives ``pinv(K)``).
+      ridge: scalar ``rho >= 0``; a zero of any type, traced ones included, gives
+        ``jnp.linalg.pinv(K, hermitian=True)``.
 
     Returns:
       ``[N, N]``.
     """
-    if _is_zero(ridge):
-        return jnp.linalg.pinv(K, hermitian=True)
-    N = K.shape[0]
-    M = jax.scipy.linalg.solve(K + ridge * jnp.eye(N, dtype=K.dtype), K, assume_a="pos")
-    return jax.scipy.linalg.solve(K + ridge * jnp.eye(N, dtype=K.dtype), M.T, assume_a="pos")
+    check_number(ridge, "ridge", fn="psd_pinv", min_value=0.0)
+    return _psd_pinv(K, ridge, _ridge_kind(ridge))
 
 
 class Covariances(NamedTuple):
@@ -100,7 +118,7 @@ def covariances(Zs: Sequence[Array], x: ArrayLike, *, beta: ArrayLike = 1.0,
     """
     fn = "covariances"
     x = check_x(x, fn)
-    check_reps(Zs, x.shape[0], fn)
+    Zs = check_reps(Zs, x.shape[0], fn)
     K, K_sigma = _covariances(cols(Zs), x.T, beta, activation)
     return Covariances(K=K, K_sigma=K_sigma)
 
@@ -145,4 +163,5 @@ def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *,
         raise ValueError(f"{fn}: Z_L must be [N, n_L] = [{N}, ?] (rows are samples); got "
                          f"{Z_L.shape}.")
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    check_number(ridge, "ridge", fn=fn, min_value=0.0)
     return _covariance_loss(K, K_sigma, Z_L.T, col_cost(cost), lam, ridge)

@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_number
+
 
 def incidence_matrix(edges: Sequence[tuple[int, int]], n_vertices: int) -> np.ndarray:
     """Edge-vertex incidence matrix ``E[e, i] = 1`` iff vertex ``i`` is an end of edge ``e``.
@@ -114,7 +116,7 @@ def identity_inputs_loss_lower_bound(y: ArrayLike, lam: float) -> float:
 
     Args:
       y: ``[N, n_out]`` (rows are samples).
-      lam: ``lambda``.
+      lam: ``lambda >= 0``.
 
     Returns:
       float.
@@ -122,10 +124,12 @@ def identity_inputs_loss_lower_bound(y: ArrayLike, lam: float) -> float:
     References:
       (A) Proposition 14 (with :func:`shallow_min_norm_identity_inputs` as the penalty).
     """
+    check_number(lam, "lam", fn="identity_inputs_loss_lower_bound", min_value=0.0,
+                 what="a regulariser")
     y = np.asarray(y, dtype=np.float64)
     N = y.shape[0]
     s = np.linalg.svd(y, compute_uv=False)
-    t = lam * N
+    t = float(lam) * N
     return float(np.sum(np.minimum(s, t) ** 2) / N + 2 * lam * np.sum(np.maximum(s - t, 0.0)))
 
 

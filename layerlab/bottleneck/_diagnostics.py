@@ -274,7 +274,8 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], "bottleneck_diagnostics")
     check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0, lo_open=True)
     check_number(rel_tol, "rel_tol", fn="bottleneck_diagnostics", min_value=0.0)
-    return _diagnostics_jit(params, x, tol, rel_tol, jnp.asarray(beta, x.dtype),
+    beta = jnp.asarray(beta, jnp.promote_types(x.dtype, jnp.float32))  # never an integer beta
+    return _diagnostics_jit(params, x, tol, rel_tol, beta,
                             activation=activation, ntk=bool(ntk))
 
 

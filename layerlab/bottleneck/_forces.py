@@ -20,21 +20,28 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array
+from layerlab._checks import check_array, check_int, check_number
 from layerlab._linalg import eigh
-from layerlab.bottleneck._layout import check_reps, check_x, cols
-from layerlab.bottleneck._representations import Activation, _augment, _is_zero, tikhonov_pinv
+from layerlab.bottleneck._layout import as_float, check_reps, check_x, cols
+from layerlab.bottleneck._representations import (
+    Activation,
+    _augment,
+    _ridge_kind,
+    _tikhonov_pinv,
+)
 
 Array = jax.Array
 
 
 # ----------------------------------------------------------------------------- paper A (columns)
-def _forces(Zs, X, lam, beta, activation, ridge) -> tuple[list, list]:
-    """``(attraction, repulsion)``, each a list of ``[n_l, N]`` (columns)."""
+def _forces(Zs, X, lam, beta, activation, ridge, kind=None) -> tuple[list, list]:
+    """``(attraction, repulsion)``, each a list of ``[n_l, N]`` (columns); ``kind`` is
+    ``_ridge_kind(ridge)`` unless given (it must be, for a ``ridge`` traced by our own jit)."""
     L = len(Zs)
+    kind = _ridge_kind(ridge) if kind is None else kind
 
     def term(Z_prev_sigma, Z):
-        return lam * jnp.sum(jnp.square(Z @ tikhonov_pinv(Z_prev_sigma, ridge)))
+        return lam * jnp.sum(jnp.square(Z @ _tikhonov_pinv(Z_prev_sigma, ridge, kind)))
 
     A0 = _augment(X, beta)
     att, rep = [], []
@@ -117,8 +124,9 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
     Args:
       Zs: ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]`` (rows are samples).
       x: ``[N, n_0]``.
-      lam: ``lambda``.
-      ridge: Tikhonov parameter of the pseudo-inverses (``> 0`` recommended away from minima).
+      lam: ``lambda >= 0``.
+      ridge: Tikhonov parameter ``rho >= 0`` of the pseudo-inverses (``> 0`` recommended away
+        from minima; a zero of any type, traced ones included, is the Moore-Penrose inverse).
 
     Returns:
       :class:`Forces`, two lists of ``L`` arrays ``[N, n_l]``.
@@ -127,19 +135,24 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
       (A) Section 3.1 (item 4) and Figure 1.
     """
     fn = "forces"
+    check_number(lam, "lam", fn=fn, min_value=0.0,
+                 what="a regulariser; a negative one flips attraction and repulsion")
+    check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
-    check_reps(Zs, x.shape[0], fn)
-    pinv = _is_zero(ridge)  # a Python 0: Moore-Penrose (static); else ridge is traced
-    att, rep = _forces_jit(cols(Zs), x.T, lam, beta, 0.0 if pinv else ridge,
-                           activation=activation, pinv=pinv)
+    Zs = check_reps(Zs, x.shape[0], fn)
+    # read before our jit traces ridge: a concrete zero of any type -> Moore-Penrose,
+    # a concrete positive -> the regularised solve, the caller's tracer -> chosen at run time
+    kind = _ridge_kind(ridge)
+    att, rep = _forces_jit(cols(Zs), x.T, lam, beta, jnp.zeros(()) if kind == "zero" else ridge,
+                           activation=activation, kind=kind)
     return Forces(attraction=cols(att), repulsion=cols(rep))
 
 
-@functools.partial(jax.jit, static_argnames=("activation", "pinv"))
-def _forces_jit(Zs, X, lam, beta, ridge, *, activation, pinv):
-    """:func:`_forces` as one program per shapes and activation (eagerly, its two ``grad`` and
-    pseudo-inverses per layer compiled op by op: ~3.5 s for a 3-layer net)."""
-    return _forces(Zs, X, lam, beta, activation, 0.0 if pinv else ridge)
+@functools.partial(jax.jit, static_argnames=("activation", "kind"))
+def _forces_jit(Zs, X, lam, beta, ridge, *, activation, kind):
+    """:func:`_forces` as one program per shapes, activation and kind of ridge (eagerly, its two
+    ``grad`` and pseudo-inverses per layer compiled op by op: ~3.5 s for a 3-layer net)."""
+    return _forces(Zs, X, lam, beta, activation, ridge, kind)
 
 
 # ----------------------------------------------------------------------------- linear closed form
@@ -148,7 +161,7 @@ def _check_linear(x, Z_L, fn: str) -> tuple[Array, Array]:
     if x.shape[0] != x.shape[1]:
         raise ValueError(f"{fn}: the closed form needs a square invertible x [N, N]; got shape "
                          f"{x.shape}.")
-    Z_L = check_array(Z_L, "Z_L", fn=fn, ndim=2, kind="real")
+    Z_L = as_float(check_array(Z_L, "Z_L", fn=fn, ndim=2, kind="real"))
     if Z_L.shape[0] != x.shape[0]:
         raise ValueError(f"{fn}: Z_L must be [N, n_L] = [{x.shape[0]}, ?] (rows are samples); "
                          f"got {Z_L.shape}.")
@@ -168,7 +181,7 @@ def linear_optimal_covariances(x: ArrayLike, Z_L: ArrayLike, depth: int) -> list
     Args:
       x: ``[N, N]`` square invertible inputs (rows are samples).
       Z_L: ``[N, n_L]`` outputs.
-      depth: ``L``.
+      depth: ``L``, an integer ``>= 1``.
 
     Returns:
       ``[K_1, ..., K_{L-1}]``, each ``[N, N]``.
@@ -177,6 +190,7 @@ def linear_optimal_covariances(x: ArrayLike, Z_L: ArrayLike, depth: int) -> list
       (A) Section 3.1, item 2 (linear networks).
     """
     x, Z_L = _check_linear(x, Z_L, "linear_optimal_covariances")
+    depth = check_int(depth, "depth", fn="linear_optimal_covariances", min_value=1)
     X = x.T
     _, M = _linear_M(X, Z_L.T)
     return [X.T @ _psd_power(M, l / depth) @ X for l in range(1, depth)]  # noqa: E741
@@ -189,7 +203,8 @@ def linear_optimal_regulariser(x: ArrayLike, Z_L: ArrayLike, depth: int) -> Arra
               \\left[(x^{-1} Z_L Z_L^T x^{-T})^{1/L}\\right]
 
     Args:
-      x: ``[N, N]`` invertible (rows are samples).  Z_L: ``[N, n_L]``.  depth: ``L``.
+      x: ``[N, N]`` invertible (rows are samples).  Z_L: ``[N, n_L]``.
+      depth: ``L``, an integer ``>= 1``.
 
     Returns:
       scalar.
@@ -198,5 +213,6 @@ def linear_optimal_regulariser(x: ArrayLike, Z_L: ArrayLike, depth: int) -> Arra
       (A) Section 3.1, item 2.
     """
     x, Z_L = _check_linear(x, Z_L, "linear_optimal_regulariser")
+    depth = check_int(depth, "depth", fn="linear_optimal_regulariser", min_value=1)
     _, M = _linear_M(x.T, Z_L.T)
     return depth * jnp.trace(_psd_power(M, 1.0 / depth))

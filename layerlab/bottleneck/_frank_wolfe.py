@@ -33,6 +33,8 @@ import time
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_int, check_number
+
 
 def _inner(Ks: np.ndarray, Y: np.ndarray, lam: float, ridge: float):
     """Optimal ``Z`` for fixed ``K^sigma`` and the value of ``C(Z) + lam Tr[Z P Z^T]``."""
@@ -108,8 +110,8 @@ def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: fl
 
     Args:
       y: ``[N, n_out]`` targets (rows are samples).
-      lam: ``lambda``.
-      iters: maximal number of oracle calls.
+      lam: ``lambda > 0``.
+      iters: maximal number of oracle calls (``>= 1``).
       ridge: Tikhonov ``rho`` of ``(K^sigma)^+``.
       seed: seed of the oracle's random starts.
       tol: stop when the oracle's best atom has directional derivative ``>= -tol * lambda``
@@ -129,13 +131,18 @@ def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: fl
     """
     import scipy.optimize
 
+    fn = "frank_wolfe_shallow"
     y = np.asarray(y, dtype=np.float64)
     if y.ndim != 2:
-        raise ValueError(f"frank_wolfe_shallow: y must be [N, n_out] (rows are samples); got "
+        raise ValueError(f"{fn}: y must be [N, n_out] (rows are samples); got "
                          f"shape {y.shape}.")
     Y = np.ascontiguousarray(y.T)  # paper A's columns from here on (C order: same BLAS calls)
-    if lam <= 0:
-        raise ValueError(f"frank_wolfe_shallow: lam must be > 0; got {lam}.")
+    check_number(lam, "lam", fn=fn, min_value=0.0, lo_open=True, what="a regulariser")
+    check_int(iters, "iters", fn=fn, min_value=1)
+    check_number(ridge, "ridge", fn=fn, min_value=0.0)
+    check_number(tol, "tol", fn=fn, min_value=0.0)
+    check_number(prune, "prune", fn=fn, min_value=0.0)
+    lam, ridge, tol, prune = float(lam), float(ridge), float(tol), float(prune)
     N = Y.shape[1]
     rng = np.random.default_rng(seed)
     atoms = np.zeros((0, N))
@@ -179,7 +186,7 @@ def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: fl
             "params": params, "final_loss": float(losses[-1])}
 
 
-def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6) -> dict:
+def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float = 0.0) -> dict:
     """A computable lower bound on the CP-rank of a completely positive ``A``.
 
     If ``A = sum_i b_i b_i^T`` with ``b_i >= 0``, each support ``supp(b_i)`` is a clique of the
@@ -190,37 +197,55 @@ def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6) -> dict:
     triangle-free ``G(A)`` it is every edge (Prop. 13: ``Rank_cp(B_N) = N^2/4``).
     Also ``Rank_cp(A) >= rank(A)``.
 
+    The bound is certified for the matrix as given: the edges to cover are the entries that
+    are certainly nonzero (``A_ij > rel_tol * max|A|``), while two edges are taken to need two
+    cliques only if a pair of their endpoints is certainly *not* adjacent, i.e. ``A_ab = 0``
+    exactly (``|A_ab| <= zero_tol * max|A|`` with ``zero_tol > 0``).  A tiny entry is a tiny
+    edge, not a missing one: ``v v^T`` with ``v = (1, 1e-3, 1e-3)`` has CP-rank 1 although
+    ``A_12 = 1e-6``.  Pass ``zero_tol > 0`` only for a numerical approximation of a matrix
+    whose small entries are known to be zeros (e.g. an optimiser's output for ``B_N``); the
+    bound is then certified for that matrix with those entries set to zero.
+
     Args:
       A: ``[N, N]`` symmetric entrywise-nonnegative PSD (e.g. ``K^sigma - beta^2 1 1^T``).
-      rel_tol: entries ``<= rel_tol * max|A|`` count as zero.
+      rel_tol: entries ``<= rel_tol * max|A|`` are not counted as edges to cover.
+      zero_tol: entries ``|A_ab| <= zero_tol * max|A|`` count as zero (non-adjacent) in the
+        common-clique test; default ``0``: only exact zeros.  Edges are then also required to
+        exceed ``zero_tol * max|A|``.
 
     Returns:
       dict with ``lower`` (the max of both bounds), ``rank``, ``edge_packing``, ``edges``
-      (edges of the support graph) and ``triangle_free``.
+      (certain edges of the support graph) and ``triangle_free`` (of the graph of the entries
+      not counted as zero).
 
     References:
       (A) Definition 12, Proposition 13 and the bound ``Rank_sigma(K, K^sigma) >=
       Rank_cp(K^sigma - beta^2 11^T)`` for ReLU (Section 4.1).
     """
+    fn = "cp_rank_lower_bound"
+    check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
+    check_number(zero_tol, "zero_tol", fn=fn, min_value=0.0)
     A = np.asarray(A, dtype=np.float64)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
-        raise ValueError(f"cp_rank_lower_bound: A must be square [N, N]; got shape {A.shape}.")
+        raise ValueError(f"{fn}: A must be square [N, N]; got shape {A.shape}.")
     N = A.shape[0]
-    thr = rel_tol * np.abs(A).max(initial=0.0)
-    adj = (A > thr) & ~np.eye(N, dtype=bool)
-    edges = [(i, j) for i in range(N) for j in range(i + 1, N) if adj[i, j]]
+    scale = np.abs(A).max(initial=0.0)
+    off = ~np.eye(N, dtype=bool)
+    maybe = (np.abs(A) > zero_tol * scale) & off  # possibly adjacent: not known to be zero
+    edge = (A > max(rel_tol, zero_tol) * scale) & off  # certainly an edge (to be covered)
+    edges = [(i, j) for i in range(N) for j in range(i + 1, N) if edge[i, j]]
     chosen: list[tuple[int, int]] = []
     for e in edges:
         ok = True
         for f in chosen:
-            verts = set(e) | set(f)
-            if all(adj[a, b] for a in verts for b in verts if a < b):  # a common clique
+            verts = sorted(set(e) | set(f))
+            if all(maybe[a, b] for a in verts for b in verts if a < b):  # maybe a common clique
                 ok = False
                 break
         if ok:
             chosen.append(e)
     s = np.linalg.svd(A, compute_uv=False)
     rank = int(np.sum(s > 1e-9 * max(s.max(initial=0.0), 1e-300)))
-    tri_free = bool(np.trace(np.linalg.matrix_power(adj.astype(float), 3)) == 0)
+    tri_free = bool(np.trace(np.linalg.matrix_power(maybe.astype(float), 3)) == 0)
     return {"lower": max(rank, len(chosen)), "rank": rank, "edge_packing": len(chosen),
             "edges": len(edges), "triangle_free": tri_free}

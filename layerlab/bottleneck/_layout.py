@@ -96,8 +96,21 @@ def weight_norm_sq(params: Params, *, beta: ArrayLike = 1.0) -> Array:
 
 
 # ----------------------------------------------------------------------------- edge helpers
+def as_float(a: Array) -> Array:
+    """``a`` in a floating dtype fit for the linear algebra: integer and boolean arrays in the
+    default float (float64 under ``jax_enable_x64``, else float32), half precision (bfloat16,
+    float16: no LAPACK kernels) in float32; float32/float64 unchanged."""
+    if not jnp.issubdtype(a.dtype, jnp.floating):
+        return a.astype(jnp.result_type(float))
+    if jnp.finfo(a.dtype).bits < 32:
+        return a.astype(jnp.float32)
+    return a
+
+
 def check_x(x, fn: str, name: str = "x") -> Array:
-    """Inputs ``[N, n_0]`` (rows are samples), finite when concrete."""
+    """Inputs ``[N, n_0]`` (rows are samples), finite when concrete, in a float dtype
+    (:func:`as_float`: ``uint8`` pixels do not wrap around in ``x x^T``, integer inputs can be
+    differentiated, half precision is computed in float32)."""
     x = check_array(x, name, fn=fn, kind="real")
     check_finite(x, name, fn=fn, hint="clean or impute the inputs first.")  # eager only
     if x.ndim != 2:
@@ -105,7 +118,7 @@ def check_x(x, fn: str, name: str = "x") -> Array:
             f"{fn}: {name} must be a matrix [N, n_0] with one row per sample; got shape "
             f"{x.shape}. Paper A writes the data as columns [n_0, N]: pass {name}.T."
         )
-    return x
+    return as_float(x)
 
 
 def check_params(params: Params, n0: int, fn: str) -> None:
@@ -129,8 +142,9 @@ def check_params(params: Params, n0: int, fn: str) -> None:
         n_prev = w.shape[1]
 
 
-def check_reps(Zs: Sequence[Array], N: int, fn: str) -> None:
-    """Representations ``[Z_1, ..., Z_L]``, each ``[N, n_l]``."""
+def check_reps(Zs: Sequence[Array], N: int, fn: str) -> list[Array]:
+    """Representations ``[Z_1, ..., Z_L]``, each ``[N, n_l]``; returned in a float dtype
+    (:func:`as_float`)."""
     if Zs is None or len(Zs) == 0:
         raise ValueError(f"{fn}: Zs is empty: pass a list [Z_1, ..., Z_L] with L >= 1.")
     for l, Z in enumerate(Zs, start=1):  # noqa: E741
@@ -139,6 +153,7 @@ def check_reps(Zs: Sequence[Array], N: int, fn: str) -> None:
                 f"{fn}: Z_{l} must have shape [N, n_{l}] = [{N}, ?] (rows are samples); "
                 f"got {tuple(jnp.shape(Z))}."
             )
+    return [as_float(jnp.asarray(Z)) for Z in Zs]
 
 
 def cols(Zs: Sequence[Array]) -> list[Array]:

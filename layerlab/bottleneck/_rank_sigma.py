@@ -7,8 +7,9 @@ A hidden representation ``Z`` ``[N, n]`` (rows are samples, columns are the ``n`
           K^\\sigma - \\beta^2 1 1^T = \\sum_{i=1}^n \\sigma(z_i)\\sigma(z_i)^T \\qquad (4.1)
 
 and ``Rank_sigma(K, K^sigma)`` is the least number of terms of such a decomposition: the width
-at which the pair becomes reachable.  Host-side numpy; the ``_``-functions are paper A's column
-maths (neurons as rows of ``Z^T``).
+at which the pair becomes reachable.  Host-side numpy in float64 (the activation is applied in
+float64 too, whatever ``jax_enable_x64``); the ``_``-functions are paper A's column maths
+(neurons as rows of ``Z^T``).
 
 References:
   (A) Jacot, Golikov, Hongler, Gabriel, NeurIPS 2022: Section 4.1, eq. (4.1), Proposition 8
@@ -42,8 +43,16 @@ def _as_neurons(Z, name: str = "Z") -> np.ndarray:
     return Z.T
 
 
+def _activate64(Zc: np.ndarray, activation) -> np.ndarray:
+    """``sigma(Zc)`` computed in float64 whatever the global ``jax_enable_x64`` flag: the ranks
+    here use tolerances (``1e-9``, ``1e-10``) far below float32's resolution, so in float32
+    neurons on one ray (``sigma(a z) = a sigma(z)`` up to rounding) look independent."""
+    with jax.enable_x64(True):
+        return np.asarray(activation(jnp.asarray(Zc, dtype=jnp.float64)), dtype=np.float64)
+
+
 def _neuron_pairs(Zc: np.ndarray, activation) -> np.ndarray:
-    S = np.asarray(activation(jnp.asarray(Zc)), dtype=np.float64)
+    S = _activate64(Zc, activation)
     P = np.einsum("ia,ib->iab", Zc, Zc)
     Q = np.einsum("ia,ib->iab", S, S)
     return np.concatenate([_sym_vec(P), _sym_vec(Q)], axis=1)
@@ -93,7 +102,7 @@ def rank_sigma_bounds(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
     """
     Zc = _as_neurons(Z)
     n, N = Zc.shape
-    S = np.asarray(activation(jnp.asarray(Zc)), dtype=np.float64)
+    S = _activate64(Zc, activation)
 
     def rank(M):
         s = np.linalg.svd(M, compute_uv=False)

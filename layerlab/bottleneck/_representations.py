@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_number
+from layerlab._checks import check_number, is_traced
 from layerlab.bottleneck._layout import (
     Params,
     check_params,
@@ -67,7 +68,8 @@ def _layer_inputs(Zs: Sequence[Array], X: Array, beta, activation) -> list[Array
 def _psi(Zs: Sequence[Array], X: Array, beta, activation, ridge) -> list[Array]:
     """``W_l = Z_l (Z_{l-1}^sigma)^+_rho`` (columns)."""
     As = _layer_inputs(Zs, X, beta, activation)
-    return [Z @ tikhonov_pinv(A, ridge) for Z, A in zip(Zs, As)]
+    kind = _ridge_kind(ridge)
+    return [Z @ _tikhonov_pinv(A, ridge, kind) for Z, A in zip(Zs, As)]
 
 
 def _weight_loss(Ws, X, cost, lam, beta, activation) -> Array:
@@ -82,8 +84,51 @@ def _representation_loss(Zs, X, cost, lam, beta, activation, ridge) -> Array:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _is_zero(ridge) -> bool:
-    return isinstance(ridge, (int, float)) and ridge == 0
+def _ridge_kind(ridge) -> str:
+    """How to invert with Tikhonov parameter ``ridge`` (static: read at trace time).
+
+    ``"zero"``: a concrete zero of any type (Python ``0``, ``np.float32(0)``, a concrete
+    ``jnp.array(0.)``): the Moore-Penrose pseudo-inverse.  ``"positive"``: any other concrete
+    value: the regularised solve.  ``"traced"``: a tracer (``ridge`` under ``jit``/``vmap``/
+    ``grad``): both, chosen by the value at run time (:func:`_tikhonov_pinv`).
+    """
+    if is_traced(ridge):
+        return "traced"
+    return "zero" if bool(np.all(np.asarray(ridge) == 0)) else "positive"
+
+
+def _safe_ridge(ridge, dtype) -> Array:
+    """``ridge`` with zeros replaced by 1: the regularised branch stays finite (values and
+    gradients) when a traced ``ridge`` is 0 and the Moore-Penrose branch is the one used."""
+    r = jnp.asarray(ridge, dtype)
+    return jnp.where(r == 0, jnp.ones_like(r), r)
+
+
+def _tikhonov_solve(A: Array, ridge) -> Array:
+    """``A^T (A A^T + rho I)^{-1}`` through the smaller Gram matrix (``rho > 0``)."""
+    m, N = A.shape
+    if m <= N:
+        G = A @ A.T + ridge * jnp.eye(m, dtype=A.dtype)
+        return jax.scipy.linalg.solve(G, A, assume_a="pos").T
+    G = A.T @ A + ridge * jnp.eye(N, dtype=A.dtype)
+    return jax.scipy.linalg.solve(G, A.T, assume_a="pos")
+
+
+def _tikhonov_pinv(A: Array, ridge, kind: str) -> Array:
+    """:func:`tikhonov_pinv` with the branch chosen by ``kind`` (:func:`_ridge_kind`).
+
+    ``"traced"``: ``jnp.linalg.pinv(A)`` where ``ridge == 0`` and the regularised solve
+    elsewhere (``lax.cond``: one branch runs under ``jit``; under ``vmap`` both run and a
+    select keeps one, the other computed at a safe ``ridge`` so no NaN leaks into values or
+    gradients).  So a traced or array zero gives exactly what a Python ``0`` gives.
+    """
+    if kind == "zero":
+        return jnp.linalg.pinv(A)
+    if kind == "positive":
+        return _tikhonov_solve(A, ridge)
+    r = jnp.asarray(ridge, A.dtype)
+    return jax.lax.cond(r == 0, lambda A, r: jnp.linalg.pinv(A),
+                        lambda A, r: _tikhonov_solve(A, _safe_ridge(r, A.dtype)), A, r)
 
 
 def augment(Z: Array, beta: ArrayLike) -> Array:
@@ -109,8 +154,10 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
     .. math:: A^+_\\rho = A^T (A A^T + \\rho I)^{-1} = (A^T A + \\rho I)^{-1} A^T
               \\xrightarrow{\\rho \\to 0} A^+
 
-    ``ridge = 0`` (a Python zero) gives the Moore-Penrose pseudo-inverse; the solve uses the
-    smaller of the two Gram matrices.  No samples axis: a plain matrix function.
+    ``ridge = 0`` gives the Moore-Penrose pseudo-inverse ``jnp.linalg.pinv(A)`` exactly, for a
+    zero of any type (Python, numpy, a jax array) and for a traced zero under ``jit``/``vmap``;
+    ``ridge > 0`` solves with the smaller of the two Gram matrices.  No samples axis: a plain
+    matrix function.
 
     Args:
       A: ``[m, n]``.
@@ -119,14 +166,8 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
     Returns:
       ``[n, m]``.
     """
-    if _is_zero(ridge):
-        return jnp.linalg.pinv(A)
-    m, N = A.shape
-    if m <= N:
-        G = A @ A.T + ridge * jnp.eye(m, dtype=A.dtype)
-        return jax.scipy.linalg.solve(G, A, assume_a="pos").T
-    G = A.T @ A + ridge * jnp.eye(N, dtype=A.dtype)
-    return jax.scipy.linalg.solve(G, A.T, assume_a="pos")
+    check_number(ridge, "ridge", fn="tikhonov_pinv", min_value=0.0)
+    return _tikhonov_pinv(A, ridge, _ridge_kind(ridge))
 
 
 # ----------------------------------------------------------------------------- Phi and Psi
@@ -182,8 +223,9 @@ def weights_from_representations(Zs: Sequence[Array], x: ArrayLike, *, beta: Arr
       ``Im Z_{l+1} subset Im Z_l^sigma``, column spaces in rows).
     """
     fn = "weights_from_representations"
+    check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
-    check_reps(Zs, x.shape[0], fn)
+    Zs = check_reps(Zs, x.shape[0], fn)
     return to_mlp_params(_psi(cols(Zs), x.T, beta, activation, ridge), beta)
 
 
@@ -243,5 +285,5 @@ def representation_loss(Zs: Sequence[Array], x: ArrayLike, *, cost: Cost, lam: A
                  what="a regulariser; a negative one rewards large weights")
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
-    check_reps(Zs, x.shape[0], fn)
+    Zs = check_reps(Zs, x.shape[0], fn)
     return _representation_loss(cols(Zs), x.T, col_cost(cost), lam, beta, activation, ridge)

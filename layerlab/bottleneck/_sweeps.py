@@ -24,7 +24,13 @@ import optax
 from jax.typing import ArrayLike
 
 from layerlab import loop, nets
-from layerlab._checks import check_array, check_int, check_number, check_same_length
+from layerlab._checks import (
+    check_array,
+    check_int,
+    check_number,
+    check_same_length,
+    promote_float,
+)
 from layerlab.bottleneck._layout import Params, from_mlp_params
 from layerlab.bottleneck._representations import Activation, _phi
 from layerlab.data._targets import as_targets
@@ -229,14 +235,16 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
 
     Args:
       key: PRNG key (inits and data order).
-      x: ``[N, n_0]`` inputs (rows = samples).  y: targets for ``cost``; with
+      x: ``[N, n_0]`` inputs (rows = samples; integer or half-precision inputs are trained in
+        float32, see ``layerlab._checks.promote_float``).  y: targets for ``cost``; with
         :func:`mse_cost`, integer labels ``[N]`` are turned into one-hot rows ``[N, C]``
         (``C = max(y) + 1``).
       widths: hidden widths to try.  depth: ``L`` (number of weight matrices).
       cost: ``cost(Z_L [N, n_L], y) -> scalar`` (e.g. :func:`mse_cost`).
       lam: ``lambda``.  seeds: runs per width (best one kept).
       max_width: default ``max(widths)``.
-      adam_steps, adam_lr, gd_steps, gd_lr: the first two phases (``gd_steps = 0`` skips GD).
+      adam_steps, adam_lr, gd_steps, gd_lr: the first two phases (``adam_steps = 0`` skips
+        Adam, ``gd_steps = 0`` skips GD).
       polish_steps: L-BFGS iterations after GD (``0``, the default, skips the polish); each
         costs one gradient evaluation per line-search trial (a few, more under ``vmap``, where
         the slowest run sets the count).
@@ -258,6 +266,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
     """
     fn = "width_sweep"
     x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)
+    (x,) = promote_float(x)  # integer pixels/features: a float net, a float lambda
     y = check_array(y, "y", fn=fn, ndim=(1, 2), kind="real", finite=True)
     if y.shape[0] != x.shape[0]:
         raise ValueError(f"{fn}: x and y must have the same N rows, got {x.shape} and {y.shape}.")
@@ -281,7 +290,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
     R = len(widths) * seeds
     run_widths = np.repeat(widths, seeds)
     masks = width_masks(run_widths, max_width, depth - 1)
-    hparams = {"masks": masks, "lam": jnp.full((R,), lam, x.dtype)}
+    hparams = {"masks": masks, "lam": jnp.full((R,), lam, x.dtype)}  # x is float: lam too
     k_init, k_fit, k_gd = jax.random.split(key, 3)
     inits = jax.vmap(lambda k: nets.mlp_init(k, sizes, init=init, w_std=w_std))(
         jax.random.split(k_init, R))
@@ -340,7 +349,7 @@ def _phase_step(phase: str, cost: Callable, beta, activation, *opt) -> loop.Trai
 def _phase_step_cached(phase, cost, beta, activation, *opt):
     if phase == "adam":
         adam_lr, adam_steps, lr_decay = opt
-        lr = (adam_lr if lr_decay is None
+        lr = (adam_lr if lr_decay is None or adam_steps == 0  # 0 steps: no schedule to build
               else optax.cosine_decay_schedule(adam_lr, adam_steps, alpha=lr_decay))
         return sweep_step(cost, optax.adam(lr), beta=beta, activation=activation)
     if phase == "gd":

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_int, check_number
 from layerlab.data import Dataset
 
 
@@ -35,18 +36,26 @@ def symmetry_task(key: jax.Array, n: int, *, d: int = 10, steps: int = 10, lr: f
 
     Args:
       key: PRNG key (``E``, and the ``w_0``).
-      n: number of samples.  d: dimension of ``w``.  steps: ``T``.  lr: GD step ``eta``.
-      noise: std of the symmetric noise ``E`` (entries ``noise / sqrt(d)``).
-      w_scale: ``w_0 ~ N(0, w_scale^2 I_d / d) * sqrt(d)`` i.e. ``N(0, w_scale^2 I_d)``/``sqrt(d)``
-        scaled to norm ``~ w_scale``.
+      n: number of samples (``>= 1``).  d: dimension of ``w`` (``>= 2``).  steps: ``T``
+        (``>= 1``).  lr: GD step ``eta > 0``.
+      noise: scale of the symmetric noise ``E = (G + G^T) / 2``, ``G_ij ~ N(0, noise^2 / d)``
+        i.i.d.: diagonal entries of std ``noise / sqrt(d)``, off-diagonal ones of std
+        ``noise / sqrt(2 d)`` (``>= 0``; ``0``: no noise, the exact symmetry).
+      w_scale: ``w_0 ~ N(0, w_scale^2 I_d / d)``: entries of std ``w_scale / sqrt(d)``, so
+        ``E ||w_0||^2 = w_scale^2`` (``>= 0``).
       log_loss: targets ``log f(w_t)`` (better conditioned) instead of ``f(w_t)``.
       return_info: also return ``{"e", "E", "stats" [n, 2]}`` with the two summary statistics.
 
     Returns:
       :class:`layerlab.data.Dataset` with ``x [n, d]`` and ``y [n, T]`` float32.
     """
-    if n < 1 or d < 2 or steps < 1:
-        raise ValueError(f"symmetry_task: need n >= 1, d >= 2, steps >= 1; got {n}, {d}, {steps}.")
+    fn = "symmetry_task"
+    n = check_int(n, "n", fn=fn, min_value=1)
+    d = check_int(d, "d", fn=fn, min_value=2)
+    steps = check_int(steps, "steps", fn=fn, min_value=1)
+    check_number(lr, "lr", fn=fn, min_value=0.0, lo_open=True, what="a gradient-descent step")
+    check_number(noise, "noise", fn=fn, min_value=0.0)
+    check_number(w_scale, "w_scale", fn=fn, min_value=0.0)
     kE, kw = jax.random.split(key)
     e = jnp.zeros((d,)).at[0].set(1.0)
     G = jax.random.normal(kE, (d, d)) * noise / np.sqrt(d)

@@ -36,6 +36,7 @@ import numpy as np
 import optax
 
 from layerlab import data, loop, nets
+from layerlab._checks import promote_float
 from layerlab.bottleneck._covariances import covariances
 from layerlab.bottleneck._cprank import bipartite_matrix, identity_inputs_loss_lower_bound
 from layerlab.bottleneck._diagnostics import (
@@ -263,6 +264,7 @@ def _train_runs(x, y, sizes, lam, keys, *, cost=mse_cost, activation=jax.nn.relu
                 checkpoint_dir=None, desc="train"):
     """Train ``len(keys)`` full-width runs in one program: Adam (cosine decay) then GD with a
     per-run rate.  Returns ``(params with runs axis, history, grad_norm [R])``."""
+    (x,) = promote_float(x)  # integer x: float weights and a float lambda (not int 0)
     R = len(keys)
     depth = len(sizes) - 1
     width = sizes[1]
@@ -988,7 +990,9 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
         B = bipartite_matrix(N)
         lb = identity_inputs_loss_lower_bound(B, cfg.lam)
         fw = frank_wolfe_shallow(B, cfg.lam, iters=cfg.fw_iters)
-        cp = cp_rank_lower_bound(fw["K_sigma"], rel_tol=cfg.cp_rel_tol)
+        # the FW optimum approximates a matrix with exact zeros: entries < cp_rel_tol max are
+        # taken as those zeros (zero_tol; the default certifies the matrix as given)
+        cp = cp_rank_lower_bound(fw["K_sigma"], rel_tol=cfg.cp_rel_tol, zero_tol=cfg.cp_rel_tol)
         # weight-space full-batch GD at width N(N+1) (Caratheodory: enough for the optimum)
         width = N * (N + 1)
         with jax.enable_x64(True):
@@ -1012,7 +1016,8 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
             gd_loss = np.array([np.asarray(m["loss"][-1]) for m in ms])  # [chunks, R]
             Zs = jax.vmap(lambda p: representations(p, x, beta=0.0)[0])(st.params)  # [R, N, n_1]
             cps = [cp_rank_lower_bound(np.maximum(np.asarray(z), 0) @ np.maximum(
-                np.asarray(z), 0).T, rel_tol=cfg.cp_rel_tol)["lower"] for z in Zs]
+                np.asarray(z), 0).T, rel_tol=cfg.cp_rel_tol, zero_tol=cfg.cp_rel_tol)["lower"]
+                for z in Zs]
         best = int(np.argmin(gd_loss[-1]))
         gd_step_s = float(np.median(times)) / cfg.gd_chunk / R
         fw_it_s = float(np.median(np.diff(np.concatenate([[0.0], fw["time_s"]]))))

@@ -36,3 +36,41 @@ def test_covariance_loss_names_a_transposed_output():
     K = [jnp.eye(4)]
     with pytest.raises(ValueError, match=r"Z_L must be \[N, n_L\] = \[4, \?\]"):
         bn.covariance_loss(K, K + K, jnp.ones((2, 4)), cost=jnp.sum, lam=0.1)
+
+
+def test_psd_pinv_at_a_zero_ridge_of_any_type(key):
+    # regression: an array / numpy / traced zero ridge solved (K + 0 I) K^{-1}: NaN when K is
+    # singular.  Independent route: float64 numpy pinv.
+    K = jnp.diag(jnp.array([1.0, 0.0]))
+    for r in (np.float32(0), jnp.array(0.0)):
+        np.testing.assert_array_equal(bn.psd_pinv(K, r), np.diag([1.0, 0.0]))
+    np.testing.assert_array_equal(jax.jit(bn.psd_pinv)(K, 0.0), np.diag([1.0, 0.0]))
+    # L^k with a singular K_0^sigma (N = 6 samples, n_0 + 1 = 3 features + bias)
+    kx, kz = jax.random.split(key)
+    x = jax.random.normal(kx, (6, 2))
+    Z = jax.random.normal(kz, (6, 3))
+    covs = bn.covariances([Z], x)
+    A = np.concatenate([np.asarray(x, np.float64), np.ones((6, 1))], 1)
+    ref = 0.3 * np.sum((np.linalg.pinv(A) @ np.asarray(Z, np.float64)) ** 2)
+    for r in (np.float32(0), jnp.array(0.0)):
+        val = bn.covariance_loss(covs.K, covs.K_sigma, Z, cost=lambda Z: 0.0, lam=0.3, ridge=r)
+        np.testing.assert_allclose(float(val), ref, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"covariance_loss: ridge must be >= 0.0, got -5.0"):
+        bn.covariance_loss(covs.K, covs.K_sigma, Z, cost=jnp.sum, lam=0.3, ridge=-5.0)
+
+
+def test_integer_inputs_are_not_wrapped_around():
+    # regression: uint8 x gave uint8 kernels x x^T (200^2 wraps around mod 256)
+    xu = np.array([[200, 100], [50, 255], [3, 7]], np.uint8)
+    Zs = [jnp.ones((3, 4)), jnp.ones((3, 2))]
+    covs = bn.covariances(Zs, xu, beta=1)
+    x64 = xu.astype(np.float64)
+    assert jnp.issubdtype(covs.K_sigma[0].dtype, jnp.floating)
+    np.testing.assert_allclose(covs.K_sigma[0], x64 @ x64.T + 1.0, rtol=1e-6)
+    # bfloat16 inputs are computed in float32 (LAPACK has no bfloat16 kernels)
+    xb = jnp.asarray(xu, jnp.bfloat16)
+    cost = lambda Z: jnp.sum(Z ** 2)  # noqa: E731
+    np.testing.assert_allclose(
+        float(bn.representation_loss(Zs, xb, cost=cost, lam=1.0, ridge=0.1)),
+        float(bn.representation_loss(Zs, xb.astype(jnp.float32), cost=cost, lam=1.0,
+                                     ridge=0.1)), rtol=1e-6)

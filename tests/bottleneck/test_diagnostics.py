@@ -130,5 +130,28 @@ def test_symmetry_task_depends_on_two_statistics(key, x64):
         return np.array(out)
     np.testing.assert_allclose(traj(w), ds.y[0], rtol=1e-5)
     np.testing.assert_allclose(traj(R @ w), traj(w), rtol=1e-10)
-    with pytest.raises(ValueError, match="need n >= 1"):
+    with pytest.raises(ValueError, match=r"symmetry_task: n must be >= 1, got 0"):
         bn.symmetry_task(key, 0)
+
+
+def test_symmetry_task_checks_its_arguments(key):
+    with pytest.raises(TypeError, match=r"symmetry_task: n must be an integer, got float 2.5"):
+        bn.symmetry_task(key, 2.5)
+    with pytest.raises(ValueError, match=r"symmetry_task: lr must be > 0.0 .*got -1.0"):
+        bn.symmetry_task(key, 3, lr=-1.0)
+    with pytest.raises(ValueError, match=r"symmetry_task: d must be >= 2, got 1"):
+        bn.symmetry_task(key, 3, d=1)
+    with pytest.raises(ValueError, match=r"symmetry_task: noise must be >= 0.0, got -0.1"):
+        bn.symmetry_task(key, 3, noise=-0.1)
+
+
+def test_symmetry_task_scales_match_the_docstring(key):
+    # E = (G + G^T) / 2 with G_ij ~ N(0, noise^2 / d); w_0 ~ N(0, w_scale^2 I / d)
+    d = 40
+    ds, info = bn.symmetry_task(key, 400, d=d, steps=1, lr=1e-4, noise=0.5, w_scale=3.0,
+                                return_info=True)
+    E = np.asarray(info["E"])
+    iu = np.triu_indices(d, 1)
+    np.testing.assert_allclose(E[iu].std(), 0.5 / np.sqrt(2 * d), rtol=0.1)
+    np.testing.assert_allclose(E.diagonal().std(), 0.5 / np.sqrt(d), rtol=0.3)
+    np.testing.assert_allclose(np.sqrt(np.mean(np.sum(ds.x ** 2, 1))), 3.0, rtol=0.05)

@@ -1,11 +1,15 @@
-"""Tests for layerlab.bottleneck.experiments (record building and merging; no training)."""
+"""Tests for layerlab.bottleneck.experiments (record building and merging, the training helper's
+setup; no real training)."""
 import dataclasses
 import json
 import pathlib
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from layerlab import bottleneck as bn
 from layerlab.bottleneck import experiments as ex
 from layerlab.record import load_record, write_record
 
@@ -78,3 +82,19 @@ def test_merge_a_fig2_into_the_gpu_record(tmp_path):
     with pytest.raises(ValueError, match="not the parts"):
         ex.merge_a_fig2(A_FIG2, {"teacher": _new_teacher(old)},
                         dataclasses.replace(cfg, parts=("mnist",)), wall_s=1.0)
+
+
+def test_train_runs_integer_inputs_keep_a_float_lambda(key):
+    # regression: _train_runs built its per-run lambda in x.dtype: 0 for integer x
+    xi = np.array([[1, 2, 0], [0, 1, 3], [2, 2, 1], [1, 0, 0]], np.int32)
+    y = jnp.eye(2)[jnp.array([0, 1, 1, 0])]
+    params, _, gn, hp = ex._train_runs(xi, y, [3, 4, 2], 0.1, [key], progress=False)
+    assert jnp.issubdtype(hp["lam"].dtype, jnp.floating)
+    np.testing.assert_allclose(np.asarray(hp["lam"]), [0.1], rtol=1e-7)
+    # the reported gradient norm includes the penalty: 2 lam W for the weights, by hand
+    p = jax.tree.map(lambda a: a[0], params)
+    xf = jnp.asarray(xi, jnp.float32)
+    g = jax.jit(jax.grad(lambda q: bn.mse_cost(bn.network_fn(q, xf), y) + 0.1 * sum(
+        jnp.sum(a["w"] ** 2) + jnp.sum(a["b"] ** 2) for a in q)))(p)
+    np.testing.assert_allclose(gn[0], float(jnp.sqrt(sum(jnp.sum(a ** 2) for a in
+                                                         jax.tree.leaves(g)))), rtol=1e-5)

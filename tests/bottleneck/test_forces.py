@@ -132,3 +132,46 @@ def test_linear_closed_form_bad_inputs():
         bn.linear_optimal_covariances(jnp.ones((5, 3)), jnp.ones((5, 1)), 3)
     with pytest.raises(ValueError, match=r"Z_L must be \[N, n_L\] = \[5, \?\]"):
         bn.linear_optimal_regulariser(jnp.eye(5), jnp.ones((1, 5)), 3)
+    # regression: depth was not checked (0 divided by zero, -2 gave a negative "minimum",
+    # 2.5 a Python TypeError from range)
+    x, Z = jnp.eye(3) + 0.1, jnp.ones((3, 2))
+    for fn in (bn.linear_optimal_covariances, bn.linear_optimal_regulariser):
+        name = fn.__name__
+        for d in (0, -2):
+            with pytest.raises(ValueError, match=rf"{name}: depth must be >= 1, got {d}\."):
+                fn(x, Z, d)
+        with pytest.raises(TypeError, match=rf"{name}: depth must be an integer, got float 2.5"):
+            fn(x, Z, 2.5)
+
+
+def test_forces_at_a_zero_ridge_of_any_type(key):
+    # regression: np.float32(0) (or a jax zero) took the regularised solve at rho = 0 inside
+    # the jitted forces: NaN as soon as a layer input is rank deficient (a dead ReLU unit)
+    kx, kw = jax.random.split(key)
+    x = jax.random.normal(kx, (6, 3))
+    p = bn.to_mlp_params([jax.random.normal(kw, (4, 4)), jnp.ones((2, 5))])
+    p[0]["w"] = p[0]["w"].at[:, 0].set(0.0)
+    p[0]["b"] = p[0]["b"].at[0].set(-1.0)
+    Zs = bn.representations(p, x)
+    F0 = bn.forces(Zs, x, lam=0.3, ridge=0)
+    ins = [np.asarray(x, np.float64)] + [np.maximum(np.asarray(Zs[0], np.float64), 0)]
+    for r in (np.float32(0), jnp.array(0.0)):
+        F = bn.forces(Zs, x, lam=0.3, ridge=r)
+        for l in range(2):  # noqa: E741
+            # independent route: F^att_l = -2 lam (K_{l-1}^sigma)^+ Z_l, float64 numpy, with
+            # (A A^T)^+ = A^{+T} A^+ for the layer input A = [sigma(Z_{l-1}), 1]
+            P = np.linalg.pinv(np.concatenate([ins[l], np.ones((6, 1))], 1), rcond=1e-10)
+            want = -0.6 * P.T @ P @ np.asarray(Zs[l], np.float64)
+            np.testing.assert_allclose(F.attraction[l], want, rtol=1e-4, atol=1e-5)
+            np.testing.assert_array_equal(F.attraction[l], F0.attraction[l])
+            np.testing.assert_array_equal(F.repulsion[l], F0.repulsion[l])
+
+
+def test_forces_check_lam_and_ridge():
+    x, Zs = jnp.ones((4, 3)), [jnp.ones((4, 2)), jnp.ones((4, 1))]
+    with pytest.raises(ValueError, match=r"forces: lam must be >= 0.0 .*got -1.0"):
+        bn.forces(Zs, x, lam=-1.0)
+    with pytest.raises(ValueError, match=r"forces: lam must be finite .*got nan"):
+        bn.forces(Zs, x, lam=float("nan"))
+    with pytest.raises(ValueError, match=r"forces: ridge must be >= 0.0, got -5.0"):
+        bn.forces(Zs, x, lam=1.0, ridge=-5.0)

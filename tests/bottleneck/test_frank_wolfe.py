@@ -3,6 +3,7 @@ Props. 13, 19)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from layerlab import bottleneck as bn
 from layerlab.bottleneck import experiments as ex
@@ -51,3 +52,38 @@ def test_remark4_local_minimum_whose_covariances_are_not():
     assert r["same_covariances"] < 1e-12
     assert abs(r["endpoint_drop"] - r["predicted_drop"]) < 1e-12 and r["endpoint_drop"] > 0
     assert r["cov_shift"] < 2e-4
+
+
+def test_cp_rank_lower_bound_never_exceeds_a_known_decomposition():
+    # regression: a tiny entry was read as a missing edge, so edges sharing a clique were
+    # counted apart: v v^T (CP-rank 1) got 2
+    v = np.array([1.0, 1e-3, 1e-3])
+    r = bn.cp_rank_lower_bound(np.outer(v, v))
+    assert r["lower"] == 1 and r["edge_packing"] == 1
+    b1, b2 = np.array([1.0, 1e-4, 1e-4, 0.0]), np.array([0.0, 0.0, 1.0, 1.0])
+    assert bn.cp_rank_lower_bound(np.outer(b1, b1) + np.outer(b2, b2))["lower"] <= 2
+    # brute force: sums of r random nonnegative rank-one terms with tiny entries never bound
+    # above r
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        k = int(rng.integers(1, 4))
+        B = rng.random((k, 5)) * rng.choice([0.0, 1e-4, 1.0], size=(k, 5))
+        assert bn.cp_rank_lower_bound(B.T @ B)["lower"] <= k
+    # an approximate B_N (an optimiser's output) keeps the N^2/4 bound when its small entries
+    # are declared zeros, and only then
+    Bn = bn.bipartite_matrix(6) + 1e-3 * (bn.bipartite_matrix(6) == 0)
+    assert bn.cp_rank_lower_bound(Bn, rel_tol=0.05, zero_tol=0.05)["lower"] == 9
+    assert bn.cp_rank_lower_bound(Bn)["edge_packing"] == 1
+
+
+def test_frank_wolfe_checks_its_arguments():
+    B = bn.bipartite_matrix(4)
+    with pytest.raises(ValueError, match=r"frank_wolfe_shallow: iters must be >= 1, got 0"):
+        bn.frank_wolfe_shallow(B, 1e-2, iters=0)
+    with pytest.raises(ValueError, match=r"frank_wolfe_shallow: lam must be finite .*got nan"):
+        bn.frank_wolfe_shallow(B, float("nan"))
+    with pytest.raises(ValueError, match=r"frank_wolfe_shallow: lam must be > 0.0 .*got 0.0"):
+        bn.frank_wolfe_shallow(B, 0.0)
+    with pytest.raises(ValueError,
+                       match=r"identity_inputs_loss_lower_bound: lam must be >= 0.0 .*got -1.0"):
+        bn.identity_inputs_loss_lower_bound(B, -1.0)

@@ -82,3 +82,20 @@ def test_diagnostics_functions_check_their_inputs(key):
     K = [jnp.eye(5)]
     with pytest.raises(ValueError, match=r"K_sigma\[1\] has shape \(6, 6\)"):
         bn.covariance_loss(K, [jnp.eye(5), jnp.eye(6)], jnp.ones((5, 2)), lam=0.1, cost="mse")
+
+
+def test_integer_and_half_precision_inputs_are_promoted(key):
+    # regression: integer x reached jax.jacfwd (TypeError) and cast beta to an integer dtype;
+    # bfloat16 x reached LAPACK (NotImplementedError).  Second route: the same numbers in float32.
+    p = nets.mlp_init(key, [3, 4, 2])
+    p = [{"w": q["w"], "b": q["b"] + 1.0} for q in p]
+    xi = jnp.array([[1, 2, 0], [0, 1, 3], [2, 2, 1]], jnp.int32)
+    xf = xi.astype(jnp.float32)
+    di = bn.bottleneck_diagnostics(p, xi, beta=0.5, ntk=False)
+    df = bn.bottleneck_diagnostics(p, xf, beta=0.5, ntk=False)
+    for k in ("jacobian_rank", "jacobian_log_pdet"):
+        np.testing.assert_allclose(di[k], df[k], rtol=1e-6)
+    for x in (xi, xi.astype(jnp.uint8), xf.astype(jnp.bfloat16), xf.astype(jnp.float16)):
+        Zs = bn.representations(p, x)
+        assert Zs[0].dtype == jnp.float32
+        np.testing.assert_allclose(Zs[-1], nets.mlp_apply(p, xf), rtol=1e-6)

@@ -24,3 +24,21 @@ def test_rank_sigma_bounds_and_caratheodory(key, x64):
     b1 = bn.rank_sigma_bounds(rays)
     assert b1["lower"] == 1 and b1["upper"] == 1
     assert bn.caratheodory_reduce(rays).shape == (3, 1)
+
+
+def test_rays_have_rank_sigma_one_without_x64(key):
+    # regression: with jax_enable_x64 off the activation ran in float32 while the ranks use
+    # 1e-9 / 1e-10 tolerances: four neurons on one ray (mixed signs) got Rank_sigma bounds 2
+    # and a Caratheodory reduction to 3 neurons.  Independent route: float64 numpy.
+    rng = np.random.default_rng(0)
+    z = np.abs(rng.standard_normal(3)) * np.array([1, -1, 1])
+    Zp = np.stack([z, 0.7 * z, 1.3 * z, 0.3 * z], 1)              # [N, n] = [3, 4]
+    assert not jax.config.jax_enable_x64
+    b = bn.rank_sigma_bounds(Zp)
+    assert (b["lower"], b["upper"], b["rank_K"], b["rank_K_sigma"]) == (1, 1, 1, 1)
+    Zr = bn.caratheodory_reduce(Zp)
+    assert Zr.shape == (3, 1)
+    np.testing.assert_allclose(Zr @ Zr.T, Zp @ Zp.T, rtol=1e-12)
+    Sr, Sp = np.maximum(Zr, 0), np.maximum(Zp, 0)
+    np.testing.assert_allclose(Sr @ Sr.T, Sp @ Sp.T, rtol=1e-12)
+    assert np.linalg.matrix_rank(bn.neuron_pairs(Zp), tol=1e-9) == 1

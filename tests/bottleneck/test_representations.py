@@ -125,3 +125,72 @@ def test_bad_inputs_raise():
         bn.weights_from_representations([jnp.ones((5, 2)), jnp.ones((4, 2))], x)
     with pytest.raises(ValueError, match="NaN"):
         bn.representations(p, x.at[0, 0].set(jnp.nan))
+
+
+def _dead_neuron_reps(key):
+    """Representations whose ``Z_1^sigma`` is rank deficient (a dead ReLU unit): a zero
+    singular value, where a zero-ridge solve breaks down."""
+    kx, kw = jax.random.split(key)
+    x = jax.random.normal(kx, (6, 3))
+    p = nets.mlp_init(kw, [3, 4, 2])
+    p[0]["w"] = p[0]["w"].at[:, 0].set(0.0)
+    p[0]["b"] = p[0]["b"].at[0].set(-1.0)
+    return x, bn.representations(p, x)
+
+
+def _numpy_representation_loss(Zs, x, lam, cost_np, ridge=0.0):
+    """Independent route in float64 numpy, rows convention: Moore-Penrose pseudo-inverses
+    (``ridge = 0``) or ``(A^T A + rho I)^{-1} A^T``."""
+    x = np.asarray(x, np.float64)
+    Zs = [np.asarray(Z, np.float64) for Z in Zs]
+    As = [x] + [np.maximum(Z, 0.0) for Z in Zs[:-1]]
+    As = [np.concatenate([A, np.ones((A.shape[0], 1))], 1) for A in As]
+    if ridge == 0:
+        pinvs = [np.linalg.pinv(A) for A in As]
+    else:
+        pinvs = [np.linalg.solve(A.T @ A + ridge * np.eye(A.shape[1]), A.T) for A in As]
+    reg = sum(np.sum((P @ Z) ** 2) for P, Z in zip(pinvs, Zs))
+    return cost_np(Zs[-1]) + lam * reg
+
+
+def test_zero_ridge_of_any_type_is_moore_penrose(key):
+    # regression: a zero ridge that is not a Python number (numpy / jax scalar, a tracer
+    # under jit or vmap) took the regularised solve at rho = 0: NaN on any rank-deficient input
+    x, Zs = _dead_neuron_reps(key)
+    ref = _numpy_representation_loss(Zs, x, 0.5, lambda Z: np.sum(Z ** 2))
+
+    def loss(Zs, r):
+        return bn.representation_loss(Zs, x, cost=lambda Z: jnp.sum(Z ** 2), lam=0.5, ridge=r)
+
+    for r in (np.float32(0), jnp.array(0.0)):
+        np.testing.assert_allclose(float(loss(Zs, r)), ref, rtol=1e-5)
+    jitted = jax.jit(loss)
+    np.testing.assert_allclose(float(jitted(Zs, 0.0)), ref, rtol=1e-5)
+    vm = jax.jit(jax.vmap(loss, in_axes=(None, 0)))(Zs, jnp.array([0.0, 0.1]))
+    np.testing.assert_allclose(float(vm[0]), ref, rtol=1e-5)
+    ref_01 = _numpy_representation_loss(Zs, x, 0.5, lambda Z: np.sum(Z ** 2), ridge=0.1)
+    np.testing.assert_allclose(float(vm[1]), ref_01, rtol=1e-5)
+    # gradient at a traced zero: finite; on Z_L it is 2 Z_L + 2 lam (K_{L-1}^sigma)^+ Z_L
+    g = jax.jit(jax.grad(loss))(Zs, 0.0)
+    assert all(bool(jnp.all(jnp.isfinite(a))) for a in g)
+    A = np.concatenate([np.maximum(np.asarray(Zs[0], np.float64), 0), np.ones((6, 1))], 1)
+    P = np.linalg.pinv(A, rcond=1e-10)                       # [n_1 + 1, N], A of rank 4
+    Z2 = np.asarray(Zs[1], np.float64)
+    np.testing.assert_allclose(g[1], 2 * Z2 + 2 * 0.5 * P.T @ P @ Z2, rtol=1e-4, atol=1e-5)
+    # the pseudo-inverse itself, against numpy's
+    At = A.T.astype(np.float32)                              # [5, 6]
+    np.testing.assert_allclose(jax.jit(bn.tikhonov_pinv)(At, 0.0), P.T, rtol=1e-4, atol=1e-5)
+    Pv = jax.vmap(bn.tikhonov_pinv, in_axes=(None, 0))(At, jnp.array([0.0, 0.3]))
+    np.testing.assert_allclose(Pv[0], P.T, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(Pv[1], A @ np.linalg.inv(A.T @ A + 0.3 * np.eye(5)),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_negative_ridge_is_refused():
+    x = jnp.ones((5, 3))
+    Zs = [jnp.ones((5, 2)), jnp.ones((5, 1))]
+    with pytest.raises(ValueError,
+                       match=r"weights_from_representations: ridge must be >= 0.0, got -5.0"):
+        bn.weights_from_representations(Zs, x, ridge=-5.0)
+    with pytest.raises(ValueError, match=r"tikhonov_pinv: ridge must be >= 0.0, got -1.0"):
+        bn.tikhonov_pinv(jnp.eye(2), -1.0)

@@ -132,3 +132,43 @@ def test_plateau_start():
     assert bn.plateau_start([1, 2, 3, 4], [5.0, 2.0, 1.05, 1.0], rel_tol=0.01) == 4
     assert bn.plateau_start([1, 2, 3, 4], [5.0, 2.0, 1.04, 1.0]) == 3  # default: 5 %
     assert bn.plateau_start([8, 2, 4], [1.0, 1.0, 5.0]) == 2  # the smallest, in any order
+
+
+def _by_hand_loss(params, x, y, lam):
+    """``mse + lam sum ||w||^2 + ||b||^2`` of ``layerlab.nets`` params, float64 numpy."""
+    h = np.asarray(x, np.float64)
+    for i, p in enumerate(params):
+        h = h @ np.asarray(p["w"], np.float64) + np.asarray(p["b"], np.float64)
+        if i < len(params) - 1:
+            h = np.maximum(h, 0.0)
+    reg = sum(np.sum(np.asarray(p["w"], np.float64) ** 2) + np.sum(np.asarray(p["b"],
+              np.float64) ** 2) for p in params)
+    return np.sum((h - np.asarray(y, np.float64)) ** 2) / h.shape[0] + lam * reg
+
+
+_XI = np.array([[1, 2, 0], [0, 1, 3], [2, 2, 1], [1, 0, 0]], np.int32)
+_SWEEP = dict(widths=[2], depth=2, cost=bn.mse_cost, lam=0.1, seeds=1, progress=False)
+
+
+def test_integer_inputs_keep_a_float_lambda(key):
+    # regression: integer x made the runs' lambda jnp.full(R, 0.1, int32) = 0 (the penalty
+    # silently dropped)
+    xi, y = _XI, np.array([0, 1, 1, 0])
+    ri = bn.width_sweep(key, xi, y, adam_steps=2, **_SWEEP)
+    np.testing.assert_allclose(np.asarray(ri["state"].hparams["lam"]), [0.1], rtol=1e-7)
+    params = jax.tree.map(lambda a: a[0], ri["state"].params)
+    want = _by_hand_loss(params, xi, np.eye(2)[y], 0.1)
+    np.testing.assert_allclose(ri["loss"][0, 0], want, rtol=1e-5)
+
+
+def test_zero_adam_steps_evaluates_the_initial_network(key):
+    # regression: adam_steps=0 failed inside optax's cosine schedule (decay_steps=0)
+    xi, y = _XI, np.array([0, 1, 1, 0])
+    r0 = bn.width_sweep(key, xi, y, adam_steps=0, **_SWEEP)
+    p0 = jax.tree.map(lambda a: a[0], r0["state"].params)
+    init = nets.mlp_init(jax.random.split(jax.random.split(key, 3)[0], 1)[0], [3, 2, 2],
+                         init="he")
+    for a, b in zip(jax.tree.leaves(p0), jax.tree.leaves(init)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(r0["loss"][0, 0], _by_hand_loss(p0, xi, np.eye(2)[y], 0.1),
+                               rtol=1e-5)
