@@ -26,22 +26,29 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from layerlab import _linalg
-from layerlab._checks import check_array, check_labels, promote_float
+from layerlab._checks import check_array, check_int, check_labels, promote_float
 
 
-def _check_hy(h, y, num_classes):
-    check_array(h, "h", fn="class_density_matrices", kind="real")
-    check_array(y, "y", fn="class_density_matrices", kind=None)
+def _check_hy(h, y, num_classes, fn="class_density_matrices"):
+    check_array(h, "h", fn=fn, kind="real")
+    check_array(y, "y", fn=fn, kind=None)
     if h.ndim != 2:
-        raise ValueError(f"h must have shape (N, d); got shape {h.shape}. Flatten features first.")
+        raise ValueError(f"{fn}: h must have shape (N, d); got shape {h.shape}. Flatten "
+                         "features first.")
     if y.ndim != 1 or y.shape[0] != h.shape[0]:
         raise ValueError(
-            f"y must be integer labels of shape (N,) = ({h.shape[0]},); got shape {y.shape}."
+            f"{fn}: y must be integer labels of shape (N,) = ({h.shape[0]},); got shape "
+            f"{y.shape}."
         )
     if not jnp.issubdtype(y.dtype, jnp.integer):
-        raise TypeError(f"y must hold integer class labels; got dtype {y.dtype}.")
+        raise TypeError(f"{fn}: y must hold integer class labels; got dtype {y.dtype}.")
     # eager only: labels in [0, num_classes) (one_hot would silently drop the others)
-    check_labels(y, num_classes, "y", fn="class_density_matrices")
+    check_labels(y, num_classes, "y", fn=fn)
+
+
+def _check_mask(mask, n, fn):
+    """``[n]`` real sample weights (static check: shape and kind)."""
+    return check_array(mask, "mask", fn=fn, ndim=1, shape=(n,), kind="real")
 
 
 def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.Array:
@@ -240,11 +247,12 @@ def streaming_class_density_matrices(
     References:
       Eq. (15) of Dehmamy et al., arXiv:1703.04757.
     """
-    h = check_array(h, "h", kind="real")
-    y = check_array(y, "y", kind=None)
-    _check_hy(h, y, num_classes)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1; got {chunk_size}.")
+    fn = "streaming_class_density_matrices"
+    h = check_array(h, "h", fn=fn, kind="real")
+    (h,) = promote_float(h)  # integer pixels would overflow (and the scan carry is float)
+    y = check_array(y, "y", fn=fn, kind=None)
+    _check_hy(h, y, num_classes, fn)
+    chunk_size = check_int(chunk_size, "chunk_size", fn=fn, min_value=1)
     n, d = h.shape
     n_chunks = -(-n // chunk_size)
     pad = n_chunks * chunk_size - n
@@ -315,9 +323,11 @@ def sharded_class_density_matrices(
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    h = check_array(h, "h", kind="real")
-    y = check_array(y, "y", kind=None)
-    _check_hy(h, y, num_classes)
+    fn = "sharded_class_density_matrices"
+    h = check_array(h, "h", fn=fn, kind="real")
+    (h,) = promote_float(h)  # integer pixels would overflow in the products
+    y = check_array(y, "y", fn=fn, kind=None)
+    _check_hy(h, y, num_classes, fn)
     size = mesh.shape[axis_name]
     if h.shape[0] % size:
         raise ValueError(

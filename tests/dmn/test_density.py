@@ -223,3 +223,27 @@ def test_integer_inputs_and_bad_labels():
         dmn.dmn_apply(params, prefix, tr.x[0])
     with pytest.raises(ValueError, match="DMNConfig.chunk_size"):
         dmn.DMNConfig(chunk_size=0)
+
+
+def test_streaming_and_sharded_promote_integer_features():
+    """uint8 / int32 features: the float64 numpy second moments (int32 products overflowed
+    in the scan, uint8 broke its carry, the sharded sum wrapped uint8 products)."""
+    rng = np.random.default_rng(0)
+    h8 = rng.integers(0, 256, (48, 4)).astype(np.uint8)
+    y = rng.integers(0, 3, 48)
+    hf = h8.astype(np.float64)
+    want = np.stack([hf[y == c].T @ hf[y == c] for c in range(3)]) / 48
+    mesh = jax.make_mesh((1,), ("data",))
+    sharded = jax.jit(lambda a, b: D.sharded_class_density_matrices(a, b, 3, mesh=mesh,
+                                                                    axis_name="data"))
+    for h in (h8, h8.astype(np.int32)):
+        stream = D.streaming_class_density_matrices(h, y, 3, chunk_size=10)  # 48 = 4*10 + 8
+        for got in (stream, sharded(h, y)):
+            assert jnp.issubdtype(got.dtype, jnp.floating)
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+    big = np.array([[50000], [3]], np.int32)  # 50000^2 > 2^31
+    np.testing.assert_allclose(
+        D.streaming_class_density_matrices(big, np.array([0, 0]), 1, chunk_size=1)[0, 0, 0],
+        (50000.0**2 + 9) / 2, rtol=1e-6)
+    np.testing.assert_allclose(sharded(big, np.array([0, 0]))[0, 0, 0],
+                               (50000.0**2 + 9) / 2, rtol=1e-6)
