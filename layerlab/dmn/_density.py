@@ -158,15 +158,18 @@ def density_update(
     Returns:
       The updated ``DensityState``.
     """
+    fn = "density_update"
+    h = check_array(h, "h", fn=fn, kind="real")
     h = jnp.asarray(h, state.outer.dtype)
-    y = check_array(y, "y", kind=None)
+    y = check_array(y, "y", fn=fn, kind=None)
     num_classes, d = state.total.shape
-    _check_hy(h, y, num_classes)
+    _check_hy(h, y, num_classes, fn)
     if h.shape[1] != d:
-        raise ValueError(f"chunk has feature dim {h.shape[1]} but the state was built for d={d}.")
+        raise ValueError(f"{fn}: h has feature dim {h.shape[1]} but the state was built for "
+                         f"d={d}.")
     w = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [n, C]
     if mask is not None:
-        mask = jnp.asarray(mask, h.dtype)
+        mask = jnp.asarray(_check_mask(mask, h.shape[0], fn), h.dtype)
         w = w * mask[:, None]
         n_new = mask.sum()
     else:
@@ -197,17 +200,20 @@ def density_update_grouped(
     Returns:
       The updated ``DensityState`` (each group counts ``p`` samples).
     """
+    fn = "density_update_grouped"
+    h = check_array(h, "h", fn=fn, kind="real")
     h = jnp.asarray(h, state.outer.dtype)
-    y = check_array(y, "y", kind=None)
     num_classes, d = state.total.shape
-    if h.ndim != 3 or h.shape[2] != d or y.shape != (h.shape[0],):
-        raise ValueError(
-            f"h must be [n, p, d={d}] with labels y [n]; got h {h.shape}, y {y.shape}."
-        )
+    if h.ndim != 3 or h.shape[2] != d:
+        raise ValueError(f"{fn}: h must be [n, p, d={d}] groups of samples; got shape "
+                         f"{h.shape}.")
+    # static: rank 1, integer dtype, one label per group; eager only: labels in [0, C)
+    # (one_hot would count a label outside it in no class)
+    y = check_labels(y, num_classes, "y", fn=fn, n=h.shape[0])
     p = h.shape[1]
     w = jax.nn.one_hot(y, num_classes, dtype=h.dtype)
     if mask is not None:
-        w = w * jnp.asarray(mask, h.dtype)[:, None]
+        w = w * jnp.asarray(_check_mask(mask, h.shape[0], fn), h.dtype)[:, None]
     grams = jnp.einsum("npi,npj->nij", h, h)
     return DensityState(
         outer=state.outer + jnp.einsum("nc,nij->cij", w, grams),

@@ -247,3 +247,31 @@ def test_streaming_and_sharded_promote_integer_features():
         (50000.0**2 + 9) / 2, rtol=1e-6)
     np.testing.assert_allclose(sharded(big, np.array([0, 0]))[0, 0, 0],
                                (50000.0**2 + 9) / 2, rtol=1e-6)
+
+
+def test_updates_validate_labels_and_mask():
+    """density_update_grouped refused nothing (float labels and out-of-range labels counted in
+    no class); a wrong-length mask gave a bare broadcast error in both updates."""
+    rng = np.random.default_rng(1)
+    st = D.density_init(3, 2)
+    hg = rng.normal(size=(4, 5, 2)).astype(np.float32)
+    with pytest.raises(TypeError, match=r"density_update_grouped: y must hold integer values"):
+        D.density_update_grouped(st, hg, np.full(4, 0.5))
+    with pytest.raises(ValueError, match=r"density_update_grouped: y must be integer class "
+                                         r"labels in \[0, 3\) \(num_classes=3\), got values in "
+                                         r"\[0, 5\]"):
+        D.density_update_grouped(st, hg, np.array([0, 5, 1, 2]))
+    with pytest.raises(ValueError, match=r"density_update_grouped: y must have 4 labels \(one "
+                                         r"per sample\), got shape \(3,\)"):
+        D.density_update_grouped(st, hg, np.array([0, 1, 2]))
+    h = hg.reshape(20, 2)
+    for fn, args in ((D.density_update, (h, np.arange(20) % 3)),
+                     (D.density_update_grouped, (hg, np.arange(4) % 3))):
+        with pytest.raises(ValueError, match=rf"{fn.__name__}: mask must have shape "
+                                             rf"\[{args[0].shape[0]}\], got \(7,\)"):
+            fn(st, *args, mask=np.ones(7))
+    # a valid grouped update still equals the per-sample one
+    got = D.density_update_grouped(st, hg, np.array([0, 2, 1, 2]), np.array([1, 1, 0, 1]))
+    want = D.density_update(st, h, np.repeat([0, 2, 1, 2], 5), np.repeat([1, 1, 0, 1], 5))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
