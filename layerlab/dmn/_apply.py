@@ -216,8 +216,9 @@ def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
       k: block size (``k >= 2``; ``k = 1`` uses the single offset 0).
 
     Returns:
-      ``(patches [N, P, k*k*C], weights [P])``: the weights make every offset count equally
-      and sum to ``P`` (so a weighted sum over an image's patches, divided by ``P``, is the
+      ``(patches [N, P, k*k*C], weights [P])``, the patches in the dtype of ``x``, the weights
+      in float (that of ``x`` if float, else float32): the weights make every offset count
+      equally and sum to ``P`` (so a weighted sum over an image's patches, divided by ``P``, is the
       authors' per-image density matrix ``mean_offsets mean_blocks p p^T``).
     """
     if x.ndim != 4:
@@ -234,7 +235,9 @@ def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
             blocks.append(blk.transpose(0, 1, 3, 2, 4, 5).reshape(n, sx * sy, k * k * C))
             counts.append(sx * sy)
     p = sum(counts)
-    w = jnp.concatenate([jnp.full((c,), p / (len(counts) * c), x.dtype) for c in counts])
+    # the weights are fractions: float even for integer images (uint8 truncated them to 0/1)
+    wdt = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+    w = jnp.concatenate([jnp.full((c,), p / (len(counts) * c), wdt) for c in counts])
     return jnp.concatenate(blocks, axis=1), w
 
 

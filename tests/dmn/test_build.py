@@ -157,3 +157,17 @@ def test_build_dmn_warns_on_channels_first_images():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # NHWC input: no warning
         L.build_dmn(jax.random.key(0), prefix, x.transpose(0, 2, 3, 1), y, 2, L.DMNConfig())
+
+
+def test_grid_patches_weights_are_float_for_integer_images():
+    # 9x9 images, 3x3 blocks at offsets {0, 1}^2: 9, 6, 6 and 4 blocks (P = 25); each offset
+    # weighs P / (4 * count): the uint8 images' weights were truncated to 0 and 1
+    x8 = np.random.default_rng(0).integers(0, 256, (2, 9, 9, 1)).astype(np.uint8)
+    p8, w8 = L.grid_patches(x8, 3)
+    pf, wf = L.grid_patches(x8.astype(np.float32), 3)
+    want = np.concatenate([np.full(c, 25 / (4 * c)) for c in (9, 6, 6, 4)])
+    assert w8.dtype == jnp.float32
+    np.testing.assert_allclose(w8, want, rtol=1e-6)
+    np.testing.assert_allclose(wf, want, rtol=1e-6)
+    assert float(w8.sum()) == pytest.approx(25.0)
+    np.testing.assert_array_equal(np.asarray(p8, np.float32), pf)
