@@ -171,3 +171,25 @@ def test_grid_patches_weights_are_float_for_integer_images():
     np.testing.assert_allclose(wf, want, rtol=1e-6)
     assert float(w8.sum()) == pytest.approx(25.0)
     np.testing.assert_array_equal(np.asarray(p8, np.float32), pf)
+
+
+def test_uint8_images_train_as_their_float32_values(key):
+    """uint8 images: the noise, the head and so train_and_evaluate work on their float32
+    values (they raised "dtype argument to `uniform` must be a float dtype")."""
+    rng = np.random.default_rng(0)
+    x8 = rng.integers(0, 256, (24, 6, 6, 1)).astype(np.uint8)
+    xf = x8.astype(np.float32)
+    noisy = L.add_input_noise(key, x8, 0.5)
+    assert noisy.dtype == jnp.float32
+    np.testing.assert_allclose(noisy, xf + 0.5 * np.asarray(jax.random.uniform(key, x8.shape)),
+                               rtol=1e-6)
+    assert L.add_input_noise(key, x8, 0.0).dtype == jnp.float32
+    net = L.make_network("c2,m,de2", 2, L.DMNConfig())  # no DMN prefix: images go to the head
+    np.testing.assert_array_equal(net.prepare(key, x8), xf)
+    v8, vf = net.init_head(key, x8[:2]), net.init_head(key, xf[:2])
+    assert v8["params"]["Conv_0"]["kernel"].dtype == jnp.float32
+    np.testing.assert_array_equal(net.head_apply(v8, x8), net.head_apply(vf, xf))
+    # with a DMN prefix, prepare adds the config's noise (what train_and_evaluate calls first)
+    auth = L.make_network("d2,m,de2", 2, L.DMNConfig.authors())  # U[0, 1/255)
+    np.testing.assert_allclose(auth.prepare(key, x8), auth.prepare(key, xf), rtol=1e-6)
+    assert not np.array_equal(auth.prepare(key, x8), xf)
