@@ -9,7 +9,18 @@ import jax
 import jax.numpy as jnp
 
 from layerlab._checks import promote_float
-from layerlab.dmn._spec import Layer
+from layerlab.dmn._spec import Layer, format_spec
+
+
+def _check_poolable(shape: Sequence[int], where: str) -> None:
+    """A 2x2 max-pool of ``[..., H, W, C]`` maps needs ``H >= 2`` and ``W >= 2`` (a smaller
+    map would pool to an empty one)."""
+    h, w = shape[-3], shape[-2]
+    if h < 2 or w < 2:
+        raise ValueError(
+            f"{where}: a 2x2 max-pool needs maps of at least 2x2, got {h}x{w} (input shape "
+            f"{tuple(shape)}); the images are too small for this many pools (drop a pool or "
+            "use larger images).")
 
 
 def max_pool_2x2(x: jax.Array) -> jax.Array:
@@ -21,10 +32,12 @@ def max_pool_2x2(x: jax.Array) -> jax.Array:
     ``reduce_window``) is slow on CPU (13.0 vs 4.5 ms for the gradient of a batch of 128
     32x32x10 maps, measured here once).  Ties within a window (e.g. four zeros after ReLU)
     share the gradient equally instead of sending it to the first maximum; after a ReLU the
-    gradient at 0 is 0 either way.
+    gradient at 0 is 0 either way.  Maps smaller than 2x2 raise ``ValueError`` (they would
+    pool to an empty map).
     """
     if x.ndim < 3:
-        raise ValueError(f"max_pool_2x2 needs [..., H, W, C]; got shape {x.shape}.")
+        raise ValueError(f"max_pool_2x2: x must be [..., H, W, C]; got shape {x.shape}.")
+    _check_poolable(x.shape, "max_pool_2x2")
     *lead, h, w, c = x.shape
     h2, w2 = h // 2, w // 2
     x = x[..., : 2 * h2, : 2 * w2, :]
@@ -199,6 +212,8 @@ def dmn_apply(
         elif lay.kind == "dmn_dense":
             x = dmn_dense_apply(p["w"], x, activation=activation)
         elif lay.kind == "pool":
+            if x.ndim >= 3:
+                _check_poolable(x.shape, f"dmn_apply: layer {i} ({format_spec([lay])})")
             x = max_pool_2x2(x)
         else:
             raise ValueError(f"{lay.kind!r} is not a closed-form layer.")

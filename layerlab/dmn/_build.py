@@ -17,6 +17,7 @@ from layerlab.data import extract_patches
 from layerlab.dmn._apply import (
     ACTIVATIONS,
     STANDARDIZE,
+    _check_poolable,
     dmn_apply,
     grid_patches,
 )
@@ -215,6 +216,34 @@ _STATIC = ("below", "kind", "k", "padding", "activation", "patches")
 _density_chunk_jit = jax.jit(_density_chunk, static_argnames=_STATIC)
 
 
+def _check_layer_sizes(layers, image_shape, *, k, padding, patches):
+    """Every layer's input has positive size: walk the per-image shapes ``[H, W, C]`` / ``[D]``
+    through the prefix (a DMN layer's width is an upper bound, at least 1 is kept)."""
+    shape = tuple(image_shape)
+    for i, lay in enumerate(layers):
+        where = f"build_dmn: layer {i} ({format_spec([lay])}) of {format_spec(layers)}"
+        if min(shape) < 1:
+            raise ValueError(f"{where} gets an empty input of shape {shape} per image; the "
+                             "images are too small for the layers below it.")
+        if lay.kind == "pool":
+            if len(shape) == 3:
+                _check_poolable(shape, where)
+                shape = (shape[0] // 2, shape[1] // 2, shape[2])
+        elif lay.kind == "dmn_conv" and len(shape) == 3:
+            h, w = shape[:2]
+            need = max(k, 2 * k - 2) if patches == "grid" else k if padding == "VALID" else 1
+            if h < need or w < need:
+                how = ("non-overlapping grids at offsets up to k-2" if patches == "grid"
+                       else "VALID padding")
+                raise ValueError(f"{where}: {k}x{k} patches with {how} need maps of at least "
+                                 f"{need}x{need}, got {h}x{w} (input shape {shape}).")
+            if padding == "VALID":
+                h, w = h - k + 1, w - k + 1
+            shape = (h, w, lay.width)
+        elif lay.kind == "dmn_dense":
+            shape = (lay.width,)
+
+
 def _signs(vec, means, rule):
     if rule == "mean":
         return fix_signs(vec, means)
@@ -284,6 +313,9 @@ def build_dmn(
                       f"layers read [N, H, W, C] (here H = {x.shape[1]}, C = {x.shape[3]}): "
                       "transpose with x.transpose(0, 2, 3, 1) if these are images.",
                       stacklevel=2)
+    if x.shape[0] == 0:
+        raise ValueError(f"build_dmn: x must hold at least one training image, got shape "
+                         f"{x.shape}.")
     if y.shape != (x.shape[0],):
         raise ValueError(f"y must have shape ({x.shape[0]},); got {y.shape}.")
     y = check_labels(y, num_classes, fn="build_dmn", xp="np")  # an outside label: no class
@@ -294,6 +326,8 @@ def build_dmn(
                                     sampling=config.frac_sampling)
         x, y = x[idx], y[idx]
     layers = tuple(layers)
+    _check_layer_sizes(layers, x.shape[1:], k=config.patch, padding=config.padding.upper(),
+                       patches=config.patches)
     params: list = []
     info = BuildInfo([], [], [], [], [])
     k = config.patch

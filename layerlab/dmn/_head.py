@@ -13,6 +13,7 @@ import optax
 from layerlab import loop, probes
 from layerlab._checks import promote_float
 from layerlab.dmn._apply import (
+    _check_poolable,
     conv3x3,
     dmn_apply,
     max_pool_2x2,
@@ -70,7 +71,7 @@ class Head(nn.Module):
         seen = 0
         init = nn.initializers.glorot_uniform()
         n_conv = 0
-        for lay in self.layers:
+        for j, lay in enumerate(self.layers):
             if lay.kind == "conv":
                 x = Conv3x3(lay.width, padding=self.padding.upper(), kernel_init=init,
                             name=f"Conv_{n_conv}", im2col=False if self.lax_ops else None)(x)
@@ -91,6 +92,9 @@ class Head(nn.Module):
                                  axis=-1 if lay.kind == "bn" else 2,
                                  dtype=x.dtype, param_dtype=x.dtype)(x)
             elif lay.kind == "pool":
+                if x.ndim == 4:
+                    _check_poolable(x.shape, f"Head: layer {j} ({format_spec([lay])}) of the "
+                                             f"head {format_spec(self.layers)}")
                 x = (nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID") if self.lax_ops
                      else max_pool_2x2(x))
             elif lay.kind == "dense":

@@ -193,3 +193,35 @@ def test_uint8_images_train_as_their_float32_values(key):
     auth = L.make_network("d2,m,de2", 2, L.DMNConfig.authors())  # U[0, 1/255)
     np.testing.assert_allclose(auth.prepare(key, x8), auth.prepare(key, xf), rtol=1e-6)
     assert not np.array_equal(auth.prepare(key, x8), xf)
+
+
+def test_too_many_pools_and_no_images_raise_naming_the_layer(key):
+    """A pool on a 1x1 map gave an empty map (then a ZeroDivisionError in the head's init);
+    N = 0 images gave "range() arg 3 must not be zero"."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 8, 8, 1)).astype(np.float32)
+    y = np.arange(6) % 2
+    prefix = L.split_spec(L.parse_spec("d3,m,m,m,m,de2"))[0]
+    with pytest.raises(ValueError, match=r"build_dmn: layer 4 \(m\) of d3,m,m,m,m: a 2x2 "
+                                         r"max-pool needs maps of at least 2x2, got 1x1"):
+        L.build_dmn(key, prefix, x, y, 2, jit=False)
+    with pytest.raises(ValueError, match=r"build_dmn: x must hold at least one training "
+                                         r"image, got shape \(0, 8, 8, 1\)"):
+        L.build_dmn(key, prefix[:2], x[:0], y[:0], 2, jit=False)
+    with pytest.raises(ValueError, match=r"build_dmn: layer 0 \(d3\) of d3,m: 3x3 patches with "
+                                         r"VALID padding need maps of at least 3x3, got 2x2"):
+        L.build_dmn(key, prefix[:2], x[:, :2, :2], y, 2, L.DMNConfig(padding="VALID"), jit=False)
+    with pytest.raises(ValueError, match=r"max_pool_2x2: a 2x2 max-pool needs maps of at least "
+                                         r"2x2, got 1x3"):
+        L.max_pool_2x2(jnp.ones((2, 1, 3, 4)))
+    params, _ = L.build_dmn(key, prefix[:2], x, y, 2, jit=False)
+    with pytest.raises(ValueError, match=r"dmn_apply: layer 1 \(m\): a 2x2 max-pool needs maps "
+                                         r"of at least 2x2, got 1x1"):
+        L.dmn_apply(params, prefix[:2], x[:, :1, :1])
+    net = L.make_network("c2,m,m,de2", 2)
+    with pytest.raises(ValueError, match=r"Head: layer 2 \(m\) of the head c2,m,m,de2: a 2x2 "
+                                         r"max-pool needs maps of at least 2x2, got 1x1"):
+        net.init_head(key, x[:2, :2, :2])
+    # the largest stack that fits still builds: 8 -> 4 -> 2 -> 1
+    _, info = L.build_dmn(key, prefix[:4], x, y, 2, jit=False)
+    assert info.widths[0] >= 1
