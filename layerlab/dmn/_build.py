@@ -275,7 +275,8 @@ def build_dmn(
       key: PRNG key (for the data fraction).
       layers: the parsed prefix (DMN layers and pools only).
       x: ``[N, H, W, C]`` training images (float32 or float64; the build follows it).
-      y: ``[N]`` integer labels.
+      y: ``[N]`` integer labels.  A class of ``range(num_classes)`` without samples (after
+        ``config.input_fraction``) gets a ``UserWarning``: it contributes no filters.
       num_classes: ``C``.
       config: ``DMNConfig``.
       jit: compile the per-chunk work (the boundary: this is a host loop).
@@ -325,6 +326,17 @@ def build_dmn(
         idx = data_fraction_indices(key, y, config.input_fraction,
                                     sampling=config.frac_sampling)
         x, y = x[idx], y[idx]
+    missing = np.setdiff1d(np.arange(num_classes), y).tolist()
+    if missing:
+        shown = (", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else ""))
+        frac = (f" after input_fraction={config.input_fraction} "
+                f"(frac_sampling={config.frac_sampling!r})" if config.input_fraction < 1.0
+                else "")
+        warnings.warn(
+            f"build_dmn: {len(missing)} of the {num_classes} classes have no training samples "
+            f"among the {x.shape[0]} images used{frac}: class(es) {shown}. Their density "
+            "matrices are zero and give no filters; use more data, a larger input_fraction "
+            "or frac_sampling='stratified'.", UserWarning, stacklevel=2)
     layers = tuple(layers)
     _check_layer_sizes(layers, x.shape[1:], k=config.patch, padding=config.padding.upper(),
                        patches=config.patches)

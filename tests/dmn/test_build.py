@@ -1,4 +1,7 @@
 """Tests for layerlab.dmn._apply / _build / _head: conv/dense DMN layers, stacking, heads."""
+import dataclasses
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -225,3 +228,29 @@ def test_too_many_pools_and_no_images_raise_naming_the_layer(key):
     # the largest stack that fits still builds: 8 -> 4 -> 2 -> 1
     _, info = L.build_dmn(key, prefix[:4], x, y, 2, jit=False)
     assert info.widths[0] >= 1
+
+
+def test_build_dmn_warns_on_classes_without_samples(key):
+    rng = np.random.default_rng(0)
+    x = rng.random((48, 4, 4, 1)).astype(np.float32)
+    y = np.arange(48) % 2  # classes 0 and 1 of range(3)
+    prefix = L.split_spec(L.parse_spec("d2,de3"))[0]
+    cfg = L.DMNConfig(cutoff=None, chunk_size=12)
+    with pytest.warns(UserWarning, match=r"build_dmn: 1 of the 3 classes have no training "
+                                         r"samples among the 48 images used: class\(es\) 2\."):
+        _, info = L.build_dmn(key, prefix, x, y, 3, cfg, jit=False)
+    assert np.all(info.spectra[0][2] == 0) and set(info.sources[0]) <= {0, 1}
+    # the random fraction (the authors') can drop a class: 12 of 48 images miss the one
+    # sample of class 2 (stratified sampling keeps it); the warning comes before any layer
+    y[5] = 2
+    for sampling, n in (("random", 12), ("stratified", 13)):
+        frac = dataclasses.replace(cfg, input_fraction=0.25, frac_sampling=sampling)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            L.build_dmn(key, (), x, y, 3, frac, jit=False)
+        msgs = [str(w.message) for w in got if w.category is UserWarning]
+        assert msgs == ([f"build_dmn: 1 of the 3 classes have no training samples among the "
+                         f"{n} images used after input_fraction=0.25 (frac_sampling='random'):"
+                         " class(es) 2. Their density matrices are zero and give no filters; "
+                         "use more data, a larger input_fraction or frac_sampling="
+                         "'stratified'."] if sampling == "random" else [])
