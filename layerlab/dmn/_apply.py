@@ -2,6 +2,7 @@
 (eqs. 15, 19-24 of Dehmamy, Rohani & Katsaggelos, arXiv:1703.04757)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,7 +143,21 @@ def dmn_conv_apply(
 
 
 def dmn_dense_apply(w: jax.Array, x: jax.Array, *, activation: str = "relu") -> jax.Array:
-    """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
+    """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``.
+
+    ``x`` is a batch: its leading axis is the sample axis and each sample flattens to ``D``
+    features (for one sample pass ``x[None]``)."""
+    if jnp.ndim(w) != 2:
+        raise ValueError(f"dmn_dense_apply: w must be a [D, F] kernel, got shape "
+                         f"{jnp.shape(w)}.")
+    d = w.shape[0]
+    if x.ndim < 2 or math.prod(x.shape[1:]) != d:
+        per = math.prod(x.shape[1:]) if x.ndim >= 2 else "no"
+        raise ValueError(
+            f"dmn_dense_apply: x must be a batch [N, ...] whose samples flatten to D = {d} "
+            f"features (w has shape {tuple(w.shape)}), got x of shape {tuple(x.shape)} "
+            f"({per} features per sample). For one sample pass x[None] (under jax.vmap: vmap "
+            "a function of x[None] and take [0]).")
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = promote_float(x, w)[0]
     return _activate(x.reshape(x.shape[0], -1) @ w.astype(x.dtype), activation)

@@ -254,3 +254,24 @@ def test_build_dmn_warns_on_classes_without_samples(key):
                          " class(es) 2. Their density matrices are zero and give no filters; "
                          "use more data, a larger input_fraction or frac_sampling="
                          "'stratified'."] if sampling == "random" else [])
+
+
+def test_features_take_a_batch_and_vmap_over_x_none(key):
+    """net.features is not vmap-able over images as is (docs/dmn.md said so): a dense DMN
+    prefix gave a bare dot_general error; mapping x[None] gives the batch's features."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 4, 4, 1)).astype(np.float32)
+    net = L.make_network("d2,m,dd3,de2", 2, L.DMNConfig(standardize="sample"))
+    p = [{"w": jnp.asarray(rng.normal(size=(3, 3, 1, 2)), jnp.float32)}, None,
+         {"w": jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)}]  # any filters will do
+    batch = net.features(p, x)
+    one = jax.vmap(lambda im: net.features(p, im[None])[0])(jnp.asarray(x))
+    np.testing.assert_allclose(one, batch, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"dmn_dense_apply: x must be a batch \[N, \.\.\.\] whose "
+                                         r"samples flatten to D = 8 features \(w has shape "
+                                         r"\(8, 3\)\), got x of shape \(2, 2\) \(2 features"):
+        L.dmn_dense_apply(p[2]["w"], jnp.ones((2, 2, 2))[0])
+    with pytest.raises(ValueError, match=r"dmn_dense_apply: x must be a batch.*got x of shape "
+                                         r"\(8,\) \(no features per sample\)\. For one sample "
+                                         r"pass x\[None\]"):
+        L.dmn_dense_apply(p[2]["w"], jnp.ones(8))
