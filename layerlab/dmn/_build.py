@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import warnings
 from collections.abc import Sequence
 from functools import partial
@@ -12,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_labels
+from layerlab._checks import check_int, check_labels, check_number
 from layerlab.data import extract_patches
 from layerlab.dmn._apply import (
     ACTIVATIONS,
@@ -53,8 +54,8 @@ class DMNConfig:
       pca: ``"class"`` (class-based PCA, eq. 15 per class) or ``"naive"`` (PCA of
         ``sum_c rho_c``); ``"naive_first"`` uses naive PCA for the first DMN layer only.
       var_fraction: per-class variance fraction selecting the candidates ("Var."); None =
-        fixed-count mode; a tuple gives one value per DMN layer (the last one repeats; a
-        ``None`` entry makes that layer fixed-count).
+        fixed-count mode; a tuple (a list is stored as a tuple) gives one value per DMN
+        layer (the last one repeats; a ``None`` entry makes that layer fixed-count).
       cutoff: de-duplication threshold ("Cutoff"); None disables.
       threshold: ``"crossing"`` (keep the eigenvector that crosses Var) or ``"below"``
         (cumulative energy <= Var, the authors'); see ``num_components``.
@@ -129,23 +130,34 @@ class DMNConfig:
                 raise ValueError(
                     f"DMNConfig.{name} must be one of {allowed}; got {getattr(self, name)!r}."
                 )
+        if isinstance(self.var_fraction, list):  # one per DMN layer, as a tuple (hashable)
+            object.__setattr__(self, "var_fraction", tuple(self.var_fraction))
         vs = self.var_fraction if isinstance(self.var_fraction, tuple) else (self.var_fraction,)
-        if not vs or any(v is not None and not 0.0 < v <= 1.0 for v in vs):
-            raise ValueError(f"DMNConfig.var_fraction must be in (0, 1], None, or a non-empty "
-                             f"tuple of those; got {self.var_fraction}.")
+        want = ("DMNConfig.var_fraction must be a number in (0, 1], None, or a non-empty "
+                "tuple/list of those (one per DMN layer)")
+        if not vs:
+            raise ValueError(f"{want}; got {self.var_fraction!r}.")
+        for v in vs:
+            if v is None:
+                continue
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.floating,
+                                                                     np.integer)):
+                raise TypeError(f"{want}; got {self.var_fraction!r} (an entry of type "
+                                f"{type(v).__name__}).")
+            if not 0.0 < v <= 1.0:  # NaN fails too
+                raise ValueError(f"{want}; got {self.var_fraction!r}.")
         if self.cutoff is not None and not 0.0 < self.cutoff <= 1.0:
             raise ValueError(f"DMNConfig.cutoff must be in (0, 1] or None; got {self.cutoff}.")
         if not 0.0 < self.input_fraction <= 1.0:
             raise ValueError(f"DMNConfig.input_fraction must be in (0, 1]; got "
                              f"{self.input_fraction}.")
-        if self.input_noise < 0:
-            raise ValueError(f"DMNConfig.input_noise must be >= 0; got {self.input_noise}.")
+        check_number(self.input_noise, "DMNConfig.input_noise", min_value=0.0,
+                     what="the amplitude of U[0, a) input noise")
         if not isinstance(self.chunk_size, int) or isinstance(self.chunk_size, bool) \
                 or self.chunk_size < 1:
             raise ValueError(f"DMNConfig.chunk_size must be a positive int (images per "
                              f"streaming chunk); got {self.chunk_size!r}.")
-        if self.patch < 1:
-            raise ValueError(f"DMNConfig.patch must be >= 1; got {self.patch}.")
+        check_int(self.patch, "DMNConfig.patch", min_value=1)  # 2.5 or True: TypeError
 
     @classmethod
     def paper(cls, **changes: Any) -> DMNConfig:

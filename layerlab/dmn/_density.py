@@ -463,9 +463,14 @@ def num_components(eigvals: ArrayLike, var_fraction: float, *, rule: str = "cros
     Returns:
       ``k`` in ``[1, d]`` (``crossing``) or ``[0, d]`` (``below``).
     """
-    lam = np.clip(np.asarray(eigvals, np.float64), 0.0, None)
+    lam = np.asarray(eigvals, np.float64)
     if lam.ndim != 1:
-        raise ValueError(f"eigvals must be 1-d; got shape {lam.shape}.")
+        raise ValueError(f"num_components: eigvals must be 1-d; got shape {lam.shape}.")
+    if not np.all(np.isfinite(lam)):
+        raise ValueError(f"num_components: eigvals must be finite, got {lam.tolist()[:8]}"
+                         f"{' ...' if lam.size > 8 else ''} ({int(np.sum(~np.isfinite(lam)))} "
+                         "NaN/inf); check the input data.")
+    lam = np.clip(lam, 0.0, None)
     if not 0.0 < var_fraction <= 1.0:
         raise ValueError(f"var_fraction must be in (0, 1]; got {var_fraction}.")
     if rule not in THRESHOLD_RULES:

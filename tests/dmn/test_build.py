@@ -275,3 +275,24 @@ def test_features_take_a_batch_and_vmap_over_x_none(key):
                                          r"\(8,\) \(no features per sample\)\. For one sample "
                                          r"pass x\[None\]"):
         L.dmn_dense_apply(p[2]["w"], jnp.ones(8))
+
+
+def test_dmn_config_fields_are_validated_by_name():
+    cfg = L.DMNConfig(var_fraction=[0.9, 0.99])  # a list: one per DMN layer, kept as a tuple
+    assert cfg.var_fraction == (0.9, 0.99) and cfg == L.DMNConfig(var_fraction=(0.9, 0.99))
+    assert cfg.layer_var(0) == 0.9 and cfg.layer_var(5) == 0.99 and hash(cfg)
+    with pytest.raises(TypeError, match=r"DMNConfig\.var_fraction must be a number in \(0, 1\], "
+                                        r"None, .*got \(0\.9, '0\.99'\) \(an entry of type str\)"):
+        L.DMNConfig(var_fraction=(0.9, "0.99"))
+    with pytest.raises(ValueError, match=r"DMNConfig\.var_fraction must .*got \(\)"):
+        L.DMNConfig(var_fraction=[])
+    with pytest.raises(ValueError, match=r"DMNConfig\.var_fraction must .*got nan"):
+        L.DMNConfig(var_fraction=float("nan"))
+    for bad, kind in ((2.5, "float 2.5"), (True, "bool True")):
+        with pytest.raises(TypeError, match=rf"DMNConfig\.patch must be an integer, got {kind}"):
+            L.DMNConfig(patch=bad)
+    with pytest.raises(ValueError, match=r"DMNConfig\.input_noise must be finite .*got nan"):
+        L.DMNConfig(input_noise=float("nan"))
+    with pytest.raises(ValueError, match=r"DMNConfig\.input_noise must be >= 0\.0 .*got -1\.0"):
+        L.DMNConfig(input_noise=-1.0)
+    assert L.DMNConfig(patch=np.int64(5)).patch == 5

@@ -275,3 +275,11 @@ def test_updates_validate_labels_and_mask():
     want = D.density_update(st, h, np.repeat([0, 2, 1, 2], 5), np.repeat([1, 1, 0, 1], 5))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_num_components_refuses_non_finite_eigenvalues():
+    # [nan, 1] returned 1 (NaN compares False everywhere); the sorted-order check passed too
+    for lam in ([np.nan, 1.0], [2.0, np.inf], [1.0, -np.inf]):
+        with pytest.raises(ValueError, match=r"num_components: eigvals must be finite, got "):
+            D.num_components(np.array(lam), 0.9)
+    assert D.num_components(np.array([3.0, 1.0]), 0.75) == 1  # finite input unchanged
