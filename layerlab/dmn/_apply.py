@@ -2,6 +2,7 @@
 (eqs. 15, 19-24 of Dehmamy, Rohani & Katsaggelos, arXiv:1703.04757)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,18 @@ import jax
 import jax.numpy as jnp
 
 from layerlab._checks import promote_float
-from layerlab.dmn._spec import Layer
+from layerlab.dmn._spec import Layer, format_spec
+
+
+def _check_poolable(shape: Sequence[int], where: str) -> None:
+    """A 2x2 max-pool of ``[..., H, W, C]`` maps needs ``H >= 2`` and ``W >= 2`` (a smaller
+    map would pool to an empty one)."""
+    h, w = shape[-3], shape[-2]
+    if h < 2 or w < 2:
+        raise ValueError(
+            f"{where}: a 2x2 max-pool needs maps of at least 2x2, got {h}x{w} (input shape "
+            f"{tuple(shape)}); the images are too small for this many pools (drop a pool or "
+            "use larger images).")
 
 
 def max_pool_2x2(x: jax.Array) -> jax.Array:
@@ -21,10 +33,12 @@ def max_pool_2x2(x: jax.Array) -> jax.Array:
     ``reduce_window``) is slow on CPU (13.0 vs 4.5 ms for the gradient of a batch of 128
     32x32x10 maps, measured here once).  Ties within a window (e.g. four zeros after ReLU)
     share the gradient equally instead of sending it to the first maximum; after a ReLU the
-    gradient at 0 is 0 either way.
+    gradient at 0 is 0 either way.  Maps smaller than 2x2 raise ``ValueError`` (they would
+    pool to an empty map).
     """
     if x.ndim < 3:
-        raise ValueError(f"max_pool_2x2 needs [..., H, W, C]; got shape {x.shape}.")
+        raise ValueError(f"max_pool_2x2: x must be [..., H, W, C]; got shape {x.shape}.")
+    _check_poolable(x.shape, "max_pool_2x2")
     *lead, h, w, c = x.shape
     h2, w2 = h // 2, w // 2
     x = x[..., : 2 * h2, : 2 * w2, :]
@@ -129,7 +143,21 @@ def dmn_conv_apply(
 
 
 def dmn_dense_apply(w: jax.Array, x: jax.Array, *, activation: str = "relu") -> jax.Array:
-    """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``."""
+    """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``.
+
+    ``x`` is a batch: its leading axis is the sample axis and each sample flattens to ``D``
+    features (for one sample pass ``x[None]``)."""
+    if jnp.ndim(w) != 2:
+        raise ValueError(f"dmn_dense_apply: w must be a [D, F] kernel, got shape "
+                         f"{jnp.shape(w)}.")
+    d = w.shape[0]
+    if x.ndim < 2 or math.prod(x.shape[1:]) != d:
+        per = math.prod(x.shape[1:]) if x.ndim >= 2 else "no"
+        raise ValueError(
+            f"dmn_dense_apply: x must be a batch [N, ...] whose samples flatten to D = {d} "
+            f"features (w has shape {tuple(w.shape)}), got x of shape {tuple(x.shape)} "
+            f"({per} features per sample). For one sample pass x[None] (under jax.vmap: vmap "
+            "a function of x[None] and take [0]).")
     if not jnp.issubdtype(x.dtype, jnp.floating):
         x = promote_float(x, w)[0]
     return _activate(x.reshape(x.shape[0], -1) @ w.astype(x.dtype), activation)
@@ -199,6 +227,8 @@ def dmn_apply(
         elif lay.kind == "dmn_dense":
             x = dmn_dense_apply(p["w"], x, activation=activation)
         elif lay.kind == "pool":
+            if x.ndim >= 3:
+                _check_poolable(x.shape, f"dmn_apply: layer {i} ({format_spec([lay])})")
             x = max_pool_2x2(x)
         else:
             raise ValueError(f"{lay.kind!r} is not a closed-form layer.")
@@ -216,8 +246,9 @@ def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
       k: block size (``k >= 2``; ``k = 1`` uses the single offset 0).
 
     Returns:
-      ``(patches [N, P, k*k*C], weights [P])``: the weights make every offset count equally
-      and sum to ``P`` (so a weighted sum over an image's patches, divided by ``P``, is the
+      ``(patches [N, P, k*k*C], weights [P])``, the patches in the dtype of ``x``, the weights
+      in float (that of ``x`` if float, else float32): the weights make every offset count
+      equally and sum to ``P`` (so a weighted sum over an image's patches, divided by ``P``, is the
       authors' per-image density matrix ``mean_offsets mean_blocks p p^T``).
     """
     if x.ndim != 4:
@@ -234,7 +265,9 @@ def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
             blocks.append(blk.transpose(0, 1, 3, 2, 4, 5).reshape(n, sx * sy, k * k * C))
             counts.append(sx * sy)
     p = sum(counts)
-    w = jnp.concatenate([jnp.full((c,), p / (len(counts) * c), x.dtype) for c in counts])
+    # the weights are fractions: float even for integer images (uint8 truncated them to 0/1)
+    wdt = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
+    w = jnp.concatenate([jnp.full((c,), p / (len(counts) * c), wdt) for c in counts])
     return jnp.concatenate(blocks, axis=1), w
 
 

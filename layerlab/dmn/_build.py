@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import warnings
 from collections.abc import Sequence
 from functools import partial
@@ -12,11 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_labels
+from layerlab._checks import check_int, check_labels, check_number
 from layerlab.data import extract_patches
 from layerlab.dmn._apply import (
     ACTIVATIONS,
     STANDARDIZE,
+    _check_poolable,
     dmn_apply,
     grid_patches,
 )
@@ -52,8 +54,8 @@ class DMNConfig:
       pca: ``"class"`` (class-based PCA, eq. 15 per class) or ``"naive"`` (PCA of
         ``sum_c rho_c``); ``"naive_first"`` uses naive PCA for the first DMN layer only.
       var_fraction: per-class variance fraction selecting the candidates ("Var."); None =
-        fixed-count mode; a tuple gives one value per DMN layer (the last one repeats; a
-        ``None`` entry makes that layer fixed-count).
+        fixed-count mode; a tuple (a list is stored as a tuple) gives one value per DMN
+        layer (the last one repeats; a ``None`` entry makes that layer fixed-count).
       cutoff: de-duplication threshold ("Cutoff"); None disables.
       threshold: ``"crossing"`` (keep the eigenvector that crosses Var) or ``"below"``
         (cumulative energy <= Var, the authors'); see ``num_components``.
@@ -128,23 +130,34 @@ class DMNConfig:
                 raise ValueError(
                     f"DMNConfig.{name} must be one of {allowed}; got {getattr(self, name)!r}."
                 )
+        if isinstance(self.var_fraction, list):  # one per DMN layer, as a tuple (hashable)
+            object.__setattr__(self, "var_fraction", tuple(self.var_fraction))
         vs = self.var_fraction if isinstance(self.var_fraction, tuple) else (self.var_fraction,)
-        if not vs or any(v is not None and not 0.0 < v <= 1.0 for v in vs):
-            raise ValueError(f"DMNConfig.var_fraction must be in (0, 1], None, or a non-empty "
-                             f"tuple of those; got {self.var_fraction}.")
+        want = ("DMNConfig.var_fraction must be a number in (0, 1], None, or a non-empty "
+                "tuple/list of those (one per DMN layer)")
+        if not vs:
+            raise ValueError(f"{want}; got {self.var_fraction!r}.")
+        for v in vs:
+            if v is None:
+                continue
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.floating,
+                                                                     np.integer)):
+                raise TypeError(f"{want}; got {self.var_fraction!r} (an entry of type "
+                                f"{type(v).__name__}).")
+            if not 0.0 < v <= 1.0:  # NaN fails too
+                raise ValueError(f"{want}; got {self.var_fraction!r}.")
         if self.cutoff is not None and not 0.0 < self.cutoff <= 1.0:
             raise ValueError(f"DMNConfig.cutoff must be in (0, 1] or None; got {self.cutoff}.")
         if not 0.0 < self.input_fraction <= 1.0:
             raise ValueError(f"DMNConfig.input_fraction must be in (0, 1]; got "
                              f"{self.input_fraction}.")
-        if self.input_noise < 0:
-            raise ValueError(f"DMNConfig.input_noise must be >= 0; got {self.input_noise}.")
+        check_number(self.input_noise, "DMNConfig.input_noise", min_value=0.0,
+                     what="the amplitude of U[0, a) input noise")
         if not isinstance(self.chunk_size, int) or isinstance(self.chunk_size, bool) \
                 or self.chunk_size < 1:
             raise ValueError(f"DMNConfig.chunk_size must be a positive int (images per "
                              f"streaming chunk); got {self.chunk_size!r}.")
-        if self.patch < 1:
-            raise ValueError(f"DMNConfig.patch must be >= 1; got {self.patch}.")
+        check_int(self.patch, "DMNConfig.patch", min_value=1)  # 2.5 or True: TypeError
 
     @classmethod
     def paper(cls, **changes: Any) -> DMNConfig:
@@ -215,6 +228,34 @@ _STATIC = ("below", "kind", "k", "padding", "activation", "patches")
 _density_chunk_jit = jax.jit(_density_chunk, static_argnames=_STATIC)
 
 
+def _check_layer_sizes(layers, image_shape, *, k, padding, patches):
+    """Every layer's input has positive size: walk the per-image shapes ``[H, W, C]`` / ``[D]``
+    through the prefix (a DMN layer's width is an upper bound, at least 1 is kept)."""
+    shape = tuple(image_shape)
+    for i, lay in enumerate(layers):
+        where = f"build_dmn: layer {i} ({format_spec([lay])}) of {format_spec(layers)}"
+        if min(shape) < 1:
+            raise ValueError(f"{where} gets an empty input of shape {shape} per image; the "
+                             "images are too small for the layers below it.")
+        if lay.kind == "pool":
+            if len(shape) == 3:
+                _check_poolable(shape, where)
+                shape = (shape[0] // 2, shape[1] // 2, shape[2])
+        elif lay.kind == "dmn_conv" and len(shape) == 3:
+            h, w = shape[:2]
+            need = max(k, 2 * k - 2) if patches == "grid" else k if padding == "VALID" else 1
+            if h < need or w < need:
+                how = ("non-overlapping grids at offsets up to k-2" if patches == "grid"
+                       else "VALID padding")
+                raise ValueError(f"{where}: {k}x{k} patches with {how} need maps of at least "
+                                 f"{need}x{need}, got {h}x{w} (input shape {shape}).")
+            if padding == "VALID":
+                h, w = h - k + 1, w - k + 1
+            shape = (h, w, lay.width)
+        elif lay.kind == "dmn_dense":
+            shape = (lay.width,)
+
+
 def _signs(vec, means, rule):
     if rule == "mean":
         return fix_signs(vec, means)
@@ -246,7 +287,8 @@ def build_dmn(
       key: PRNG key (for the data fraction).
       layers: the parsed prefix (DMN layers and pools only).
       x: ``[N, H, W, C]`` training images (float32 or float64; the build follows it).
-      y: ``[N]`` integer labels.
+      y: ``[N]`` integer labels.  A class of ``range(num_classes)`` without samples (after
+        ``config.input_fraction``) gets a ``UserWarning``: it contributes no filters.
       num_classes: ``C``.
       config: ``DMNConfig``.
       jit: compile the per-chunk work (the boundary: this is a host loop).
@@ -284,6 +326,9 @@ def build_dmn(
                       f"layers read [N, H, W, C] (here H = {x.shape[1]}, C = {x.shape[3]}): "
                       "transpose with x.transpose(0, 2, 3, 1) if these are images.",
                       stacklevel=2)
+    if x.shape[0] == 0:
+        raise ValueError(f"build_dmn: x must hold at least one training image, got shape "
+                         f"{x.shape}.")
     if y.shape != (x.shape[0],):
         raise ValueError(f"y must have shape ({x.shape[0]},); got {y.shape}.")
     y = check_labels(y, num_classes, fn="build_dmn", xp="np")  # an outside label: no class
@@ -293,7 +338,20 @@ def build_dmn(
         idx = data_fraction_indices(key, y, config.input_fraction,
                                     sampling=config.frac_sampling)
         x, y = x[idx], y[idx]
+    missing = np.setdiff1d(np.arange(num_classes), y).tolist()
+    if missing:
+        shown = (", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else ""))
+        frac = (f" after input_fraction={config.input_fraction} "
+                f"(frac_sampling={config.frac_sampling!r})" if config.input_fraction < 1.0
+                else "")
+        warnings.warn(
+            f"build_dmn: {len(missing)} of the {num_classes} classes have no training samples "
+            f"among the {x.shape[0]} images used{frac}: class(es) {shown}. Their density "
+            "matrices are zero and give no filters; use more data, a larger input_fraction "
+            "or frac_sampling='stratified'.", UserWarning, stacklevel=2)
     layers = tuple(layers)
+    _check_layer_sizes(layers, x.shape[1:], k=config.patch, padding=config.padding.upper(),
+                       patches=config.patches)
     params: list = []
     info = BuildInfo([], [], [], [], [])
     k = config.patch

@@ -26,22 +26,29 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from layerlab import _linalg
-from layerlab._checks import check_array, check_labels, promote_float
+from layerlab._checks import check_array, check_int, check_labels, promote_float
 
 
-def _check_hy(h, y, num_classes):
-    check_array(h, "h", fn="class_density_matrices", kind="real")
-    check_array(y, "y", fn="class_density_matrices", kind=None)
+def _check_hy(h, y, num_classes, fn="class_density_matrices"):
+    check_array(h, "h", fn=fn, kind="real")
+    check_array(y, "y", fn=fn, kind=None)
     if h.ndim != 2:
-        raise ValueError(f"h must have shape (N, d); got shape {h.shape}. Flatten features first.")
+        raise ValueError(f"{fn}: h must have shape (N, d); got shape {h.shape}. Flatten "
+                         "features first.")
     if y.ndim != 1 or y.shape[0] != h.shape[0]:
         raise ValueError(
-            f"y must be integer labels of shape (N,) = ({h.shape[0]},); got shape {y.shape}."
+            f"{fn}: y must be integer labels of shape (N,) = ({h.shape[0]},); got shape "
+            f"{y.shape}."
         )
     if not jnp.issubdtype(y.dtype, jnp.integer):
-        raise TypeError(f"y must hold integer class labels; got dtype {y.dtype}.")
+        raise TypeError(f"{fn}: y must hold integer class labels; got dtype {y.dtype}.")
     # eager only: labels in [0, num_classes) (one_hot would silently drop the others)
-    check_labels(y, num_classes, "y", fn="class_density_matrices")
+    check_labels(y, num_classes, "y", fn=fn)
+
+
+def _check_mask(mask, n, fn):
+    """``[n]`` real sample weights (static check: shape and kind)."""
+    return check_array(mask, "mask", fn=fn, ndim=1, shape=(n,), kind="real")
 
 
 def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.Array:
@@ -151,15 +158,18 @@ def density_update(
     Returns:
       The updated ``DensityState``.
     """
+    fn = "density_update"
+    h = check_array(h, "h", fn=fn, kind="real")
     h = jnp.asarray(h, state.outer.dtype)
-    y = check_array(y, "y", kind=None)
+    y = check_array(y, "y", fn=fn, kind=None)
     num_classes, d = state.total.shape
-    _check_hy(h, y, num_classes)
+    _check_hy(h, y, num_classes, fn)
     if h.shape[1] != d:
-        raise ValueError(f"chunk has feature dim {h.shape[1]} but the state was built for d={d}.")
+        raise ValueError(f"{fn}: h has feature dim {h.shape[1]} but the state was built for "
+                         f"d={d}.")
     w = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [n, C]
     if mask is not None:
-        mask = jnp.asarray(mask, h.dtype)
+        mask = jnp.asarray(_check_mask(mask, h.shape[0], fn), h.dtype)
         w = w * mask[:, None]
         n_new = mask.sum()
     else:
@@ -190,17 +200,20 @@ def density_update_grouped(
     Returns:
       The updated ``DensityState`` (each group counts ``p`` samples).
     """
+    fn = "density_update_grouped"
+    h = check_array(h, "h", fn=fn, kind="real")
     h = jnp.asarray(h, state.outer.dtype)
-    y = check_array(y, "y", kind=None)
     num_classes, d = state.total.shape
-    if h.ndim != 3 or h.shape[2] != d or y.shape != (h.shape[0],):
-        raise ValueError(
-            f"h must be [n, p, d={d}] with labels y [n]; got h {h.shape}, y {y.shape}."
-        )
+    if h.ndim != 3 or h.shape[2] != d:
+        raise ValueError(f"{fn}: h must be [n, p, d={d}] groups of samples; got shape "
+                         f"{h.shape}.")
+    # static: rank 1, integer dtype, one label per group; eager only: labels in [0, C)
+    # (one_hot would count a label outside it in no class)
+    y = check_labels(y, num_classes, "y", fn=fn, n=h.shape[0])
     p = h.shape[1]
     w = jax.nn.one_hot(y, num_classes, dtype=h.dtype)
     if mask is not None:
-        w = w * jnp.asarray(mask, h.dtype)[:, None]
+        w = w * jnp.asarray(_check_mask(mask, h.shape[0], fn), h.dtype)[:, None]
     grams = jnp.einsum("npi,npj->nij", h, h)
     return DensityState(
         outer=state.outer + jnp.einsum("nc,nij->cij", w, grams),
@@ -240,11 +253,12 @@ def streaming_class_density_matrices(
     References:
       Eq. (15) of Dehmamy et al., arXiv:1703.04757.
     """
-    h = check_array(h, "h", kind="real")
-    y = check_array(y, "y", kind=None)
-    _check_hy(h, y, num_classes)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1; got {chunk_size}.")
+    fn = "streaming_class_density_matrices"
+    h = check_array(h, "h", fn=fn, kind="real")
+    (h,) = promote_float(h)  # integer pixels would overflow (and the scan carry is float)
+    y = check_array(y, "y", fn=fn, kind=None)
+    _check_hy(h, y, num_classes, fn)
+    chunk_size = check_int(chunk_size, "chunk_size", fn=fn, min_value=1)
     n, d = h.shape
     n_chunks = -(-n // chunk_size)
     pad = n_chunks * chunk_size - n
@@ -315,9 +329,11 @@ def sharded_class_density_matrices(
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    h = check_array(h, "h", kind="real")
-    y = check_array(y, "y", kind=None)
-    _check_hy(h, y, num_classes)
+    fn = "sharded_class_density_matrices"
+    h = check_array(h, "h", fn=fn, kind="real")
+    (h,) = promote_float(h)  # integer pixels would overflow in the products
+    y = check_array(y, "y", fn=fn, kind=None)
+    _check_hy(h, y, num_classes, fn)
     size = mesh.shape[axis_name]
     if h.shape[0] % size:
         raise ValueError(
@@ -447,9 +463,14 @@ def num_components(eigvals: ArrayLike, var_fraction: float, *, rule: str = "cros
     Returns:
       ``k`` in ``[1, d]`` (``crossing``) or ``[0, d]`` (``below``).
     """
-    lam = np.clip(np.asarray(eigvals, np.float64), 0.0, None)
+    lam = np.asarray(eigvals, np.float64)
     if lam.ndim != 1:
-        raise ValueError(f"eigvals must be 1-d; got shape {lam.shape}.")
+        raise ValueError(f"num_components: eigvals must be 1-d; got shape {lam.shape}.")
+    if not np.all(np.isfinite(lam)):
+        raise ValueError(f"num_components: eigvals must be finite, got {lam.tolist()[:8]}"
+                         f"{' ...' if lam.size > 8 else ''} ({int(np.sum(~np.isfinite(lam)))} "
+                         "NaN/inf); check the input data.")
+    lam = np.clip(lam, 0.0, None)
     if not 0.0 < var_fraction <= 1.0:
         raise ValueError(f"var_fraction must be in (0, 1]; got {var_fraction}.")
     if rule not in THRESHOLD_RULES:

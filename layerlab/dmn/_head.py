@@ -11,13 +11,21 @@ import numpy as np
 import optax
 
 from layerlab import loop, probes
+from layerlab._checks import promote_float
 from layerlab.dmn._apply import (
+    _check_poolable,
     conv3x3,
     dmn_apply,
     max_pool_2x2,
 )
 from layerlab.dmn._build import DMNConfig, build_dmn
 from layerlab.dmn._spec import Layer, format_spec, parse_spec, split_spec
+
+
+def _float_input(x: jax.typing.ArrayLike) -> jax.Array:
+    """``x`` as a float array: integer (uint8 pixels) or bool to float32, floats unchanged."""
+    x = jnp.asarray(x)
+    return x if jnp.issubdtype(x.dtype, jnp.floating) else promote_float(x)[0]
 
 
 class Conv3x3(nn.Module):
@@ -56,11 +64,14 @@ class Head(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        # integer images (uint8 pixels of a ConvNet, no DMN prefix): float32 parameters and
+        # computation (a float input keeps its dtype)
+        x = _float_input(x)
         n_dense = sum(lay.kind == "dense" for lay in self.layers)
         seen = 0
         init = nn.initializers.glorot_uniform()
         n_conv = 0
-        for lay in self.layers:
+        for j, lay in enumerate(self.layers):
             if lay.kind == "conv":
                 x = Conv3x3(lay.width, padding=self.padding.upper(), kernel_init=init,
                             name=f"Conv_{n_conv}", im2col=False if self.lax_ops else None)(x)
@@ -81,6 +92,9 @@ class Head(nn.Module):
                                  axis=-1 if lay.kind == "bn" else 2,
                                  dtype=x.dtype, param_dtype=x.dtype)(x)
             elif lay.kind == "pool":
+                if x.ndim == 4:
+                    _check_poolable(x.shape, f"Head: layer {j} ({format_spec([lay])}) of the "
+                                             f"head {format_spec(self.layers)}")
                 x = (nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID") if self.lax_ops
                      else max_pool_2x2(x))
             elif lay.kind == "dense":
@@ -97,8 +111,8 @@ class Head(nn.Module):
 class Network(NamedTuple):
     """A DMN/hybrid/ConvNet classifier as pure functions.
 
-    ``prepare(key, x)`` (the config's input noise), ``build(key, x, y) -> (dmn_params,
-    info)`` (closed form), ``features(dmn_params, x)``, ``init_head(key, feats) ->
+    ``prepare(key, x)`` (float images, plus the config's input noise), ``build(key, x, y) ->
+    (dmn_params, info)`` (closed form), ``features(dmn_params, x)``, ``init_head(key, feats) ->
     variables``, ``head_apply(variables, feats)`` and ``apply(params, x) -> logits`` with
     ``params = {"dmn": ..., "head": variables}``.
     """
@@ -116,8 +130,9 @@ class Network(NamedTuple):
 
 def add_input_noise(key: jax.Array, x: jax.typing.ArrayLike, amplitude: float) -> jax.Array:
     """``x + U[0, amplitude)`` elementwise (the authors' guard against degenerate spectra);
-    ``x`` unchanged when ``amplitude == 0``.  Dtype follows ``x``."""
-    x = jnp.asarray(x)
+    ``x`` unchanged when ``amplitude == 0``.  Float ``x`` keeps its dtype; integer ``x``
+    (uint8 pixels) is returned in float32, with or without noise."""
+    x = _float_input(x)
     if amplitude == 0:
         return x
     return x + amplitude * jax.random.uniform(key, x.shape, x.dtype)
@@ -159,7 +174,7 @@ def make_network(
     padding = config.padding
 
     def prepare(key, x):
-        return add_input_noise(key, x, config.input_noise) if prefix else jnp.asarray(x)
+        return add_input_noise(key, x, config.input_noise) if prefix else _float_input(x)
 
     def build(key, x, y, *, jit=True):
         return build_dmn(key, prefix, x, y, num_classes, config, jit=jit)

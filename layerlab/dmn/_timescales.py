@@ -19,6 +19,7 @@ import optax.tree
 from jax.typing import ArrayLike
 
 from layerlab import probes
+from layerlab._checks import check_array, promote_float
 from layerlab._types import PyTree
 
 
@@ -124,9 +125,11 @@ def eigenvalue_fluctuations(
     References:
       Eq. (18) and Fig. 3 of Dehmamy et al., arXiv:1703.04757.
     """
-    h = jnp.asarray(h)
+    fn = "eigenvalue_fluctuations"
+    h = check_array(h, "h", fn=fn, kind="real")
+    (h,) = promote_float(h)  # integer pixels would overflow (or wrap, uint8) in h^T h
     if h.ndim != 2 or h.shape[0] < n + dn:
-        raise ValueError(f"h must be [M >= n + dn = {n + dn}, d]; got shape {h.shape}.")
+        raise ValueError(f"{fn}: h must be [M >= n + dn = {n + dn}, d]; got shape {h.shape}.")
 
     def one(k):
         idx = jax.random.permutation(k, h.shape[0])[: n + dn]

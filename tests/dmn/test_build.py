@@ -1,4 +1,7 @@
 """Tests for layerlab.dmn._apply / _build / _head: conv/dense DMN layers, stacking, heads."""
+import dataclasses
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,3 +160,139 @@ def test_build_dmn_warns_on_channels_first_images():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # NHWC input: no warning
         L.build_dmn(jax.random.key(0), prefix, x.transpose(0, 2, 3, 1), y, 2, L.DMNConfig())
+
+
+def test_grid_patches_weights_are_float_for_integer_images():
+    # 9x9 images, 3x3 blocks at offsets {0, 1}^2: 9, 6, 6 and 4 blocks (P = 25); each offset
+    # weighs P / (4 * count): the uint8 images' weights were truncated to 0 and 1
+    x8 = np.random.default_rng(0).integers(0, 256, (2, 9, 9, 1)).astype(np.uint8)
+    p8, w8 = L.grid_patches(x8, 3)
+    pf, wf = L.grid_patches(x8.astype(np.float32), 3)
+    want = np.concatenate([np.full(c, 25 / (4 * c)) for c in (9, 6, 6, 4)])
+    assert w8.dtype == jnp.float32
+    np.testing.assert_allclose(w8, want, rtol=1e-6)
+    np.testing.assert_allclose(wf, want, rtol=1e-6)
+    assert float(w8.sum()) == pytest.approx(25.0)
+    np.testing.assert_array_equal(np.asarray(p8, np.float32), pf)
+
+
+def test_uint8_images_train_as_their_float32_values(key):
+    """uint8 images: the noise, the head and so train_and_evaluate work on their float32
+    values (they raised "dtype argument to `uniform` must be a float dtype")."""
+    rng = np.random.default_rng(0)
+    x8 = rng.integers(0, 256, (24, 6, 6, 1)).astype(np.uint8)
+    xf = x8.astype(np.float32)
+    noisy = L.add_input_noise(key, x8, 0.5)
+    assert noisy.dtype == jnp.float32
+    np.testing.assert_allclose(noisy, xf + 0.5 * np.asarray(jax.random.uniform(key, x8.shape)),
+                               rtol=1e-6)
+    assert L.add_input_noise(key, x8, 0.0).dtype == jnp.float32
+    net = L.make_network("c2,m,de2", 2, L.DMNConfig())  # no DMN prefix: images go to the head
+    np.testing.assert_array_equal(net.prepare(key, x8), xf)
+    v8, vf = net.init_head(key, x8[:2]), net.init_head(key, xf[:2])
+    assert v8["params"]["Conv_0"]["kernel"].dtype == jnp.float32
+    np.testing.assert_array_equal(net.head_apply(v8, x8), net.head_apply(vf, xf))
+    # with a DMN prefix, prepare adds the config's noise (what train_and_evaluate calls first)
+    auth = L.make_network("d2,m,de2", 2, L.DMNConfig.authors())  # U[0, 1/255)
+    np.testing.assert_allclose(auth.prepare(key, x8), auth.prepare(key, xf), rtol=1e-6)
+    assert not np.array_equal(auth.prepare(key, x8), xf)
+
+
+def test_too_many_pools_and_no_images_raise_naming_the_layer(key):
+    """A pool on a 1x1 map gave an empty map (then a ZeroDivisionError in the head's init);
+    N = 0 images gave "range() arg 3 must not be zero"."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 8, 8, 1)).astype(np.float32)
+    y = np.arange(6) % 2
+    prefix = L.split_spec(L.parse_spec("d3,m,m,m,m,de2"))[0]
+    with pytest.raises(ValueError, match=r"build_dmn: layer 4 \(m\) of d3,m,m,m,m: a 2x2 "
+                                         r"max-pool needs maps of at least 2x2, got 1x1"):
+        L.build_dmn(key, prefix, x, y, 2, jit=False)
+    with pytest.raises(ValueError, match=r"build_dmn: x must hold at least one training "
+                                         r"image, got shape \(0, 8, 8, 1\)"):
+        L.build_dmn(key, prefix[:2], x[:0], y[:0], 2, jit=False)
+    with pytest.raises(ValueError, match=r"build_dmn: layer 0 \(d3\) of d3,m: 3x3 patches with "
+                                         r"VALID padding need maps of at least 3x3, got 2x2"):
+        L.build_dmn(key, prefix[:2], x[:, :2, :2], y, 2, L.DMNConfig(padding="VALID"), jit=False)
+    with pytest.raises(ValueError, match=r"max_pool_2x2: a 2x2 max-pool needs maps of at least "
+                                         r"2x2, got 1x3"):
+        L.max_pool_2x2(jnp.ones((2, 1, 3, 4)))
+    params, _ = L.build_dmn(key, prefix[:2], x, y, 2, jit=False)
+    with pytest.raises(ValueError, match=r"dmn_apply: layer 1 \(m\): a 2x2 max-pool needs maps "
+                                         r"of at least 2x2, got 1x1"):
+        L.dmn_apply(params, prefix[:2], x[:, :1, :1])
+    net = L.make_network("c2,m,m,de2", 2)
+    with pytest.raises(ValueError, match=r"Head: layer 2 \(m\) of the head c2,m,m,de2: a 2x2 "
+                                         r"max-pool needs maps of at least 2x2, got 1x1"):
+        net.init_head(key, x[:2, :2, :2])
+    # the largest stack that fits still builds: 8 -> 4 -> 2 -> 1
+    _, info = L.build_dmn(key, prefix[:4], x, y, 2, jit=False)
+    assert info.widths[0] >= 1
+
+
+def test_build_dmn_warns_on_classes_without_samples(key):
+    rng = np.random.default_rng(0)
+    x = rng.random((48, 4, 4, 1)).astype(np.float32)
+    y = np.arange(48) % 2  # classes 0 and 1 of range(3)
+    prefix = L.split_spec(L.parse_spec("d2,de3"))[0]
+    cfg = L.DMNConfig(cutoff=None, chunk_size=12)
+    with pytest.warns(UserWarning, match=r"build_dmn: 1 of the 3 classes have no training "
+                                         r"samples among the 48 images used: class\(es\) 2\."):
+        _, info = L.build_dmn(key, prefix, x, y, 3, cfg, jit=False)
+    assert np.all(info.spectra[0][2] == 0) and set(info.sources[0]) <= {0, 1}
+    # the random fraction (the authors') can drop a class: 12 of 48 images miss the one
+    # sample of class 2 (stratified sampling keeps it); the warning comes before any layer
+    y[5] = 2
+    for sampling, n in (("random", 12), ("stratified", 13)):
+        frac = dataclasses.replace(cfg, input_fraction=0.25, frac_sampling=sampling)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            L.build_dmn(key, (), x, y, 3, frac, jit=False)
+        msgs = [str(w.message) for w in got if w.category is UserWarning]
+        assert msgs == ([f"build_dmn: 1 of the 3 classes have no training samples among the "
+                         f"{n} images used after input_fraction=0.25 (frac_sampling='random'):"
+                         " class(es) 2. Their density matrices are zero and give no filters; "
+                         "use more data, a larger input_fraction or frac_sampling="
+                         "'stratified'."] if sampling == "random" else [])
+
+
+def test_features_take_a_batch_and_vmap_over_x_none(key):
+    """net.features is not vmap-able over images as is (docs/dmn.md said so): a dense DMN
+    prefix gave a bare dot_general error; mapping x[None] gives the batch's features."""
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 4, 4, 1)).astype(np.float32)
+    net = L.make_network("d2,m,dd3,de2", 2, L.DMNConfig(standardize="sample"))
+    p = [{"w": jnp.asarray(rng.normal(size=(3, 3, 1, 2)), jnp.float32)}, None,
+         {"w": jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)}]  # any filters will do
+    batch = net.features(p, x)
+    one = jax.vmap(lambda im: net.features(p, im[None])[0])(jnp.asarray(x))
+    np.testing.assert_allclose(one, batch, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"dmn_dense_apply: x must be a batch \[N, \.\.\.\] whose "
+                                         r"samples flatten to D = 8 features \(w has shape "
+                                         r"\(8, 3\)\), got x of shape \(2, 2\) \(2 features"):
+        L.dmn_dense_apply(p[2]["w"], jnp.ones((2, 2, 2))[0])
+    with pytest.raises(ValueError, match=r"dmn_dense_apply: x must be a batch.*got x of shape "
+                                         r"\(8,\) \(no features per sample\)\. For one sample "
+                                         r"pass x\[None\]"):
+        L.dmn_dense_apply(p[2]["w"], jnp.ones(8))
+
+
+def test_dmn_config_fields_are_validated_by_name():
+    cfg = L.DMNConfig(var_fraction=[0.9, 0.99])  # a list: one per DMN layer, kept as a tuple
+    assert cfg.var_fraction == (0.9, 0.99) and cfg == L.DMNConfig(var_fraction=(0.9, 0.99))
+    assert cfg.layer_var(0) == 0.9 and cfg.layer_var(5) == 0.99 and hash(cfg)
+    with pytest.raises(TypeError, match=r"DMNConfig\.var_fraction must be a number in \(0, 1\], "
+                                        r"None, .*got \(0\.9, '0\.99'\) \(an entry of type str\)"):
+        L.DMNConfig(var_fraction=(0.9, "0.99"))
+    with pytest.raises(ValueError, match=r"DMNConfig\.var_fraction must .*got \(\)"):
+        L.DMNConfig(var_fraction=[])
+    with pytest.raises(ValueError, match=r"DMNConfig\.var_fraction must .*got nan"):
+        L.DMNConfig(var_fraction=float("nan"))
+    for bad, kind in ((2.5, "float 2.5"), (True, "bool True")):
+        with pytest.raises(TypeError, match=rf"DMNConfig\.patch must be an integer, got {kind}"):
+            L.DMNConfig(patch=bad)
+    with pytest.raises(ValueError, match=r"DMNConfig\.input_noise must be finite .*got nan"):
+        L.DMNConfig(input_noise=float("nan"))
+    with pytest.raises(ValueError, match=r"DMNConfig\.input_noise must be >= 0\.0 .*got -1\.0"):
+        L.DMNConfig(input_noise=-1.0)
+    assert L.DMNConfig(patch=np.int64(5)).patch == 5

@@ -223,3 +223,63 @@ def test_integer_inputs_and_bad_labels():
         dmn.dmn_apply(params, prefix, tr.x[0])
     with pytest.raises(ValueError, match="DMNConfig.chunk_size"):
         dmn.DMNConfig(chunk_size=0)
+
+
+def test_streaming_and_sharded_promote_integer_features():
+    """uint8 / int32 features: the float64 numpy second moments (int32 products overflowed
+    in the scan, uint8 broke its carry, the sharded sum wrapped uint8 products)."""
+    rng = np.random.default_rng(0)
+    h8 = rng.integers(0, 256, (48, 4)).astype(np.uint8)
+    y = rng.integers(0, 3, 48)
+    hf = h8.astype(np.float64)
+    want = np.stack([hf[y == c].T @ hf[y == c] for c in range(3)]) / 48
+    mesh = jax.make_mesh((1,), ("data",))
+    sharded = jax.jit(lambda a, b: D.sharded_class_density_matrices(a, b, 3, mesh=mesh,
+                                                                    axis_name="data"))
+    for h in (h8, h8.astype(np.int32)):
+        stream = D.streaming_class_density_matrices(h, y, 3, chunk_size=10)  # 48 = 4*10 + 8
+        for got in (stream, sharded(h, y)):
+            assert jnp.issubdtype(got.dtype, jnp.floating)
+            np.testing.assert_allclose(got, want, rtol=1e-5)
+    big = np.array([[50000], [3]], np.int32)  # 50000^2 > 2^31
+    np.testing.assert_allclose(
+        D.streaming_class_density_matrices(big, np.array([0, 0]), 1, chunk_size=1)[0, 0, 0],
+        (50000.0**2 + 9) / 2, rtol=1e-6)
+    np.testing.assert_allclose(sharded(big, np.array([0, 0]))[0, 0, 0],
+                               (50000.0**2 + 9) / 2, rtol=1e-6)
+
+
+def test_updates_validate_labels_and_mask():
+    """density_update_grouped refused nothing (float labels and out-of-range labels counted in
+    no class); a wrong-length mask gave a bare broadcast error in both updates."""
+    rng = np.random.default_rng(1)
+    st = D.density_init(3, 2)
+    hg = rng.normal(size=(4, 5, 2)).astype(np.float32)
+    with pytest.raises(TypeError, match=r"density_update_grouped: y must hold integer values"):
+        D.density_update_grouped(st, hg, np.full(4, 0.5))
+    with pytest.raises(ValueError, match=r"density_update_grouped: y must be integer class "
+                                         r"labels in \[0, 3\) \(num_classes=3\), got values in "
+                                         r"\[0, 5\]"):
+        D.density_update_grouped(st, hg, np.array([0, 5, 1, 2]))
+    with pytest.raises(ValueError, match=r"density_update_grouped: y must have 4 labels \(one "
+                                         r"per sample\), got shape \(3,\)"):
+        D.density_update_grouped(st, hg, np.array([0, 1, 2]))
+    h = hg.reshape(20, 2)
+    for fn, args in ((D.density_update, (h, np.arange(20) % 3)),
+                     (D.density_update_grouped, (hg, np.arange(4) % 3))):
+        with pytest.raises(ValueError, match=rf"{fn.__name__}: mask must have shape "
+                                             rf"\[{args[0].shape[0]}\], got \(7,\)"):
+            fn(st, *args, mask=np.ones(7))
+    # a valid grouped update still equals the per-sample one
+    got = D.density_update_grouped(st, hg, np.array([0, 2, 1, 2]), np.array([1, 1, 0, 1]))
+    want = D.density_update(st, h, np.repeat([0, 2, 1, 2], 5), np.repeat([1, 1, 0, 1], 5))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_num_components_refuses_non_finite_eigenvalues():
+    # [nan, 1] returned 1 (NaN compares False everywhere); the sorted-order check passed too
+    for lam in ([np.nan, 1.0], [2.0, np.inf], [1.0, -np.inf]):
+        with pytest.raises(ValueError, match=r"num_components: eigvals must be finite, got "):
+            D.num_components(np.array(lam), 0.9)
+    assert D.num_components(np.array([3.0, 1.0]), 0.75) == 1  # finite input unchanged

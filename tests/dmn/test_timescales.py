@@ -65,3 +65,21 @@ def test_eigenvalue_convergence_matches_direct():
     out = T.eigenvalue_convergence(h, ns)
     for i, m in enumerate(ns):
         np.testing.assert_allclose(out[i], np.linalg.eigvalsh(h[:m].T @ h[:m] / m)[::-1])
+
+
+def test_eigenvalue_fluctuations_promotes_integer_samples():
+    # identical rows v: rho = v v^T for any subset, eigenvalues (|v|^2, 0), delta 0; int32
+    # products 50000^2 overflowed and uint8 ones wrapped (255^2 mod 256 = 1)
+    for v, dt in (([50000, 0], np.int32), ([255, 0], np.uint8)):
+        h = np.tile(np.array(v, dt), (30, 1))
+        lam, dlam = T.eigenvalue_fluctuations(jax.random.key(0), h, n=20, dn=5, num_draws=2)
+        assert jnp.issubdtype(lam.dtype, jnp.floating)
+        np.testing.assert_allclose(lam, [[float(v[0]) ** 2, 0.0]] * 2, rtol=1e-6, atol=1e-3)
+        np.testing.assert_allclose(dlam, 0.0, atol=1e-6 * float(v[0]) ** 2)
+    # random pixels: the same numbers as the float path (same key, same draws)
+    h8 = np.random.default_rng(0).integers(0, 256, (30, 2)).astype(np.uint8)
+    got = T.eigenvalue_fluctuations(jax.random.key(1), h8, n=20, dn=5, num_draws=2)
+    ref = T.eigenvalue_fluctuations(jax.random.key(1), h8.astype(np.float32), n=20, dn=5,
+                                    num_draws=2)
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-5, atol=1e-2)
