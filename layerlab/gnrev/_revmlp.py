@@ -173,10 +173,23 @@ def revmlp_init(
     if bottleneck is None:
         v1 = v2 = None
     else:
-        v1 = jax.random.normal(k3, (depth, h, dp), dtype) / np.sqrt(dp)
-        v2 = jax.random.normal(k4, (depth, h, dp), dtype) / np.sqrt(dp)
+        v1 = _bottleneck_init(k3, (depth, h, dp), dtype)
+        v2 = _bottleneck_init(k4, (depth, h, dp), dtype)
     linear = jnp.zeros((depth,), bool).at[0].set(bool(first_linear))
     return params, RevMLPFrozen(v1=v1, v2=v2, linear=linear, activation=activation)
+
+
+def _bottleneck_init(key, shape, dtype) -> jax.Array:
+    """``V ~ N(0, 1/d')`` (``d' = shape[-1]``) in ``dtype``: a Gaussian draw in ``dtype``
+    divided by ``sqrt(d')`` in float32 (float64 for a float64 net), cast back to ``dtype``.
+
+    The division is done in one fixed dtype so that a float32 net gets the same ``V`` with
+    and without ``jax_enable_x64`` (a NumPy ``sqrt`` would promote it to float64 under x64),
+    and a bfloat16/float16 net the correctly rounded quotient.
+    """
+    z = jax.random.normal(key, shape, dtype)
+    ct = jnp.promote_types(dtype, jnp.float32)
+    return (z.astype(ct) / jnp.asarray(np.sqrt(shape[-1]), ct)).astype(dtype)
 
 
 def _features(x_in, v, linear, activation):

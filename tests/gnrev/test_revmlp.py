@@ -88,3 +88,44 @@ def test_bad_inputs(key):
         g.revmlp_apply(p, f, x)
     with pytest.raises(ValueError, match="non-finite"):
         g.revmlp_inverse(p, f, x)
+
+
+def _numpy_forward(p, f, x):
+    """Eqs. (14)-(15) in float64 NumPy (ReLU, no linear block), samples as rows."""
+    p = {k: np.asarray(v, np.float64) for k, v in p.items()}
+    v1, v2 = np.asarray(f.v1, np.float64), np.asarray(f.v2, np.float64)
+    x = np.asarray(x, np.float64)
+    h = x.shape[1] // 2
+    x1, x2 = x[:, :h], x[:, h:]
+    for li in range(v1.shape[0]):
+        x1 = x1 + np.maximum(x2 @ v1[li], 0) @ p["w1"][li] + p["b1"][li]
+        x2 = x2 + np.maximum(x1 @ v2[li], 0) @ p["w2"][li] + p["b2"][li]
+    return np.concatenate([x1, x2], axis=1)
+
+
+def test_bottleneck_keeps_the_parameter_dtype(key):
+    """V is drawn in the net's dtype: a float32 net under x64 and a bfloat16 net have a V of
+    their own dtype (it was float64 / float32, and revmlp_apply failed in its scan)."""
+    p32, f32 = g.revmlp_init(key, 6, 2, bottleneck=5)
+    with jax.enable_x64(True):
+        p, f = g.revmlp_init(key, 6, 2, bottleneck=5)
+        assert f.v1.dtype == f.v2.dtype == jnp.float32
+        # the same numbers as without x64 (committed reproductions depend on them)
+        np.testing.assert_array_equal(f.v1, f32.v1)
+        np.testing.assert_array_equal(p["w1"], p32["w1"])
+        x = jax.random.normal(jax.random.key(1), (4, 6), jnp.float32)
+        y = g.revmlp_apply(p, f, x)
+        assert y.dtype == jnp.float32
+        np.testing.assert_allclose(y, _numpy_forward(p, f, x), rtol=1e-5, atol=1e-5)
+    # V ~ N(0, 1/d'): the bfloat16 draw divided by sqrt(5), correctly rounded to bfloat16
+    pb, fb = g.revmlp_init(key, 6, 2, bottleneck=5, dtype=jnp.bfloat16)
+    assert fb.v1.dtype == fb.v2.dtype == jnp.bfloat16
+    z = np.asarray(jax.random.normal(jax.random.split(key, 4)[2], (2, 3, 5), jnp.bfloat16),
+                   np.float64)
+    rel = np.abs(np.asarray(fb.v1, np.float64) - z / np.sqrt(5.0)) / np.abs(z / np.sqrt(5.0))
+    assert rel.max() <= 2.0**-8  # bfloat16 unit roundoff (8 significant bits)
+    xb = jax.random.normal(jax.random.key(1), (4, 6), jnp.bfloat16)
+    yb = g.revmlp_apply(pb, fb, xb)
+    assert yb.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(yb, np.float64), _numpy_forward(pb, fb, xb),
+                               rtol=0.05, atol=0.05)
