@@ -439,7 +439,9 @@ def softmax_newton_target(logits: jax.Array, y: jax.Array) -> jax.Array:
 
     ``H`` is singular along ``1`` (and ``g ⊥ 1`` when ``Σ_c y_c = 1``); ``D⁻¹ g`` solves
     ``H u = g`` and removing its mean projects onto ``1^⊥``, the range of ``H``: that is
-    the minimum-norm solution, i.e. the Moore–Penrose one (needs ``p_c > 0``).
+    the minimum-norm solution, i.e. the Moore–Penrose one (needs ``p_c > 0``).  A class with
+    ``y_c = 0`` contributes ``r_c = 0`` exactly, also when its ``p_c`` underflows to 0 (a
+    confident prediction, e.g. a logit margin of 90 in float32).
 
     Args:
       logits: ``[n, C]``.
@@ -451,8 +453,17 @@ def softmax_newton_target(logits: jax.Array, y: jax.Array) -> jax.Array:
     References:
       Eq. (19) of Buffelli et al. 2024.
     """
+    logits = check_array(logits, "logits", fn="softmax_newton_target", kind="float")
+    y = check_array(y, "y", fn="softmax_newton_target", kind="real")
+    if y.shape != logits.shape:
+        raise ValueError(f"softmax_newton_target: y must have the shape of logits "
+                         f"{tuple(logits.shape)} (target probabilities per class), got "
+                         f"{tuple(y.shape)}.")
     logp = jax.nn.log_softmax(logits, axis=-1)
-    r = y * jnp.exp(-logp)
+    # y_c = 0 gives r_c = 0 even where p_c underflows (0 * exp(-logp) = 0 * inf = NaN);
+    # the inner where keeps the gradient finite too
+    has = y != 0
+    r = jnp.where(has, y * jnp.exp(jnp.where(has, -logp, 0.0)), 0.0)
     return jnp.mean(r, axis=-1, keepdims=True) - r
 
 

@@ -183,6 +183,36 @@ def test_softmax_newton_target_is_pinv_of_hessian(x64):
     np.testing.assert_allclose(grad, p - y, atol=1e-12)
 
 
+def test_softmax_newton_target_is_finite_for_confident_predictions():
+    """float32 logit margins of 90 and 100 underflow p_c of the other classes to 0; the
+    target is still the closed form mean(r) - r, r = y / p, taken in float64 (it was NaN)."""
+    logits = np.array([[90.0, 0.0, 0.0], [0.0, 100.0, -5.0], [1.0, -2.0, 0.5],
+                       [0.0, 0.0, 120.0]], np.float32)
+    y = np.eye(3)[[0, 1, 2, 2]]
+    y[2] = [0.2, 0.5, 0.3]  # a soft row with no underflow
+    got = np.asarray(g.softmax_newton_target(jnp.asarray(logits), jnp.asarray(y, jnp.float32)))
+    z = logits.astype(np.float64)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    r = y / p
+    ref = r.mean(1, keepdims=True) - r
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], [-2 / 3, 1 / 3, 1 / 3], rtol=1e-6)
+    # H u = p - y in float64 (H = diag p - p pᵀ): the Newton equation holds
+    for i in range(4):
+        H = np.diag(p[i]) - np.outer(p[i], p[i])
+        np.testing.assert_allclose(H @ got[i].astype(np.float64), p[i] - y[i], atol=1e-6)
+    # integer labels through output_target, and a finite gradient
+    lab = jnp.array([0, 1])
+    t = g.output_target(jnp.asarray(logits[:2]), lab, target="newton")
+    np.testing.assert_allclose(t, ref[:2], rtol=1e-6, atol=1e-6)
+    grad = jax.grad(lambda f: g.softmax_newton_target(f, jnp.asarray(y[:2], jnp.float32))
+                    .sum())(jnp.asarray(logits[:2]))
+    assert np.all(np.isfinite(grad))
+    with pytest.raises(ValueError, match=r"softmax_newton_target: y must have the shape"):
+        g.softmax_newton_target(jnp.asarray(logits), jnp.ones((4, 2)))
+
+
 def test_combine_conventions_differ_by_exactly_depth(x64, key):
     """per_block (authors' code) = L x average (Eqs. 16-17), for the direction and the step."""
     depth = 3
