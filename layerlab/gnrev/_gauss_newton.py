@@ -178,27 +178,43 @@ def pinv_solve(
 
     Args:
       a: ``[n, k]`` matrix.
-      e: ``[n, m]`` right-hand sides.
+      e: ``[n, m]`` right-hand sides, or one right-hand side ``[n]``.
       config: :class:`PinvConfig` (default: truncation at ``rtol=1%``, ``atol=1e-5``, Gram
         solver); ``"noise"`` draws ``jax.random.normal(key, a.shape)``.
       key: PRNG key for ``method="noise"`` (and the ``"rsvd"`` sketch; a fixed key when
         ``None``).
 
     Returns:
-      ``(x, rank, cond)``: ``x`` ``[k, m]``, ``rank`` (int scalar, kept singular values) and
-      ``cond`` (scalar, condition number of the regularised inverse).
+      ``(x, rank, cond)``: ``x`` ``[k, m]`` (``[k]`` for ``e`` of shape ``[n]``), ``rank``
+      (int scalar, kept singular values) and ``cond`` (scalar, condition number of the
+      regularised inverse).
 
     References:
       App. K of Buffelli et al. 2024 (pseudo-inverse regularisations).
     """
     cfg = PinvConfig() if config is None else config
     if not isinstance(cfg, PinvConfig):
-        raise TypeError(f"config must be a PinvConfig, got {type(cfg).__name__}")
+        raise TypeError(f"pinv_solve: config must be a PinvConfig, got {type(cfg).__name__}.")
+    a = check_array(a, "a", fn="pinv_solve", ndim=2, kind="float")
+    e = check_array(e, "e", fn="pinv_solve", ndim=(1, 2), kind="real")
+    if e.shape[0] != a.shape[0]:
+        raise ValueError(
+            f"pinv_solve: e must have one row per row of a (a has shape {tuple(a.shape)}: "
+            f"e of shape ({a.shape[0]},) or ({a.shape[0]}, m)), got shape {tuple(e.shape)}.")
+    if e.ndim == 1:  # one right-hand side: solve it as a column, return a vector
+        x, rank, cond = _pinv_solve(a, e[:, None], cfg, key)
+        return x[:, 0], rank, cond
+    return _pinv_solve(a, e, cfg, key)
+
+
+def _pinv_solve(a, e, cfg: PinvConfig, key):
+    """:func:`pinv_solve` on checked ``a`` ``[n, k]`` and ``e`` ``[n, m]``."""
     method, rtol, atol, damping = cfg.method, cfg.rtol, cfg.atol, cfg.damping
     solver = cfg.solver
     if method == "noise":
         if key is None:
-            raise ValueError("pinv method 'noise' needs a PRNG key (key=jax.random.key(...))")
+            raise ValueError("pinv_solve: PinvConfig(method='noise') needs a PRNG key "
+                             "(key=jax.random.key(...)).")
         a = a + cfg.noise_scale * jnp.std(a) * jax.random.normal(key, a.shape, a.dtype)
     n, k = a.shape
     eps = float(np.finfo(np.dtype(a.dtype)).eps)
@@ -250,6 +266,7 @@ def regularized_pinv(
 
     Returns ``(a_pinv, rank, cond)``.
     """
+    a = check_array(a, "a", fn="regularized_pinv", ndim=2, kind="float")
     return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), config, key=key)
 
 

@@ -183,6 +183,40 @@ def test_softmax_newton_target_is_pinv_of_hessian(x64):
     np.testing.assert_allclose(grad, p - y, atol=1e-12)
 
 
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3)])  # both Gram orientations
+def test_pinv_solve_one_right_hand_side_is_a_vector(x64, shape):
+    """e of shape [n] is one right-hand side: x = pinv(a) e of shape [k] (it was the [k, n]
+    outer-product-like broadcast)."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=shape)
+    e = rng.normal(size=shape[0])
+    ref = np.linalg.pinv(a) @ e
+    exact = g.PinvConfig(rtol=1e-12, atol=1e-14)
+    for solver in ("gram", "svd", "rsvd"):
+        cfg = g.PinvConfig(rtol=1e-12, atol=1e-14, solver=solver)
+        x, rank, _ = g.pinv_solve(jnp.asarray(a), jnp.asarray(e), cfg)
+        assert x.shape == (shape[1],)
+        np.testing.assert_allclose(x, ref, rtol=1e-9, atol=1e-11)
+        assert int(rank) == min(shape)
+    xm, _, _ = g.pinv_solve(jnp.asarray(a), jnp.asarray(e[:, None]), exact)
+    np.testing.assert_allclose(xm[:, 0], ref, rtol=1e-9, atol=1e-11)
+
+
+def test_pinv_solve_checks_shapes():
+    a = jnp.ones((4, 5))
+    with pytest.raises(ValueError, match=r"pinv_solve: a must have rank 2, got shape \(4,\)"):
+        g.pinv_solve(jnp.ones(4), jnp.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"pinv_solve: e must have one row per row of a .*"
+                                         r"got shape \(3, 2\)"):
+        g.pinv_solve(a, jnp.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"pinv_solve: e must have rank 1 or 2"):
+        g.pinv_solve(a, jnp.ones((4, 2, 1)))
+    with pytest.raises(ValueError, match=r"regularized_pinv: a must have rank 2"):
+        g.regularized_pinv(jnp.ones((2, 3, 4)))
+    with pytest.raises(TypeError, match=r"pinv_solve: config must be a PinvConfig"):
+        g.pinv_solve(a, jnp.ones(4), "svd")
+
+
 def test_softmax_newton_target_is_finite_for_confident_predictions():
     """float32 logit margins of 90 and 100 underflow p_c of the other classes to 0; the
     target is still the closed form mean(r) - r, r = y / p, taken in float64 (it was NaN)."""
