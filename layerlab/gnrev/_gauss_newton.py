@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from layerlab._checks import check_array, check_labels
+from layerlab._checks import check_array, check_choice, check_labels
 from layerlab._linalg import eigh, qr, thin_svd
 
 from ._revmlp import (
@@ -270,6 +270,16 @@ def regularized_pinv(
     return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), config, key=key)
 
 
+def _check_pinv(pinv, fn: str) -> PinvConfig:
+    """``pinv`` as a :class:`PinvConfig` (``None``: the default one)."""
+    if pinv is None:
+        return PinvConfig()
+    if not isinstance(pinv, PinvConfig):
+        raise TypeError(f"{fn}: pinv must be a PinvConfig (e.g. PinvConfig(method='damp')) "
+                        f"or None, got {pinv!r}.")
+    return pinv
+
+
 def _act_jvp(z, dz, linear, activation):
     """Tangent of ``σ`` (or identity in a linear block) at ``z`` along ``dz``."""
     _, t = jax.jvp(activation, (z,), (dz,))
@@ -313,9 +323,9 @@ def gn_direction(
     Args:
       params: trainable pytree (``[L, ...]`` stacked), from :func:`revmlp_init`.
       frozen: :class:`RevMLPFrozen`.
-      x: ``[n, d]`` inputs (samples as rows).
+      x: ``[n, d]`` inputs (samples as rows, ``n >= 1``), in the parameters' dtype.
       target: ``[n, d]`` output-space error ``ε`` (e.g. ``∇_f L`` mapped through the readout:
-        ``ε_logits Pᵀ``).
+        ``ε_logits Pᵀ``), in the parameters' dtype (cast it with ``.astype``).
       y: optional ``[n, d]`` body output ``revmlp_apply(params, frozen, x)`` if already known.
       pinv: :class:`PinvConfig` (regularisation of App. K and solver; default truncation at
         1% / 1e-5 with the Gram solver, as in §5).
@@ -344,20 +354,28 @@ def gn_direction(
     References:
       Prop. 4.4, Theorem 4.3, Eqs. (5), (14)–(15) and App. N of Buffelli et al. 2024.
     """
+    fn = "gn_direction"
     dim = 2 * params["b1"].shape[1]
-    _check_x(x, dim)
-    _check_x(target, dim, "target")
-    _check_params(params, frozen, dim)
+    dtype = params["b1"].dtype
+    _check_params(params, frozen, dim, fn=fn)
+    x = _check_x(x, dim, dtype=dtype, fn=fn)
+    target = _check_x(target, dim, "target", dtype=dtype, fn=fn)
     if target.shape != x.shape:
-        raise ValueError(f"target shape {target.shape} must equal x shape {x.shape}")
-    cfg = PinvConfig() if pinv is None else pinv
-    if not isinstance(cfg, PinvConfig):
-        raise TypeError(
-            f"pinv must be a PinvConfig (e.g. PinvConfig(method='damp')), got {pinv!r}")
-    if combine not in COMBINE:
-        raise ValueError(f"combine must be one of {COMBINE}, got {combine!r}")
+        raise ValueError(f"gn_direction: target must have the shape of x {tuple(x.shape)} "
+                         f"(one output-space error per sample), got {tuple(target.shape)}.")
+    if x.shape[0] == 0:
+        raise ValueError(f"gn_direction: x must hold at least one sample (row), got shape "
+                         f"{tuple(x.shape)}.")
+    if y is not None:
+        y = _check_x(y, dim, "y", dtype=dtype, fn=fn)
+        if y.shape != x.shape:
+            raise ValueError(f"gn_direction: y (the body output of x) must have the shape of x "
+                             f"{tuple(x.shape)}, got {tuple(y.shape)}.")
+    cfg = _check_pinv(pinv, fn)
+    check_choice(combine, "combine", COMBINE, fn=fn)
     if cfg.method == "noise" and key is None:
-        raise ValueError("PinvConfig(method='noise') needs key=jax.random.key(...)")
+        raise ValueError("gn_direction: PinvConfig(method='noise') needs "
+                         "key=jax.random.key(...).")
     n = x.shape[0]
     depth = frozen.depth
     check_rank_bounds(n, frozen, params["w1"].shape[1])

@@ -74,26 +74,30 @@ class RevMLPFrozen:
         return self.linear.shape[0]
 
 
-def check_finite(x, name: str) -> None:
+def check_finite(x, name: str, fn: str | None = None) -> None:
     """Raise ``ValueError`` if a concrete array has NaN/inf entries (no-op under tracing)."""
     _checks.check_finite(
-        x, name, hint="clean the data (or lower the learning rate if it came from training)."
+        x, name, fn=fn,
+        hint="clean the data (or lower the learning rate if it came from training).",
     )
 
 
-def _check_x(x, dim: int, name: str = "x", dtype=None) -> None:
-    _checks.check_array(x, name, kind="float")
+def _check_x(x, dim: int, name: str = "x", dtype=None, fn: str | None = None) -> jax.Array:
+    """``x`` as a float ``[n, dim]`` array of the parameters' ``dtype``; returns it."""
+    x = _checks.check_array(x, name, fn=fn, kind="float")
+    where = f"{fn}: " if fn else ""
     if dtype is not None and x.dtype != dtype:
         raise TypeError(
-            f"{name} has dtype {x.dtype} but the parameters are {dtype}; cast it with "
+            f"{where}{name} has dtype {x.dtype} but the parameters are {dtype}; cast it with "
             f"{name}.astype(jnp.{jnp.dtype(dtype).name}) (the reversible blocks keep one dtype)."
         )
     if x.ndim != 2 or x.shape[1] != dim:
         raise ValueError(
-            f"{name} must have shape (n, {dim}) with samples as rows, got {x.shape}; "
-            "flatten images first (layerlab.data.flatten)."
+            f"{where}{name} must have shape (n, {dim}) with samples as rows, got "
+            f"{tuple(x.shape)}; flatten images first (layerlab.data.flatten)."
         )
-    check_finite(x, name)
+    check_finite(x, name, fn=fn)
+    return x
 
 
 def revmlp_init(
@@ -222,14 +226,35 @@ def _frozen_xs(frozen: RevMLPFrozen) -> dict:
     return {"v1": frozen.v1, "v2": frozen.v2, "linear": frozen.linear}
 
 
-def _check_params(params, frozen: RevMLPFrozen, dim: int) -> None:
+def _check_params(params, frozen: RevMLPFrozen, dim: int, fn: str | None = None) -> None:
+    """Static: ``params`` and ``frozen`` describe one net on ``dim`` features."""
+    where = f"{fn}: " if fn else ""
     h = dim // 2
     w = params["w1"]
+    same = "were params and frozen made by the same revmlp_init?"
     if w.ndim != 3 or w.shape[0] != frozen.depth or w.shape[2] != h:
         raise ValueError(
-            f"params['w1'] has shape {w.shape}, expected (depth={frozen.depth}, d', {h}) for "
-            f"inputs of dimension {dim}; were params and frozen made by the same revmlp_init?"
+            f"{where}params['w1'] has shape {tuple(w.shape)}, expected (depth={frozen.depth}, "
+            f"d', {h}) for inputs of dimension {dim}; {same}"
         )
+    if frozen.v1 is None:
+        if w.shape[1] != h:
+            raise ValueError(
+                f"{where}params['w1'] has shape {tuple(w.shape)}, but without a bottleneck "
+                f"(frozen.v1 is None) d' = d/2 = {h}; {same}")
+        return
+    for name in ("v1", "v2"):
+        v = getattr(frozen, name)
+        if tuple(v.shape) != (frozen.depth, h, w.shape[1]):
+            raise ValueError(
+                f"{where}frozen.{name} has shape {tuple(v.shape)}, expected "
+                f"(depth={frozen.depth}, {h}, d'={w.shape[1]}) to match params['w1'] "
+                f"{tuple(w.shape)}; {same}")
+        if jnp.promote_types(v.dtype, w.dtype) != w.dtype:
+            raise TypeError(
+                f"{where}frozen.{name} has dtype {v.dtype}, wider than the parameters' "
+                f"{w.dtype}; cast it with frozen.{name}.astype(jnp.{jnp.dtype(w.dtype).name}) "
+                "(dataclasses.replace), or make both with one revmlp_init(dtype=...).")
 
 
 def revmlp_apply(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
@@ -250,9 +275,9 @@ def revmlp_apply(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
     References:
       Eqs. (14)–(15) of Buffelli et al. 2024.
     """
-    x = _checks.check_array(x, "x", fn="revmlp_apply", kind="float")
-    _check_x(x, 2 * params["b1"].shape[1], dtype=params["b1"].dtype)
-    _check_params(params, frozen, x.shape[1])
+    dim = 2 * params["b1"].shape[1]
+    _check_params(params, frozen, dim, fn="revmlp_apply")
+    x = _check_x(x, dim, dtype=params["b1"].dtype, fn="revmlp_apply")
 
     def body(xc, pf):
         p, f = pf
@@ -266,8 +291,11 @@ def revmlp_hidden(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array
     """All block outputs ``x_0 .. x_L``; ``[L+1, n, d]`` (``[0]`` is the input).
 
     Used by the representation probes (CKA of each block with its initial value, Fig. 4c–e).
+    Checks its arguments as :func:`revmlp_apply` does.
     """
-    _check_x(x, 2 * params["b1"].shape[1])
+    dim = 2 * params["b1"].shape[1]
+    _check_params(params, frozen, dim, fn="revmlp_hidden")
+    x = _check_x(x, dim, dtype=params["b1"].dtype, fn="revmlp_hidden")
 
     def body(xc, pf):
         p, f = pf
@@ -296,8 +324,9 @@ def revmlp_inverse(params: dict, frozen: RevMLPFrozen, y: jax.Array) -> jax.Arra
     References:
       §4.2 of Buffelli et al. 2024 (reversible blocks, Eqs. 14–15 inverted).
     """
-    _check_x(y, 2 * params["b1"].shape[1], "y")
-    _check_params(params, frozen, y.shape[1])
+    dim = 2 * params["b1"].shape[1]
+    _check_params(params, frozen, dim, fn="revmlp_inverse")
+    y = _check_x(y, dim, "y", dtype=params["b1"].dtype, fn="revmlp_inverse")
 
     def body(yc, pf):
         p, f = pf

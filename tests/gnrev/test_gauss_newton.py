@@ -119,6 +119,33 @@ def test_bad_inputs(key):
         g.gn_direction(p, f, x, x)
 
 
+def test_target_dtype_must_match_the_parameters(key):
+    """A float64 target for a float32 net is refused by name, as revmlp_apply refuses x (it
+    failed inside jax.jvp); lists are converted like arrays; n = 0 is refused."""
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=5)
+    x = jax.random.normal(jax.random.key(1), (4, 6))
+    eps = jax.random.normal(jax.random.key(2), (4, 6))
+    with jax.enable_x64(True):
+        with pytest.raises(TypeError, match=r"^gn_direction: target has dtype float64 but the "
+                                            r"parameters are float32; cast it with "
+                                            r"target\.astype\(jnp\.float32\)"):
+            g.gn_direction(p, f, x, eps.astype(jnp.float64))
+        with pytest.raises(TypeError, match=r"^gn_direction: x has dtype float64"):
+            g.gn_direction(p, f, x.astype(jnp.float64), eps)
+        with pytest.raises(TypeError, match=r"^gn_direction: y has dtype float64"):
+            g.gn_direction(p, f, x, eps, y=g.revmlp_apply(p, f, x).astype(jnp.float64))
+    ref = g.gn_direction(p, f, x, eps)
+    got = g.gn_direction(p, f, np.asarray(x).tolist(), np.asarray(eps).tolist())
+    for k in p:
+        np.testing.assert_array_equal(got[k], ref[k])
+    with pytest.raises(ValueError, match=r"gn_direction: x must hold at least one sample"):
+        g.gn_direction(p, f, jnp.zeros((0, 6)), jnp.zeros((0, 6)))
+    with pytest.raises(ValueError, match=r"gn_direction: y .* must have the shape of x"):
+        g.gn_direction(p, f, x, eps, y=x[:3])
+    with pytest.raises(ValueError, match=r"gn_direction: target must have the shape of x"):
+        g.gn_direction(p, f, x, eps[:3])
+
+
 def _matrix(s, n, k, seed=0):
     rng = np.random.default_rng(seed)
     u, _ = np.linalg.qr(rng.normal(size=(n, len(s))))

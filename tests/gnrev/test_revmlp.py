@@ -129,3 +129,29 @@ def test_bottleneck_keeps_the_parameter_dtype(key):
     assert yb.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(yb, np.float64), _numpy_forward(pb, fb, xb),
                                rtol=0.05, atol=0.05)
+
+
+def test_hidden_and_inverse_check_like_apply(key):
+    """revmlp_hidden / revmlp_inverse refuse another dtype than the parameters' by name (a
+    float64 x went through revmlp_hidden silently, float32 inputs to a float64 net failed in
+    the scan), and every function refuses a frozen of another net."""
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=5)
+    x = jax.random.normal(jax.random.key(1), (4, 6))
+    with jax.enable_x64(True):
+        for fn, arg in ((g.revmlp_apply, "x"), (g.revmlp_hidden, "x"), (g.revmlp_inverse, "y")):
+            with pytest.raises(TypeError, match=rf"^{fn.__name__}: {arg} has dtype float64 but "
+                                                r"the parameters are float32"):
+                fn(p, f, x.astype(jnp.float64))
+        p64, f64 = g.revmlp_init(key, 6, 2, bottleneck=5, dtype=jnp.float64)
+        with pytest.raises(TypeError, match=r"^revmlp_hidden: x has dtype float32 but the "
+                                            r"parameters are float64"):
+            g.revmlp_hidden(p64, f64, x)
+        with pytest.raises(TypeError, match=r"^revmlp_apply: frozen.v1 has dtype float64, "
+                                            r"wider than the parameters' float32"):
+            g.revmlp_apply(p, f64, x)
+    _, f7 = g.revmlp_init(key, 6, 2, bottleneck=7)
+    with pytest.raises(ValueError, match=r"^revmlp_hidden: frozen.v1 has shape \(2, 3, 7\), "
+                                         r"expected \(depth=2, 3, d'=5\)"):
+        g.revmlp_hidden(p, f7, x)
+    hs = g.revmlp_hidden(p, f, np.asarray(x).tolist())  # lists are converted
+    np.testing.assert_allclose(hs[-1], g.revmlp_apply(p, f, x), rtol=1e-6)
