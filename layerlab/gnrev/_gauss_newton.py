@@ -176,6 +176,12 @@ def pinv_solve(
     XLA:CPU's 2-thread intra-op pool (jaxlib 0.10.2; docs/gnrev.md).  The ``"gram"`` solver is
     differentiable; ``"svd"`` and ``"rsvd"`` are not.
 
+    Half precision: a ``bfloat16`` or ``float16`` system is solved in float32 (the
+    factorisations have no half-precision kernels, and the Gram solver's squared singular
+    values would lose all but the largest few) and ``x`` is cast back to the inputs' dtype;
+    ``cond`` stays float32 (float16 overflows at 65504).  The noise of ``"noise"`` and the
+    ``"rsvd"`` probes are then float32 draws too.
+
     Args:
       a: ``[n, k]`` matrix.
       e: ``[n, m]`` right-hand sides, or one right-hand side ``[n]``.
@@ -201,10 +207,12 @@ def pinv_solve(
         raise ValueError(
             f"pinv_solve: e must have one row per row of a (a has shape {tuple(a.shape)}: "
             f"e of shape ({a.shape[0]},) or ({a.shape[0]}, m)), got shape {tuple(e.shape)}.")
-    if e.ndim == 1:  # one right-hand side: solve it as a column, return a vector
-        x, rank, cond = _pinv_solve(a, e[:, None], cfg, key)
-        return x[:, 0], rank, cond
-    return _pinv_solve(a, e, cfg, key)
+    out = jnp.result_type(a.dtype, e.dtype)
+    if jnp.finfo(out).bits < 32:  # bfloat16 / float16: factorise in float32 (see above)
+        a, e = a.astype(jnp.float32), e.astype(jnp.float32)
+    vec = e.ndim == 1  # one right-hand side: solve it as a column, return a vector
+    x, rank, cond = _pinv_solve(a, e[:, None] if vec else e, cfg, key)
+    return (x[:, 0] if vec else x).astype(out), rank, cond
 
 
 def _pinv_solve(a, e, cfg: PinvConfig, key):
@@ -217,7 +225,7 @@ def _pinv_solve(a, e, cfg: PinvConfig, key):
                              "(key=jax.random.key(...)).")
         a = a + cfg.noise_scale * jnp.std(a) * jax.random.normal(key, a.shape, a.dtype)
     n, k = a.shape
-    eps = float(np.finfo(np.dtype(a.dtype)).eps)
+    eps = float(jnp.finfo(a.dtype).eps)
     if solver == "svd":
         u, s, wt = thin_svd(a)
         phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
@@ -318,7 +326,9 @@ def gn_direction(
     ``α_per_block = α_average / L``; their learning rates (0.1 mini-batch and 0.5 full batch on
     MNIST, 1.0 on CIFAR-10) are in this convention.
 
-    Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a forward pass.
+    Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a forward pass.  A bfloat16 or
+    float16 net takes its pseudo-inverses in float32 (:func:`pinv_solve`); ``delta`` has the
+    parameters' dtype.
 
     Args:
       params: trainable pytree (``[L, ...]`` stacked), from :func:`revmlp_init`.

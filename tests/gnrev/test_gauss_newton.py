@@ -244,6 +244,37 @@ def test_pinv_solve_checks_shapes():
         g.pinv_solve(a, jnp.ones(4), "svd")
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_precision_is_solved_in_float32(key, dtype):
+    """bfloat16 / float16 reach the GN solve (np.finfo(bfloat16) and float16 eigh failed):
+    the pseudo-inverse is taken in float32 and cast back; checked against float64 NumPy."""
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.normal(size=(4, 9)), dtype)
+    e = jnp.asarray(rng.normal(size=(4, 2)), dtype)
+    ref = np.linalg.pinv(np.asarray(a, np.float64)) @ np.asarray(e, np.float64)
+    x, rank, cond = g.pinv_solve(a, e)
+    assert x.dtype == dtype and cond.dtype == jnp.float32 and int(rank) == 4
+    np.testing.assert_allclose(np.asarray(x, np.float64), ref, rtol=0, atol=0.02)
+    if dtype == jnp.float16:
+        return  # the same path as bfloat16 below
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=8)
+    x = jax.random.normal(jax.random.key(1), (4, 6))
+    eps = jax.random.normal(jax.random.key(2), (4, 6))
+
+    def cast(t, dt):
+        return jax.tree.map(
+            lambda v: v.astype(dt) if jnp.issubdtype(v.dtype, jnp.floating) else v, t)
+
+    @jax.jit
+    def run(p, f, x, eps):  # the direction in half precision, J d = eps checked in float32
+        d = g.gn_direction(*cast((p, f, x, eps), dtype))
+        return d, g.gn_residual(p, f, x, cast(d, jnp.float32), eps)
+
+    d, res = run(p, f, x, eps)
+    assert all(d[k].dtype == dtype for k in d)
+    assert float(res) < 0.03  # bfloat16 keeps 8 significant bits
+
+
 def test_softmax_newton_target_is_finite_for_confident_predictions():
     """float32 logit margins of 90 and 100 underflow p_c of the other classes to 0; the
     target is still the closed form mean(r) - r, r = y / p, taken in float64 (it was NaN)."""
