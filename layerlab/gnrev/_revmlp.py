@@ -368,7 +368,27 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
-def rank_bounds(frozen: RevMLPFrozen, bottleneck: int) -> list[int] | None:
+def _bottleneck_width(frozen: RevMLPFrozen, bottleneck, fn: str) -> int:
+    """``d'``: from ``frozen.v1`` (``[L, h, d']``) when there is a bottleneck, where an
+    explicit ``bottleneck`` must agree; else the explicit value (``= h``)."""
+    if not isinstance(frozen, RevMLPFrozen):
+        raise TypeError(f"{fn}: frozen must be a RevMLPFrozen (from revmlp_init), got "
+                        f"{type(frozen).__name__}.")
+    bottleneck = _checks.check_int(bottleneck, "bottleneck", fn=fn, min_value=1,
+                                   allow_none=True)
+    if frozen.v1 is not None:
+        dp = int(frozen.v1.shape[-1])
+        if bottleneck is not None and bottleneck != dp:
+            raise ValueError(f"{fn}: bottleneck={bottleneck} contradicts frozen.v1 of shape "
+                             f"{tuple(frozen.v1.shape)} (d' = {dp}); pass None or {dp}.")
+        return dp
+    if bottleneck is None:
+        raise ValueError(f"{fn}: a net without bottleneck (frozen.v1 is None) has d' = d/2, "
+                         "which frozen does not hold; pass bottleneck=params['w1'].shape[1].")
+    return bottleneck
+
+
+def rank_bounds(frozen: RevMLPFrozen, bottleneck: int | None = None) -> list[int] | None:
     """Largest possible rank of each block's pseudo-inverse matrices ``[σ(x V), 1]``.
 
     A block with a nonlinearity has ``d' + 1`` columns (rank ``<= d' + 1``); a linear block
@@ -378,20 +398,23 @@ def rank_bounds(frozen: RevMLPFrozen, bottleneck: int) -> list[int] | None:
 
     Args:
       frozen: :class:`RevMLPFrozen`.
-      bottleneck: ``d'`` (``params["w1"].shape[1]``).
+      bottleneck: ``d'`` (``params["w1"].shape[1]``); ``None`` reads it from ``frozen.v1``.
+        Needed for a net without bottleneck (``d' = d/2``, which ``frozen`` does not hold);
+        with a bottleneck it must equal ``frozen.v1.shape[-1]``.
 
     Returns:
       ``[L]`` ints, or ``None`` when ``frozen.linear`` is traced (not known on the host).
     """
+    dp = _bottleneck_width(frozen, bottleneck, "rank_bounds")
     try:
         linear = np.asarray(frozen.linear)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return None
-    h = bottleneck if frozen.v1 is None else int(frozen.v1.shape[1])
-    return [(min(h, bottleneck) if lin else bottleneck) + 1 for lin in linear.tolist()]
+    h = dp if frozen.v1 is None else int(frozen.v1.shape[1])
+    return [(min(h, dp) if lin else dp) + 1 for lin in linear.tolist()]
 
 
-def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int) -> list[int]:
+def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int | None = None) -> list[int]:
     """Warn (once per call site and message) when a block's rank bound is below ``n``.
 
     Names every block whose ``[σ(x V), 1]`` cannot reach rank ``n`` (see :func:`rank_bounds`),
@@ -399,12 +422,18 @@ def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int) -> list[int
     certificate measures by how much).  Under ``jit`` the warning is raised once, at trace
     time.  When ``frozen.linear`` is traced only the nonlinear bound ``d'+1`` is checked.
 
+    Args:
+      n: the batch size (rows of ``x``).
+      frozen, bottleneck: as in :func:`rank_bounds`.
+
     Returns:
       the indices of the rank-deficient blocks.
     """
-    bounds = rank_bounds(frozen, bottleneck)
+    n = _checks.check_int(n, "n", fn="check_rank_bounds", min_value=0)
+    dp = _bottleneck_width(frozen, bottleneck, "check_rank_bounds")
+    bounds = rank_bounds(frozen, dp)
     if bounds is None:
-        bounds = [bottleneck + 1] * frozen.depth
+        bounds = [dp + 1] * frozen.depth
     bad = [i for i, b in enumerate(bounds) if b < n]
     if bad:
         what = ", ".join(

@@ -155,3 +155,28 @@ def test_hidden_and_inverse_check_like_apply(key):
         g.revmlp_hidden(p, f7, x)
     hs = g.revmlp_hidden(p, f, np.asarray(x).tolist())  # lists are converted
     np.testing.assert_allclose(hs[-1], g.revmlp_apply(p, f, x), rtol=1e-6)
+
+
+def test_rank_bounds_reads_the_width_from_frozen(key):
+    """rank_bounds(frozen) takes d' from frozen.v1 (it raised a TypeError with None); the
+    bounds are the ranks numpy finds in [σ(x V), 1] for many samples; a contradicting or a
+    missing width is named."""
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=7, first_linear=True)
+    bounds = g.rank_bounds(f, None)
+    assert bounds == g.rank_bounds(f, 7) == [4, 8]  # linear: min(h=3, d'=7)+1; ReLU: d'+1
+    x2 = np.random.default_rng(0).normal(size=(40, 3))
+    ones = np.ones((40, 1))
+    v1 = np.asarray(f.v1, np.float64)
+    ranks = [np.linalg.matrix_rank(np.hstack([x2 @ v1[0], ones])),
+             np.linalg.matrix_rank(np.hstack([np.maximum(x2 @ v1[1], 0), ones]))]
+    assert ranks == bounds
+    with pytest.raises(ValueError, match=r"^rank_bounds: bottleneck=100 contradicts frozen.v1 "
+                                         r"of shape \(2, 3, 7\) \(d' = 7\)"):
+        g.rank_bounds(f, 100)
+    _, f0 = g.revmlp_init(key, 6, 2)  # no bottleneck: d' = h = 3 is not in frozen
+    with pytest.raises(ValueError, match=r"^rank_bounds: a net without bottleneck .* pass "
+                                         r"bottleneck=params\['w1'\]\.shape\[1\]"):
+        g.rank_bounds(f0)
+    assert g.rank_bounds(f0, 3) == [4, 4]
+    with pytest.raises(TypeError, match=r"^rank_bounds: bottleneck must be an integer"):
+        g.rank_bounds(f0, 2.5)
