@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from layerlab._checks import check_array, check_choice, check_labels
+from layerlab._checks import check_array, check_choice, check_int, check_labels
 from layerlab._linalg import eigh, qr, thin_svd
 
 from ._revmlp import (
@@ -104,10 +104,9 @@ class PinvConfig:
                     and np.isfinite(v) and v >= 0):
                 raise ValueError(f"PinvConfig.{name} must be a finite real number >= 0 (a Python "
                                  f"or numpy scalar), got {v!r}")
-        for name in ("rank", "oversample", "power_iters"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 0):
-                raise ValueError(f"PinvConfig.{name} must be an int >= 0, got {v!r}")
+        for name in ("rank", "oversample", "power_iters"):  # stored as Python ints
+            object.__setattr__(
+                self, name, check_int(getattr(self, name), f"PinvConfig.{name}", min_value=0))
 
 
 class GNInfo(NamedTuple):
@@ -563,7 +562,12 @@ def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax
     Returns:
       scalar.
     """
+    logits = check_array(logits, "logits", fn="loss_value", ndim=2, kind="float")
+    check_choice(loss, "loss", ("ce", "mse"), fn="loss_value")
     y = _as_targets(labels, logits.shape[1], logits.dtype)
+    if y.shape[0] != logits.shape[0]:
+        raise ValueError(f"loss_value: labels have {y.shape[0]} rows but logits "
+                         f"{logits.shape[0]}; pass one label per sample.")
     if loss == "mse":
         return 0.5 * jnp.mean(jnp.sum((logits - y) ** 2, axis=-1))
     if loss == "ce":

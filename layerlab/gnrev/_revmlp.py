@@ -144,22 +144,23 @@ def revmlp_init(
     References:
       Eqs. (14)–(15) of Buffelli et al. 2024.
     """
+    fn = "revmlp_init"
+    dim = _checks.check_int(dim, "dim", fn=fn)
     if dim % 2 != 0 or dim < 2:
         raise ValueError(
-            f"dim must be even (it is split into two halves of size dim/2), got {dim}; "
+            f"{fn}: dim must be even (it is split into two halves of size dim/2), got {dim}; "
             "pad the input with one zero feature (e.g. jnp.pad(x, ((0, 0), (0, 1))))."
         )
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1 block, got {depth}")
+    depth = _checks.check_int(depth, "depth (blocks)", fn=fn, min_value=1)
     if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        raise ValueError(f"{fn}: init must be one of {INITS}, got {init!r}")
     h = dim // 2
     if not (np.isfinite(w_scale) and w_scale > 0):
         raise ValueError(f"revmlp_init: w_scale must be a positive factor on the init's scale, "
                          f"got {w_scale!r}")
-    if bottleneck is not None and bottleneck < 1:
-        raise ValueError(f"bottleneck must be a positive width or None, got {bottleneck}")
-    dp = h if bottleneck is None else int(bottleneck)
+    bottleneck = _checks.check_int(bottleneck, "bottleneck (a width, or None)", fn=fn,
+                                   min_value=1, allow_none=True)
+    dp = h if bottleneck is None else bottleneck
     k1, k2, k3, k4 = jax.random.split(key, 4)
     if init == "xavier_uniform":
         lim = w_scale * np.sqrt(6.0 / (dp + h))
@@ -358,9 +359,12 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
     References:
       Authors' code of Buffelli et al. 2024 (fixed QR projection to the logits).
     """
+    dim = _checks.check_int(dim, "dim", fn="readout_init", min_value=1)
+    num_outputs = _checks.check_int(num_outputs, "num_outputs", fn="readout_init", min_value=1)
     if num_outputs > dim:
         raise ValueError(
-            f"num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal columns"
+            f"readout_init: num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal "
+            "columns"
         )
     g = jax.random.normal(key, (dim, num_outputs), dtype)
     q, r = jnp.linalg.qr(g)

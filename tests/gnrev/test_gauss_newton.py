@@ -117,6 +117,21 @@ def test_bad_inputs(key):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # n = 3 <= d' + 1: no warning
         g.gn_direction(p, f, x, x)
+    # PinvConfig's integers: numpy integers are ints, bools and floats are not
+    assert g.PinvConfig(rank=np.int64(3)).rank == 3
+    assert type(g.PinvConfig(rank=np.int64(3)).rank) is int
+    for bad in (True, 2.0):
+        with pytest.raises(TypeError, match=r"^PinvConfig\.rank must be an integer"):
+            g.PinvConfig(rank=bad)
+    with pytest.raises(ValueError, match=r"^PinvConfig\.oversample must be >= 0, got -1"):
+        g.PinvConfig(oversample=-1)
+    # loss_value: logits [n, C] and one label per row, named
+    with pytest.raises(ValueError, match=r"^loss_value: logits must have rank 2"):
+        g.loss_value(jnp.ones(4), jnp.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match=r"^loss_value: labels have 3 rows but logits 4"):
+        g.loss_value(jnp.ones((4, 2)), jnp.array([0, 1, 0]))
+    with pytest.raises(ValueError, match=r"^loss_value: loss must be one of"):
+        g.loss_value(jnp.ones((4, 2)), jnp.array([0, 1, 0, 1]), loss="xent")
 
 
 def test_target_dtype_must_match_the_parameters(key):

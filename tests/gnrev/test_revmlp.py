@@ -75,11 +75,24 @@ def test_readout_orthonormal(key):
     np.testing.assert_allclose(P.T @ P, np.eye(5), atol=4 * 12 * np.finfo(np.float32).eps)
     with pytest.raises(ValueError, match="num_outputs"):
         g.readout_init(key, 4, 5)
+    for c in (0, -1):
+        with pytest.raises(ValueError, match=rf"^readout_init: num_outputs must be >= 1, "
+                                             rf"got {c}"):
+            g.readout_init(key, 4, c)
+    assert g.readout_init(key, 4, np.int64(2)).shape == (4, 2)
 
 
 def test_bad_inputs(key):
     with pytest.raises(ValueError, match="even"):
         g.revmlp_init(key, 5, 2)
+    with pytest.raises(TypeError, match=r"^revmlp_init: bottleneck \(a width, or None\) must "
+                                        r"be an integer, got float 2\.5"):
+        g.revmlp_init(key, 6, 2, bottleneck=2.5)  # was silently truncated to 2
+    with pytest.raises(TypeError, match=r"^revmlp_init: depth \(blocks\) must be an integer"):
+        g.revmlp_init(key, 6, 2.5)
+    with pytest.raises(ValueError, match=r"^revmlp_init: depth \(blocks\) must be >= 1"):
+        g.revmlp_init(key, 6, 0)
+    assert g.revmlp_init(key, 6, 2, bottleneck=np.int64(4))[0]["w1"].shape == (2, 4, 3)
     p, f = g.revmlp_init(key, 6, 2, bottleneck=8)
     with pytest.raises(ValueError, match=r"shape \(n, 6\)"):
         g.revmlp_apply(p, f, jnp.ones((3, 4)))
