@@ -23,7 +23,11 @@ Conventions (read this once; every function in ``layerlab.gnrev`` follows it):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import os
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -450,9 +454,35 @@ def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int | None = Non
             "metrics). Use a batch n <= every bound, a bottleneck d' >= n, or no linear first "
             "block (first_linear=False).",
             UserWarning,
-            stacklevel=3,
+            stacklevel=_user_stacklevel(),
         )
     return bad
+
+
+def _internal_paths() -> tuple[str, ...]:
+    import jaxlib
+
+    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # layerlab/
+    dirs += [os.path.dirname(os.path.abspath(m.__file__)) for m in (jax, jaxlib)]
+    return tuple(d + os.sep for d in dirs)
+
+
+_INTERNAL_DIRS = _internal_paths()
+_INTERNAL_FILES = tuple(os.path.abspath(m.__file__) for m in (contextlib, functools))
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` for a ``warnings.warn`` made by the caller of this function: the first
+    frame outside layerlab, JAX and stdlib wrappers, i.e. the user's call of ``gn_direction``,
+    of ``gn_step``'s step, or of ``loop.fit`` that traces it (2, the warner's caller, when
+    every frame is internal)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not (name.startswith(_INTERNAL_DIRS) or name in _INTERNAL_FILES):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
 
 
 def _is_linear(frozen: RevMLPFrozen, i: int) -> bool:
