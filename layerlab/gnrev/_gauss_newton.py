@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from layerlab._checks import check_array, check_labels
+from layerlab._checks import check_array, check_choice, check_int, check_labels
 from layerlab._linalg import eigh, qr, thin_svd
 
 from ._revmlp import (
@@ -104,10 +104,9 @@ class PinvConfig:
                     and np.isfinite(v) and v >= 0):
                 raise ValueError(f"PinvConfig.{name} must be a finite real number >= 0 (a Python "
                                  f"or numpy scalar), got {v!r}")
-        for name in ("rank", "oversample", "power_iters"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 0):
-                raise ValueError(f"PinvConfig.{name} must be an int >= 0, got {v!r}")
+        for name in ("rank", "oversample", "power_iters"):  # stored as Python ints
+            object.__setattr__(
+                self, name, check_int(getattr(self, name), f"PinvConfig.{name}", min_value=0))
 
 
 class GNInfo(NamedTuple):
@@ -176,32 +175,56 @@ def pinv_solve(
     XLA:CPU's 2-thread intra-op pool (jaxlib 0.10.2; docs/gnrev.md).  The ``"gram"`` solver is
     differentiable; ``"svd"`` and ``"rsvd"`` are not.
 
+    Half precision: a ``bfloat16`` or ``float16`` system is solved in float32 (the
+    factorisations have no half-precision kernels, and the Gram solver's squared singular
+    values would lose all but the largest few) and ``x`` is cast back to the inputs' dtype;
+    ``cond`` stays float32 (float16 overflows at 65504).  The noise of ``"noise"`` and the
+    ``"rsvd"`` probes are then float32 draws too.
+
     Args:
       a: ``[n, k]`` matrix.
-      e: ``[n, m]`` right-hand sides.
+      e: ``[n, m]`` right-hand sides, or one right-hand side ``[n]``.
       config: :class:`PinvConfig` (default: truncation at ``rtol=1%``, ``atol=1e-5``, Gram
         solver); ``"noise"`` draws ``jax.random.normal(key, a.shape)``.
       key: PRNG key for ``method="noise"`` (and the ``"rsvd"`` sketch; a fixed key when
         ``None``).
 
     Returns:
-      ``(x, rank, cond)``: ``x`` ``[k, m]``, ``rank`` (int scalar, kept singular values) and
-      ``cond`` (scalar, condition number of the regularised inverse).
+      ``(x, rank, cond)``: ``x`` ``[k, m]`` (``[k]`` for ``e`` of shape ``[n]``), ``rank``
+      (int scalar, kept singular values) and ``cond`` (scalar, condition number of the
+      regularised inverse).
 
     References:
       App. K of Buffelli et al. 2024 (pseudo-inverse regularisations).
     """
     cfg = PinvConfig() if config is None else config
     if not isinstance(cfg, PinvConfig):
-        raise TypeError(f"config must be a PinvConfig, got {type(cfg).__name__}")
+        raise TypeError(f"pinv_solve: config must be a PinvConfig, got {type(cfg).__name__}.")
+    a = check_array(a, "a", fn="pinv_solve", ndim=2, kind="float")
+    e = check_array(e, "e", fn="pinv_solve", ndim=(1, 2), kind="real")
+    if e.shape[0] != a.shape[0]:
+        raise ValueError(
+            f"pinv_solve: e must have one row per row of a (a has shape {tuple(a.shape)}: "
+            f"e of shape ({a.shape[0]},) or ({a.shape[0]}, m)), got shape {tuple(e.shape)}.")
+    out = jnp.result_type(a.dtype, e.dtype)
+    if jnp.finfo(out).bits < 32:  # bfloat16 / float16: factorise in float32 (see above)
+        a, e = a.astype(jnp.float32), e.astype(jnp.float32)
+    vec = e.ndim == 1  # one right-hand side: solve it as a column, return a vector
+    x, rank, cond = _pinv_solve(a, e[:, None] if vec else e, cfg, key)
+    return (x[:, 0] if vec else x).astype(out), rank, cond
+
+
+def _pinv_solve(a, e, cfg: PinvConfig, key):
+    """:func:`pinv_solve` on checked ``a`` ``[n, k]`` and ``e`` ``[n, m]``."""
     method, rtol, atol, damping = cfg.method, cfg.rtol, cfg.atol, cfg.damping
     solver = cfg.solver
     if method == "noise":
         if key is None:
-            raise ValueError("pinv method 'noise' needs a PRNG key (key=jax.random.key(...))")
+            raise ValueError("pinv_solve: PinvConfig(method='noise') needs a PRNG key "
+                             "(key=jax.random.key(...)).")
         a = a + cfg.noise_scale * jnp.std(a) * jax.random.normal(key, a.shape, a.dtype)
     n, k = a.shape
-    eps = float(np.finfo(np.dtype(a.dtype)).eps)
+    eps = float(jnp.finfo(a.dtype).eps)
     if solver == "svd":
         u, s, wt = thin_svd(a)
         phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
@@ -250,7 +273,18 @@ def regularized_pinv(
 
     Returns ``(a_pinv, rank, cond)``.
     """
+    a = check_array(a, "a", fn="regularized_pinv", ndim=2, kind="float")
     return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), config, key=key)
+
+
+def _check_pinv(pinv, fn: str) -> PinvConfig:
+    """``pinv`` as a :class:`PinvConfig` (``None``: the default one)."""
+    if pinv is None:
+        return PinvConfig()
+    if not isinstance(pinv, PinvConfig):
+        raise TypeError(f"{fn}: pinv must be a PinvConfig (e.g. PinvConfig(method='damp')) "
+                        f"or None, got {pinv!r}.")
+    return pinv
 
 
 def _act_jvp(z, dz, linear, activation):
@@ -291,14 +325,16 @@ def gn_direction(
     ``α_per_block = α_average / L``; their learning rates (0.1 mini-batch and 0.5 full batch on
     MNIST, 1.0 on CIFAR-10) are in this convention.
 
-    Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a forward pass.
+    Cost ``O(L n d d' + L n² d')`` (Gram matrices), memory of a forward pass.  A bfloat16 or
+    float16 net takes its pseudo-inverses in float32 (:func:`pinv_solve`); ``delta`` has the
+    parameters' dtype.
 
     Args:
       params: trainable pytree (``[L, ...]`` stacked), from :func:`revmlp_init`.
       frozen: :class:`RevMLPFrozen`.
-      x: ``[n, d]`` inputs (samples as rows).
+      x: ``[n, d]`` inputs (samples as rows, ``n >= 1``), in the parameters' dtype.
       target: ``[n, d]`` output-space error ``ε`` (e.g. ``∇_f L`` mapped through the readout:
-        ``ε_logits Pᵀ``).
+        ``ε_logits Pᵀ``), in the parameters' dtype (cast it with ``.astype``).
       y: optional ``[n, d]`` body output ``revmlp_apply(params, frozen, x)`` if already known.
       pinv: :class:`PinvConfig` (regularisation of App. K and solver; default truncation at
         1% / 1e-5 with the Gram solver, as in §5).
@@ -327,20 +363,28 @@ def gn_direction(
     References:
       Prop. 4.4, Theorem 4.3, Eqs. (5), (14)–(15) and App. N of Buffelli et al. 2024.
     """
+    fn = "gn_direction"
     dim = 2 * params["b1"].shape[1]
-    _check_x(x, dim)
-    _check_x(target, dim, "target")
-    _check_params(params, frozen, dim)
+    dtype = params["b1"].dtype
+    _check_params(params, frozen, dim, fn=fn)
+    x = _check_x(x, dim, dtype=dtype, fn=fn)
+    target = _check_x(target, dim, "target", dtype=dtype, fn=fn)
     if target.shape != x.shape:
-        raise ValueError(f"target shape {target.shape} must equal x shape {x.shape}")
-    cfg = PinvConfig() if pinv is None else pinv
-    if not isinstance(cfg, PinvConfig):
-        raise TypeError(
-            f"pinv must be a PinvConfig (e.g. PinvConfig(method='damp')), got {pinv!r}")
-    if combine not in COMBINE:
-        raise ValueError(f"combine must be one of {COMBINE}, got {combine!r}")
+        raise ValueError(f"gn_direction: target must have the shape of x {tuple(x.shape)} "
+                         f"(one output-space error per sample), got {tuple(target.shape)}.")
+    if x.shape[0] == 0:
+        raise ValueError(f"gn_direction: x must hold at least one sample (row), got shape "
+                         f"{tuple(x.shape)}.")
+    if y is not None:
+        y = _check_x(y, dim, "y", dtype=dtype, fn=fn)
+        if y.shape != x.shape:
+            raise ValueError(f"gn_direction: y (the body output of x) must have the shape of x "
+                             f"{tuple(x.shape)}, got {tuple(y.shape)}.")
+    cfg = _check_pinv(pinv, fn)
+    check_choice(combine, "combine", COMBINE, fn=fn)
     if cfg.method == "noise" and key is None:
-        raise ValueError("PinvConfig(method='noise') needs key=jax.random.key(...)")
+        raise ValueError("gn_direction: PinvConfig(method='noise') needs "
+                         "key=jax.random.key(...).")
     n = x.shape[0]
     depth = frozen.depth
     check_rank_bounds(n, frozen, params["w1"].shape[1])
@@ -439,7 +483,9 @@ def softmax_newton_target(logits: jax.Array, y: jax.Array) -> jax.Array:
 
     ``H`` is singular along ``1`` (and ``g ⊥ 1`` when ``Σ_c y_c = 1``); ``D⁻¹ g`` solves
     ``H u = g`` and removing its mean projects onto ``1^⊥``, the range of ``H``: that is
-    the minimum-norm solution, i.e. the Moore–Penrose one (needs ``p_c > 0``).
+    the minimum-norm solution, i.e. the Moore–Penrose one (needs ``p_c > 0``).  A class with
+    ``y_c = 0`` contributes ``r_c = 0`` exactly, also when its ``p_c`` underflows to 0 (a
+    confident prediction, e.g. a logit margin of 90 in float32).
 
     Args:
       logits: ``[n, C]``.
@@ -451,8 +497,17 @@ def softmax_newton_target(logits: jax.Array, y: jax.Array) -> jax.Array:
     References:
       Eq. (19) of Buffelli et al. 2024.
     """
+    logits = check_array(logits, "logits", fn="softmax_newton_target", kind="float")
+    y = check_array(y, "y", fn="softmax_newton_target", kind="real")
+    if y.shape != logits.shape:
+        raise ValueError(f"softmax_newton_target: y must have the shape of logits "
+                         f"{tuple(logits.shape)} (target probabilities per class), got "
+                         f"{tuple(y.shape)}.")
     logp = jax.nn.log_softmax(logits, axis=-1)
-    r = y * jnp.exp(-logp)
+    # y_c = 0 gives r_c = 0 even where p_c underflows (0 * exp(-logp) = 0 * inf = NaN);
+    # the inner where keeps the gradient finite too
+    has = y != 0
+    r = jnp.where(has, y * jnp.exp(jnp.where(has, -logp, 0.0)), 0.0)
     return jnp.mean(r, axis=-1, keepdims=True) - r
 
 
@@ -507,7 +562,12 @@ def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax
     Returns:
       scalar.
     """
+    logits = check_array(logits, "logits", fn="loss_value", ndim=2, kind="float")
+    check_choice(loss, "loss", ("ce", "mse"), fn="loss_value")
     y = _as_targets(labels, logits.shape[1], logits.dtype)
+    if y.shape[0] != logits.shape[0]:
+        raise ValueError(f"loss_value: labels have {y.shape[0]} rows but logits "
+                         f"{logits.shape[0]}; pass one label per sample.")
     if loss == "mse":
         return 0.5 * jnp.mean(jnp.sum((logits - y) ** 2, axis=-1))
     if loss == "ce":

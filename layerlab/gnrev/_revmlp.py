@@ -23,7 +23,11 @@ Conventions (read this once; every function in ``layerlab.gnrev`` follows it):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import os
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -74,26 +78,30 @@ class RevMLPFrozen:
         return self.linear.shape[0]
 
 
-def check_finite(x, name: str) -> None:
+def check_finite(x, name: str, fn: str | None = None) -> None:
     """Raise ``ValueError`` if a concrete array has NaN/inf entries (no-op under tracing)."""
     _checks.check_finite(
-        x, name, hint="clean the data (or lower the learning rate if it came from training)."
+        x, name, fn=fn,
+        hint="clean the data (or lower the learning rate if it came from training).",
     )
 
 
-def _check_x(x, dim: int, name: str = "x", dtype=None) -> None:
-    _checks.check_array(x, name, kind="float")
+def _check_x(x, dim: int, name: str = "x", dtype=None, fn: str | None = None) -> jax.Array:
+    """``x`` as a float ``[n, dim]`` array of the parameters' ``dtype``; returns it."""
+    x = _checks.check_array(x, name, fn=fn, kind="float")
+    where = f"{fn}: " if fn else ""
     if dtype is not None and x.dtype != dtype:
         raise TypeError(
-            f"{name} has dtype {x.dtype} but the parameters are {dtype}; cast it with "
+            f"{where}{name} has dtype {x.dtype} but the parameters are {dtype}; cast it with "
             f"{name}.astype(jnp.{jnp.dtype(dtype).name}) (the reversible blocks keep one dtype)."
         )
     if x.ndim != 2 or x.shape[1] != dim:
         raise ValueError(
-            f"{name} must have shape (n, {dim}) with samples as rows, got {x.shape}; "
-            "flatten images first (layerlab.data.flatten)."
+            f"{where}{name} must have shape (n, {dim}) with samples as rows, got "
+            f"{tuple(x.shape)}; flatten images first (layerlab.data.flatten)."
         )
-    check_finite(x, name)
+    check_finite(x, name, fn=fn)
+    return x
 
 
 def revmlp_init(
@@ -140,22 +148,23 @@ def revmlp_init(
     References:
       Eqs. (14)–(15) of Buffelli et al. 2024.
     """
+    fn = "revmlp_init"
+    dim = _checks.check_int(dim, "dim", fn=fn)
     if dim % 2 != 0 or dim < 2:
         raise ValueError(
-            f"dim must be even (it is split into two halves of size dim/2), got {dim}; "
+            f"{fn}: dim must be even (it is split into two halves of size dim/2), got {dim}; "
             "pad the input with one zero feature (e.g. jnp.pad(x, ((0, 0), (0, 1))))."
         )
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1 block, got {depth}")
+    depth = _checks.check_int(depth, "depth (blocks)", fn=fn, min_value=1)
     if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        raise ValueError(f"{fn}: init must be one of {INITS}, got {init!r}")
     h = dim // 2
     if not (np.isfinite(w_scale) and w_scale > 0):
         raise ValueError(f"revmlp_init: w_scale must be a positive factor on the init's scale, "
                          f"got {w_scale!r}")
-    if bottleneck is not None and bottleneck < 1:
-        raise ValueError(f"bottleneck must be a positive width or None, got {bottleneck}")
-    dp = h if bottleneck is None else int(bottleneck)
+    bottleneck = _checks.check_int(bottleneck, "bottleneck (a width, or None)", fn=fn,
+                                   min_value=1, allow_none=True)
+    dp = h if bottleneck is None else bottleneck
     k1, k2, k3, k4 = jax.random.split(key, 4)
     if init == "xavier_uniform":
         lim = w_scale * np.sqrt(6.0 / (dp + h))
@@ -173,10 +182,23 @@ def revmlp_init(
     if bottleneck is None:
         v1 = v2 = None
     else:
-        v1 = jax.random.normal(k3, (depth, h, dp), dtype) / np.sqrt(dp)
-        v2 = jax.random.normal(k4, (depth, h, dp), dtype) / np.sqrt(dp)
+        v1 = _bottleneck_init(k3, (depth, h, dp), dtype)
+        v2 = _bottleneck_init(k4, (depth, h, dp), dtype)
     linear = jnp.zeros((depth,), bool).at[0].set(bool(first_linear))
     return params, RevMLPFrozen(v1=v1, v2=v2, linear=linear, activation=activation)
+
+
+def _bottleneck_init(key, shape, dtype) -> jax.Array:
+    """``V ~ N(0, 1/d')`` (``d' = shape[-1]``) in ``dtype``: a Gaussian draw in ``dtype``
+    divided by ``sqrt(d')`` in float32 (float64 for a float64 net), cast back to ``dtype``.
+
+    The division is done in one fixed dtype so that a float32 net gets the same ``V`` with
+    and without ``jax_enable_x64`` (a NumPy ``sqrt`` would promote it to float64 under x64),
+    and a bfloat16/float16 net the correctly rounded quotient.
+    """
+    z = jax.random.normal(key, shape, dtype)
+    ct = jnp.promote_types(dtype, jnp.float32)
+    return (z.astype(ct) / jnp.asarray(np.sqrt(shape[-1]), ct)).astype(dtype)
 
 
 def _features(x_in, v, linear, activation):
@@ -209,14 +231,35 @@ def _frozen_xs(frozen: RevMLPFrozen) -> dict:
     return {"v1": frozen.v1, "v2": frozen.v2, "linear": frozen.linear}
 
 
-def _check_params(params, frozen: RevMLPFrozen, dim: int) -> None:
+def _check_params(params, frozen: RevMLPFrozen, dim: int, fn: str | None = None) -> None:
+    """Static: ``params`` and ``frozen`` describe one net on ``dim`` features."""
+    where = f"{fn}: " if fn else ""
     h = dim // 2
     w = params["w1"]
+    same = "were params and frozen made by the same revmlp_init?"
     if w.ndim != 3 or w.shape[0] != frozen.depth or w.shape[2] != h:
         raise ValueError(
-            f"params['w1'] has shape {w.shape}, expected (depth={frozen.depth}, d', {h}) for "
-            f"inputs of dimension {dim}; were params and frozen made by the same revmlp_init?"
+            f"{where}params['w1'] has shape {tuple(w.shape)}, expected (depth={frozen.depth}, "
+            f"d', {h}) for inputs of dimension {dim}; {same}"
         )
+    if frozen.v1 is None:
+        if w.shape[1] != h:
+            raise ValueError(
+                f"{where}params['w1'] has shape {tuple(w.shape)}, but without a bottleneck "
+                f"(frozen.v1 is None) d' = d/2 = {h}; {same}")
+        return
+    for name in ("v1", "v2"):
+        v = getattr(frozen, name)
+        if tuple(v.shape) != (frozen.depth, h, w.shape[1]):
+            raise ValueError(
+                f"{where}frozen.{name} has shape {tuple(v.shape)}, expected "
+                f"(depth={frozen.depth}, {h}, d'={w.shape[1]}) to match params['w1'] "
+                f"{tuple(w.shape)}; {same}")
+        if jnp.promote_types(v.dtype, w.dtype) != w.dtype:
+            raise TypeError(
+                f"{where}frozen.{name} has dtype {v.dtype}, wider than the parameters' "
+                f"{w.dtype}; cast it with frozen.{name}.astype(jnp.{jnp.dtype(w.dtype).name}) "
+                "(dataclasses.replace), or make both with one revmlp_init(dtype=...).")
 
 
 def revmlp_apply(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
@@ -237,9 +280,9 @@ def revmlp_apply(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
     References:
       Eqs. (14)–(15) of Buffelli et al. 2024.
     """
-    x = _checks.check_array(x, "x", fn="revmlp_apply", kind="float")
-    _check_x(x, 2 * params["b1"].shape[1], dtype=params["b1"].dtype)
-    _check_params(params, frozen, x.shape[1])
+    dim = 2 * params["b1"].shape[1]
+    _check_params(params, frozen, dim, fn="revmlp_apply")
+    x = _check_x(x, dim, dtype=params["b1"].dtype, fn="revmlp_apply")
 
     def body(xc, pf):
         p, f = pf
@@ -253,8 +296,11 @@ def revmlp_hidden(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array
     """All block outputs ``x_0 .. x_L``; ``[L+1, n, d]`` (``[0]`` is the input).
 
     Used by the representation probes (CKA of each block with its initial value, Fig. 4c–e).
+    Checks its arguments as :func:`revmlp_apply` does.
     """
-    _check_x(x, 2 * params["b1"].shape[1])
+    dim = 2 * params["b1"].shape[1]
+    _check_params(params, frozen, dim, fn="revmlp_hidden")
+    x = _check_x(x, dim, dtype=params["b1"].dtype, fn="revmlp_hidden")
 
     def body(xc, pf):
         p, f = pf
@@ -283,8 +329,9 @@ def revmlp_inverse(params: dict, frozen: RevMLPFrozen, y: jax.Array) -> jax.Arra
     References:
       §4.2 of Buffelli et al. 2024 (reversible blocks, Eqs. 14–15 inverted).
     """
-    _check_x(y, 2 * params["b1"].shape[1], "y")
-    _check_params(params, frozen, y.shape[1])
+    dim = 2 * params["b1"].shape[1]
+    _check_params(params, frozen, dim, fn="revmlp_inverse")
+    y = _check_x(y, dim, "y", dtype=params["b1"].dtype, fn="revmlp_inverse")
 
     def body(yc, pf):
         p, f = pf
@@ -316,9 +363,12 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
     References:
       Authors' code of Buffelli et al. 2024 (fixed QR projection to the logits).
     """
+    dim = _checks.check_int(dim, "dim", fn="readout_init", min_value=1)
+    num_outputs = _checks.check_int(num_outputs, "num_outputs", fn="readout_init", min_value=1)
     if num_outputs > dim:
         raise ValueError(
-            f"num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal columns"
+            f"readout_init: num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal "
+            "columns"
         )
     g = jax.random.normal(key, (dim, num_outputs), dtype)
     q, r = jnp.linalg.qr(g)
@@ -326,7 +376,27 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
     return q * jnp.sign(jnp.diagonal(r))[None, :]
 
 
-def rank_bounds(frozen: RevMLPFrozen, bottleneck: int) -> list[int] | None:
+def _bottleneck_width(frozen: RevMLPFrozen, bottleneck, fn: str) -> int:
+    """``d'``: from ``frozen.v1`` (``[L, h, d']``) when there is a bottleneck, where an
+    explicit ``bottleneck`` must agree; else the explicit value (``= h``)."""
+    if not isinstance(frozen, RevMLPFrozen):
+        raise TypeError(f"{fn}: frozen must be a RevMLPFrozen (from revmlp_init), got "
+                        f"{type(frozen).__name__}.")
+    bottleneck = _checks.check_int(bottleneck, "bottleneck", fn=fn, min_value=1,
+                                   allow_none=True)
+    if frozen.v1 is not None:
+        dp = int(frozen.v1.shape[-1])
+        if bottleneck is not None and bottleneck != dp:
+            raise ValueError(f"{fn}: bottleneck={bottleneck} contradicts frozen.v1 of shape "
+                             f"{tuple(frozen.v1.shape)} (d' = {dp}); pass None or {dp}.")
+        return dp
+    if bottleneck is None:
+        raise ValueError(f"{fn}: a net without bottleneck (frozen.v1 is None) has d' = d/2, "
+                         "which frozen does not hold; pass bottleneck=params['w1'].shape[1].")
+    return bottleneck
+
+
+def rank_bounds(frozen: RevMLPFrozen, bottleneck: int | None = None) -> list[int] | None:
     """Largest possible rank of each block's pseudo-inverse matrices ``[σ(x V), 1]``.
 
     A block with a nonlinearity has ``d' + 1`` columns (rank ``<= d' + 1``); a linear block
@@ -336,20 +406,23 @@ def rank_bounds(frozen: RevMLPFrozen, bottleneck: int) -> list[int] | None:
 
     Args:
       frozen: :class:`RevMLPFrozen`.
-      bottleneck: ``d'`` (``params["w1"].shape[1]``).
+      bottleneck: ``d'`` (``params["w1"].shape[1]``); ``None`` reads it from ``frozen.v1``.
+        Needed for a net without bottleneck (``d' = d/2``, which ``frozen`` does not hold);
+        with a bottleneck it must equal ``frozen.v1.shape[-1]``.
 
     Returns:
       ``[L]`` ints, or ``None`` when ``frozen.linear`` is traced (not known on the host).
     """
+    dp = _bottleneck_width(frozen, bottleneck, "rank_bounds")
     try:
         linear = np.asarray(frozen.linear)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         return None
-    h = bottleneck if frozen.v1 is None else int(frozen.v1.shape[1])
-    return [(min(h, bottleneck) if lin else bottleneck) + 1 for lin in linear.tolist()]
+    h = dp if frozen.v1 is None else int(frozen.v1.shape[1])
+    return [(min(h, dp) if lin else dp) + 1 for lin in linear.tolist()]
 
 
-def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int) -> list[int]:
+def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int | None = None) -> list[int]:
     """Warn (once per call site and message) when a block's rank bound is below ``n``.
 
     Names every block whose ``[σ(x V), 1]`` cannot reach rank ``n`` (see :func:`rank_bounds`),
@@ -357,12 +430,18 @@ def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int) -> list[int
     certificate measures by how much).  Under ``jit`` the warning is raised once, at trace
     time.  When ``frozen.linear`` is traced only the nonlinear bound ``d'+1`` is checked.
 
+    Args:
+      n: the batch size (rows of ``x``).
+      frozen, bottleneck: as in :func:`rank_bounds`.
+
     Returns:
       the indices of the rank-deficient blocks.
     """
-    bounds = rank_bounds(frozen, bottleneck)
+    n = _checks.check_int(n, "n", fn="check_rank_bounds", min_value=0)
+    dp = _bottleneck_width(frozen, bottleneck, "check_rank_bounds")
+    bounds = rank_bounds(frozen, dp)
     if bounds is None:
-        bounds = [bottleneck + 1] * frozen.depth
+        bounds = [dp + 1] * frozen.depth
     bad = [i for i, b in enumerate(bounds) if b < n]
     if bad:
         what = ", ".join(
@@ -375,9 +454,35 @@ def check_rank_bounds(n: int, frozen: RevMLPFrozen, bottleneck: int) -> list[int
             "metrics). Use a batch n <= every bound, a bottleneck d' >= n, or no linear first "
             "block (first_linear=False).",
             UserWarning,
-            stacklevel=3,
+            stacklevel=_user_stacklevel(),
         )
     return bad
+
+
+def _internal_paths() -> tuple[str, ...]:
+    import jaxlib
+
+    dirs = [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]  # layerlab/
+    dirs += [os.path.dirname(os.path.abspath(m.__file__)) for m in (jax, jaxlib)]
+    return tuple(d + os.sep for d in dirs)
+
+
+_INTERNAL_DIRS = _internal_paths()
+_INTERNAL_FILES = tuple(os.path.abspath(m.__file__) for m in (contextlib, functools))
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` for a ``warnings.warn`` made by the caller of this function: the first
+    frame outside layerlab, JAX and stdlib wrappers, i.e. the user's call of ``gn_direction``,
+    of ``gn_step``'s step, or of ``loop.fit`` that traces it (2, the warner's caller, when
+    every frame is internal)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None:
+        name = os.path.abspath(frame.f_code.co_filename)
+        if not (name.startswith(_INTERNAL_DIRS) or name in _INTERNAL_FILES):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
 
 
 def _is_linear(frozen: RevMLPFrozen, i: int) -> bool:

@@ -15,10 +15,18 @@ import numpy as np
 import optax
 
 from layerlab import probes
-from layerlab._checks import check_choice, check_number
+from layerlab._checks import check_array, check_choice, check_number
 from layerlab.loop import TrainState, TrainStep, optax_step
 
-from ._gauss_newton import PinvConfig, gn_direction, gn_residual, loss_value, output_target
+from ._gauss_newton import (
+    COMBINE,
+    PinvConfig,
+    _check_pinv,
+    gn_direction,
+    gn_residual,
+    loss_value,
+    output_target,
+)
 from ._revmlp import RevMLPFrozen, revmlp_apply
 
 __all__ = ["gn_step", "revmlp_optax_step", "revmlp_logits", "revmlp_loss", "with_loss_after"]
@@ -122,11 +130,14 @@ def gn_step(
     References:
       Eqs. (5), (19), Prop. 4.4 of Buffelli et al. 2024.
     """
+    readout = _check_readout(frozen, readout, "gn_step")
     check_number(learning_rate, "learning_rate", fn="gn_step", min_value=0.0, lo_open=True,
                  what="a step size; a negative one ascends the loss")
     check_number(weight_decay, "weight_decay", fn="gn_step", min_value=0.0)
     check_choice(loss, "loss", ("ce", "mse"), fn="gn_step")
     check_choice(target, "target", ("gradient", "newton"), fn="gn_step")
+    check_choice(combine, "combine", COMBINE, fn="gn_step")
+    _check_pinv(pinv, "gn_step")
     lr0, wd0 = float(learning_rate), float(weight_decay)
 
     def init(params, hparams=None) -> TrainState:
@@ -149,6 +160,39 @@ def gn_step(
 
     opts = (loss, target, pinv, combine, bool(residual), bool(loss_after))
     return TrainStep(init, _bind_net(_gn_update, opts, frozen, readout))
+
+
+def _check_readout(frozen: RevMLPFrozen, readout, fn: str) -> jax.Array:
+    """Static: ``frozen`` is a :class:`RevMLPFrozen` and ``readout`` a float ``[d, C]`` array
+    (``d = 2 h`` read from ``frozen.v1`` when the net has a bottleneck; without one ``d`` is
+    checked at the first step, :func:`_check_readout_params`)."""
+    if not isinstance(frozen, RevMLPFrozen):
+        raise TypeError(f"{fn}: frozen must be a RevMLPFrozen (from revmlp_init), got "
+                        f"{type(frozen).__name__}.")
+    readout = check_array(readout, "readout", fn=fn, ndim=2, kind="float")
+    if frozen.v1 is not None:
+        d = 2 * frozen.v1.shape[1]
+        if readout.shape[0] != d:
+            raise ValueError(
+                f"{fn}: readout must have shape ({d}, C) for a net on d = {d} features "
+                f"(frozen.v1 has shape {tuple(frozen.v1.shape)}), got {tuple(readout.shape)}; "
+                f"make it with readout_init(key, {d}, C).")
+    return readout
+
+
+def _check_readout_params(readout, params: dict, fn: str) -> None:
+    """Static, at the step: the readout's rows match the parameters' ``d`` and its dtype is
+    not wider than theirs (the body target ``ε Pᵀ`` must keep the parameters' dtype)."""
+    d = 2 * params["b1"].shape[1]
+    dt = params["b1"].dtype
+    if readout.shape[0] != d:
+        raise ValueError(f"{fn}: readout must have shape ({d}, C) for a net on d = {d} "
+                         f"features, got {tuple(readout.shape)}; make it with "
+                         f"readout_init(key, {d}, C).")
+    if jnp.promote_types(readout.dtype, dt) != dt:
+        raise TypeError(f"{fn}: readout has dtype {readout.dtype} but the parameters are {dt}; "
+                        f"cast it with readout.astype(jnp.{jnp.dtype(dt).name}) or make it "
+                        f"with readout_init(..., dtype=jnp.{jnp.dtype(dt).name}).")
 
 
 def _bind_net(update: Callable, opts: tuple, frozen: RevMLPFrozen, readout):
@@ -187,6 +231,7 @@ def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, ba
         raise ValueError(f"gn_step: the batch's labels/targets must have one row per input row; "
                          f"got x {jnp.shape(x)} and labels {jnp.shape(labels)}.")
     params = state.params
+    _check_readout_params(readout, params, "gn_step")
     y = revmlp_apply(params, frozen, x)
     logits = y @ readout
     val = loss_value(logits, labels, loss=loss)
@@ -262,6 +307,7 @@ def revmlp_optax_step(
       share one compiled ``fit`` program.
     """
 
+    readout = _check_readout(frozen, readout, "revmlp_optax_step")
     ts = _optax_closure_step(frozen, readout, optimizer, loss, loss_after)
     # as in gn_step: the fixed arrays are inputs of fit's compiled chunk, not constants
     return TrainStep(ts.init, _bind_net(_optax_update, (optimizer, loss, bool(loss_after)),

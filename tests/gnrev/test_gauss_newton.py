@@ -117,6 +117,48 @@ def test_bad_inputs(key):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # n = 3 <= d' + 1: no warning
         g.gn_direction(p, f, x, x)
+    # PinvConfig's integers: numpy integers are ints, bools and floats are not
+    assert g.PinvConfig(rank=np.int64(3)).rank == 3
+    assert type(g.PinvConfig(rank=np.int64(3)).rank) is int
+    for bad in (True, 2.0):
+        with pytest.raises(TypeError, match=r"^PinvConfig\.rank must be an integer"):
+            g.PinvConfig(rank=bad)
+    with pytest.raises(ValueError, match=r"^PinvConfig\.oversample must be >= 0, got -1"):
+        g.PinvConfig(oversample=-1)
+    # loss_value: logits [n, C] and one label per row, named
+    with pytest.raises(ValueError, match=r"^loss_value: logits must have rank 2"):
+        g.loss_value(jnp.ones(4), jnp.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match=r"^loss_value: labels have 3 rows but logits 4"):
+        g.loss_value(jnp.ones((4, 2)), jnp.array([0, 1, 0]))
+    with pytest.raises(ValueError, match=r"^loss_value: loss must be one of"):
+        g.loss_value(jnp.ones((4, 2)), jnp.array([0, 1, 0, 1]), loss="xent")
+
+
+def test_target_dtype_must_match_the_parameters(key):
+    """A float64 target for a float32 net is refused by name, as revmlp_apply refuses x (it
+    failed inside jax.jvp); lists are converted like arrays; n = 0 is refused."""
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=5)
+    x = jax.random.normal(jax.random.key(1), (4, 6))
+    eps = jax.random.normal(jax.random.key(2), (4, 6))
+    with jax.enable_x64(True):
+        with pytest.raises(TypeError, match=r"^gn_direction: target has dtype float64 but the "
+                                            r"parameters are float32; cast it with "
+                                            r"target\.astype\(jnp\.float32\)"):
+            g.gn_direction(p, f, x, eps.astype(jnp.float64))
+        with pytest.raises(TypeError, match=r"^gn_direction: x has dtype float64"):
+            g.gn_direction(p, f, x.astype(jnp.float64), eps)
+        with pytest.raises(TypeError, match=r"^gn_direction: y has dtype float64"):
+            g.gn_direction(p, f, x, eps, y=g.revmlp_apply(p, f, x).astype(jnp.float64))
+    ref = g.gn_direction(p, f, x, eps)
+    got = g.gn_direction(p, f, np.asarray(x).tolist(), np.asarray(eps).tolist())
+    for k in p:
+        np.testing.assert_array_equal(got[k], ref[k])
+    with pytest.raises(ValueError, match=r"gn_direction: x must hold at least one sample"):
+        g.gn_direction(p, f, jnp.zeros((0, 6)), jnp.zeros((0, 6)))
+    with pytest.raises(ValueError, match=r"gn_direction: y .* must have the shape of x"):
+        g.gn_direction(p, f, x, eps, y=x[:3])
+    with pytest.raises(ValueError, match=r"gn_direction: target must have the shape of x"):
+        g.gn_direction(p, f, x, eps[:3])
 
 
 def _matrix(s, n, k, seed=0):
@@ -181,6 +223,101 @@ def test_softmax_newton_target_is_pinv_of_hessian(x64):
     np.testing.assert_allclose(grad, logits - t, atol=1e-12)
     grad = jax.grad(lambda f: 6 * g.loss_value(f, labels, loss="ce"))(logits)
     np.testing.assert_allclose(grad, p - y, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (5, 3)])  # both Gram orientations
+def test_pinv_solve_one_right_hand_side_is_a_vector(x64, shape):
+    """e of shape [n] is one right-hand side: x = pinv(a) e of shape [k] (it was the [k, n]
+    outer-product-like broadcast)."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=shape)
+    e = rng.normal(size=shape[0])
+    ref = np.linalg.pinv(a) @ e
+    exact = g.PinvConfig(rtol=1e-12, atol=1e-14)
+    for solver in ("gram", "svd", "rsvd"):
+        cfg = g.PinvConfig(rtol=1e-12, atol=1e-14, solver=solver)
+        x, rank, _ = g.pinv_solve(jnp.asarray(a), jnp.asarray(e), cfg)
+        assert x.shape == (shape[1],)
+        np.testing.assert_allclose(x, ref, rtol=1e-9, atol=1e-11)
+        assert int(rank) == min(shape)
+    xm, _, _ = g.pinv_solve(jnp.asarray(a), jnp.asarray(e[:, None]), exact)
+    np.testing.assert_allclose(xm[:, 0], ref, rtol=1e-9, atol=1e-11)
+
+
+def test_pinv_solve_checks_shapes():
+    a = jnp.ones((4, 5))
+    with pytest.raises(ValueError, match=r"pinv_solve: a must have rank 2, got shape \(4,\)"):
+        g.pinv_solve(jnp.ones(4), jnp.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"pinv_solve: e must have one row per row of a .*"
+                                         r"got shape \(3, 2\)"):
+        g.pinv_solve(a, jnp.ones((3, 2)))
+    with pytest.raises(ValueError, match=r"pinv_solve: e must have rank 1 or 2"):
+        g.pinv_solve(a, jnp.ones((4, 2, 1)))
+    with pytest.raises(ValueError, match=r"regularized_pinv: a must have rank 2"):
+        g.regularized_pinv(jnp.ones((2, 3, 4)))
+    with pytest.raises(TypeError, match=r"pinv_solve: config must be a PinvConfig"):
+        g.pinv_solve(a, jnp.ones(4), "svd")
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_half_precision_is_solved_in_float32(key, dtype):
+    """bfloat16 / float16 reach the GN solve (np.finfo(bfloat16) and float16 eigh failed):
+    the pseudo-inverse is taken in float32 and cast back; checked against float64 NumPy."""
+    rng = np.random.default_rng(0)
+    a = jnp.asarray(rng.normal(size=(4, 9)), dtype)
+    e = jnp.asarray(rng.normal(size=(4, 2)), dtype)
+    ref = np.linalg.pinv(np.asarray(a, np.float64)) @ np.asarray(e, np.float64)
+    x, rank, cond = g.pinv_solve(a, e)
+    assert x.dtype == dtype and cond.dtype == jnp.float32 and int(rank) == 4
+    np.testing.assert_allclose(np.asarray(x, np.float64), ref, rtol=0, atol=0.02)
+    if dtype == jnp.float16:
+        return  # the same path as bfloat16 below
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=8)
+    x = jax.random.normal(jax.random.key(1), (4, 6))
+    eps = jax.random.normal(jax.random.key(2), (4, 6))
+
+    def cast(t, dt):
+        return jax.tree.map(
+            lambda v: v.astype(dt) if jnp.issubdtype(v.dtype, jnp.floating) else v, t)
+
+    @jax.jit
+    def run(p, f, x, eps):  # the direction in half precision, J d = eps checked in float32
+        d = g.gn_direction(*cast((p, f, x, eps), dtype))
+        return d, g.gn_residual(p, f, x, cast(d, jnp.float32), eps)
+
+    d, res = run(p, f, x, eps)
+    assert all(d[k].dtype == dtype for k in d)
+    assert float(res) < 0.03  # bfloat16 keeps 8 significant bits
+
+
+def test_softmax_newton_target_is_finite_for_confident_predictions():
+    """float32 logit margins of 90 and 100 underflow p_c of the other classes to 0; the
+    target is still the closed form mean(r) - r, r = y / p, taken in float64 (it was NaN)."""
+    logits = np.array([[90.0, 0.0, 0.0], [0.0, 100.0, -5.0], [1.0, -2.0, 0.5],
+                       [0.0, 0.0, 120.0]], np.float32)
+    y = np.eye(3)[[0, 1, 2, 2]]
+    y[2] = [0.2, 0.5, 0.3]  # a soft row with no underflow
+    got = np.asarray(g.softmax_newton_target(jnp.asarray(logits), jnp.asarray(y, jnp.float32)))
+    z = logits.astype(np.float64)
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    r = y / p
+    ref = r.mean(1, keepdims=True) - r
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got[0], [-2 / 3, 1 / 3, 1 / 3], rtol=1e-6)
+    # H u = p - y in float64 (H = diag p - p pᵀ): the Newton equation holds
+    for i in range(4):
+        H = np.diag(p[i]) - np.outer(p[i], p[i])
+        np.testing.assert_allclose(H @ got[i].astype(np.float64), p[i] - y[i], atol=1e-6)
+    # integer labels through output_target, and a finite gradient
+    lab = jnp.array([0, 1])
+    t = g.output_target(jnp.asarray(logits[:2]), lab, target="newton")
+    np.testing.assert_allclose(t, ref[:2], rtol=1e-6, atol=1e-6)
+    grad = jax.grad(lambda f: g.softmax_newton_target(f, jnp.asarray(y[:2], jnp.float32))
+                    .sum())(jnp.asarray(logits[:2]))
+    assert np.all(np.isfinite(grad))
+    with pytest.raises(ValueError, match=r"softmax_newton_target: y must have the shape"):
+        g.softmax_newton_target(jnp.asarray(logits), jnp.ones((4, 2)))
 
 
 def test_combine_conventions_differ_by_exactly_depth(x64, key):

@@ -75,11 +75,24 @@ def test_readout_orthonormal(key):
     np.testing.assert_allclose(P.T @ P, np.eye(5), atol=4 * 12 * np.finfo(np.float32).eps)
     with pytest.raises(ValueError, match="num_outputs"):
         g.readout_init(key, 4, 5)
+    for c in (0, -1):
+        with pytest.raises(ValueError, match=rf"^readout_init: num_outputs must be >= 1, "
+                                             rf"got {c}"):
+            g.readout_init(key, 4, c)
+    assert g.readout_init(key, 4, np.int64(2)).shape == (4, 2)
 
 
 def test_bad_inputs(key):
     with pytest.raises(ValueError, match="even"):
         g.revmlp_init(key, 5, 2)
+    with pytest.raises(TypeError, match=r"^revmlp_init: bottleneck \(a width, or None\) must "
+                                        r"be an integer, got float 2\.5"):
+        g.revmlp_init(key, 6, 2, bottleneck=2.5)  # was silently truncated to 2
+    with pytest.raises(TypeError, match=r"^revmlp_init: depth \(blocks\) must be an integer"):
+        g.revmlp_init(key, 6, 2.5)
+    with pytest.raises(ValueError, match=r"^revmlp_init: depth \(blocks\) must be >= 1"):
+        g.revmlp_init(key, 6, 0)
+    assert g.revmlp_init(key, 6, 2, bottleneck=np.int64(4))[0]["w1"].shape == (2, 4, 3)
     p, f = g.revmlp_init(key, 6, 2, bottleneck=8)
     with pytest.raises(ValueError, match=r"shape \(n, 6\)"):
         g.revmlp_apply(p, f, jnp.ones((3, 4)))
@@ -88,3 +101,95 @@ def test_bad_inputs(key):
         g.revmlp_apply(p, f, x)
     with pytest.raises(ValueError, match="non-finite"):
         g.revmlp_inverse(p, f, x)
+
+
+def _numpy_forward(p, f, x):
+    """Eqs. (14)-(15) in float64 NumPy (ReLU, no linear block), samples as rows."""
+    p = {k: np.asarray(v, np.float64) for k, v in p.items()}
+    v1, v2 = np.asarray(f.v1, np.float64), np.asarray(f.v2, np.float64)
+    x = np.asarray(x, np.float64)
+    h = x.shape[1] // 2
+    x1, x2 = x[:, :h], x[:, h:]
+    for li in range(v1.shape[0]):
+        x1 = x1 + np.maximum(x2 @ v1[li], 0) @ p["w1"][li] + p["b1"][li]
+        x2 = x2 + np.maximum(x1 @ v2[li], 0) @ p["w2"][li] + p["b2"][li]
+    return np.concatenate([x1, x2], axis=1)
+
+
+def test_bottleneck_keeps_the_parameter_dtype(key):
+    """V is drawn in the net's dtype: a float32 net under x64 and a bfloat16 net have a V of
+    their own dtype (it was float64 / float32, and revmlp_apply failed in its scan)."""
+    p32, f32 = g.revmlp_init(key, 6, 2, bottleneck=5)
+    with jax.enable_x64(True):
+        p, f = g.revmlp_init(key, 6, 2, bottleneck=5)
+        assert f.v1.dtype == f.v2.dtype == jnp.float32
+        # the same numbers as without x64 (committed reproductions depend on them)
+        np.testing.assert_array_equal(f.v1, f32.v1)
+        np.testing.assert_array_equal(p["w1"], p32["w1"])
+        x = jax.random.normal(jax.random.key(1), (4, 6), jnp.float32)
+        y = g.revmlp_apply(p, f, x)
+        assert y.dtype == jnp.float32
+        np.testing.assert_allclose(y, _numpy_forward(p, f, x), rtol=1e-5, atol=1e-5)
+    # V ~ N(0, 1/d'): the bfloat16 draw divided by sqrt(5), correctly rounded to bfloat16
+    pb, fb = g.revmlp_init(key, 6, 2, bottleneck=5, dtype=jnp.bfloat16)
+    assert fb.v1.dtype == fb.v2.dtype == jnp.bfloat16
+    z = np.asarray(jax.random.normal(jax.random.split(key, 4)[2], (2, 3, 5), jnp.bfloat16),
+                   np.float64)
+    rel = np.abs(np.asarray(fb.v1, np.float64) - z / np.sqrt(5.0)) / np.abs(z / np.sqrt(5.0))
+    assert rel.max() <= 2.0**-8  # bfloat16 unit roundoff (8 significant bits)
+    xb = jax.random.normal(jax.random.key(1), (4, 6), jnp.bfloat16)
+    yb = g.revmlp_apply(pb, fb, xb)
+    assert yb.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(yb, np.float64), _numpy_forward(pb, fb, xb),
+                               rtol=0.05, atol=0.05)
+
+
+def test_hidden_and_inverse_check_like_apply(key):
+    """revmlp_hidden / revmlp_inverse refuse another dtype than the parameters' by name (a
+    float64 x went through revmlp_hidden silently, float32 inputs to a float64 net failed in
+    the scan), and every function refuses a frozen of another net."""
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=5)
+    x = jax.random.normal(jax.random.key(1), (4, 6))
+    with jax.enable_x64(True):
+        for fn, arg in ((g.revmlp_apply, "x"), (g.revmlp_hidden, "x"), (g.revmlp_inverse, "y")):
+            with pytest.raises(TypeError, match=rf"^{fn.__name__}: {arg} has dtype float64 but "
+                                                r"the parameters are float32"):
+                fn(p, f, x.astype(jnp.float64))
+        p64, f64 = g.revmlp_init(key, 6, 2, bottleneck=5, dtype=jnp.float64)
+        with pytest.raises(TypeError, match=r"^revmlp_hidden: x has dtype float32 but the "
+                                            r"parameters are float64"):
+            g.revmlp_hidden(p64, f64, x)
+        with pytest.raises(TypeError, match=r"^revmlp_apply: frozen.v1 has dtype float64, "
+                                            r"wider than the parameters' float32"):
+            g.revmlp_apply(p, f64, x)
+    _, f7 = g.revmlp_init(key, 6, 2, bottleneck=7)
+    with pytest.raises(ValueError, match=r"^revmlp_hidden: frozen.v1 has shape \(2, 3, 7\), "
+                                         r"expected \(depth=2, 3, d'=5\)"):
+        g.revmlp_hidden(p, f7, x)
+    hs = g.revmlp_hidden(p, f, np.asarray(x).tolist())  # lists are converted
+    np.testing.assert_allclose(hs[-1], g.revmlp_apply(p, f, x), rtol=1e-6)
+
+
+def test_rank_bounds_reads_the_width_from_frozen(key):
+    """rank_bounds(frozen) takes d' from frozen.v1 (it raised a TypeError with None); the
+    bounds are the ranks numpy finds in [σ(x V), 1] for many samples; a contradicting or a
+    missing width is named."""
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=7, first_linear=True)
+    bounds = g.rank_bounds(f, None)
+    assert bounds == g.rank_bounds(f, 7) == [4, 8]  # linear: min(h=3, d'=7)+1; ReLU: d'+1
+    x2 = np.random.default_rng(0).normal(size=(40, 3))
+    ones = np.ones((40, 1))
+    v1 = np.asarray(f.v1, np.float64)
+    ranks = [np.linalg.matrix_rank(np.hstack([x2 @ v1[0], ones])),
+             np.linalg.matrix_rank(np.hstack([np.maximum(x2 @ v1[1], 0), ones]))]
+    assert ranks == bounds
+    with pytest.raises(ValueError, match=r"^rank_bounds: bottleneck=100 contradicts frozen.v1 "
+                                         r"of shape \(2, 3, 7\) \(d' = 7\)"):
+        g.rank_bounds(f, 100)
+    _, f0 = g.revmlp_init(key, 6, 2)  # no bottleneck: d' = h = 3 is not in frozen
+    with pytest.raises(ValueError, match=r"^rank_bounds: a net without bottleneck .* pass "
+                                         r"bottleneck=params\['w1'\]\.shape\[1\]"):
+        g.rank_bounds(f0)
+    assert g.rank_bounds(f0, 3) == [4, 4]
+    with pytest.raises(TypeError, match=r"^rank_bounds: bottleneck must be an integer"):
+        g.rank_bounds(f0, 2.5)

@@ -211,3 +211,36 @@ def test_public_api_edges_regression_targets_and_checks():
     labels = jnp.arange(16) % 3
     with pytest.raises(ValueError, match="one row per input row"):
         gn.step(gn.init(params), (x, labels[:3]), key)
+
+
+def test_gn_step_checks_its_settings_at_construction_and_warns_at_the_call(key):
+    """A readout of another width, an unknown combine or a non-PinvConfig pinv are refused by
+    gn_step itself (they failed, or passed, at the first step); a float64 readout for a
+    float32 net is named at the step; the rank warning points at the caller's line."""
+    p, f = g.revmlp_init(key, 6, 2, bottleneck=3)
+    P = g.readout_init(jax.random.key(1), 6, 2)
+    with pytest.raises(ValueError, match=r"^gn_step: readout must have shape \(6, C\) .* got "
+                                         r"\(5, 2\)"):
+        g.gn_step(f, jnp.ones((5, 2)))
+    with pytest.raises(ValueError, match=r"^revmlp_optax_step: readout must have shape"):
+        g.revmlp_optax_step(f, jnp.ones((5, 2)), optax.sgd(0.1))
+    with pytest.raises(ValueError, match=r"^gn_step: combine must be one of"):
+        g.gn_step(f, P, combine="bogus")
+    with pytest.raises(TypeError, match=r"^gn_step: pinv must be a PinvConfig"):
+        g.gn_step(f, P, pinv="damp")
+    x = jax.random.normal(jax.random.key(2), (8, 6))  # n = 8 > d' + 1 = 4: inexact, warns
+    labels = jnp.arange(8) % 2
+    p0, f0 = g.revmlp_init(key, 6, 2)  # no bottleneck: the width is checked at the step
+    gn0 = g.gn_step(f0, jnp.ones((4, 2)))
+    with pytest.raises(ValueError, match=r"^gn_step: readout must have shape \(6, C\)"):
+        gn0.step(gn0.init(p0), (x, labels), key)
+    with jax.enable_x64(True):
+        gn64 = g.gn_step(f, P.astype(jnp.float64))
+        with pytest.raises(TypeError, match=r"^gn_step: readout has dtype float64 but the "
+                                            r"parameters are float32; cast it with "
+                                            r"readout\.astype\(jnp\.float32\)"):
+            gn64.step(gn64.init(p), (x, labels), key)
+    gn = g.gn_step(f, P, residual=False)
+    with pytest.warns(UserWarning, match="rank bound") as rec:
+        jax.eval_shape(gn.step, gn.init(p), (x, labels), key)  # warns at trace time
+    assert [r.filename for r in rec] == [__file__]
