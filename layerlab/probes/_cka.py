@@ -7,11 +7,13 @@ Kornblith et al. 2019 (CKA), Nguyen et al. 2021 (minibatch CKA), Cristianini et 
 Every function computes in float32 or wider: integer inputs (uint8 pixels overflow in
 ``x @ x.T``) and half-precision ones (bfloat16's eps ~ 8e-3 cannot resolve the centring;
 float16 overflows beyond 65504 in the sums of squares) are promoted first, float64 stays
-float64.
+float64.  A representation constant over the samples (a dead layer) gives CKA 0, where CKA
+is 0/0, in every function here.
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -65,11 +67,41 @@ def _square(k, name: str) -> jax.Array:
     return k
 
 
-def _same_square(k1, k2, fn: str):
+def _same_square(k1, k2, fn: str, min_n: int = 1):
     k1, k2 = _square(k1, f"{fn} K1"), _square(k2, f"{fn} K2")
     if k1.shape != k2.shape:
         raise ValueError(f"{fn}: kernel matrices differ in shape, {k1.shape} vs {k2.shape}.")
+    if k1.shape[0] < min_n:
+        raise ValueError(
+            f"{fn}: K1 and K2 must be [n, n] kernels of n >= {min_n} samples, got "
+            f"n = {k1.shape[0]}."
+        )
     return k1, k2
+
+
+def _rounding_tol(k: jax.Array) -> float:
+    """Relative rounding level of a kernel centred in one pass over ``n = k.shape[0]`` rows:
+    ``8 log2(n) eps`` (a computed mean is off by a few eps of the entries, measured up to
+    5 eps for n up to 10^6 on CPU)."""
+    return 8.0 * max(1.0, math.log2(max(k.shape[0], 2))) * float(jnp.finfo(k.dtype).eps)
+
+
+def _centred_kernel(k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``H K H`` and whether ``K`` is constant at rounding level (``||HKH||_F <= tol ||K||_F``,
+    :func:`_rounding_tol`): the kernel of a constant representation, whose CKA is 0/0 and
+    reported as 0."""
+    kc = center_gram(k)
+    const = jnp.sqrt(jnp.sum(kc * kc)) <= _rounding_tol(k) * jnp.sqrt(jnp.sum(k * k))
+    return kc, const
+
+
+def _cosine(a: jax.Array, b: jax.Array, a_zero, b_zero) -> jax.Array:
+    """Frobenius cosine of ``a`` and ``b``; 0 where either is flagged zero (0/0); a NaN input
+    stays NaN (under ``jit`` it cannot raise)."""
+    degenerate = a_zero | b_zero
+    den = jnp.sqrt(jnp.sum(a * a) * jnp.sum(b * b))
+    out = jnp.sum(a * b) / jnp.where(degenerate, 1.0, den)
+    return jnp.where(degenerate & ~jnp.isnan(den), 0.0, out)
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -143,8 +175,11 @@ def hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
 
     Returns:
       scalar :math:`\operatorname{tr}(KHLH) / (n-1)^2`.
+
+    Raises:
+      ValueError: fewer than 2 samples (the estimate divides by ``(n-1)^2``).
     """
-    k1, k2 = _same_square(k1, k2, "hsic")
+    k1, k2 = _same_square(k1, k2, "hsic", min_n=2)
     n = k1.shape[0]
     return jnp.sum(center_gram(k1) * center_gram(k2)) / (n - 1) ** 2
 
@@ -190,12 +225,21 @@ def cka(k1: ArrayLike, k2: ArrayLike, *, unbiased: bool = False) -> jax.Array:
 
     Returns:
       scalar in ``[0, 1]`` (biased); the unbiased estimate may leave that range slightly.
-      0 when ``HSIC(K, K) HSIC(L, L) = 0`` (a constant representation), where CKA is 0/0.
+      **0 when either kernel is constant** (``H K H = 0`` up to rounding: the kernel of a
+      constant representation, e.g. the zero kernel), where CKA is 0/0.
+
+    Raises:
+      ValueError: fewer than 2 samples (4 with ``unbiased=True``); non-finite inputs (eager
+        calls only; under ``jit`` a NaN input gives NaN).
     """
-    h = unbiased_hsic if unbiased else hsic
-    prod = h(k1, k1) * h(k2, k2)
-    ok = prod > 0
-    out = h(k1, k2) / jnp.sqrt(jnp.where(ok, prod, 1.0))
+    k1, k2 = _same_square(k1, k2, "cka", min_n=4 if unbiased else 2)
+    (k1c, k1_const), (k2c, k2_const) = _centred_kernel(k1), _centred_kernel(k2)
+    degenerate = k1_const | k2_const
+    if not unbiased:  # HSIC(K, L) (n-1)^2 = <HKH, HLH>: CKA is their cosine
+        return _cosine(k1c, k2c, k1_const, k2_const)
+    prod = unbiased_hsic(k1, k1) * unbiased_hsic(k2, k2)
+    ok = (prod > 0) & ~degenerate
+    out = unbiased_hsic(k1, k2) / jnp.sqrt(jnp.where(ok, prod, 1.0))
     # 0/0 (a constant representation) is 0; a NaN input stays NaN (under jit it cannot raise)
     return jnp.where(ok, out, jnp.where(jnp.isnan(prod), jnp.nan, 0.0))
 
@@ -354,8 +398,14 @@ def minibatch_cka_update(
 def minibatch_cka_value(state: MinibatchCKAState) -> jax.Array:
     r"""CKA from accumulated sums (Nguyen et al. 2021, eq. 2):
     :math:`\sum_b \mathrm{HSIC}_1(K_b,L_b) /
-    \sqrt{\sum_b \mathrm{HSIC}_1(K_b,K_b)\sum_b \mathrm{HSIC}_1(L_b,L_b)}`."""
-    return state.xy / jnp.sqrt(state.xx * state.yy)
+    \sqrt{\sum_b \mathrm{HSIC}_1(K_b,K_b)\sum_b \mathrm{HSIC}_1(L_b,L_b)}`.
+
+    0 when either self-sum is ``<= 0`` (a representation constant on every minibatch: 0/0,
+    as :func:`cka` returns); NaN sums stay NaN."""
+    prod = state.xx * state.yy
+    ok = prod > 0
+    out = state.xy / jnp.sqrt(jnp.where(ok, prod, 1.0))
+    return jnp.where(ok, out, jnp.where(jnp.isnan(prod), jnp.nan, 0.0))
 
 
 def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> jax.Array:
@@ -371,7 +421,8 @@ def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> ja
       kernel: ``"linear"`` or ``"rbf"``.
 
     Returns:
-      scalar.
+      scalar; 0 when either representation is constant on every minibatch (see
+      :func:`minibatch_cka_value`).
     """
     xs = check_array(xs, "xs", fn="minibatch_cka", kind="real")
     ys = check_array(ys, "ys", fn="minibatch_cka", kind="real")
@@ -396,18 +447,21 @@ def kernel_alignment(k1: ArrayLike, k2: ArrayLike, *, centered: bool = False) ->
     .. math:: A(K_1, K_2) = \frac{\langle K_1, K_2\rangle_F}{\|K_1\|_F\,\|K_2\|_F}
 
     With ``centered=True`` both are first double-centred (:func:`center_gram`), which gives
-    CKA (Cortes et al. 2012).
+    CKA (Cortes et al. 2012): the same number as :func:`cka`, 0 included.
 
     Args:
       k1, k2: ``[n, n]``.
 
     Returns:
-      scalar in ``[-1, 1]``.
+      scalar in ``[-1, 1]``; **0 when either kernel is zero** (with ``centered=True``: constant,
+      as in :func:`cka`), where the cosine is 0/0.  Under ``jit`` a NaN input gives NaN.
     """
     k1, k2 = _same_square(k1, k2, "kernel_alignment")
     if centered:
-        k1, k2 = center_gram(k1), center_gram(k2)
-    return jnp.sum(k1 * k2) / jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
+        (k1, k1_zero), (k2, k2_zero) = _centred_kernel(k1), _centred_kernel(k2)
+    else:
+        k1_zero, k2_zero = jnp.all(k1 == 0), jnp.all(k2 == 0)
+    return _cosine(k1, k2, k1_zero, k2_zero)
 
 
 def kernel_distance(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
@@ -426,7 +480,7 @@ def kernel_distance(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
       k1, k2: ``[n, n]``.
 
     Returns:
-      scalar in ``[0, 2]``.
+      scalar in ``[0, 2]``; 1 when either kernel is zero (:func:`kernel_alignment` is 0).
     """
     return 1.0 - kernel_alignment(k1, k2)
 

@@ -342,3 +342,61 @@ def test_constant_column_beside_small_variation_is_not_a_constant_representation
     for c in (0.3, 1e4):
         assert float(P.linear_cka(np.full((200, 9), c, np.float32), y)) == 0.0
         assert float(P.rbf_cka(np.full((200, 9), c, np.float32), y)) == 0.0
+
+
+def test_minibatch_cka_of_a_constant_or_dead_representation_is_zero():
+    """It gave NaN (zeros; RBF on ones) or noise (-1e-6, ones) where cka/linear_cka give 0."""
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(3, 8, 4)).astype(np.float32)
+    const_per_batch = np.broadcast_to(np.arange(3.0, dtype=np.float32)[:, None, None], xs.shape)
+    for dead in (np.zeros_like(xs), np.ones_like(xs), 0.7 * np.ones_like(xs), const_per_batch):
+        for kernel in ("linear", "rbf"):
+            assert float(P.minibatch_cka(dead, xs, kernel=kernel)) == 0.0, (dead[0, 0], kernel)
+            assert float(P.minibatch_cka(xs, dead, kernel=kernel)) == 0.0
+        assert float(jax.jit(P.minibatch_cka)(dead, xs)) == 0.0
+    # a representation dead on one minibatch only: that batch adds nothing
+    part = xs.copy()
+    part[1] = 0.3
+    ys = np.tanh(xs @ rng.normal(size=(4, 3)).astype(np.float32))
+    want = _np_minibatch_cka(part.astype(np.float64), ys.astype(np.float64), lambda a: a @ a.T)
+    np.testing.assert_allclose(float(P.minibatch_cka(part, ys)), want, rtol=1e-4)
+    # a NaN still reads as NaN under jit
+    bad = xs.copy()
+    bad[0, 0, 0] = np.nan
+    assert np.isnan(float(jax.jit(P.minibatch_cka)(bad, xs)))
+
+
+def test_hsic_and_cka_need_two_samples_and_zero_kernels_give_zero():
+    with pytest.raises(ValueError, match=r"^hsic: K1 and K2 must be \[n, n\] kernels of "
+                                         r"n >= 2 samples, got n = 1\.$"):
+        P.hsic(jnp.ones((1, 1)), jnp.ones((1, 1)))
+    with pytest.raises(ValueError, match=r"^cka: K1 and K2 must be \[n, n\] kernels of "
+                                         r"n >= 2 samples, got n = 1\.$"):
+        P.cka(jnp.ones((1, 1)), jnp.ones((1, 1)))
+    with pytest.raises(ValueError, match=r"^cka: .* n >= 4 samples, got n = 3\.$"):
+        P.cka(jnp.eye(3), jnp.eye(3), unbiased=True)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 4)).astype(np.float32)
+    k = x @ x.T
+    # the zero kernel: alignment 0 (not NaN), like cka
+    assert float(P.kernel_alignment(jnp.zeros((3, 3)), jnp.eye(3))) == 0.0
+    assert float(P.kernel_alignment(np.zeros((30, 30), np.float32), k, centered=True)) == 0.0
+    assert float(P.kernel_distance(jnp.zeros((3, 3)), jnp.eye(3))) == 1.0
+    # constant kernels (a constant representation): centred alignment = cka = 0, exactly
+    # (centring left 6e-9 of rounding in cka, and 0/0 = NaN in kernel_alignment)
+    for v in (0.1, 0.3, 0.7, 1.3, 3.7):
+        kc = P.gram_linear(np.full((30, 5), v, np.float32))
+        assert float(P.cka(kc, k)) == 0.0, v
+        assert float(P.kernel_alignment(kc, k, centered=True)) == 0.0, v
+        assert float(P.cka(kc, k, unbiased=True)) == 0.0, v
+    # elsewhere centred alignment is cka, against numpy
+    y = np.tanh(x @ rng.normal(size=(4, 3))).astype(np.float32)
+    want = _np_linear_cka(x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(float(P.kernel_alignment(k, y @ y.T, centered=True)), want,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.cka(k, y @ y.T)), want, rtol=1e-5)
+    # NaN stays NaN under jit
+    nan_k = k.copy()
+    nan_k[0, 0] = np.nan
+    assert np.isnan(float(jax.jit(P.kernel_alignment)(nan_k, np.zeros_like(k))))
+    assert np.isnan(float(jax.jit(P.cka)(nan_k, np.zeros_like(k))))
