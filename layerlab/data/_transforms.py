@@ -322,12 +322,23 @@ def train_val_split(
 
     Returns:
       ``(train, val)`` datasets, splits named ``"train"`` and ``"val"``, each in original order.
+
+    Raises:
+      ValueError: with ``balanced=True``, a size between 1 and ``C - 1`` (no balanced subset;
+        as :func:`balanced_subset`), or a class with fewer than ``n_train/C + n_val/C``
+        samples.
     """
     if n_train < 0 or n_val < 0:
         raise ValueError(f"train_val_split: sizes must be >= 0, got {n_train}, {n_val}.")
     rng = _rng(seed)
     if balanced:
         perms = _class_perms(ds, rng)
+        for name, k in (("n_train", n_train), ("n_val", n_val)):
+            if 0 < k < ds.num_classes:
+                raise ValueError(
+                    f"train_val_split: {name} = {k} is below the {ds.num_classes} classes, so "
+                    "no split of it is label-balanced; ask for at least one sample per class, "
+                    "or pass balanced=False for uniform random splits.")
         ct, cv = per_class_counts(n_train, ds.num_classes), per_class_counts(n_val, ds.num_classes)
         _need(ds, perms, ct + cv, "train_val_split")
         tr = np.concatenate([p[:a] for p, a in zip(perms, ct)])

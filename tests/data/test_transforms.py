@@ -242,3 +242,18 @@ def test_float_transforms_of_integer_arrays_return_floats():
         np.testing.assert_allclose(np.asarray(got), unit, rtol=1e-6)
     assert D.standardize(u.astype(np.int64))[0].dtype == np.float64  # np.result_type rule
     assert D.scale(u.astype(np.float64))[0].dtype == np.float64
+
+
+def test_train_val_split_balanced_below_the_class_count_raises():
+    """n_train = 5 over 10 digit classes gave a silently unbalanced split ([1]*5 + [0]*5)."""
+    ds = _toy()  # 3 classes
+    with pytest.raises(ValueError, match=r"^train_val_split: n_train = 2 is below the 3 "
+                                         r"classes, so no split of it is label-balanced"):
+        D.train_val_split(ds, 2, 6)
+    with pytest.raises(ValueError, match=r"^train_val_split: n_val = 1 is below the 3 classes"):
+        D.train_val_split(ds, 6, 1)
+    tr, va = D.train_val_split(ds, 3, 0)  # one per class; an empty val split is fine
+    np.testing.assert_array_equal(tr.class_counts(), [1, 1, 1])
+    assert len(va) == 0
+    assert len(D.train_val_split(ds, 2, 1, balanced=False)[0]) == 2
+
