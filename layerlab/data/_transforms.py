@@ -353,12 +353,23 @@ def train_val_split(
     return ds.subset(np.sort(tr), split="train"), ds.subset(np.sort(va), split="val")
 
 
+def _is_integer(c) -> bool:
+    """A Python/numpy integer or a 0-d integer array (not a bool, not ``1.7`` nor ``2.0``)."""
+    if isinstance(c, (bool, np.bool_)):
+        return False
+    if isinstance(c, (int, np.integer)):
+        return True
+    dtype = getattr(c, "dtype", None)
+    return dtype is not None and np.ndim(c) == 0 and np.issubdtype(dtype, np.integer)
+
+
 def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True) -> Dataset:
     """Keep only the samples of ``classes`` (e.g. digits ``(1, 7)``).
 
     Args:
       ds: classification dataset.
-      classes: class labels (ints) or class names (when ``ds.class_names`` is known).
+      classes: class labels (integers; a float such as ``1.7`` is refused, not truncated)
+        or class names (when ``ds.class_names`` is known).
       relabel: map ``classes[i] -> i`` (so ``(1, 7)`` becomes a binary 0/1 task, with
         ``num_classes = len(classes)``); otherwise keep the original labels.
     """
@@ -373,6 +384,10 @@ def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True)
                     f"(known: {ds.class_names})."
                 )
             c = ds.class_names.index(c)
+        elif not _is_integer(c):
+            raise TypeError(
+                f"select_classes: classes must hold integer labels or class names, got "
+                f"{c!r} ({type(c).__name__}) in {classes!r}.")
         c = int(c)
         if not 0 <= c < ds.num_classes:
             raise ValueError(

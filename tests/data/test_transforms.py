@@ -257,3 +257,14 @@ def test_train_val_split_balanced_below_the_class_count_raises():
     assert len(va) == 0
     assert len(D.train_val_split(ds, 2, 1, balanced=False)[0]) == 2
 
+
+def test_select_classes_refuses_non_integer_labels():
+    """classes=(1.7, 3) silently selected classes 1 and 3."""
+    ds = _toy()
+    with pytest.raises(TypeError, match=r"^select_classes: classes must hold integer labels or "
+                                        r"class names, got 1\.7 \(float\) in \(1\.7, 2\)\.$"):
+        D.select_classes(ds, (1.7, 2))
+    with pytest.raises(TypeError, match="got True"):
+        D.select_classes(ds, (True, 2))
+    sub = D.select_classes(ds, (np.int64(2), jnp.asarray(0)))  # numpy / 0-d jax integers
+    np.testing.assert_array_equal(sub.y, D.select_classes(ds, (2, 0)).y)
