@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from layerlab._checks import check_int
 from layerlab.data import _files as F
 from layerlab.data import _synthetic
 from layerlab.data._dataset import Dataset, DatasetNotFoundError
@@ -480,10 +481,27 @@ def _finish(ds: Dataset, x_div, dtype) -> Dataset:
     return ds.replace(x=x, y=y)
 
 
+def _synthetic_key(seed) -> jax.Array:
+    """The task key from ``load``'s ``seed``: an integer, a typed key (``jax.random.key``) or
+    a raw ``uint32[2]`` key (``jax.random.PRNGKey``)."""
+    if isinstance(seed, (jax.Array, np.ndarray)) and not (
+            np.ndim(seed) == 0 and jnp.issubdtype(seed.dtype, jnp.integer)):
+        if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+            if seed.shape != ():
+                raise ValueError(f"load: seed must be a single PRNG key, got a key array of "
+                                 f"shape {seed.shape}.")
+            return seed
+        if seed.dtype == np.uint32 and seed.shape == (2,):
+            return jax.random.wrap_key_data(jnp.asarray(seed))
+        raise TypeError(f"load: seed must be an integer or a PRNG key (jax.random.key), got an "
+                        f"array of dtype {seed.dtype} and shape {seed.shape}.")
+    return jax.random.key(check_int(seed, "seed", fn="load"))
+
+
 def _load_synthetic(name, split, n, seed, opts) -> Dataset:
-    key = jax.random.key(seed)
+    key = _synthetic_key(seed)
     sub = jax.random.fold_in(key, _SPLIT_IDS[split])
-    n = 1000 if n is None else int(n)
+    n = 1000 if n is None else n
     fn = _synthetic.teacher if name == "teacher" else _synthetic.latent
     allowed = [
         p
@@ -531,8 +549,10 @@ def load(
       balanced: draw the ``n`` samples label-balanced (:func:`balanced_subset`); with
         ``n=None``, the largest balanced subset (``C x`` the smallest class count).
       shuffle: with ``n`` and not ``balanced``: a random subset (True) or the first ``n``.
-      seed: int (or jax key) for the subset; for synthetic tasks, the task seed (the same
-        seed gives the same teacher/generator on every split, different inputs per split).
+      seed: int or jax key (``jax.random.key``, or a raw ``jax.random.PRNGKey``) for the
+        subset; for synthetic tasks, the task seed (the same seed gives the same
+        teacher/generator on every split, different inputs per split; ``seed=k`` and
+        ``seed=jax.random.key(k)`` give the same task).
       data_dir: directory with the dataset files; default ``$LAYERLAB_DATA`` then ``./data``
         (see docs/data.md for the layout).
       source: ``"auto"`` (files, then tensorflow-datasets if installed), ``"files"``, or
@@ -574,6 +594,8 @@ def load(
     """
     key = _canonical(name)
     spec = _REGISTRY[key]
+    n = check_int(n, "n", fn="load", min_value=1 if spec.kind == "synthetic" else 0,
+                  allow_none=True)
     if split not in spec.splits:
         raise ValueError(f"{key!r} has splits {spec.splits}, got split={split!r}.")
     if not jnp.issubdtype(dtype, jnp.floating):  # (bfloat16 is no numpy float)

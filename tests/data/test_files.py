@@ -278,6 +278,11 @@ def test_load_argument_errors():
         D.load("digits", colour=True)
     with pytest.raises(ValueError, match="only"):
         D.load("digits", n=1400, balanced=True)  # 140 per class: some classes have fewer
+    # n is an integer >= 0 (10.0 failed deep in a slice: 'slice indices must be integers')
+    with pytest.raises(TypeError, match=r"^load: n must be an integer, got float 10\.0\.$"):
+        D.load("digits", n=10.0)
+    with pytest.raises(ValueError, match=r"^load: n must be >= 0, got -1\.$"):
+        D.load("digits", n=-1, shuffle=False)
 
 
 def test_balanced_without_n_is_the_largest_balanced_subset():
