@@ -224,9 +224,8 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
             keys = F.npz_keys(npz)
             ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
             if ykey not in keys:
-                raise ValueError(
-                    f"{npz} has no {ykey!r} (keys: {keys}) for label_mode={label_mode!r}."
-                )
+                raise F.corrupt_error(npz, f"it has no array {ykey!r} (it has {keys}), needed "
+                                           f"for label_mode={label_mode!r}", "cifar100")
             x = F.read_npz_key(npz, f"x_{split}")
             y = F.read_npz_key(npz, ykey)
             if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
@@ -296,9 +295,9 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
         _verify(path, "winequality")
         cols, v = F.read_csv(path, ";")
         if v.shape[1] != 12 or cols[-1] != "quality":
-            raise ValueError(
-                f"{path}: expected 11 features and a final 'quality' column, got {cols}."
-            )
+            raise F.corrupt_error(path, f"expected 11 features and a final 'quality' column "
+                                        f"(UCI winequality-{color}.csv, ';'-separated), got "
+                                        f"{len(cols)} columns ending {cols[-1:]}", "winequality")
         x, y = _holdout(split, v[:, :-1], v[:, -1])
         if color_feature:
             x = np.concatenate([x, np.full((len(x), 1), float(color == "red"))], axis=1)
@@ -328,11 +327,11 @@ def _superconductivity(split, roots, data_dir):
             _verify(path, "superconductivity")
             cols, v = F.read_csv(path, ",", member)
             if v.shape[1] != 82 or cols[-1] != "critical_temp":
-                raise ValueError(
-                    f"{path}: expected 81 features and a final 'critical_temp' column "
+                raise F.corrupt_error(
+                    path, f"expected 81 features and a final 'critical_temp' column "
                     f"(UCI superconductivity train.csv), got {len(cols)} columns "
-                    f"ending {cols[-1:]}."
-                )
+                    f"ending {cols[-1:]}" + (f" in member {member}" if member else ""),
+                    "superconductivity")
             x, y = _holdout(split, v[:, :-1], v[:, -1])
             return _Raw(x.astype(np.float32), y.astype(np.float32), 0, None, None, cols[:-1])
     raise F.not_found_error(
