@@ -234,7 +234,8 @@ def test_nan_input_gives_nan_under_jit_not_zero():
 
 # ------------------------------------------------------------------- audit regressions
 def _np_rbf(a, frac=0.8):
-    d2 = ((a[:, None, :] - a[None, :, :]) ** 2).sum(-1)
+    sq = (a * a).sum(1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2 * a @ a.T, 0.0)  # float64
     return np.exp(-d2 / (2 * frac**2 * np.median(d2)))
 
 
