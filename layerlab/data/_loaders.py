@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from layerlab._checks import check_int
 from layerlab.data import _files as F
 from layerlab.data import _synthetic
 from layerlab.data._dataset import Dataset, DatasetNotFoundError
@@ -223,9 +224,8 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
             keys = F.npz_keys(npz)
             ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
             if ykey not in keys:
-                raise ValueError(
-                    f"{npz} has no {ykey!r} (keys: {keys}) for label_mode={label_mode!r}."
-                )
+                raise F.corrupt_error(npz, f"it has no array {ykey!r} (it has {keys}), needed "
+                                           f"for label_mode={label_mode!r}", "cifar100")
             x = F.read_npz_key(npz, f"x_{split}")
             y = F.read_npz_key(npz, ykey)
             if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
@@ -295,9 +295,9 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
         _verify(path, "winequality")
         cols, v = F.read_csv(path, ";")
         if v.shape[1] != 12 or cols[-1] != "quality":
-            raise ValueError(
-                f"{path}: expected 11 features and a final 'quality' column, got {cols}."
-            )
+            raise F.corrupt_error(path, f"expected 11 features and a final 'quality' column "
+                                        f"(UCI winequality-{color}.csv, ';'-separated), got "
+                                        f"{len(cols)} columns ending {cols[-1:]}", "winequality")
         x, y = _holdout(split, v[:, :-1], v[:, -1])
         if color_feature:
             x = np.concatenate([x, np.full((len(x), 1), float(color == "red"))], axis=1)
@@ -327,11 +327,11 @@ def _superconductivity(split, roots, data_dir):
             _verify(path, "superconductivity")
             cols, v = F.read_csv(path, ",", member)
             if v.shape[1] != 82 or cols[-1] != "critical_temp":
-                raise ValueError(
-                    f"{path}: expected 81 features and a final 'critical_temp' column "
+                raise F.corrupt_error(
+                    path, f"expected 81 features and a final 'critical_temp' column "
                     f"(UCI superconductivity train.csv), got {len(cols)} columns "
-                    f"ending {cols[-1:]}."
-                )
+                    f"ending {cols[-1:]}" + (f" in member {member}" if member else ""),
+                    "superconductivity")
             x, y = _holdout(split, v[:, :-1], v[:, -1])
             return _Raw(x.astype(np.float32), y.astype(np.float32), 0, None, None, cols[:-1])
     raise F.not_found_error(
@@ -480,10 +480,27 @@ def _finish(ds: Dataset, x_div, dtype) -> Dataset:
     return ds.replace(x=x, y=y)
 
 
+def _synthetic_key(seed) -> jax.Array:
+    """The task key from ``load``'s ``seed``: an integer, a typed key (``jax.random.key``) or
+    a raw ``uint32[2]`` key (``jax.random.PRNGKey``)."""
+    if isinstance(seed, (jax.Array, np.ndarray)) and not (
+            np.ndim(seed) == 0 and jnp.issubdtype(seed.dtype, jnp.integer)):
+        if jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+            if seed.shape != ():
+                raise ValueError(f"load: seed must be a single PRNG key, got a key array of "
+                                 f"shape {seed.shape}.")
+            return seed
+        if seed.dtype == np.uint32 and seed.shape == (2,):
+            return jax.random.wrap_key_data(jnp.asarray(seed))
+        raise TypeError(f"load: seed must be an integer or a PRNG key (jax.random.key), got an "
+                        f"array of dtype {seed.dtype} and shape {seed.shape}.")
+    return jax.random.key(check_int(seed, "seed", fn="load"))
+
+
 def _load_synthetic(name, split, n, seed, opts) -> Dataset:
-    key = jax.random.key(seed)
+    key = _synthetic_key(seed)
     sub = jax.random.fold_in(key, _SPLIT_IDS[split])
-    n = 1000 if n is None else int(n)
+    n = 1000 if n is None else n
     fn = _synthetic.teacher if name == "teacher" else _synthetic.latent
     allowed = [
         p
@@ -531,8 +548,10 @@ def load(
       balanced: draw the ``n`` samples label-balanced (:func:`balanced_subset`); with
         ``n=None``, the largest balanced subset (``C x`` the smallest class count).
       shuffle: with ``n`` and not ``balanced``: a random subset (True) or the first ``n``.
-      seed: int (or jax key) for the subset; for synthetic tasks, the task seed (the same
-        seed gives the same teacher/generator on every split, different inputs per split).
+      seed: int or jax key (``jax.random.key``, or a raw ``jax.random.PRNGKey``) for the
+        subset; for synthetic tasks, the task seed (the same seed gives the same
+        teacher/generator on every split, different inputs per split; ``seed=k`` and
+        ``seed=jax.random.key(k)`` give the same task).
       data_dir: directory with the dataset files; default ``$LAYERLAB_DATA`` then ``./data``
         (see docs/data.md for the layout).
       source: ``"auto"`` (files, then tensorflow-datasets if installed), ``"files"``, or
@@ -574,6 +593,8 @@ def load(
     """
     key = _canonical(name)
     spec = _REGISTRY[key]
+    n = check_int(n, "n", fn="load", min_value=1 if spec.kind == "synthetic" else 0,
+                  allow_none=True)
     if split not in spec.splits:
         raise ValueError(f"{key!r} has splits {spec.splits}, got split={split!r}.")
     if not jnp.issubdtype(dtype, jnp.floating):  # (bfloat16 is no numpy float)

@@ -37,6 +37,20 @@ def _xp(*arrays):
     return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
 
 
+def _as_float(x, xp):
+    """``x`` in the dtype of a float transform's output: numpy arrays in
+    ``np.result_type(x.dtype, float32)`` (uint8 -> float32, int64 -> float64, float64 stays);
+    jax arrays keep a float dtype (bfloat16 stays) and integers go to ``result_type(x,
+    float32)``.  Computing in it keeps integer inputs from wrapping around (``x * x`` in
+    uint8) and from being truncated on return."""
+    if xp is np:
+        x = np.asarray(x)
+        return x.astype(np.result_type(x.dtype, np.float32), copy=False)
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    return x.astype(jnp.result_type(x.dtype, jnp.float32))
+
+
 def _check_batch(x, fn: str, min_ndim: int = 2):
     if x is None or isinstance(x, (str, bytes, dict)):
         raise TypeError(f"{fn}: x must be an array with a leading sample axis, got "
@@ -85,12 +99,15 @@ def standardize(
         are only centred (their std is taken as 1), never divided by ~0.
 
     Returns:
-      ``(x_standardized [N, ...], mean [...], std [...])``.
+      ``(x_standardized [N, ...], mean [...], std [...])``; for numpy ``x`` the result has
+      dtype ``np.result_type(x.dtype, np.float32)`` (integer inputs give floats).
     """
     _check_batch(x, "standardize", 1)
     xp = _xp(x, mean, std)
     if (mean is None) != (std is None):
         raise ValueError("standardize: pass both `mean` and `std` (to reuse them) or neither.")
+    out_dtype = _as_float(x[:0], _xp(x)).dtype
+    x = _as_float(x, xp)
     if mean is None:
         mean = x.mean(axis=0)
         std = x.std(axis=0)
@@ -101,7 +118,7 @@ def standardize(
             f"feature shape {tuple(x.shape[1:])}."
         )
     xs = (x - mean[None]) / std[None]
-    return xs.astype(x.dtype) if xp is np else xs, mean, std
+    return xs.astype(out_dtype) if xp is np else xs, mean, std
 
 
 def scale(
@@ -121,18 +138,22 @@ def scale(
         neither.
 
     Returns:
-      ``(x_scaled [N, ...], x_min [...], x_max [...])``.
+      ``(x_scaled [N, ...], x_min [...], x_max [...])``; for numpy ``x`` the result has dtype
+      ``np.result_type(x.dtype, np.float32)`` (integer inputs give floats).
     """
     _check_batch(x, "scale", 1)
     xp = _xp(x, x_min, x_max)
     if (x_min is None) != (x_max is None):
         raise ValueError("scale: pass both `x_min` and `x_max` (to reuse them) or neither.")
+    out_dtype = _as_float(x[:0], _xp(x)).dtype
+    x = _as_float(x, xp)
     if x_min is None:
         x_min, x_max = x.min(axis=0), x.max(axis=0)
-    rng = x_max - x_min
+    lo, hi = _as_float(xp.asarray(x_min), xp), _as_float(xp.asarray(x_max), xp)
+    rng = hi - lo  # (in floats: integer statistics reused on other data must not wrap)
     rng = xp.where(rng == 0, xp.ones_like(rng), rng)
-    xs = low + (high - low) * (x - x_min[None]) / rng[None]
-    return xs.astype(x.dtype) if xp is np else xs, x_min, x_max
+    xs = low + (high - low) * (x - lo[None]) / rng[None]
+    return xs.astype(out_dtype) if xp is np else xs, x_min, x_max
 
 
 def l2_normalize(x: np.ndarray | jax.Array, *, radius: float = 1.0,
@@ -146,10 +167,12 @@ def l2_normalize(x: np.ndarray | jax.Array, *, radius: float = 1.0,
       x: ``[N, ...]``; the norm is over all of ``x.shape[1:]``.
 
     Returns:
-      ``[N, ...]``.
+      ``[N, ...]``; numpy ``x`` gives dtype ``np.result_type(x.dtype, np.float32)``, jax
+      integer ``x`` a float dtype.
     """
     _check_batch(x, "l2_normalize", 1)
     xp = _xp(x)
+    x = _as_float(x, xp)  # (uint8 x * x wraps around)
     axes = tuple(range(1, x.ndim))
     norm = xp.sqrt((x * x).sum(axis=axes, keepdims=True))
     out = radius * x / xp.maximum(norm, eps)
@@ -299,12 +322,23 @@ def train_val_split(
 
     Returns:
       ``(train, val)`` datasets, splits named ``"train"`` and ``"val"``, each in original order.
+
+    Raises:
+      ValueError: with ``balanced=True``, a size between 1 and ``C - 1`` (no balanced subset;
+        as :func:`balanced_subset`), or a class with fewer than ``n_train/C + n_val/C``
+        samples.
     """
     if n_train < 0 or n_val < 0:
         raise ValueError(f"train_val_split: sizes must be >= 0, got {n_train}, {n_val}.")
     rng = _rng(seed)
     if balanced:
         perms = _class_perms(ds, rng)
+        for name, k in (("n_train", n_train), ("n_val", n_val)):
+            if 0 < k < ds.num_classes:
+                raise ValueError(
+                    f"train_val_split: {name} = {k} is below the {ds.num_classes} classes, so "
+                    "no split of it is label-balanced; ask for at least one sample per class, "
+                    "or pass balanced=False for uniform random splits.")
         ct, cv = per_class_counts(n_train, ds.num_classes), per_class_counts(n_val, ds.num_classes)
         _need(ds, perms, ct + cv, "train_val_split")
         tr = np.concatenate([p[:a] for p, a in zip(perms, ct)])
@@ -319,12 +353,23 @@ def train_val_split(
     return ds.subset(np.sort(tr), split="train"), ds.subset(np.sort(va), split="val")
 
 
+def _is_integer(c) -> bool:
+    """A Python/numpy integer or a 0-d integer array (not a bool, not ``1.7`` nor ``2.0``)."""
+    if isinstance(c, (bool, np.bool_)):
+        return False
+    if isinstance(c, (int, np.integer)):
+        return True
+    dtype = getattr(c, "dtype", None)
+    return dtype is not None and np.ndim(c) == 0 and np.issubdtype(dtype, np.integer)
+
+
 def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True) -> Dataset:
     """Keep only the samples of ``classes`` (e.g. digits ``(1, 7)``).
 
     Args:
       ds: classification dataset.
-      classes: class labels (ints) or class names (when ``ds.class_names`` is known).
+      classes: class labels (integers; a float such as ``1.7`` is refused, not truncated)
+        or class names (when ``ds.class_names`` is known).
       relabel: map ``classes[i] -> i`` (so ``(1, 7)`` becomes a binary 0/1 task, with
         ``num_classes = len(classes)``); otherwise keep the original labels.
     """
@@ -339,6 +384,10 @@ def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True)
                     f"(known: {ds.class_names})."
                 )
             c = ds.class_names.index(c)
+        elif not _is_integer(c):
+            raise TypeError(
+                f"select_classes: classes must hold integer labels or class names, got "
+                f"{c!r} ({type(c).__name__}) in {classes!r}.")
         c = int(c)
         if not 0 <= c < ds.num_classes:
             raise ValueError(

@@ -3,6 +3,12 @@ minibatch), kernel alignment and kernel change rate.
 
 Kornblith et al. 2019 (CKA), Nguyen et al. 2021 (minibatch CKA), Cristianini et al. 2002
 (kernel alignment). Pure ``jnp``; shapes are checked (static under ``jit``).
+
+Every function computes in float32 or wider: integer inputs (uint8 pixels overflow in
+``x @ x.T``) and half-precision ones (bfloat16's eps ~ 8e-3 cannot resolve the centring;
+float16 overflows beyond 65504 in the sums of squares) are promoted first, float64 stays
+float64.  A representation constant over the samples (a dead layer) gives CKA 0, where CKA
+is 0/0, in every function here.
 """
 
 from __future__ import annotations
@@ -14,10 +20,19 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike, DTypeLike
 
-from layerlab._checks import check_array, check_finite, check_number, check_result_finite
+from layerlab._checks import (
+    check_array,
+    check_finite,
+    check_number,
+    check_result_finite,
+    promote_float,
+)
 
 
 def _features(x, name: str) -> jax.Array:
+    """``x`` as ``[n, features]`` in float32 or wider: integer inputs (uint8 pixels) would
+    overflow in ``x @ x.T``, and half precision (bf16 eps ~ 8e-3) cannot resolve the
+    centring nor the sums of squares (float16 overflows beyond 65504)."""
     fn, _, arg = name.partition(" ")
     x = check_array(x, arg or "x", fn=fn, kind="real")
     check_finite(x, arg or "x", fn=fn)  # eager only
@@ -26,6 +41,7 @@ def _features(x, name: str) -> jax.Array:
             f"{name}: expected a representation of shape [n, features...], got {x.shape}; "
             "reshape a single feature to [n, 1]."
         )
+    (x,) = promote_float(x)
     return x.reshape(x.shape[0], -1)
 
 
@@ -41,19 +57,51 @@ def _pair(x, y, fn: str):
 
 
 def _square(k, name: str) -> jax.Array:
+    """A square kernel matrix in float32 or wider (see :func:`_features`)."""
     fn, _, arg = name.partition(" ")
     k = check_array(k, arg or "k", fn=fn, kind="real")
     check_finite(k, arg or "k", fn=fn)  # eager only
     if k.ndim != 2 or k.shape[0] != k.shape[1]:
         raise ValueError(f"{name}: expected a square [n, n] kernel matrix, got {k.shape}.")
+    (k,) = promote_float(k)
     return k
 
 
-def _same_square(k1, k2, fn: str):
+def _same_square(k1, k2, fn: str, min_n: int = 1):
     k1, k2 = _square(k1, f"{fn} K1"), _square(k2, f"{fn} K2")
     if k1.shape != k2.shape:
         raise ValueError(f"{fn}: kernel matrices differ in shape, {k1.shape} vs {k2.shape}.")
+    if k1.shape[0] < min_n:
+        raise ValueError(
+            f"{fn}: K1 and K2 must be [n, n] kernels of n >= {min_n} samples, got "
+            f"n = {k1.shape[0]}."
+        )
     return k1, k2
+
+
+def _rounding_tol(k: jax.Array) -> float:
+    """Relative rounding level of a kernel centred in one pass over ``n = k.shape[0]`` rows:
+    ``8 log2(n) eps`` (a computed mean is off by a few eps of the entries, measured up to
+    5 eps for n up to 10^6 on CPU)."""
+    return 8.0 * max(1.0, math.log2(max(k.shape[0], 2))) * float(jnp.finfo(k.dtype).eps)
+
+
+def _centred_kernel(k: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``H K H`` and whether ``K`` is constant at rounding level (``||HKH||_F <= tol ||K||_F``,
+    :func:`_rounding_tol`): the kernel of a constant representation, whose CKA is 0/0 and
+    reported as 0."""
+    kc = center_gram(k)
+    const = jnp.sqrt(jnp.sum(kc * kc)) <= _rounding_tol(k) * jnp.sqrt(jnp.sum(k * k))
+    return kc, const
+
+
+def _cosine(a: jax.Array, b: jax.Array, a_zero, b_zero) -> jax.Array:
+    """Frobenius cosine of ``a`` and ``b``; 0 where either is flagged zero (0/0); a NaN input
+    stays NaN (under ``jit`` it cannot raise)."""
+    degenerate = a_zero | b_zero
+    den = jnp.sqrt(jnp.sum(a * a) * jnp.sum(b * b))
+    out = jnp.sum(a * b) / jnp.where(degenerate, 1.0, den)
+    return jnp.where(degenerate & ~jnp.isnan(den), 0.0, out)
 
 
 # ---------------------------------------------------------------------------- kernels
@@ -127,8 +175,11 @@ def hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
 
     Returns:
       scalar :math:`\operatorname{tr}(KHLH) / (n-1)^2`.
+
+    Raises:
+      ValueError: fewer than 2 samples (the estimate divides by ``(n-1)^2``).
     """
-    k1, k2 = _same_square(k1, k2, "hsic")
+    k1, k2 = _same_square(k1, k2, "hsic", min_n=2)
     n = k1.shape[0]
     return jnp.sum(center_gram(k1) * center_gram(k2)) / (n - 1) ** 2
 
@@ -174,12 +225,21 @@ def cka(k1: ArrayLike, k2: ArrayLike, *, unbiased: bool = False) -> jax.Array:
 
     Returns:
       scalar in ``[0, 1]`` (biased); the unbiased estimate may leave that range slightly.
-      0 when ``HSIC(K, K) HSIC(L, L) = 0`` (a constant representation), where CKA is 0/0.
+      **0 when either kernel is constant** (``H K H = 0`` up to rounding: the kernel of a
+      constant representation, e.g. the zero kernel), where CKA is 0/0.
+
+    Raises:
+      ValueError: fewer than 2 samples (4 with ``unbiased=True``); non-finite inputs (eager
+        calls only; under ``jit`` a NaN input gives NaN).
     """
-    h = unbiased_hsic if unbiased else hsic
-    prod = h(k1, k1) * h(k2, k2)
-    ok = prod > 0
-    out = h(k1, k2) / jnp.sqrt(jnp.where(ok, prod, 1.0))
+    k1, k2 = _same_square(k1, k2, "cka", min_n=4 if unbiased else 2)
+    (k1c, k1_const), (k2c, k2_const) = _centred_kernel(k1), _centred_kernel(k2)
+    degenerate = k1_const | k2_const
+    if not unbiased:  # HSIC(K, L) (n-1)^2 = <HKH, HLH>: CKA is their cosine
+        return _cosine(k1c, k2c, k1_const, k2_const)
+    prod = unbiased_hsic(k1, k1) * unbiased_hsic(k2, k2)
+    ok = (prod > 0) & ~degenerate
+    out = unbiased_hsic(k1, k2) / jnp.sqrt(jnp.where(ok, prod, 1.0))
     # 0/0 (a constant representation) is 0; a NaN input stays NaN (under jit it cannot raise)
     return jnp.where(ok, out, jnp.where(jnp.isnan(prod), jnp.nan, 0.0))
 
@@ -204,9 +264,13 @@ def linear_cka(x: ArrayLike, y: ArrayLike, *, method: str = "auto") -> jax.Array
     Returns:
       scalar in ``[0, 1]``; **0 when either representation is constant over the samples**
       (CKA is 0/0 there: a constant representation shares no variation with anything).
+      Constancy is judged column by column (a column whose centred entries are at the
+      rounding level of its own entries is constant): a constant column adds nothing, so
+      ``linear_cka(x, y)`` is unchanged by appending a constant column to ``x`` or by
+      translating ``x``.
 
     Raises:
-      ValueError: non-finite inputs (eager calls only).
+      ValueError: fewer than 2 samples; non-finite inputs (eager calls only).
     """
     x, y = _pair(x, y, "linear_cka")
     if method not in ("auto", "features", "gram"):
@@ -229,20 +293,38 @@ def linear_cka(x: ArrayLike, y: ArrayLike, *, method: str = "auto") -> jax.Array
     return check_result_finite(out, "linear CKA", fn="linear_cka")
 
 
-def _centre_scaled(x):
-    """Column-centred ``x`` divided by its largest entry (CKA is scale invariant; this keeps
-    ``1e30``-sized inputs from overflowing), and whether ``x`` is constant over samples
-    (centred entries at rounding level: ``max|x_c| <= 8 log2(n) eps max|x|``; the mean of a
-    constant column is off by a few eps, measured up to 5 eps for n up to 10^6 on CPU, so the
-    bound does not flag real variation: a tolerance growing like ``n`` did, e.g. a float32
-    column of spread 1e-3 of its mean at n = 50 000)."""
-    scale = jnp.max(jnp.abs(x))
-    x = x / jnp.where(scale > 0, scale, 1.0)
+def _centre_columns(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Column-centred ``x`` with its constant columns set to exactly 0, and whether every
+    column is constant (a constant representation: CKA is 0/0 there).
+
+    Centred twice: the first computed mean is off by a few eps of the column's offset
+    (measured up to 5 eps for n up to 10^6 on CPU), which for a float32 column ``1 + 1e-6 z``
+    is a tenth of its spread and biases CKA; the second pass leaves ~eps^2 of the offset.
+    Column ``j`` is then constant when its entries lie within a few units in the last place
+    of one another, ``max_i |x_ij - mean_j| <= 4 eps max_i |x_ij|``: an exactly constant
+    column (its residue is ~eps^2) or one varying by rounding alone (a saturated unit).
+    Judged column by column, so a large or offset column does not hide the variation of
+    another (a constant column of 1 beside one of spread 1e-6 is one constant and one
+    varying column, where a test on the largest entry of all called the whole representation
+    constant); a column's own offset enters only its own test, to the precision its values
+    are stored with, so translating ``x`` leaves CKA unchanged.  Zeroing the constant
+    columns drops their rounding residue, which CKA would otherwise read as variation."""
     xc = x - jnp.mean(x, axis=0, keepdims=True)
-    eps = jnp.finfo(xc.dtype).eps if jnp.issubdtype(xc.dtype, jnp.inexact) else 1e-7
-    tol = 8.0 * max(1.0, math.log2(max(x.shape[0], 2))) * eps
-    const = jnp.max(jnp.abs(xc)) <= tol * jnp.max(jnp.abs(x))
-    return xc, const
+    xc = xc - jnp.mean(xc, axis=0, keepdims=True)
+    tol = 4.0 * float(jnp.finfo(x.dtype).eps)
+    col_const = jnp.max(jnp.abs(xc), axis=0) <= tol * jnp.max(jnp.abs(x), axis=0)
+    return jnp.where(col_const[None, :], 0.0, xc), jnp.all(col_const)
+
+
+def _centre_scaled(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`_centre_columns` of ``x``, brought to a largest entry of 1 (CKA is scale
+    invariant): divided by ``max|x|`` before centring (``1e30``-sized inputs do not overflow)
+    and by the largest centred entry after it (a small variation beside a large offset
+    column does not underflow in the sums of squares of products)."""
+    scale = jnp.max(jnp.abs(x))
+    xc, const = _centre_columns(x / jnp.where(scale > 0, scale, 1.0))
+    spread = jnp.max(jnp.abs(xc))
+    return xc / jnp.where(spread > 0, spread, 1.0), const
 
 
 def rbf_cka(x: ArrayLike, y: ArrayLike, *, sigma_frac: float = 0.8) -> jax.Array:
@@ -289,15 +371,23 @@ def minibatch_cka_update(
 ) -> MinibatchCKAState:
     """Add one minibatch ``(x [m, p...], y [m, q...])``, ``m >= 4``, to the running sums.
 
-    ``kernel``: ``"linear"`` or ``"rbf"`` (median bandwidth per minibatch).
+    ``kernel``: ``"linear"`` or ``"rbf"`` (median bandwidth per minibatch).  Features are
+    centred per minibatch first (unbiased HSIC is invariant to it) and columns constant at
+    rounding level are zeroed (as in :func:`linear_cka`); a minibatch on which a
+    representation is constant adds exactly 0 to every sum it enters.
     """
     x, y = _pair(x, y, "minibatch_cka_update")
+    if kernel not in ("linear", "rbf"):
+        raise ValueError(
+            f"minibatch_cka_update: kernel must be 'linear' or 'rbf', got {kernel!r}."
+        )
+    (x, x_const), (y, y_const) = _centre_columns(x), _centre_columns(y)
     if kernel == "linear":
-        k1, k2 = gram_linear(x), gram_linear(y)
-    elif kernel == "rbf":
+        k1, k2 = x @ x.T, y @ y.T
+    else:  # a constant minibatch has a zero median distance (0/0 bandwidth)
         k1, k2 = gram_rbf(x), gram_rbf(y)
-    else:
-        raise ValueError(f"kernel must be 'linear' or 'rbf', got {kernel!r}.")
+    k1 = jnp.where(x_const, 0.0, k1)
+    k2 = jnp.where(y_const, 0.0, k2)
     return MinibatchCKAState(
         state.xy + unbiased_hsic(k1, k2),
         state.xx + unbiased_hsic(k1, k1),
@@ -308,8 +398,14 @@ def minibatch_cka_update(
 def minibatch_cka_value(state: MinibatchCKAState) -> jax.Array:
     r"""CKA from accumulated sums (Nguyen et al. 2021, eq. 2):
     :math:`\sum_b \mathrm{HSIC}_1(K_b,L_b) /
-    \sqrt{\sum_b \mathrm{HSIC}_1(K_b,K_b)\sum_b \mathrm{HSIC}_1(L_b,L_b)}`."""
-    return state.xy / jnp.sqrt(state.xx * state.yy)
+    \sqrt{\sum_b \mathrm{HSIC}_1(K_b,K_b)\sum_b \mathrm{HSIC}_1(L_b,L_b)}`.
+
+    0 when either self-sum is ``<= 0`` (a representation constant on every minibatch: 0/0,
+    as :func:`cka` returns); NaN sums stay NaN."""
+    prod = state.xx * state.yy
+    ok = prod > 0
+    out = state.xy / jnp.sqrt(jnp.where(ok, prod, 1.0))
+    return jnp.where(ok, out, jnp.where(jnp.isnan(prod), jnp.nan, 0.0))
 
 
 def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> jax.Array:
@@ -320,24 +416,27 @@ def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> ja
     number of minibatches.
 
     Args:
-      xs: ``[B, m, p...]``, ys: ``[B, m, q...]``, ``m >= 4``.
+      xs: ``[B, m, p...]``, ys: ``[B, m, q...]``, ``m >= 4``; any real dtype (computed in
+        float32 or wider).
       kernel: ``"linear"`` or ``"rbf"``.
 
     Returns:
-      scalar.
+      scalar; 0 when either representation is constant on every minibatch (see
+      :func:`minibatch_cka_value`).
     """
-    xs, ys = jnp.asarray(xs), jnp.asarray(ys)
+    xs = check_array(xs, "xs", fn="minibatch_cka", kind="real")
+    ys = check_array(ys, "ys", fn="minibatch_cka", kind="real")
     if xs.ndim < 3 or ys.ndim < 3 or xs.shape[:2] != ys.shape[:2]:
         raise ValueError(
             f"minibatch_cka expects xs [B, m, p...] and ys [B, m, q...] with equal B and m, got "
             f"{xs.shape} and {ys.shape}."
         )
-    dtype = jnp.result_type(xs.dtype, ys.dtype, jnp.float32)
+    xs, ys = promote_float(xs, ys)
 
     def body(state, xy):
         return minibatch_cka_update(state, xy[0], xy[1], kernel=kernel), None
 
-    state, _ = jax.lax.scan(body, minibatch_cka_init(dtype), (xs, ys))
+    state, _ = jax.lax.scan(body, minibatch_cka_init(xs.dtype), (xs, ys))
     return minibatch_cka_value(state)
 
 
@@ -348,18 +447,21 @@ def kernel_alignment(k1: ArrayLike, k2: ArrayLike, *, centered: bool = False) ->
     .. math:: A(K_1, K_2) = \frac{\langle K_1, K_2\rangle_F}{\|K_1\|_F\,\|K_2\|_F}
 
     With ``centered=True`` both are first double-centred (:func:`center_gram`), which gives
-    CKA (Cortes et al. 2012).
+    CKA (Cortes et al. 2012): the same number as :func:`cka`, 0 included.
 
     Args:
       k1, k2: ``[n, n]``.
 
     Returns:
-      scalar in ``[-1, 1]``.
+      scalar in ``[-1, 1]``; **0 when either kernel is zero** (with ``centered=True``: constant,
+      as in :func:`cka`), where the cosine is 0/0.  Under ``jit`` a NaN input gives NaN.
     """
     k1, k2 = _same_square(k1, k2, "kernel_alignment")
     if centered:
-        k1, k2 = center_gram(k1), center_gram(k2)
-    return jnp.sum(k1 * k2) / jnp.sqrt(jnp.sum(k1 * k1) * jnp.sum(k2 * k2))
+        (k1, k1_zero), (k2, k2_zero) = _centred_kernel(k1), _centred_kernel(k2)
+    else:
+        k1_zero, k2_zero = jnp.all(k1 == 0), jnp.all(k2 == 0)
+    return _cosine(k1, k2, k1_zero, k2_zero)
 
 
 def kernel_distance(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
@@ -378,7 +480,7 @@ def kernel_distance(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
       k1, k2: ``[n, n]``.
 
     Returns:
-      scalar in ``[0, 2]``.
+      scalar in ``[0, 2]``; 1 when either kernel is zero (:func:`kernel_alignment` is 0).
     """
     return 1.0 - kernel_alignment(k1, k2)
 
@@ -395,7 +497,7 @@ def kernel_change_rate(k_prev: ArrayLike, k_next: ArrayLike) -> jax.Array:
     Returns:
       scalar.
     """
-    k_prev, k_next = jnp.asarray(k_prev), jnp.asarray(k_next)
+    k_prev, k_next = promote_float(k_prev, k_next)
     if k_prev.shape != k_next.shape:
         raise ValueError(f"kernel_change_rate: shapes differ, {k_prev.shape} vs {k_next.shape}.")
     return jnp.linalg.norm((k_next - k_prev).ravel()) / jnp.linalg.norm(k_prev.ravel())

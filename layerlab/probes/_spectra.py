@@ -10,13 +10,15 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite, check_number
+from layerlab._checks import check_array, check_finite, check_number, promote_float
 from layerlab._linalg import svdvals
 from layerlab._types import PyTree
 
 
 def _as_matrix(w) -> jax.Array:
-    w = jnp.asarray(w)
+    """``w`` as ``[prod(leading), d_out]`` in float32 or wider: LAPACK has no bfloat16/float16
+    SVD (jax raises ``NotImplementedError: Unsupported dtype bfloat16``) and no integer one."""
+    (w,) = promote_float(w)
     return w.reshape(-1, w.shape[-1])
 
 
@@ -32,7 +34,8 @@ def singular_values(tree: PyTree, *, min_ndim: int = 2) -> PyTree:
 
     Returns:
       pytree of the same structure: ``[min(rows, cols)]`` descending singular values per
-      weight, ``None`` elsewhere.
+      weight (float32 for half-precision or integer weights, float64 for float64 ones),
+      ``None`` elsewhere.
     """
     return jax.tree.map(
         lambda w: (
@@ -51,7 +54,7 @@ def _weights(mats) -> list[jax.Array]:
                     f"product_singular_values: layer dict without a 'w' entry: {list(m)}."
                 )
             m = m["w"]
-        m = jnp.asarray(m)
+        (m,) = promote_float(m)  # (no half-precision SVD, see _as_matrix)
         if m.ndim != 2:
             raise ValueError(
                 f"product_singular_values expects 2-D weight matrices, got shape {m.shape}."
@@ -107,8 +110,10 @@ def product_singular_values(
 
 
 def _spectrum(s, fn: str = "spectrum") -> jax.Array:
+    """Singular values from ``s`` (a spectrum or a matrix), in float32 or wider."""
     s = check_array(s, "s", fn=fn, kind="real")
     check_finite(s, "s", fn=fn)  # eager only
+    (s,) = promote_float(s)  # (no half-precision SVD, see _as_matrix)
     if s.ndim == 2:
         return svdvals(s)
     if s.ndim != 1:
@@ -125,7 +130,8 @@ def effective_rank(s: ArrayLike) -> jax.Array:
     Equals ``r`` for ``r`` equal non-zero singular values; ``1 <= erank <= rank``.
 
     Args:
-      s: ``[k]`` singular values, or a matrix ``[m, n]`` (its singular values are used).
+      s: ``[k]`` singular values, or a matrix ``[m, n]`` (its singular values are used);
+        half-precision or integer inputs are computed in float32.
 
     Returns:
       scalar; **0 for an all-zero spectrum** (the zero matrix has rank 0).

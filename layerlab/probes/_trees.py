@@ -33,10 +33,14 @@ def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
       a, b: pytrees of the same structure and leaf shapes.
 
     Returns:
-      scalar in ``[-1, 1]``.
+      scalar in ``[-1, 1]``; **0 when either tree is all zeros** (the cosine is 0/0 there, as
+      :func:`kernel_alignment` and :func:`cka` return 0 for a zero kernel).  Under ``jit`` a
+      NaN leaf gives NaN.
     """
     _check_same_layout(a, b, "tree_cosine_similarity")
-    return optax.tree.vdot(a, b) / (optax.tree.norm(a) * optax.tree.norm(b))
+    na, nb = optax.tree.norm(a), optax.tree.norm(b)
+    zero = (na == 0) | (nb == 0)  # (a NaN norm is not 0: NaN stays NaN)
+    return jnp.where(zero, 0.0, optax.tree.vdot(a, b) / jnp.where(zero, 1.0, na * nb))
 
 
 def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:

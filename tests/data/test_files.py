@@ -278,6 +278,11 @@ def test_load_argument_errors():
         D.load("digits", colour=True)
     with pytest.raises(ValueError, match="only"):
         D.load("digits", n=1400, balanced=True)  # 140 per class: some classes have fewer
+    # n is an integer >= 0 (10.0 failed deep in a slice: 'slice indices must be integers')
+    with pytest.raises(TypeError, match=r"^load: n must be an integer, got float 10\.0\.$"):
+        D.load("digits", n=10.0)
+    with pytest.raises(ValueError, match=r"^load: n must be >= 0, got -1\.$"):
+        D.load("digits", n=-1, shuffle=False)
 
 
 def test_balanced_without_n_is_the_largest_balanced_subset():
@@ -343,3 +348,40 @@ def test_digits_equal_scikit_learns_load_digits():
         got = D.load("digits", split)
         np.testing.assert_array_equal(np.asarray(got.x), x / 16.0)
         np.testing.assert_array_equal(np.asarray(got.y), y)
+
+
+def test_format_errors_of_csvs_and_npz_are_corrupt_file_errors(tmp_path):
+    """A superconductivity/winequality CSV of the wrong columns, or a CIFAR-100 npz without the
+    coarse labels, raised a bare ValueError without the re-fetch hint docs/data.md promises."""
+    (tmp_path / "superconductivity").mkdir()
+    sc = tmp_path / "superconductivity" / "train.csv"
+    sc.write_text("a,b,critical_temp\n1,2,3\n")
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("superconductivity", data_dir=tmp_path, verify=False)
+    assert str(e.value) == (
+        f"Dataset file {sc} is damaged or not the expected file: expected 81 features and a "
+        "final 'critical_temp' column (UCI superconductivity train.csv), got 3 columns ending "
+        "('critical_temp',).\nTo fix: delete it and re-fetch the dataset: python -m "
+        f"layerlab.data download superconductivity --data-dir {tmp_path}.")
+    (tmp_path / "wine_quality").mkdir()
+    wq = tmp_path / "wine_quality" / "winequality-red.csv"
+    wq.write_text('"a";"b";"quality"\n1;2;5\n')
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("winequality", variant="red", data_dir=tmp_path, verify=False)
+    assert str(e.value).startswith(
+        f"Dataset file {wq} is damaged or not the expected file: expected 11 features and a "
+        "final 'quality' column (UCI winequality-red.csv, ';'-separated), got 3 columns ending "
+        "('quality',).\nTo fix: delete it and re-fetch the dataset: python -m layerlab.data "
+        "download winequality")
+    (tmp_path / "cifar100").mkdir()
+    npz = tmp_path / "cifar100" / "cifar100.npz"
+    x = np.zeros((2, 32, 32, 3), np.uint8)
+    np.savez(npz, x_train=x, y_train=np.array([0, 99]), x_test=x, y_test=np.array([1, 2]))
+    assert D.load("cifar100", data_dir=tmp_path, verify=False).num_classes == 100  # fine: ok
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar100", label_mode="coarse", data_dir=tmp_path, verify=False)
+    assert str(e.value) == (
+        f"Dataset file {npz} is damaged or not the expected file: it has no array "
+        "'y_train_coarse' (it has ['x_train', 'y_train', 'x_test', 'y_test']), needed for "
+        "label_mode='coarse'.\nTo fix: delete it and re-fetch the dataset: python -m "
+        f"layerlab.data download cifar100 --data-dir {tmp_path}.")

@@ -58,3 +58,23 @@ def test_latent_is_a_function_of_a_k_dim_latent(key):
     assert s[1] > 1e-2 * s[0] and s[2] < 1e-5 * s[0]
     te = D.load("latent", "test", n=10, seed=0, k=3, d_in=6, d_out=2)
     assert te.x.shape == (10, 6) and te.split == "test"
+
+
+def test_load_synthetic_accepts_a_key_as_seed():
+    """load("teacher"|"latent", seed=jax.random.key(0)) raised 'key accepts a scalar seed,
+    but was given a PRNG key' although the docstring allows a key."""
+    for name in ("teacher", "latent"):
+        ref = D.load(name, "val", n=6, seed=4)
+        for seed in (jax.random.key(4), jax.random.PRNGKey(4)):
+            got = D.load(name, "val", n=6, seed=seed)
+            np.testing.assert_array_equal(got.x, ref.x)
+            np.testing.assert_array_equal(got.y, ref.y)
+    with pytest.raises(TypeError, match=r"^load: seed must be an integer, got float 1\.5\.$"):
+        D.load("teacher", n=4, seed=1.5)
+    with pytest.raises(ValueError, match=r"^load: seed must be a single PRNG key, got a key "
+                                         r"array of shape \(2,\)\.$"):
+        D.load("teacher", n=4, seed=jax.random.split(jax.random.key(0)))
+    with pytest.raises(TypeError, match=r"^load: n must be an integer, got float 10\.0\.$"):
+        D.load("teacher", n=10.0)
+    with pytest.raises(ValueError, match=r"^load: n must be >= 1, got 0\.$"):
+        D.load("latent", n=0)

@@ -214,3 +214,57 @@ def test_load_refuses_integer_dtype_and_unbalanceable_n():
         data.load("digits", n=5, balanced=True)
     assert len(data.load("digits", n=5, balanced=False, seed=0).y) == 5
     assert data.load("digits", n=20, dtype=jnp.bfloat16).x.dtype == jnp.bfloat16  # a float
+
+
+def test_float_transforms_of_integer_arrays_return_floats():
+    """standardize / scale / l2_normalize cast their result back to an integer input's dtype
+    (uint8 standardized to 0/1/255, scaled to 0, normalised rows of 4, 11, ...) and l2_normalize
+    squared uint8 in uint8; the reference is the float64 formula."""
+    rng = np.random.default_rng(0)
+    u = rng.integers(0, 256, (10, 4)).astype(np.uint8)
+    f = u.astype(np.float64)
+    xs, mu, sd = D.standardize(u)
+    assert xs.dtype == np.float32
+    np.testing.assert_allclose(xs, (f - f.mean(0)) / f.std(0), rtol=1e-5, atol=1e-6)
+    s, lo, hi = D.scale(u[:5])
+    assert s.dtype == np.float32
+    np.testing.assert_allclose(s, (f[:5] - f[:5].min(0)) / (f[:5].max(0) - f[:5].min(0)),
+                               rtol=1e-6)
+    # the training statistics on other data: values below x_min go negative, not wrap around
+    s2, _, _ = D.scale(u[5:], x_min=u[:5].min(0), x_max=u[:5].max(0))
+    np.testing.assert_allclose(s2, (f[5:] - f[:5].min(0)) / (f[:5].max(0) - f[:5].min(0)),
+                               rtol=1e-6)
+    assert s2.min() < 0
+    unit = f / np.linalg.norm(f, axis=1, keepdims=True)
+    for arr in (u, jnp.asarray(u)):
+        got = D.l2_normalize(arr)
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(got), unit, rtol=1e-6)
+    assert D.standardize(u.astype(np.int64))[0].dtype == np.float64  # np.result_type rule
+    assert D.scale(u.astype(np.float64))[0].dtype == np.float64
+
+
+def test_train_val_split_balanced_below_the_class_count_raises():
+    """n_train = 5 over 10 digit classes gave a silently unbalanced split ([1]*5 + [0]*5)."""
+    ds = _toy()  # 3 classes
+    with pytest.raises(ValueError, match=r"^train_val_split: n_train = 2 is below the 3 "
+                                         r"classes, so no split of it is label-balanced"):
+        D.train_val_split(ds, 2, 6)
+    with pytest.raises(ValueError, match=r"^train_val_split: n_val = 1 is below the 3 classes"):
+        D.train_val_split(ds, 6, 1)
+    tr, va = D.train_val_split(ds, 3, 0)  # one per class; an empty val split is fine
+    np.testing.assert_array_equal(tr.class_counts(), [1, 1, 1])
+    assert len(va) == 0
+    assert len(D.train_val_split(ds, 2, 1, balanced=False)[0]) == 2
+
+
+def test_select_classes_refuses_non_integer_labels():
+    """classes=(1.7, 3) silently selected classes 1 and 3."""
+    ds = _toy()
+    with pytest.raises(TypeError, match=r"^select_classes: classes must hold integer labels or "
+                                        r"class names, got 1\.7 \(float\) in \(1\.7, 2\)\.$"):
+        D.select_classes(ds, (1.7, 2))
+    with pytest.raises(TypeError, match="got True"):
+        D.select_classes(ds, (True, 2))
+    sub = D.select_classes(ds, (np.int64(2), jnp.asarray(0)))  # numpy / 0-d jax integers
+    np.testing.assert_array_equal(sub.y, D.select_classes(ds, (2, 0)).y)

@@ -230,3 +230,174 @@ def test_nan_input_gives_nan_under_jit_not_zero():
     assert float(P.effective_rank(np.zeros(4, np.float32))) == 0.0
     assert float(P.participation_ratio(np.zeros(4, np.float32))) == 0.0
     assert float(P.cka(np.ones((5, 5)), x[:5] @ x[:5].T)) == 0.0
+
+
+# ------------------------------------------------------------------- audit regressions
+def _np_rbf(a, frac=0.8):
+    sq = (a * a).sum(1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2 * a @ a.T, 0.0)  # float64
+    return np.exp(-d2 / (2 * frac**2 * np.median(d2)))
+
+
+def _np_cka_of_kernels(k, lm):
+    return _np_hsic(k, lm) / np.sqrt(_np_hsic(k, k) * _np_hsic(lm, lm))
+
+
+def _np_unbiased_hsic(k, lm):
+    """Song et al. 2012's closed form (the U-statistic test above checks it on small n)."""
+    n = len(k)
+    k, lm = k.copy(), lm.copy()
+    np.fill_diagonal(k, 0)
+    np.fill_diagonal(lm, 0)
+    one = np.ones(n)
+    return (np.trace(k @ lm) + one @ k @ one * (one @ lm @ one) / ((n - 1) * (n - 2))
+            - 2 / (n - 2) * one @ k @ lm @ one) / (n * (n - 3))
+
+
+def _np_minibatch_cka(xs, ys, gram):
+    xy = sum(_np_unbiased_hsic(gram(a), gram(b)) for a, b in zip(xs, ys))
+    xx = sum(_np_unbiased_hsic(gram(a), gram(a)) for a in xs)
+    yy = sum(_np_unbiased_hsic(gram(b), gram(b)) for b in ys)
+    return xy / np.sqrt(xx * yy)
+
+
+def _half_precision_case(dtype):
+    rng = np.random.default_rng(0)
+    if dtype == "bfloat16":  # sigmoid activations: the constant test called them constant
+        z = rng.normal(size=(256, 32))
+        x = 1 / (1 + np.exp(-0.5 * z))
+        y = 1 / (1 + np.exp(-0.5 * (z[:, :16] + 0.5 * rng.normal(size=(256, 16)))))
+    else:  # float16: the sums of squares overflowed (65504)
+        x = rng.normal(size=(512, 64))
+        y = np.tanh(x @ rng.normal(size=(64, 32)) / 8) + 0.5 * rng.normal(size=(512, 32))
+    return jnp.asarray(x, dtype), jnp.asarray(y, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_inputs_give_the_cka_of_their_values(dtype):
+    """bf16 inputs gave linear/RBF CKA 0 (the constant tolerance 8 log2(n) eps is ~0.5 there);
+    float16 gave 0 and NaN. The inputs' own values, in numpy float64, are the reference."""
+    x, y = _half_precision_case(dtype)
+    xf, yf = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    want = _np_linear_cka(xf, yf)
+    assert 0.3 < want < 0.9
+    for method in ("features", "gram"):
+        np.testing.assert_allclose(float(P.linear_cka(x, y, method=method)), want, rtol=1e-4)
+    np.testing.assert_allclose(float(P.cka(P.gram_linear(x), P.gram_linear(y))), want,
+                               rtol=1e-4)
+    np.testing.assert_allclose(float(P.rbf_cka(x, y)),
+                               _np_cka_of_kernels(_np_rbf(xf), _np_rbf(yf)), rtol=1e-4)
+    b = 8
+    xs, ys = x.reshape(b, -1, x.shape[1]), y.reshape(b, -1, y.shape[1])
+    mb = _np_minibatch_cka(xf.reshape(b, -1, x.shape[1]), yf.reshape(b, -1, y.shape[1]),
+                           lambda a: a @ a.T)
+    np.testing.assert_allclose(float(P.minibatch_cka(xs, ys)), mb, rtol=1e-3)
+    assert P.gram_linear(x).dtype == jnp.float32
+
+
+def test_integer_inputs_do_not_overflow():
+    """uint8 products wrapped around in gram_linear (and so in cka of it and minibatch_cka),
+    int32 squares in the RBF distances."""
+    rng = np.random.default_rng(0)
+    xi = rng.integers(0, 256, (20, 50)).astype(np.uint8)
+    yi = rng.integers(0, 256, (20, 30)).astype(np.uint8)
+    xf, yf = xi.astype(np.float64), yi.astype(np.float64)
+    # entries <= 50 * 255^2 < 2^24: exact in float32
+    np.testing.assert_array_equal(np.asarray(P.gram_linear(xi)), xf @ xf.T)
+    want = _np_linear_cka(xf, yf)
+    np.testing.assert_allclose(float(P.cka(P.gram_linear(xi), P.gram_linear(yi))), want,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.linear_cka(xi, yi)), want, rtol=1e-5)
+    np.testing.assert_allclose(float(P.rbf_cka(xi, yi)),
+                               _np_cka_of_kernels(_np_rbf(xf), _np_rbf(yf)), rtol=1e-5)
+    mb = _np_minibatch_cka(xf.reshape(4, 5, 50), yf.reshape(4, 5, 30), lambda a: a @ a.T)
+    np.testing.assert_allclose(float(P.minibatch_cka(xi.reshape(4, 5, 50),
+                                                     yi.reshape(4, 5, 30))), mb, rtol=1e-4)
+    big = rng.integers(-100_000, 100_000, (6, 3)).astype(np.int32)  # squares overflow int32
+    d2 = ((big[:, None].astype(np.float64) - big[None]) ** 2).sum(-1)
+    np.testing.assert_allclose(np.asarray(P.gram_rbf(big, sigma=1e5)),
+                               np.exp(-d2 / 2e10), rtol=1e-4, atol=1e-6)
+
+
+def test_constant_column_beside_small_variation_is_not_a_constant_representation():
+    """A constant column next to variation of spread 1e-6 made the whole representation
+    'constant' (the test used the largest entry over all columns): linear_cka 0 for 1."""
+    rng = np.random.default_rng(0)
+    v = (1e-6 * rng.normal(size=(200, 8))).astype(np.float32)
+    y = (v.astype(np.float64) @ rng.normal(size=(8, 5)) * 1e6
+         + rng.normal(size=(200, 5))).astype(np.float32)
+    for offset in (1.0, 1e4):
+        xo = np.concatenate([v, np.full((200, 1), offset, np.float32)], 1)
+        np.testing.assert_allclose(float(P.linear_cka(xo, v)), 1.0, rtol=1e-5)
+        np.testing.assert_allclose(float(P.linear_cka(xo, y)), _np_linear_cka(
+            xo.astype(np.float64), y.astype(np.float64)), rtol=1e-4)
+        np.testing.assert_allclose(float(P.linear_cka(xo, y, method="gram")),
+                                   float(P.linear_cka(v, y)), rtol=1e-4)
+        np.testing.assert_allclose(float(P.rbf_cka(xo, v)), 1.0, rtol=1e-5)
+    # translation invariance, column by column: offsets far above the spread of the others
+    shift = np.array([0.0, 3.0, -50.0, 1e3, 0.0, 7.0, 0.0, 2.0], np.float32) * 1e-3
+    vs = v + shift
+    np.testing.assert_allclose(float(P.linear_cka(vs, y)), _np_linear_cka(
+        vs.astype(np.float64), y.astype(np.float64)), rtol=1e-4)
+    # a constant representation still gives 0, at any offset
+    for c in (0.3, 1e4):
+        assert float(P.linear_cka(np.full((200, 9), c, np.float32), y)) == 0.0
+        assert float(P.rbf_cka(np.full((200, 9), c, np.float32), y)) == 0.0
+
+
+def test_minibatch_cka_of_a_constant_or_dead_representation_is_zero():
+    """It gave NaN (zeros; RBF on ones) or noise (-1e-6, ones) where cka/linear_cka give 0."""
+    rng = np.random.default_rng(0)
+    xs = rng.normal(size=(3, 8, 4)).astype(np.float32)
+    const_per_batch = np.broadcast_to(np.arange(3.0, dtype=np.float32)[:, None, None], xs.shape)
+    for dead in (np.zeros_like(xs), np.ones_like(xs), 0.7 * np.ones_like(xs), const_per_batch):
+        for kernel in ("linear", "rbf"):
+            assert float(P.minibatch_cka(dead, xs, kernel=kernel)) == 0.0, (dead[0, 0], kernel)
+            assert float(P.minibatch_cka(xs, dead, kernel=kernel)) == 0.0
+        assert float(jax.jit(P.minibatch_cka)(dead, xs)) == 0.0
+    # a representation dead on one minibatch only: that batch adds nothing
+    part = xs.copy()
+    part[1] = 0.3
+    ys = np.tanh(xs @ rng.normal(size=(4, 3)).astype(np.float32))
+    want = _np_minibatch_cka(part.astype(np.float64), ys.astype(np.float64), lambda a: a @ a.T)
+    np.testing.assert_allclose(float(P.minibatch_cka(part, ys)), want, rtol=1e-4)
+    # a NaN still reads as NaN under jit
+    bad = xs.copy()
+    bad[0, 0, 0] = np.nan
+    assert np.isnan(float(jax.jit(P.minibatch_cka)(bad, xs)))
+
+
+def test_hsic_and_cka_need_two_samples_and_zero_kernels_give_zero():
+    with pytest.raises(ValueError, match=r"^hsic: K1 and K2 must be \[n, n\] kernels of "
+                                         r"n >= 2 samples, got n = 1\.$"):
+        P.hsic(jnp.ones((1, 1)), jnp.ones((1, 1)))
+    with pytest.raises(ValueError, match=r"^cka: K1 and K2 must be \[n, n\] kernels of "
+                                         r"n >= 2 samples, got n = 1\.$"):
+        P.cka(jnp.ones((1, 1)), jnp.ones((1, 1)))
+    with pytest.raises(ValueError, match=r"^cka: .* n >= 4 samples, got n = 3\.$"):
+        P.cka(jnp.eye(3), jnp.eye(3), unbiased=True)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(30, 4)).astype(np.float32)
+    k = x @ x.T
+    # the zero kernel: alignment 0 (not NaN), like cka
+    assert float(P.kernel_alignment(jnp.zeros((3, 3)), jnp.eye(3))) == 0.0
+    assert float(P.kernel_alignment(np.zeros((30, 30), np.float32), k, centered=True)) == 0.0
+    assert float(P.kernel_distance(jnp.zeros((3, 3)), jnp.eye(3))) == 1.0
+    # constant kernels (a constant representation): centred alignment = cka = 0, exactly
+    # (centring left 6e-9 of rounding in cka, and 0/0 = NaN in kernel_alignment)
+    for v in (0.1, 0.3, 0.7, 1.3, 3.7):
+        kc = P.gram_linear(np.full((30, 5), v, np.float32))
+        assert float(P.cka(kc, k)) == 0.0, v
+        assert float(P.kernel_alignment(kc, k, centered=True)) == 0.0, v
+        assert float(P.cka(kc, k, unbiased=True)) == 0.0, v
+    # elsewhere centred alignment is cka, against numpy
+    y = np.tanh(x @ rng.normal(size=(4, 3))).astype(np.float32)
+    want = _np_linear_cka(x.astype(np.float64), y.astype(np.float64))
+    np.testing.assert_allclose(float(P.kernel_alignment(k, y @ y.T, centered=True)), want,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.cka(k, y @ y.T)), want, rtol=1e-5)
+    # NaN stays NaN under jit
+    nan_k = k.copy()
+    nan_k[0, 0] = np.nan
+    assert np.isnan(float(jax.jit(P.kernel_alignment)(nan_k, np.zeros_like(k))))
+    assert np.isnan(float(jax.jit(P.cka)(nan_k, np.zeros_like(k))))

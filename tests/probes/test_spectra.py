@@ -71,3 +71,21 @@ def test_effective_rank_stable_rank_participation(x64):
 def test_effective_rank_jit_and_vmap():
     er = jax.jit(jax.vmap(P.effective_rank))(jnp.array([[1.0, 1.0], [1.0, 0.0]]))
     np.testing.assert_allclose(np.asarray(er), [2.0, 1.0], rtol=1e-6)
+
+
+def test_spectra_of_bfloat16_weights_are_computed_in_float32():
+    """LAPACK has no bfloat16 SVD: singular_values / effective_rank raised an opaque
+    NotImplementedError ('Unsupported dtype bfloat16')."""
+    rng = np.random.default_rng(0)
+    m = jnp.asarray(rng.normal(size=(20, 10)), jnp.bfloat16)
+    s_ref = np.linalg.svd(np.asarray(m, np.float64), compute_uv=False)  # of the bf16 values
+    s = P.singular_values({"w": m, "b": m[0]})
+    assert s["b"] is None and s["w"].dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(s["w"]), s_ref, rtol=1e-5)
+    p = s_ref / s_ref.sum()
+    np.testing.assert_allclose(float(P.effective_rank(m)), np.exp(-(p * np.log(p)).sum()),
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.stable_rank(m)), (s_ref**2).sum() / s_ref[0] ** 2,
+                               rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(P.product_singular_values([m.T, m])[0]), s_ref**2,
+                               rtol=1e-4)

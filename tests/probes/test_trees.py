@@ -37,3 +37,14 @@ def test_tree_probes_match_numpy_on_flat_vectors(x64):
                                np.linalg.norm(fa - fb) / np.linalg.norm(fb), rtol=1e-12)
     with pytest.raises(ValueError, match="leaf shapes"):
         P.tree_relative_change(a, {**b, "b": np.zeros(4)})
+
+
+def test_tree_cosine_of_a_zero_tree_is_zero_not_nan():
+    """It returned NaN (0/0) silently; 0 as kernel_alignment and cka give for zero kernels."""
+    a = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
+    b = {"w": jnp.ones((2, 3)), "b": jnp.arange(3.0)}
+    assert float(P.tree_cosine_similarity(a, b)) == 0.0
+    assert float(P.tree_cosine_similarity(b, a)) == 0.0
+    assert float(jax.jit(P.tree_cosine_similarity)(a, a)) == 0.0
+    # a NaN leaf still gives NaN
+    assert np.isnan(float(jax.jit(P.tree_cosine_similarity)({**b, "b": jnp.full(3, jnp.nan)}, b)))
