@@ -590,7 +590,11 @@ def _one(cfg, row, variant, seed, data, *, key, progress, checkpoint_dir):
     spec = row.arch if variant == "dmn" else format_spec(convnet_spec(row.arch))
     built = bool({"dmn_conv", "dmn_dense"} & {t.kind for t in parse_spec(spec)})
     pca = "" if cfg.pca == "class" else f"pca{cfg.pca}-"
-    dmn_tag = (f"{cfg.preset}-{pca}in{row.input_fraction}-var{row.var_fraction}"
+    # "w2": a width under the class order picks the first filters to enter as Var grows
+    # (select_filters since 2026-11-29); results cached before under the old rule (class 0's
+    # filters first) must not be reused
+    rule = "w2-" if cfg.pca == "class" and cfg.dmn_config(row).order == "class" else ""
+    dmn_tag = (f"{cfg.preset}-{pca}{rule}in{row.input_fraction}-var{row.var_fraction}"
                f"-lv{row.layer_vars}-cut{row.cutoff}-" if built else "")  # ConvNets: shared
     tag = (f"{row.dataset}-{spec}-{dmn_tag}s{seed}-e{cfg.epochs}-n{cfg.n_train}-{cfg.n_test}"
            f"-b{cfg.batch_size}-{cfg.optimizer_name}-{cfg.dtype}")
