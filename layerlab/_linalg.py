@@ -54,7 +54,10 @@ def cpu_mapped(f):
     def _rule(axis_size, in_batched, a):
         (batched,) = in_batched
         if not batched:
-            out = g(a)
+            # only reached from jax's JVP-of-custom_vmap rule (forward mode under vmap: the
+            # tangents batched, the primal not): ``f`` itself, not ``g``, whose JVP would
+            # enter this rule again without end (RecursionError in jacfwd / hessian)
+            out = f(a)
             return out, jax.tree.map(lambda _: False, out)
         out = jax.lax.map(g, a) if _on_cpu() else jax.vmap(f)(a)
         return out, jax.tree.map(lambda _: True, out)

@@ -1,7 +1,8 @@
 """layerlab._linalg: the CPU-safe batched SVD equals numpy's, batched, under vmap and jit, and
 its gradient is that of jnp.linalg.svd (float64 finite differences); the cpu_mapped eigh / qr /
 cholesky / thin_svd equal numpy's per matrix under (nested) vmap, map on CPU, and eigh's
-derivative is jnp.linalg.eigh's (float64 finite differences).
+derivative is jnp.linalg.eigh's (float64 finite differences); their forward mode (jacfwd,
+vmap of jvp) equals jnp.linalg's.
 
 The bottleneck hang it prevents is timing-dependent (a thread-pool deadlock), so no test here
 reproduces it; its reproducer is in docs/bottleneck.md.  The gnrev one does reproduce (hung 3/3
@@ -133,3 +134,39 @@ def test_over_leading_maps_stacked_inputs_and_equals_per_matrix_calls():
     if jax.default_backend() == "cpu":
         assert "while" in jax.jit(f).lower(sym).as_text()
         assert "while" in jax.jit(density_eigh).lower(sym).as_text()
+
+
+def test_cpu_mapped_forward_mode_equals_jnp_and_finite_differences_in_float64():
+    """Forward mode through the cpu_mapped factorisations: ``jacfwd`` (``vmap`` over the
+    tangents, the primal unbatched) once re-entered the vmap rule without end
+    (RecursionError).  The Jacobians equal those of ``jnp.linalg`` and central differences,
+    and ``vmap`` of ``jvp`` (tangents, primals or both batched) equals per-member ``jvp``s."""
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(21)
+        x = rng.standard_normal((5, 5))
+        a = jnp.asarray(x @ x.T + 5 * np.eye(5))
+        e = rng.standard_normal((5, 5))
+        e = jnp.asarray(e + e.T)
+        jac = jax.jacfwd(cholesky)(a)
+        np.testing.assert_allclose(jac, jax.jacfwd(jnp.linalg.cholesky)(a), atol=1e-12)
+        h = 1e-6
+        fd = (np.linalg.cholesky(a + h * e) - np.linalg.cholesky(a - h * e)) / (2 * h)
+        np.testing.assert_allclose(np.einsum("ijkl,kl->ij", jac, e), fd, atol=1e-8)
+        ts = jnp.stack([e, 2 * e, -e])
+        ref = [jax.jvp(jnp.linalg.cholesky, (a,), (t,))[1] for t in ts]
+        np.testing.assert_allclose(
+            jax.vmap(lambda t: jax.jvp(cholesky, (a,), (t,))[1])(ts), np.stack(ref), atol=1e-12)
+        As = jnp.stack([a, a + 0.5 * jnp.eye(5), 2 * a])
+        for out, want in (
+            (jax.vmap(lambda m: jax.jvp(cholesky, (m,), (e,))[1])(As),
+             [jax.jvp(jnp.linalg.cholesky, (m,), (e,))[1] for m in As]),
+            (jax.vmap(lambda m, t: jax.jvp(cholesky, (m,), (t,))[1])(As, ts),
+             [jax.jvp(jnp.linalg.cholesky, (m,), (t,))[1] for m, t in zip(As, ts)]),
+        ):
+            np.testing.assert_allclose(out, np.stack(want), atol=1e-12)
+        b = jnp.asarray(rng.standard_normal((6, 4)))
+        np.testing.assert_allclose(jax.jacfwd(lambda m: qr(m)[1])(b),
+                                   jax.jacfwd(lambda m: jnp.linalg.qr(m)[1])(b), atol=1e-10)
+        np.testing.assert_allclose(
+            jax.jacfwd(lambda m: thin_svd(m)[1])(b),
+            jax.jacfwd(lambda m: jnp.linalg.svd(m, full_matrices=False)[1])(b), atol=1e-10)

@@ -406,7 +406,8 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
       ``(r [N, C], v [N])``: ``r_n = y_n - mean_{-n}(x_n)`` and the latent LOO variance.
 
     Not differentiable in reverse mode (the one-retry jitter loop around the Cholesky, see the
-    module docstring); differentiate :func:`dgl_loss`, whose VJP is analytic.  Checks its
+    module docstring); forward mode (``jax.jvp``, ``jax.jacfwd``) works.  For reverse mode
+    differentiate :func:`dgl_loss`, whose VJP is analytic.  Checks its
     inputs when called eagerly, as :func:`dgl_loss` does.
 
     References:

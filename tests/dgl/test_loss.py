@@ -58,6 +58,28 @@ def test_dgl_gradient_finite_differences(x64):
                 atol=1e-4, rtol=2e-5, eps=1e-5)
 
 
+def test_forward_mode_loo_and_hessian_match_finite_differences(x64):
+    """Forward mode through the Cholesky (it once recursed without end): ``jacfwd`` of
+    ``loo_residuals`` in eps2 equals central differences of the brute-force leave-one-out fits;
+    ``jax.hessian`` of ``dgl_loss`` in eps2, and a Hessian-vector product in the
+    representations, equal central differences of its (analytic) gradient."""
+    H, Y = _data(12, 7, 2, 2)
+    K = np.asarray(_rbf(jnp.asarray(H)))
+    e, h = 0.1, 1e-5
+    jr, jv = jax.jit(jax.jacfwd(lambda s: dgl.loo_residuals(K, Y, eps2=s)))(e)
+    (rp, vp), (rm, vm) = _brute_loo(K, Y, e + h), _brute_loo(K, Y, e - h)
+    np.testing.assert_allclose(jr, (rp - rm) / (2 * h), atol=1e-6)
+    np.testing.assert_allclose(jv, (vp - vm) / (2 * h), atol=1e-7)
+    f = lambda s: dgl.dgl_loss(K, Y, eps2=s, variance=True)  # noqa: E731
+    g = jax.jit(jax.grad(f))
+    np.testing.assert_allclose(jax.jit(jax.hessian(f))(e), (g(e + h) - g(e - h)) / (2 * h),
+                               rtol=1e-6)
+    gH = jax.jit(jax.grad(lambda x: dgl.dgl_loss(_rbf(x), Y, eps2=e)))
+    d = np.random.default_rng(1).normal(size=H.shape)
+    hvp = jax.jit(lambda x, t: jax.jvp(gH, (x,), (t,))[1])(jnp.asarray(H), jnp.asarray(d))
+    np.testing.assert_allclose(hvp, (gH(H + h * d) - gH(H - h * d)) / (2 * h), atol=1e-6)
+
+
 def test_dgl_gradient_matches_naive_autodiff_blocked(x64):
     # N >= 512 exercises the blocked triangular / symmetric products of the backward pass
     variance = True
