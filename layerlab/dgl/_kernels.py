@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_array, promote_float
 from layerlab.kernels import relu_nngp
 
 __all__ = [
@@ -134,13 +135,17 @@ def sample_relu_outputs(
     ReLU layer), a linear output of width ``out_dim``.
 
     Args:
-      key: PRNG key. x: ``[N, d]`` inputs. widths: ``[D]`` hidden widths.
+      key: PRNG key. x: ``[N, d]`` inputs (integer or half-precision inputs are computed in
+        float32, as :func:`layerlab._checks.promote_float`). widths: ``[D]`` hidden widths.
       w_var, b_var: ``[D + 1]`` variances (fan-in convention).
       num_samples: number of independent networks. out_dim: outputs per network.
 
     Returns:
-      ``[num_samples * out_dim, N]`` outputs (each output unit is one GP sample).
+      ``[num_samples * out_dim, N]`` outputs (each output unit is one GP sample), in ``x``'s
+      float dtype (at least float32).
     """
+    x = check_array(x, "x", fn="sample_relu_outputs", ndim=2, kind="real")
+    (x,) = promote_float(x)  # float16 overflows (inf), bfloat16 biases, ints cannot be sampled
     sizes = [x.shape[1], *[int(w) for w in widths], out_dim]
     w_var = jnp.broadcast_to(jnp.asarray(w_var, x.dtype), (len(sizes) - 1,))
     b_var = jnp.broadcast_to(jnp.asarray(b_var, x.dtype), (len(sizes) - 1,))
@@ -165,11 +170,15 @@ def mc_covariance(samples: jax.Array) -> tuple[jax.Array, jax.Array]:
     r"""Monte-Carlo covariance ``K = mean_s f_s f_s^T`` and its per-entry standard error.
 
     Args:
-      samples: ``[S, N]`` function samples (zero-mean prior).
+      samples: ``[S, N]`` function samples (zero-mean prior); integer or half-precision
+        samples are summed in float32 (float16 products overflow).
 
     Returns:
-      ``(K [N, N], se [N, N])`` with ``se = std_s(f_s(x) f_s(x')) / sqrt(S)``.
+      ``(K [N, N], se [N, N])`` with ``se = std_s(f_s(x) f_s(x')) / sqrt(S)``, in the
+      samples' float dtype (at least float32).
     """
+    samples = check_array(samples, "samples", fn="mc_covariance", ndim=2, kind="real")
+    (samples,) = promote_float(samples)
     S = samples.shape[0]
     K = samples.T @ samples / S
     sq = (samples * samples).T @ (samples * samples) / S

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from layerlab import dgl
 from layerlab.kernels import stax
@@ -59,3 +60,27 @@ def test_mc_covariance_matches_nngp_and_fit_recovers(x64):
     rel = lambda K: float(jnp.linalg.norm(K - Kth) / jnp.linalg.norm(Kth))  # noqa: E731
     assert rel(Kstart) > 0.2
     assert rel(Kfit) < 0.05, rel(Kfit)
+
+
+def test_sampling_and_mc_covariance_promote_integer_and_half_precision_inputs():
+    """Integer or half-precision inputs are sampled in float32 (ints once failed in
+    ``jax.random.normal``, float16 gave an infinite covariance, bfloat16 a biased one): the
+    same samples as the float32 input (small integers are exact in every dtype); float16
+    samples' covariance and standard errors equal float64 numpy ones."""
+    x = np.random.default_rng(0).integers(0, 4, size=(5, 3))
+    w, b = [1.5, 1.5], [0.1, 0.1]
+    kw = dict(widths=[20], w_var=w, b_var=b, num_samples=256)
+    ref = np.asarray(dgl.sample_relu_outputs(jax.random.key(0), x.astype(np.float32), **kw))
+    for xx in (x.astype(np.int32), x.astype(np.float16), jnp.asarray(x, jnp.bfloat16)):
+        f = dgl.sample_relu_outputs(jax.random.key(0), xx, **kw)
+        assert f.dtype == jnp.float32
+        np.testing.assert_array_equal(np.asarray(f), ref)
+    s16 = ref.astype(np.float16)  # summed in float16: 3 digits, inf past 65504 (S = 20000)
+    K, se = dgl.mc_covariance(jnp.asarray(s16))
+    assert K.dtype == jnp.float32
+    s = s16.astype(np.float64)
+    np.testing.assert_allclose(np.asarray(K), s.T @ s / len(s), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(se), np.sqrt(np.var(
+        s[:, :, None] * s[:, None, :], axis=0, ddof=1) / len(s)), rtol=1e-3, atol=1e-6)
+    with pytest.raises(ValueError, match=r"sample_relu_outputs: x must have rank 2"):
+        dgl.sample_relu_outputs(jax.random.key(0), x[0], **kw)
