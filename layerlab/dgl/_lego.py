@@ -93,6 +93,21 @@ def _num_outputs(params) -> int:
     return int(params[-1]["w"].shape[-1])
 
 
+def _check_variances(variances: Any, num_layers: int, *, fn: str) -> None:
+    """``variances.w_var`` and ``.b_var`` are 1-d with one entry per dense layer (static)."""
+    if not (hasattr(variances, "w_var") and hasattr(variances, "b_var")):
+        raise TypeError(f"{fn}: variances must be a LayerVariances (w_var, b_var), got "
+                        f"{type(variances).__name__}.")
+    shapes = {nm: jnp.shape(getattr(variances, nm)) for nm in ("w_var", "b_var")}
+    if any(len(sh) != 1 or sh[0] != num_layers for sh in shapes.values()):
+        got = ", ".join(f"{nm} of shape {sh}" for nm, sh in shapes.items())
+        raise ValueError(
+            f"{fn}: variances.w_var and variances.b_var must be 1-d with len(params_init) = "
+            f"{num_layers} entries (one per dense layer of the net: the top network above "
+            f"hidden layer l uses entries l..L), got {got}. Take them from the trained net "
+            "of the same architecture (dgl.mf_variances(params)).")
+
+
 def hidden_representations(params: Sequence[dict[str, jax.Array]], x: jax.Array) -> list[jax.Array]:
     """``[h_0 = x, h_1, ..., h_L]``: the input and every post-ReLU representation."""
     _, hidden = mlp_apply(params, x, return_hidden=True)
@@ -239,8 +254,9 @@ def lego(
       key: PRNG key.  params_init: MLP params whose ReLU layers start LEGO (random init).
       x: ``[N, d_in]``.  y: ``[N]`` integer labels (plain one-hot targets) or ``[N, C]``
         targets.  variances: MF (or FIT) variances
-        ``[L + 1]`` of the end-to-end trained net (top network of layer ``l`` uses entries
-        ``l..L``).  cfg: :class:`LegoConfig`.
+        ``[L + 1]`` of the end-to-end trained net, one entry per dense layer of
+        ``params_init`` (``len(params_init) = L + 1``; the top network above hidden layer
+        ``l`` uses entries ``l..L``).  cfg: :class:`LegoConfig`.
 
     Returns:
       ``(params, histories)``: the LEGO net and one loop history per layer.
@@ -269,6 +285,7 @@ def lego(
         raise TypeError(f"lego: cfg must be a LegoConfig, got {type(cfg).__name__}.")
     x = check_array(x, "x", fn="lego", ndim=2, kind="real", finite=True)
     params = [dict(p) for p in params_init]
+    _check_variances(variances, len(params), fn="lego")
     y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
     y = check_array(y, "y", fn="lego", ndim=2, kind="real", finite=True)
     L = len(params) - 1

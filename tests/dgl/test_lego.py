@@ -4,6 +4,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from layerlab import dgl, nets, probes
 
@@ -63,3 +64,23 @@ def test_train_layer_dgl_decreases_loss_and_lego_runs():
     acc_lego = float(probes.accuracy(nets.mlp_apply(params, x), labels))
     acc_rand = float(probes.accuracy(nets.mlp_apply(dgl.random_features(p0, x, y), x), labels))
     assert acc_lego >= acc_rand - 0.02
+
+
+
+def test_lego_refuses_variances_of_another_depth():
+    """``lego`` needs one variance per dense layer of ``params_init``: those of a deeper net
+    once gave a wrong top network silently, a shallower net's a depth error from deep inside."""
+    x, _, labels = _task(n=24)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 8, 3], init="he")
+    p3 = nets.mlp_init(jax.random.key(0), [6, 8, 8, 8, 3], init="he")
+    cfg = dgl.LegoConfig(steps=1, batch_size=None)
+    for params, v, k in ((p1, dgl.mf_variances(p3), 2), (p3, dgl.mf_variances(p1), 4)):
+        with pytest.raises(ValueError, match=(
+                rf"lego: variances\.w_var and variances\.b_var must be 1-d with "
+                rf"len\(params_init\) = {k} entries .* got w_var of shape \({6 - k},\), "
+                rf"b_var of shape \({6 - k},\)")):
+            dgl.lego(jax.random.key(1), params, x, labels, v, cfg, progress=False)
+    v1 = dgl.mf_variances(p1)
+    with pytest.raises(ValueError, match=r"b_var of shape \(3,\)"):
+        dgl.lego(jax.random.key(1), p1, x, labels,
+                 dgl.LayerVariances(v1.w_var, jnp.zeros(3)), cfg, progress=False)
