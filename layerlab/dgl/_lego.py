@@ -225,11 +225,27 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
        \lambda = \texttt{ridge\_rel}\cdot\operatorname{tr}(H^TH)/d
 
     Args:
-      h: ``[N, d]`` features.  y: ``[N, C]`` targets.  ridge_rel: relative ridge.
+      h: ``[N, d]`` features.  y: ``[N, C]`` targets (integer labels ``[N]`` are refused:
+        they would be regressed on as the numbers 0, 1, 2, ...; one-hot them first, e.g.
+        ``layerlab.data.as_targets(y, C)``, as :func:`lego` and :func:`random_features`
+        do).  ridge_rel: relative ridge.
 
     Returns:
       ``{"w": [d, C], "b": [C]}``.
     """
+    # checked only: the maths below runs on the arrays as passed, as it always has
+    hc = check_array(h, "h", fn="fit_classifier", ndim=2, kind="real")
+    yc = check_array(y, "y", fn="fit_classifier", ndim=(1, 2), kind="real")
+    if yc.ndim == 1 and jnp.issubdtype(yc.dtype, jnp.integer):
+        raise ValueError(
+            f"fit_classifier: y is an integer array of shape {tuple(yc.shape)}: class labels "
+            "here would be regressed on as numbers (0, 1, 2, ...). Pass targets [N, C], e.g. "
+            "plain one-hot layerlab.data.as_targets(y, C) (what dgl.lego and "
+            "dgl.random_features build from integer labels) or zero-mean one-hot "
+            "jax.nn.one_hot(y, C) - 1 / C.")
+    if yc.shape[0] != hc.shape[0]:
+        raise ValueError(f"fit_classifier: y must have one row per row of h ({hc.shape[0]}), "
+                         f"got shape {tuple(yc.shape)}.")
     n, d = h.shape
     Ht = jnp.concatenate([h, jnp.ones((n, 1), h.dtype)], axis=1)
     lam = ridge_rel * jnp.sum(h * h) / d + 1e-12

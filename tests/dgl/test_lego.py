@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from layerlab import dgl, nets, probes
+from layerlab import data, dgl, nets, probes
 
 
 class State(NamedTuple):
@@ -84,3 +84,24 @@ def test_lego_refuses_variances_of_another_depth():
     with pytest.raises(ValueError, match=r"b_var of shape \(3,\)"):
         dgl.lego(jax.random.key(1), p1, x, labels,
                  dgl.LayerVariances(v1.w_var, jnp.zeros(3)), cfg, progress=False)
+
+
+def test_fit_classifier_refuses_integer_labels_and_fits_their_one_hot(x64):
+    """Integer labels ``[N]`` were once regressed on as numbers; now refused by name, as in
+    ``dgl_loss``.  Their one-hot targets (``data.as_targets``, what ``lego`` builds) give
+    numpy's least-squares classifier."""
+    x, _, labels = _task(n=24)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 8, 3], init="he")
+    h = np.asarray(dgl.hidden_representations(p1, x)[-1], np.float64)
+    with pytest.raises(ValueError, match=r"fit_classifier: y is an integer array of shape "
+                                         r"\(24,\): class labels"):
+        dgl.fit_classifier(h, labels)
+    with pytest.raises(ValueError, match=r"fit_classifier: y must have one row per row of h "
+                                         r"\(24\), got shape \(23, 3\)"):
+        dgl.fit_classifier(h, np.eye(3)[labels][:23])
+    p = dgl.fit_classifier(jnp.asarray(h), data.as_targets(labels, 3, dtype=jnp.float64),
+                           ridge_rel=0.0)
+    W = np.linalg.lstsq(np.concatenate([h, np.ones((24, 1))], 1), np.eye(3)[labels],
+                        rcond=None)[0]
+    np.testing.assert_allclose(p["w"], W[:-1], atol=1e-8)
+    np.testing.assert_allclose(p["b"], W[-1], atol=1e-8)
