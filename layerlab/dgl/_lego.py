@@ -169,7 +169,7 @@ def layer_dgl(
     Args:
       layer: ``{"w": [d_prev, d], "b": [d]}``.  h_prev: ``[N, d_prev]`` frozen input.
       y: ``[N, C]``.  top: variances ``[D + 1]`` of the top network (layers above).
-      eps_rel: relative noise.  variance: LOO variance term.
+      eps_rel: relative noise (``>= 0``).  variance: LOO variance term.
 
     Returns:
       Scalar.
@@ -177,6 +177,8 @@ def layer_dgl(
     References:
       Eq. (3) and Sec. VI of Ben-David & Ringel (2019).
     """
+    check_number(eps_rel, "eps_rel", fn="layer_dgl", min_value=0.0,
+                 what="a noise variance relative to the kernel's mean diagonal")
     h = jax.nn.relu(h_prev @ layer["w"] + layer["b"][None, :])
     K = top_kernel(h, w_var=top.w_var, b_var=top.b_var)
     eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
@@ -343,11 +345,14 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float,
     Args:
       x: ``[N, d_in]`` monitoring inputs (a training subset).  y: ``[N, C]`` targets or
         ``[N]`` integer labels (plain one-hot).
-      eps_rel: relative noise.  variance: LOO variance term.
+      eps_rel: ``eps^2`` relative to the mean diagonal of each layer's kernel (``>= 0``).
+      variance: LOO variance term.
 
     Returns:
       ``eval_fn(state) -> dict`` of scalars.
     """
+    check_number(eps_rel, "eps_rel", fn="monitor_fn", min_value=0.0,
+                 what="a noise variance relative to the kernel's mean diagonal")
 
     def eval_fn(state: Any) -> dict:
         params = state.params

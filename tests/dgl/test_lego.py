@@ -105,3 +105,18 @@ def test_fit_classifier_refuses_integer_labels_and_fits_their_one_hot(x64):
                         rcond=None)[0]
     np.testing.assert_allclose(p["w"], W[:-1], atol=1e-8)
     np.testing.assert_allclose(p["b"], W[-1], atol=1e-8)
+
+
+def test_monitor_fn_and_layer_dgl_refuse_negative_eps_rel():
+    """A negative ``eps_rel`` once gave all-NaN ``dgl_l`` values silently; ``eps_rel = 0``
+    stays allowed (the jitter policy)."""
+    x, _, labels = _task(n=24)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 8, 3], init="he")
+    with pytest.raises(ValueError, match=r"monitor_fn: eps_rel must be >= 0\.0 .*got -0\.05"):
+        dgl.monitor_fn(x, labels, eps_rel=-0.05)
+    v = dgl.mf_variances(p1)
+    with pytest.raises(ValueError, match=r"layer_dgl: eps_rel must be >= 0\.0 .*got -0\.05"):
+        jax.jit(lambda p: dgl.layer_dgl(p, x, jax.nn.one_hot(labels, 3), v, eps_rel=-0.05))(
+            p1[0])
+    out = jax.jit(dgl.monitor_fn(x, labels, eps_rel=0.0))(State(p1))  # eps2 = 0: allowed
+    assert all(np.isfinite(float(a)) for a in out.values())
