@@ -77,6 +77,14 @@ def _check_square(K: jax.Array) -> None:
 _is_concrete = is_concrete  # the shared "validate when not traced" test (layerlab._checks)
 
 
+def _check_scalar(v, name: str, fn: str) -> None:
+    """``v`` is 0-d (static: also under ``jit``, where a vector ``eps2`` would broadcast
+    into a vector "loss")."""
+    if v is not None and not isinstance(v, (str, bytes)) and jnp.ndim(v) != 0:
+        raise ValueError(f"{fn}: {name} must be a scalar (0-d), got shape "
+                         f"{tuple(jnp.shape(v))}.")
+
+
 def _jitter(K: jax.Array) -> jax.Array:
     tau = 100.0 * jnp.finfo(K.dtype).eps
     return tau * jnp.mean(jnp.abs(jnp.diagonal(K))) + jnp.finfo(K.dtype).tiny
@@ -347,6 +355,7 @@ def dgl_loss(
     K = check_array(K, "K", fn="dgl_loss", kind="real")
     _check_square(K)
     Y = _as_2d_targets(Y, K.shape[0])
+    _check_scalar(eps2, "eps2", "dgl_loss")
     check_number(eps2, "eps2", fn="dgl_loss", min_value=0.0, what="a noise variance")
     dtype = jnp.result_type(K.dtype, Y.dtype, jnp.float32)
     K = K.astype(dtype)
@@ -389,6 +398,7 @@ def dgl_features(
         raise ValueError("dgl_features: pass exactly one of eps2= (absolute) or eps_rel=.")
     K = kernel_fn(H)
     if eps_rel is not None:
+        _check_scalar(eps_rel, "eps_rel", "dgl_features")
         check_number(eps_rel, "eps_rel", fn="dgl_features", min_value=0.0,
                      what="a noise variance relative to the mean diagonal of K")
         eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
@@ -400,7 +410,7 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     r"""Leave-one-out GP regression residuals and variances, ``((BY)_n / B_nn, 1/B_nn - eps2)``.
 
     Args:
-      K: ``[N, N]`` kernel. Y: ``[N, C]`` targets. eps2: noise variance.
+      K: ``[N, N]`` kernel. Y: ``[N, C]`` targets. eps2: noise variance (scalar).
 
     Returns:
       ``(r [N, C], v [N])``: ``r_n = y_n - mean_{-n}(x_n)`` and the latent LOO variance.
@@ -416,6 +426,7 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     K = check_array(K, "K", fn="loo_residuals", kind="real")
     _check_square(K)
     K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0]))
+    _check_scalar(eps2, "eps2", "loo_residuals")
     check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
     if _is_concrete(K, Y, eps2):
         check_kernel(K, float(eps2), Y)
@@ -477,6 +488,7 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     H = check_array(H, "H", fn="dgl_linear", kind="real")
     if H.ndim != 2:
         raise ValueError(f"H must be (N, d) representations; got shape {H.shape}.")
+    _check_scalar(eps2, "eps2", "dgl_linear")
     check_number(eps2, "eps2", fn="dgl_linear", min_value=0.0, what="a ridge")
     n, d = H.shape
     if d >= n and _is_concrete(eps2) and float(eps2) == 0.0:
@@ -589,6 +601,7 @@ def dgl_minibatch(
     Y = _as_2d_targets(Y, n)
     check_int(batch_size, "batch_size", fn="dgl_minibatch", min_value=2, max_value=n)
     check_int(num_batches, "num_batches", fn="dgl_minibatch", min_value=1)
+    _check_scalar(eps2, "eps2", "dgl_minibatch")
     check_number(eps2, "eps2", fn="dgl_minibatch", min_value=0.0, what="a noise variance")
     keys = jax.random.split(key, num_batches)
 

@@ -336,3 +336,26 @@ def test_api_input_handling_dtype_labels_minibatch_checks():
         dgl.loo_residuals(K, Y, eps2=-1.0)
     r, v = dgl.loo_residuals(K.astype(np.int32), Y, eps2=0.5)  # promoted, not truncated
     assert r.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(r)))
+
+
+def test_eps2_must_be_a_scalar_also_under_jit(x64):
+    """A vector eps2 under ``jit`` once broadcast into a vector "loss" (shape (6,)): refused
+    at trace time by name; a 0-d array eps2 (traced) gives the brute-force LOO loss."""
+    H, Y = _data(13, 6, 2, 2)
+    K = np.asarray(_rbf(jnp.asarray(H)))
+    for fn, f in (("dgl_loss", lambda e: dgl.dgl_loss(K, Y, eps2=e)),
+                  ("loo_residuals", lambda e: dgl.loo_residuals(K, Y, eps2=e)[1]),
+                  ("dgl_linear", lambda e: dgl.dgl_linear(H, Y, eps2=e))):
+        for e in (jnp.full(6, 0.1), jnp.array([0.1])):
+            with pytest.raises(ValueError, match=rf"{fn}: eps2 must be a scalar \(0-d\), got "
+                                                 rf"shape \({e.shape[0]},\)"):
+                jax.jit(f)(e)
+        with pytest.raises(ValueError, match=rf"{fn}: eps2 must be a scalar"):
+            f(np.full(6, 0.1))  # eagerly too
+    with pytest.raises(ValueError, match=r"dgl_features: eps_rel must be a scalar"):
+        dgl.dgl_features(H, Y, _rbf, eps_rel=jnp.full(6, 0.1))
+    r, v = _brute_loo(K, Y, 0.1)
+    np.testing.assert_allclose(jax.jit(lambda e: dgl.dgl_loss(K, Y, eps2=e))(jnp.asarray(0.1)),
+                               np.sum(r**2), rtol=1e-9)
+    np.testing.assert_allclose(jax.jit(lambda e: dgl.loo_residuals(K, Y, eps2=e)[1])(
+        jnp.asarray(0.1)), v, rtol=1e-7)
