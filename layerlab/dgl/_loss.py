@@ -99,11 +99,14 @@ def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0,
     Cholesky factorisation exists with at most the documented jitter.
 
     Args:
-      K: ``[N, N]`` kernel matrix.
+      K: ``[N, N]`` kernel matrix (integer or half-precision kernels are checked in float32,
+        the dtype :func:`dgl_loss` computes them in).
       eps2: the noise variance added to the diagonal.
       Y: optional ``[N, C]`` targets, checked for shape and finiteness.
     """
     K = np.asarray(K)
+    if not (np.issubdtype(K.dtype, np.floating) and K.dtype.itemsize >= 4):
+        K = K.astype(np.float32)  # numpy's LAPACK has no float16/bfloat16, finfo no ints
     _check_square(K)
     if not np.all(np.isfinite(K)):
         raise ValueError(

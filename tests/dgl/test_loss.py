@@ -359,3 +359,14 @@ def test_eps2_must_be_a_scalar_also_under_jit(x64):
                                np.sum(r**2), rtol=1e-9)
     np.testing.assert_allclose(jax.jit(lambda e: dgl.loo_residuals(K, Y, eps2=e)[1])(
         jnp.asarray(0.1)), v, rtol=1e-7)
+
+
+def test_check_kernel_takes_integer_and_half_precision_kernels():
+    """``check_kernel`` once failed inside numpy on float16 / bfloat16 / integer kernels (no
+    LAPACK, no finfo): they are checked in float32, as ``dgl_loss`` computes them."""
+    X = np.random.default_rng(0).integers(-2, 3, size=(6, 3))
+    K = X @ X.T + 3 * np.eye(6, dtype=X.dtype)
+    for k in (K.astype(np.int32), K.astype(np.float16), jnp.asarray(K, jnp.bfloat16)):
+        dgl.check_kernel(k, 0.1, np.ones((6, 2)))
+        with pytest.raises(ValueError, match="not positive definite"):
+            dgl.check_kernel(k - 20 * np.eye(6, dtype=k.dtype), 0.0)
