@@ -539,7 +539,7 @@ def ib_pairwise_loss(
 
     Args:
       H: ``[N, d]`` representations.  Y: ``[N, C]`` one-hot labels (``l_n . l_m = 1`` iff same
-        class).  beta: relevance weight.  eta: noise variance.
+        class).  beta: relevance weight.  eta: noise variance (``> 0``; checked eagerly).
       overlap: optional profile ``(r2 [N, N], eta) -> [N, N]``.
 
     Returns:
@@ -551,6 +551,9 @@ def ib_pairwise_loss(
     H = jnp.asarray(H)
     if H.ndim != 2:
         raise ValueError(f"H must be (N, d); got shape {H.shape}.")
+    _check_scalar(eta, "eta", "ib_pairwise_loss")
+    check_number(eta, "eta", fn="ib_pairwise_loss", min_value=0.0, lo_open=True,
+                 what="the variance of the smearing noise")
     H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0]))
     sq = jnp.sum(H * H, axis=1)
     r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (H @ H.T), 0.0)

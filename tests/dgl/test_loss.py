@@ -161,6 +161,10 @@ def test_ib_pairwise_brute_force(x64):
             r2 = np.sum((H[n] - H[m]) ** 2)
             want += (beta * (1 - Y[n] @ Y[m]) - 1) * np.exp(-r2 / (8 * eta))
     np.testing.assert_allclose(dgl.ib_pairwise_loss(H, Y, beta=beta, eta=eta), want, rtol=1e-10)
+    # eta = 0 once gave NaN, eta < 0 a finite number
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=rf"ib_pairwise_loss: eta must be > 0\.0 .*{bad}"):
+            dgl.ib_pairwise_loss(H, Y, beta=beta, eta=bad)
 
 
 def test_errors_and_jitter(x64):
