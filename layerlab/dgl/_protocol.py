@@ -13,6 +13,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from layerlab import data
+from layerlab._checks import check_int
 
 __all__ = ["DGL_DATASETS", "DGLSplits", "dgl_protocol", "protocol"]
 
@@ -77,8 +78,10 @@ def dgl_protocol(
     """
     key = _canonical(name)
     base, classes, n_paper, _ = DGL_DATASETS[key]
-    n_train = n_paper if n_train is None else int(n_train)
-    n_val = n_train if n_val is None else int(n_val)
+    n_train = check_int(n_train, "n_train", fn="dgl_protocol", allow_none=True)
+    n_val = check_int(n_val, "n_val", fn="dgl_protocol", allow_none=True)
+    n_train = n_paper if n_train is None else n_train  # not int(): 100.9 truncated silently
+    n_val = n_train if n_val is None else n_val
     C = 10 if classes is None else len(classes)
     for arg, v in (("n_train", n_train), ("n_val", n_val)):
         if v < C or v % C:

@@ -42,6 +42,15 @@ def test_protocol_sizes_balance_and_disjointness(shared_data):
         dgl.protocol("MNIST5k")
 
 
+def test_protocol_sizes_must_be_integers():
+    """``n_train=100.9`` was once truncated to 100 silently (refused before any loading)."""
+    for kw, got in ((dict(n_train=100.9), "float 100.9"), (dict(n_train=100, n_val=50.0),
+                                                            "float 50.0")):
+        with pytest.raises(TypeError, match=rf"dgl_protocol: n_\w+ must be an integer, got "
+                                            rf"{got}"):
+            dgl.protocol("BMNIST2k", **kw)
+
+
 def _layer_problem(n=8, d_in=3, d=4, c=2, seed=0):
     rng = np.random.default_rng(seed)
     h = jnp.asarray(rng.normal(size=(n, d_in)))
