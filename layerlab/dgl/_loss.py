@@ -49,19 +49,23 @@ __all__ = [
 # ----------------------------------------------------------------------------- checks
 
 
-def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y") -> jax.Array:
-    Y = check_array(Y, name, kind="real")
+def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None) -> jax.Array:
+    where = f"{fn}: " if fn else ""
+    Y = check_array(Y, name, fn=fn, kind="real")
     if Y.ndim == 1 and jnp.issubdtype(Y.dtype, jnp.integer):
+        # LEGO (dgl.lego, random_features, train_end_to_end) and dgl.monitor_fn turn integer
+        # labels into *plain* one-hot rows (layerlab.data.as_targets), not zero-mean ones
         raise ValueError(
-            f"{name} is an integer array of shape {Y.shape}: class labels here would be "
-            "regressed on as numbers (0, 1, 2, ...). Pass one-hot or zero-mean one-hot targets "
-            "[N, C] (e.g. jax.nn.one_hot(y, C) - 1 / C, as LEGO and dgl.monitor_fn use), or a "
+            f"{where}{name} is an integer array of shape {Y.shape}: class labels here would be "
+            "regressed on as numbers (0, 1, 2, ...). Pass targets [N, C]: plain one-hot "
+            "(jax.nn.one_hot(y, C), what LEGO and dgl.monitor_fn build from integer labels) or "
+            "zero-mean one-hot (jax.nn.one_hot(y, C) - 1 / C, the paper's MNIST encoding); or a "
             "float [N] target for a real-valued regression.")
     if Y.ndim == 1:
         Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n:
         raise ValueError(
-            f"{name} must have shape (N, C) or (N,) with N = {n} rows to match the kernel; "
+            f"{where}{name} must have shape (N, C) or (N,) with N = {n} rows to match the kernel; "
             f"got {Y.shape}. Pass one target row per training point (e.g. one-hot labels)."
         )
     return Y
@@ -114,7 +118,7 @@ def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0,
             "representations and kernel variances that produced it."
         )
     if Y is not None:
-        Yc = np.asarray(_as_2d_targets(Y, K.shape[0]))
+        Yc = np.asarray(_as_2d_targets(Y, K.shape[0], fn="check_kernel"))
         if not np.all(np.isfinite(Yc)):
             raise ValueError("Y has non-finite entries (NaN/inf).")
     if float(eps2) < 0:
@@ -357,7 +361,7 @@ def dgl_loss(
     """
     K = check_array(K, "K", fn="dgl_loss", kind="real")
     _check_square(K)
-    Y = _as_2d_targets(Y, K.shape[0])
+    Y = _as_2d_targets(Y, K.shape[0], fn="dgl_loss")
     _check_scalar(eps2, "eps2", "dgl_loss")
     check_number(eps2, "eps2", fn="dgl_loss", min_value=0.0, what="a noise variance")
     dtype = jnp.result_type(K.dtype, Y.dtype, jnp.float32)
@@ -428,7 +432,7 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     """
     K = check_array(K, "K", fn="loo_residuals", kind="real")
     _check_square(K)
-    K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0]))
+    K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0], fn="loo_residuals"))
     _check_scalar(eps2, "eps2", "loo_residuals")
     check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
     if _is_concrete(K, Y, eps2):
@@ -447,7 +451,7 @@ def dgl_loss_reference(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     autodiff through ``jnp.linalg.inv``.  O(N^3) with a larger constant and less stable.
     """
     K = jnp.asarray(K)
-    K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0]))
+    K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0], fn="dgl_loss_reference"))
     B = jnp.linalg.inv(K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype))
     b = jnp.diagonal(B)
     R = (B @ Y) / b[:, None]
@@ -499,7 +503,7 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
             f"dgl_linear with eps2=0 needs d < N (got d={d}, N={n}): H^T H is singular. "
             "Use eps2 > 0 or dgl_loss(H @ H.T, Y, eps2=...)."
         )
-    H, Y = promote_float(H, _as_2d_targets(Y, n))
+    H, Y = promote_float(H, _as_2d_targets(Y, n, fn="dgl_linear"))
     S = H.T @ H + eps2 * jnp.eye(d, dtype=H.dtype)
     c = jax.scipy.linalg.cho_factor(S, lower=True)
     HY = H.T @ Y
@@ -554,7 +558,7 @@ def ib_pairwise_loss(
     _check_scalar(eta, "eta", "ib_pairwise_loss")
     check_number(eta, "eta", fn="ib_pairwise_loss", min_value=0.0, lo_open=True,
                  what="the variance of the smearing noise")
-    H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0]))
+    H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0], fn="ib_pairwise_loss"))
     sq = jnp.sum(H * H, axis=1)
     r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (H @ H.T), 0.0)
     prof = (overlap or _bhattacharyya)(r2, eta)
@@ -604,7 +608,7 @@ def dgl_minibatch(
     if H.ndim < 1:
         raise ValueError(f"dgl_minibatch: H must be [N, ...] representations; got {H.shape}.")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n)
+    Y = _as_2d_targets(Y, n, fn="dgl_minibatch")
     check_int(batch_size, "batch_size", fn="dgl_minibatch", min_value=2, max_value=n)
     check_int(num_batches, "num_batches", fn="dgl_minibatch", min_value=1)
     _check_scalar(eps2, "eps2", "dgl_minibatch")
@@ -630,7 +634,7 @@ def dgl_subsets_exact(H: jax.Array, Y: jax.Array, kernel_fn: Callable[[jax.Array
     """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests)."""
     H = check_array(H, "H", fn="dgl_subsets_exact", kind="real")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n)
+    Y = _as_2d_targets(Y, n, fn="dgl_subsets_exact")
     idx = jnp.asarray(list(itertools.combinations(range(n), batch_size)))
     vals = jax.vmap(
         lambda i: dgl_loss(kernel_fn(H[i]), Y[i], eps2=eps2, variance=variance)

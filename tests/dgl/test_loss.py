@@ -310,8 +310,14 @@ def test_api_input_handling_dtype_labels_minibatch_checks():
     Hf = rng.integers(-3, 4, size=(9, 3)).astype(np.float64)
     Y = rng.normal(size=(9, 2))
     labels = np.arange(9) % 3
-    with pytest.raises(ValueError, match="Y is an integer array of shape \\(9,\\)"):
+    with pytest.raises(ValueError, match="dgl_loss: Y is an integer array of shape \\(9,\\)"):
         dgl.dgl_loss(Hf @ Hf.T + np.eye(9), labels, eps2=0.1)
+    # the message names what LEGO / monitor_fn really build from labels: plain one-hot rows
+    with pytest.raises(ValueError, match=r"plain one-hot \(jax\.nn\.one_hot\(y, C\), what "
+                                         r"LEGO and dgl\.monitor_fn build"):
+        dgl.loo_residuals(Hf @ Hf.T + np.eye(9), labels, eps2=0.1)
+    from layerlab import data
+    np.testing.assert_array_equal(data.as_targets(labels, 3), np.eye(3)[labels])
     # integer representations give the float result (targets not cast to int)
     for fn, kw in ((dgl.dgl_linear, {"eps2": 0.5}),
                    (dgl.ib_pairwise_loss, {"beta": 2.0, "eta": 1.0})):
