@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import pathlib
+import re
 import shutil
 import statistics
 import time
@@ -914,7 +915,9 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                           "via": label if j >= 0 else None, "rows": names,
                           "scale": src.get("scale"), "machine": src.get("machine"),
                           "wall_s": src.get("wall_s"), "command": src.get("command"),
-                          "git": src.get("git")})
+                          "git": src.get("git"),
+                          "width_rule": (src.get("width_rule") if j >= 0
+                                         else src.get("config", {}).get("width_rule"))})
 
     unused = [label for i, (label, _) in enumerate(loaded)
               if not any(k[0] == i for k in kept)]
@@ -922,7 +925,10 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
             "replace earlier ones row by row; extra.parts names each run's rows): "
             + "; ".join(_where(p, f"{len(p['rows'])} row(s)") for p in part_info) + "."
             + ("" if not unused else f" Parts whose rows were all replaced: {unused}.")
-            + ("" if not missing else f" Not run (files absent): {sorted(missing)}."))
+            + ("" if not missing else f" Not run (files absent): {sorted(missing)}.")
+            + _old_rule_note(c0["dmn_preset"], [
+                p | {"rows": [n for n in p["rows"] if _has_dmn_layer(n)]} for p in part_info
+                if any(_has_dmn_layer(n) for n in p["rows"])], "rows"))
     walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
     return Record(
         paper="dmn", artifact=artifact,
@@ -982,6 +988,12 @@ def _cost(runs) -> list[dict]:
     return out
 
 
+def _has_dmn_layer(row_name: str) -> bool:
+    """Whether a row (named "<dataset> <arch> ...") has a DMN layer (a ``d``/``dd`` token)."""
+    arch = row_name.split(" ", 1)[1].split(" (")[0]
+    return any(re.fullmatch(r"dd?\d+", t.strip()) for t in arch.split(","))
+
+
 def _config_dict(cfg) -> dict:
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "optimizer"}
     d["rows"] = [dataclasses.asdict(r) for r in cfg.rows]
@@ -989,7 +1001,29 @@ def _config_dict(cfg) -> dict:
         d["dmn_preset"] = dataclasses.asdict(
             (DMNConfig.authors if cfg.preset == "authors" else DMNConfig.paper)(
                 pca=getattr(cfg, "pca", "class")))
+        d["width_rule"] = WIDTH_RULE  # records made before it was set: the old rule
     return d
+
+
+# How select_filters applies a width under the class order: "w2" (since 2026-11-29) keeps the
+# filters that enter first as Var grows; records without the field used the old rule (a
+# width cut the class order: class 0's filters first, all of them in the fixed-count mode).
+WIDTH_RULE = "w2"
+
+
+def _old_rule_note(preset_cfg: dict, parts: list[dict], what: str) -> str:
+    """The merged record's note on rows from parts made under the old width rule (only
+    where it applies: class-based PCA visited class by class, i.e. the authors' preset)."""
+    if preset_cfg.get("pca", "class") != "class" or preset_cfg.get("order") != "class":
+        return ""
+    old = [(p["path"], p[what]) for p in parts if p.get("width_rule") != WIDTH_RULE]
+    if not old:
+        return ""
+    return (" Made under the old width rule (before 2026-11-29 a width cut the class order, "
+            "so class 0's filters came first: every filter in the fixed-count mode, the last "
+            "classes' where a width bound Var's outcome; docs/dmn.md, 'A width under the "
+            "class order'): the DMN layers of " + "; ".join(
+                f"{path}: {', '.join(str(x) for x in items)}" for path, items in old) + ".")
 
 
 def _fixed_count(preset: str, pca: str, *, table: bool = False) -> str:
@@ -1305,6 +1339,16 @@ _FIG6_PROTOCOL = ("filters", "preset", "pca", "seeds", "epochs", "batch_size", "
 _FIG6_DEFAULTS = {"pca": "class", "convnet": True}
 
 
+def _part_width_rule(d: dict, datasets: Sequence[str]) -> str | None:
+    """The width rule a Fig. 6 part ran under: its own, or for a merge the rule of the
+    sub-part(s) that gave ``datasets`` (None if any of them predates the field)."""
+    subs = (d.get("extra") or {}).get("parts")
+    if not subs:
+        return d.get("config", {}).get("width_rule")
+    rules = {sp.get("width_rule") for sp in subs if set(sp.get("datasets", ())) & set(datasets)}
+    return rules.pop() if len(rules) == 1 else None
+
+
 def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
                data_dir: str | os.PathLike | None = None) -> Record:
     """One Fig. 6 record of every dataset from records that each ran some of its datasets.
@@ -1382,7 +1426,8 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
         kept.setdefault(owner[ds], []).append(ds)
     part_info = [{"path": loaded[i][0], "datasets": dss, "scale": loaded[i][1].get("scale"),
                   "machine": loaded[i][1].get("machine"), "wall_s": loaded[i][1].get("wall_s"),
-                  "command": loaded[i][1].get("command"), "git": loaded[i][1].get("git")}
+                  "command": loaded[i][1].get("command"), "git": loaded[i][1].get("git"),
+                  "width_rule": _part_width_rule(loaded[i][1], dss)}
                  for i, dss in kept.items()]
     full = Fig6Config.paper()
     protocol_paper = (proto(ref, "n_train") is None and proto(ref, "n_test") is None
@@ -1397,9 +1442,15 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
             "baselines and the best widths have paper numbers. Merged from "
             f"{len(part_info)} runs (merge_fig6; a later part replaces an earlier one dataset by "
             "dataset): " + "; ".join(_where(p, ", ".join(p["datasets"])) for p in part_info) + "."
-            + ("" if not missing else f" Not run (files absent): {sorted(missing)}."))
+            + ("" if not missing else f" Not run (files absent): {sorted(missing)}.")
+            + _old_rule_note(
+                ref.get("config", {}).get("dmn_preset") or dataclasses.asdict(
+                    (DMNConfig.authors if proto(ref, "preset") == "authors"
+                     else DMNConfig.paper)(pca=pca)),
+                [p | {"datasets": [f"{ds} DMN curve" for ds in p["datasets"]]}
+                 for p in part_info], "datasets"))
     config = {f: proto(ref, f) for f in _FIG6_PROTOCOL} | {
-        "datasets": list(full.datasets), "data_dir": None}
+        "datasets": list(full.datasets), "data_dir": None, "width_rule": WIDTH_RULE}
     return Record(
         paper="dmn", artifact="fig6", title="Fig. 6: accuracy vs number of filters, one DMN "
         "layer vs one conv layer",

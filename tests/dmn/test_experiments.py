@@ -881,3 +881,32 @@ def test_merge_fig6_takes_each_dataset_from_its_last_part(monkeypatch, tmp_path)
     assert (out.parent / "fig6.png").stat().st_size > 1000
     with pytest.raises(SystemExit, match="--filters"):
         dmn_fig6.main(["--merge", *paths, "--filters", "2", "--out", str(out)])
+
+
+def test_merged_notes_name_the_rows_made_under_the_old_width_rule(tmp_path):
+    # parts written before config.width_rule existed used the old class-order width rule
+    # (class 0's filters first); a merge names their DMN rows (not their ConvNet-only rows),
+    # also through a merge of merges, and says nothing when every part is new
+    from layerlab.dmn import experiments as ex
+
+    full = ex.table_rows("table4")
+    old = _table_part("table4", [2, 3], [50.0, 60.0])  # d10 (DMN) and c27 (ConvNet only)
+    del old["config"]["width_rule"]
+    new = _table_part("table4", [4], [61.0])
+    assert new["config"]["width_rule"] == ex.WIDTH_RULE
+    rec = ex.merge_tables("table4", [old, new], data_dir=tmp_path)
+    d10, c27, d15 = (ex._row_name(full[k]) for k in (1, 2, 3))
+    assert f"the DMN layers of parts[0]: {d10}." in rec.note
+    assert c27 not in rec.note.split("old width rule")[1] and d15 not in rec.note
+    m = rec.to_dict() | {"machine": {}, "versions": {}, "git": "y", "command": "merge"}
+    again = ex.merge_tables("table4", [m], data_dir=tmp_path)
+    assert f": {d10}." in again.note and "old width rule" in again.note
+    fresh = ex.merge_tables("table4", [new], data_dir=tmp_path)
+    assert "old width rule" not in fresh.note
+    # the paper preset visits by eigenvalue: the old rule never applied to it
+    p_old = _table_part("table4", [2], [50.0])
+    p_old["config"] |= {"preset": "paper",
+                        "dmn_preset": ex._config_dict(ex.TableConfig.paper(
+                            "table4", preset="paper"))["dmn_preset"]}
+    del p_old["config"]["width_rule"]
+    assert "old width rule" not in ex.merge_tables("table4", [p_old], data_dir=tmp_path).note
