@@ -47,6 +47,12 @@ def cpu_mapped(f):
 
     Unbatched calls are ``f`` itself (the same XLA program), so wrapping costs nothing outside
     ``vmap``.  ``f`` must take exactly one argument (``custom_vmap`` traces defaults too).
+
+    Forward mode (``jvp``, ``jacfwd``, ``hessian``) works, but ``vmap`` of a ``jvp`` whose
+    matrices are batched while its tangents are not is batched by jax itself (its
+    JVP-of-``custom_vmap`` rule calls ``vmap`` of ``f``), so on CPU that one combination runs
+    the batched LAPACK kernel this wrapper otherwise avoids (correct values; the thread-pool
+    hang described above is possible there).  Batch the tangents too, or map explicitly.
     """
     g = custom_batching.custom_vmap(f)
 
@@ -54,9 +60,10 @@ def cpu_mapped(f):
     def _rule(axis_size, in_batched, a):
         (batched,) = in_batched
         if not batched:
-            # only reached from jax's JVP-of-custom_vmap rule (forward mode under vmap: the
-            # tangents batched, the primal not): ``f`` itself, not ``g``, whose JVP would
-            # enter this rule again without end (RecursionError in jacfwd / hessian)
+            # only reached from jax's JVP-of-custom_vmap rule (forward mode under vmap, the
+            # primal unbatched here): ``f`` itself, not ``g``, whose JVP would enter this rule
+            # again without end (RecursionError in jacfwd / hessian); see the docstring for
+            # the batched-primal, unbatched-tangent case
             out = f(a)
             return out, jax.tree.map(lambda _: False, out)
         out = jax.lax.map(g, a) if _on_cpu() else jax.vmap(f)(a)

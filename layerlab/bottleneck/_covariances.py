@@ -25,7 +25,6 @@ from layerlab.bottleneck._representations import (
     Cost,
     _layer_inputs,
     _ridge_kind,
-    _safe_ridge,
 )
 
 Array = jax.Array
@@ -61,8 +60,12 @@ def _psd_pinv(K: Array, ridge, kind: str) -> Array:
     if kind == "positive":
         return _psd_solve(K, ridge)
     r = jnp.asarray(ridge, K.dtype)
-    return jax.lax.cond(r == 0, lambda K, r: jnp.linalg.pinv(K, hermitian=True),
-                        lambda K, r: _psd_solve(K, _safe_ridge(r, K.dtype)), K, r)
+    probe = jax.lax.stop_gradient(_psd_solve(K, r))
+    solve_ok = (r > 0) | jnp.all(jnp.isfinite(probe))
+    return jax.lax.cond(
+        solve_ok,
+        lambda K, r: _psd_solve(K, jnp.where(solve_ok, r, jnp.ones_like(r))),
+        lambda K, r: jnp.linalg.pinv(K, hermitian=True), K, r)
 
 
 # ----------------------------------------------------------------------------- public
@@ -74,8 +77,9 @@ def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
 
     Args:
       K: ``[N, N]`` symmetric PSD (e.g. a kernel over samples ``A A^T``).
-      ridge: scalar ``rho >= 0``; a zero of any type, traced ones included, gives
-        ``jnp.linalg.pinv(K, hermitian=True)``.
+      ridge: scalar ``rho >= 0``; a concrete zero of any type gives
+        ``jnp.linalg.pinv(K, hermitian=True)``; a traced one the solve at 0 where that is
+        finite (full-rank ``K``), else the pseudo-inverse (see ``tikhonov_pinv``).
 
     Returns:
       ``[N, N]``.

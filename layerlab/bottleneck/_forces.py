@@ -126,7 +126,8 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
       x: ``[N, n_0]``.
       lam: ``lambda >= 0``.
       ridge: Tikhonov parameter ``rho >= 0`` of the pseudo-inverses (``> 0`` recommended away
-        from minima; a zero of any type, traced ones included, is the Moore-Penrose inverse).
+        from minima; a concrete zero of any type is the Moore-Penrose inverse; a traced zero
+        the solve at 0 where it is finite, else the pseudo-inverse: see ``tikhonov_pinv``).
 
     Returns:
       :class:`Forces`, two lists of ``L`` arrays ``[N, n_l]``.

@@ -97,13 +97,6 @@ def _ridge_kind(ridge) -> str:
     return "zero" if bool(np.all(np.asarray(ridge) == 0)) else "positive"
 
 
-def _safe_ridge(ridge, dtype) -> Array:
-    """``ridge`` with zeros replaced by 1: the regularised branch stays finite (values and
-    gradients) when a traced ``ridge`` is 0 and the Moore-Penrose branch is the one used."""
-    r = jnp.asarray(ridge, dtype)
-    return jnp.where(r == 0, jnp.ones_like(r), r)
-
-
 def _tikhonov_solve(A: Array, ridge) -> Array:
     """``A^T (A A^T + rho I)^{-1}`` through the smaller Gram matrix (``rho > 0``)."""
     m, N = A.shape
@@ -117,18 +110,24 @@ def _tikhonov_solve(A: Array, ridge) -> Array:
 def _tikhonov_pinv(A: Array, ridge, kind: str) -> Array:
     """:func:`tikhonov_pinv` with the branch chosen by ``kind`` (:func:`_ridge_kind`).
 
-    ``"traced"``: ``jnp.linalg.pinv(A)`` where ``ridge == 0`` and the regularised solve
-    elsewhere (``lax.cond``: one branch runs under ``jit``; under ``vmap`` both run and a
-    select keeps one, the other computed at a safe ``ridge`` so no NaN leaks into values or
-    gradients).  So a traced or array zero gives exactly what a Python ``0`` gives.
+    ``"traced"``: the regularised solve at ``ridge`` (as before 2026-11-29: the same numbers,
+    and the derivative in ``ridge``), except where ``ridge == 0`` and that solve is not finite
+    (a rank-deficient ``A``, e.g. a dead ReLU unit), where it is ``jnp.linalg.pinv(A)``
+    (``lax.cond``; under ``vmap`` both branches run and a select keeps one, the unused solve
+    computed at a safe ``ridge`` so no NaN leaks into values or gradients).  In that
+    fallback the derivative in ``ridge`` is not provided (0).
     """
     if kind == "zero":
         return jnp.linalg.pinv(A)
     if kind == "positive":
         return _tikhonov_solve(A, ridge)
     r = jnp.asarray(ridge, A.dtype)
-    return jax.lax.cond(r == 0, lambda A, r: jnp.linalg.pinv(A),
-                        lambda A, r: _tikhonov_solve(A, _safe_ridge(r, A.dtype)), A, r)
+    probe = jax.lax.stop_gradient(_tikhonov_solve(A, r))
+    solve_ok = (r > 0) | jnp.all(jnp.isfinite(probe))
+    return jax.lax.cond(
+        solve_ok,
+        lambda A, r: _tikhonov_solve(A, jnp.where(solve_ok, r, jnp.ones_like(r))),
+        lambda A, r: jnp.linalg.pinv(A), A, r)
 
 
 def augment(Z: Array, beta: ArrayLike) -> Array:
@@ -154,10 +153,13 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
     .. math:: A^+_\\rho = A^T (A A^T + \\rho I)^{-1} = (A^T A + \\rho I)^{-1} A^T
               \\xrightarrow{\\rho \\to 0} A^+
 
-    ``ridge = 0`` gives the Moore-Penrose pseudo-inverse ``jnp.linalg.pinv(A)`` exactly, for a
-    zero of any type (Python, numpy, a jax array) and for a traced zero under ``jit``/``vmap``;
-    ``ridge > 0`` solves with the smaller of the two Gram matrices.  No samples axis: a plain
-    matrix function.
+    ``ridge = 0`` gives the Moore-Penrose pseudo-inverse ``jnp.linalg.pinv(A)`` exactly for a
+    concrete zero of any type (Python, numpy, a jax array); a traced zero (under
+    ``jit``/``vmap``/``grad``) takes the solve at 0 where it is finite (full-rank ``A``: the same
+    numbers as before 2026-11-29, and the derivative in ``ridge``) and the pseudo-inverse where
+    it is not (rank-deficient ``A``, e.g. a dead ReLU unit; there the derivative in ``ridge`` is
+    not provided: 0); ``ridge > 0`` solves with the smaller of the two Gram matrices.  No
+    samples axis: a plain matrix function.
 
     Args:
       A: ``[m, n]``.

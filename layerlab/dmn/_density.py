@@ -546,8 +546,10 @@ def select_filters(
        non-duplicates.  The fixed-count mode under the class order is thus "the smallest
        Var that keeps ``num_filters`` filters" (the authors' class code has no fixed count).
 
-    Eigenvectors with a zero eigenvalue (a class without samples, fewer patches than ``d``)
-    are never candidates.
+    Eigenvectors whose eigenvalue is exactly zero or negative (a class without samples; the
+    round-off-negative part of a null space) are never candidates; a null space whose
+    eigenvalues round to tiny positive values (fewer patches than ``d``) is not detected —
+    use ``var_fraction`` there.
 
     With a single spectrum (``eigvals`` ``[d]``, naive PCA) this is "the top
     ``num_filters`` eigenvectors" or "the top ones explaining ``var_fraction``".

@@ -31,15 +31,34 @@ class FitPlan(NamedTuple):
 
 class _DefaultInt(int):
     """``fit``'s default of a flat argument that has a grouped form: an ``int`` equal to the
-    default whose identity tells "not given" from an explicit value equal to it."""
+    default whose identity tells "not given" from an explicit value equal to it (copies and
+    pickles return the same object)."""
 
     __slots__ = ()
+
+    def __reduce__(self):
+        return "DEFAULT_MAX_TO_KEEP"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 class _DefaultStr(str):
     """As :class:`_DefaultInt`, for a string default."""
 
     __slots__ = ()
+
+    def __reduce__(self):
+        return "DEFAULT_DATA_AXIS"
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
 
 DEFAULT_MAX_TO_KEEP = _DefaultInt(2)

@@ -186,6 +186,23 @@ def test_zero_ridge_of_any_type_is_moore_penrose(key):
                                rtol=1e-4, atol=1e-5)
 
 
+def test_traced_zero_ridge_on_full_rank_inputs_keeps_the_solve_and_its_derivative():
+    # a traced zero ridge takes the regularised solve where it is finite, as before the
+    # pseudo-inverse fallback existed: bitwise the same numbers (records depend on them) and
+    # the derivative in the ridge (float64 finite differences)
+    from layerlab.bottleneck._representations import _tikhonov_solve
+
+    with jax.enable_x64(True):
+        A = jax.random.normal(jax.random.key(3), (4, 7), jnp.float64)  # full row rank
+        got = jax.jit(bn.tikhonov_pinv)(A, 0.0)
+        np.testing.assert_array_equal(got, _tikhonov_solve(A, jnp.float64(0.0)))
+        f = jax.jit(lambda r: jnp.sum(bn.tikhonov_pinv(A, r) ** 2))
+        h = 1e-6
+        fd = (f(h) - f(0.0)) / h  # one-sided: ridge >= 0
+        np.testing.assert_allclose(jax.grad(f)(0.0), fd, rtol=1e-4)
+        assert abs(float(jax.grad(f)(0.0))) > 1e-3
+
+
 def test_negative_ridge_is_refused():
     x = jnp.ones((5, 3))
     Zs = [jnp.ones((5, 2)), jnp.ones((5, 1))]

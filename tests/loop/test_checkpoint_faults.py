@@ -395,6 +395,14 @@ def test_grouped_checkpoint_and_placement_arguments(tmp_path, reference):
     with pytest.raises(ValueError, match="data_axis=.*not both"):
         loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
                  placement=loop.Placement(), data_axis="batch")
+    # the defaults keep their identity through copies and pickles (e.g. a wrapper that
+    # deep-copies its keyword arguments)
+    import copy
+    import pickle
+
+    from layerlab.loop._args import DEFAULT_DATA_AXIS, DEFAULT_MAX_TO_KEEP
+    for d in (DEFAULT_MAX_TO_KEEP, DEFAULT_DATA_AXIS):
+        assert copy.copy(d) is d and copy.deepcopy(d) is d and pickle.loads(pickle.dumps(d)) is d
     # ... also when the flat value equals its default (given, it would still be ignored)
     with pytest.raises(ValueError, match="max_to_keep=, not both"):
         loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), steps=2, progress=False,
