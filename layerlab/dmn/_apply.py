@@ -9,7 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from layerlab._checks import promote_float
+from layerlab._checks import check_int, promote_float
 from layerlab.dmn._spec import Layer, format_spec
 
 
@@ -253,6 +253,7 @@ def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """
     if x.ndim != 4:
         raise ValueError(f"x must be [N, H, W, C]; got shape {x.shape}.")
+    check_int(k, "k", fn="grid_patches", min_value=1)
     n, H, W, C = x.shape
     offs = range(max(k - 1, 1))
     blocks, counts = [], []

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 
 from layerlab import loop, probes
-from layerlab._checks import promote_float
+from layerlab._checks import check_number, promote_float
 from layerlab.dmn._apply import (
     _check_poolable,
     conv3x3,
@@ -132,6 +132,7 @@ def add_input_noise(key: jax.Array, x: jax.typing.ArrayLike, amplitude: float) -
     """``x + U[0, amplitude)`` elementwise (the authors' guard against degenerate spectra);
     ``x`` unchanged when ``amplitude == 0``.  Float ``x`` keeps its dtype; integer ``x``
     (uint8 pixels) is returned in float32, with or without noise."""
+    check_number(amplitude, "amplitude", fn="add_input_noise", min_value=0.0)
     x = _float_input(x)
     if amplitude == 0:
         return x

@@ -296,3 +296,17 @@ def test_dmn_config_fields_are_validated_by_name():
     with pytest.raises(ValueError, match=r"DMNConfig\.input_noise must be >= 0\.0 .*got -1\.0"):
         L.DMNConfig(input_noise=-1.0)
     assert L.DMNConfig(patch=np.int64(5)).patch == 5
+
+
+def test_grid_patches_and_input_noise_check_their_arguments():
+    from layerlab.dmn._apply import grid_patches
+    from layerlab.dmn._head import add_input_noise
+
+    x = jnp.ones((2, 6, 6, 1))
+    with pytest.raises(ValueError, match="grid_patches: k must be >= 1, got 0"):
+        grid_patches(x, 0)
+    with pytest.raises(ValueError, match="add_input_noise: amplitude must be >= 0"):
+        add_input_noise(jax.random.key(0), x, -0.1)
+    # a valid call: U[0, a) noise, within [x, x + a)
+    y = add_input_noise(jax.random.key(0), x, 0.5)
+    assert float(y.min()) >= 1.0 and float(y.max()) < 1.5
