@@ -25,6 +25,7 @@ from layerlab.bottleneck._representations import (
     Cost,
     _layer_inputs,
     _ridge_kind,
+    traced_ridge_inverse,
 )
 
 Array = jax.Array
@@ -59,13 +60,8 @@ def _psd_pinv(K: Array, ridge, kind: str) -> Array:
         return jnp.linalg.pinv(K, hermitian=True)
     if kind == "positive":
         return _psd_solve(K, ridge)
-    r = jnp.asarray(ridge, K.dtype)
-    probe = jax.lax.stop_gradient(_psd_solve(K, r))
-    solve_ok = (r > 0) | jnp.all(jnp.isfinite(probe))
-    return jax.lax.cond(
-        solve_ok,
-        lambda K, r: _psd_solve(K, jnp.where(solve_ok, r, jnp.ones_like(r))),
-        lambda K, r: jnp.linalg.pinv(K, hermitian=True), K, r)
+    return traced_ridge_inverse(K, ridge, _psd_solve,
+                                lambda K: jnp.linalg.pinv(K, hermitian=True))
 
 
 # ----------------------------------------------------------------------------- public

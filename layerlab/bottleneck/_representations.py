@@ -121,13 +121,19 @@ def _tikhonov_pinv(A: Array, ridge, kind: str) -> Array:
         return jnp.linalg.pinv(A)
     if kind == "positive":
         return _tikhonov_solve(A, ridge)
-    r = jnp.asarray(ridge, A.dtype)
-    probe = jax.lax.stop_gradient(_tikhonov_solve(A, r))
+    return traced_ridge_inverse(A, ridge, _tikhonov_solve, jnp.linalg.pinv)
+
+
+def traced_ridge_inverse(M: Array, ridge, solve, pinv) -> Array:
+    """``solve(M, ridge)`` for a traced ``ridge``, except where ``ridge == 0`` and that solve
+    is not finite: ``pinv(M)`` there (see :func:`_tikhonov_pinv`)."""
+    r = jnp.asarray(ridge, M.dtype)
+    probe = jax.lax.stop_gradient(solve(M, r))
     solve_ok = (r > 0) | jnp.all(jnp.isfinite(probe))
     return jax.lax.cond(
         solve_ok,
-        lambda A, r: _tikhonov_solve(A, jnp.where(solve_ok, r, jnp.ones_like(r))),
-        lambda A, r: jnp.linalg.pinv(A), A, r)
+        lambda M, r: solve(M, jnp.where(solve_ok, r, jnp.ones_like(r))),
+        lambda M, r: pinv(M), M, r)
 
 
 def augment(Z: Array, beta: ArrayLike) -> Array:
