@@ -30,7 +30,7 @@ from layerlab.loop import fit, optax_step
 from layerlab.nets import mlp_apply
 
 from ._kernels import LayerVariances, mf_variances, top_kernel
-from ._loss import dgl_loss
+from ._loss import dgl_loss, integer_labels_error
 
 __all__ = [
     "LegoConfig",
@@ -239,12 +239,7 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
     hc = check_array(h, "h", fn="fit_classifier", ndim=2, kind="real")
     yc = check_array(y, "y", fn="fit_classifier", ndim=(1, 2), kind="real")
     if yc.ndim == 1 and jnp.issubdtype(yc.dtype, jnp.integer):
-        raise ValueError(
-            f"fit_classifier: y is an integer array of shape {tuple(yc.shape)}: class labels "
-            "here would be regressed on as numbers (0, 1, 2, ...). Pass targets [N, C], e.g. "
-            "plain one-hot layerlab.data.as_targets(y, C) (what dgl.lego and "
-            "dgl.random_features build from integer labels) or zero-mean one-hot "
-            "jax.nn.one_hot(y, C) - 1 / C.")
+        raise integer_labels_error(yc, "y", "fit_classifier: ")
     if yc.shape[0] != hc.shape[0]:
         raise ValueError(f"fit_classifier: y must have one row per row of h ({hc.shape[0]}), "
                          f"got shape {tuple(yc.shape)}.")

@@ -49,18 +49,23 @@ __all__ = [
 # ----------------------------------------------------------------------------- checks
 
 
+def integer_labels_error(Y, name: str, where: str) -> ValueError:
+    """The error for integer class labels ``[N]`` where targets are regressed on."""
+    # LEGO (dgl.lego, random_features, train_end_to_end) and dgl.monitor_fn turn integer
+    # labels into *plain* one-hot rows (layerlab.data.as_targets), not zero-mean ones
+    return ValueError(
+        f"{where}{name} is an integer array of shape {tuple(Y.shape)}: class labels here would "
+        "be regressed on as numbers (0, 1, 2, ...). Pass targets [N, C]: plain one-hot "
+        "(jax.nn.one_hot(y, C) or layerlab.data.as_targets(y, C), what LEGO and dgl.monitor_fn "
+        "build from integer labels) or zero-mean one-hot (jax.nn.one_hot(y, C) - 1 / C, the "
+        "paper's MNIST encoding); or a float [N] target for a real-valued regression.")
+
+
 def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None) -> jax.Array:
     where = f"{fn}: " if fn else ""
     Y = check_array(Y, name, fn=fn, kind="real")
     if Y.ndim == 1 and jnp.issubdtype(Y.dtype, jnp.integer):
-        # LEGO (dgl.lego, random_features, train_end_to_end) and dgl.monitor_fn turn integer
-        # labels into *plain* one-hot rows (layerlab.data.as_targets), not zero-mean ones
-        raise ValueError(
-            f"{where}{name} is an integer array of shape {Y.shape}: class labels here would be "
-            "regressed on as numbers (0, 1, 2, ...). Pass targets [N, C]: plain one-hot "
-            "(jax.nn.one_hot(y, C), what LEGO and dgl.monitor_fn build from integer labels) or "
-            "zero-mean one-hot (jax.nn.one_hot(y, C) - 1 / C, the paper's MNIST encoding); or a "
-            "float [N] target for a real-valued regression.")
+        raise integer_labels_error(Y, name, where)
     if Y.ndim == 1:
         Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n:

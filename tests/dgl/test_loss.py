@@ -313,8 +313,9 @@ def test_api_input_handling_dtype_labels_minibatch_checks():
     with pytest.raises(ValueError, match="dgl_loss: Y is an integer array of shape \\(9,\\)"):
         dgl.dgl_loss(Hf @ Hf.T + np.eye(9), labels, eps2=0.1)
     # the message names what LEGO / monitor_fn really build from labels: plain one-hot rows
-    with pytest.raises(ValueError, match=r"plain one-hot \(jax\.nn\.one_hot\(y, C\), what "
-                                         r"LEGO and dgl\.monitor_fn build"):
+    with pytest.raises(ValueError, match=r"plain one-hot \(jax\.nn\.one_hot\(y, C\) or "
+                                         r"layerlab\.data\.as_targets\(y, C\), what LEGO and "
+                                         r"dgl\.monitor_fn build"):
         dgl.loo_residuals(Hf @ Hf.T + np.eye(9), labels, eps2=0.1)
     from layerlab import data
     np.testing.assert_array_equal(data.as_targets(labels, 3), np.eye(3)[labels])
