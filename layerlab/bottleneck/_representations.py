@@ -112,7 +112,7 @@ def _tikhonov_pinv(A: Array, ridge, kind: str) -> Array:
 
     ``"traced"``: the regularised solve at ``ridge`` (as before 2026-11-29: the same numbers,
     and the derivative in ``ridge``), except where ``ridge == 0`` and that solve is not finite
-    (a rank-deficient ``A``, e.g. a dead ReLU unit), where it is ``jnp.linalg.pinv(A)``
+    (e.g. a dead ReLU unit: a zero row), where it is ``jnp.linalg.pinv(A)``
     (``lax.cond``; under ``vmap`` both branches run and a select keeps one, the unused solve
     computed at a safe ``ridge`` so no NaN leaks into values or gradients).  In that
     fallback the derivative in ``ridge`` is not provided (0).
@@ -163,8 +163,10 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
     concrete zero of any type (Python, numpy, a jax array); a traced zero (under
     ``jit``/``vmap``/``grad``) takes the solve at 0 where it is finite (full-rank ``A``: the same
     numbers as before 2026-11-29, and the derivative in ``ridge``) and the pseudo-inverse where
-    it is not (rank-deficient ``A``, e.g. a dead ReLU unit; there the derivative in ``ridge`` is
-    not provided: 0); ``ridge > 0`` solves with the smaller of the two Gram matrices.  No
+    it is not (e.g. a dead ReLU unit: a zero row; there the derivative in ``ridge`` is
+    not provided: 0).  A rank-deficient ``A`` whose solve at 0 stays finite (rows that are
+    combinations of others) gets that inaccurate solve: pass a concrete zero (or a small
+    positive ridge) there.  ``ridge > 0`` solves with the smaller of the two Gram matrices.  No
     samples axis: a plain matrix function.
 
     Args:

@@ -1345,7 +1345,8 @@ def _part_width_rule(d: dict, datasets: Sequence[str]) -> str | None:
     subs = (d.get("extra") or {}).get("parts")
     if not subs:
         return d.get("config", {}).get("width_rule")
-    rules = {sp.get("width_rule") for sp in subs if set(sp.get("datasets", ())) & set(datasets)}
+    rules = {(sp.get("width_rules") or {}).get(ds, sp.get("width_rule"))
+             for sp in subs for ds in datasets if ds in sp.get("datasets", ())}
     return rules.pop() if len(rules) == 1 else None
 
 
@@ -1427,7 +1428,8 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
     part_info = [{"path": loaded[i][0], "datasets": dss, "scale": loaded[i][1].get("scale"),
                   "machine": loaded[i][1].get("machine"), "wall_s": loaded[i][1].get("wall_s"),
                   "command": loaded[i][1].get("command"), "git": loaded[i][1].get("git"),
-                  "width_rule": _part_width_rule(loaded[i][1], dss)}
+                  "width_rule": _part_width_rule(loaded[i][1], dss),
+                  "width_rules": {ds: _part_width_rule(loaded[i][1], [ds]) for ds in dss}}
                  for i, dss in kept.items()]
     full = Fig6Config.paper()
     protocol_paper = (proto(ref, "n_train") is None and proto(ref, "n_test") is None
@@ -1447,8 +1449,11 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
                 ref.get("config", {}).get("dmn_preset") or dataclasses.asdict(
                     (DMNConfig.authors if proto(ref, "preset") == "authors"
                      else DMNConfig.paper)(pca=pca)),
-                [p | {"datasets": [f"{ds} DMN curve" for ds in p["datasets"]]}
-                 for p in part_info], "datasets"))
+                [p | {"width_rule": None, "datasets": [
+                    f"{ds} DMN curve" for ds in p["datasets"]
+                    if p["width_rules"][ds] != WIDTH_RULE]}
+                 for p in part_info if set(p["width_rules"].values()) != {WIDTH_RULE}],
+                "datasets"))
     config = {f: proto(ref, f) for f in _FIG6_PROTOCOL} | {
         "datasets": list(full.datasets), "data_dir": None, "width_rule": WIDTH_RULE}
     return Record(

@@ -910,3 +910,21 @@ def test_merged_notes_name_the_rows_made_under_the_old_width_rule(tmp_path):
                             "table4", preset="paper"))["dmn_preset"]}
     del p_old["config"]["width_rule"]
     assert "old width rule" not in ex.merge_tables("table4", [p_old], data_dir=tmp_path).note
+
+
+def test_fig6_merge_of_merges_names_old_rule_curves_per_dataset():
+    # a merged Fig. 6 part whose datasets came from sub-parts of different width rules: only
+    # the old-rule dataset is named (a per-part rule would have named both)
+    from layerlab.dmn import experiments as ex
+
+    d = {"config": {"width_rule": ex.WIDTH_RULE}, "extra": {"parts": [
+        {"datasets": ["mnist"], "width_rule": None},
+        {"datasets": ["cifar10"], "width_rule": ex.WIDTH_RULE}]}}
+    assert ex._part_width_rule(d, ["mnist"]) is None
+    assert ex._part_width_rule(d, ["cifar10"]) == ex.WIDTH_RULE
+    assert ex._part_width_rule(d, ["mnist", "cifar10"]) is None
+    # a sub-part that records its rules per dataset (written by merge_fig6 since 2026-11-29)
+    d2 = {"extra": {"parts": [{"datasets": ["mnist", "cifar10"], "width_rule": None,
+                               "width_rules": {"mnist": None, "cifar10": ex.WIDTH_RULE}}]}}
+    assert ex._part_width_rule(d2, ["cifar10"]) == ex.WIDTH_RULE
+    assert ex._part_width_rule(d2, ["mnist"]) is None
