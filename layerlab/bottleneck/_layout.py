@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite
+from layerlab._checks import check_array, check_finite, promote_float
 
 Array = jax.Array
 Params = Sequence[dict]
@@ -100,11 +100,10 @@ def as_float(a: Array) -> Array:
     """``a`` in a floating dtype fit for the linear algebra: integer and boolean arrays in the
     default float (float64 under ``jax_enable_x64``, else float32), half precision (bfloat16,
     float16: no LAPACK kernels) in float32; float32/float64 unchanged."""
+    a = jnp.asarray(a)
     if not jnp.issubdtype(a.dtype, jnp.floating):
-        return a.astype(jnp.result_type(float))
-    if jnp.finfo(a.dtype).bits < 32:
-        return a.astype(jnp.float32)
-    return a
+        a = a.astype(jnp.result_type(float))
+    return promote_float(a)[0]  # half precision -> float32 (the shared rule)
 
 
 def check_x(x, fn: str, name: str = "x") -> Array:
