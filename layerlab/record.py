@@ -107,17 +107,20 @@ def _opt_number(v: Any, name: str, where: str, *, nonneg: bool = False,
 
 
 def _opt_bool(v: Any, where: str) -> bool | None:
-    """``None`` or a bool (numpy bools included); ``"False"`` or ``1`` refused."""
+    """``None`` or a bool, as a Python bool.
+
+    A numpy / JAX boolean scalar (``numpy.bool_``, a 0-d bool array: what a comparison of
+    numpy numbers gives, and what the experiments pass) is converted with ``bool``.  Integers
+    (``1``, ``0``, numpy integers) and strings (``"False"``) are refused: the written record
+    must hold ``true`` / ``false``, which :func:`validate_record` checks.
+    """
     if v is None or isinstance(v, bool):
         return v
-    dt = getattr(v, "dtype", None)  # numpy / jax scalars: bool, or an integer 0 / 1
-    if (dt is not None and getattr(v, "shape", None) == () and dt.kind in "biu") or \
-            (isinstance(v, int) and dt is None):
-        if dt is not None and dt.kind == "b":
-            return bool(v)
-        if int(v) in (0, 1):
-            return bool(int(v))
-    raise TypeError(f"{where}: holds must be True, False or None, got {v!r}")
+    dt = getattr(v, "dtype", None)
+    if dt is not None and getattr(v, "shape", None) == () and dt.kind == "b":
+        return bool(v)
+    raise TypeError(f"{where}: holds must be True, False or None (a bool; integers such as 1 "
+                    f"or 0 are refused), got {v!r} ({type(v).__name__})")
 
 
 @dataclasses.dataclass
