@@ -13,8 +13,13 @@ runs) or under the ignored ``scratch/`` folder (everything else).  The schema::
      "machine": {...}, "versions": {...}, "git": "<commit>", "wall_s": 1234.5}
 
 ``holds`` of a row is ``abs(ours - paper) <= tol`` (``None`` when the paper has no number or
-ours was not run).  This module imports neither JAX nor numpy at import time, so scripts can
-use it before their heavy imports.
+ours was not run).  Every number is finite (the file is strict JSON: no ``NaN`` or
+``Infinity``, anywhere); ``null`` is allowed where the schema says so (``ours``, ``paper``,
+``tol``, ``spread``, ``holds``, ``wall_s``, ``git``).  ``seeds`` is an integer, ``>= 1`` for a
+row that ran (``ours`` set) and ``>= 0`` for one that did not; ``name``, ``unit``, ``note``,
+``claim`` and ``evidence`` are strings; ``artifact`` is a plain name (no ``/``).  A record is
+checked by :func:`validate_record` when written and when loaded.  This module imports neither
+JAX nor numpy at import time, so scripts can use it before their heavy imports.
 """
 from __future__ import annotations
 
@@ -107,17 +112,41 @@ def _opt_number(v: Any, name: str, where: str, *, nonneg: bool = False,
 
 
 def _opt_bool(v: Any, where: str) -> bool | None:
-    """``None`` or a bool (numpy bools included); ``"False"`` or ``1`` refused."""
+    """``None`` or a bool, as a Python bool.
+
+    A numpy / JAX boolean scalar (``numpy.bool_``, a 0-d bool array: what a comparison of
+    numpy numbers gives, and what the experiments pass) is converted with ``bool``.  Integers
+    (``1``, ``0``, numpy integers) and strings (``"False"``) are refused: the written record
+    must hold ``true`` / ``false``, which :func:`validate_record` checks.
+    """
     if v is None or isinstance(v, bool):
         return v
-    dt = getattr(v, "dtype", None)  # numpy / jax scalars: bool, or an integer 0 / 1
-    if (dt is not None and getattr(v, "shape", None) == () and dt.kind in "biu") or \
-            (isinstance(v, int) and dt is None):
-        if dt is not None and dt.kind == "b":
-            return bool(v)
-        if int(v) in (0, 1):
-            return bool(int(v))
-    raise TypeError(f"{where}: holds must be True, False or None, got {v!r}")
+    dt = getattr(v, "dtype", None)
+    if dt is not None and getattr(v, "shape", None) == () and dt.kind == "b":
+        return bool(v)
+    raise TypeError(f"{where}: holds must be True, False or None (a bool; integers such as 1 "
+                    f"or 0 are refused), got {v!r} ({type(v).__name__})")
+
+
+def _check_artifact(a: Any, field: str) -> None:
+    """An artifact is a plain, non-empty name (it names ``<artifact>.json``): no ``/``."""
+    if not isinstance(a, str) or not a or "/" in a:
+        raise ValueError(f"{field} must be a plain name like 'table1', got {a!r}")
+
+
+def _nonfinite(obj: Any, path: str) -> str | None:
+    """The path of the first non-finite float in nested dicts / lists, else ``None``."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else path
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if (bad := _nonfinite(v, f"{path}.{k}")) is not None:
+                return bad
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            if (bad := _nonfinite(v, f"{path}[{i}]")) is not None:
+                return bad
+    return None
 
 
 @dataclasses.dataclass
@@ -153,11 +182,17 @@ class Record:
             raise ValueError(f"Record.paper must be one of {PAPERS}, got {self.paper!r}")
         if self.scale not in ("paper", "reduced"):
             raise ValueError(f"Record.scale must be 'paper' or 'reduced', got {self.scale!r}")
-        if not self.artifact or "/" in self.artifact:
-            raise ValueError("Record.artifact must be a plain name like 'table1', "
-                             f"got {self.artifact!r}")
+        _check_artifact(self.artifact, "Record.artifact")
+        self.wall_s = _opt_number(self.wall_s, "wall_s", f"Record {self.artifact!r}",
+                                  nonneg=True)
 
     def to_dict(self) -> dict[str, Any]:
+        # wall_s is often set after construction (the run's time), and a row's fields can be
+        # reassigned: check both again, so that a NaN or infinity names its field here
+        # instead of becoming null / 1e308 (to_jsonable) or failing in json.dumps
+        wall_s = _opt_number(self.wall_s, "wall_s", f"Record {self.artifact!r}", nonneg=True)
+        rows = [dataclasses.replace(r) for r in self.rows]
+        claims = [dataclasses.replace(c) for c in self.claims]
         d = {
             "paper": self.paper,
             "artifact": self.artifact,
@@ -165,9 +200,9 @@ class Record:
             "scale": self.scale,
             "command": self.command,
             "config": to_jsonable(self.config),
-            "rows": [to_jsonable(dataclasses.asdict(r)) for r in self.rows],
-            "claims": [to_jsonable(dataclasses.asdict(c)) for c in self.claims],
-            "wall_s": None if self.wall_s is None else round(float(self.wall_s), 1),
+            "rows": [to_jsonable(dataclasses.asdict(r)) for r in rows],
+            "claims": [to_jsonable(dataclasses.asdict(c)) for c in claims],
+            "wall_s": None if wall_s is None else round(wall_s, 1),
         }
         if self.note:
             d["note"] = self.note
@@ -258,6 +293,18 @@ def _git() -> str | None:
         return None
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_finite(v: int | float) -> bool:
+    """A finite float; an integer (JSON may hold any) only if a float can hold it."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def validate_record(d: Mapping[str, Any]) -> None:
     """Raise ``ValueError`` naming the field if ``d`` does not follow the record schema."""
     need = {"paper": str, "artifact": str, "title": str, "scale": str, "command": str,
@@ -271,23 +318,45 @@ def validate_record(d: Mapping[str, Any]) -> None:
         raise ValueError(f"record field 'paper' must be one of {PAPERS}, got {d['paper']!r}")
     if d["scale"] not in ("paper", "reduced"):
         raise ValueError(f"record field 'scale' must be 'paper' or 'reduced', got {d['scale']!r}")
+    _check_artifact(d["artifact"], "record field 'artifact'")
+    for k, t in (("note", str), ("extra", dict)):  # optional
+        if k in d and not isinstance(d[k], t):
+            raise ValueError(f"record field {k!r} must be {t.__name__}, got {type(d[k]).__name__}")
     if "wall_s" not in d or "git" not in d:
         raise ValueError("record is missing field 'wall_s' or 'git'")
     w = d["wall_s"]
-    if w is not None and (isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0):
-        raise ValueError(f"record field 'wall_s' must be a number >= 0 or null, got {w!r}")
+    if w is not None and (not _is_number(w) or not _is_finite(w) or w < 0):
+        raise ValueError(f"record field 'wall_s' must be a finite number >= 0 or null, got {w!r}")
+    if d["git"] is not None and not isinstance(d["git"], str):
+        raise ValueError(f"record field 'git' must be a string or null, got {d['git']!r}")
+    for k in ("config", "machine", "versions", "extra"):
+        if k in d and (bad := _nonfinite(d[k], k)) is not None:
+            raise ValueError(f"record field {bad!r} must be finite (JSON has no NaN or "
+                             "Infinity; write null)")
     for i, r in enumerate(d["rows"]):
+        if not isinstance(r, dict):
+            raise ValueError(f"record rows[{i}] must be an object, got {type(r).__name__}")
         for k in ("name", "ours", "paper", "unit", "tol", "seeds", "spread", "holds", "note"):
             if k not in r:
                 raise ValueError(f"record rows[{i}] is missing field {k!r}")
         where = f"record rows[{i}] ({r['name']!r})"
+        for k in ("name", "unit", "note"):
+            if not isinstance(r[k], str):
+                raise ValueError(f"{where}: {k} must be a string, got {r[k]!r}")
         for k in ("ours", "paper", "tol", "spread"):
             v = r[k]
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            if v is not None and not _is_number(v):
                 raise ValueError(f"{where}: {k} must be a number or null, got {v!r}")
+            if v is not None and not _is_finite(v):
+                raise ValueError(f"{where}: {k} must be a finite number or null, got {v!r}")
         for k in ("tol", "spread"):
             if r[k] is not None and r[k] < 0:
                 raise ValueError(f"{where}: {k} must be >= 0, got {r[k]}")
+        least = 0 if r["ours"] is None else 1  # as Row: a row that was not run has 0 seeds
+        s = r["seeds"]
+        if not isinstance(s, int) or isinstance(s, bool) or s < least:
+            raise ValueError(f"{where}: seeds must be an integer >= {least}"
+                             f"{' for a row that ran (ours set)' if least else ''}, got {s!r}")
         if r["holds"] is not None and not isinstance(r["holds"], bool):
             raise ValueError(f"{where}: holds must be true, false or null, got {r['holds']!r}")
         if r["ours"] is None and r["holds"] is not None:
@@ -306,9 +375,14 @@ def validate_record(d: Mapping[str, Any]) -> None:
                 raise ValueError(f"{where}: holds={r['holds']} but |ours - paper| = {diff:.6g} "
                                  f"and tol = {r['tol']}")
     for i, c in enumerate(d["claims"]):
+        if not isinstance(c, dict):
+            raise ValueError(f"record claims[{i}] must be an object, got {type(c).__name__}")
         for k in ("claim", "holds", "evidence"):
             if k not in c:
                 raise ValueError(f"record claims[{i}] is missing field {k!r}")
+        for k in ("claim", "evidence"):
+            if not isinstance(c[k], str):
+                raise ValueError(f"record claims[{i}]: {k} must be a string, got {c[k]!r}")
         if c["holds"] is not None and not isinstance(c["holds"], bool):
             raise ValueError(f"record claims[{i}]: holds must be true, false or null, got "
                              f"{c['holds']!r}")

@@ -1,0 +1,195 @@
+"""The record schema (``layerlab.record``): what validate_record / load_record refuse, what
+Row / Claim / Record refuse at construction, and the edge cases they accept."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from layerlab.record import Claim, Record, Row, load_record, validate_record, write_record
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _record() -> Record:
+    return Record("dgl", "x", "t", "reduced", {"lr": 0.1},
+                  rows=[Row("ran", 2.0, paper=1.0, tol=1.5, seeds=3, spread=0.1),
+                        Row("not run", None, seeds=0, note="not run: no data")],
+                  claims=[Claim("c", True, "e"), Claim("open", None)], wall_s=12.5,
+                  note="n", extra={"curves": [1.0, 2.0]})
+
+
+def _dict() -> dict:
+    d = _record().to_dict()
+    d.update(machine={"cpu_count": 2}, versions={"jax": "0"}, git="abc123")
+    validate_record(d)  # the base is valid
+    return d
+
+
+def _set(d: dict, path: tuple, value) -> dict:
+    *head, last = path
+    for k in head:
+        d = d[k]
+    d[last] = value
+
+
+# (path into the record dict, bad value, what the message says)
+REFUSED = [
+    (("rows", 0, "ours"), NAN, r"rows\[0\] \('ran'\): ours must be a finite number"),
+    (("rows", 0, "ours"), INF, "ours must be a finite number"),
+    (("rows", 0, "ours"), -INF, "ours must be a finite number"),
+    (("rows", 0, "paper"), NAN, "paper must be a finite number"),
+    (("rows", 0, "tol"), INF, "tol must be a finite number"),
+    (("rows", 0, "spread"), NAN, "spread must be a finite number"),
+    (("rows", 0, "ours"), 10 ** 400, "ours must be a finite number"),  # overflows a float
+    (("rows", 0, "ours"), "2", "ours must be a number or null"),
+    (("rows", 0, "tol"), True, "tol must be a number or null"),
+    (("wall_s",), INF, "'wall_s' must be a finite number >= 0 or null"),
+    (("wall_s",), NAN, "'wall_s' must be a finite number"),
+    (("wall_s",), -1.0, "'wall_s' must be a finite number >= 0"),
+    (("wall_s",), True, "'wall_s' must be a finite number"),
+    (("wall_s",), "12", "'wall_s' must be a finite number"),
+    (("rows", 0, "seeds"), -1, "seeds must be an integer >= 1 for a row that ran"),
+    (("rows", 0, "seeds"), 0, "seeds must be an integer >= 1 for a row that ran"),
+    (("rows", 0, "seeds"), "3", "seeds must be an integer >= 1"),
+    (("rows", 0, "seeds"), 3.0, "seeds must be an integer >= 1"),
+    (("rows", 0, "seeds"), True, "seeds must be an integer >= 1"),
+    (("rows", 0, "seeds"), None, "seeds must be an integer >= 1"),
+    (("rows", 1, "seeds"), -1, r"rows\[1\] \('not run'\): seeds must be an integer >= 0"),
+    (("rows", 0, "name"), 7, r"rows\[0\] \(7\): name must be a string"),
+    (("rows", 0, "unit"), None, "unit must be a string"),
+    (("rows", 0, "note"), ["x"], "note must be a string"),
+    (("rows", 0, "holds"), 1, "holds must be true, false or null"),
+    (("claims", 0, "claim"), 5, r"claims\[0\]: claim must be a string"),
+    (("claims", 0, "evidence"), None, r"claims\[0\]: evidence must be a string"),
+    (("claims", 0, "holds"), 0, "holds must be true, false or null"),
+    (("git",), 123, "'git' must be a string or null"),
+    (("git",), ["abc"], "'git' must be a string or null"),
+    (("artifact",), "", "'artifact' must be a plain name"),
+    (("artifact",), "../x", "'artifact' must be a plain name"),
+    (("artifact",), "a/b", "'artifact' must be a plain name"),
+    (("note",), 3, "'note' must be str"),
+    (("extra",), [1], "'extra' must be dict"),
+    (("config", "lr"), NAN, r"'config\.lr' must be finite"),
+    (("extra", "curves", 1), INF, r"'extra\.curves\[1\]' must be finite"),
+    (("rows", 0), "ran", r"rows\[0\] must be an object, got str"),
+    (("rows", 1), None, r"rows\[1\] must be an object, got NoneType"),
+    (("claims", 0), "c", r"claims\[0\] must be an object, got str"),
+    (("claims", 1), None, r"claims\[1\] must be an object, got NoneType"),
+]
+
+
+@pytest.mark.parametrize(("path", "bad", "msg"), REFUSED,
+                         ids=[f"{'.'.join(map(str, p))}={b!r:.12}" for p, b, _ in REFUSED])
+def test_validate_record_refuses(path, bad, msg):
+    d = _dict()
+    _set(d, path, bad)
+    with pytest.raises(ValueError, match=msg):
+        validate_record(d)
+
+
+@pytest.mark.parametrize(("path", "bad", "msg"), [
+    (("rows", 0, "ours"), NAN, "ours must be a finite number"),
+    (("wall_s",), INF, "'wall_s' must be a finite number"),
+    (("rows", 0), "ran", r"rows\[0\] must be an object"),
+])
+def test_load_record_refuses_what_json_loads_parses(tmp_path, path, bad, msg):
+    """json.loads reads NaN / Infinity (non-standard JSON): load_record must still refuse."""
+    d = _dict()
+    _set(d, path, bad)
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))  # allow_nan: writes NaN / Infinity
+    with pytest.raises(ValueError, match=msg):
+        load_record(p)
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("wall_s",), None),
+    (("wall_s",), 0),
+    (("git",), None),
+    (("rows", 0, "tol"), 2),  # an integer tol (three committed records have one)
+    (("rows", 0, "spread"), None),
+    (("rows", 1, "seeds"), 2),  # a row that was not run may say how many seeds were meant
+    (("claims", 0, "holds"), None),
+    (("claims", 0, "holds"), False),
+    (("artifact",), "table2_rows9_10"),
+])
+def test_validate_record_accepts(path, value):
+    d = _dict()
+    _set(d, path, value)
+    validate_record(d)
+
+
+def test_a_row_that_was_not_run_has_only_nulls_and_zero_seeds():
+    d = _dict()
+    r = d["rows"][1]
+    assert (r["ours"], r["paper"], r["tol"], r["spread"], r["holds"], r["seeds"]) == \
+        (None, None, None, None, None, 0)
+    d.pop("note"), d.pop("extra")  # optional fields
+    validate_record(d)
+
+
+@pytest.mark.parametrize("holds", [np.bool_(True), np.float64(1.0) < 2.0, np.array(True)])
+def test_numpy_bools_are_accepted_and_converted(tmp_path, holds):
+    r, c = Row("r", 1.0, holds=holds), Claim("c", holds)
+    assert r.holds is True and c.holds is True
+    assert Claim("c", np.bool_(False)).holds is False
+    rec = Record("dgl", "x", "t", "reduced", {}, rows=[r], claims=[c], wall_s=None)
+    d = load_record(write_record(rec, tmp_path))
+    assert d["rows"][0]["holds"] is True and d["claims"][0]["holds"] is True
+    assert d["wall_s"] is None
+
+
+@pytest.mark.parametrize("holds", [1, 0, np.int64(1), np.array(0), np.float64(1.0), "True"])
+def test_row_and_claim_refuse_non_bool_holds(holds):
+    with pytest.raises(TypeError, match=r"Row 'r': holds must be True, False or None"):
+        Row("r", 1.0, holds=holds)
+    with pytest.raises(TypeError, match=r"Claim 'c': holds must be True, False or None"):
+        Claim("c", holds)
+
+
+@pytest.mark.parametrize("wall_s", [NAN, INF, -INF, -1.0])
+def test_record_refuses_a_non_finite_or_negative_wall_s(tmp_path, wall_s):
+    with pytest.raises(ValueError, match=r"Record 'x': wall_s must be a finite number >= 0"):
+        Record("dgl", "x", "t", "reduced", {}, wall_s=wall_s)
+    rec = Record("dgl", "x", "t", "reduced", {})
+    rec.wall_s = wall_s  # how the scripts set it, after the run
+    with pytest.raises(ValueError, match="wall_s must be a finite number >= 0"):
+        write_record(rec, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("field", "bad"), [("ours", NAN), ("ours", INF), ("tol", INF),
+                                            ("spread", INF), ("paper", -INF)])
+def test_rows_refuse_non_finite_numbers_at_construction_and_when_written(tmp_path, field,
+                                                                          bad):
+    with pytest.raises(ValueError, match=f"Row 'r': {field} must be a finite number"):
+        Row("r", **{"ours": 1.0, field: bad})
+    row = Row("r", 1.0)
+    setattr(row, field, bad)  # reassigned after construction: to_jsonable would hide it
+    with pytest.raises(ValueError, match=f"Row 'r': {field} must be a finite number"):
+        write_record(Record("dgl", "x", "t", "reduced", {}, rows=[row]), tmp_path)
+
+
+def test_row_nan_paper_or_spread_means_no_number():
+    r = Row("r", 1.0, paper=NAN, tol=1.0, spread=NAN)
+    assert r.paper is None and r.spread is None and r.holds is None
+
+
+@pytest.mark.parametrize("artifact", ["", "../x", "a/b", None, 3])
+def test_record_refuses_an_artifact_that_is_not_a_plain_name(artifact):
+    with pytest.raises(ValueError, match="Record.artifact must be a plain name"):
+        Record("dgl", artifact, "t", "reduced", {})
+
+
+def test_a_written_record_is_strict_json(tmp_path):
+    rec = _record()
+    rec.extra["curves"] = [1.0, NAN, INF]  # to_jsonable writes null / 1e308 for these
+    p = write_record(rec, tmp_path)
+    text = p.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    d = load_record(p)
+    assert d["extra"]["curves"][1] is None and math.isfinite(d["extra"]["curves"][2])
+    assert d == json.loads(text)
