@@ -201,7 +201,10 @@ def _outer(a, b, mode):
 
 
 def _relu_step(k11, k12, k22, mode, with_ntk):
-    s = _safe_sqrt(_outer(k11, k22, mode))
+    # sqrt(k11) sqrt(k22), not sqrt(k11 k22): in float32 the product underflows to 0 for
+    # kernel values below ~1e-19 (all entries 0 without a bias) and overflows above ~2e19,
+    # where each factor is still representable
+    s = _outer(_safe_sqrt(k11), _safe_sqrt(k22), mode)
     c = _safe_div(k12, s)
     # where x1_i = x2_i by construction the cosine is exactly 1, with zero derivative
     # (rounding would give 1 - O(eps) and arccos amplifies that to O(sqrt(eps)))

@@ -254,6 +254,27 @@ def test_nearly_parallel_inputs_float32(act):
     assert all(bool(jnp.all(jnp.isfinite(t))) for t in g)
 
 
+@pytest.mark.parametrize("scale", [1e-10, 1e12])
+def test_relu_kernels_float32_at_tiny_and_huge_scales(scale):
+    """Without biases the ReLU kernels are homogeneous, K(s x) = s^2 K(x).  In float32 the
+    scale sqrt(k11 k22) of the arc-cosine was the square root of a product that underflowed
+    to 0 at s = 1e-10 (every entry 0, silently) and overflowed at s = 1e12 (an error from
+    |x| ~ 4e9 on); sqrt(k11) sqrt(k22) holds both, up to |x| ~ 1e19."""
+    x = np.random.default_rng(0).normal(size=(6, 4))
+    x2 = np.random.default_rng(1).normal(size=(5, 4))
+    kw = dict(depth=2, w_var=[1.7, 2.0, 0.8], b_var=0.0)
+    for b in (None, x2):
+        with jax.enable_x64(True):
+            ref = [np.asarray(r) for r in
+                   fc_kernels(jnp.asarray(x), None if b is None else jnp.asarray(b), **kw)]
+        got = fc_kernels(jnp.asarray(scale * x, jnp.float32),
+                         None if b is None else jnp.asarray(scale * b, jnp.float32), **kw)
+        for a, r in zip(got, ref):
+            assert a.dtype == jnp.float32
+            np.testing.assert_allclose(np.asarray(a, np.float64) / scale ** 2, r, rtol=1e-5,
+                                       atol=1e-6 * np.abs(r).max())
+
+
 @pytest.mark.parametrize("same", [True, False])
 def test_erf_kernels_float32_at_raw_pixel_scale(same):
     """Large K (inputs ~300 per coordinate, K^0 ~ 1e5).  x2 = x passed explicitly takes the
