@@ -209,7 +209,7 @@ def check_finite(x: Any, name: str, *, fn: str | None = None, hint: str = "") ->
         return
     for leaf in jax.tree_util.tree_leaves(x):
         arr = np.asarray(leaf)
-        if not np.issubdtype(arr.dtype, np.inexact):
+        if not jnp.issubdtype(arr.dtype, jnp.inexact):  # (bfloat16 is no numpy inexact)
             continue
         ok = np.isfinite(arr)
         if not ok.all():
@@ -330,7 +330,7 @@ def check_number(
         arr = np.asarray(v)
     except Exception as e:  # pragma: no cover - exotic objects
         raise TypeError(f"{where}{name} must be a number, got {_describe(v)}.") from e
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)):
+    if arr.dtype == object or not jnp.issubdtype(arr.dtype, jnp.number):  # bfloat16 too
         raise TypeError(f"{where}{name} must be a number, got {_describe(v)}.")
     if np.iscomplexobj(arr):
         raise TypeError(f"{where}{name} must be a real number, got {_describe(v)}.")
@@ -395,7 +395,7 @@ def check_result_finite(value: Any, what: str, *, fn: str | None = None, hint: A
         return value
     for leaf in jax.tree_util.tree_leaves(value):
         arr = np.asarray(leaf)
-        if np.issubdtype(arr.dtype, np.inexact) and not np.all(np.isfinite(arr)):
+        if jnp.issubdtype(arr.dtype, jnp.inexact) and not np.all(np.isfinite(arr)):
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
             raise NonFiniteResultError(
                 f"{_where(fn)}the result ({what}) has {bad} non-finite (NaN/Inf) entries out of "

@@ -80,3 +80,21 @@ def test_same_length_and_result_finite():
         C.check_result_finite(jnp.array([1.0, jnp.inf]), "k", hint=lambda: "rescale")
     assert issubclass(C.NonFiniteResultError, ValueError)
     assert issubclass(C.NonFiniteResultError, FloatingPointError)
+
+
+def test_bfloat16_is_checked_like_the_numpy_floats():
+    """bfloat16 (ml_dtypes) is no numpy ``inexact``/``number``: np.issubdtype let a NaN pass
+    check_finite and check_result_finite, and check_number refused a bfloat16 scalar."""
+    bad = jnp.array([1.0, jnp.nan], jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"f: x has 1 non-finite"):
+        C.check_finite(bad, "x", fn="f")
+    with pytest.raises(ValueError, match="1 non-finite"):
+        C.check_array(bad, "x", finite=True)
+    with pytest.raises(C.NonFiniteResultError, match=r"f: the result \(k\) has 1 non-finite"):
+        C.check_result_finite(bad, "k", fn="f")
+    C.check_finite(jnp.array([1.0, 2.0], jnp.bfloat16), "x")
+    assert float(C.check_number(jnp.bfloat16(0.5), "lr", min_value=0.0)) == 0.5
+    with pytest.raises(ValueError, match=r"f: lr must be finite, got nan"):
+        C.check_number(jnp.bfloat16(jnp.nan), "lr", fn="f")
+    with pytest.raises(ValueError, match=r"lr must be >= 0.0, got -1.0"):
+        C.check_number(jnp.bfloat16(-1.0), "lr", min_value=0.0)

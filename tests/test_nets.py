@@ -67,6 +67,9 @@ def test_mlp_vmap_and_errors(key):
     with pytest.raises(ValueError, match="w_std must be finite"):
         nets.mlp_init(key, [3, 2], w_std=float("nan"))  # was NaN parameters
     assert [p["w"].shape for p in nets.mlp_init(key, [np.int64(3), 2])] == [(3, 2)]
+    # a bfloat16 scale is a number (it is no numpy number: it was a TypeError)
+    w16 = nets.mlp_init(key, [3, 2], w_std=jnp.bfloat16(2.0), b_std=jnp.bfloat16(0.0))
+    np.testing.assert_array_equal(w16[0]["w"], nets.mlp_init(key, [3, 2], w_std=2.0)[0]["w"])
 
 
 def test_mlp_init_torch_is_pytorchs_linear_default(key):

@@ -453,6 +453,15 @@ def test_clear_errors():
         empirical_ntk(lambda p, x: apply_fn(p, x)[None], params, x1)
 
 
+def test_bfloat16_nan_input_is_an_input_error():
+    """A NaN in a bfloat16 input is reported as bad input, not as overflowing norms (the
+    finiteness check skipped bfloat16, no numpy float)."""
+    x = jnp.ones((3, 2), jnp.bfloat16).at[0, 0].set(jnp.nan)
+    with pytest.raises(ValueError, match="x1 has 1 non-finite") as err:
+        relu_nngp(x, depth=1, w_var=1.0, b_var=0.0)
+    assert "overflow" not in str(err.value)
+
+
 def test_relu_kernels_keep_a_nan_row_nan_under_jit():
     """A NaN input row gives NaN kernel entries under jit (no eager check can raise there),
     not the finite b_var a zero cosine would give; the other rows are unchanged."""
