@@ -10,8 +10,10 @@ The default method computes :math:`\\Theta` column by column as NTK-vector produ
 for each cotangent basis vector :math:`e_{jb}` of the outputs on ``x2``, one VJP gives
 :math:`v = J(x')^\\top e_{jb}` (a parameter pytree) and one JVP of the linearised network
 on ``x1`` gives :math:`J(x) v`, a column of :math:`\\Theta`.  ``chunk_size`` bounds how
-many columns are formed at once (``lax.map``), so memory is ``O(chunk_size * P)``
-instead of the Jacobian's ``O(n k P)``.
+many columns are formed at once (``lax.map`` over the column indices; each one-hot
+cotangent is built inside the map), so the scratch memory is ``O(chunk_size * P)`` (plus
+the linearised network and the output) instead of the Jacobian's ``O(n k P)``; with
+``trace=True`` each column keeps only its ``a = b`` entries.
 
 References:
   Jacot et al. 2018, "Neural tangent kernel" (definition); Novak et al. 2022,
@@ -93,7 +95,8 @@ def empirical_ntk(
         or ``"jacobian"`` (materialise :math:`J` with ``jax.jacrev`` and contract it;
         faster for small models, memory ``O((n1 + n2) k P)``).
       chunk_size: for ``"ntk_vp"``: number of columns computed at once (``None``: all
-        ``n2 * k`` in one ``vmap``).
+        ``n2 * k`` in one ``vmap``, whose ``n2 * k`` one-hot cotangents alone take
+        ``O((n2 k)^2)`` memory; give a ``chunk_size`` for large ``n2 * k``).
 
     Returns:
       ``[n1, n2]`` if ``trace`` else ``[n1, n2, k, k]``; entry ``[i, j, a, b]`` pairs
@@ -146,16 +149,21 @@ def empirical_ntk(
     if y2.shape[1] != k:
         raise ValueError(f"apply_fn returns {k} outputs on x1 but {y2.shape[1]} on x2")
 
-    def column(ct):  # ct: [n2, k] one-hot -> J(x1) J(x2)^T ct, [n1, k]
+    def column(jb):  # flat index jb = j k + b -> J(x1) J(x2)^T e_jb: [n1, k] ([n1] if trace)
+        # the one-hot cotangent is built here, per column: a [n2 k, n2 k] basis would be
+        # O((n2 k)^2) memory whatever chunk_size says
+        ct = jax.nn.one_hot(jb, n2 * k, dtype=y2.dtype).reshape(n2, k)
         (v,) = f2_vjp(ct)
-        return f1_jvp(v)
+        col = f1_jvp(v)  # [n1, k]: entries [i, a] of output b at x2[j]
+        # trace: keep a = b only, so the mapped result is [n2 k, n1], not [n2 k, n1, k]
+        return jnp.take(col, jb % k, axis=1) if trace else col
 
-    basis = jnp.eye(n2 * k, dtype=y2.dtype).reshape(n2 * k, n2, k)
+    idx = jnp.arange(n2 * k)
     if chunk_size is None:
-        cols = jax.vmap(column)(basis)
+        cols = jax.vmap(column)(idx)
     else:
-        cols = jax.lax.map(column, basis, batch_size=min(chunk_size, n2 * k))
-    cols = cols.reshape(n2, k, n1, k)  # [j, b, i, a]
+        cols = jax.lax.map(column, idx, batch_size=min(chunk_size, n2 * k))
     if trace:
-        return jnp.einsum("jaia->ij", cols)
+        return jnp.sum(cols.reshape(n2, k, n1), axis=1).T  # [j, b, i] -> [i, j]
+    cols = cols.reshape(n2, k, n1, k)  # [j, b, i, a]
     return jnp.transpose(cols, (2, 0, 3, 1))

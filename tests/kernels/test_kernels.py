@@ -424,6 +424,36 @@ def test_empirical_ntk_matches_dense_jacobian_and_neural_tangents(x64):
     np.testing.assert_allclose(3 * nt_tr(x1, x2, params), ref_tr, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("trace", [True, False])
+def test_empirical_ntk_chunked_columns_match_the_jacobian_method(x64, trace):
+    """Every chunking of the column map (one column at a time, a chunk that does not divide
+    n2 k = 12, all at once) equals the Jacobian contraction, for x2 given and x2 = None."""
+    apply_fn, params = _small_net()
+    x1, x2 = _inputs()
+    for b in (x2, None):
+        ref = empirical_ntk(apply_fn, params, x1, b, trace=trace, method="jacobian")
+        for chunk_size in (None, 1, 5, 12, 100):
+            got = empirical_ntk(apply_fn, params, x1, b, trace=trace, chunk_size=chunk_size)
+            assert got.shape == ref.shape
+            np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("trace", [True, False])
+def test_empirical_ntk_chunked_memory_is_not_quadratic_in_the_columns(trace):
+    """MLP 4-8-10, n2 k = 4000 columns, chunk_size=8: the compiled program's scratch stays far
+    below the (n2 k)^2 * 4 B = 64 MB of an identity basis (it built one: 66 MB measured,
+    against 0.7 MB with trace, 1.9 MB without since)."""
+    from layerlab.nets import mlp_apply, mlp_init
+    params = mlp_init(jax.random.key(0), [4, 8, 10])
+    x1 = jax.random.normal(jax.random.key(1), (10, 4))
+    x2 = jax.random.normal(jax.random.key(2), (400, 4))
+    f = jax.jit(lambda p, a, b: empirical_ntk(mlp_apply, p, a, b, trace=trace, chunk_size=8))
+    mem = f.lower(params, x1, x2).compile().memory_analysis()
+    if mem is None or getattr(mem, "temp_size_in_bytes", None) is None:
+        pytest.skip("memory_analysis() is not available on this backend")
+    assert mem.temp_size_in_bytes < 16 * 2 ** 20, mem.temp_size_in_bytes
+
+
 # ------------------------------------------------------------------------ errors
 def test_clear_errors():
     x1, x2 = _inputs(dtype=jnp.float32)
