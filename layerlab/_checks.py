@@ -3,7 +3,7 @@
 One set of checkers so that every package reports bad input the same way: the message names
 the function, the argument, what was expected and what came, e.g.::
 
-    relu_nngp: x1 must be a [n, d] array (rank 2), got shape (3,).
+    relu_nngp: x1 must be a [n1, d] array (rank 2; flatten images first), got shape (3,).
     class_density_matrices: y must hold integer labels in [0, 3), got values in [0, 4].
 
 What runs where

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_array
+
 __all__ = ["empirical_ntk"]
 
 _METHODS = ("ntk_vp", "jacobian")
@@ -38,8 +40,8 @@ def _as_outputs(y, n: int, which: str) -> jax.Array:
     if y.ndim == 1:
         y = y[:, None]
     if y.ndim != 2 or y.shape[0] != n:
-        raise ValueError(f"apply_fn(params, {which}) must return [n, k] (or [n]) outputs "
-                         f"with n = {n} rows, got shape {y.shape}")
+        raise ValueError(f"empirical_ntk: apply_fn(params, {which}) must return [n, k] (or "
+                         f"[n]) outputs with n = {n} rows, got shape {y.shape}.")
     return y
 
 
@@ -106,20 +108,20 @@ def empirical_ntk(
       Jacot et al. 2018 (definition); Novak et al. 2022 (NTK-vector products).
     """
     if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+        raise ValueError(f"empirical_ntk: method must be one of {_METHODS}, got {method!r}.")
     if chunk_size is not None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) \
                 or chunk_size < 1:
             raise ValueError(f"empirical_ntk: chunk_size must be a positive int or None, got "
-                             f"{chunk_size!r}")
+                             f"{chunk_size!r}.")
         chunk_size = int(chunk_size)  # numpy integers too
     apply_fn, params = _differentiable_only(apply_fn, params)
-    x1 = jnp.asarray(x1)
+    x1 = check_array(x1, "x1", fn="empirical_ntk", kind=None)
     same = x2 is None
-    x2 = x1 if same else jnp.asarray(x2)
+    x2 = x1 if same else check_array(x2, "x2", fn="empirical_ntk", kind=None)
     if x1.ndim < 1 or x2.ndim < 1 or x1.shape[1:] != x2.shape[1:]:
-        raise ValueError(f"x1 and x2 must be [n, ...] batches with the same per-sample "
-                         f"shape, got {x1.shape} and {x2.shape}")
+        raise ValueError(f"empirical_ntk: x1 and x2 must be [n, ...] batches with the same "
+                         f"per-sample shape, got {x1.shape} and {x2.shape}.")
     n1, n2 = x1.shape[0], x2.shape[0]
 
     def f1(p):
@@ -147,7 +149,8 @@ def empirical_ntk(
         y2, f2_vjp = jax.vjp(f2, params)
     k = y1.shape[1]
     if y2.shape[1] != k:
-        raise ValueError(f"apply_fn returns {k} outputs on x1 but {y2.shape[1]} on x2")
+        raise ValueError(f"empirical_ntk: apply_fn returns {k} outputs on x1 but "
+                         f"{y2.shape[1]} on x2; they must agree.")
 
     def column(jb):  # flat index jb = j k + b -> J(x1) J(x2)^T e_jb: [n1, k] ([n1] if trace)
         # the one-hot cotangent is built here, per column: a [n2 k, n2 k] basis would be

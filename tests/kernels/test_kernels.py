@@ -483,6 +483,57 @@ def test_clear_errors():
         empirical_ntk(lambda p, x: apply_fn(p, x)[None], params, x1)
 
 
+@pytest.mark.parametrize("fn", [relu_nngp, relu_ntk, erf_nngp, erf_ntk, fc_kernels])
+def test_errors_start_with_the_public_function_and_name_the_argument(fn):
+    """Each message starts with the function called (relu_nngp's said "fc_kernels: ..." or had
+    no prefix) and names the argument; a wrong kind of object is a TypeError (_checks' rule),
+    a wrong shape or value a ValueError."""
+    x1, x2 = _inputs(dtype=jnp.float32)
+    kw = dict(depth=2, w_var=2.0, b_var=0.1)
+    name = fn.__name__
+    cases = [
+        (TypeError, "x1", lambda: fn("abc", **kw)),
+        (TypeError, "x2", lambda: fn(x1, "abc", **kw)),
+        (TypeError, "x1", lambda: fn(x1.astype(jnp.complex64), **kw)),
+        (TypeError, "depth", lambda: fn(x1, depth=1.5, w_var=2.0, b_var=0.1)),
+        (TypeError, "w_var", lambda: fn(x1, depth=2, w_var="2", b_var=0.1)),
+        (ValueError, "x1", lambda: fn(x1[0], **kw)),
+        (ValueError, "x2", lambda: fn(x1, x2[0], **kw)),
+        (ValueError, "x1", lambda: fn(x1[:, :0], **kw)),
+        (ValueError, "x1 and x2", lambda: fn(x1, x2[:, :3], **kw)),
+        (ValueError, "x1", lambda: fn(x1.at[0, 0].set(jnp.nan), **kw)),
+        (ValueError, "x2", lambda: fn(x1, x2.at[0, 0].set(jnp.inf), **kw)),
+        (ValueError, "depth", lambda: fn(x1, depth=-1, w_var=2.0, b_var=0.1)),
+        (ValueError, "w_var", lambda: fn(x1, depth=2, w_var=[1.0, 2.0], b_var=0.1)),
+        (ValueError, "b_var", lambda: fn(x1, depth=2, w_var=2.0, b_var=[0.1, -0.1, 0.0])),
+        (ValueError, "diagonal", lambda: fn(x1, x2, diagonal=True, **kw)),
+        (ValueError, "the result", lambda: fn(x1 * 1e30, **kw)),
+    ]
+    if fn is fc_kernels:
+        cases.append((ValueError, "activation", lambda: fn(x1, activation="tanh", **kw)))
+    for exc, arg, call in cases:
+        with pytest.raises(exc) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"{name}: ") and arg in msg, (exc, arg, msg)
+
+
+def test_empirical_ntk_errors_start_with_its_name():
+    apply_fn, params = _small_net()
+    x1, x2 = _inputs(dtype=jnp.float32)
+    for exc, arg, call in [
+        (TypeError, "x1", lambda: empirical_ntk(apply_fn, params, "abc")),
+        (ValueError, "method", lambda: empirical_ntk(apply_fn, params, x1, method="hessian")),
+        (ValueError, "x1 and x2", lambda: empirical_ntk(apply_fn, params, x1, x2[:, :3])),
+        (ValueError, "apply_fn", lambda: empirical_ntk(lambda p, x: apply_fn(p, x)[None],
+                                                      params, x1)),
+    ]:
+        with pytest.raises(exc) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith("empirical_ntk: ") and arg in msg, (exc, arg, msg)
+
+
 def test_bfloat16_nan_input_is_an_input_error():
     """A NaN in a bfloat16 input is reported as bad input, not as overflowing norms (the
     finiteness check skipped bfloat16, no numpy float)."""
