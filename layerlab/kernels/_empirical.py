@@ -133,6 +133,11 @@ def empirical_ntk(
     if method == "jacobian":
         j1 = jax.jacrev(f1)(params)
         j2 = j1 if same else jax.jacrev(f2)(params)
+        # leaves [n, k, *param_shape]: the output counts must agree (else an einsum error)
+        k1, k2 = (jax.tree_util.tree_leaves(j)[0].shape[1] for j in (j1, j2))
+        if k1 != k2:
+            raise ValueError(f"empirical_ntk: apply_fn returns {k1} outputs on x1 but {k2} on "
+                             f"x2; they must agree.")
         spec = "iaP,jaP->ij" if trace else "iaP,jbP->ijab"
 
         def contract(a, b):

@@ -534,6 +534,19 @@ def test_empirical_ntk_errors_start_with_its_name():
         assert msg.startswith("empirical_ntk: ") and arg in msg, (exc, arg, msg)
 
 
+@pytest.mark.parametrize("method", ["ntk_vp", "jacobian"])
+def test_empirical_ntk_refuses_different_output_counts_on_x1_and_x2(method):
+    """Both methods say so (the Jacobian route failed inside einsum: "Size of label 'a'")."""
+    def apply_fn(p, x):  # 4 outputs on a batch of 6, 2 on any other
+        y = x @ p
+        return jnp.concatenate([y, y], axis=1) if x.shape[0] == 6 else y
+
+    x1, x2 = _inputs(dtype=jnp.float32)
+    with pytest.raises(ValueError, match=r"^empirical_ntk: apply_fn returns 4 outputs on x1 "
+                                         r"but 2 on x2"):
+        empirical_ntk(apply_fn, jnp.ones((5, 2)), x1, x2, method=method)
+
+
 def test_bfloat16_nan_input_is_an_input_error():
     """A NaN in a bfloat16 input is reported as bad input, not as overflowing norms (the
     finiteness check skipped bfloat16, no numpy float)."""
