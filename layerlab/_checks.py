@@ -45,6 +45,7 @@ __all__ = [
     "check_choice",
     "check_same_length",
     "check_result_finite",
+    "check_key",
     "promote_float",
 ]
 
@@ -262,6 +263,29 @@ def promote_float(*xs: Any) -> list[jax.Array]:
     arrs = [jnp.asarray(x) for x in xs]
     dt = jnp.result_type(*(a.dtype for a in arrs), jnp.float32)
     return [a.astype(dt) for a in arrs]
+
+
+def check_key(key: Any, name: str = "key", *, fn: str | None = None):
+    """A single PRNG key: a typed key of shape ``()`` (``jax.random.key``) or raw key data,
+    a ``uint32`` vector (the legacy ``jax.random.PRNGKey``).  Returns ``key`` unchanged.
+
+    Static (also under ``jit``): reads only the dtype and shape.  An integer seed is refused
+    with a ``TypeError`` saying to wrap it in ``jax.random.key``.
+    """
+    where = _where(fn)
+    dt = getattr(key, "dtype", None)
+    if dt is None or not hasattr(key, "shape"):
+        raise TypeError(f"{where}{name} must be a PRNG key (jax.random.key(seed)), got "
+                        f"{_describe(key)}.")
+    if jnp.issubdtype(dt, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"{where}{name} must be a single PRNG key, got a key array of "
+                             f"shape {tuple(key.shape)}.")
+        return key
+    if jnp.dtype(dt) == jnp.uint32 and key.ndim == 1:
+        return key
+    raise TypeError(f"{where}{name} must be a PRNG key (jax.random.key(seed)), got "
+                    f"{_describe(key)}.")
 
 
 # --------------------------------------------------------------------------- scalars

@@ -98,3 +98,19 @@ def test_bfloat16_is_checked_like_the_numpy_floats():
         C.check_number(jnp.bfloat16(jnp.nan), "lr", fn="f")
     with pytest.raises(ValueError, match=r"lr must be >= 0.0, got -1.0"):
         C.check_number(jnp.bfloat16(-1.0), "lr", min_value=0.0)
+
+
+def test_check_key_single_typed_or_raw_keys():
+    k = jax.random.key(0)
+    assert C.check_key(k, fn="f") is k
+    raw = jax.random.PRNGKey(0)
+    assert C.check_key(raw) is raw
+    for bad, what in ((0, "int 0"), (None, "None"), ("k", "a string"),
+                      (jnp.zeros(2, jnp.float32), "dtype float32")):
+        with pytest.raises(TypeError, match=rf"^f: key must be a PRNG key .*{what}"):
+            C.check_key(bad, fn="f")
+    with pytest.raises(ValueError, match=r"^f: key must be a single PRNG key, .*\(3,\)"):
+        C.check_key(jax.random.split(k, 3), fn="f")
+    # static: under vmap and jit a traced key passes
+    out = jax.vmap(lambda kk: jax.random.normal(C.check_key(kk)))(jax.random.split(k, 2))
+    assert out.shape == (2,)
