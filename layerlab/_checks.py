@@ -3,7 +3,7 @@
 One set of checkers so that every package reports bad input the same way: the message names
 the function, the argument, what was expected and what came, e.g.::
 
-    relu_nngp: x1 must be a [n, d] array (rank 2), got shape (3,).
+    relu_nngp: x1 must be a [n1, d] array (rank 2; flatten images first), got shape (3,).
     class_density_matrices: y must hold integer labels in [0, 3), got values in [0, 4].
 
 What runs where
@@ -45,6 +45,7 @@ __all__ = [
     "check_choice",
     "check_same_length",
     "check_result_finite",
+    "check_key",
     "promote_float",
 ]
 
@@ -209,7 +210,7 @@ def check_finite(x: Any, name: str, *, fn: str | None = None, hint: str = "") ->
         return
     for leaf in jax.tree_util.tree_leaves(x):
         arr = np.asarray(leaf)
-        if not np.issubdtype(arr.dtype, np.inexact):
+        if not jnp.issubdtype(arr.dtype, jnp.inexact):  # (bfloat16 is no numpy inexact)
             continue
         ok = np.isfinite(arr)
         if not ok.all():
@@ -262,6 +263,29 @@ def promote_float(*xs: Any) -> list[jax.Array]:
     arrs = [jnp.asarray(x) for x in xs]
     dt = jnp.result_type(*(a.dtype for a in arrs), jnp.float32)
     return [a.astype(dt) for a in arrs]
+
+
+def check_key(key: Any, name: str = "key", *, fn: str | None = None):
+    """A single PRNG key: a typed key of shape ``()`` (``jax.random.key``) or raw key data,
+    a ``uint32`` vector (the legacy ``jax.random.PRNGKey``).  Returns ``key`` unchanged.
+
+    Static (also under ``jit``): reads only the dtype and shape.  An integer seed is refused
+    with a ``TypeError`` saying to wrap it in ``jax.random.key``.
+    """
+    where = _where(fn)
+    dt = getattr(key, "dtype", None)
+    if dt is None or not hasattr(key, "shape"):
+        raise TypeError(f"{where}{name} must be a PRNG key (jax.random.key(seed)), got "
+                        f"{_describe(key)}.")
+    if jnp.issubdtype(dt, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"{where}{name} must be a single PRNG key, got a key array of "
+                             f"shape {tuple(key.shape)}.")
+        return key
+    if jnp.dtype(dt) == jnp.uint32 and key.ndim == 1:
+        return key
+    raise TypeError(f"{where}{name} must be a PRNG key (jax.random.key(seed)), got "
+                    f"{_describe(key)}.")
 
 
 # --------------------------------------------------------------------------- scalars
@@ -330,7 +354,7 @@ def check_number(
         arr = np.asarray(v)
     except Exception as e:  # pragma: no cover - exotic objects
         raise TypeError(f"{where}{name} must be a number, got {_describe(v)}.") from e
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)):
+    if arr.dtype == object or not jnp.issubdtype(arr.dtype, jnp.number):  # bfloat16 too
         raise TypeError(f"{where}{name} must be a number, got {_describe(v)}.")
     if np.iscomplexobj(arr):
         raise TypeError(f"{where}{name} must be a real number, got {_describe(v)}.")
@@ -395,7 +419,7 @@ def check_result_finite(value: Any, what: str, *, fn: str | None = None, hint: A
         return value
     for leaf in jax.tree_util.tree_leaves(value):
         arr = np.asarray(leaf)
-        if np.issubdtype(arr.dtype, np.inexact) and not np.all(np.isfinite(arr)):
+        if jnp.issubdtype(arr.dtype, jnp.inexact) and not np.all(np.isfinite(arr)):
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
             raise NonFiniteResultError(
                 f"{_where(fn)}the result ({what}) has {bad} non-finite (NaN/Inf) entries out of "

@@ -24,7 +24,7 @@ input the same way (one matrix at a time on CPU, the batched kernel on accelerat
 on CPU one matrix at a time (``lax.map``, unbatched LAPACK calls: the same flops, no nested
 pool tasks), both for stacked inputs and under ``vmap``.  On accelerators the batched kernels
 are kept.  Derivatives are those of ``jnp.linalg.svd`` (a ``custom_jvp`` with the standard
-first-order formulas).
+first-order formulas; ``svdvals`` also forward-over-reverse, not reverse-over-reverse).
 """
 from __future__ import annotations
 
@@ -166,7 +166,13 @@ def svdvals(a: Array) -> Array:
     """Singular values of ``a [..., m, n]``, descending: ``[..., min(m, n)]``.
 
     Equals ``jnp.linalg.svd(a, compute_uv=False)``; on CPU computed one matrix at a time (see
-    the module docstring), also under ``vmap``.  Differentiable: ``ds_i = u_i^T da v_i``.
+    the module docstring), also under ``vmap``.  Real or complex ``a``.
+
+    Derivatives: first order in forward and reverse mode (``jvp``, ``grad``, ``jacrev``,
+    ``jacfwd``), ``ds_i = Re(u_i^H da v_i)``, and second order forward-over-reverse
+    (``jax.hessian``, ``jacfwd(grad)``), as ``jnp.linalg.svd``'s.  Not reverse-over-reverse
+    (``jacrev(jacrev)``, ``grad`` of a ``grad``): the rule's factors ``u, v`` come from
+    :func:`thin_svd`, which has no reverse-mode rule (JAX raises "Linearization failed").
     """
     return _svdvals_raw(a)
 
@@ -175,6 +181,8 @@ def svdvals(a: Array) -> Array:
 def _svdvals_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     u, s, vt = _svd_raw(a)
-    ds = jnp.einsum("...ji,...jk,...ik->...i", u, da, vt)
+    # u_i^H da v_i with v_i = conj(vt[i, :]): no conj on a real input; the real part keeps
+    # the tangent real like s for a complex one
+    ds = jnp.real(jnp.einsum("...ji,...jk,...ik->...i", jnp.conj(u), da, jnp.conj(vt)))
     return s, ds
 

@@ -61,6 +61,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import os
+import re
 import sys
 import types
 from typing import Any
@@ -203,10 +204,14 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def _version_tuple(v: str) -> tuple[int, ...]:
+    """Release numbers of a version string: the leading digits of each of its first three
+    dot-separated parts (``"0.6.5rc1"`` -> ``(0, 6, 5)``, not ``(0, 6, 51)``; a part without
+    leading digits counts as 0).  A pre-release ranks with its release (``packaging`` is no
+    dependency of layerlab)."""
     out = []
-    for part in v.split(".")[:3]:
-        digits = "".join(c for c in part if c.isdigit())
-        out.append(int(digits) if digits else 0)
+    for part in v.strip().split(".")[:3]:
+        m = re.match(r"\d+", part)
+        out.append(int(m.group()) if m else 0)
     return tuple(out)
 
 

@@ -24,9 +24,10 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import DTypeLike
 
-from layerlab._checks import check_array, check_int, check_number
+from layerlab._checks import check_array, check_int, check_key, check_number
 
 __all__ = ["mlp_init", "mlp_apply", "INITS"]
 
@@ -90,13 +91,14 @@ def mlp_init(
     the width); build the net with neural-tangents' ``stax`` for that comparison.
 
     Args:
-      key: a PRNG key (``jax.random.key``).
+      key: a single PRNG key (``jax.random.key``, or a raw ``jax.random.PRNGKey``); an
+        integer seed is refused.
       sizes: ``[d_0, d_1, ..., d_L]`` (input width, hidden widths, output width); at least
         two entries, all positive.
       init: one of ``"glorot"``, ``"he"``, ``"lecun"``, ``"ntk"``, ``"normal"``, ``"torch"``.
-      w_std: weight scale multiplier (or the absolute std for ``"normal"``).
-      b_std: bias standard deviation (0 gives zero biases).
-      dtype: parameter dtype.
+      w_std: weight scale multiplier (or the absolute std for ``"normal"``), a scalar.
+      b_std: bias standard deviation (0 gives zero biases), a scalar.
+      dtype: parameter dtype, floating-point.
 
     Returns:
       ``L`` dicts ``{"w": [d_{l-1}, d_l], "b": [d_l]}``.
@@ -108,9 +110,21 @@ def mlp_init(
     if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__len__"):
         raise TypeError(f"mlp_init: sizes must be a list of widths [d_in, ..., d_out], got "
                         f"{sizes!r}.")
+    key = check_key(key, "key", fn="mlp_init")
     sizes = [check_int(s, f"sizes[{i}]", fn="mlp_init") for i, s in enumerate(sizes)]
-    check_number(b_std, "b_std", fn="mlp_init", min_value=0)
-    check_number(w_std, "w_std", fn="mlp_init", min_value=0, allow_none=True)
+    for name, v in (("b_std", b_std), ("w_std", w_std)):
+        check_number(v, name, fn="mlp_init", min_value=0, allow_none=name == "w_std")
+        if v is not None and np.ndim(v) != 0:
+            raise ValueError(f"mlp_init: {name} must be a scalar (one value for every layer), "
+                             f"got shape {np.shape(v)}.")
+    try:
+        dtype = jnp.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"mlp_init: dtype must be a floating-point dtype (e.g. jnp.float32), "
+                        f"got {dtype!r}.") from e
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(f"mlp_init: dtype must be a floating-point dtype (e.g. jnp.float32), "
+                        f"got {dtype}.")
     if len(sizes) < 2 or any(s <= 0 for s in sizes):
         raise ValueError(
             f"mlp_init: sizes must list >= 2 positive widths [d_in, ..., d_out], got {sizes}."
@@ -121,7 +135,7 @@ def mlp_init(
         raise ValueError(f"mlp_init(init='torch') draws biases from U(+-1/sqrt(fan_in)); "
                          f"b_std must be 0 (got {b_std}).")
     return _mlp_init(key, tuple(sizes), init, None if w_std is None else float(w_std),
-                     float(b_std), jnp.dtype(dtype))
+                     float(b_std), dtype)
 
 
 def _barrier(a: jax.Array) -> jax.Array:

@@ -80,3 +80,37 @@ def test_same_length_and_result_finite():
         C.check_result_finite(jnp.array([1.0, jnp.inf]), "k", hint=lambda: "rescale")
     assert issubclass(C.NonFiniteResultError, ValueError)
     assert issubclass(C.NonFiniteResultError, FloatingPointError)
+
+
+def test_bfloat16_is_checked_like_the_numpy_floats():
+    """bfloat16 (ml_dtypes) is no numpy ``inexact``/``number``: np.issubdtype let a NaN pass
+    check_finite and check_result_finite, and check_number refused a bfloat16 scalar."""
+    bad = jnp.array([1.0, jnp.nan], jnp.bfloat16)
+    with pytest.raises(ValueError, match=r"f: x has 1 non-finite"):
+        C.check_finite(bad, "x", fn="f")
+    with pytest.raises(ValueError, match="1 non-finite"):
+        C.check_array(bad, "x", finite=True)
+    with pytest.raises(C.NonFiniteResultError, match=r"f: the result \(k\) has 1 non-finite"):
+        C.check_result_finite(bad, "k", fn="f")
+    C.check_finite(jnp.array([1.0, 2.0], jnp.bfloat16), "x")
+    assert float(C.check_number(jnp.bfloat16(0.5), "lr", min_value=0.0)) == 0.5
+    with pytest.raises(ValueError, match=r"f: lr must be finite, got nan"):
+        C.check_number(jnp.bfloat16(jnp.nan), "lr", fn="f")
+    with pytest.raises(ValueError, match=r"lr must be >= 0.0, got -1.0"):
+        C.check_number(jnp.bfloat16(-1.0), "lr", min_value=0.0)
+
+
+def test_check_key_single_typed_or_raw_keys():
+    k = jax.random.key(0)
+    assert C.check_key(k, fn="f") is k
+    raw = jax.random.PRNGKey(0)
+    assert C.check_key(raw) is raw
+    for bad, what in ((0, "int 0"), (None, "None"), ("k", "a string"),
+                      (jnp.zeros(2, jnp.float32), "dtype float32")):
+        with pytest.raises(TypeError, match=rf"^f: key must be a PRNG key .*{what}"):
+            C.check_key(bad, fn="f")
+    with pytest.raises(ValueError, match=r"^f: key must be a single PRNG key, .*\(3,\)"):
+        C.check_key(jax.random.split(k, 3), fn="f")
+    # static: under vmap and jit a traced key passes
+    out = jax.vmap(lambda kk: jax.random.normal(C.check_key(kk)))(jax.random.split(k, 2))
+    assert out.shape == (2,)

@@ -67,6 +67,36 @@ def test_mlp_vmap_and_errors(key):
     with pytest.raises(ValueError, match="w_std must be finite"):
         nets.mlp_init(key, [3, 2], w_std=float("nan"))  # was NaN parameters
     assert [p["w"].shape for p in nets.mlp_init(key, [np.int64(3), 2])] == [(3, 2)]
+    # a bfloat16 scale is a number (it is no numpy number: it was a TypeError)
+    w16 = nets.mlp_init(key, [3, 2], w_std=jnp.bfloat16(2.0), b_std=jnp.bfloat16(0.0))
+    np.testing.assert_array_equal(w16[0]["w"], nets.mlp_init(key, [3, 2], w_std=2.0)[0]["w"])
+
+
+def test_mlp_init_errors_name_mlp_init_and_the_argument(key):
+    """A list b_std (a raw float() error), an int key (JAX's "invalid PRNG key data"), an
+    integer dtype (JAX's normal-dtype error) are reported by mlp_init itself."""
+    for exc, arg, kw in [
+        (ValueError, "b_std must be a scalar", dict(b_std=[0.1, 0.2])),
+        (ValueError, "w_std must be a scalar", dict(w_std=np.array([1.0, 2.0]))),
+        (TypeError, r"key must be a PRNG key \(jax.random.key\(seed\)\), got int 0",
+         dict(key=0)),
+        (TypeError, "key must be a PRNG key", dict(key=None)),
+        (ValueError, r"key must be a single PRNG key, got a key array of shape \(2,\)",
+         dict(key=jax.random.split(key))),
+        (TypeError, "dtype must be a floating-point dtype.*int32", dict(dtype=jnp.int32)),
+        (TypeError, "dtype must be a floating-point dtype.*'abc'", dict(dtype="abc")),
+    ]:
+        k = kw.pop("key", key)
+        with pytest.raises(exc, match="^mlp_init: " + arg):
+            nets.mlp_init(k, [3, 2], **kw)
+    # still accepted: a raw uint32 key (the same draws as its typed wrapper), bfloat16, and
+    # a key vmapped over
+    raw = jax.random.PRNGKey(0)
+    np.testing.assert_array_equal(nets.mlp_init(raw, [3, 2])[0]["w"],
+                                  nets.mlp_init(jax.random.wrap_key_data(raw), [3, 2])[0]["w"])
+    assert nets.mlp_init(key, [3, 2], dtype=jnp.bfloat16)[0]["w"].dtype == jnp.bfloat16
+    stacked = jax.vmap(lambda k: nets.mlp_init(k, [3, 2]))(jax.random.split(key, 4))
+    assert stacked[0]["w"].shape == (4, 3, 2)
 
 
 def test_mlp_init_torch_is_pytorchs_linear_default(key):

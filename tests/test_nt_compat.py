@@ -104,6 +104,13 @@ def test_step_aside_decision():
     assert _nt_compat.needs_layer("0.6.4")
     assert not _nt_compat.needs_layer("0.6.6")
     assert not _nt_compat.needs_layer("0.7.0rc1")
+    # leading digits per part: "5rc1" is 5, not 51 (which ranked 0.6.5rc1 above 0.6.5)
+    assert _nt_compat._version_tuple("0.6.5rc1") == (0, 6, 5)
+    assert _nt_compat._version_tuple("0.6.5.post2") == (0, 6, 5)
+    assert _nt_compat._version_tuple("1.0.0+local3") == (1, 0, 0)
+    assert _nt_compat._version_tuple("0.6.dev1") == (0, 6, 0)
+    assert _nt_compat.needs_layer("0.6.5rc1") and _nt_compat.needs_layer("0.6.4b12")
+    assert not _nt_compat.needs_layer("0.6.10")
     # an already imported, complete neural_tangents is returned untouched
     assert _nt_compat.import_neural_tangents() is nt
     assert _nt_compat.import_neural_tangents("off") is nt

@@ -201,7 +201,10 @@ def _outer(a, b, mode):
 
 
 def _relu_step(k11, k12, k22, mode, with_ntk):
-    s = _safe_sqrt(_outer(k11, k22, mode))
+    # sqrt(k11) sqrt(k22), not sqrt(k11 k22): in float32 the product underflows to 0 for
+    # kernel values below ~1e-19 (all entries 0 without a bias) and overflows above ~2e19,
+    # where each factor is still representable
+    s = _outer(_safe_sqrt(k11), _safe_sqrt(k22), mode)
     c = _safe_div(k12, s)
     # where x1_i = x2_i by construction the cosine is exactly 1, with zero derivative
     # (rounding would give 1 - O(eps) and arccos amplifies that to O(sqrt(eps)))
@@ -240,41 +243,44 @@ def _erf_step(k11, k12, k22, mode, with_ntk):
 
 
 # -------------------------------------------------------------------------- validation
-def _check_inputs(x1, x2, diagonal):
-    x1 = check_array(x1, "x1", fn="fc_kernels", kind="real")
-    x2 = check_array(x2, "x2", fn="fc_kernels", kind="real", allow_none=True)
+def _check_inputs(x1, x2, diagonal, fn):
+    """``fn``: the public function's name, the prefix of every message."""
+    x1 = check_array(x1, "x1", fn=fn, kind="real")
+    x2 = check_array(x2, "x2", fn=fn, kind="real", allow_none=True)
     if x1.ndim != 2:
-        raise ValueError(f"x1 must be a [n1, d] matrix (flatten images first), got shape "
-                         f"{x1.shape}")
+        raise ValueError(f"{fn}: x1 must be a [n1, d] array (rank 2; flatten images first), "
+                         f"got shape {x1.shape}.")
     if x2 is not None:
         if x2.ndim != 2:
-            raise ValueError(f"x2 must be a [n2, d] matrix, got shape {x2.shape}")
+            raise ValueError(f"{fn}: x2 must be a [n2, d] array (rank 2), got shape "
+                             f"{x2.shape}.")
         if x2.shape[1] != x1.shape[1]:
-            raise ValueError(f"x1 and x2 must have the same feature dimension d, got "
-                             f"x1 {x1.shape} and x2 {x2.shape}")
+            raise ValueError(f"{fn}: x1 and x2 must have the same feature dimension d, got "
+                             f"x1 {x1.shape} and x2 {x2.shape}.")
         if diagonal and x2.shape[0] != x1.shape[0]:
-            raise ValueError(f"diagonal=True pairs x1[i] with x2[i]: n1 and n2 must agree, "
-                             f"got x1 {x1.shape} and x2 {x2.shape}")
+            raise ValueError(f"{fn}: diagonal=True pairs x1[i] with x2[i]: n1 and n2 must "
+                             f"agree, got x1 {x1.shape} and x2 {x2.shape}.")
     if x1.shape[1] == 0:
-        raise ValueError("inputs have feature dimension d = 0")
+        raise ValueError(f"{fn}: x1 must have feature dimension d >= 1 (a [n1, d] array), "
+                         f"got shape {x1.shape}.")
     for name, x in (("x1", x1), ("x2", x2)):
         if x is not None:  # eager only (skipped under jit)
-            check_finite(x, name, hint="clean the data first.")
+            check_finite(x, name, fn=fn, hint="clean the data first.")
     return x1, x2
 
 
-def _check_variance(name: str, v, depth: int, dtype) -> jax.Array:
-    v = check_array(v, name, fn="fc_kernels", kind="real").astype(dtype)
+def _check_variance(name: str, v, depth: int, dtype, fn: str) -> jax.Array:
+    v = check_array(v, name, fn=fn, kind="real").astype(dtype)
     if v.ndim == 0:
         v = jnp.broadcast_to(v, (depth + 1,))
     elif v.shape != (depth + 1,):
-        raise ValueError(f"{name} must be a scalar or a sequence of length depth + 1 = "
-                         f"{depth + 1} (entry 0 for the input layer), got shape {v.shape}")
+        raise ValueError(f"{fn}: {name} must be a scalar or a sequence of length depth + 1 = "
+                         f"{depth + 1} (entry 0 for the input layer), got shape {v.shape}.")
     if is_concrete(v):
         vals = np.asarray(v)
         if not np.all(np.isfinite(vals)) or np.any(vals < 0):
-            raise ValueError(f"{name} must be finite and >= 0 (it is a variance sigma^2), "
-                             f"got {vals.tolist()}")
+            raise ValueError(f"{fn}: {name} must be finite and >= 0 (it is a variance "
+                             f"sigma^2), got {vals.tolist()}.")
         return v
     # traced (e.g. a learned variance): a negative or non-finite entry gives NaN, not a
     # finite wrong kernel
@@ -383,12 +389,21 @@ def fc_kernels(
     References:
       Eq. (2) of the DGL paper; Lee et al. 2018; Jacot et al. 2018 Thm. 1; Arora et al. 2019.
     """
+    return _fc_kernels(x1, x2, depth=depth, w_var=w_var, b_var=b_var, activation=activation,
+                       diagonal=diagonal, return_all_layers=return_all_layers,
+                       with_ntk=with_ntk, fn="fc_kernels")
+
+
+def _fc_kernels(x1, x2, *, depth, w_var, b_var, activation, diagonal, return_all_layers,
+                with_ntk, fn) -> FCKernel:
+    """:func:`fc_kernels`, its error messages prefixed by ``fn`` (the public function called)."""
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {_ACTIVATIONS}, got {activation!r}")
-    depth = check_int(depth, "depth", fn="fc_kernels", min_value=0)
+        raise ValueError(f"{fn}: activation must be one of {_ACTIVATIONS}, got "
+                         f"{activation!r}.")
+    depth = check_int(depth, "depth", fn=fn, min_value=0)
     if x2 is x1:  # fc_kernels(x, x): the exact-diagonal route of x2 = None
         x2 = None
-    x1, x2 = _check_inputs(x1, x2, diagonal)
+    x1, x2 = _check_inputs(x1, x2, diagonal, fn)
     # half-precision inputs are computed in float32; integer inputs in the default float
     # (float64 with jax_enable_x64, as before 2026-11-29: raw uint8 pixels are where the
     # precision matters)
@@ -396,8 +411,8 @@ def fc_kernels(
     if jnp.finfo(dtype).bits < 32:
         dtype = jnp.float32
     x1 = x1.astype(dtype)
-    w = _check_variance("w_var", w_var, depth, dtype)
-    b = _check_variance("b_var", b_var, depth, dtype)
+    w = _check_variance("w_var", w_var, depth, dtype, fn)
+    b = _check_variance("b_var", b_var, depth, dtype, fn)
     x2 = None if x2 is None else x2.astype(dtype)
     step_fn = _relu_step if activation == "relu" else _erf_step
     # The recursion is elementwise and cheap (~2 passes over [n1, n2] per layer) but keeps
@@ -412,7 +427,7 @@ def fc_kernels(
     out, sq1 = core(x1, x2, w, b)
     # eager only: an overflow (inputs of huge norm) is an error, not a result
     return check_result_finite(
-        out, f"{activation} kernels of depth {depth}", fn="fc_kernels",
+        out, f"{activation} kernels of depth {depth}", fn=fn,
         hint=lambda: "the inputs' squared norms overflow the dtype (max |x1_i|^2 / d = "
                      f"{float(jnp.max(sq1)):.3g}); rescale x1/x2 (e.g. "
                      "layerlab.data.standardize) or use float64.")
@@ -471,12 +486,13 @@ def _make(kind: str, act: str):
     def fn(x1: ArrayLike, x2: ArrayLike | None = None, *, depth: int,
            w_var: ArrayLike | Sequence[float], b_var: ArrayLike | Sequence[float],
            diagonal: bool = False, return_all_layers: bool = False) -> jax.Array:
-        out = fc_kernels(x1, x2, depth=depth, w_var=w_var, b_var=b_var, activation=act,
-                         diagonal=diagonal, return_all_layers=return_all_layers,
-                         with_ntk=kind == "ntk")
+        out = _fc_kernels(x1, x2, depth=depth, w_var=w_var, b_var=b_var, activation=act,
+                          diagonal=diagonal, return_all_layers=return_all_layers,
+                          with_ntk=kind == "ntk", fn=name)
         return getattr(out, kind)
 
-    fn.__name__ = fn.__qualname__ = f"{act}_{kind}"
+    name = f"{act}_{kind}"
+    fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = _doc(kind, act)
     return fn
 

@@ -10,8 +10,10 @@ The default method computes :math:`\\Theta` column by column as NTK-vector produ
 for each cotangent basis vector :math:`e_{jb}` of the outputs on ``x2``, one VJP gives
 :math:`v = J(x')^\\top e_{jb}` (a parameter pytree) and one JVP of the linearised network
 on ``x1`` gives :math:`J(x) v`, a column of :math:`\\Theta`.  ``chunk_size`` bounds how
-many columns are formed at once (``lax.map``), so memory is ``O(chunk_size * P)``
-instead of the Jacobian's ``O(n k P)``.
+many columns are formed at once (``lax.map`` over the column indices; each one-hot
+cotangent is built inside the map), so the scratch memory is ``O(chunk_size * P)`` (plus
+the linearised network and the output) instead of the Jacobian's ``O(n k P)``; with
+``trace=True`` each column keeps only its ``a = b`` entries.
 
 References:
   Jacot et al. 2018, "Neural tangent kernel" (definition); Novak et al. 2022,
@@ -27,6 +29,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_array
+
 __all__ = ["empirical_ntk"]
 
 _METHODS = ("ntk_vp", "jacobian")
@@ -36,8 +40,8 @@ def _as_outputs(y, n: int, which: str) -> jax.Array:
     if y.ndim == 1:
         y = y[:, None]
     if y.ndim != 2 or y.shape[0] != n:
-        raise ValueError(f"apply_fn(params, {which}) must return [n, k] (or [n]) outputs "
-                         f"with n = {n} rows, got shape {y.shape}")
+        raise ValueError(f"empirical_ntk: apply_fn(params, {which}) must return [n, k] (or "
+                         f"[n]) outputs with n = {n} rows, got shape {y.shape}.")
     return y
 
 
@@ -93,7 +97,8 @@ def empirical_ntk(
         or ``"jacobian"`` (materialise :math:`J` with ``jax.jacrev`` and contract it;
         faster for small models, memory ``O((n1 + n2) k P)``).
       chunk_size: for ``"ntk_vp"``: number of columns computed at once (``None``: all
-        ``n2 * k`` in one ``vmap``).
+        ``n2 * k`` in one ``vmap``, whose ``n2 * k`` one-hot cotangents alone take
+        ``O((n2 k)^2)`` memory; give a ``chunk_size`` for large ``n2 * k``).
 
     Returns:
       ``[n1, n2]`` if ``trace`` else ``[n1, n2, k, k]``; entry ``[i, j, a, b]`` pairs
@@ -103,20 +108,20 @@ def empirical_ntk(
       Jacot et al. 2018 (definition); Novak et al. 2022 (NTK-vector products).
     """
     if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+        raise ValueError(f"empirical_ntk: method must be one of {_METHODS}, got {method!r}.")
     if chunk_size is not None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral) \
                 or chunk_size < 1:
             raise ValueError(f"empirical_ntk: chunk_size must be a positive int or None, got "
-                             f"{chunk_size!r}")
+                             f"{chunk_size!r}.")
         chunk_size = int(chunk_size)  # numpy integers too
     apply_fn, params = _differentiable_only(apply_fn, params)
-    x1 = jnp.asarray(x1)
+    x1 = check_array(x1, "x1", fn="empirical_ntk", kind=None)
     same = x2 is None
-    x2 = x1 if same else jnp.asarray(x2)
+    x2 = x1 if same else check_array(x2, "x2", fn="empirical_ntk", kind=None)
     if x1.ndim < 1 or x2.ndim < 1 or x1.shape[1:] != x2.shape[1:]:
-        raise ValueError(f"x1 and x2 must be [n, ...] batches with the same per-sample "
-                         f"shape, got {x1.shape} and {x2.shape}")
+        raise ValueError(f"empirical_ntk: x1 and x2 must be [n, ...] batches with the same "
+                         f"per-sample shape, got {x1.shape} and {x2.shape}.")
     n1, n2 = x1.shape[0], x2.shape[0]
 
     def f1(p):
@@ -128,6 +133,11 @@ def empirical_ntk(
     if method == "jacobian":
         j1 = jax.jacrev(f1)(params)
         j2 = j1 if same else jax.jacrev(f2)(params)
+        # leaves [n, k, *param_shape]: the output counts must agree (else an einsum error)
+        k1, k2 = (jax.tree_util.tree_leaves(j)[0].shape[1] for j in (j1, j2))
+        if k1 != k2:
+            raise ValueError(f"empirical_ntk: apply_fn returns {k1} outputs on x1 but {k2} on "
+                             f"x2; they must agree.")
         spec = "iaP,jaP->ij" if trace else "iaP,jbP->ijab"
 
         def contract(a, b):
@@ -144,18 +154,24 @@ def empirical_ntk(
         y2, f2_vjp = jax.vjp(f2, params)
     k = y1.shape[1]
     if y2.shape[1] != k:
-        raise ValueError(f"apply_fn returns {k} outputs on x1 but {y2.shape[1]} on x2")
+        raise ValueError(f"empirical_ntk: apply_fn returns {k} outputs on x1 but "
+                         f"{y2.shape[1]} on x2; they must agree.")
 
-    def column(ct):  # ct: [n2, k] one-hot -> J(x1) J(x2)^T ct, [n1, k]
+    def column(jb):  # flat index jb = j k + b -> J(x1) J(x2)^T e_jb: [n1, k] ([n1] if trace)
+        # the one-hot cotangent is built here, per column: a [n2 k, n2 k] basis would be
+        # O((n2 k)^2) memory whatever chunk_size says
+        ct = jax.nn.one_hot(jb, n2 * k, dtype=y2.dtype).reshape(n2, k)
         (v,) = f2_vjp(ct)
-        return f1_jvp(v)
+        col = f1_jvp(v)  # [n1, k]: entries [i, a] of output b at x2[j]
+        # trace: keep a = b only, so the mapped result is [n2 k, n1], not [n2 k, n1, k]
+        return jnp.take(col, jb % k, axis=1) if trace else col
 
-    basis = jnp.eye(n2 * k, dtype=y2.dtype).reshape(n2 * k, n2, k)
+    idx = jnp.arange(n2 * k)
     if chunk_size is None:
-        cols = jax.vmap(column)(basis)
+        cols = jax.vmap(column)(idx)
     else:
-        cols = jax.lax.map(column, basis, batch_size=min(chunk_size, n2 * k))
-    cols = cols.reshape(n2, k, n1, k)  # [j, b, i, a]
+        cols = jax.lax.map(column, idx, batch_size=min(chunk_size, n2 * k))
     if trace:
-        return jnp.einsum("jaia->ij", cols)
+        return jnp.sum(cols.reshape(n2, k, n1), axis=1).T  # [j, b, i] -> [i, j]
+    cols = cols.reshape(n2, k, n1, k)  # [j, b, i, a]
     return jnp.transpose(cols, (2, 0, 3, 1))

@@ -68,7 +68,7 @@ def _nonfinite_metric(metrics, names, t_from, length, runs, where_ck):
                 f"fit: check_finite names {k!r}, not a metric of step: {sorted(metrics)}."
             )
         v = np.asarray(metrics[k])
-        if not np.issubdtype(v.dtype, np.inexact):
+        if not jnp.issubdtype(v.dtype, jnp.inexact):  # (bfloat16 is no numpy inexact)
             continue
         bad = ~np.isfinite(v)
         if bad.any():

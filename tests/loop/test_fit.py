@@ -301,6 +301,16 @@ def test_nonfinite_raises_with_step_and_metric(key):
     assert np.isnan(h["train"]["loss"][-1]) and float(s) == 8.0
 
 
+def test_nonfinite_bfloat16_metric_raises(key):
+    """A bfloat16 metric is checked too (no numpy inexact: its NaN used to pass silently)."""
+    def step(s, batch, k):
+        s = s + 1.0
+        return s, {"loss": jnp.where(s >= 3, jnp.nan, 1.0 / s).astype(jnp.bfloat16)}
+
+    with pytest.raises(loop.NonFiniteError, match=r"'loss'.*step 2"):
+        loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), steps=5, key=key, progress=False)
+
+
 def test_nonfinite_metrics_survive_json_and_a_resume(key, tmp_path):
     """+inf, -inf and NaN metrics round-trip through the JSON history (strict JSON: None and
     the strings "inf" / "-inf"), so a resumed run's history equals an uninterrupted one's."""
