@@ -6,16 +6,24 @@ import argparse
 from reproduce import _cli
 
 
-def parser(artifact: str, doc: str | None) -> argparse.ArgumentParser:
-    """The common flags (``reproduce._cli.parser``) for ``bottleneck_<artifact>``."""
-    return _cli.parser("bottleneck", artifact, doc)
+def parser(artifact: str, doc: str | None, seeds: tuple[str, ...] = ("seeds",),
+           seeds_help: str = _cli.SEEDS_HELP) -> argparse.ArgumentParser:
+    """The common flags (``reproduce._cli.parser``) for ``bottleneck_<artifact>``.
+
+    ``seeds``: the configuration's fields that ``--seeds`` sets (every one of them); ``()``
+    for a configuration without a number of seeds, with ``seeds_help`` ``"none: <why>"``:
+    the script then refuses ``--seeds``.
+    """
+    p = _cli.parser("bottleneck", artifact, doc, seeds=seeds_help)
+    p.set_defaults(_seed_fields=tuple(seeds))
+    return p
 
 
 def main(artifact: str, config: str, args: argparse.Namespace, argv: list[str] | None, *,
          data: bool = False, run_kw: dict | None = None, **replace) -> int:
-    """Build ``experiments.<config>`` for the scale flags, apply ``--seeds`` and ``replace``
-    (non-``None`` values), run ``run_<artifact>`` (with ``run_kw``: its extra keyword
-    arguments), write the record and ``plot_<artifact>``."""
+    """Build ``experiments.<config>`` for the scale flags, apply ``--seeds`` (to the fields
+    ``parser`` named) and ``replace`` (non-``None`` values), run ``run_<artifact>`` (with
+    ``run_kw``: its extra keyword arguments), write the record and ``plot_<artifact>``."""
     import dataclasses
 
     import jax
@@ -26,10 +34,7 @@ def main(artifact: str, config: str, args: argparse.Namespace, argv: list[str] |
     cfg = C.paper() if args.paper else C.smoke() if args.smoke else (
         C.cpu() if hasattr(C, "cpu") else C())
     if args.seeds is not None:
-        field = next((f for f in ("seeds", "teacher_seeds", "gd_seeds")
-                      if f in {f.name for f in dataclasses.fields(cfg)}), None)
-        if field is not None:
-            cfg = dataclasses.replace(cfg, **{field: args.seeds})
+        cfg = dataclasses.replace(cfg, **{f: args.seeds for f in args._seed_fields})
     over = {k: v for k, v in replace.items() if v is not None}
     if over:
         cfg = dataclasses.replace(cfg, **over)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 
-from reproduce import _bottleneck
+from reproduce import _bottleneck, _cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return _bottleneck.parser("a_fig1", __doc__)
+    return _bottleneck.parser("a_fig1", __doc__, seeds=(), seeds_help=(
+        "none: one run per part, from a fixed data seed and init key"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,4 +24,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

@@ -14,29 +14,37 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from reproduce import _bottleneck
+from reproduce import _bottleneck, _cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _bottleneck.parser("a_fig2", __doc__)
+    p = _bottleneck.parser("a_fig2", __doc__, seeds=("mnist_seeds", "teacher_seeds"),
+                           seeds_help="nets per width, in both panels (default: MNIST 1, "
+                           "teacher 3, as the paper)")
     p.add_argument("--parts", choices=["mnist", "teacher", "all"], default="all",
                    help="run only this panel (left: mnist, right: teacher)")
-    p.add_argument("--merge-into", type=pathlib.Path, default=None, metavar="PATH",
+    p.add_argument("--merge-into", type=_record_file, default=None, metavar="PATH",
                    help="merge this run's parts into the a_fig2 record at PATH (its other "
                    "parts are kept) and write the merged record where this run writes "
                    "(default: no merge)")
     return p
 
 
+def _record_file(value: str) -> pathlib.Path:
+    path = pathlib.Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"expected an a_fig2 record file, got {value}: "
+                                         "no such file")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     parts = None if args.parts == "all" else (args.parts,)
-    if args.merge_into is not None and not args.merge_into.is_file():
-        raise SystemExit(f"--merge-into: no record at {args.merge_into}")
     run_kw = {} if args.merge_into is None else {"merge_into": args.merge_into}
     return _bottleneck.main("a_fig2", "AFig2Config", args, argv, data=True, parts=parts,
                             run_kw=run_kw)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 
-from reproduce import _bottleneck
+from reproduce import _bottleneck, _cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return _bottleneck.parser("a_rank", __doc__)
+    return _bottleneck.parser("a_rank", __doc__, seeds=("gd_seeds",), seeds_help=(
+        "random starts of the weight-space runs (GD and the Adam sweep keep the best of them; "
+        "default: the configuration's)"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,4 +24,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

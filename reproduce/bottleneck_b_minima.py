@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from reproduce import _bottleneck
+from reproduce import _bottleneck, _cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,4 +18,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)
