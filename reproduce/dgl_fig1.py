@@ -2,6 +2,9 @@
 NNGP covariance against the sampled covariance of finite random ReLU nets (10 000 nets per
 sample), in units of the sampling noise, over narrow widths and two depths.
 
+Monte-Carlo sampling without a training loop (the paper-scale record: minutes), so there is
+nothing to checkpoint: this script has no --checkpoint-dir.
+
     python -m reproduce.dgl_fig1 --paper
     python -m reproduce.dgl_fig1 --paper --inputs centred --out results/dgl/fig1_centred.json
 """
@@ -13,11 +16,18 @@ from reproduce import _cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _cli.parser("dgl", "fig1", __doc__)
-    p.add_argument("--widths", default=None, help="comma list of hidden widths")
-    p.add_argument("--depths", default=None, help="comma list of depths (activated layers)")
-    p.add_argument("--num-nets", type=int, default=None, help="nets per sampled covariance")
-    p.add_argument("--n-points", type=int, default=None, help="input images")
+    p = _cli.parser("dgl", "fig1", __doc__, checkpoint="none: Monte-Carlo sampling without a "
+                    "training loop, minutes at the paper's scale; nothing to resume",
+                    seeds="independent sampled covariances per (width, depth), the error bars "
+                    "(Fig1Config.repeats; default: the configuration's)")
+    p.add_argument("--widths", type=_cli.int_list(1), default=None,
+                   help="comma list of hidden widths")
+    p.add_argument("--depths", type=_cli.int_list(1), default=None,
+                   help="comma list of depths (activated layers)")
+    p.add_argument("--num-nets", type=_cli.int_at_least(2), default=None,
+                   help="nets per sampled covariance")
+    p.add_argument("--n-points", type=_cli.int_at_least(2), default=None,
+                   help="input images (pairs of them: at least 2)")
     p.add_argument("--inputs", choices=["raw", "centred"], default=None,
                    help="raw pixels (default) or mean-image-centred, unit mean-square images "
                    "(low pairwise cosine, where MF's finite-width bias shows)")
@@ -33,16 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = ex.Fig1Config.paper() if args.paper else ex.Fig1Config.smoke() if args.smoke else \
         ex.Fig1Config(num_nets=4000, repeats=2)
     kw = {}
-    if args.widths:
-        kw["widths"] = tuple(int(w) for w in args.widths.split(","))
-    if args.depths:
-        kw["depths"] = tuple(int(w) for w in args.depths.split(","))
-    if args.num_nets:
-        kw["num_nets"] = args.num_nets
-    if args.n_points:
-        kw["n_points"] = args.n_points
-    if args.seeds:
-        kw["repeats"] = args.seeds
+    for name, field in (("widths", "widths"), ("depths", "depths"), ("num_nets", "num_nets"),
+                        ("n_points", "n_points"), ("seeds", "repeats")):
+        if getattr(args, name) is not None:
+            kw[field] = getattr(args, name)
     if args.data_dir is not None:
         kw["data_dir"] = args.data_dir
     if args.inputs:
@@ -54,4 +58,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

@@ -12,12 +12,16 @@ from reproduce import _cli
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _cli.parser("dgl", "fig4", __doc__)
-    p.add_argument("--epochs", type=int, default=None, help="SGD epochs")
-    p.add_argument("--lr", type=float, default=None, help="SGD learning rate")
-    p.add_argument("--evals", type=int, default=None, help="monitoring points")
-    p.add_argument("--eps-rel", type=float, default=None, help="eps^2 / mean diag K")
-    p.add_argument("--monitor-n", type=int, default=None,
+    p = _cli.parser("dgl", "fig4", __doc__, seeds="none: Fig. 4 is one training run; --seed N "
+                    "picks its PRNG seed")
+    p.add_argument("--seed", type=_cli.nonneg_int, default=0,
+                   help="PRNG seed of the run (the net's init and the SGD batches)")
+    p.add_argument("--epochs", type=_cli.positive_int, default=None, help="SGD epochs")
+    p.add_argument("--lr", type=_cli.positive_float, default=None, help="SGD learning rate")
+    p.add_argument("--evals", type=_cli.positive_int, default=None, help="monitoring points")
+    p.add_argument("--eps-rel", type=_cli.positive_float, default=None,
+                   help="eps^2 / mean diag K")
+    p.add_argument("--monitor-n", type=_cli.positive_int, default=None,
                    help="training points the DGLs are evaluated on (default: all)")
     return p
 
@@ -35,11 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is not None:
         kw["data_dir"] = args.data_dir
     cfg = ex.Fig4Config(**{**cfg.__dict__, **kw})
-    rec = ex.run_fig4(cfg, key=jax.random.key(args.seeds or 0), progress=not args.no_progress,
+    rec = ex.run_fig4(cfg, key=jax.random.key(args.seed), progress=not args.no_progress,
                       checkpoint_dir=_cli.checkpoint_dir(args))
     _cli.finish(args, rec, figure=lambda path: ex.plot_fig4(rec, path), argv=argv)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

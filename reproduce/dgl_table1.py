@@ -24,45 +24,95 @@ import sys
 
 from reproduce import _cli
 
+# the row ids of layerlab.dgl.experiments.ROWS and the inits of layerlab.nets.INITS, typed out
+# so that flags are checked before JAX is imported (tests/reproduce checks they are the same)
+ROW_IDS = ("mnist-2x2000", "mnist-3x1000", "cifar-5x2000", "bmnist-2x20", "bmnist-3x20")
+INITS = ("glorot", "he", "ntk", "normal", "lecun", "torch")
+
+
+def _rows(value: str) -> tuple[str, ...]:
+    """``--rows``: dataset prefixes (mnist, cifar, bmnist) or row ids -> row ids."""
+    out: list[str] = []
+    for it in (t.strip().lower() for t in value.split(",") if t.strip()):
+        hit = [r for r in ROW_IDS if it in (r, r.split("-")[0])]
+        if not hit:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of mnist, cifar, bmnist or the row ids "
+                f"{', '.join(ROW_IDS)}; got {value!r} ({it!r} matches none)")
+        out += [r for r in hit if r not in out]
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected at least one row, got {value!r}")
+    return tuple(out)
+
+
+def _full_n(value: str) -> tuple[str, ...]:
+    return () if value.strip().lower() == "none" else _rows(value)
+
+
+def _dgl_batch(value: str) -> int | str:
+    if value.strip().lower() == "full":
+        return "full"
+    try:
+        return _cli.positive_int(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected 'full' or an integer >= 1, got {value!r}") from None
+
+
+# what --merge-only ignores (it trains nothing): refused with it
+_RUN_FLAGS = ("smoke", "rows", "n_mnist", "n_cifar", "n_bmnist", "max_width", "e2e_epochs",
+              "dgl_steps", "dgl_batch", "eps_rel", "full_n", "full_n_steps", "readout",
+              "init", "seeds", "checkpoint_dir")
+
+
+def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.merge_only:
+        _cli.refuse_with(p, args, "argument --merge-only: it trains nothing (it merges the "
+                         "parts already in <out>/table1_parts), so it takes no run flags",
+                         _RUN_FLAGS)
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = _cli.parser("dgl", "table1", __doc__)
-    p.add_argument("--rows", default=None,
+    p.add_argument("--rows", type=_rows, default=None,
                    help="comma list of rows: mnist, cifar, bmnist or ids like mnist-2x2000 "
                    "(default: all five with --paper, cifar-5x2000 without)")
-    p.add_argument("--n-mnist", type=int, default=None,
+    p.add_argument("--n-mnist", type=_cli.positive_int, default=None,
                    help="MNIST10k training size (default: 10000 with --paper, 2000 without)")
-    p.add_argument("--n-cifar", type=int, default=None,
+    p.add_argument("--n-cifar", type=_cli.positive_int, default=None,
                    help="CIFAR10_10k training size (default: 10000 with --paper, 2000 without)")
-    p.add_argument("--n-bmnist", type=int, default=None,
+    p.add_argument("--n-bmnist", type=_cli.positive_int, default=None,
                    help="BMNIST2k training size (default: 2000)")
-    p.add_argument("--max-width", type=int, default=None,
+    p.add_argument("--max-width", type=_cli.nonneg_int, default=None,
                    help="cap on the paper's widths (0: no cap; default: none "
                    "with --paper, 256 without)")
-    p.add_argument("--e2e-epochs", type=int, default=None, help="end-to-end epochs (default: 30)")
-    p.add_argument("--dgl-steps", type=int, default=None,
+    p.add_argument("--e2e-epochs", type=_cli.positive_int, default=None,
+                   help="end-to-end epochs (default: 30)")
+    p.add_argument("--dgl-steps", type=_cli.positive_int, default=None,
                    help="Adam steps per LEGO layer (default: 1000 with --paper, 300 without)")
-    p.add_argument("--dgl-batch", default=None,
+    p.add_argument("--dgl-batch", type=_dgl_batch, default=None,
                    help="points per DGL step (an int, or 'full' for the full-N DGL; "
                    "default: 1000 with --paper, 500 without)")
-    p.add_argument("--eps-rel", type=float, default=None,
+    p.add_argument("--eps-rel", type=_cli.positive_float, default=None,
                    help="eps^2 / mean diag K (default: 0.01)")
-    p.add_argument("--full-n", default=None,
+    p.add_argument("--full-n", type=_full_n, default=None,
                    help="rows (as --rows) on which to compare full-N vs mini-batch LEGO; "
                    "'none' for none (not part of --smoke: add --full-n bmnist-2x20 to exercise "
                    "it, ~15 s)")
-    p.add_argument("--full-n-steps", type=int, default=None,
+    p.add_argument("--full-n-steps", type=_cli.positive_int, default=None,
                    help="Adam steps per layer of the full-N vs mini-batch comparison, both "
                    "estimators (default: 300; a full-N MNIST10k step is ~20-35 s on a 2-core CPU)")
     p.add_argument("--readout", choices=("ridge", "iterative"), default=None,
                    help="step 5's classifier: closed-form ridge (default) or trained under MSE "
                    "with the row's optimizer (the paper's text); use a separate --out, parts "
                    "of different protocols do not merge")
-    p.add_argument("--init", default=None,
+    p.add_argument("--init", choices=INITS, default=None,
                    help="initialisation of the net (layerlab.nets.INITS; default he, 'torch' "
                    "for PyTorch's nn.Linear default)")
     p.add_argument("--merge-only", action="store_true",
-                   help="do not train: merge the parts already in <out>/table1_parts")
+                   help="do not train: merge the parts already in <out>/table1_parts (no "
+                   "run flags with it)")
+    p.add_check(_check)
     return p
 
 
@@ -75,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     C = ex.Table1Config
     cfg = C.paper() if args.paper else C.smoke() if args.smoke else C.cpu()
     kw = {}
-    if args.rows:
-        kw["rows"] = ex.select_rows(args.rows)
+    if args.rows is not None:
+        kw["rows"] = args.rows
     for name in ("n_mnist", "n_cifar", "n_bmnist", "e2e_epochs", "dgl_steps", "eps_rel",
                  "readout", "init", "full_n_steps"):
         if getattr(args, name) is not None:
@@ -86,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.max_width is not None:
         kw["max_width"] = None if args.max_width == 0 else args.max_width
     if args.dgl_batch is not None:
-        kw["dgl_batch"] = None if args.dgl_batch == "full" else int(args.dgl_batch)
+        kw["dgl_batch"] = None if args.dgl_batch == "full" else args.dgl_batch
     if args.full_n is not None:
-        kw["full_n_rows"] = () if args.full_n == "none" else ex.select_rows(args.full_n)
+        kw["full_n_rows"] = args.full_n
     if args.data_dir is not None:
         kw["data_dir"] = args.data_dir
     cfg = ex.Table1Config(**{**cfg.__dict__, **kw})
@@ -106,4 +156,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)
