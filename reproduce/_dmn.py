@@ -1,12 +1,33 @@
 """Shared command lines of the dmn table scripts (no JAX import at module level)."""
 from __future__ import annotations
 
+import argparse
+import re
+
 from reproduce import _cli
+
+# the data sets of the dmn experiments (layerlab.dmn.experiments: the tables' rows, Fig6Config,
+# TimescalesConfig.cnn_datasets), typed out so that flags are checked before JAX is imported
+# (tests/reproduce checks they are the experiments' own)
+DATASETS = ("mnist", "cifar10", "cifar100")
+
+
+def stem(artifact: str):
+    """The record's file name a run with these flags writes (``variant``, from the flags)."""
+    def name(args) -> str:
+        return (artifact + ("_paper_preset" if getattr(args, "preset", None) == "paper" else "")
+                + ("_naive" if getattr(args, "pca", None) == "naive" else ""))
+    return name
+
+
+def parser(artifact: str, doc: str | None):
+    """``_cli.parser`` for ``dmn_<artifact>``."""
+    return _cli.parser("dmn", artifact, doc, stem=stem(artifact))
 
 
 def table_parser(artifact: str, doc: str | None):
     """Flags of a table-like dmn reproduction (Tables 3-5, Fig. 10)."""
-    p = _cli.parser("dmn", artifact, doc)
+    p = parser(artifact, doc)
     dmn_flags(p)
     return p
 
@@ -17,16 +38,18 @@ def dmn_flags(p):
                    help="DMN selection rules: the authors' code or the paper's text "
                    "(default: authors)")
     pca_flag(p)
-    p.add_argument("--datasets", default=None,
-                   help="comma-separated: run only these datasets' rows (e.g. mnist)")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
-    p.add_argument("--n-train", type=int, default=None,
+    p.add_argument("--datasets", type=_cli.name_list(DATASETS), default=None,
+                   help=f"comma-separated, of {', '.join(DATASETS)}: run only these datasets' "
+                   "rows (e.g. mnist; refused when the table has no row of them)")
+    p.add_argument("--epochs", type=_cli.positive_int, default=None,
+                   help="training epochs (default: config's)")
+    p.add_argument("--n-train", type=_cli.positive_int, default=None,
                    help="training images per dataset (default: config's; paper: all)")
-    p.add_argument("--n-test", type=int, default=None,
+    p.add_argument("--n-test", type=_cli.positive_int, default=None,
                    help="test images per dataset (default: config's; paper: all)")
     p.add_argument("--report", choices=("final", "best"), default=None,
                    help="accuracy after the last epoch, or the best epoch (authors' checkpoint)")
-    p.add_argument("--rows", default=None,
+    p.add_argument("--rows", type=_cli.int_list(1), default=None,
                    help="comma-separated 1-based numbers of the paper's table rows to run "
                    "(e.g. 6,7,8: Table 2's first CIFAR-10 rows); default: every row")
     p.add_argument("--no-conv-rows", action="store_true",
@@ -78,21 +101,15 @@ def merge_main(artifact: str, args, argv=None) -> int:
 
 def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_table") -> int:
     """Build the artifact's config from the flags, run it, write the record and figure."""
-    args = table_parser(artifact, doc).parse_args(argv)
+    p = table_parser(artifact, doc)
+    args = p.parse_args(argv)
     if args.merge:
         return merge_main(artifact, args, argv)
     import jax
 
     from layerlab.dmn import experiments as ex
 
-    scale = "paper" if args.paper else "smoke" if args.smoke else "default"
-    cfg = ex.table_config(
-        artifact, scale, preset=args.preset, pca=args.pca, seeds=args.seeds, epochs=args.epochs,
-        n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
-        datasets=tuple(args.datasets.split(",")) if args.datasets else None,
-        conv_rows=False if args.no_conv_rows else None,
-        row_numbers=row_numbers(args),
-    )
+    cfg = config(p, args, artifact)
     rec = getattr(ex, run)(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))
     _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv,
@@ -109,12 +126,31 @@ def variant(record) -> str:
             + ("_naive" if cfg.get("pca", "class") != "class" else ""))
 
 
-def row_numbers(args):
-    """``--rows 6,7,8`` -> ``(6, 7, 8)`` (None when not given)."""
-    if not args.rows:
-        return None
+def config(p: argparse.ArgumentParser, args, artifact: str, **changes):
+    """``experiments.table_config`` for the flags (and ``changes``); flags it cannot use are
+    refused with ``p.error`` before anything trains: ``--rows`` beyond the table, filters
+    (``--datasets``, ``--rows``, ``--no-conv-rows``) that leave no row."""
+    from layerlab.dmn import experiments as ex
+
+    scale = "paper" if args.paper else "smoke" if args.smoke else "default"
     try:
-        return tuple(int(t) for t in args.rows.split(",") if t.strip())
-    except ValueError:
-        raise SystemExit(f"--rows takes comma-separated row numbers, e.g. 6,7,8; got "
-                         f"{args.rows!r}") from None
+        cfg = ex.table_config(
+            artifact, scale, preset=args.preset, pca=args.pca, seeds=args.seeds,
+            epochs=args.epochs, n_train=args.n_train, n_test=args.n_test, report=args.report,
+            data_dir=args.data_dir, datasets=args.datasets,
+            conv_rows=False if args.no_conv_rows else None, row_numbers=args.rows, **changes)
+    except ValueError as e:
+        span = re.search(r"\((\d+\.\.\d+)\)", str(e))
+        if "row_numbers" not in str(e) or span is None:
+            p.error(str(e))
+        p.error(f"argument --rows: expected row numbers {span.group(1)} of {artifact}, got "
+                f"{','.join(map(str, args.rows))}")
+    if not cfg.rows:
+        full = ex.table_config(artifact, scale).rows
+        used = [f for f, v in (("--datasets " + ",".join(args.datasets or ()), args.datasets),
+                               (f"--rows {','.join(map(str, args.rows or ()))}", args.rows),
+                               ("--no-conv-rows", args.no_conv_rows)) if v]
+        sets = ", ".join(dict.fromkeys(r.dataset for r in full))
+        p.error(f"{' and '.join(used) or 'the flags'}: no row of {artifact} is left to run "
+                f"(the {scale} configuration's {len(full)} row(s) are of {sets})")
+    return cfg

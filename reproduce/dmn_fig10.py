@@ -10,7 +10,7 @@ Adam (lr 1e-3), batch 128, as the authors' notebook does. See docs/dmn.md.
 """
 from __future__ import annotations
 
-from reproduce import _dmn
+from reproduce import _cli, _dmn
 
 
 def build_parser():
@@ -22,4 +22,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

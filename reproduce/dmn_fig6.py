@@ -14,15 +14,20 @@ from reproduce import _cli, _dmn
 
 
 def build_parser():
-    p = _cli.parser("dmn", "fig6", __doc__)
+    p = _dmn.parser("fig6", __doc__)
     p.add_argument("--preset", choices=("authors", "paper"), default=None,
                    help="DMN selection rules (default: authors)")
     _dmn.pca_flag(p)
-    p.add_argument("--datasets", default=None, help="comma-separated datasets (default: config's)")
-    p.add_argument("--filters", default=None, help="comma-separated F values (default: config's)")
-    p.add_argument("--epochs", type=int, default=None, help="training epochs (default: config's)")
-    p.add_argument("--n-train", type=int, default=None, help="training images (paper: all)")
-    p.add_argument("--n-test", type=int, default=None, help="test images (paper: all)")
+    p.add_argument("--datasets", type=_cli.name_list(_dmn.DATASETS), default=None,
+                   help=f"comma-separated, of {', '.join(_dmn.DATASETS)} (default: config's)")
+    p.add_argument("--filters", type=_cli.int_list(1), default=None,
+                   help="comma-separated F values (default: config's)")
+    p.add_argument("--epochs", type=_cli.positive_int, default=None,
+                   help="training epochs (default: config's)")
+    p.add_argument("--n-train", type=_cli.positive_int, default=None,
+                   help="training images (paper: all)")
+    p.add_argument("--n-test", type=_cli.positive_int, default=None,
+                   help="test images (paper: all)")
     p.add_argument("--no-convnet", action="store_true",
                    help="DMN curve and baselines only (the one-layer ConvNets take minutes "
                    "each at full CIFAR-10 on a 2-core CPU); the record is then reduced")
@@ -53,9 +58,8 @@ def main(argv=None) -> int:
                             n_test=2000)
     changes = dict(preset=args.preset, pca=args.pca, seeds=args.seeds, epochs=args.epochs,
                    n_train=args.n_train, n_test=args.n_test, data_dir=args.data_dir,
-                   datasets=tuple(args.datasets.split(",")) if args.datasets else None,
-                   filters=tuple(int(f) for f in args.filters.split(",")) if args.filters
-                   else None, convnet=False if args.no_convnet else None)
+                   datasets=args.datasets, filters=args.filters,
+                   convnet=False if args.no_convnet else None)
     cfg = dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
     rec = ex.run_fig6(cfg, key=jax.random.key(0), progress=not args.no_progress,
                       checkpoint_dir=_cli.checkpoint_dir(args))
@@ -65,4 +69,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

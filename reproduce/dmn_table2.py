@@ -17,7 +17,7 @@ from reproduce import _cli, _dmn
 
 
 def build_parser():
-    p = _cli.parser("dmn", "table2", __doc__)
+    p = _dmn.parser("table2", __doc__)
     _dmn.dmn_flags(p)
     p.add_argument("--no-convnet", action="store_true",
                    help="skip the matching ConvNets (e.g. CIFAR DMN rows on a CPU)")
@@ -25,22 +25,15 @@ def build_parser():
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    p = build_parser()
+    args = p.parse_args(argv)
     if args.merge:
         return _dmn.merge_main("table2", args, argv)
     import jax
 
     from layerlab.dmn import experiments as ex
 
-    scale = "paper" if args.paper else "smoke" if args.smoke else "default"
-    cfg = ex.table_config(
-        "table2", scale, preset=args.preset, pca=args.pca, seeds=args.seeds, epochs=args.epochs,
-        n_train=args.n_train, n_test=args.n_test, report=args.report, data_dir=args.data_dir,
-        datasets=tuple(args.datasets.split(",")) if args.datasets else None,
-        convnet=False if args.no_convnet else None,
-        conv_rows=False if args.no_conv_rows else None,
-        row_numbers=_dmn.row_numbers(args),
-    )
+    cfg = _dmn.config(p, args, "table2", convnet=False if args.no_convnet else None)
     rec = ex.run_table(cfg, key=jax.random.key(0), progress=not args.no_progress,
                        checkpoint_dir=_cli.checkpoint_dir(args))
     _cli.finish(args, rec, figure=lambda path: ex.plot_table(rec, path), argv=argv,
@@ -49,4 +42,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

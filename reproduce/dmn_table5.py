@@ -1,6 +1,7 @@
 """Table 5 of Dehmamy, Rohani & Katsaggelos: CIFAR-100, one- and two-layer DMN, DMN + Conv and
 ConvNets. Runs when the cifar100 files are present (layerlab.data.load('cifar100')); otherwise
-every row is recorded as not run, with the loader's message.
+every row is recorded as not run, with the loader's message, which is printed in full, and the
+run exits with status 1 (a --paper or --record run then keeps the committed record).
 
     python -m reproduce.dmn_table5 --paper     # every row, full data, 3 seeds, 50 epochs
     python -m reproduce.dmn_table5             # every row, 6000/2000 images, 10 epochs, 1 seed
@@ -11,7 +12,7 @@ Adam (lr 1e-3), batch 128, as the authors' notebook does. See docs/dmn.md.
 """
 from __future__ import annotations
 
-from reproduce import _dmn
+from reproduce import _cli, _dmn
 
 
 def build_parser():
@@ -23,4 +24,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

@@ -12,21 +12,26 @@ Figs. 5 and 7 (SI), on MNIST (SI Fig. 5 also on CIFAR-10 and CIFAR-100 with --pa
 """
 from __future__ import annotations
 
-from reproduce import _cli
+from reproduce import _cli, _dmn
+
+# layerlab.dmn.experiments.TIMESCALE_PARTS, typed out (checked against it in tests/reproduce)
+PARTS = ("fig2", "fig3", "fig5", "fig7")
 
 
 def build_parser():
-    p = _cli.parser("dmn", "timescales", __doc__)
-    p.add_argument("--parts", default=None,
-                   help="comma-separated parts to run: fig2, fig3, fig5, fig7 (default: all)")
-    p.add_argument("--n-train", type=int, default=None,
+    p = _cli.parser("dmn", "timescales", __doc__,
+                    seeds="none: one run per part, as the paper's figures")
+    p.add_argument("--parts", type=_cli.name_list(PARTS), default=None,
+                   help=f"comma-separated parts to run: {', '.join(PARTS)} (default: all)")
+    p.add_argument("--n-train", type=_cli.positive_int, default=None,
                    help="MNIST training images (default: config's; paper: all)")
-    p.add_argument("--mlp-epochs", type=int, default=None,
+    p.add_argument("--mlp-epochs", type=_cli.positive_int, default=None,
                    help="Fig. 2 SGD epochs (default: config's)")
-    p.add_argument("--cnn-epochs", type=int, default=None,
+    p.add_argument("--cnn-epochs", type=_cli.positive_int, default=None,
                    help="SI Fig. 5 SGD epochs (default: config's)")
-    p.add_argument("--cnn-datasets", default=None,
-                   help="comma-separated SI Fig. 5 data sets (default: config's)")
+    p.add_argument("--cnn-datasets", type=_cli.name_list(_dmn.DATASETS), default=None,
+                   help=f"comma-separated SI Fig. 5 data sets, of {', '.join(_dmn.DATASETS)} "
+                   "(default: config's)")
     return p
 
 
@@ -46,9 +51,7 @@ def main(argv=None) -> int:
         cfg = ex.TimescalesConfig()
     changes = dict(n_train=args.n_train, mlp_epochs=args.mlp_epochs, cnn_epochs=args.cnn_epochs,
                    data_dir=args.data_dir,
-                   parts=tuple(args.parts.split(",")) if args.parts else None,
-                   cnn_datasets=tuple(args.cnn_datasets.split(",")) if args.cnn_datasets
-                   else None)
+                   parts=args.parts, cnn_datasets=args.cnn_datasets)
     cfg = dataclasses.replace(cfg, **{k: v for k, v in changes.items() if v is not None})
     rec = ex.run_timescales(cfg, key=jax.random.key(0), progress=not args.no_progress,
                             checkpoint_dir=_cli.checkpoint_dir(args))
@@ -57,4 +60,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)
