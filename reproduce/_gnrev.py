@@ -9,8 +9,11 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import tempfile
+import textwrap
 
 from reproduce import _cli
+
+SMOKE_CACHE = "layerlab_gnrev_smoke_cache"  # under $TMPDIR: the smoke runs' shared cache
 
 MINIBATCH_DOC = """Figs. 2, 3, 4 and Apps. G, H are views of ONE mini-batch run per optimizer
 (`layerlab.gnrev.experiments.run_minibatch`), cached under the configuration's fingerprint, so
@@ -29,14 +32,16 @@ def minibatch_parser(artifact: str, doc: str | None):
     """Flags of the mini-batch scripts (Figs. 2-4, Apps. G, H): one shared cached run; the
     script's own docstring is followed by the shared description (``MINIBATCH_DOC``)."""
     shared = MINIBATCH_DOC.replace("<artifact>", artifact)
-    p = _cli.parser("gnrev", artifact, f"{(doc or '').rstrip()}\n\n{shared}")
+    p = _cli.parser("gnrev", artifact, f"{(doc or '').rstrip()}\n\n{shared}",
+                    stem=lambda args: artifact if args.dataset == "mnist"
+                    else f"{artifact}_{args.dataset}")
     p.add_argument("--dataset", default="mnist", choices=("mnist", "cifar10"),
                    help="dataset (non-MNIST records get the suffix _<dataset>)")
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=_cli.positive_int, default=None,
                    help="training epochs (default: the configuration's)")
-    p.add_argument("--bottleneck", type=int, default=None,
+    p.add_argument("--bottleneck", type=_cli.positive_int, default=None,
                    help="inverted-bottleneck width d' (default: the configuration's)")
-    p.add_argument("--n-train", type=int, default=None,
+    p.add_argument("--n-train", type=_cli.nonneg_int, default=None,
                    help="training images, label-balanced subset; 0 = the whole training set "
                    "(default: the configuration's)")
     p.add_argument("--augment", choices=("none", "random_resized_crop"), default=None,
@@ -44,9 +49,10 @@ def minibatch_parser(artifact: str, doc: str | None):
                    "crops and resizes' as the authors' CIFAR-10 configs set it (torchvision "
                    "RandomResizedCrop, scale 0.08-1, ratio 0.75-1.33); default: the "
                    "configuration's (CIFAR-10: random_resized_crop, MNIST: none)")
-    p.add_argument("--cache-dir", type=pathlib.Path, default=None,
+    p.add_argument("--cache-dir", type=_cli.folder, default=None,
                    help="where the shared mini-batch run is cached (default: "
-                   "checkpoints/gnrev_minibatch_<dataset> with --paper, else scratch/gnrev_cache)")
+                   "checkpoints/gnrev_minibatch_<dataset> with --paper, "
+                   f"$TMPDIR/{SMOKE_CACHE} with --smoke, else scratch/gnrev_cache)")
     return p
 
 
@@ -85,7 +91,7 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
     elif args.paper:
         cache = shared
     elif args.smoke:
-        cache = pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache"
+        cache = pathlib.Path(tempfile.gettempdir()) / SMOKE_CACHE
     else:
         cache = _cli.REPO / "scratch" / "gnrev_cache"
     ckpt = args.checkpoint_dir or (shared if args.paper else None)
@@ -96,13 +102,75 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
     return 0
 
 
+# layerlab.gnrev.experiments.variants_config's CIFAR-10 numbers, typed out because --help is
+# built before JAX is imported (tests/reproduce checks them against variants_config)
+VARIANTS_PAPER = dict(batch=1024, bottleneck=8000, depth=6, seeds=3, gn=1.0, adam=1e-4,
+                      sgd=0.1, epochs=20, epochs_appE=100)
+VARIANTS_CPU = dict(n_train=4096, batch=256, bottleneck=512, init_bottleneck=8000, depth=6,
+                    seeds=1, gn=0.2, adam=1e-4, sgd=0.01, epochs=10, epochs_appE=30)
+
+
+def variants_doc(artifact: str) -> str:
+    """The part of a variant script's --help that says what its configurations are (made from
+    ``VARIANTS_PAPER`` / ``VARIANTS_CPU``, so that the six scripts cannot disagree)."""
+    P, C = VARIANTS_PAPER, VARIANTS_CPU
+    sgd = artifact in ("fig5", "appE")  # the others compare GN variants with Adam only
+
+    def r(x):  # 1e-4, 0.01, 0.2, 1.0
+        return f"{x:.0e}".replace("e-0", "e-") if x < 1e-3 else f"{x:.1f}" if x == int(x) \
+            else f"{x:g}"
+
+    def gn(rate, why):
+        if artifact == "appI":  # App. I: GN at 1/4, 1/2, 1 and 2 times the rate
+            return (f"GN {r(rate / 4)}, {r(rate / 2)}, {r(rate)} and {r(2 * rate)} per block "
+                    f"(around {r(rate)}, {why})")
+        return f"GN {r(rate)} per block ({why})"
+
+    def epochs(c):
+        return c["epochs_appE"] if artifact == "appE" else c["epochs"]
+
+    if artifact == "fig5":
+        paper_net = f"{P['depth']} blocks without inverted bottleneck, batch {P['batch']}"
+        cpu_net = (f"{C['n_train']} images, batch {C['batch']}, no inverted bottleneck (V = I, "
+                   f"d' = d/2; W with its own Xavier variance), {C['depth']} blocks")
+    else:
+        paper_net = f"{P['depth']} blocks, d'={P['bottleneck']}, batch {P['batch']}"
+        cpu_net = (f"{C['n_train']} images, batch {C['batch']}, d'={C['bottleneck']} with the "
+                   f"paper's d'={C['init_bottleneck']} init variance, {C['depth']} blocks")
+    text = (
+        f"The paper runs this on CIFAR-10 ({paper_net}): `--paper` sets that scale (a GPU "
+        f"with CIFAR-10 on it; {epochs(P)} epochs, {P['seeds']} seeds) with fixed rates "
+        + gn(P["gn"], "the authors' CIFAR-10 rate") + f", Adam {r(P['adam'])}"
+        + (f", SGD {r(P['sgd'])}" if sgd else "")
+        + f"; the default is a CPU-sized CIFAR-10 run ({cpu_net}, {epochs(C)} epochs, "
+        f"{C['seeds']} seed) at "
+        + gn(C["gn"], ("a one-epoch sweep at that size" if artifact != "fig5" else
+                       f"swept for one epoch on the other variants' d'={C['bottleneck']} net")
+             + f"; the authors' {r(P['gn'])} overshoots at batch {C['batch']}")
+        + (f", SGD {r(C['sgd'])} (the same sweep)" if sgd else "") + f", Adam {r(C['adam'])}"
+        + ("; a rate whose full run is unstable falls back one grid step" if sgd else "")
+        + ". Every GN step logs the residual certificate. `--smoke` is one tiny MNIST run "
+        f"that every variant script shares, cached under $TMPDIR/{SMOKE_CACHE}.")
+    a = artifact
+    return (textwrap.fill(text, 92, break_on_hyphens=False) + "\n\n"
+            f"    python -m reproduce.gnrev_{a}                      # CPU-sized CIFAR-10 "
+            "(minutes)\n"
+            f"    python -m reproduce.gnrev_{a} --dataset mnist      # MNIST instead (record "
+            f"{a}_mnist)\n"
+            f"    python -m reproduce.gnrev_{a} --paper              # the paper's CIFAR-10 "
+            "scale (GPU)\n")
+
+
 def variants_parser(artifact: str, doc: str | None):
-    """Flags of the variant scripts (Fig. 5, Apps. E, F, I, J, K)."""
-    p = _cli.parser("gnrev", artifact, doc)
+    """Flags of the variant scripts (Fig. 5, Apps. E, F, I, J, K); the script's docstring is
+    followed by ``variants_doc(artifact)``."""
+    p = _cli.parser("gnrev", artifact, f"{(doc or '').rstrip()}\n\n{variants_doc(artifact)}",
+                    stem=lambda args: artifact if args.dataset == "cifar10"
+                    else f"{artifact}_{args.dataset}")
     p.add_argument("--dataset", default="cifar10", choices=("cifar10", "mnist"),
                    help="dataset (the paper: cifar10; other datasets' records get the suffix "
                    "_<dataset>)")
-    p.add_argument("--epochs", type=int, default=None,
+    p.add_argument("--epochs", type=_cli.positive_int, default=None,
                    help="training epochs (default: the configuration's)")
     return p
 
@@ -118,8 +186,9 @@ def variants_main(artifact: str, doc: str | None, argv=None) -> int:
 
     scale = "paper" if args.paper else "smoke" if args.smoke else "cpu"
     cfg = ex.variants_config(artifact, scale, args.dataset)
-    if args.epochs or args.seeds:
-        over = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds)) if v}
+    if args.epochs is not None or args.seeds is not None:
+        over = {k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds))
+                if v is not None}
         note, said = cfg.scale_note, dict(over)
         if "seeds" in over and ", 1 seed," in note:  # the CPU notes count the seeds: recount
             note = note.replace(", 1 seed,", f", {over['seeds']} seed"
@@ -130,10 +199,7 @@ def variants_main(artifact: str, doc: str | None, argv=None) -> int:
             said.pop("epochs")
         cfg = dataclasses.replace(cfg, **over, scale_note=(
             note + (f"; overridden: {said}" if said else "")).strip("; "))
-    import pathlib
-    import tempfile
-    cache = (pathlib.Path(tempfile.gettempdir()) / "layerlab_gnrev_smoke_cache" if args.smoke
-             else None)
+    cache = pathlib.Path(tempfile.gettempdir()) / SMOKE_CACHE if args.smoke else None
     rec = ex.run_variants(cfg, artifact, key=jax.random.key(0), progress=not args.no_progress,
                           checkpoint_dir=_cli.checkpoint_dir(args), cache_dir=cache,
                           data_dir=args.data_dir)

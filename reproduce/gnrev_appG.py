@@ -3,7 +3,7 @@ weights with their initial values during mini-batch training.
 """
 from __future__ import annotations
 
-from reproduce import _gnrev
+from reproduce import _cli, _gnrev
 
 
 def build_parser():
@@ -15,4 +15,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

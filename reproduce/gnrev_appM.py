@@ -15,11 +15,16 @@ import dataclasses
 
 from reproduce import _cli
 
+# layerlab.gnrev.experiments.load_regression's data sets, typed out so that --datasets is
+# checked before JAX is imported (tests/reproduce checks the experiments know them)
+DATASETS = ("wine", "superconductivity")
+
 
 def build_parser():
     p = _cli.parser("gnrev", "appM", __doc__)
-    p.add_argument("--datasets", default=None,
-                   help="comma-separated: wine, superconductivity (default: the configuration's)")
+    p.add_argument("--datasets", type=_cli.name_list(DATASETS), default=None,
+                   help=f"comma-separated, of {', '.join(DATASETS)} (default: the "
+                   "configuration's)")
     return p
 
 
@@ -33,9 +38,9 @@ def main(argv=None) -> int:
 
     cfg = (ex.RegressionConfig.paper() if args.paper else
            ex.RegressionConfig.smoke() if args.smoke else ex.RegressionConfig())
-    if args.datasets:
-        cfg = dataclasses.replace(cfg, datasets=tuple(args.datasets.split(",")))
-    if args.seeds:
+    if args.datasets is not None:
+        cfg = dataclasses.replace(cfg, datasets=args.datasets)
+    if args.seeds is not None:
         cfg = dataclasses.replace(cfg, seeds=args.seeds)
     rec = ex.run_appM(cfg, key=jax.random.key(0), progress=not args.no_progress,
                       checkpoint_dir=_cli.checkpoint_dir(args), data_dir=args.data_dir)
@@ -44,4 +49,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

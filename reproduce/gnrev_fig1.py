@@ -8,7 +8,7 @@ ratio).  Every finished (seed, optimizer) sweep is kept under --checkpoint-dir (
 authors' per-block step convention; the 'gn' arm is the exact regime (ReLU in every block),
 'gn_first_linear' the authors' code (linear first block: inexact at n = 1024).
 
-    python -m reproduce.gnrev_fig1                    # reduced CPU config (n=512, d'=512, 40 steps)
+    python -m reproduce.gnrev_fig1                    # reduced CPU: n=512, d'=1024, 40 steps
     python -m reproduce.gnrev_fig1 --paper            # MNIST, d'=8000, 100 steps, 3 seeds (GPU)
     python -m reproduce.gnrev_fig1 --dataset cifar10  # Fig. 1b, reduced: n=512, d'=1024, 6 blocks
     python -m reproduce.gnrev_fig1 --dataset cifar10 --paper  # Fig. 1b at the paper's size (GPU)
@@ -21,20 +21,29 @@ from reproduce import _cli
 
 
 def build_parser():
-    p = _cli.parser("gnrev", "fig1", __doc__)
+    p = _cli.parser("gnrev", "fig1", __doc__, stem=lambda args: (
+        "fig1" if args.dataset == "mnist" else f"fig1_{args.dataset}")
+        + ("_nobottleneck" if args.no_bottleneck else ""))
     p.add_argument("--dataset", default="mnist", choices=("mnist", "cifar10"),
                    help="MNIST (Fig. 1a) or CIFAR-10 (Fig. 1b, record fig1_cifar10)")
-    p.add_argument("--steps", type=int, default=None,
+    p.add_argument("--steps", type=_cli.positive_int, default=None,
                    help="full-batch steps (default: the configuration's)")
-    p.add_argument("--bottleneck", type=int, default=None,
+    p.add_argument("--bottleneck", type=_cli.positive_int, default=None,
                    help="inverted-bottleneck width d' (default: the configuration's)")
-    p.add_argument("--n-train", type=int, default=None,
+    p.add_argument("--n-train", type=_cli.positive_int, default=None,
                    help="training images of the fixed full-batch subset (paper: 1024)")
     p.add_argument("--no-bottleneck", action="store_true",
                    help="no inverted bottleneck (V = I, d' = d/2): Fig. 5's full-batch panel")
-    p.add_argument("--depth", type=int, default=None,
+    p.add_argument("--depth", type=_cli.positive_int, default=None,
                    help="number of reversible blocks (default: 2 MNIST, 6 CIFAR-10 at --paper)")
+    p.add_check(_check)
     return p
+
+
+def _check(p, args) -> None:
+    if args.no_bottleneck and args.bottleneck is not None:
+        p.error(f"argument --bottleneck: not allowed with argument --no-bottleneck (it removes "
+                f"the inverted bottleneck, so there is no width d'={args.bottleneck} to set)")
 
 
 def main(argv=None) -> int:
@@ -78,4 +87,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)

@@ -3,7 +3,7 @@ first, middle and last block with init (GN vs Adam vs SGD, mini-batch).
 """
 from __future__ import annotations
 
-from reproduce import _gnrev
+from reproduce import _cli, _gnrev
 
 
 def build_parser():
@@ -15,4 +15,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    _cli.run(main)
