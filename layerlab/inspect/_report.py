@@ -487,6 +487,7 @@ def layer_report(
         h = h.astype(dt)
         d = h.shape[1]
         if "dgl_linear" in layer_values:
+            ss = jnp.sum(h * h)
             if config.ridge_rel == 0.0:
                 if d >= n:
                     raise ValueError(
@@ -494,14 +495,22 @@ def layer_report(
                         f"{name!r} has d = {d} features for n = {n} samples; use ridge_rel > 0, "
                         "conv='mean' or a larger probe batch."
                     )
-                eps2 = 0.0
+                eps2 = jnp.zeros((), dt)
             else:
-                eps2 = config.ridge_rel * jnp.sum(h * h) / d
+                eps2 = config.ridge_rel * ss / d
+            # an all-zero (dead) layer predicts 0: its value is sum(Y^2) / n, where the ridge
+            # eps2 = 0 would make H^T H + eps2 I singular.  The solve runs on a full-rank
+            # stand-in there, so no NaN reaches the value or its gradient (under jit too)
+            dead = ss == 0
+            Yd = Y.astype(dt)
+            hs = jnp.where(dead, jnp.eye(n, d, dtype=dt), h)
+            eps2 = jnp.where(dead, jnp.ones((), dt), eps2)
             # d > n (e.g. flattened convolutions): the same loss on the n coordinates of the
             # row space, H Q with H^T = Q R; exact, as eq. (6) is invariant under H -> H V for
             # orthogonal V, and O(d n^2) instead of O(d^3)
-            hl = h @ qr(h.T)[0] if d > n else h
-            layer_values["dgl_linear"].append(dgl.dgl_linear(hl, Y.astype(dt), eps2=eps2) / n)
+            hl = hs @ qr(hs.T)[0] if d > n else hs
+            layer_values["dgl_linear"].append(
+                jnp.where(dead, jnp.sum(Yd * Yd), dgl.dgl_linear(hl, Yd, eps2=eps2)) / n)
         if "dgl_nngp" in layer_values:
             v = tops[name] if name in tops else config.top.variances(dt)
             kfn = dgl.top_kernel_fn(v.w_var, v.b_var)

@@ -258,3 +258,36 @@ def test_argument_errors_name_the_argument(mlp_case):
                              config=inspect.InspectConfig(diagnostics=("dgl_linear",)))
     with pytest.raises(TypeError, match=r"model: a flax.linen module; wrap it .*from_linen"):
         inspect.layer_report(nn.Dense(3), {"params": {}}, x, y, config=cfg)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_dgl_linear_of_a_dead_layer_is_the_zero_predictors(wide):
+    """An all-zero layer: DGL@Linear = sum(Y^2) / n (the zero predictor's loss, dgl_nngp's
+    value too), eager and under jit, with a finite gradient (d > n takes the row-space
+    route)."""
+    n, d = 16, (24 if wide else 8)
+    x = jax.random.normal(jax.random.key(0), (n, 5))
+    W = jax.random.normal(jax.random.key(1), (5, d))
+
+    def feats(p, xx):
+        h = jax.nn.relu(xx @ p)
+        return {"h": h, "dead": jax.nn.relu(h - 1e4)}
+
+    labels = jnp.arange(n) % 3
+    Y = np.asarray(jax.nn.one_hot(labels, 3) - 1 / 3)
+    cfg = inspect.InspectConfig(num_classes=3, diagnostics=("dgl_linear", "dgl_nngp"))
+
+    def report(p):
+        return inspect.layer_report(feats, p, x, labels, config=cfg)
+
+    for rep in (report(W), jax.jit(report)(W)):
+        assert rep.layers == ("h", "dead")
+        np.testing.assert_allclose(rep.layer_values["dgl_linear"][1], np.sum(Y**2) / n,
+                                   rtol=1e-6)
+        np.testing.assert_allclose(rep.layer_values["dgl_nngp"][1], np.sum(Y**2) / n, rtol=1e-5)
+        assert 0 < rep.layer_values["dgl_linear"][0] < np.sum(Y**2) / n
+    # no NaN from the unselected branch in derivatives (forward mode: the d > n route's QR
+    # has no reverse-mode rule)
+    t = jax.jit(lambda p: jax.jvp(lambda q: report(q).layer_values["dgl_linear"], (p,),
+                                  (jnp.ones_like(p),))[1])(W)
+    assert np.all(np.isfinite(np.asarray(t))) and float(t[1]) == 0.0
