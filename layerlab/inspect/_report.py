@@ -12,8 +12,11 @@ Every number is computed by the toolkit's own implementation (no second copy):
 ``cka``                  ``probes.linear_cka(H, H_ref)`` to a reference (Kornblith et al. 2019)
 ``effective_rank``       ``probes.effective_rank(s)``, ``s`` = singular values of centred ``H``
 ``stable_rank``          ``probes.stable_rank(s)`` (same ``s``)
-``spectral_norm``        ``s_1(W)`` of each weight kernel (``probes.singular_values``; conv
-                         kernels ``[kh, kw, c_in, c_out]`` read as ``[kh kw c_in, c_out]``)
+``spectral_norm``        ``s_1(W)`` of each weight kernel read as the linear map it applies,
+                         ``[fan_in, fan_out]`` (``probes.singular_values``; conv kernels
+                         ``[kh, kw, c_in, c_out]`` as ``[kh kw c_in, c_out]``, attention
+                         kernels ``[d, heads, head_dim]`` as ``[d, heads head_dim]``; biases
+                         are not weights)
 ``weight_stable_rank``   ``probes.stable_rank(s(W))``
 ``near_one``             ``probes.count_near_one(s(W), tol)`` -- paper B's bottleneck signature
                          (Thm. 6 of Jacot 2023)
@@ -41,7 +44,7 @@ from jax.typing import DTypeLike
 from layerlab import dgl, kernels, probes
 from layerlab._checks import check_choice, check_int, check_labels, check_number
 from layerlab._linalg import qr, svdvals
-from layerlab.inspect._models import FeaturesFn, Inspectable, named_weights
+from layerlab.inspect._models import FeaturesFn, Inspectable, _weight_matrices
 
 __all__ = [
     "LAYER_DIAGNOSTICS",
@@ -536,7 +539,7 @@ def layer_report(
     spectra: tuple = ()
     wnames: tuple = ()
     if weight_values:
-        ws = (model.weights or named_weights)(params)
+        ws = model.weights(params) if model.weights else _weight_matrices(params)
         wnames = tuple(ws)
         sv = probes.singular_values(dict(enumerate(ws.values())))
         spectra = tuple(sv[i] for i in range(len(wnames)))

@@ -311,3 +311,96 @@ def test_nnx_state_after_a_call_that_sowed_and_a_module_passed_as_params():
     theta, rebuild = before.trainable(pure)  # typed through the graph: the NTK's Params
     assert len(jax.tree.leaves(theta)) == 4
     np.testing.assert_allclose(before.apply(rebuild(theta), x), before.apply(pure, x), rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # flax: sow() outside nnx.capture
+def test_nnx_weights_are_the_params_only():
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    m = NNXMLP(nnx.Rngs(0))
+    insp = inspect.from_nnx(m)
+    m(x)  # sows h1 into the model: its state holds one entry more
+    st = nnx.state(m)
+    ws = insp.weights(st)
+    assert list(ws) == ["l1/kernel", "l2/kernel"]  # not the sown 'h1/0'
+    np.testing.assert_array_equal(ws["l1/kernel"], m.l1.kernel.get_value())
+    cfg = inspect.InspectConfig(diagnostics=("effective_rank", "spectral_norm"))
+    rep = inspect.layer_report(insp, st, x, config=cfg)
+    assert rep.weights == ("l1/kernel", "l2/kernel")
+    s = np.linalg.svd(np.asarray(m.l2.kernel.get_value()), compute_uv=False)
+    np.testing.assert_allclose(rep.weight_values["spectral_norm"][1], s[0], rtol=1e-5)
+    assert list(inspect.from_nnx(m).weights(st)) == list(ws)  # adapter built after the call
+
+
+def test_linen_weights_are_the_params_collection_only():
+    class SN(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            h = nn.relu(nn.SpectralNorm(nn.Dense(16))(x, update_stats=train))
+            return nn.Dense(3)(h)
+
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    model = SN()
+    v = model.init(jax.random.key(1), x, train=True)
+    assert "batch_stats" in v  # SpectralNorm's u and sigma
+    cfg = inspect.InspectConfig(diagnostics=("spectral_norm",))
+    rep = inspect.layer_report(inspect.from_linen(model), v, x, config=cfg)
+    assert rep.weights == ("Dense_0/kernel", "Dense_1/kernel")
+    assert list(inspect.named_weights(v)) == ["Dense_0/kernel", "Dense_1/kernel"]
+    s = np.linalg.svd(np.asarray(v["params"]["Dense_1"]["kernel"]), compute_uv=False)
+    np.testing.assert_allclose(rep.weight_values["spectral_norm"][1], s[0], rtol=1e-5)
+
+
+def _linear_maps_s1(kernels):
+    return {k: np.linalg.svd(np.asarray(w, np.float64), compute_uv=False)[0]
+            for k, w in kernels.items()}
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_attention_kernels_read_as_their_linear_maps(use_bias):
+    """Query/key/value kernels [d, heads, head_dim] are the maps [d, heads*head_dim]; the
+    output kernel [heads, head_dim, d] is [heads*head_dim, d]; [heads, head_dim] biases are
+    not weights.  Linen (from the bias, or the module's features) and NNX (LinearGeneral)."""
+    class T(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.Dense(16)(x)
+            h = h + nn.MultiHeadDotProductAttention(num_heads=4, use_bias=use_bias)(h)
+            return nn.Dense(3)(h.mean(1))
+
+    x = jax.random.normal(jax.random.key(0), (8, 6, 5))
+    model = T()
+    v = model.init(jax.random.key(1), x)
+    att = v["params"]["MultiHeadDotProductAttention_0"]
+    want = {"Dense_0/kernel": v["params"]["Dense_0"]["kernel"],
+            "Dense_1/kernel": v["params"]["Dense_1"]["kernel"]}
+    for k in ("query", "key", "value"):
+        want[f"MultiHeadDotProductAttention_0/{k}/kernel"] = np.reshape(att[k]["kernel"], (16, 16))
+    want["MultiHeadDotProductAttention_0/out/kernel"] = np.reshape(att["out"]["kernel"], (16, 16))
+    cfg = inspect.InspectConfig(diagnostics=("spectral_norm",))
+    rep = inspect.layer_report(inspect.from_linen(model), v, x, config=cfg)
+    assert sorted(rep.weights) == sorted(want)
+    got = dict(zip(rep.weights, np.asarray(rep.weight_values["spectral_norm"])))
+    s1 = _linear_maps_s1(want)
+    for k in want:
+        np.testing.assert_allclose(got[k], s1[k], rtol=1e-5, err_msg=k)
+    if use_bias:  # the auditor's numbers: the query map's s_1, not that of the [64, 4] reading
+        q = np.asarray(att["query"]["kernel"])
+        assert abs(got["MultiHeadDotProductAttention_0/query/kernel"]
+                   - np.linalg.svd(q.reshape(64, 4), compute_uv=False)[0]) > 1e-3
+
+    class NT(nnx.Module):
+        def __init__(self, rngs):
+            self.att = nnx.MultiHeadAttention(4, 16, use_bias=use_bias, decode=False,
+                                              rngs=rngs)
+
+        def __call__(self, x):
+            return self.att(x)
+
+    nm = NT(nnx.Rngs(0))
+    ws = inspect.from_nnx(nm).weights(nnx.state(nm))
+    assert sorted(ws) == [f"att/{k}/kernel" for k in ("key", "out", "query", "value")]
+    for k in ("query", "key", "value"):
+        np.testing.assert_array_equal(
+            ws[f"att/{k}/kernel"], getattr(nm.att, k).kernel.get_value().reshape(16, 16))
+    np.testing.assert_array_equal(ws["att/out/kernel"],
+                                  nm.att.out.kernel.get_value().reshape(16, 16))
