@@ -291,6 +291,30 @@ def from_revmlp(frozen: RevMLPFrozen, readout: jax.Array | None = None) -> Inspe
     return Inspectable(features=features, apply=apply, weights=weights)
 
 
+def _output_picker(output, fn: str) -> Callable[[Any], Any]:
+    """``output=`` of the flax adapters: ``None`` (the output as is), a callable ``out ->
+    array`` or a key / index ``out[output]`` into a tuple or dict output."""
+    if output is None:
+        return lambda out: out
+    if callable(output):
+        return output
+    if isinstance(output, bool) or not isinstance(output, (int, str)):
+        raise TypeError(
+            f"{fn}: output must be None, a callable out -> [n, k] array, or a key / index "
+            f"into the model's output, got {type(output).__name__} {output!r}.")
+
+    def pick(out):
+        try:
+            return out[output]
+        except (KeyError, IndexError, TypeError) as e:
+            got = jax.tree.map(lambda a: list(jnp.shape(a)), out)
+            raise ValueError(
+                f"{fn}: output={output!r} selects nothing from the model's output "
+                f"({type(out).__name__} {got}).") from e
+
+    return pick
+
+
 def _default_linen_filter(module, method_name: str) -> bool:
     import flax.linen as nn
 
@@ -304,6 +328,7 @@ def from_linen(
     *,
     capture: Callable | bool = True,
     apply_kwargs: Mapping[str, Any] | None = None,
+    output: Callable[[Any], jax.Array] | int | str | None = None,
 ) -> Inspectable:
     """A flax linen module: the outputs of its layers and everything it ``sow``-s.
 
@@ -328,6 +353,9 @@ def from_linen(
         ``"mutable"`` names collections the model updates in that mode (e.g. ``{"train":
         True, "mutable": ["batch_stats"]}`` for BatchNorm on the batch's statistics): they are
         made mutable and their updates discarded (the caller's variables are never changed).
+      output: for a model whose output is not one ``[n, k]`` array: the NTK diagnostics'
+        output, as a key or index into it (``output=0`` of a tuple ``(logits, aux)``,
+        ``output="logits"`` of a dict) or a callable ``out -> [n, k]``.
 
     Returns:
       :class:`Inspectable`; ``params`` is the linen variables dict (``{"params": ...}``; a bare
@@ -343,6 +371,7 @@ def from_linen(
             "from_linen: apply_kwargs['mutable'] must name the collections the model updates "
             f"(e.g. ['batch_stats']), without 'intermediates'; got {extra!r}.")
     flt = _default_linen_filter if capture is True else capture
+    pick = _output_picker(output, "from_linen")
     out_axes: dict[str, int] = {}  # module path -> number of output axes of its kernel
 
     def record(next_fun, args, kwargs, context):
@@ -370,8 +399,8 @@ def from_linen(
 
     def apply(params, x):
         if extra:
-            return model.apply(_vars(params), x, mutable=extra, **kw)[0]
-        return model.apply(_vars(params), x, **kw)
+            return pick(model.apply(_vars(params), x, mutable=extra, **kw)[0])
+        return pick(model.apply(_vars(params), x, **kw))
 
     def weights(params):
         return _weight_matrices(_vars(params)["params"], out_axes)
@@ -384,6 +413,7 @@ def from_nnx(
     model: nnx.Module,
     *,
     capture: bool = True,
+    output: Callable[[Any], jax.Array] | int | str | None = None,
 ) -> Inspectable:
     """A flax NNX module: sown ``nnx.Intermediate`` values and its layers' outputs.
 
@@ -414,6 +444,9 @@ def from_nnx(
 
     Args:
       model: an ``nnx.Module``.  capture: also report the Linear/Conv outputs.
+      output: for a model whose output is not one ``[n, k]`` array: the NTK diagnostics'
+        output, as a key or index into it (``output=0`` of a tuple ``(logits, aux)``,
+        ``output="logits"`` of a dict) or a callable ``out -> [n, k]``.
 
     Returns:
       :class:`Inspectable` whose ``params`` is the ``nnx.State`` of ``nnx.split(model)``.
@@ -427,6 +460,7 @@ def from_nnx(
     clean = nnx.clone(model)
     nnx.pop(clean, nnx.Intermediate)
     graphdef, _ = nnx.split(clean)
+    pick = _output_picker(output, "from_nnx")
     layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
     module_paths, layer_paths = set(), set()
     out_axes: dict[str, int] = {}  # module path -> number of output axes of its kernel
@@ -494,7 +528,7 @@ def from_nnx(
 
     def apply(state, x):  # under capture, so sown values do not leak into the module
         mod = nnx.merge(graphdef, params_only(state), copy=True)
-        return nnx.capture(mod, nnx.Intermediate)(x)[0]
+        return pick(nnx.capture(mod, nnx.Intermediate)(x)[0])
 
     def weights(state):  # the nnx.Param kernels only
         return _weight_matrices(nnx.filter_state(params_only(state), nnx.Param), out_axes)

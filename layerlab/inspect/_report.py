@@ -374,6 +374,17 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
     if config.ntk_samples is not None and config.ntk_samples > x.shape[0]:
         warnings.warn(f"InspectConfig.ntk_samples = {config.ntk_samples} exceeds the {x.shape[0]} "
                       f"probe samples; the NTK uses all {x.shape[0]}.", stacklevel=3)
+    out = jax.eval_shape(model.apply, params, x[:m])
+    if not (isinstance(out, jax.ShapeDtypeStruct) and out.ndim in (1, 2) and out.shape[0] == m):
+        got = jax.tree.map(lambda a: list(a.shape), out)
+        got = (f"shape {got}" if isinstance(got, list) else f"a {type(out).__name__} {got}")
+        raise ValueError(
+            f"model.apply(params, x) must return the model's outputs as one [n, k] (or [n]) "
+            f"array for the NTK diagnostics; on {m} samples it returned {got}.  For a model "
+            "with several outputs pick the array with the adapter's output= (e.g. "
+            "from_linen(model, output=0), from_nnx(model, output='logits') or "
+            "output=lambda out: out[0]), or drop 'ntk_alignment' and 'ntk_target_alignment' "
+            "from InspectConfig.diagnostics.")
     if model.trainable is None:
         return kernels.empirical_ntk(model.apply, params, x[:m], method=config.ntk_method)
     theta, rebuild = model.trainable(params)  # non-trainable state (BatchNorm stats) held fixed

@@ -313,6 +313,61 @@ def test_nnx_state_after_a_call_that_sowed_and_a_module_passed_as_params():
     np.testing.assert_allclose(before.apply(rebuild(theta), x), before.apply(pure, x), rtol=1e-6)
 
 
+# ----------------------------------------------------------------------------- audit fixes
+def test_tuple_and_dict_outputs_need_an_output_selector():
+    """A model returning (logits, aux) or a dict: a ValueError naming model.apply, what the
+    NTK needs and what came; with output= (index, key or callable) the NTK uses that array."""
+    class TwoLinen(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.relu(nn.Dense(8)(x))
+            return nn.Dense(3)(h), nn.Dense(2)(h)
+
+    class DictNNX(nnx.Module):
+        def __init__(self, rngs):
+            self.a = nnx.Linear(5, 8, rngs=rngs)
+            self.b = nnx.Linear(8, 3, rngs=rngs)
+
+        def __call__(self, x):
+            h = jax.nn.relu(self.a(x))
+            return {"logits": self.b(h), "h": h}
+
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    cfg = inspect.InspectConfig(diagnostics=("ntk_target_alignment",), num_classes=3,
+                                ntk_method="jacobian", ntk_samples=6)
+    lin = TwoLinen()
+    v = lin.init(jax.random.key(1), x)
+    with pytest.raises(ValueError, match=r"model.apply\(params, x\) must return .* one \[n, k\]"
+                       r".*returned a tuple \(\[6, 3\], \[6, 2\]\).*output="):
+        inspect.layer_report(inspect.from_linen(lin), v, x, _labels(), config=cfg)
+    m = DictNNX(nnx.Rngs(0))
+    st = nnx.state(m)
+    with pytest.raises(ValueError, match=r"returned a dict"):
+        inspect.layer_report(inspect.from_nnx(m), st, x, _labels(), config=cfg)
+
+    def logits_linen(p, xx):
+        return lin.apply({"params": p}, xx)[0]
+
+    J = _jacobian(logits_linen, v["params"], x[:6])
+    want = _target_alignment(J, _labels()[:6])
+    for sel in (0, lambda out: out[0]):
+        insp = inspect.from_linen(lin, output=sel)
+        np.testing.assert_allclose(insp.apply(v, x), lin.apply(v, x)[0], rtol=1e-6)
+        rep = inspect.layer_report(insp, v, x, _labels(), config=cfg)
+        np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]), want,
+                                   rtol=1e-4)
+    insp = inspect.from_nnx(m, output="logits")
+    theta, rest = nnx.split_state(st, nnx.Param, ...)
+    J = _jacobian(lambda t, xx: insp.apply(nnx.merge_state(t, rest), xx), theta, x[:6])
+    rep = inspect.layer_report(insp, st, x, _labels(), config=cfg)
+    np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]),
+                               _target_alignment(J, _labels()[:6]), rtol=1e-4)
+    with pytest.raises(ValueError, match=r"from_nnx: output='logit' selects nothing"):
+        inspect.from_nnx(m, output="logit").apply(st, x)
+    with pytest.raises(TypeError, match=r"from_linen: output must be"):
+        inspect.from_linen(lin, output=1.5)
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # flax: sow() outside nnx.capture
 def test_nnx_weights_are_the_params_only():
     x = jax.random.normal(jax.random.key(0), (N, 5))
