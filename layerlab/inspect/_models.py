@@ -336,7 +336,9 @@ def from_linen(
     mutable=["intermediates"])`` and reads the ``"intermediates"`` collection: the outputs of
     every ``nn.Dense``/``nn.Conv`` sub-module (pre-activation, named by module path, e.g.
     ``"Conv_0"``) when ``capture=True``, and every value sown with
-    ``self.sow("intermediates", name, h)`` (e.g. post-activation representations).
+    ``self.sow("intermediates", name, h)`` (e.g. post-activation representations).  Layers
+    are reported in call order (read off the traced program, as :func:`from_nnx`); a module
+    called twice reports ``<path>/0`` and ``<path>/1`` at the two places it ran.
 
     Weights: the kernels of the ``"params"`` collection (not ``batch_stats`` or other
     collections, not biases) as the linear maps they apply, ``[fan_in, fan_out]``: a
@@ -405,7 +407,7 @@ def from_linen(
     def weights(params):
         return _weight_matrices(_vars(params)["params"], out_axes)
 
-    return Inspectable(features=raw_features, apply=apply, weights=weights,
+    return Inspectable(features=_in_call_order(raw_features), apply=apply, weights=weights,
                        trainable=trainable)
 
 
@@ -433,8 +435,9 @@ def from_nnx(
     ``nnx.Param`` leaves only.
 
     Values the model sowed in an earlier call (``nnx.Intermediate``) are dropped from the
-    module and from every ``state`` passed, so ``nnx.state(model)`` works before and after
-    the model has been called.
+    module and from every ``state`` passed (an ``nnx.State`` or a plain dict such as
+    ``nnx.to_pure_dict(nnx.state(model))``: there, every entry the model's own state lacks),
+    so ``nnx.state(model)`` works before and after the model has been called.
 
     Weights: the ``nnx.Param`` kernels (not biases, not sown values or BatchNorm statistics)
     as the linear maps they apply, ``[fan_in, fan_out]``: a ``LinearGeneral`` kernel
@@ -459,7 +462,8 @@ def from_nnx(
     # definition and every state passed later are taken without nnx.Intermediate
     clean = nnx.clone(model)
     nnx.pop(clean, nnx.Intermediate)
-    graphdef, _ = nnx.split(clean)
+    graphdef, clean_state = nnx.split(clean)
+    clean_pure = nnx.to_pure_dict(clean_state)
     pick = _output_picker(output, "from_nnx")
     layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
     module_paths, layer_paths = set(), set()
@@ -496,8 +500,8 @@ def from_nnx(
                 "nnx.state(model) (or nnx.split(model)[1]).")
         if not isinstance(state, nnx.State):
             # a pure dict (to_pure_dict, an orbax restore): typed through the graph (the NTK
-            # needs to know which leaves are nnx.Param)
-            state = nnx.state(nnx.merge(graphdef, state, copy=True))
+            # needs to know which leaves are nnx.Param), without the entries of sown values
+            state = nnx.state(nnx.merge(graphdef, _restrict(state, clean_pure), copy=True))
         return nnx.filter_state(state, nnx.Not(nnx.Intermediate))
 
     def raw_features(state, x):
@@ -511,21 +515,6 @@ def from_nnx(
         _walk(inter, (), raw)
         return {k: h for k, h in raw.items() if keep(k)}
 
-    orders: dict = {}  # call order per (names, input shape, state structure): traced once
-
-    def features(state, x):
-        raw = raw_features(state, x)
-        names = list(raw)
-        key = (tuple(names), jnp.shape(x), str(jnp.result_type(x)), jax.tree.structure(state))
-        if key not in orders:
-            try:
-                orders[key] = _call_order(raw_features, state, x, names)
-            except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
-                    jax.errors.TracerIntegerConversionError,
-                    jax.errors.TracerArrayConversionError):
-                orders[key] = names  # a model that cannot be traced: NNX's (sorted) order
-        return {k: raw[k] for k in orders[key]}
-
     def apply(state, x):  # under capture, so sown values do not leak into the module
         mod = nnx.merge(graphdef, params_only(state), copy=True)
         return pick(nnx.capture(mod, nnx.Intermediate)(x)[0])
@@ -537,7 +526,38 @@ def from_nnx(
         theta, rest = nnx.split_state(params_only(state), nnx.Param, ...)
         return theta, lambda t: nnx.merge_state(t, rest)
 
-    return Inspectable(features=features, apply=apply, weights=weights, trainable=trainable)
+    return Inspectable(features=_in_call_order(raw_features), apply=apply, weights=weights,
+                       trainable=trainable)
+
+
+def _restrict(tree: Any, like: Any) -> Any:
+    """``tree`` (nested mappings) without the entries ``like`` lacks (keys compared as
+    strings: a restored checkpoint may hold ``"0"`` for ``0``)."""
+    if not (isinstance(tree, Mapping) and isinstance(like, Mapping)):
+        return tree
+    keys = {str(k): k for k in like}
+    return {k: _restrict(v, like[keys[str(k)]]) for k, v in tree.items() if str(k) in keys}
+
+
+def _in_call_order(raw_features: FeaturesFn) -> FeaturesFn:
+    """``raw_features`` with its layers sorted into call order (:func:`_call_order`), traced
+    once per (names, input shape and dtype, params structure)."""
+    orders: dict = {}
+
+    def features(params, x):
+        raw = raw_features(params, x)
+        names = list(raw)
+        key = (tuple(names), jnp.shape(x), str(jnp.result_type(x)), jax.tree.structure(params))
+        if key not in orders:
+            try:
+                orders[key] = _call_order(raw_features, params, x, names)
+            except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+                    jax.errors.TracerIntegerConversionError,
+                    jax.errors.TracerArrayConversionError):
+                orders[key] = names  # a model that cannot be traced: the adapter's own order
+        return {k: raw[k] for k in orders[key]}
+
+    return features
 
 
 def _call_order(fn: Callable[[Any, jax.Array], Mapping[str, jax.Array]], params, x,

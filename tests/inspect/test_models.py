@@ -405,6 +405,35 @@ def test_linen_weights_are_the_params_collection_only():
     np.testing.assert_allclose(rep.weight_values["spectral_norm"][1], s[0], rtol=1e-5)
 
 
+def test_linen_block_reused_twice_in_call_order():
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.relu(nn.Dense(8, name="b")(nn.relu(nn.Dense(8, name="a")(x))))
+
+    class Rec(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            blk = Block(name="blk")
+            h = blk(nn.Dense(8, name="inp")(x))
+            h = blk(nn.Dense(8, name="mid")(h))
+            return nn.Dense(3, name="out")(h)
+
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    model = Rec()
+    v = model.init(jax.random.key(1), x)
+    insp = inspect.from_linen(model)
+    order = ["inp", "blk/a/0", "blk/b/0", "mid", "blk/a/1", "blk/b/1", "out"]
+    f = insp.features(v, x)
+    assert list(f) == order
+    cfg = inspect.InspectConfig(diagnostics=("stable_rank",))
+    assert jax.jit(lambda v: inspect.layer_report(insp, v, x, config=cfg))(v).layers == \
+        tuple(order)
+    a = v["params"]["blk"]["a"]  # the second call of blk/a runs on mid's output
+    np.testing.assert_allclose(f["blk/a/1"], f["mid"] @ a["kernel"] + a["bias"][None], rtol=1e-5,
+                               atol=1e-6)
+
+
 def _linear_maps_s1(kernels):
     return {k: np.linalg.svd(np.asarray(w, np.float64), compute_uv=False)[0]
             for k, w in kernels.items()}
@@ -459,3 +488,26 @@ def test_attention_kernels_read_as_their_linear_maps(use_bias):
             ws[f"att/{k}/kernel"], getattr(nm.att, k).kernel.get_value().reshape(16, 16))
     np.testing.assert_array_equal(ws["att/out/kernel"],
                                   nm.att.out.kernel.get_value().reshape(16, 16))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # flax: sow() outside nnx.capture
+def test_nnx_pure_dict_of_a_model_that_sowed():
+    """nnx.to_pure_dict(nnx.state(m)) after m sowed holds the sown values: dropped (they are
+    not in the graph definition), for adapters built before and after the call."""
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    m = NNXMLP(nnx.Rngs(0))
+    before = inspect.from_nnx(m)
+    want = before.features(nnx.state(m), x)
+    m(x)
+    pure = nnx.to_pure_dict(nnx.state(m))
+    assert "h1" in pure
+    cfg = inspect.InspectConfig(diagnostics=("effective_rank", "spectral_norm",
+                                             "ntk_target_alignment"), num_classes=3,
+                                ntk_method="jacobian", ntk_samples=4)
+    for ad in (before, inspect.from_nnx(m)):
+        rep = inspect.layer_report(ad, pure, x, _labels(), config=cfg)
+        assert rep.layers == ("l1", "h1", "l2") and rep.weights == ("l1/kernel", "l2/kernel")
+        got = jax.jit(ad.features)(pure, x)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+    np.testing.assert_allclose(before.apply(pure, x), m.l2(jax.nn.relu(m.l1(x))), rtol=1e-6)
