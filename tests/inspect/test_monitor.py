@@ -93,3 +93,35 @@ def test_history_errors():
         mon.history({"step": np.arange(3)}, params0)
     with pytest.raises(KeyError, match="stable_rank/hidden_1"):
         mon.history({"eval_step": np.arange(2), "eval": {}}, params0)
+
+
+def test_plots_leave_the_backend_alone_and_draw_model_only_reports(tmp_path):
+    """No matplotlib.use / pyplot: the caller's backend stays; a report of model-level
+    diagnostics only (the NTK alignments) is drawn as one panel (was: zero rows)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    x, labels, params0, _ = _problem()
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(diagnostics=inspect.MODEL_DIAGNOSTICS, num_classes=3,
+                                ntk_method="jacobian", ntk_samples=8)
+    ref = inspect.make_reference(model, params0, x[:16], config=cfg)
+    rep = inspect.layer_report(model, params0, x[:16], labels[:16], reference=ref, config=cfg)
+    assert not rep.layer_values and not rep.weight_values
+    old = matplotlib.get_backend()
+    try:
+        matplotlib.use("svg")
+        n_figs = len(plt.get_fignums())
+        paths = [inspect.plot_report(rep, tmp_path / "model.png", title="t"),
+                 inspect.plot_report(rep, tmp_path / "model.pdf")]
+        h = inspect.History(np.arange(2), (), (), {}, {},
+                            {k: np.stack([v, v]) for k, v in rep.model_values.items()})
+        paths.append(inspect.plot_history(h, tmp_path / "hist.png"))
+        assert matplotlib.get_backend() == "svg"
+        assert len(plt.get_fignums()) == n_figs  # nothing left in pyplot's registry
+    finally:
+        matplotlib.use(old)
+    with open(paths[0], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    for p in paths:
+        assert (tmp_path / p).stat().st_size > 1000
