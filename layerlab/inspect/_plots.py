@@ -111,6 +111,8 @@ def plot_history(history: History, path: str | os.PathLike, *, title: str | None
 
     One panel per layer diagnostic (a line per layer), per weight diagnostic (a line per
     weight kernel) and one for the model-level values (and ``history.extra``, e.g. a loss).
+    A history of ``fit(runs=True)`` (``history.runs = R``) draws a line per run and layer,
+    the runs of one layer in the layer's colour (``history.run(r)`` for one run alone).
 
     Args:
       history: a :class:`History` (``Monitor.history``).
@@ -131,17 +133,25 @@ def plot_history(history: History, path: str | os.PathLike, *, title: str | None
     k = len(panels) + (1 if scalars else 0)
     rows, cols = _grid(k)
     fig, axes = _figure(rows, cols, (3.8 * cols, 2.9 * rows))
-    for ax, (d, names, v) in zip(axes.flat, panels):
+    one = history.runs is None
+    style = dict(ms=3, marker=".") if one else dict(lw=0.9, alpha=0.7)
+
+    def by_run(v):  # [E, ...] or [E, R, ...] -> [E, R, ...]
         v = np.asarray(v, np.float64)
+        return v[:, None] if one else v
+
+    for ax, (d, names, v) in zip(axes.flat, panels):
+        v = by_run(v)
         for i, n in enumerate(names):
-            ax.plot(t, v[:, i], ".-", ms=3, label=n,
-                    color=colormaps["viridis"](i / max(len(names) - 1, 1)))
+            color = colormaps["viridis"](i / max(len(names) - 1, 1))
+            for r in range(v.shape[1]):
+                ax.plot(t, v[:, r, i], label=n if r == 0 else None, color=color, **style)
         ax.set_title(_LABELS.get(d, d), fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.grid(alpha=0.3)
         if extra is not None and extra in history.extra and d.startswith("dgl"):
             ax2 = ax.twinx()
-            ax2.plot(t, np.asarray(history.extra[extra]), "k--", lw=0.8)
+            ax2.plot(t, by_run(history.extra[extra]), "k--", lw=0.8)
             ax2.set_ylabel(extra, fontsize=7)
             ax2.tick_params(labelsize=6)
     firsts = {id(names): i for i, (_, names, _) in reversed(list(enumerate(panels)))}
@@ -150,13 +160,16 @@ def plot_history(history: History, path: str | os.PathLike, *, title: str | None
     if scalars:
         ax = axes.flat[len(panels)]
         for i, (n, v) in enumerate(scalars.items()):
-            ax.plot(t, np.asarray(v, np.float64), ".-", ms=3, label=n, color=f"C{i % 10}")
+            v = by_run(v)
+            for r in range(v.shape[1]):
+                ax.plot(t, v[:, r], label=n if r == 0 else None, color=f"C{i % 10}", **style)
         ax.set_title("model", fontsize=9)
         ax.set_xlabel("step", fontsize=8)
         ax.legend(fontsize=6)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[k:]:
         ax.axis("off")
+    title = " | ".join(x for x in (title, None if one else f"{history.runs} runs") if x)
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
