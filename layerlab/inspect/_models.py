@@ -20,6 +20,7 @@ weight names are the ``/``-joined parameter paths (``"Conv_0/kernel"``).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -55,8 +56,14 @@ class Inspectable(NamedTuple):
       features: ``features(params, x [n, ...]) -> {name: [n, ...]}``, the per-layer
         representations of the batch (samples as rows; insertion order = layer order).
       apply: ``apply(params, x) -> [n, k]`` model outputs, or ``None`` (no NTK diagnostics).
-      weights: ``weights(params) -> {name: array}`` weight kernels whose spectra are reported
-        (default :func:`named_weights`: every parameter leaf with ``ndim >= 2``).
+      weights: ``weights(params) -> {name: array}`` weight kernels whose spectra are reported,
+        as ``[fan_in, fan_out]`` matrices; a kernel of rank > 2 is read as
+        ``[prod(shape[:-1]), shape[-1]]`` (a convolution's ``[kh, kw, c_in, c_out]``).
+        Default: :func:`named_weights` (parameter leaves with ``ndim >= 2``, not ``bias``),
+        each kernel of rank > 2 split into inputs and outputs by the shape of its sibling
+        ``bias`` where there is one (``[d, heads, head_dim]`` with a ``[heads, head_dim]``
+        bias as ``[d, heads head_dim]``).  The linen and NNX adapters set it: the trainable
+        parameters only, split by the modules' own output shapes.
       top_variances: ``top_variances(params) -> {layer name: LayerVariances}``, the fan-in
         variances ``[D + 1]`` of the network above each representation (mean-field, Sec. V of
         Ben-David & Ringel 2019), or ``None``; layers without an entry use the configured
@@ -90,27 +97,64 @@ def _path_name(path, drop: Sequence[str] = ()) -> str:
     return "/".join(parts)
 
 
-def named_weights(params: Any, *, min_ndim: int = 2) -> dict[str, jax.Array]:
-    """Every parameter leaf with ``ndim >= min_ndim``, named by its ``/``-joined path.
+def _named_leaves(params: Any) -> dict[str, jax.Array]:
+    """Every leaf by its ``/``-joined path; of a linen variables dict (a mapping with a
+    ``"params"`` entry) only the ``"params"`` collection, named without ``"params/"``."""
+    # a linen variables dict; not an nnx.State (whose keys are attribute names)
+    if (isinstance(params, Mapping) and "params" in params
+            and not type(params).__module__.startswith("flax.nnx")):
+        params = params["params"]
+    return {_path_name(path): leaf for path, leaf in jax.tree_util.tree_leaves_with_path(params)}
 
-    A leading ``"params"`` collection name (flax linen variables) is dropped, so a linen
-    ``{"params": {"Conv_0": {"kernel": ...}}}`` gives ``{"Conv_0/kernel": [kh, kw, c_in, c_out]}``
-    and a ``layerlab.nets`` MLP gives ``{"0/w": [d0, d1], "1/w": ...}``.
+
+def named_weights(params: Any, *, min_ndim: int = 2) -> dict[str, jax.Array]:
+    """Every weight kernel: parameter leaves with ``ndim >= min_ndim``, not named ``bias``.
+
+    Named by the ``/``-joined path.  Of a flax linen variables dict (a mapping with a
+    ``"params"`` entry) only the ``"params"`` collection is read and its name dropped: a linen
+    ``{"params": {"Conv_0": {"kernel": ...}}, "batch_stats": ...}`` gives ``{"Conv_0/kernel":
+    [kh, kw, c_in, c_out]}`` (BatchNorm statistics, SpectralNorm's ``u`` and other
+    collections are not weights).  Leaves named ``bias`` are skipped whatever their rank
+    (attention biases are ``[heads, head_dim]``).  A ``layerlab.nets`` MLP gives ``{"0/w":
+    [d0, d1], "1/w": ...}``.
 
     Args:
-      params: parameter pytree.
+      params: parameter pytree (or linen variables).
       min_ndim: smallest rank counted as a weight (biases are 1-D).
 
     Returns:
-      ``{name: array}`` in tree order.
+      ``{name: array}`` in tree order, with the arrays' own shapes.
     """
+    return {name: leaf for name, leaf in _named_leaves(params).items()
+            if jnp.ndim(leaf) >= min_ndim and name.rpartition("/")[2] != "bias"}
+
+
+def _weight_matrices(params: Any, out_axes: Mapping[str, int] | None = None
+                     ) -> dict[str, jax.Array]:
+    """:func:`named_weights` read as the linear maps they apply, ``[fan_in, fan_out]``.
+
+    A kernel of rank > 2 is ``[in..., out...]`` (flax's layout for ``Conv``, ``DenseGeneral``,
+    attention and NNX's ``LinearGeneral``); its number of output axes is, in this order,
+    ``out_axes[module path]`` (known from the module), the rank of a sibling ``bias`` whose
+    shape ends the kernel's (the bias has the output shape), or 1 (``[kh, kw, c_in, c_out]
+    -> [kh kw c_in, c_out]``).  So an attention query kernel ``[d, heads, head_dim]`` is read
+    as ``[d, heads head_dim]`` and the output kernel ``[heads, head_dim, d]`` as ``[heads
+    head_dim, d]``.
+    """
+    leaves = _named_leaves(params)
     out = {}
-    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
-        if jnp.ndim(leaf) >= min_ndim:
-            name = _path_name(path)
-            if name.startswith("params/"):
-                name = name[len("params/"):]
-            out[name] = leaf
+    for name, w in named_weights(params).items():
+        shape = jnp.shape(w)
+        if len(shape) > 2:
+            parent = name.rpartition("/")[0]
+            k = (out_axes or {}).get(parent)
+            if k is None:
+                b = leaves.get(f"{parent}/bias" if parent else "bias")
+                bs = tuple(jnp.shape(b)) if b is not None else ()
+                k = len(bs) if 0 < len(bs) < len(shape) and shape[-len(bs):] == bs else 1
+            k = min(max(int(k), 1), len(shape) - 1)
+            w = jnp.reshape(w, (math.prod(shape[:-k]), math.prod(shape[-k:])))
+        out[name] = w
     return out
 
 
@@ -143,7 +187,8 @@ def from_features(
     Args:
       features: per-layer representations of a batch, samples as rows.
       apply: optional model outputs ``(params, x) -> [n, k]`` (for the NTK diagnostics).
-      weights: optional ``params -> {name: kernel}`` (default :func:`named_weights`).
+      weights: optional ``params -> {name: kernel}`` (default: :func:`named_weights`, read as
+        described under :attr:`Inspectable.weights`).
     """
     if not callable(features):
         raise TypeError(
@@ -246,6 +291,30 @@ def from_revmlp(frozen: RevMLPFrozen, readout: jax.Array | None = None) -> Inspe
     return Inspectable(features=features, apply=apply, weights=weights)
 
 
+def _output_picker(output, fn: str) -> Callable[[Any], Any]:
+    """``output=`` of the flax adapters: ``None`` (the output as is), a callable ``out ->
+    array`` or a key / index ``out[output]`` into a tuple or dict output."""
+    if output is None:
+        return lambda out: out
+    if callable(output):
+        return output
+    if isinstance(output, bool) or not isinstance(output, (int, str)):
+        raise TypeError(
+            f"{fn}: output must be None, a callable out -> [n, k] array, or a key / index "
+            f"into the model's output, got {type(output).__name__} {output!r}.")
+
+    def pick(out):
+        try:
+            return out[output]
+        except (KeyError, IndexError, TypeError) as e:
+            got = jax.tree.map(lambda a: list(jnp.shape(a)), out)
+            raise ValueError(
+                f"{fn}: output={output!r} selects nothing from the model's output "
+                f"({type(out).__name__} {got}).") from e
+
+    return pick
+
+
 def _default_linen_filter(module, method_name: str) -> bool:
     import flax.linen as nn
 
@@ -259,6 +328,7 @@ def from_linen(
     *,
     capture: Callable | bool = True,
     apply_kwargs: Mapping[str, Any] | None = None,
+    output: Callable[[Any], jax.Array] | int | str | None = None,
 ) -> Inspectable:
     """A flax linen module: the outputs of its layers and everything it ``sow``-s.
 
@@ -266,7 +336,16 @@ def from_linen(
     mutable=["intermediates"])`` and reads the ``"intermediates"`` collection: the outputs of
     every ``nn.Dense``/``nn.Conv`` sub-module (pre-activation, named by module path, e.g.
     ``"Conv_0"``) when ``capture=True``, and every value sown with
-    ``self.sow("intermediates", name, h)`` (e.g. post-activation representations).
+    ``self.sow("intermediates", name, h)`` (e.g. post-activation representations).  Layers
+    are reported in call order (read off the traced program, as :func:`from_nnx`); a module
+    called twice reports ``<path>/0`` and ``<path>/1`` at the two places it ran.
+
+    Weights: the kernels of the ``"params"`` collection (not ``batch_stats`` or other
+    collections, not biases) as the linear maps they apply, ``[fan_in, fan_out]``: a
+    ``DenseGeneral`` / attention kernel ``[in..., out...]`` is split by its module's
+    ``features`` (known once ``features`` has run; :func:`layer_report` runs it first) or
+    else by the shape of its bias; other kernels of rank > 2 (convolutions) as
+    ``[prod(shape[:-1]), shape[-1]]``.
 
     Args:
       model: a ``flax.linen.Module``.
@@ -276,11 +355,16 @@ def from_linen(
         ``"mutable"`` names collections the model updates in that mode (e.g. ``{"train":
         True, "mutable": ["batch_stats"]}`` for BatchNorm on the batch's statistics): they are
         made mutable and their updates discarded (the caller's variables are never changed).
+      output: for a model whose output is not one ``[n, k]`` array: the NTK diagnostics'
+        output, as a key or index into it (``output=0`` of a tuple ``(logits, aux)``,
+        ``output="logits"`` of a dict) or a callable ``out -> [n, k]``.
 
     Returns:
       :class:`Inspectable`; ``params`` is the linen variables dict (``{"params": ...}``; a bare
       params tree is wrapped).
     """
+    import flax.linen as nn
+
     kw = dict(apply_kwargs or {})
     extra = kw.pop("mutable", ())
     extra = [extra] if isinstance(extra, str) else list(extra)
@@ -289,13 +373,23 @@ def from_linen(
             "from_linen: apply_kwargs['mutable'] must name the collections the model updates "
             f"(e.g. ['batch_stats']), without 'intermediates'; got {extra!r}.")
     flt = _default_linen_filter if capture is True else capture
+    pick = _output_picker(output, "from_linen")
+    out_axes: dict[str, int] = {}  # module path -> number of output axes of its kernel
+
+    def record(next_fun, args, kwargs, context):
+        m = context.module
+        if context.method_name == "__call__" and isinstance(m, nn.DenseGeneral):
+            f = m.features
+            out_axes["/".join(m.path)] = len(f) if isinstance(f, Sequence) else 1
+        return next_fun(*args, **kwargs)
 
     def _vars(params):
         return params if isinstance(params, Mapping) and "params" in params else {"params": params}
 
-    def features(params, x):
-        _, state = model.apply(_vars(params), x, capture_intermediates=flt,
-                               mutable=["intermediates", *extra], **kw)
+    def raw_features(params, x):
+        with nn.intercept_methods(record):
+            _, state = model.apply(_vars(params), x, capture_intermediates=flt,
+                                   mutable=["intermediates", *extra], **kw)
         out: dict[str, jax.Array] = {}
         _walk(state.get("intermediates", {}), (), out)
         out.pop("output", None)  # the model's own output (captured by some filters)
@@ -307,13 +401,22 @@ def from_linen(
 
     def apply(params, x):
         if extra:
-            return model.apply(_vars(params), x, mutable=extra, **kw)[0]
-        return model.apply(_vars(params), x, **kw)
+            return pick(model.apply(_vars(params), x, mutable=extra, **kw)[0])
+        return pick(model.apply(_vars(params), x, **kw))
 
-    return Inspectable(features=features, apply=apply, trainable=trainable)
+    def weights(params):
+        return _weight_matrices(_vars(params)["params"], out_axes)
+
+    return Inspectable(features=_in_call_order(raw_features), apply=apply, weights=weights,
+                       trainable=trainable)
 
 
-def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
+def from_nnx(
+    model: nnx.Module,
+    *,
+    capture: bool = True,
+    output: Callable[[Any], jax.Array] | int | str | None = None,
+) -> Inspectable:
     """A flax NNX module: sown ``nnx.Intermediate`` values and its layers' outputs.
 
     The module is split once, ``graphdef, state = nnx.split(model)``; ``params`` is then
@@ -332,11 +435,21 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
     ``nnx.Param`` leaves only.
 
     Values the model sowed in an earlier call (``nnx.Intermediate``) are dropped from the
-    module and from every ``state`` passed, so ``nnx.state(model)`` works before and after
-    the model has been called.
+    module and from every ``state`` passed (an ``nnx.State`` or a plain dict such as
+    ``nnx.to_pure_dict(nnx.state(model))``: there, every entry the model's own state lacks),
+    so ``nnx.state(model)`` works before and after the model has been called.
+
+    Weights: the ``nnx.Param`` kernels (not biases, not sown values or BatchNorm statistics)
+    as the linear maps they apply, ``[fan_in, fan_out]``: a ``LinearGeneral`` kernel
+    (attention's query/key/value ``[d, heads, head_dim]`` and output ``[heads, head_dim,
+    d]``) split by the module's ``out_features``, a convolution ``[kh, kw, c_in, c_out]`` as
+    ``[kh kw c_in, c_out]``.
 
     Args:
       model: an ``nnx.Module``.  capture: also report the Linear/Conv outputs.
+      output: for a model whose output is not one ``[n, k]`` array: the NTK diagnostics'
+        output, as a key or index into it (``output=0`` of a tuple ``(logits, aux)``,
+        ``output="logits"`` of a dict) or a callable ``out -> [n, k]``.
 
     Returns:
       :class:`Inspectable` whose ``params`` is the ``nnx.State`` of ``nnx.split(model)``.
@@ -349,14 +462,19 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
     # definition and every state passed later are taken without nnx.Intermediate
     clean = nnx.clone(model)
     nnx.pop(clean, nnx.Intermediate)
-    graphdef, _ = nnx.split(clean)
+    graphdef, clean_state = nnx.split(clean)
+    clean_pure = nnx.to_pure_dict(clean_state)
+    pick = _output_picker(output, "from_nnx")
     layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
     module_paths, layer_paths = set(), set()
+    out_axes: dict[str, int] = {}  # module path -> number of output axes of its kernel
     for path, m in nnx.iter_modules(model):
         name = "/".join(str(p) for p in path)
         module_paths.add(name)
         if path and isinstance(m, layer_types):
             layer_paths.add(name)
+        if isinstance(m, nnx.LinearGeneral):
+            out_axes[name] = len(m.out_features)
 
     def keep(k: str) -> bool:
         """Linear/Conv outputs and sown values; not the outputs of containers or the root.  A
@@ -382,8 +500,8 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
                 "nnx.state(model) (or nnx.split(model)[1]).")
         if not isinstance(state, nnx.State):
             # a pure dict (to_pure_dict, an orbax restore): typed through the graph (the NTK
-            # needs to know which leaves are nnx.Param)
-            state = nnx.state(nnx.merge(graphdef, state, copy=True))
+            # needs to know which leaves are nnx.Param), without the entries of sown values
+            state = nnx.state(nnx.merge(graphdef, _restrict(state, clean_pure), copy=True))
         return nnx.filter_state(state, nnx.Not(nnx.Intermediate))
 
     def raw_features(state, x):
@@ -397,30 +515,49 @@ def from_nnx(model: nnx.Module, *, capture: bool = True) -> Inspectable:
         _walk(inter, (), raw)
         return {k: h for k, h in raw.items() if keep(k)}
 
-    orders: dict = {}  # call order per (names, input shape, state structure): traced once
-
-    def features(state, x):
-        raw = raw_features(state, x)
-        names = list(raw)
-        key = (tuple(names), jnp.shape(x), str(jnp.result_type(x)), jax.tree.structure(state))
-        if key not in orders:
-            try:
-                orders[key] = _call_order(raw_features, state, x, names)
-            except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
-                    jax.errors.TracerIntegerConversionError,
-                    jax.errors.TracerArrayConversionError):
-                orders[key] = names  # a model that cannot be traced: NNX's (sorted) order
-        return {k: raw[k] for k in orders[key]}
-
     def apply(state, x):  # under capture, so sown values do not leak into the module
         mod = nnx.merge(graphdef, params_only(state), copy=True)
-        return nnx.capture(mod, nnx.Intermediate)(x)[0]
+        return pick(nnx.capture(mod, nnx.Intermediate)(x)[0])
+
+    def weights(state):  # the nnx.Param kernels only
+        return _weight_matrices(nnx.filter_state(params_only(state), nnx.Param), out_axes)
 
     def trainable(state):  # the NTK is taken w.r.t. the nnx.Param leaves only
         theta, rest = nnx.split_state(params_only(state), nnx.Param, ...)
         return theta, lambda t: nnx.merge_state(t, rest)
 
-    return Inspectable(features=features, apply=apply, trainable=trainable)
+    return Inspectable(features=_in_call_order(raw_features), apply=apply, weights=weights,
+                       trainable=trainable)
+
+
+def _restrict(tree: Any, like: Any) -> Any:
+    """``tree`` (nested mappings) without the entries ``like`` lacks (keys compared as
+    strings: a restored checkpoint may hold ``"0"`` for ``0``)."""
+    if not (isinstance(tree, Mapping) and isinstance(like, Mapping)):
+        return tree
+    keys = {str(k): k for k in like}
+    return {k: _restrict(v, like[keys[str(k)]]) for k, v in tree.items() if str(k) in keys}
+
+
+def _in_call_order(raw_features: FeaturesFn) -> FeaturesFn:
+    """``raw_features`` with its layers sorted into call order (:func:`_call_order`), traced
+    once per (names, input shape and dtype, params structure)."""
+    orders: dict = {}
+
+    def features(params, x):
+        raw = raw_features(params, x)
+        names = list(raw)
+        key = (tuple(names), jnp.shape(x), str(jnp.result_type(x)), jax.tree.structure(params))
+        if key not in orders:
+            try:
+                orders[key] = _call_order(raw_features, params, x, names)
+            except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError,
+                    jax.errors.TracerIntegerConversionError,
+                    jax.errors.TracerArrayConversionError):
+                orders[key] = names  # a model that cannot be traced: the adapter's own order
+        return {k: raw[k] for k in orders[key]}
+
+    return features
 
 
 def _call_order(fn: Callable[[Any, jax.Array], Mapping[str, jax.Array]], params, x,

@@ -6,8 +6,8 @@ metrics; :func:`monitor` returns such an ``eval_fn`` computing the whole :class:
 fixed probe batch (closed over as constants) in one compiled call, so monitoring adds
 compiled work and one read-back of its scalars per evaluation, nothing per step.
 :meth:`Monitor.history` turns ``fit``'s history back into a :class:`History`
-of reports (``[E, L]`` per layer diagnostic), the data of Fig. 4 of Ben-David & Ringel
-(2019).
+of reports (``[E, L]`` per layer diagnostic; ``[E, R, L]`` for ``fit(runs=True)``), the data
+of Fig. 4 of Ben-David & Ringel (2019).
 """
 from __future__ import annotations
 
@@ -36,12 +36,19 @@ __all__ = ["History", "Monitor", "monitor"]
 class History:
     """Reports over training (numpy, on the host).
 
+    With ``loop.fit(..., runs=True)`` (``R`` runs trained in one program) every value keeps
+    the runs axis after the evaluation axis: ``[E, R, L]``, ``[E, R, W]``, ``[E, R]``; pick
+    one run with :meth:`run`.
+
     Attributes:
       steps: ``[E]`` training steps of the evaluations.
       layers: ``L`` names.  weights: ``W`` names.
-      layer_values: ``{diagnostic: [E, L]}``.  weight_values: ``{diagnostic: [E, W]}``.
-      model_values: ``{diagnostic: [E]}``.
-      extra: other ``eval`` metrics in the fit history ``{name: [E]}`` (e.g. a test loss).
+      layer_values: ``{diagnostic: [E, L]}`` (``[E, R, L]`` with runs).
+      weight_values: ``{diagnostic: [E, W]}`` (``[E, R, W]``).
+      model_values: ``{diagnostic: [E]}`` (``[E, R]``).
+      extra: other ``eval`` metrics in the fit history ``{name: [E]}`` (``[E, R]``; e.g. a
+        test loss).
+      runs: ``R`` for a history of ``fit(runs=True)``, else ``None``.
     """
 
     steps: np.ndarray
@@ -51,9 +58,30 @@ class History:
     weight_values: dict[str, np.ndarray]
     model_values: dict[str, np.ndarray]
     extra: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    runs: int | None = None
 
-    def report(self, i: int) -> Report:
-        """The ``i``-th report (without weight spectra)."""
+    def run(self, r: int) -> History:
+        """The history of run ``r`` alone (``[E, L]`` values) of a ``runs`` history."""
+        if self.runs is None:
+            raise ValueError("History.run: this history has no runs axis (fit without runs).")
+        if not -self.runs <= r < self.runs:
+            raise IndexError(f"History.run: run {r} out of range for {self.runs} runs.")
+
+        def sel(d):
+            return {k: v[:, r] for k, v in d.items()}
+
+        return History(self.steps, self.layers, self.weights, sel(self.layer_values),
+                       sel(self.weight_values), sel(self.model_values), sel(self.extra))
+
+    def report(self, i: int, run: int | None = None) -> Report:
+        """The ``i``-th report (without weight spectra); of run ``run`` with runs."""
+        if self.runs is not None:
+            if run is None:
+                raise ValueError(
+                    f"History.report: this history holds {self.runs} runs; pass run=r.")
+            return self.run(run).report(i)
+        if run is not None:
+            raise ValueError("History.report: run given, but this history has no runs axis.")
         return Report(
             layer_values={k: v[i] for k, v in self.layer_values.items()},
             weight_values={k: v[i] for k, v in self.weight_values.items()},
@@ -99,32 +127,70 @@ class Monitor:
     def history(self, fit_history: Mapping[str, Any], params: Any) -> History:
         """:class:`History` from the history dict of ``loop.fit``.
 
+        A fit with ``runs=True`` (every eval metric ``[E, R]``) gives a history with the runs
+        axis (``History.runs = R``; values ``[E, R, L]``).
+
         Args:
           fit_history: ``fit(...)[1]`` (its ``"eval_step"`` and ``"eval"`` entries).
-          params: any parameters of the model (only their shapes are used, to learn the
-            layer and weight names and their order).
+          params: any parameters of the model (only their structure is used, to learn the
+            layer and weight names and their order); with runs, those of one run or the
+            stacked ``[R, ...]`` ones of fit's final state.
         """
         if "eval" not in fit_history or "eval_step" not in fit_history:
             raise ValueError(
                 "fit_history: no evaluations recorded; pass eval_fn=monitor.eval_fn (and "
                 "eval_every) to loop.fit."
             )
-        like = jax.eval_shape(self.report, params)
         ev = fit_history["eval"]
+        steps = np.asarray(fit_history["eval_step"])
 
         def get(key):
             if key not in ev:
                 raise KeyError(f"fit_history: metric {key!r} missing; was eval_fn this monitor's?")
-            return np.asarray(ev[key])
+            a = np.asarray(ev[key])
+            if a.shape[:1] != steps.shape or a.ndim > 2:
+                raise ValueError(
+                    f"fit_history: metric {key!r} has shape {a.shape}; expected [E] (or [E, R] "
+                    f"from fit(runs=True)) with E = {steps.shape[0]} evaluations.")
+            return a
 
-        lv = {d: np.stack([get(f"{d}/{n}") for n in like.layers], axis=-1)
+        first = next((k for k in ev if not k.startswith("extra:")), None)
+        shape = get(first).shape if first is not None else steps.shape
+        runs = shape[1] if len(shape) == 2 else None  # fit(runs=True): [E, R]
+        like = self._like(params, runs)
+
+        def value(key):
+            a = get(key)
+            if a.shape != shape:
+                raise ValueError(f"fit_history: metric {key!r} has shape {a.shape}, "
+                                 f"{first!r} {shape}.")
+            return a
+
+        lv = {d: np.stack([value(f"{d}/{n}") for n in like.layers], axis=-1)
               for d in like.layer_values}
-        wv = {d: np.stack([get(f"{d}/{n}") for n in like.weights], axis=-1)
+        wv = {d: np.stack([value(f"{d}/{n}") for n in like.weights], axis=-1)
               for d in like.weight_values}
-        mv = {d: get(d) for d in like.model_values}
+        mv = {d: value(d) for d in like.model_values}
         extra = {k[len("extra:"):]: np.asarray(v) for k, v in ev.items() if k.startswith("extra:")}
-        return History(np.asarray(fit_history["eval_step"]), like.layers, like.weights, lv, wv,
-                       mv, extra)
+        return History(steps, like.layers, like.weights, lv, wv, mv, extra, runs)
+
+    def _like(self, params: Any, runs: int | None) -> Report:
+        """The report's structure (names) at ``params``: one run's, or ``R`` stacked ones."""
+        if runs is None:
+            return jax.eval_shape(self.report, params)
+        stacked = all(jnp.ndim(a) >= 1 and jnp.shape(a)[0] == runs
+                      for a in jax.tree.leaves(params))
+        tries = [jax.vmap(self.report), self.report] if stacked else [self.report]
+        err = None
+        for f in tries:
+            try:
+                return jax.eval_shape(f, params)
+            except Exception as e:  # any failure: try the other reading, then report
+                err = err or e
+        raise ValueError(
+            f"params: the fit history holds {runs} runs; pass the parameters of one run or "
+            f"the stacked [R, ...] ones of fit's final state (state.params), got leaves "
+            f"{[jnp.shape(a) for a in jax.tree.leaves(params)][:4]}...") from err
 
 
 def monitor(
@@ -146,6 +212,10 @@ def monitor(
                                eval_fn=mon.eval_fn, eval_every=100, eval_at_start=True)
         history = mon.history(hist, state.params)
         inspect.plot_history(history, "history.png")
+
+    With ``fit(..., runs=True)`` (a leading runs axis on the state, e.g. seeds) the same
+    ``eval_fn`` runs vmapped over the runs; ``mon.history(hist, state.params)`` then keeps
+    the runs axis (``[E, R, L]``) and ``plot_history`` draws a line per run and layer.
 
     Args:
       model: :class:`Inspectable` or ``features`` callable.

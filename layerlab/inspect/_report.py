@@ -12,8 +12,11 @@ Every number is computed by the toolkit's own implementation (no second copy):
 ``cka``                  ``probes.linear_cka(H, H_ref)`` to a reference (Kornblith et al. 2019)
 ``effective_rank``       ``probes.effective_rank(s)``, ``s`` = singular values of centred ``H``
 ``stable_rank``          ``probes.stable_rank(s)`` (same ``s``)
-``spectral_norm``        ``s_1(W)`` of each weight kernel (``probes.singular_values``; conv
-                         kernels ``[kh, kw, c_in, c_out]`` read as ``[kh kw c_in, c_out]``)
+``spectral_norm``        ``s_1(W)`` of each weight kernel read as the linear map it applies,
+                         ``[fan_in, fan_out]`` (``probes.singular_values``; conv kernels
+                         ``[kh, kw, c_in, c_out]`` as ``[kh kw c_in, c_out]``, attention
+                         kernels ``[d, heads, head_dim]`` as ``[d, heads head_dim]``; biases
+                         are not weights)
 ``weight_stable_rank``   ``probes.stable_rank(s(W))``
 ``near_one``             ``probes.count_near_one(s(W), tol)`` -- paper B's bottleneck signature
                          (Thm. 6 of Jacot 2023)
@@ -39,9 +42,9 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from layerlab import dgl, kernels, probes
-from layerlab._checks import check_labels
+from layerlab._checks import check_choice, check_int, check_labels, check_number
 from layerlab._linalg import qr, svdvals
-from layerlab.inspect._models import FeaturesFn, Inspectable, named_weights
+from layerlab.inspect._models import FeaturesFn, Inspectable, _weight_matrices
 
 __all__ = [
     "LAYER_DIAGNOSTICS",
@@ -65,6 +68,7 @@ _NEEDS_Y = ("dgl_linear", "dgl_nngp", "ntk_target_alignment")
 _NEEDS_REF = ("cka", "ntk_alignment")
 _NTK = ("ntk_alignment", "ntk_target_alignment")
 _CONV = ("mean", "max", "flatten")
+_NTK_METHODS = ("ntk_vp", "jacobian")  # kernels.empirical_ntk's methods
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +100,10 @@ class InspectConfig:
     """Settings of a report (hashable: can be a static argument).
 
     Attributes:
-      diagnostics: names from :data:`DIAGNOSTICS` to compute (default all).
-      layers: representation names to report, in this order (default: all of ``features``).
+      diagnostics: a tuple of names from :data:`DIAGNOSTICS` to compute (default all).  A
+        single string is refused (``TypeError``): wrap it, ``("cka",)``.
+      layers: a tuple of representation names to report, in this order (default: all of
+        ``features``); a single string is refused likewise.
       conv: ``"mean"`` | ``"max"`` | ``"flatten"`` for representations with spatial axes.
       num_classes: ``C`` for integer labels ``y [n]`` (turned into zero-mean one-hot targets,
         the DGL paper's encoding); not needed for ``y [n, C]`` targets.
@@ -105,10 +111,14 @@ class InspectConfig:
       ridge_rel: ``dgl_linear`` ridge ``eps^2 = ridge_rel * mean diag(H^T H)``; ``0`` gives
         the exact eq. (6) (needs ``d < n`` and full-rank ``H``).
       top: default :class:`TopNetwork` for layers the model gives no top variances for.
-      near_one_tol: tolerance of ``near_one``.
-      ntk_samples: NTK on the first ``m`` probe samples (default all ``n``; an ``m`` above ``n``
-        uses all ``n`` with a warning; the NTK costs ``m * k`` Jacobian-vector products).
+      near_one_tol: tolerance of ``near_one`` (``> 0``).
+      ntk_samples: NTK on the first ``m`` probe samples, an integer ``m >= 2`` (default all
+        ``n``; an ``m`` above ``n`` uses all ``n`` with a warning; the NTK costs ``m * k``
+        Jacobian-vector products).
       ntk_method: ``"ntk_vp"`` or ``"jacobian"`` (``kernels.empirical_ntk``).
+
+    Every setting is checked when the config is made (``TypeError`` / ``ValueError`` naming
+    ``InspectConfig`` and the field), not when a report runs.
     """
 
     diagnostics: tuple[str, ...] = DIAGNOSTICS
@@ -123,6 +133,12 @@ class InspectConfig:
     ntk_method: str = "ntk_vp"
 
     def __post_init__(self):
+        for field in ("diagnostics", "layers"):
+            v = getattr(self, field)
+            if isinstance(v, str):
+                raise TypeError(
+                    f"InspectConfig: {field} must be a tuple of names, got str {v!r} (wrap "
+                    f"it: ({v!r},)).")
         diags = tuple(self.diagnostics)
         bad = [d for d in diags if d not in DIAGNOSTICS]
         if bad:
@@ -133,13 +149,22 @@ class InspectConfig:
             object.__setattr__(self, "layers", tuple(self.layers))
         if self.conv not in _CONV:
             raise ValueError(f"InspectConfig: conv must be one of {_CONV}, got {self.conv!r}.")
-        if self.ridge_rel < 0 or self.eps_rel <= 0:
-            raise ValueError(
-                f"InspectConfig: need ridge_rel >= 0 and eps_rel > 0, got {self.ridge_rel}, "
-                f"{self.eps_rel}."
-            )
-        if self.ntk_samples is not None and self.ntk_samples < 2:
-            raise ValueError(f"InspectConfig: ntk_samples must be >= 2, got {self.ntk_samples}.")
+        check_number(self.ridge_rel, "ridge_rel", fn="InspectConfig", min_value=0.0)
+        check_number(self.eps_rel, "eps_rel", fn="InspectConfig", min_value=0.0, lo_open=True)
+        check_number(self.near_one_tol, "near_one_tol", fn="InspectConfig", min_value=0.0,
+                     lo_open=True)
+        check_int(self.num_classes, "num_classes", fn="InspectConfig", min_value=1,
+                  allow_none=True)
+        check_int(self.ntk_samples, "ntk_samples", fn="InspectConfig", min_value=2,
+                  allow_none=True)
+        check_choice(self.ntk_method, "ntk_method", _NTK_METHODS, fn="InspectConfig")
+        if not isinstance(self.top, TopNetwork):
+            raise TypeError(
+                f"InspectConfig: top must be an inspect.TopNetwork, got {type(self.top).__name__}.")
+        check_int(self.top.depth, "top.depth", fn="InspectConfig", min_value=0)
+        check_number(self.top.w_var, "top.w_var", fn="InspectConfig", min_value=0.0,
+                     lo_open=True)
+        check_number(self.top.b_var, "top.b_var", fn="InspectConfig", min_value=0.0)
 
 
 class Reference(NamedTuple):
@@ -220,6 +245,12 @@ def _is_concrete(*xs) -> bool:
 def _as_model(model) -> Inspectable:
     if isinstance(model, Inspectable):
         return model
+    mods = [c.__module__ for c in type(model).__mro__]
+    for pkg, adapter in (("flax.linen", "from_linen"), ("flax.nnx", "from_nnx")):
+        if any(m.startswith(pkg) for m in mods):
+            raise TypeError(
+                f"model: a {pkg} module; wrap it with its adapter: "
+                f"layer_report(inspect.{adapter}(model), ...).")
     if callable(model):
         return Inspectable(features=model)
     raise TypeError(
@@ -260,6 +291,10 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
     if x.ndim < 1:
         raise ValueError(f"x must be a probe batch [n, ...] with samples as rows, got {x.shape}.")
     n = x.shape[0]
+    if n < 2:
+        raise ValueError(
+            f"x: the probe batch needs at least 2 samples (rows) for the diagnostics (DGL, CKA, "
+            f"ranks of centred representations), got shape {x.shape}.")
     feats = model.features(params, x)
     if not isinstance(feats, Mapping):
         raise TypeError(
@@ -303,6 +338,10 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
 def _targets(y, n: int, config: InspectConfig) -> jax.Array:
     y = jnp.asarray(y)
     given = y.shape
+    if y.dtype == jnp.bool_:
+        raise TypeError(
+            f"y: boolean array of shape {given}; pass binary labels as integers "
+            "(y.astype(int), with InspectConfig(num_classes=2)) or targets as floats.")
     if y.ndim != 1 and jnp.issubdtype(y.dtype, jnp.integer):
         raise ValueError(
             f"y: integer array of shape {given}; pass class labels as [n] "
@@ -335,6 +374,17 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
     if config.ntk_samples is not None and config.ntk_samples > x.shape[0]:
         warnings.warn(f"InspectConfig.ntk_samples = {config.ntk_samples} exceeds the {x.shape[0]} "
                       f"probe samples; the NTK uses all {x.shape[0]}.", stacklevel=3)
+    out = jax.eval_shape(model.apply, params, x[:m])
+    if not (isinstance(out, jax.ShapeDtypeStruct) and out.ndim in (1, 2) and out.shape[0] == m):
+        got = jax.tree.map(lambda a: list(a.shape), out)
+        got = (f"shape {got}" if isinstance(got, list) else f"a {type(out).__name__} {got}")
+        raise ValueError(
+            f"model.apply(params, x) must return the model's outputs as one [n, k] (or [n]) "
+            f"array for the NTK diagnostics; on {m} samples it returned {got}.  For a model "
+            "with several outputs pick the array with the adapter's output= (e.g. "
+            "from_linen(model, output=0), from_nnx(model, output='logits') or "
+            "output=lambda out: out[0]), or drop 'ntk_alignment' and 'ntk_target_alignment' "
+            "from InspectConfig.diagnostics.")
     if model.trainable is None:
         return kernels.empirical_ntk(model.apply, params, x[:m], method=config.ntk_method)
     theta, rebuild = model.trainable(params)  # non-trainable state (BatchNorm stats) held fixed
@@ -436,6 +486,12 @@ def layer_report(
     reps = representations(model, params, x, config=config)
     names = tuple(reps)
     n = x.shape[0]
+    if reference is not None and reference.representations:
+        got = {np.shape(v)[0] for v in reference.representations.values()}
+        if got != {n}:
+            raise ValueError(
+                f"reference: built on a probe batch of {sorted(got)} samples, but x has n = {n}; "
+                "pass make_reference(model, params, x) the same probe batch x as layer_report.")
     Y = _targets(y, n, config) if any(d in _NEEDS_Y for d in diags) else None
     tops = model.top_variances(params) if (model.top_variances and "dgl_nngp" in diags) else {}
 
@@ -445,6 +501,7 @@ def layer_report(
         h = h.astype(dt)
         d = h.shape[1]
         if "dgl_linear" in layer_values:
+            ss = jnp.sum(h * h)
             if config.ridge_rel == 0.0:
                 if d >= n:
                     raise ValueError(
@@ -452,14 +509,22 @@ def layer_report(
                         f"{name!r} has d = {d} features for n = {n} samples; use ridge_rel > 0, "
                         "conv='mean' or a larger probe batch."
                     )
-                eps2 = 0.0
+                eps2 = jnp.zeros((), dt)
             else:
-                eps2 = config.ridge_rel * jnp.sum(h * h) / d
+                eps2 = config.ridge_rel * ss / d
+            # an all-zero (dead) layer predicts 0: its value is sum(Y^2) / n, where the ridge
+            # eps2 = 0 would make H^T H + eps2 I singular.  The solve runs on a full-rank
+            # stand-in there, so no NaN reaches the value or its gradient (under jit too)
+            dead = ss == 0
+            Yd = Y.astype(dt)
+            hs = jnp.where(dead, jnp.eye(n, d, dtype=dt), h)
+            eps2 = jnp.where(dead, jnp.ones((), dt), eps2)
             # d > n (e.g. flattened convolutions): the same loss on the n coordinates of the
             # row space, H Q with H^T = Q R; exact, as eq. (6) is invariant under H -> H V for
             # orthogonal V, and O(d n^2) instead of O(d^3)
-            hl = h @ qr(h.T)[0] if d > n else h
-            layer_values["dgl_linear"].append(dgl.dgl_linear(hl, Y.astype(dt), eps2=eps2) / n)
+            hl = hs @ qr(hs.T)[0] if d > n else hs
+            layer_values["dgl_linear"].append(
+                jnp.where(dead, jnp.sum(Yd * Yd), dgl.dgl_linear(hl, Yd, eps2=eps2)) / n)
         if "dgl_nngp" in layer_values:
             v = tops[name] if name in tops else config.top.variances(dt)
             kfn = dgl.top_kernel_fn(v.w_var, v.b_var)
@@ -485,7 +550,7 @@ def layer_report(
     spectra: tuple = ()
     wnames: tuple = ()
     if weight_values:
-        ws = (model.weights or named_weights)(params)
+        ws = model.weights(params) if model.weights else _weight_matrices(params)
         wnames = tuple(ws)
         sv = probes.singular_values(dict(enumerate(ws.values())))
         spectra = tuple(sv[i] for i in range(len(wnames)))

@@ -311,3 +311,203 @@ def test_nnx_state_after_a_call_that_sowed_and_a_module_passed_as_params():
     theta, rebuild = before.trainable(pure)  # typed through the graph: the NTK's Params
     assert len(jax.tree.leaves(theta)) == 4
     np.testing.assert_allclose(before.apply(rebuild(theta), x), before.apply(pure, x), rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- audit fixes
+def test_tuple_and_dict_outputs_need_an_output_selector():
+    """A model returning (logits, aux) or a dict: a ValueError naming model.apply, what the
+    NTK needs and what came; with output= (index, key or callable) the NTK uses that array."""
+    class TwoLinen(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.relu(nn.Dense(8)(x))
+            return nn.Dense(3)(h), nn.Dense(2)(h)
+
+    class DictNNX(nnx.Module):
+        def __init__(self, rngs):
+            self.a = nnx.Linear(5, 8, rngs=rngs)
+            self.b = nnx.Linear(8, 3, rngs=rngs)
+
+        def __call__(self, x):
+            h = jax.nn.relu(self.a(x))
+            return {"logits": self.b(h), "h": h}
+
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    cfg = inspect.InspectConfig(diagnostics=("ntk_target_alignment",), num_classes=3,
+                                ntk_method="jacobian", ntk_samples=6)
+    lin = TwoLinen()
+    v = lin.init(jax.random.key(1), x)
+    with pytest.raises(ValueError, match=r"model.apply\(params, x\) must return .* one \[n, k\]"
+                       r".*returned a tuple \(\[6, 3\], \[6, 2\]\).*output="):
+        inspect.layer_report(inspect.from_linen(lin), v, x, _labels(), config=cfg)
+    m = DictNNX(nnx.Rngs(0))
+    st = nnx.state(m)
+    with pytest.raises(ValueError, match=r"returned a dict"):
+        inspect.layer_report(inspect.from_nnx(m), st, x, _labels(), config=cfg)
+
+    def logits_linen(p, xx):
+        return lin.apply({"params": p}, xx)[0]
+
+    J = _jacobian(logits_linen, v["params"], x[:6])
+    want = _target_alignment(J, _labels()[:6])
+    for sel in (0, lambda out: out[0]):
+        insp = inspect.from_linen(lin, output=sel)
+        np.testing.assert_allclose(insp.apply(v, x), lin.apply(v, x)[0], rtol=1e-6)
+        rep = inspect.layer_report(insp, v, x, _labels(), config=cfg)
+        np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]), want,
+                                   rtol=1e-4)
+    insp = inspect.from_nnx(m, output="logits")
+    theta, rest = nnx.split_state(st, nnx.Param, ...)
+    J = _jacobian(lambda t, xx: insp.apply(nnx.merge_state(t, rest), xx), theta, x[:6])
+    rep = inspect.layer_report(insp, st, x, _labels(), config=cfg)
+    np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]),
+                               _target_alignment(J, _labels()[:6]), rtol=1e-4)
+    with pytest.raises(ValueError, match=r"from_nnx: output='logit' selects nothing"):
+        inspect.from_nnx(m, output="logit").apply(st, x)
+    with pytest.raises(TypeError, match=r"from_linen: output must be"):
+        inspect.from_linen(lin, output=1.5)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # flax: sow() outside nnx.capture
+def test_nnx_weights_are_the_params_only():
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    m = NNXMLP(nnx.Rngs(0))
+    insp = inspect.from_nnx(m)
+    m(x)  # sows h1 into the model: its state holds one entry more
+    st = nnx.state(m)
+    ws = insp.weights(st)
+    assert list(ws) == ["l1/kernel", "l2/kernel"]  # not the sown 'h1/0'
+    np.testing.assert_array_equal(ws["l1/kernel"], m.l1.kernel.get_value())
+    cfg = inspect.InspectConfig(diagnostics=("effective_rank", "spectral_norm"))
+    rep = inspect.layer_report(insp, st, x, config=cfg)
+    assert rep.weights == ("l1/kernel", "l2/kernel")
+    s = np.linalg.svd(np.asarray(m.l2.kernel.get_value()), compute_uv=False)
+    np.testing.assert_allclose(rep.weight_values["spectral_norm"][1], s[0], rtol=1e-5)
+    assert list(inspect.from_nnx(m).weights(st)) == list(ws)  # adapter built after the call
+
+
+def test_linen_weights_are_the_params_collection_only():
+    class SN(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            h = nn.relu(nn.SpectralNorm(nn.Dense(16))(x, update_stats=train))
+            return nn.Dense(3)(h)
+
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    model = SN()
+    v = model.init(jax.random.key(1), x, train=True)
+    assert "batch_stats" in v  # SpectralNorm's u and sigma
+    cfg = inspect.InspectConfig(diagnostics=("spectral_norm",))
+    rep = inspect.layer_report(inspect.from_linen(model), v, x, config=cfg)
+    assert rep.weights == ("Dense_0/kernel", "Dense_1/kernel")
+    assert list(inspect.named_weights(v)) == ["Dense_0/kernel", "Dense_1/kernel"]
+    s = np.linalg.svd(np.asarray(v["params"]["Dense_1"]["kernel"]), compute_uv=False)
+    np.testing.assert_allclose(rep.weight_values["spectral_norm"][1], s[0], rtol=1e-5)
+
+
+def test_linen_block_reused_twice_in_call_order():
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.relu(nn.Dense(8, name="b")(nn.relu(nn.Dense(8, name="a")(x))))
+
+    class Rec(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            blk = Block(name="blk")
+            h = blk(nn.Dense(8, name="inp")(x))
+            h = blk(nn.Dense(8, name="mid")(h))
+            return nn.Dense(3, name="out")(h)
+
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    model = Rec()
+    v = model.init(jax.random.key(1), x)
+    insp = inspect.from_linen(model)
+    order = ["inp", "blk/a/0", "blk/b/0", "mid", "blk/a/1", "blk/b/1", "out"]
+    f = insp.features(v, x)
+    assert list(f) == order
+    cfg = inspect.InspectConfig(diagnostics=("stable_rank",))
+    assert jax.jit(lambda v: inspect.layer_report(insp, v, x, config=cfg))(v).layers == \
+        tuple(order)
+    a = v["params"]["blk"]["a"]  # the second call of blk/a runs on mid's output
+    np.testing.assert_allclose(f["blk/a/1"], f["mid"] @ a["kernel"] + a["bias"][None], rtol=1e-5,
+                               atol=1e-6)
+
+
+def _linear_maps_s1(kernels):
+    return {k: np.linalg.svd(np.asarray(w, np.float64), compute_uv=False)[0]
+            for k, w in kernels.items()}
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_attention_kernels_read_as_their_linear_maps(use_bias):
+    """Query/key/value kernels [d, heads, head_dim] are the maps [d, heads*head_dim]; the
+    output kernel [heads, head_dim, d] is [heads*head_dim, d]; [heads, head_dim] biases are
+    not weights.  Linen (from the bias, or the module's features) and NNX (LinearGeneral)."""
+    class T(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.Dense(16)(x)
+            h = h + nn.MultiHeadDotProductAttention(num_heads=4, use_bias=use_bias)(h)
+            return nn.Dense(3)(h.mean(1))
+
+    x = jax.random.normal(jax.random.key(0), (8, 6, 5))
+    model = T()
+    v = model.init(jax.random.key(1), x)
+    att = v["params"]["MultiHeadDotProductAttention_0"]
+    want = {"Dense_0/kernel": v["params"]["Dense_0"]["kernel"],
+            "Dense_1/kernel": v["params"]["Dense_1"]["kernel"]}
+    for k in ("query", "key", "value"):
+        want[f"MultiHeadDotProductAttention_0/{k}/kernel"] = np.reshape(att[k]["kernel"], (16, 16))
+    want["MultiHeadDotProductAttention_0/out/kernel"] = np.reshape(att["out"]["kernel"], (16, 16))
+    cfg = inspect.InspectConfig(diagnostics=("spectral_norm",))
+    rep = inspect.layer_report(inspect.from_linen(model), v, x, config=cfg)
+    assert sorted(rep.weights) == sorted(want)
+    got = dict(zip(rep.weights, np.asarray(rep.weight_values["spectral_norm"])))
+    s1 = _linear_maps_s1(want)
+    for k in want:
+        np.testing.assert_allclose(got[k], s1[k], rtol=1e-5, err_msg=k)
+    if use_bias:  # the auditor's numbers: the query map's s_1, not that of the [64, 4] reading
+        q = np.asarray(att["query"]["kernel"])
+        assert abs(got["MultiHeadDotProductAttention_0/query/kernel"]
+                   - np.linalg.svd(q.reshape(64, 4), compute_uv=False)[0]) > 1e-3
+
+    class NT(nnx.Module):
+        def __init__(self, rngs):
+            self.att = nnx.MultiHeadAttention(4, 16, use_bias=use_bias, decode=False,
+                                              rngs=rngs)
+
+        def __call__(self, x):
+            return self.att(x)
+
+    nm = NT(nnx.Rngs(0))
+    ws = inspect.from_nnx(nm).weights(nnx.state(nm))
+    assert sorted(ws) == [f"att/{k}/kernel" for k in ("key", "out", "query", "value")]
+    for k in ("query", "key", "value"):
+        np.testing.assert_array_equal(
+            ws[f"att/{k}/kernel"], getattr(nm.att, k).kernel.get_value().reshape(16, 16))
+    np.testing.assert_array_equal(ws["att/out/kernel"],
+                                  nm.att.out.kernel.get_value().reshape(16, 16))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # flax: sow() outside nnx.capture
+def test_nnx_pure_dict_of_a_model_that_sowed():
+    """nnx.to_pure_dict(nnx.state(m)) after m sowed holds the sown values: dropped (they are
+    not in the graph definition), for adapters built before and after the call."""
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    m = NNXMLP(nnx.Rngs(0))
+    before = inspect.from_nnx(m)
+    want = before.features(nnx.state(m), x)
+    m(x)
+    pure = nnx.to_pure_dict(nnx.state(m))
+    assert "h1" in pure
+    cfg = inspect.InspectConfig(diagnostics=("effective_rank", "spectral_norm",
+                                             "ntk_target_alignment"), num_classes=3,
+                                ntk_method="jacobian", ntk_samples=4)
+    for ad in (before, inspect.from_nnx(m)):
+        rep = inspect.layer_report(ad, pure, x, _labels(), config=cfg)
+        assert rep.layers == ("l1", "h1", "l2") and rep.weights == ("l1/kernel", "l2/kernel")
+        got = jax.jit(ad.features)(pure, x)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+    np.testing.assert_allclose(before.apply(pure, x), m.l2(jax.nn.relu(m.l1(x))), rtol=1e-6)

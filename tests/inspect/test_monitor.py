@@ -93,3 +93,75 @@ def test_history_errors():
         mon.history({"step": np.arange(3)}, params0)
     with pytest.raises(KeyError, match="stable_rank/hidden_1"):
         mon.history({"eval_step": np.arange(2), "eval": {}}, params0)
+
+
+def test_plots_leave_the_backend_alone_and_draw_model_only_reports(tmp_path):
+    """No matplotlib.use / pyplot: the caller's backend stays; a report of model-level
+    diagnostics only (the NTK alignments) is drawn as one panel (was: zero rows)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    x, labels, params0, _ = _problem()
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(diagnostics=inspect.MODEL_DIAGNOSTICS, num_classes=3,
+                                ntk_method="jacobian", ntk_samples=8)
+    ref = inspect.make_reference(model, params0, x[:16], config=cfg)
+    rep = inspect.layer_report(model, params0, x[:16], labels[:16], reference=ref, config=cfg)
+    assert not rep.layer_values and not rep.weight_values
+    old = matplotlib.get_backend()
+    try:
+        matplotlib.use("svg")
+        n_figs = len(plt.get_fignums())
+        paths = [inspect.plot_report(rep, tmp_path / "model.png", title="t"),
+                 inspect.plot_report(rep, tmp_path / "model.pdf")]
+        h = inspect.History(np.arange(2), (), (), {}, {},
+                            {k: np.stack([v, v]) for k, v in rep.model_values.items()})
+        paths.append(inspect.plot_history(h, tmp_path / "hist.png"))
+        assert matplotlib.get_backend() == "svg"
+        assert len(plt.get_fignums()) == n_figs  # nothing left in pyplot's registry
+    finally:
+        matplotlib.use(old)
+    with open(paths[0], "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    for p in paths:
+        assert (tmp_path / p).stat().st_size > 1000
+
+
+def test_history_of_a_runs_fit_keeps_the_runs_axis(tmp_path):
+    """fit(runs=True): eval metrics are [E, R]; the History keeps R ([E, R, L]), from the
+    stacked final params or one run's, and each run's last entry is its own report."""
+    x, labels, params0, ts = _problem()
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(diagnostics=("cka", "stable_rank", "spectral_norm"))
+    ref = inspect.make_reference(model, params0, x[:24], config=cfg)
+    mon = inspect.monitor(model, x[:24], labels[:24], reference=ref, config=cfg,
+                          extra=lambda s: {"wnorm": optax.tree.norm(s.params)})
+    R = 3
+    states = jax.vmap(lambda k: ts.init(nets.mlp_init(k, SIZES, init="he")))(
+        jax.random.split(jax.random.key(5), R))
+    state, hist = loop.fit(ts.step, states, (x, labels), key=jax.random.key(1), steps=10,
+                           batch_size=16, eval_fn=mon.eval_fn, eval_every=5, runs=True,
+                           progress=False)
+    one_run = jax.tree.map(lambda a: a[0], state.params)
+    for p in (state.params, one_run):
+        h = mon.history(hist, p)
+        assert h.runs == R and h.layers == ("hidden_1", "hidden_2")
+        assert h.layer_values["cka"].shape == (2, R, 2)
+        assert h.weight_values["spectral_norm"].shape == (2, R, 3)
+        assert h.extra["wnorm"].shape == (2, R)
+    for r in range(R):
+        params_r = jax.tree.map(lambda a, r=r: a[r], state.params)
+        want = inspect.layer_report(model, params_r, x[:24], labels[:24], reference=ref,
+                                    config=cfg)
+        got = h.report(1, run=r)
+        for d in want.layer_values:
+            np.testing.assert_allclose(got.layer_values[d], want.layer_values[d], rtol=1e-4)
+        np.testing.assert_allclose(h.run(r).weight_values["spectral_norm"][1],
+                                   want.weight_values["spectral_norm"], rtol=1e-4)
+    assert h.run(1).runs is None and h.run(1).layer_values["cka"].shape == (2, 2)
+    with pytest.raises(ValueError, match="holds 3 runs; pass run=r"):
+        h.report(0)
+    with pytest.raises(ValueError, match=r"params: the fit history holds 3 runs"):
+        mon.history(hist, jax.tree.map(lambda a: jnp.stack([a, a]), params0))  # R = 2
+    p = inspect.plot_history(h, tmp_path / "runs.png", extra="wnorm")
+    assert (tmp_path / p).stat().st_size > 1000

@@ -216,3 +216,78 @@ def test_conv_reduction_options():
         np.testing.assert_allclose(reps["conv"], want, rtol=1e-6)
     with pytest.raises(ValueError, match="conv must be one of"):
         inspect.InspectConfig(conv="avg")
+
+
+def test_config_checked_when_made():
+    """Every setting raises at InspectConfig(...), naming the field, not at report time."""
+    C = inspect.InspectConfig
+    with pytest.raises(TypeError, match=r"diagnostics must be a tuple of names, got str 'cka' "
+                       r"\(wrap it: \('cka',\)\)"):
+        C(diagnostics="cka")
+    with pytest.raises(TypeError, match=r"layers must be a tuple of names, got str 'hidden_1'"):
+        C(layers="hidden_1")
+    assert C(diagnostics=["cka"], layers=["hidden_1"]).layers == ("hidden_1",)  # any sequence
+    for kw, err, msg in (
+            (dict(ntk_samples=4.0), TypeError, "InspectConfig: ntk_samples must be an integer"),
+            (dict(ntk_samples=1), ValueError, "InspectConfig: ntk_samples must be >= 2"),
+            (dict(ntk_method="vp"), ValueError, r"InspectConfig: ntk_method must be one of"),
+            (dict(near_one_tol=0.0), ValueError, r"InspectConfig: near_one_tol must be > 0"),
+            (dict(eps_rel=0.0), ValueError, r"InspectConfig: eps_rel must be > 0"),
+            (dict(ridge_rel=-1.0), ValueError, r"InspectConfig: ridge_rel must be >= 0"),
+            (dict(num_classes=3.0), TypeError, r"InspectConfig: num_classes must be an int"),
+            (dict(top=inspect.TopNetwork(depth=-1)), ValueError, r"top.depth must be >= 0"),
+    ):
+        with pytest.raises(err, match=msg):
+            C(**kw)
+
+
+def test_argument_errors_name_the_argument(mlp_case):
+    import flax.linen as nn
+
+    params, _, x, labels, y = mlp_case
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(diagnostics=("cka", "stable_rank"))
+    ref = inspect.make_reference(model, params, x[:10], config=cfg)
+    with pytest.raises(ValueError, match=r"reference: built on a probe batch of \[10\] samples, "
+                       r"but x has n = 48; pass make_reference"):
+        inspect.layer_report(model, params, x, y, reference=ref, config=cfg)
+    with pytest.raises(ValueError, match=r"x: the probe batch needs at least 2 samples"):
+        inspect.layer_report(model, params, x[:1], y[:1], config=cfg)
+    with pytest.raises(TypeError, match=r"y: boolean array of shape \(48,\)"):
+        inspect.layer_report(model, params, x, labels == 0,
+                             config=inspect.InspectConfig(diagnostics=("dgl_linear",)))
+    with pytest.raises(TypeError, match=r"model: a flax.linen module; wrap it .*from_linen"):
+        inspect.layer_report(nn.Dense(3), {"params": {}}, x, y, config=cfg)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_dgl_linear_of_a_dead_layer_is_the_zero_predictors(wide):
+    """An all-zero layer: DGL@Linear = sum(Y^2) / n (the zero predictor's loss, dgl_nngp's
+    value too), eager and under jit, with a finite gradient (d > n takes the row-space
+    route)."""
+    n, d = 16, (24 if wide else 8)
+    x = jax.random.normal(jax.random.key(0), (n, 5))
+    W = jax.random.normal(jax.random.key(1), (5, d))
+
+    def feats(p, xx):
+        h = jax.nn.relu(xx @ p)
+        return {"h": h, "dead": jax.nn.relu(h - 1e4)}
+
+    labels = jnp.arange(n) % 3
+    Y = np.asarray(jax.nn.one_hot(labels, 3) - 1 / 3)
+    cfg = inspect.InspectConfig(num_classes=3, diagnostics=("dgl_linear", "dgl_nngp"))
+
+    def report(p):
+        return inspect.layer_report(feats, p, x, labels, config=cfg)
+
+    for rep in (report(W), jax.jit(report)(W)):
+        assert rep.layers == ("h", "dead")
+        np.testing.assert_allclose(rep.layer_values["dgl_linear"][1], np.sum(Y**2) / n,
+                                   rtol=1e-6)
+        np.testing.assert_allclose(rep.layer_values["dgl_nngp"][1], np.sum(Y**2) / n, rtol=1e-5)
+        assert 0 < rep.layer_values["dgl_linear"][0] < np.sum(Y**2) / n
+    # no NaN from the unselected branch in derivatives (forward mode: the d > n route's QR
+    # has no reverse-mode rule)
+    t = jax.jit(lambda p: jax.jvp(lambda q: report(q).layer_values["dgl_linear"], (p,),
+                                  (jnp.ones_like(p),))[1])(W)
+    assert np.all(np.isfinite(np.asarray(t))) and float(t[1]) == 0.0
