@@ -651,8 +651,10 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
     Returns:
       ``layerlab.record.Record`` with, per row, the DMN (or table architecture) validation
       accuracy, its training accuracy (Tables 3-5), the matching ConvNet (Table 2), the
-      filter counts in the notes, and timings in ``extra`` (``compute_s``, per run); the
-      wall time is stamped by the script (``reproduce._cli.finish``).
+      filter counts in the notes, and timings in ``extra`` (``compute_s``, per run, and the
+      ConvNet runs' per-epoch test curves: ``merge_tables`` recomputes a row's cost from them
+      when a later DMN-only run replaces its DMN half); the wall time is stamped by the
+      script (``reproduce._cli.finish``).
     """
     t0 = time.perf_counter()
     rows: list[Row] = []
@@ -697,9 +699,12 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
         note=_note(config) + ("" if not missing else
                               f" Not run (files absent): {sorted(missing)}."),
         extra={"compute_s": time.perf_counter() - t0, "cost": cost,
+               # a ConvNet run keeps its per-epoch curve: a merge that pairs it with a later
+               # DMN run (merge_tables, a --no-convnet rerun) recomputes the cost from it
                "runs": [{k: r[k] for k in ("dataset", "row", "variant", "seed", "spec",
                                            "widths", "val_acc", "best_val_acc", "train_acc",
                                            "build_s", "features_s", "train_s", "total_s")}
+                        | ({"curve": r.get("curve")} if r["variant"] == "convnet" else {})
                         for r in runs]},
     )
 
