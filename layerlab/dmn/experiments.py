@@ -823,8 +823,14 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     ran is marked not run.  When a row's halves come from different parts, its cost entry is
     recomputed with :func:`_cost` from the combined runs (the new DMN runs' mean accuracy as the
     target on the ConvNet runs' per-epoch curves) where the ConvNet runs carry their curve
-    (``run_table`` keeps it in ``extra.runs`` since 2026-11-29); older records do not, and such
-    a row is left out of the cost claim and named in its evidence and in the note.
+    (``run_table`` keeps it in ``extra.runs`` since 2026-11-29).  Older records do not: such a
+    row's cost is bounded (:func:`_cost_bound`) from the cost entry of the part that ran its
+    ConvNet, i.e. from that ConvNet's time to the DMN accuracy of its own run -- at most that
+    time when the new DMN is less accurate, at least when it is more accurate, the same when
+    equal -- with ``ratio_at_most`` / ``ratio_at_least`` and ``bound_from`` (the old numbers) in
+    the entry; the row holds or fails the cost claim when its bound decides and leaves it open
+    otherwise, and the note names these rows.  A row with neither a curve nor such an entry is
+    left out of the cost claim and named in its evidence and in the note.
 
     Args:
       artifact: ``"table2"`` ... ``"table5"`` or ``"fig10"``.
@@ -899,6 +905,12 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
             for suffix, half in _ENTRY_HALF.items():
                 if f"{name} {suffix}" in ran:
                     owner[row, half] = (i, name)
+
+    def path_of(i: int, j: int) -> str:
+        if j < 0:
+            return loaded[i][0]
+        return (loaded[i][1].get("extra") or {})["parts"][j].get("path", loaded[i][0])
+
     rows: list[Row] = []
     runs: list[dict] = []
     cost: list[dict] = []
@@ -907,6 +919,7 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     no_timing: list[str] = []
     mixed: list[tuple[str, tuple[int, int], tuple[int, int]]] = []  # (row, DMN's, ConvNet's)
     recomputed: list[str] = []
+    bounded: list[str] = []  # split rows whose cost is bounded from the ConvNet part's entry
     no_curve: list[str] = []
     for n, row in enumerate(full, start=1):
         name = _row_name(row)
@@ -987,6 +1000,19 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                 and all(any(c[1] is not None for c in r.get("curve") or ()) for r in c_runs)):
             cost += _cost(row_runs)
             recomputed.append(name)
+            continue
+        # no curve: bound the cost from the ConvNet's part's own cost entry (its ConvNet's
+        # time to that part's DMN accuracy), one-sided unless the two DMN accuracies agree
+        i, j, _ = src["convnet"]
+        old_c = [c for c in (loaded[i][1].get("extra") or {}).get("cost", [])
+                 if c.get("row") in {f"{row.dataset} {x}" for x in short[i]}]
+        bound = (_cost_bound(name, d_runs, old_c[0], path_of(i, j))
+                 if len(old_c) == 1 and d_runs and all(
+                     r.get("val_acc") is not None and r.get("total_s") is not None
+                     for r in d_runs) else None)
+        if bound is not None:
+            cost.append(bound)
+            bounded.append(name)
         else:
             no_curve.append(name)
     claims = (_fig10_claims(rows) if artifact == "fig10"
@@ -998,12 +1024,6 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                       and cfg.report == paper_cfg.report
                       and (artifact == "fig10" or cfg.convnet == paper_cfg.convnet))
     all_ran = all(r.ours is not None for r in rows)
-
-    def path_of(i: int, j: int) -> str:
-        if j < 0:
-            return loaded[i][0]
-        return (loaded[i][1].get("extra") or {})["parts"][j].get("path", loaded[i][0])
-
     part_info = []
     for (i, j), given in sorted(kept.items()):  # in the order given (a merge: its own order)
         label, d = loaded[i]
@@ -1037,6 +1057,13 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                     f" Cost recomputed for {', '.join(recomputed)}: the DMN runs' mean "
                     "accuracy as the target on the ConvNet runs' per-epoch curves, the two "
                     "timed in different runs (machines may differ).")
+                 + ("" if not bounded else
+                    f" Cost bounded from the earlier run for {', '.join(bounded)}: their "
+                    "ConvNet runs carry no per-epoch curve, so the ConvNet's time to the new "
+                    "DMN accuracy is bounded by its time to the DMN accuracy of the run that "
+                    "paired them (extra.cost[].bound_from): at most that time when the new DMN "
+                    "is less accurate, at least when it is more accurate (the same when equal); "
+                    "a bound on the side that does not decide leaves the row open.")
                  + ("" if not no_curve else
                     f" Not timed (left out of the cost claim): {', '.join(no_curve)}; their "
                     "ConvNet runs carry no per-epoch curve (records written before run_table "
@@ -1073,11 +1100,13 @@ _COST_CLAIM = ("cost: the DMN pipeline (build + features + head) reaches its acc
 
 def _cost_claims(cost, no_timing: Sequence[str] = (),
                  no_curve: Sequence[str] = ()) -> list[Claim]:
-    """The cost claim (issue 13, item 5) from :func:`_cost`'s per-row entries (none: []);
-    ``no_timing``: rows with both variants run but no timing recorded; ``no_curve``: rows
-    whose DMN half was rerun apart from a ConvNet half that kept no per-epoch curve (both
-    named in the evidence: the claim is decided on the timed rows only; with ``no_curve``
-    and no timed row it stays open)."""
+    """The cost claim (issue 13, item 5) from the per-row entries of :func:`_cost` and
+    :func:`_cost_bound` (none: []); ``no_timing``: rows with both variants run but no timing
+    recorded; ``no_curve``: rows whose DMN half was rerun apart from a ConvNet half that kept
+    no per-epoch curve and no cost entry to bound it from (both named in the evidence: the
+    claim is decided on the timed rows only; with ``no_curve`` and no timed row it stays
+    open).  Each row holds, fails or stays open (:func:`_cost_verdict`); the claim holds when
+    every row holds, fails when any row fails, and is open (``None``) otherwise."""
     if not cost:
         if not no_curve:
             return []
@@ -1086,16 +1115,14 @@ def _cost_claims(cost, no_timing: Sequence[str] = (),
             "not decided: no row timed; DMN half rerun apart from a ConvNet run without its "
             f"per-epoch curve: {list(no_curve)}"
             + ("" if not no_timing else f"; no timing recorded for: {list(no_timing)}"))]
-    # a ConvNet that never reaches the DMN's accuracy counts as slower when its whole
-    # run took longer than the DMN pipeline (a lower bound on its time to the target)
-    ratios = [c["ratio"] if c["ratio"] is not None else c["ratio_at_least"] for c in cost]
+    verdicts = [_cost_verdict(c) for c in cost]
+    holds = (False if False in verdicts else None if None in verdicts else True)
+    open_rows = [c["row"] for c, v in zip(cost, verdicts) if v is None]
     return [Claim(
-        _COST_CLAIM,
-        all(r is not None and r > 1.0 for r in ratios),
-        "; ".join(f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
-                  + (f"{c['convnet_s']:.0f} s ({c['ratio']:.1f}x)" if c["ratio"] is not None
-                     else f"never reached it in {c['convnet_total_s']:.0f} s "
-                     f"(>= {c['ratio_at_least']:.1f}x)") for c in cost)
+        _COST_CLAIM, holds,
+        "; ".join(_cost_text(c) for c in cost)
+        + ("" if not open_rows or holds is False else
+           f"; not decided: the bound of {open_rows} is on the side that does not decide")
         + ("" if not no_timing else
            f"; decided on the timed rows only, no timing recorded for: {list(no_timing)}")
         + ("" if not no_curve else
@@ -1103,10 +1130,108 @@ def _cost_claims(cost, no_timing: Sequence[str] = (),
            f"run without its per-epoch curve): {list(no_curve)}"))]
 
 
+def _cost_verdict(c: dict) -> bool | None:
+    """Whether a cost entry's row has the DMN faster (``None``: its bound does not decide).
+
+    An exact entry (``ratio``) decides; so does a ConvNet that never reached the target
+    (``ratio_at_least`` from its whole run, no time to bound it from: the ConvNet counts as
+    slower when its whole run took longer than the DMN pipeline).  A bounded entry
+    (:func:`_cost_bound`) holds when ``ratio_at_least > 1``, fails when ``ratio_at_most <= 1``,
+    and is open otherwise."""
+    bf = c.get("bound_from")
+    if bf is None or c.get("ratio") is not None or bf.get("convnet_s") is None:
+        r = c["ratio"] if c.get("ratio") is not None else c.get("ratio_at_least")
+        return r is not None and r > 1.0
+    if c.get("ratio_at_least") is not None and c["ratio_at_least"] > 1.0:
+        return True
+    if c.get("ratio_at_most") is not None and c["ratio_at_most"] <= 1.0:
+        return False
+    return None
+
+
+def _x(r: float) -> str:
+    """A cost ratio for the evidence (three decimals where one would print 1.0, the claim's
+    threshold)."""
+    return f"{r:.3f}" if f"{r:.1f}" == "1.0" and r != 1.0 else f"{r:.1f}"
+
+
+def _cost_text(c: dict) -> str:
+    """One row of the cost claim's evidence."""
+    bf = c.get("bound_from")
+    if bf is None:
+        return (f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
+                + (f"{c['convnet_s']:.0f} s ({_x(c['ratio'])}x)" if c["ratio"] is not None
+                   else f"never reached it in {c['convnet_total_s']:.0f} s "
+                   f"(>= {_x(c['ratio_at_least'])}x)"))
+    old = f"the old run's time to its DMN's {100 * bf['dmn_val_acc']:.2f} %"
+    head = f"{c['row']}: DMN {100 * c['dmn_val_acc']:.2f} % in {c['dmn_s']:.0f} s, ConvNet "
+    if c.get("ratio") is not None:
+        return head + f"{c['convnet_s']:.0f} s ({_x(c['ratio'])}x; {old}, the same accuracy)"
+    if bf.get("convnet_s") is None:
+        return head + (f"never reached it in {c['convnet_total_s']:.0f} s "
+                       f"(>= {_x(c['ratio_at_least'])}x; it never reached the old run's DMN's "
+                       f"{100 * bf['dmn_val_acc']:.2f} % either)")
+    if c.get("ratio_at_most") is not None:
+        return head + (f"<= {bf['convnet_s']:.0f} s (<= {_x(c['ratio_at_most'])}x; bound from "
+                       f"{old})")
+    return head + (f">= {bf['convnet_s']:.0f} s (>= {_x(c['ratio_at_least'])}x; bound from "
+                   f"{old})")
+
+
+# two mean accuracies this close are the same: records round to 6 significant digits (an
+# error of at most 1e-6 between a written and a recomputed mean), while two different means
+# over seeds differ by at least 1 / (seeds * n_test)
+_SAME_ACC = 2e-6
+
+
+def _cost_bound(row: str, dmn_runs: Sequence[dict], old: dict, path: str) -> dict | None:
+    """A row's cost entry when its DMN half was rerun apart from a ConvNet half whose runs
+    keep no per-epoch curve, bounded from ``old``: the cost entry of the part that ran those
+    ConvNets (``path``), made against that part's DMN.
+
+    With the new DMN's accuracy ``t`` (mean of ``dmn_runs``) and time ``dmn_s`` (mean total)
+    and the old entry's DMN accuracy ``t_old`` and ConvNet time to it ``convnet_s_old``: a
+    ConvNet first reaches ``t <= t_old`` no later than it first reaches ``t_old`` (any curve:
+    what reaches ``t_old`` reaches ``t``), so ``ratio_at_most = convnet_s_old / dmn_s``; it
+    first reaches ``t >= t_old`` no earlier (or never), so ``ratio_at_least = convnet_s_old /
+    dmn_s``; equal accuracies give the exact ``ratio``.  Seed by seed, so also for the means.
+    A ConvNet that never reached ``t_old`` never reaches ``t >= t_old`` either:
+    ``ratio_at_least`` from its whole run, as :func:`_cost` has it.  ``None`` when nothing
+    bounds the cost (no old accuracy; ``t < t_old`` and the ConvNet never reached ``t_old``).
+
+    ``bound_from`` keeps the old numbers (and where they were made; an old entry that was
+    itself bounded passes its own ``bound_from`` on, as the ConvNet runs are the same)."""
+    ref = old.get("bound_from") or {"path": path} | {
+        k: old.get(k) for k in ("dmn_val_acc", "dmn_s", "convnet_s", "convnet_total_s")}
+    t_old, conv_old, total = ref.get("dmn_val_acc"), ref.get("convnet_s"), ref.get(
+        "convnet_total_s")
+    if t_old is None:
+        return None
+    t = statistics.fmean(r["val_acc"] for r in dmn_runs)
+    dmn_s = statistics.fmean(r["total_s"] for r in dmn_runs)
+    c = {"row": row, "dmn_val_acc": t, "dmn_s": dmn_s, "convnet_s": None, "ratio": None,
+         "convnet_total_s": total, "ratio_at_least": None, "ratio_at_most": None,
+         "bound_from": ref}
+    same = abs(t - t_old) <= _SAME_ACC
+    if conv_old is not None:
+        if same:
+            c["convnet_s"], c["ratio"] = conv_old, conv_old / dmn_s
+        elif t < t_old:
+            c["ratio_at_most"] = conv_old / dmn_s
+        else:
+            c["ratio_at_least"] = conv_old / dmn_s
+    elif (same or t > t_old) and total is not None:
+        c["ratio_at_least"] = total / dmn_s
+    else:
+        return None
+    return c
+
+
 def _cost(runs) -> list[dict]:
     """Per row with both variants: mean DMN wall time (build + features + head, compilation
     included) and the mean time the ConvNet needed to first reach the DMN's final accuracy
-    (from its per-epoch curve; ``None`` when it never did)."""
+    (from its per-epoch curve; ``None`` when it never did).  ``ratio_at_most`` and
+    ``bound_from`` are ``None``: they belong to the entries :func:`_cost_bound` makes."""
     out = []
     keys = dict.fromkeys((r["dataset"], r["row"]) for r in runs)
     for ds, row in keys:
@@ -1126,7 +1251,8 @@ def _cost(runs) -> list[dict]:
         out.append({"row": f"{ds} {row}", "dmn_val_acc": target, "dmn_s": dmn_s,
                     "convnet_s": conv_s, "ratio": None if conv_s is None else conv_s / dmn_s,
                     "convnet_total_s": conv_total,
-                    "ratio_at_least": None if conv_s is not None else conv_total / dmn_s})
+                    "ratio_at_least": None if conv_s is not None else conv_total / dmn_s,
+                    "ratio_at_most": None, "bound_from": None})
     return out
 
 

@@ -767,6 +767,155 @@ def test_a_dmn_only_rerun_replaces_the_dmn_halves_and_recomputes_the_cost(monkey
     assert [p["halves"] for p in written["extra"]["parts"]] == [{r6: "convnet"}, {r6: "dmn"}]
 
 
+def test_cost_bound_from_the_old_entry_both_ways_and_the_claim_over_rows():
+    # a split row whose ConvNet runs keep no curve: its cost is bounded from the old entry
+    # (the ConvNet's time to the old run's DMN accuracy), by hand
+    from layerlab.dmn.experiments import _cost_bound, _cost_claims, _cost_verdict
+
+    old = {"row": "cifar10 d10", "dmn_val_acc": 0.5, "dmn_s": 40.0, "convnet_s": 30.0,
+           "ratio": 0.75, "convnet_total_s": 200.0, "ratio_at_least": None}
+
+    def dmn(accs, secs):
+        return [{"variant": "dmn", "val_acc": a, "total_s": t} for a, t in zip(accs, secs)]
+
+    # new DMN less accurate (0.49 < 0.5): the ConvNet reaches 0.49 no later than 30 s, so the
+    # ratio is at most 30 / mean(30, 40, 50) = 0.75 <= 1: the row fails, decided
+    down = _cost_bound("r", dmn([0.48, 0.49, 0.5], [30.0, 40.0, 50.0]), old, "full.json")
+    assert down["dmn_val_acc"] == pytest.approx(0.49) and down["dmn_s"] == pytest.approx(40.0)
+    assert down["ratio_at_most"] == pytest.approx(0.75) and down["ratio_at_least"] is None
+    assert down["ratio"] is None and down["convnet_s"] is None
+    assert down["convnet_total_s"] == 200.0  # the same ConvNet runs
+    assert down["bound_from"] == {"path": "full.json", "dmn_val_acc": 0.5, "dmn_s": 40.0,
+                                  "convnet_s": 30.0, "convnet_total_s": 200.0}
+    assert _cost_verdict(down) is False
+    # new DMN more accurate (0.51 > 0.5): the ConvNet needs at least 30 s, ratio >= 30 / 12
+    up = _cost_bound("r", dmn([0.52, 0.5, 0.51], [10.0, 12.0, 14.0]), old, "full.json")
+    assert up["ratio_at_least"] == pytest.approx(2.5) and up["ratio_at_most"] is None
+    assert _cost_verdict(up) is True
+    # bounds on the side that does not decide: at most 30 / 20 = 1.5, at least 30 / 60 = 0.5
+    open_down = _cost_bound("r", dmn([0.49] * 3, [20.0] * 3), old, "full.json")
+    open_up = _cost_bound("r", dmn([0.51] * 3, [60.0] * 3), old, "full.json")
+    assert open_down["ratio_at_most"] == pytest.approx(1.5)
+    assert open_up["ratio_at_least"] == pytest.approx(0.5)
+    assert _cost_verdict(open_down) is None and _cost_verdict(open_up) is None
+    # the same accuracy (within the records' rounding): exact, 30 / 25 s
+    same = _cost_bound("r", dmn([0.5000004] * 3, [25.0] * 3), old, "full.json")
+    assert same["ratio"] == pytest.approx(1.2) and same["convnet_s"] == 30.0
+    assert same["ratio_at_least"] is None and same["ratio_at_most"] is None
+    assert _cost_verdict(same) is True
+    # a ConvNet that never reached the old DMN's 0.5 never reaches 0.51 either: at least its
+    # whole run, 200 / 250 s, decided as _cost decides it (slower only when above 1)
+    never = old | {"convnet_s": None, "ratio": None, "ratio_at_least": 5.0}
+    n_up = _cost_bound("r", dmn([0.51] * 3, [250.0] * 3), never, "full.json")
+    assert n_up["ratio_at_least"] == pytest.approx(0.8) and _cost_verdict(n_up) is False
+    assert _cost_verdict(_cost_bound("r", dmn([0.51] * 3, [100.0] * 3), never, "f")) is True
+    # ... but says nothing about a lower accuracy: no entry (the row stays untimed)
+    assert _cost_bound("r", dmn([0.49] * 3, [10.0] * 3), never, "full.json") is None
+    # an old entry that was itself bounded passes on its own reference (the same ConvNets)
+    again = _cost_bound("r", dmn([0.47] * 3, [15.0] * 3), down, "merged.json")
+    assert again["bound_from"] == down["bound_from"]
+    assert again["ratio_at_most"] == pytest.approx(2.0) and _cost_verdict(again) is None
+    assert _cost_bound("r", dmn([0.5] * 3, [1.0] * 3), old | {"dmn_val_acc": None}, "f") is None
+    # the claim over rows: every row holds -> holds; one row fails -> fails; else open
+    exact = {"row": "e", "dmn_val_acc": 0.5, "dmn_s": 10.0, "convnet_s": 20.0, "ratio": 2.0,
+             "convnet_total_s": 90.0, "ratio_at_least": None, "ratio_at_most": None,
+             "bound_from": None}
+
+    def claim(*cs, **kw):
+        (c,) = _cost_claims([dict(x, row=f"row{k}") for k, x in enumerate(cs)], **kw)
+        return c
+
+    assert claim(exact, up).holds is True
+    assert claim(exact, up, down).holds is False
+    assert claim(open_up, down).holds is False  # a failing row decides, an open one does not
+    c = claim(exact, up, open_down)
+    assert c.holds is None
+    assert "not decided: the bound of ['row2'] is on the side that does not decide" in c.evidence
+    assert claim(exact, open_up, no_curve=["x"]).holds is None
+    assert claim(exact, dict(exact, ratio=0.9)).holds is False  # exact rows as before
+    # the evidence shows each bound and what it comes from
+    ev = claim(exact, down, up, same, n_up).evidence
+    assert "row0: DMN 10 s, ConvNet 20 s (2.0x)" in ev
+    assert ("row1: DMN 49.00 % in 40 s, ConvNet <= 30 s (<= 0.8x; bound from the old run's "
+            "time to its DMN's 50.00 %)") in ev
+    assert ("row2: DMN 51.00 % in 12 s, ConvNet >= 30 s (>= 2.5x; bound from the old run's "
+            "time to its DMN's 50.00 %)") in ev
+    assert ("row3: DMN 50.00 % in 25 s, ConvNet 30 s (1.2x; the old run's time to its DMN's "
+            "50.00 %, the same accuracy)") in ev
+    assert ("row4: DMN 51.00 % in 250 s, ConvNet never reached it in 200 s (>= 0.8x; it "
+            "never reached the old run's DMN's 50.00 % either)") in ev
+    # a ratio that prints as 1.0 says on which side of 1 it is
+    assert "(0.996x)" in claim(dict(exact, ratio=0.9955)).evidence
+
+
+def test_a_dmn_only_rerun_apart_from_a_curveless_convnet_bounds_the_cost(monkeypatch, tmp_path):
+    # as the committed records: a full run (stubbed) whose ConvNet runs kept no curve, then
+    # DMN-only reruns; the row's cost is bounded from the full run's own cost entry
+    from layerlab.dmn import experiments as ex
+
+    row6 = ex.table_rows("table2")[5]
+    r6 = ex._row_name(row6)
+    curves = [[(1, 5.0, 0.4375), (2, 20.0, 0.5), (3, 30.0, 0.5625)],
+              [(1, 6.0, 0.5), (2, 25.0, 0.5625), (3, 40.0, 0.5)],
+              [(1, 7.0, 0.375), (2, 15.0, 0.5), (3, 50.0, 0.5625)]]
+    _stub_table_runs(monkeypatch, [0.5, 0.5, 0.5], [10.0, 14.0, 12.0], curves)
+    full = _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,)),
+                                 key=jax.random.key(0), progress=False), 4000.0, "full")
+    old = json.loads(json.dumps(full))
+    for r in old["extra"]["runs"]:
+        r.pop("curve", None)
+    # its cost: target 0.5, reached at 20, 6, 15 s -> 41/3 s (written 13.6667); DMN 12 s
+    assert old["extra"]["cost"][0]["convnet_s"] == pytest.approx(41 / 3, rel=1e-5)
+
+    def rerun(accs, secs, command):
+        _stub_table_runs(monkeypatch, accs, secs)
+        return _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,), convnet=False),
+                                     key=jax.random.key(0), progress=False), 16.0, command)
+
+    def cost_of(*parts):
+        rec = ex.merge_tables("table2", list(parts), data_dir=tmp_path)
+        return rec, rec.extra["cost"], {cl.claim.split(" ")[0]: cl for cl in rec.claims}["cost:"]
+
+    # more accurate (mean 0.5625 > 0.5) in 5 s: the ConvNet needs >= 41/3 s, >= 2.73x: holds
+    better = rerun([0.5, 0.625, 0.5625], [4.0, 6.0, 5.0], "better")
+    rec, (c,), claim = cost_of(old, better)
+    assert c["row"] == r6 and c["ratio_at_least"] == pytest.approx(41 / 15, rel=1e-5)
+    assert c["ratio_at_most"] is None and c["ratio"] is None
+    assert c["bound_from"]["path"] == "parts[0]" and c["bound_from"]["dmn_val_acc"] == 0.5
+    assert claim.holds is True
+    assert f"{r6}: DMN 56.25 % in 5 s, ConvNet >= 14 s (>= 2.7x; bound from the old run's " \
+           "time to its DMN's 50.00 %)" in claim.evidence
+    assert f"Cost bounded from the earlier run for {r6}:" in rec.note
+    assert "Not timed" not in rec.note and "not timed" not in claim.evidence
+    # with the curves the cost is exact (35 s, above the bound): the bound is on its side
+    (exact,) = ex.merge_tables("table2", [full, better], data_dir=tmp_path).extra["cost"]
+    assert exact["ratio"] == pytest.approx(7.0) and exact["ratio"] >= c["ratio_at_least"]
+    # less accurate (0.4375) in 20 s: the ConvNet reaches it within 41/3 s, <= 0.68x: fails
+    worse = rerun([0.4375] * 3, [18.0, 22.0, 20.0], "worse")
+    _, (c,), claim = cost_of(old, worse)
+    assert c["ratio_at_most"] == pytest.approx(41 / 60, rel=1e-5) and c["ratio_at_least"] is None
+    assert claim.holds is False and "ConvNet <= 14 s (<= 0.7x; bound from" in claim.evidence
+    (exact,) = ex.merge_tables("table2", [full, worse], data_dir=tmp_path).extra["cost"]
+    assert exact["convnet_s"] == pytest.approx(26 / 3)  # 5, 6 and 15 s: within the bound
+    # less accurate but faster (5 s): at most 2.73x decides nothing, the claim is open
+    quick = rerun([0.4375, 0.5, 0.4375], [4.0, 6.0, 5.0], "quick")
+    _, (c,), claim = cost_of(old, quick)
+    assert c["ratio_at_most"] == pytest.approx(41 / 15, rel=1e-5) and claim.holds is None
+    assert "on the side that does not decide" in claim.evidence
+    # the same accuracy: exact from the old time, 41/3 s over 6 s
+    same = rerun([0.5, 0.5, 0.5], [6.0, 6.0, 6.0], "same")
+    _, (c,), claim = cost_of(old, same)
+    assert c["ratio"] == pytest.approx(41 / 18, rel=1e-5) and claim.holds is True
+    assert "the same accuracy" in claim.evidence
+    # merged again with a later rerun: the bound still comes from the full run's numbers
+    m = _written(cost_of(old, better)[0], None, "merge")
+    _, (c,), claim = cost_of(m, worse)
+    assert c["bound_from"] == {"path": "parts[0]", "dmn_val_acc": 0.5, "dmn_s": 12.0,
+                               "convnet_s": pytest.approx(41 / 3, rel=1e-5),
+                               "convnet_total_s": pytest.approx(40.0)}
+    assert c["ratio_at_most"] == pytest.approx(41 / 60, rel=1e-5) and claim.holds is False
+
+
 def test_dmn_only_parts_old_rule_note_and_protocol(tmp_path):
     from layerlab.dmn import experiments as ex
 
