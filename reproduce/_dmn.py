@@ -59,7 +59,9 @@ def dmn_flags(p):
                    help="train nothing: merge these records of the same table (each ran some "
                    "rows, e.g. with --rows on different machines) into one record of every "
                    "row, later records replacing earlier ones row by row; rows no record "
-                   "holds are marked not run. Writes to scratch/dmn/ unless --record "
+                   "holds are marked not run. Table 2: a DMN-only record (run with "
+                   "--no-convnet) replaces the DMN half of its rows only, keeping the ConvNets "
+                   "of the records before it. Writes to scratch/dmn/ unless --record "
                    "(results/dmn/<artifact>.json) or --out (e.g. --out "
                    "results/dmn/table2.json)")
 
@@ -82,8 +84,9 @@ def merge_main(artifact: str, args, argv=None) -> int:
     used = [f"--{f.replace('_', '-')}" for f in _RUN_FLAGS if getattr(args, f, None)]
     if used:
         raise SystemExit(f"--merge trains nothing, so it takes no run flags; got {used} "
-                         "(the protocol comes from the records; write to results/ with "
-                         "--record or --out)")
+                         "(the protocol comes from the records, --no-convnet too: a record "
+                         "run with it merges as the DMN half of its rows; write to results/ "
+                         "with --record or --out)")
     from layerlab.dmn import experiments as ex
 
     try:

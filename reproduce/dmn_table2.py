@@ -7,6 +7,9 @@ when its files are absent).
     python -m reproduce.dmn_table2 --smoke     # seconds
     python -m reproduce.dmn_table2 --merge results/dmn/table2.json part.json \
         --out results/dmn/table2.json          # one record of rows run in parts
+    python -m reproduce.dmn_table2 --paper --datasets cifar10 --no-convnet --out dmn.json
+    python -m reproduce.dmn_table2 --merge results/dmn/table2.json dmn.json \
+        --out merged.json                      # new DMN halves, the ConvNets kept
 
 DMN layers are built once in closed form; only the head (and the ConvNets) are trained, with
 Adam (lr 1e-3), batch 128, as the authors' notebook does. See docs/dmn.md.

@@ -17,6 +17,7 @@ validation curve so far; removed when the run's JSON is written).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -651,8 +652,10 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
     Returns:
       ``layerlab.record.Record`` with, per row, the DMN (or table architecture) validation
       accuracy, its training accuracy (Tables 3-5), the matching ConvNet (Table 2), the
-      filter counts in the notes, and timings in ``extra`` (``compute_s``, per run); the
-      wall time is stamped by the script (``reproduce._cli.finish``).
+      filter counts in the notes, and timings in ``extra`` (``compute_s``, per run, and the
+      ConvNet runs' per-epoch test curves: ``merge_tables`` recomputes a row's cost from them
+      when a later DMN-only run replaces its DMN half); the wall time is stamped by the
+      script (``reproduce._cli.finish``).
     """
     t0 = time.perf_counter()
     rows: list[Row] = []
@@ -697,9 +700,12 @@ def run_table(config: TableConfig, *, key: jax.Array, progress: bool = True,
         note=_note(config) + ("" if not missing else
                               f" Not run (files absent): {sorted(missing)}."),
         extra={"compute_s": time.perf_counter() - t0, "cost": cost,
+               # a ConvNet run keeps its per-epoch curve: a merge that pairs it with a later
+               # DMN run (merge_tables, a --no-convnet rerun) recomputes the cost from it
                "runs": [{k: r[k] for k in ("dataset", "row", "variant", "seed", "spec",
                                            "widths", "val_acc", "best_val_acc", "train_acc",
                                            "build_s", "features_s", "train_s", "total_s")}
+                        | ({"curve": r.get("curve")} if r["variant"] == "convnet" else {})
                         for r in runs]},
     )
 
@@ -780,6 +786,17 @@ def _where(p: dict, what: str) -> str:
             f"{p['wall_s'] or 0:.0f} s")
 
 
+# a row's entries by half: Table 2 pairs each DMN row with the ConvNet of the same widths; a
+# part run without the ConvNets (--no-convnet) holds only the DMN half of its rows
+_ENTRY_HALF = {"val acc": "dmn", "ConvNet val acc": "convnet", "train acc": "dmn"}
+
+
+def _half_given(sub: dict, name: str) -> str:
+    """The half of row ``name`` that a merged record's ``extra.parts`` entry gave (entries
+    written before halves were recorded gave whole rows: ``"both"``)."""
+    return (sub.get("halves") or {}).get(name, "both")
+
+
 def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                  data_dir: str | os.PathLike | None = None) -> Record:
     """One record of a whole table from records that each ran some of its rows.
@@ -794,14 +811,36 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     (dataset, architecture, Input, Var., Cutoff, per-layer Var.); the paper's numbers and
     ``holds`` come from the parts' rows.
 
+    Table 2 is merged half by half.  A row's **DMN half** (its ``val acc`` and ``train acc``
+    entries and its runs of variant ``"dmn"``) comes from the last part that ran it, a part
+    with the ConvNets or a DMN-only part (``--no-convnet``, ``convnet: false``); its
+    **ConvNet half** (``ConvNet val acc``, runs of variant ``"convnet"``) from the last part
+    that ran the ConvNet.  So a DMN-only rerun listed after the full parts replaces their DMN
+    numbers and keeps their ConvNets, and a full part listed after a DMN-only one replaces
+    both halves.  ``convnet`` is then the one protocol field the parts may differ in; the
+    merged record has ``convnet: true`` when any part ran ConvNets, whatever the parts' order
+    (the order only decides which part's half is kept), and a row whose ConvNet half no part
+    ran is marked not run.  When a row's halves come from different parts, its cost entry is
+    recomputed with :func:`_cost` from the combined runs (the new DMN runs' mean accuracy as the
+    target on the ConvNet runs' per-epoch curves) where the ConvNet runs carry their curve
+    (``run_table`` keeps it in ``extra.runs`` since 2026-11-29).  Older records do not: such a
+    row's cost is bounded (:func:`_cost_bound`) from the cost entry of the part that ran its
+    ConvNet, i.e. from that ConvNet's time to the DMN accuracy of its own run -- at most that
+    time when the new DMN is less accurate, at least when it is more accurate, the same when
+    equal -- with ``ratio_at_most`` / ``ratio_at_least`` and ``bound_from`` (the old numbers) in
+    the entry; the row holds or fails the cost claim when its bound decides and leaves it open
+    otherwise, and the note names these rows.  A row with neither a curve nor such an entry is
+    left out of the cost claim and named in its evidence and in the note.
+
     Args:
       artifact: ``"table2"`` ... ``"table5"`` or ``"fig10"``.
       parts: records (paths or loaded dicts) of that artifact, written by ``run_table`` /
         ``run_fig10`` or by an earlier merge; for ``"fig10"`` also records of Tables 3-5
         (Fig. 10 plots their one- and two-layer rows; their other rows are ignored).  They
         must share the run protocol (``_PROTOCOL``: DMN preset and its rules, seeds, epochs,
-        batch size, optimizer, ``n_train``/``n_test``, ``report``, dtype, ``convnet``); a
-        ``ValueError`` names the part and the field that differs.
+        batch size, optimizer, ``n_train``/``n_test``, ``report``, dtype and, except for
+        Table 2's DMN-only parts, ``convnet``); a ``ValueError`` names the part and the field
+        that differs.
       data_dir: where to look for the files of rows no part holds (the loader's default).
 
     Returns:
@@ -809,11 +848,15 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
       their cost entries (``extra["cost"]``, ``extra["runs"]`` restricted to the kept rows,
       named as the record names the row, each run with the command that made it); ``scale``
       is ``"paper"`` when the protocol is the paper's (full data, >= 3 seeds, its epochs,
-      batch size, report and, for Table 2, the ConvNets) and every row ran; ``extra["parts"]``
-      lists each run that contributed rows (path, rows kept, machine, wall time, command,
-      git) -- for a part that is itself a merge, its own parts -- and ``wall_s`` is the sum
-      of their whole wall times (a run counts in full even when some of its rows were
-      replaced; ``None`` when none recorded one).
+      batch size, report and, for Table 2, the ConvNets of every row) and every row ran;
+      ``extra["parts"]`` lists each run that contributed rows (path, rows kept, ``halves``:
+      per row ``"both"`` for the whole row or ``"dmn"`` / ``"convnet"`` for one half of a
+      Table 2 row, machine, wall time, command, git, width rule) -- for a part that is itself
+      a merge, its own parts -- and ``wall_s`` is the sum of their whole wall times (a run
+      counts in full even when some of its rows were replaced; ``None`` when none recorded
+      one).  The note names the rows whose halves come from different runs, and the DMN
+      halves made under the old width rule (``_old_rule_note``; a part that gives only
+      ConvNet halves is not named).
     """
     full = fig10_config().rows if artifact == "fig10" else table_rows(artifact)
     by_key = {_run_key(dataclasses.asdict(r)): r for r in full}
@@ -825,21 +868,30 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
         if missing_f:
             raise ValueError(f"merge_tables: {label} has no config field(s) {missing_f}; "
                              "it was not written by run_table / merge_tables.")
+    # the tables whose paper protocol pairs DMN rows with ConvNets (Table 2) merge DMN-only
+    # parts: convnet may differ, the merged record runs ConvNets when any part did
+    halves = artifact != "fig10" and TableConfig.paper(artifact).convnet
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
         for f in tuple(_PROTOCOL_DEFAULTS) + _PROTOCOL:  # pca first: it also changes dmn_preset
+            if f == "convnet" and halves:
+                continue
             a, b = (_protocol_value(x["config"], f) for x in (ref, d))
             if a != b:
                 raise ValueError(f"merge_tables: {label} ran with {f}={b!r} but {ref_label} with "
                                  f"{f}={a!r}; rows run under different protocols do not merge.")
     c0 = ref["config"]
+    convnet = (any(bool(d["config"]["convnet"]) for _, d in loaded) if halves
+               else bool(c0["convnet"]))
     cfg = TableConfig(artifact=artifact, rows=full, preset=c0["preset"],
-                      pca=c0.get("pca", _PROTOCOL_DEFAULTS["pca"]), convnet=bool(c0["convnet"]),
+                      pca=c0.get("pca", _PROTOCOL_DEFAULTS["pca"]), convnet=convnet,
                       seeds=c0["seeds"], epochs=c0["epochs"],
                       batch_size=c0["batch_size"], optimizer_name=c0["optimizer_name"],
                       n_train=c0["n_train"], n_test=c0["n_test"], report=c0["report"],
                       dtype=c0["dtype"])
-    owner: dict[ArchRow, tuple[int, str]] = {}  # row -> (part, the part's name of the row)
+    # (row, half) -> (part, the part's name of the row): the last part that ran that half (a
+    # part owns the halves it ran, not those it marks not run or does not hold)
+    owner: dict[tuple[ArchRow, str], tuple[int, str]] = {}
     for i, (_, d) in enumerate(loaded):
         ran = {r["name"] for r in d["rows"] if r.get("ours") is not None}
         for rd in d["config"]["rows"]:
@@ -850,56 +902,121 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                 raise ValueError(f"merge_tables: {loaded[i][0]} holds a row that is not one of "
                                  f"the paper's {artifact} rows: {rd}.")
             name = _row_name(row)  # the run fields match, so the part names it alike
-            if any(f"{name} {s}" in ran for s in ("val acc", "ConvNet val acc", "train acc")):
-                owner[row] = (i, name)  # a part owns the rows it ran, not those it marks not run
+            for suffix, half in _ENTRY_HALF.items():
+                if f"{name} {suffix}" in ran:
+                    owner[row, half] = (i, name)
+
+    def path_of(i: int, j: int) -> str:
+        if j < 0:
+            return loaded[i][0]
+        return (loaded[i][1].get("extra") or {})["parts"][j].get("path", loaded[i][0])
+
     rows: list[Row] = []
     runs: list[dict] = []
     cost: list[dict] = []
     missing: dict[str, str] = {}
-    kept: dict[tuple[int, int], list[str]] = {}  # (part, sub-part) -> row names kept
+    kept: dict[tuple[int, int], dict[str, str]] = {}  # (part, sub-part) -> {row name: half}
     no_timing: list[str] = []
+    mixed: list[tuple[str, tuple[int, int], tuple[int, int]]] = []  # (row, DMN's, ConvNet's)
+    recomputed: list[str] = []
+    bounded: list[str] = []  # split rows whose cost is bounded from the ConvNet part's entry
+    no_curve: list[str] = []
     for n, row in enumerate(full, start=1):
         name = _row_name(row)
-        if row in owner:
-            i, pname = owner[row]
-            d = loaded[i][1]
-            by = {r["name"]: r for r in d["rows"]}
-            for suffix in ("val acc", "ConvNet val acc", "train acc"):
-                r = by.get(f"{pname} {suffix}")
+        want = {"dmn"} | ({"convnet"} if cfg.convnet and _is_dmn(row.arch) else set())
+        src: dict[str, tuple[int, int, str]] = {}  # half -> (part, sub-part, part's row name)
+        for half in ("dmn", "convnet"):
+            if (row, half) in owner:
+                i, pname = owner[row, half]
+                subs = (loaded[i][1].get("extra") or {}).get("parts") or []
+                j = next((k for k, sp in enumerate(subs) if name in sp.get("rows", ())
+                          and _half_given(sp, name) in (half, "both")), -1)
+                src[half] = (i, j, pname)
+        if not src:
+            try:
+                load(row.dataset, "test", data_dir=data_dir)
+                why = (f"not run: no part record holds this row (run it with --rows {n} and "
+                       "merge again)")
+            except DatasetNotFoundError as e:
+                missing[row.dataset] = str(e)
+                why = f"not run: {e}"
+            rows += _not_run_rows(row, cfg.convnet, why)
+            continue
+        for suffix, half in _ENTRY_HALF.items():
+            if half in src:
+                i, _, pname = src[half]
+                r = {x["name"]: x for x in loaded[i][1]["rows"]}.get(f"{pname} {suffix}")
                 if r is not None:
                     rows.append(Row(**(r | {"name": f"{name} {suffix}"})))
-            # runs and cost entries name the row as the record does; records written before
-            # rows carried (Input, Var) name it by its label, kept when that is unambiguous;
-            # both are renamed to the row's name here
-            short = {pname.split(" ", 1)[1]}
-            if sum(rd["label"] == row.label for rd in d["config"]["rows"]) == 1:
-                short.add(row.label)
-            extra = d.get("extra") or {}
-            subs = extra.get("parts") or []
-            j = next((k for k, sp in enumerate(subs) if name in sp.get("rows", ())), -1)
-            src = subs[j] if j >= 0 else d
-            runs += [r | {"row": name.split(" ", 1)[1],
-                          "command": r.get("command") or src.get("command")}
-                     for r in extra.get("runs", [])
-                     if r.get("dataset") == row.dataset and r.get("row") in short]
-            mine = [c | {"row": name} for c in extra.get("cost", [])
-                    if c.get("row") in {f"{row.dataset} {x}" for x in short}]
+            elif half in want and (suffix != "train acc" or row.paper_train is not None):
+                why = ("not run: the parts that hold this row ran it without its ConvNet "
+                       f"(--no-convnet); run it with --rows {n} and merge again"
+                       if half == "convnet" else
+                       f"not run: no part ran this row's DMN (run it with --rows {n} and "
+                       "merge again)")
+                paper = {"val acc": row.paper_val, "ConvNet val acc": row.paper_convnet,
+                         "train acc": row.paper_train}[suffix]
+                rows.append(Row(f"{name} {suffix}", None, paper, "%", TOL[row.dataset], 0,
+                                None, None, why))
+        # runs and cost entries name the row as the record does; records written before
+        # rows carried (Input, Var) name it by its label, kept when that is unambiguous;
+        # both are renamed to the row's name here
+        short: dict[int, set[str]] = {}
+        for i, _, pname in src.values():
+            cfg_rows = loaded[i][1]["config"]["rows"]
+            short[i] = {pname.split(" ", 1)[1]} | (
+                {row.label} if sum(rd["label"] == row.label for rd in cfg_rows) == 1 else set())
+        row_runs: list[dict] = []
+        gave: dict[tuple[int, int], set[str]] = {}
+        for half, (i, j, _) in src.items():
+            extra = loaded[i][1].get("extra") or {}
+            sub = extra["parts"][j] if j >= 0 else loaded[i][1]
+            row_runs += [r | {"row": name.split(" ", 1)[1],
+                              "command": r.get("command") or sub.get("command")}
+                         for r in extra.get("runs", [])
+                         if r.get("dataset") == row.dataset and r.get("row") in short[i]
+                         and r.get("variant", "dmn") == half]
+            gave.setdefault((i, j), set()).add(half)
+        runs += row_runs
+        for ij, hs in gave.items():
+            kept.setdefault(ij, {})[name] = "both" if hs >= want else hs.pop()
+        if len(gave) > 1:
+            mixed.append((name, src["dmn"][:2], src["convnet"][:2]))
+        if len(short) == 1:  # one part gave the whole row: its cost entry (if any) stands
+            (i,) = short
+            mine = [c | {"row": name} for c in (loaded[i][1].get("extra") or {}).get("cost", [])
+                    if c.get("row") in {f"{row.dataset} {x}" for x in short[i]}]
             cost += mine
-            if (not mine and f"{pname} ConvNet val acc" in by
-                    and by[f"{pname} ConvNet val acc"].get("ours") is not None):
+            if not mine and "convnet" in src:
                 no_timing.append(name)
-            kept.setdefault((i, j), []).append(name)
             continue
-        try:
-            load(row.dataset, "test", data_dir=data_dir)
-            why = (f"not run: no part record holds this row (run it with --rows {n} and "
-                   "merge again)")
-        except DatasetNotFoundError as e:
-            missing[row.dataset] = str(e)
-            why = f"not run: {e}"
-        rows += _not_run_rows(row, cfg.convnet, why)
+        # the halves of different parts: the ConvNet's time to the new DMN accuracy, from its
+        # per-epoch curve (absent in records written before run_table kept it)
+        d_runs = [r for r in row_runs if r.get("variant") == "dmn"]
+        c_runs = [r for r in row_runs if r.get("variant") == "convnet"]
+        if (d_runs and c_runs
+                and all(r.get("val_acc") is not None and r.get("total_s") is not None
+                        for r in d_runs)
+                and all(any(c[1] is not None for c in r.get("curve") or ()) for r in c_runs)):
+            cost += _cost(row_runs)
+            recomputed.append(name)
+            continue
+        # no curve: bound the cost from the ConvNet's part's own cost entry (its ConvNet's
+        # time to that part's DMN accuracy), one-sided unless the two DMN accuracies agree
+        i, j, _ = src["convnet"]
+        old_c = [c for c in (loaded[i][1].get("extra") or {}).get("cost", [])
+                 if c.get("row") in {f"{row.dataset} {x}" for x in short[i]}]
+        bound = (_cost_bound(name, d_runs, old_c[0], path_of(i, j))
+                 if len(old_c) == 1 and d_runs and all(
+                     r.get("val_acc") is not None and r.get("total_s") is not None
+                     for r in d_runs) else None)
+        if bound is not None:
+            cost.append(bound)
+            bounded.append(name)
+        else:
+            no_curve.append(name)
     claims = (_fig10_claims(rows) if artifact == "fig10"
-              else _table_claims(cfg, rows) + _cost_claims(cost, no_timing))
+              else _table_claims(cfg, rows) + _cost_claims(cost, no_timing, no_curve))
     paper_cfg = TableConfig.paper("table3" if artifact == "fig10" else artifact)
     protocol_paper = (cfg.n_train is None and cfg.n_test is None and cfg.seeds >= 3
                       and cfg.epochs >= paper_cfg.epochs
@@ -908,27 +1025,64 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
                       and (artifact == "fig10" or cfg.convnet == paper_cfg.convnet))
     all_ran = all(r.ours is not None for r in rows)
     part_info = []
-    for (i, j), names in kept.items():
+    for (i, j), given in sorted(kept.items()):  # in the order given (a merge: its own order)
         label, d = loaded[i]
-        src = (d.get("extra") or {}).get("parts", [])[j] if j >= 0 else d
-        part_info.append({"path": src.get("path", label) if j >= 0 else label,
-                          "via": label if j >= 0 else None, "rows": names,
-                          "scale": src.get("scale"), "machine": src.get("machine"),
-                          "wall_s": src.get("wall_s"), "command": src.get("command"),
-                          "git": src.get("git"),
-                          "width_rule": (src.get("width_rule") if j >= 0
-                                         else src.get("config", {}).get("width_rule"))})
+        src_d = (d.get("extra") or {}).get("parts", [])[j] if j >= 0 else d
+        part_info.append({"path": path_of(i, j),
+                          "via": label if j >= 0 else None, "rows": list(given),
+                          "halves": dict(given),
+                          "scale": src_d.get("scale"), "machine": src_d.get("machine"),
+                          "wall_s": src_d.get("wall_s"), "command": src_d.get("command"),
+                          "git": src_d.get("git"),
+                          "width_rule": (src_d.get("width_rule") if j >= 0
+                                         else src_d.get("config", {}).get("width_rule"))})
 
+    def what(p: dict) -> str:
+        count = collections.Counter(p["halves"].values())
+        return ", ".join([f"{count['both']} row(s)"] * bool(count["both"]) + [
+            f"the {w} half of {count[h]} row(s)" for h, w in (("dmn", "DMN"),
+                                                              ("convnet", "ConvNet"))
+            if count[h]])
+
+    split = ""
+    if mixed:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for name, a, b in mixed:
+            groups.setdefault((path_of(*a), path_of(*b)), []).append(name)
+        split = (" Rows whose DMN and ConvNet halves come from different runs (a later run "
+                 "replaced the DMN half; extra.parts[].halves): " + "; ".join(
+                     f"DMN from {a}, ConvNet from {b}: {', '.join(ns)}"
+                     for (a, b), ns in groups.items()) + "."
+                 + ("" if not recomputed else
+                    f" Cost recomputed for {', '.join(recomputed)}: the DMN runs' mean "
+                    "accuracy as the target on the ConvNet runs' per-epoch curves, the two "
+                    "timed in different runs (machines may differ).")
+                 + ("" if not bounded else
+                    f" Cost bounded from the earlier run for {', '.join(bounded)}: their "
+                    "ConvNet runs carry no per-epoch curve, so the ConvNet's time to the new "
+                    "DMN accuracy is bounded by its time to the DMN accuracy of the run that "
+                    "paired them (extra.cost[].bound_from): at most that time when the new DMN "
+                    "is less accurate, at least when it is more accurate (the same when equal); "
+                    "a bound on the side that does not decide leaves the row open.")
+                 + ("" if not no_curve else
+                    f" Not timed (left out of the cost claim): {', '.join(no_curve)}; their "
+                    "ConvNet runs carry no per-epoch curve (records written before run_table "
+                    "kept it), so the ConvNet's time to the new DMN accuracy is unknown."))
+    old_dmn = []  # the old-rule note judges the DMN halves only
+    for p in part_info:
+        dmn = [n for n, h in p["halves"].items() if h != "convnet" and _has_dmn_layer(n)]
+        if dmn:
+            old_dmn.append(p | {"rows": dmn})
     unused = [label for i, (label, _) in enumerate(loaded)
               if not any(k[0] == i for k in kept)]
     note = (_note(cfg) + f" Merged from {len(part_info)} runs (merge_tables; later parts "
-            "replace earlier ones row by row; extra.parts names each run's rows): "
-            + "; ".join(_where(p, f"{len(p['rows'])} row(s)") for p in part_info) + "."
+            "replace earlier ones row by row, Table 2's DMN and ConvNet halves apart; "
+            "extra.parts names each run's rows): "
+            + "; ".join(_where(p, what(p)) for p in part_info) + "."
+            + split
             + ("" if not unused else f" Parts whose rows were all replaced: {unused}.")
             + ("" if not missing else f" Not run (files absent): {sorted(missing)}.")
-            + _old_rule_note(c0["dmn_preset"], [
-                p | {"rows": [n for n in p["rows"] if _has_dmn_layer(n)]} for p in part_info
-                if any(_has_dmn_layer(n) for n in p["rows"])], "rows"))
+            + _old_rule_note(c0["dmn_preset"], old_dmn, "rows"))
     walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
     return Record(
         paper="dmn", artifact=artifact,
@@ -940,31 +1094,144 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
     )
 
 
-def _cost_claims(cost, no_timing: Sequence[str] = ()) -> list[Claim]:
-    """The cost claim (issue 13, item 5) from :func:`_cost`'s per-row entries (none: []);
-    ``no_timing``: rows with both variants run but no timing recorded (named in the
-    evidence: the claim is decided on the timed rows only)."""
+_COST_CLAIM = ("cost: the DMN pipeline (build + features + head) reaches its accuracy faster "
+               "than the ConvNet of the same widths")
+
+
+def _cost_claims(cost, no_timing: Sequence[str] = (),
+                 no_curve: Sequence[str] = ()) -> list[Claim]:
+    """The cost claim (issue 13, item 5) from the per-row entries of :func:`_cost` and
+    :func:`_cost_bound` (none: []); ``no_timing``: rows with both variants run but no timing
+    recorded; ``no_curve``: rows whose DMN half was rerun apart from a ConvNet half that kept
+    no per-epoch curve and no cost entry to bound it from (both named in the evidence: the
+    claim is decided on the timed rows only; with ``no_curve`` and no timed row it stays
+    open).  Each row holds, fails or stays open (:func:`_cost_verdict`); the claim holds when
+    every row holds, fails when any row fails, and is open (``None``) otherwise."""
     if not cost:
-        return []
-    # a ConvNet that never reaches the DMN's accuracy counts as slower when its whole
-    # run took longer than the DMN pipeline (a lower bound on its time to the target)
-    ratios = [c["ratio"] if c["ratio"] is not None else c["ratio_at_least"] for c in cost]
+        if not no_curve:
+            return []
+        return [Claim(
+            _COST_CLAIM, None,
+            "not decided: no row timed; DMN half rerun apart from a ConvNet run without its "
+            f"per-epoch curve: {list(no_curve)}"
+            + ("" if not no_timing else f"; no timing recorded for: {list(no_timing)}"))]
+    verdicts = [_cost_verdict(c) for c in cost]
+    holds = (False if False in verdicts else None if None in verdicts else True)
+    open_rows = [c["row"] for c, v in zip(cost, verdicts) if v is None]
     return [Claim(
-        "cost: the DMN pipeline (build + features + head) reaches its accuracy faster than "
-        "the ConvNet of the same widths",
-        all(r is not None and r > 1.0 for r in ratios),
-        "; ".join(f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
-                  + (f"{c['convnet_s']:.0f} s ({c['ratio']:.1f}x)" if c["ratio"] is not None
-                     else f"never reached it in {c['convnet_total_s']:.0f} s "
-                     f"(>= {c['ratio_at_least']:.1f}x)") for c in cost)
+        _COST_CLAIM, holds,
+        "; ".join(_cost_text(c) for c in cost)
+        + ("" if not open_rows or holds is False else
+           f"; not decided: the bound of {open_rows} is on the side that does not decide")
         + ("" if not no_timing else
-           f"; decided on the timed rows only, no timing recorded for: {list(no_timing)}"))]
+           f"; decided on the timed rows only, no timing recorded for: {list(no_timing)}")
+        + ("" if not no_curve else
+           "; decided on the timed rows only, not timed (DMN half rerun apart from a ConvNet "
+           f"run without its per-epoch curve): {list(no_curve)}"))]
+
+
+def _cost_verdict(c: dict) -> bool | None:
+    """Whether a cost entry's row has the DMN faster (``None``: its bound does not decide).
+
+    An exact entry (``ratio``) decides; so does a ConvNet that never reached the target
+    (``ratio_at_least`` from its whole run, no time to bound it from: the ConvNet counts as
+    slower when its whole run took longer than the DMN pipeline).  A bounded entry
+    (:func:`_cost_bound`) holds when ``ratio_at_least > 1``, fails when ``ratio_at_most <= 1``,
+    and is open otherwise."""
+    bf = c.get("bound_from")
+    if bf is None or c.get("ratio") is not None or bf.get("convnet_s") is None:
+        r = c["ratio"] if c.get("ratio") is not None else c.get("ratio_at_least")
+        return r is not None and r > 1.0
+    if c.get("ratio_at_least") is not None and c["ratio_at_least"] > 1.0:
+        return True
+    if c.get("ratio_at_most") is not None and c["ratio_at_most"] <= 1.0:
+        return False
+    return None
+
+
+def _x(r: float) -> str:
+    """A cost ratio for the evidence (three decimals where one would print 1.0, the claim's
+    threshold)."""
+    return f"{r:.3f}" if f"{r:.1f}" == "1.0" and r != 1.0 else f"{r:.1f}"
+
+
+def _cost_text(c: dict) -> str:
+    """One row of the cost claim's evidence."""
+    bf = c.get("bound_from")
+    if bf is None:
+        return (f"{c['row']}: DMN {c['dmn_s']:.0f} s, ConvNet "
+                + (f"{c['convnet_s']:.0f} s ({_x(c['ratio'])}x)" if c["ratio"] is not None
+                   else f"never reached it in {c['convnet_total_s']:.0f} s "
+                   f"(>= {_x(c['ratio_at_least'])}x)"))
+    old = f"the old run's time to its DMN's {100 * bf['dmn_val_acc']:.2f} %"
+    head = f"{c['row']}: DMN {100 * c['dmn_val_acc']:.2f} % in {c['dmn_s']:.0f} s, ConvNet "
+    if c.get("ratio") is not None:
+        return head + f"{c['convnet_s']:.0f} s ({_x(c['ratio'])}x; {old}, the same accuracy)"
+    if bf.get("convnet_s") is None:
+        return head + (f"never reached it in {c['convnet_total_s']:.0f} s "
+                       f"(>= {_x(c['ratio_at_least'])}x; it never reached the old run's DMN's "
+                       f"{100 * bf['dmn_val_acc']:.2f} % either)")
+    if c.get("ratio_at_most") is not None:
+        return head + (f"<= {bf['convnet_s']:.0f} s (<= {_x(c['ratio_at_most'])}x; bound from "
+                       f"{old})")
+    return head + (f">= {bf['convnet_s']:.0f} s (>= {_x(c['ratio_at_least'])}x; bound from "
+                   f"{old})")
+
+
+# two mean accuracies this close are the same: records round to 6 significant digits (an
+# error of at most 1e-6 between a written and a recomputed mean), while two different means
+# over seeds differ by at least 1 / (seeds * n_test)
+_SAME_ACC = 2e-6
+
+
+def _cost_bound(row: str, dmn_runs: Sequence[dict], old: dict, path: str) -> dict | None:
+    """A row's cost entry when its DMN half was rerun apart from a ConvNet half whose runs
+    keep no per-epoch curve, bounded from ``old``: the cost entry of the part that ran those
+    ConvNets (``path``), made against that part's DMN.
+
+    With the new DMN's accuracy ``t`` (mean of ``dmn_runs``) and time ``dmn_s`` (mean total)
+    and the old entry's DMN accuracy ``t_old`` and ConvNet time to it ``convnet_s_old``: a
+    ConvNet first reaches ``t <= t_old`` no later than it first reaches ``t_old`` (any curve:
+    what reaches ``t_old`` reaches ``t``), so ``ratio_at_most = convnet_s_old / dmn_s``; it
+    first reaches ``t >= t_old`` no earlier (or never), so ``ratio_at_least = convnet_s_old /
+    dmn_s``; equal accuracies give the exact ``ratio``.  Seed by seed, so also for the means.
+    A ConvNet that never reached ``t_old`` never reaches ``t >= t_old`` either:
+    ``ratio_at_least`` from its whole run, as :func:`_cost` has it.  ``None`` when nothing
+    bounds the cost (no old accuracy; ``t < t_old`` and the ConvNet never reached ``t_old``).
+
+    ``bound_from`` keeps the old numbers (and where they were made; an old entry that was
+    itself bounded passes its own ``bound_from`` on, as the ConvNet runs are the same)."""
+    ref = old.get("bound_from") or {"path": path} | {
+        k: old.get(k) for k in ("dmn_val_acc", "dmn_s", "convnet_s", "convnet_total_s")}
+    t_old, conv_old, total = ref.get("dmn_val_acc"), ref.get("convnet_s"), ref.get(
+        "convnet_total_s")
+    if t_old is None:
+        return None
+    t = statistics.fmean(r["val_acc"] for r in dmn_runs)
+    dmn_s = statistics.fmean(r["total_s"] for r in dmn_runs)
+    c = {"row": row, "dmn_val_acc": t, "dmn_s": dmn_s, "convnet_s": None, "ratio": None,
+         "convnet_total_s": total, "ratio_at_least": None, "ratio_at_most": None,
+         "bound_from": ref}
+    same = abs(t - t_old) <= _SAME_ACC
+    if conv_old is not None:
+        if same:
+            c["convnet_s"], c["ratio"] = conv_old, conv_old / dmn_s
+        elif t < t_old:
+            c["ratio_at_most"] = conv_old / dmn_s
+        else:
+            c["ratio_at_least"] = conv_old / dmn_s
+    elif (same or t > t_old) and total is not None:
+        c["ratio_at_least"] = total / dmn_s
+    else:
+        return None
+    return c
 
 
 def _cost(runs) -> list[dict]:
     """Per row with both variants: mean DMN wall time (build + features + head, compilation
     included) and the mean time the ConvNet needed to first reach the DMN's final accuracy
-    (from its per-epoch curve; ``None`` when it never did)."""
+    (from its per-epoch curve; ``None`` when it never did).  ``ratio_at_most`` and
+    ``bound_from`` are ``None``: they belong to the entries :func:`_cost_bound` makes."""
     out = []
     keys = dict.fromkeys((r["dataset"], r["row"]) for r in runs)
     for ds, row in keys:
@@ -984,7 +1251,8 @@ def _cost(runs) -> list[dict]:
         out.append({"row": f"{ds} {row}", "dmn_val_acc": target, "dmn_s": dmn_s,
                     "convnet_s": conv_s, "ratio": None if conv_s is None else conv_s / dmn_s,
                     "convnet_total_s": conv_total,
-                    "ratio_at_least": None if conv_s is not None else conv_total / dmn_s})
+                    "ratio_at_least": None if conv_s is not None else conv_total / dmn_s,
+                    "ratio_at_most": None, "bound_from": None})
     return out
 
 

@@ -415,16 +415,18 @@ def test_table_run_resumes_inside_a_run_and_cleans_up(tmp_path, monkeypatch):
 
 
 def _table_part(artifact, numbers, dmn, convnet=None, *, epochs=50, seeds=3, wall=10.0,
-                cost=(), label_only=False):
+                cost=(), label_only=False, dmn_only=False):
     """A record of some rows of a table as ``run_table`` writes it (no training): row
     ``numbers[i]`` (1-based, as printed) gets DMN accuracy ``dmn[i]`` (and ConvNet
-    ``convnet[i]``); one run entry per row and variant."""
+    ``convnet[i]``); one run entry per row and variant.  ``dmn_only``: a Table 2 part run
+    with ``--no-convnet`` (``convnet: false``, no ConvNet rows or runs)."""
     from layerlab.dmn import experiments as ex
     from layerlab.record import Record, Row
 
     full = ex.table_rows(artifact)
     cfg = ex.TableConfig.paper(artifact, rows=tuple(full[n - 1] for n in numbers),
-                               epochs=epochs, seeds=seeds)
+                               epochs=epochs, seeds=seeds,
+                               **({"convnet": False} if dmn_only else {}))
     rows, runs = [], []
     for i, r in enumerate(cfg.rows):
         name = ex._row_name(r)
@@ -659,6 +661,355 @@ def test_merging_a_merged_record_keeps_where_each_row_ran(tmp_path):
     runs = {r["row"]: r["command"] for r in rec.extra["runs"] if r["variant"] == "dmn"}
     assert runs == {ex._row_name(ex.table_rows("table2")[k]).split(" ", 1)[1]: f"part [{k + 1}]"
                     for k in (5, 6, 7)}
+
+
+def _stub_table_runs(monkeypatch, dmn_acc, dmn_s, curves=()):
+    """``run_table`` without training: seed ``s``'s DMN run ends at accuracy ``dmn_acc[s]``
+    after ``dmn_s[s]`` seconds; its ConvNet follows ``curves[s]`` ((epoch, seconds, accuracy)
+    per epoch) and ends at the curve's last point."""
+    from layerlab.dmn import experiments as ex
+
+    def fake_one(tcfg, row, variant, seed, data, **kw):
+        if variant == "dmn":
+            acc, total, curve = dmn_acc[seed], dmn_s[seed], [(1, dmn_s[seed], dmn_acc[seed])]
+        else:
+            curve = list(curves[seed])
+            acc, total = curve[-1][2], curve[-1][1]
+        return {"variant": variant, "seed": seed, "spec": row.arch, "widths": [10],
+                "val_acc": acc, "best_val_acc": acc, "train_acc": acc, "build_s": 0.0,
+                "features_s": 0.0, "train_s": total, "total_s": total, "curve": curve}
+
+    monkeypatch.setattr(ex, "_one", fake_one)
+    monkeypatch.setattr(ex, "_load_split", lambda ds, tcfg: (None, None))
+
+
+def _written(rec, wall, command):
+    """A record as a file holds it (JSON round trip, stamped like ``_cli.finish``)."""
+    return json.loads(json.dumps(rec.to_dict() | {
+        "machine": {"device_kind": "cpu", "cpu_count": 2}, "git": "x", "versions": {},
+        "wall_s": wall, "command": command}))
+
+
+def test_a_dmn_only_rerun_replaces_the_dmn_halves_and_recomputes_the_cost(monkeypatch, tmp_path):
+    # Table 2 row 6 run with its ConvNet (run_table, training stubbed), then rerun DMN-only
+    # (--no-convnet): the merge takes the DMN half from the rerun and the ConvNet half from
+    # the full run, and recomputes the cost from the new DMN runs on the old ConvNet curves
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import load_record
+    from reproduce import dmn_table2
+
+    row6 = ex.table_rows("table2")[5]
+    r6 = ex._row_name(row6)
+    curves = [[(1, 5.0, 0.4375), (2, 20.0, 0.5), (3, 30.0, 0.5625)],
+              [(1, 6.0, 0.5), (2, 25.0, 0.5625), (3, 40.0, 0.5)],
+              [(1, 7.0, 0.375), (2, 15.0, 0.5), (3, 50.0, 0.5625)]]
+    _stub_table_runs(monkeypatch, [0.5, 0.5, 0.5], [10.0, 14.0, 12.0], curves)
+    full = _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,)),
+                                 key=jax.random.key(0), progress=False), 4000.0, "full")
+    # run_table keeps the ConvNet runs' per-epoch curves (what _cost needs), not the DMN's
+    assert [r.get("curve") for r in full["extra"]["runs"]] == [None] * 3 + [
+        [list(c) for c in curve] for curve in curves]
+    # its own cost: target 0.5, first reached at 20, 6, 15 s -> 41/3 s; DMN 12 s
+    (c_full,) = full["extra"]["cost"]
+    assert c_full["convnet_s"] == pytest.approx(41 / 3, rel=1e-5) and c_full["dmn_s"] == 12.0
+    _stub_table_runs(monkeypatch, [0.5, 0.625, 0.5625], [4.0, 6.0, 5.0])
+    dmn = _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,), convnet=False),
+                                key=jax.random.key(0), progress=False), 16.0, "dmn-only")
+    assert dmn["config"]["convnet"] is False and {r["variant"] for r in dmn["extra"]["runs"]} == {
+        "dmn"} and not any("curve" in r for r in dmn["extra"]["runs"])
+    rec = ex.merge_tables("table2", [full, dmn], data_dir=tmp_path)
+    by = {r.name: r.ours for r in rec.rows}
+    assert by[f"{r6} val acc"] == pytest.approx(56.25)  # the rerun's DMN (50, 62.5, 56.25)
+    assert by[f"{r6} ConvNet val acc"] == pytest.approx(100 * (0.5625 + 0.5 + 0.5625) / 3)
+    assert rec.config["convnet"] is True
+    runs = rec.extra["runs"]
+    assert [r["val_acc"] for r in runs if r["variant"] == "dmn"] == [0.5, 0.625, 0.5625]
+    assert [r["command"] for r in runs] == ["dmn-only"] * 3 + ["full"] * 3
+    # the cost by hand: target mean(0.5, 0.625, 0.5625) = 0.5625, first reached at 30, 25 and
+    # 50 s -> 35 s; DMN mean (4 + 6 + 5) / 3 = 5 s -> 7x; whole ConvNet runs 40 s on average
+    (c,) = rec.extra["cost"]
+    assert c["row"] == r6 and c["dmn_val_acc"] == pytest.approx(0.5625)
+    assert c["dmn_s"] == pytest.approx(5.0) and c["convnet_s"] == pytest.approx(35.0)
+    assert c["ratio"] == pytest.approx(7.0) and c["convnet_total_s"] == pytest.approx(40.0)
+    assert c["ratio_at_least"] is None
+    claims = {cl.claim.split(":")[0].split(" ")[0]: cl for cl in rec.claims}
+    # DMN >= ConvNet from the assembled rows: 56.25 vs 54.17 (the full run's 50.00 fails)
+    assert claims["DMN"].holds is True and "56.25 vs 54.17" in claims["DMN"].evidence
+    assert ex.merge_tables("table2", [full], data_dir=tmp_path).claims[0].holds is False
+    assert claims["cost"].holds is True and f"{r6}: DMN 5 s, ConvNet 35 s (7.0x)" in (
+        claims["cost"].evidence)
+    assert {p["path"]: p["halves"] for p in rec.extra["parts"]} == {
+        "parts[0]": {r6: "convnet"}, "parts[1]": {r6: "dmn"}}
+    assert {p["path"]: p["rows"] for p in rec.extra["parts"]} == {"parts[0]": [r6],
+                                                                  "parts[1]": [r6]}
+    assert f"DMN from parts[1], ConvNet from parts[0]: {r6}." in rec.note
+    assert f"Cost recomputed for {r6}" in rec.note and "the ConvNet half of 1 row(s)" in rec.note
+    assert rec.wall_s == 4016.0
+    # later replaces earlier, half by half: a full part after the DMN-only one (also as the
+    # reference: the merged record still runs ConvNets) gives both halves, its own cost
+    rev = ex.merge_tables("table2", [dmn, full], data_dir=tmp_path)
+    assert {r.name: r.ours for r in rev.rows}[f"{r6} val acc"] == pytest.approx(50.0)
+    assert rev.config["convnet"] is True and rev.extra["cost"][0]["convnet_s"] == pytest.approx(
+        41 / 3, rel=1e-5)
+    assert {p["path"]: p["halves"] for p in rev.extra["parts"]} == {"parts[1]": {r6: "both"}}
+    assert "Parts whose rows were all replaced: ['parts[0]']" in rev.note
+    assert "different runs" not in rev.note
+    # the command line merges the same files
+    paths = []
+    for k, part in enumerate((full, dmn)):
+        paths.append(tmp_path / f"p{k}.json")
+        paths[-1].write_text(json.dumps(part))
+    out = tmp_path / "out" / "table2.json"
+    dmn_table2.main(["--merge", *map(str, paths), "--out", str(out), "--data-dir",
+                     str(tmp_path)])
+    written = load_record(out)
+    assert written["extra"]["cost"] == [pytest.approx(c)] and written["config"]["convnet"]
+    assert [p["halves"] for p in written["extra"]["parts"]] == [{r6: "convnet"}, {r6: "dmn"}]
+
+
+def test_cost_bound_from_the_old_entry_both_ways_and_the_claim_over_rows():
+    # a split row whose ConvNet runs keep no curve: its cost is bounded from the old entry
+    # (the ConvNet's time to the old run's DMN accuracy), by hand
+    from layerlab.dmn.experiments import _cost_bound, _cost_claims, _cost_verdict
+
+    old = {"row": "cifar10 d10", "dmn_val_acc": 0.5, "dmn_s": 40.0, "convnet_s": 30.0,
+           "ratio": 0.75, "convnet_total_s": 200.0, "ratio_at_least": None}
+
+    def dmn(accs, secs):
+        return [{"variant": "dmn", "val_acc": a, "total_s": t} for a, t in zip(accs, secs)]
+
+    # new DMN less accurate (0.49 < 0.5): the ConvNet reaches 0.49 no later than 30 s, so the
+    # ratio is at most 30 / mean(30, 40, 50) = 0.75 <= 1: the row fails, decided
+    down = _cost_bound("r", dmn([0.48, 0.49, 0.5], [30.0, 40.0, 50.0]), old, "full.json")
+    assert down["dmn_val_acc"] == pytest.approx(0.49) and down["dmn_s"] == pytest.approx(40.0)
+    assert down["ratio_at_most"] == pytest.approx(0.75) and down["ratio_at_least"] is None
+    assert down["ratio"] is None and down["convnet_s"] is None
+    assert down["convnet_total_s"] == 200.0  # the same ConvNet runs
+    assert down["bound_from"] == {"path": "full.json", "dmn_val_acc": 0.5, "dmn_s": 40.0,
+                                  "convnet_s": 30.0, "convnet_total_s": 200.0}
+    assert _cost_verdict(down) is False
+    # new DMN more accurate (0.51 > 0.5): the ConvNet needs at least 30 s, ratio >= 30 / 12
+    up = _cost_bound("r", dmn([0.52, 0.5, 0.51], [10.0, 12.0, 14.0]), old, "full.json")
+    assert up["ratio_at_least"] == pytest.approx(2.5) and up["ratio_at_most"] is None
+    assert _cost_verdict(up) is True
+    # bounds on the side that does not decide: at most 30 / 20 = 1.5, at least 30 / 60 = 0.5
+    open_down = _cost_bound("r", dmn([0.49] * 3, [20.0] * 3), old, "full.json")
+    open_up = _cost_bound("r", dmn([0.51] * 3, [60.0] * 3), old, "full.json")
+    assert open_down["ratio_at_most"] == pytest.approx(1.5)
+    assert open_up["ratio_at_least"] == pytest.approx(0.5)
+    assert _cost_verdict(open_down) is None and _cost_verdict(open_up) is None
+    # the same accuracy (within the records' rounding): exact, 30 / 25 s
+    same = _cost_bound("r", dmn([0.5000004] * 3, [25.0] * 3), old, "full.json")
+    assert same["ratio"] == pytest.approx(1.2) and same["convnet_s"] == 30.0
+    assert same["ratio_at_least"] is None and same["ratio_at_most"] is None
+    assert _cost_verdict(same) is True
+    # a ConvNet that never reached the old DMN's 0.5 never reaches 0.51 either: at least its
+    # whole run, 200 / 250 s, decided as _cost decides it (slower only when above 1)
+    never = old | {"convnet_s": None, "ratio": None, "ratio_at_least": 5.0}
+    n_up = _cost_bound("r", dmn([0.51] * 3, [250.0] * 3), never, "full.json")
+    assert n_up["ratio_at_least"] == pytest.approx(0.8) and _cost_verdict(n_up) is False
+    assert _cost_verdict(_cost_bound("r", dmn([0.51] * 3, [100.0] * 3), never, "f")) is True
+    # ... but says nothing about a lower accuracy: no entry (the row stays untimed)
+    assert _cost_bound("r", dmn([0.49] * 3, [10.0] * 3), never, "full.json") is None
+    # an old entry that was itself bounded passes on its own reference (the same ConvNets)
+    again = _cost_bound("r", dmn([0.47] * 3, [15.0] * 3), down, "merged.json")
+    assert again["bound_from"] == down["bound_from"]
+    assert again["ratio_at_most"] == pytest.approx(2.0) and _cost_verdict(again) is None
+    assert _cost_bound("r", dmn([0.5] * 3, [1.0] * 3), old | {"dmn_val_acc": None}, "f") is None
+    # the claim over rows: every row holds -> holds; one row fails -> fails; else open
+    exact = {"row": "e", "dmn_val_acc": 0.5, "dmn_s": 10.0, "convnet_s": 20.0, "ratio": 2.0,
+             "convnet_total_s": 90.0, "ratio_at_least": None, "ratio_at_most": None,
+             "bound_from": None}
+
+    def claim(*cs, **kw):
+        (c,) = _cost_claims([dict(x, row=f"row{k}") for k, x in enumerate(cs)], **kw)
+        return c
+
+    assert claim(exact, up).holds is True
+    assert claim(exact, up, down).holds is False
+    assert claim(open_up, down).holds is False  # a failing row decides, an open one does not
+    c = claim(exact, up, open_down)
+    assert c.holds is None
+    assert "not decided: the bound of ['row2'] is on the side that does not decide" in c.evidence
+    assert claim(exact, open_up, no_curve=["x"]).holds is None
+    assert claim(exact, dict(exact, ratio=0.9)).holds is False  # exact rows as before
+    # the evidence shows each bound and what it comes from
+    ev = claim(exact, down, up, same, n_up).evidence
+    assert "row0: DMN 10 s, ConvNet 20 s (2.0x)" in ev
+    assert ("row1: DMN 49.00 % in 40 s, ConvNet <= 30 s (<= 0.8x; bound from the old run's "
+            "time to its DMN's 50.00 %)") in ev
+    assert ("row2: DMN 51.00 % in 12 s, ConvNet >= 30 s (>= 2.5x; bound from the old run's "
+            "time to its DMN's 50.00 %)") in ev
+    assert ("row3: DMN 50.00 % in 25 s, ConvNet 30 s (1.2x; the old run's time to its DMN's "
+            "50.00 %, the same accuracy)") in ev
+    assert ("row4: DMN 51.00 % in 250 s, ConvNet never reached it in 200 s (>= 0.8x; it "
+            "never reached the old run's DMN's 50.00 % either)") in ev
+    # a ratio that prints as 1.0 says on which side of 1 it is
+    assert "(0.996x)" in claim(dict(exact, ratio=0.9955)).evidence
+
+
+def test_a_dmn_only_rerun_apart_from_a_curveless_convnet_bounds_the_cost(monkeypatch, tmp_path):
+    # as the committed records: a full run (stubbed) whose ConvNet runs kept no curve, then
+    # DMN-only reruns; the row's cost is bounded from the full run's own cost entry
+    from layerlab.dmn import experiments as ex
+
+    row6 = ex.table_rows("table2")[5]
+    r6 = ex._row_name(row6)
+    curves = [[(1, 5.0, 0.4375), (2, 20.0, 0.5), (3, 30.0, 0.5625)],
+              [(1, 6.0, 0.5), (2, 25.0, 0.5625), (3, 40.0, 0.5)],
+              [(1, 7.0, 0.375), (2, 15.0, 0.5), (3, 50.0, 0.5625)]]
+    _stub_table_runs(monkeypatch, [0.5, 0.5, 0.5], [10.0, 14.0, 12.0], curves)
+    full = _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,)),
+                                 key=jax.random.key(0), progress=False), 4000.0, "full")
+    old = json.loads(json.dumps(full))
+    for r in old["extra"]["runs"]:
+        r.pop("curve", None)
+    # its cost: target 0.5, reached at 20, 6, 15 s -> 41/3 s (written 13.6667); DMN 12 s
+    assert old["extra"]["cost"][0]["convnet_s"] == pytest.approx(41 / 3, rel=1e-5)
+
+    def rerun(accs, secs, command):
+        _stub_table_runs(monkeypatch, accs, secs)
+        return _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,), convnet=False),
+                                     key=jax.random.key(0), progress=False), 16.0, command)
+
+    def cost_of(*parts):
+        rec = ex.merge_tables("table2", list(parts), data_dir=tmp_path)
+        return rec, rec.extra["cost"], {cl.claim.split(" ")[0]: cl for cl in rec.claims}["cost:"]
+
+    # more accurate (mean 0.5625 > 0.5) in 5 s: the ConvNet needs >= 41/3 s, >= 2.73x: holds
+    better = rerun([0.5, 0.625, 0.5625], [4.0, 6.0, 5.0], "better")
+    rec, (c,), claim = cost_of(old, better)
+    assert c["row"] == r6 and c["ratio_at_least"] == pytest.approx(41 / 15, rel=1e-5)
+    assert c["ratio_at_most"] is None and c["ratio"] is None
+    assert c["bound_from"]["path"] == "parts[0]" and c["bound_from"]["dmn_val_acc"] == 0.5
+    assert claim.holds is True
+    assert f"{r6}: DMN 56.25 % in 5 s, ConvNet >= 14 s (>= 2.7x; bound from the old run's " \
+           "time to its DMN's 50.00 %)" in claim.evidence
+    assert f"Cost bounded from the earlier run for {r6}:" in rec.note
+    assert "Not timed" not in rec.note and "not timed" not in claim.evidence
+    # with the curves the cost is exact (35 s, above the bound): the bound is on its side
+    (exact,) = ex.merge_tables("table2", [full, better], data_dir=tmp_path).extra["cost"]
+    assert exact["ratio"] == pytest.approx(7.0) and exact["ratio"] >= c["ratio_at_least"]
+    # less accurate (0.4375) in 20 s: the ConvNet reaches it within 41/3 s, <= 0.68x: fails
+    worse = rerun([0.4375] * 3, [18.0, 22.0, 20.0], "worse")
+    _, (c,), claim = cost_of(old, worse)
+    assert c["ratio_at_most"] == pytest.approx(41 / 60, rel=1e-5) and c["ratio_at_least"] is None
+    assert claim.holds is False and "ConvNet <= 14 s (<= 0.7x; bound from" in claim.evidence
+    (exact,) = ex.merge_tables("table2", [full, worse], data_dir=tmp_path).extra["cost"]
+    assert exact["convnet_s"] == pytest.approx(26 / 3)  # 5, 6 and 15 s: within the bound
+    # less accurate but faster (5 s): at most 2.73x decides nothing, the claim is open
+    quick = rerun([0.4375, 0.5, 0.4375], [4.0, 6.0, 5.0], "quick")
+    _, (c,), claim = cost_of(old, quick)
+    assert c["ratio_at_most"] == pytest.approx(41 / 15, rel=1e-5) and claim.holds is None
+    assert "on the side that does not decide" in claim.evidence
+    # the same accuracy: exact from the old time, 41/3 s over 6 s
+    same = rerun([0.5, 0.5, 0.5], [6.0, 6.0, 6.0], "same")
+    _, (c,), claim = cost_of(old, same)
+    assert c["ratio"] == pytest.approx(41 / 18, rel=1e-5) and claim.holds is True
+    assert "the same accuracy" in claim.evidence
+    # merged again with a later rerun: the bound still comes from the full run's numbers
+    m = _written(cost_of(old, better)[0], None, "merge")
+    _, (c,), claim = cost_of(m, worse)
+    assert c["bound_from"] == {"path": "parts[0]", "dmn_val_acc": 0.5, "dmn_s": 12.0,
+                               "convnet_s": pytest.approx(41 / 3, rel=1e-5),
+                               "convnet_total_s": pytest.approx(40.0)}
+    assert c["ratio_at_most"] == pytest.approx(41 / 60, rel=1e-5) and claim.holds is False
+
+
+def test_dmn_only_parts_old_rule_note_and_protocol(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    t2 = ex.table_rows("table2")
+    r6, r7 = ex._row_name(t2[5]), ex._row_name(t2[6])
+    cost7 = {"row": f"cifar10 {r7.split(' ', 1)[1]}", "dmn_val_acc": 0.47, "dmn_s": 10.0,
+             "convnet_s": 40.0, "ratio": 4.0, "convnet_total_s": 90.0, "ratio_at_least": None}
+    full = _table_part("table2", [6, 7], [50.0, 47.0], [45.0, 49.0], cost=[cost7], wall=100.0)
+    dmn = _table_part("table2", [6], [52.0], dmn_only=True, wall=5.0)
+    assert dmn["config"]["convnet"] is False and not any("ConvNet" in r["name"]
+                                                         for r in dmn["rows"])
+    # the full part under the old rule, the DMN-only rerun under the new one: the note names
+    # the full part's row 7 (its DMN half kept), not its row 6 (only the ConvNet half kept)
+    old_full = json.loads(json.dumps(full))
+    del old_full["config"]["width_rule"]
+    rec = ex.merge_tables("table2", [old_full, dmn], data_dir=tmp_path)
+    old = rec.note.split("old width rule")[1]
+    assert f"the DMN layers of parts[0]: {r7}." in old and r6 not in old
+    assert "parts[1]" not in old
+    by = {r.name: r.ours for r in rec.rows}
+    assert (by[f"{r6} val acc"], by[f"{r6} ConvNet val acc"]) == (52.0, 45.0)
+    assert (by[f"{r7} val acc"], by[f"{r7} ConvNet val acc"]) == (47.0, 49.0)
+    assert rec.claims[0].evidence.startswith("1/2 rows")  # 52 >= 45, 47 < 49
+    # these runs carry no ConvNet curve (as the committed records): row 6 is not timed
+    assert [c["row"] for c in rec.extra["cost"]] == [r7]
+    assert f"Not timed (left out of the cost claim): {r6}" in rec.note
+    assert f"not timed (DMN half rerun apart from a ConvNet run without its per-epoch " \
+           f"curve): [{r6!r}]" in rec.claims[1].evidence
+    assert {p["path"]: p["halves"] for p in rec.extra["parts"]} == {
+        "parts[0]": {r6: "convnet", r7: "both"}, "parts[1]": {r6: "dmn"}}
+    # no row timed at all: the cost claim stays open and says why
+    bare = _table_part("table2", [6], [50.0], [45.0])
+    cost_claim = ex.merge_tables("table2", [bare, dmn], data_dir=tmp_path).claims[1]
+    assert cost_claim.holds is None and cost_claim.evidence.startswith("not decided")
+    assert r6 in cost_claim.evidence
+    # merged again: the halves and the note stay with the runs that made them
+    m = rec.to_dict() | {"machine": {}, "versions": {}, "git": "y", "command": "merge"}
+    again = ex.merge_tables("table2", [m], data_dir=tmp_path)
+    assert [(p["path"], p["via"], p["halves"]) for p in again.extra["parts"]] == [
+        ("parts[0]", "parts[0]", {r6: "convnet", r7: "both"}),
+        ("parts[1]", "parts[0]", {r6: "dmn"})]
+    old = again.note.split("old width rule")[1]
+    assert f"parts[0]: {r7}." in old and r6 not in old
+    assert {r.name: r.ours for r in again.rows} == by
+    # vice versa: an old-rule DMN-only part names its DMN halves, the new full part nothing
+    old_dmn = json.loads(json.dumps(dmn))
+    del old_dmn["config"]["width_rule"]
+    old = ex.merge_tables("table2", [full, old_dmn], data_dir=tmp_path).note.split(
+        "old width rule")[1]
+    assert f"the DMN layers of parts[1]: {r6}." in old and "parts[0]" not in old
+    assert "old width rule" not in ex.merge_tables("table2", [full, dmn],
+                                                   data_dir=tmp_path).note
+    # any other protocol field still has to agree, whichever part comes first
+    short = _table_part("table2", [6], [52.0], dmn_only=True, epochs=10)
+    with pytest.raises(ValueError, match="epochs=10"):
+        ex.merge_tables("table2", [full, short])
+    with pytest.raises(ValueError, match="epochs=50"):
+        ex.merge_tables("table2", [short, full])
+    # convnet only differs for Table 2 (the tables whose paper protocol has ConvNets)
+    t3 = _table_part("table3", [1], [90.0])
+    t3c = json.loads(json.dumps(t3))
+    t3c["config"]["convnet"] = True
+    with pytest.raises(ValueError, match="convnet=True"):
+        ex.merge_tables("table3", [t3, t3c])
+
+
+def test_dmn_only_parts_keep_paper_scale_when_the_full_parts_hold_every_convnet(tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    t2 = ex.table_rows("table2")
+    n = len(t2)
+    every = list(range(1, n + 1))
+    full = _table_part("table2", every, [50.0] * n, [45.0] * n)
+    dmn = _table_part("table2", range(6, 13), [55.0] * 7, dmn_only=True)
+    assert ex.merge_tables("table2", [full], data_dir=tmp_path).scale == "paper"
+    for parts in ([full, dmn], [dmn, full]):
+        rec = ex.merge_tables("table2", parts, data_dir=tmp_path)
+        assert rec.scale == "paper" and all(r.ours is not None for r in rec.rows)
+    # DMN-only parts alone: no ConvNets, reduced (as before)
+    dmn_all = _table_part("table2", every, [55.0] * n, dmn_only=True)
+    alone = ex.merge_tables("table2", [dmn_all], data_dir=tmp_path)
+    assert alone.scale == "reduced" and alone.config["convnet"] is False
+    assert not any("ConvNet" in r.name for r in alone.rows)
+    # a row whose ConvNet half no full part ran is marked not run, so the record is reduced
+    most = _table_part("table2", every[:-1], [50.0] * (n - 1), [45.0] * (n - 1))
+    rec = ex.merge_tables("table2", [dmn_all, most], data_dir=tmp_path)
+    last = ex._row_name(t2[-1])
+    by = {r.name: r for r in rec.rows}
+    assert by[f"{last} val acc"].ours == 55.0 and by[f"{last} ConvNet val acc"].ours is None
+    assert "--no-convnet" in by[f"{last} ConvNet val acc"].note
+    assert f"--rows {n}" in by[f"{last} ConvNet val acc"].note
+    assert rec.scale == "reduced" and rec.config["convnet"] is True
+    # the later full part replaced every other row whole: the DMN-only part gives row n only
+    assert {p["path"]: p["halves"] for p in rec.extra["parts"]}["parts[0]"] == {last: "dmn"}
 
 
 def test_fig10_merge_command(tmp_path):
