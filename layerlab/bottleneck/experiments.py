@@ -37,6 +37,7 @@ import optax
 
 from layerlab import data, loop, nets
 from layerlab._checks import promote_float
+from layerlab._plotting import subplots
 from layerlab.bottleneck._covariances import covariances
 from layerlab.bottleneck._cprank import bipartite_matrix, identity_inputs_loss_lower_bound
 from layerlab.bottleneck._diagnostics import (
@@ -473,11 +474,8 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
 def plot_a_fig1(record: Record, path: str | os.PathLike) -> None:
     """Hidden representations (the samples on their top-2 PCs) with attraction/repulsion arrows
     (needs the record returned by :func:`run_a_fig1`, which carries the parameters)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     res = record.extra["result"]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 10))
+    fig, axes = subplots(2, 2, figsize=(11, 10))
     colors = np.array(["tab:blue", "tab:orange", "tab:green", "tab:red"])
     with jax.enable_x64(True):
         for row, part in enumerate(["smooth", "relu"]):
@@ -507,7 +505,6 @@ def plot_a_fig1(record: Record, path: str | os.PathLike) -> None:
     fig.suptitle("paper A Fig. 1: forces on Z_l (top-2 PCs of the data points)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 # ============================================================================ A, Fig. 2
@@ -851,11 +848,8 @@ def _sweep_summary(r, xt, yt, cost, cfg) -> dict:
 
 
 def plot_a_fig2(record: Record, path: str | os.PathLike) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     sw = record.extra["sweeps"]
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, ax = subplots(1, 2, figsize=(12, 4.5))
     for name, s in sw.items():
         a = ax[1] if name == "teacher" else ax[0]
         line, = a.loglog(s["widths"], s["best"], "o-", label=f"{name} train (reg. loss)")
@@ -870,7 +864,6 @@ def plot_a_fig2(record: Record, path: str | os.PathLike) -> None:
         a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 # ============================================================================ A, Rank_sigma
@@ -1131,11 +1124,8 @@ def _lr_vs_weights(cfg: ARankConfig, key: Array) -> dict:
 
 
 def plot_a_rank(record: Record, path: str | os.PathLike) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     res = record.extra["result"]
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, ax = subplots(1, 2, figsize=(12, 4.5))
     for k, v in res.items():
         if not k.startswith("B_"):
             continue
@@ -1152,7 +1142,6 @@ def plot_a_rank(record: Record, path: str | os.PathLike) -> None:
         a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 # ============================================================================ B, structure
@@ -1348,13 +1337,10 @@ def run_b_structure(config: BStructureConfig, *, key: Array, progress: bool = Tr
 
 
 def plot_b_structure(record: Record, path: str | os.PathLike) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     cfg = record.config
     ds = record.extra["result"]["depth_sweep"]
     ks, depths = cfg["ks"], cfg["depths"]
-    fig, ax = plt.subplots(1, 4, figsize=(22, 4.5))
+    fig, ax = subplots(1, 4, figsize=(22, 4.5))
     Lmax = depths[-1]
     for i, k in enumerate(ks):
         c = f"C{i}"
@@ -1382,7 +1368,6 @@ def plot_b_structure(record: Record, path: str | os.PathLike) -> None:
         a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 # ============================================================================ B, symmetry
@@ -1506,12 +1491,9 @@ def run_b_symmetry(config: BSymmetryConfig, *, key: Array, progress: bool = True
 
 
 def plot_b_symmetry(record: Record, path: str | os.PathLike) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     e = record.extra
     P, st = np.asarray(e["P"]), np.asarray(e["stats"])
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, ax = subplots(1, 3, figsize=(16, 4.5))
     for i, name in enumerate(["|w.e|", "|w_perp|"]):
         sc = ax[i].scatter(P[:, 0], P[:, 1], c=np.abs(st[:, i]), s=8, cmap="viridis")
         fig.colorbar(sc, ax=ax[i])
@@ -1523,7 +1505,6 @@ def plot_b_symmetry(record: Record, path: str | os.PathLike) -> None:
     ax[2].set(title="weight singular values per layer", xlabel="layer")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 # ============================================================================ B, Fig. 1
@@ -1655,11 +1636,8 @@ def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
 
 
 def plot_b_minima(record: Record, path: str | os.PathLike) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     pts = record.extra["minima"]
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, ax = subplots(1, 2, figsize=(12, 4.5))
     ranks = sorted({p["rank"] for p in pts})
     for r in ranks:
         sel = [p for p in pts if p["rank"] == r]
@@ -1671,4 +1649,3 @@ def plot_b_minima(record: Record, path: str | os.PathLike) -> None:
         a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)

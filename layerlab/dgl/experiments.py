@@ -38,6 +38,7 @@ import numpy as np
 import optax
 
 from layerlab import nets, probes
+from layerlab._plotting import subplots
 from layerlab.loop import EarlyStopping, fit, optax_step
 from layerlab.record import Claim, Record, Row, row_from_values
 
@@ -1011,14 +1012,9 @@ def to_jsonable_(obj):
 
 def plot_table1(record: Record | dict, path: str | os.PathLike) -> None:
     """Bar chart: ours (mean ± std over seeds) beside the paper per row and column."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = record.rows if isinstance(record, Record) else [Row(**r) for r in record["rows"]]
     rows = [r for r in rows if r.name.endswith(" test acc") and "DGL test acc" not in r.name]
-    fig, axes = plt.subplots(1, len(ROWS), figsize=(3.0 * len(ROWS), 3.4))
+    fig, axes = subplots(1, len(ROWS), figsize=(3.0 * len(ROWS), 3.4))
     for ax, (rid, (ds, L, wp, _)) in zip(axes, ROWS.items()):
         rr = [r for r in rows if r.name.startswith(f"{ds} L={L} d={wp} ")]
         xs = np.arange(len(rr))
@@ -1034,7 +1030,6 @@ def plot_table1(record: Record | dict, path: str | os.PathLike) -> None:
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ============================================================================ Fig. 1
@@ -1186,14 +1181,11 @@ def run_fig1(cfg: Fig1Config, *, key: jax.Array, progress: bool = True,
 
 
 def plot_fig1(record: Record | dict, path: str | os.PathLike) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
 
     cells = (record.extra if isinstance(record, Record) else record["extra"])["cells"]
     depths = sorted({c["depth"] for c in cells})
-    fig, axes = plt.subplots(1, len(depths), figsize=(4.5 * len(depths), 3.6), squeeze=False)
+    fig, axes = subplots(1, len(depths), figsize=(4.5 * len(depths), 3.6), squeeze=False)
     for ax, D in zip(axes[0], depths):
         cs = [c for c in cells if c["depth"] == D]
         ws = np.array([c["width"] for c in cs])
@@ -1206,9 +1198,9 @@ def plot_fig1(record: Record | dict, path: str | os.PathLike) -> None:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xticks(ws, [str(int(v)) for v in ws])  # the widths, not log-minor labels
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(ScalarFormatter())
         ax.set_yticks([0.5, 1, 2, 5], ["0.5", "1", "2", "5"])
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.axhline(2.0, color="gray", lw=0.8, ls=":")
@@ -1223,7 +1215,6 @@ def plot_fig1(record: Record | dict, path: str | os.PathLike) -> None:
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ============================================================================ Fig. 4
@@ -1355,14 +1346,9 @@ def run_fig4(cfg: Fig4Config, *, key: jax.Array, progress: bool = True,
 
 
 def plot_fig4(record: Record | dict, path: str | os.PathLike) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ex = record.extra if isinstance(record, Record) else record["extra"]
     st = np.maximum(np.asarray(ex["eval_step"]), 0.5)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6, 4))
     ax.plot(st, ex["mse"], "k-", lw=2.5, label="training MSE")
     for k in sorted(k for k in ex if k.startswith("dgl_")):
         lab = "input (l=0)" if k == "dgl_0" else f"layer {k[4:]}"
@@ -1375,4 +1361,3 @@ def plot_fig4(record: Record | dict, path: str | os.PathLike) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

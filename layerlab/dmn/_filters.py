@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._plotting import subplots
 from layerlab.dmn._density import energies
 from layerlab.dmn._spec import Layer
 
@@ -74,19 +75,18 @@ def back_project(
 def plot_filters(kernel: ArrayLike, path: str | os.PathLike, *,
                  energies_: Sequence[float] | None = None, title: str = "") -> None:
     """Save a picture of filters ``[k, k, C, F]`` (one tile per filter; RGB when ``C == 3``,
-    else the channel-summed map), titled with their energies when given."""
-    import matplotlib
+    else the channel-summed map), titled with their energies when given.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    The file's extension picks the format.  Drawn on its own Agg canvas, without ``pyplot``:
+    the caller's matplotlib backend (e.g. a notebook's inline one) and pyplot's figures are
+    left alone."""
     w = np.asarray(kernel, np.float64)
     if w.ndim != 4:
         raise ValueError(f"kernel must be [k, k, C, F]; got shape {w.shape}.")
     f = w.shape[3]
     cols = int(np.ceil(np.sqrt(f)))
     rows = int(np.ceil(f / cols))
-    fig, axs = plt.subplots(rows, cols, figsize=(1.3 * cols, 1.4 * rows + 0.4), squeeze=False)
+    fig, axs = subplots(rows, cols, figsize=(1.3 * cols, 1.4 * rows + 0.4), squeeze=False)
     for i, ax in enumerate(axs.ravel()):
         ax.set_xticks([])
         ax.set_yticks([])
@@ -105,20 +105,16 @@ def plot_filters(kernel: ArrayLike, path: str | os.PathLike, *,
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_energies(spectra: ArrayLike, path: str | os.PathLike, *, title: str = "") -> None:
     """The energy view of per-class spectra ``[C, d]`` (or ``[d]``): ``-log(lambda /
-    sum lambda)`` against rank, one line per class (lower = more prevalent feature)."""
-    import matplotlib
+    sum lambda)`` against rank, one line per class (lower = more prevalent feature).
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    Like :func:`plot_filters`, a file only; the caller's matplotlib state is left alone."""
     lam = np.atleast_2d(np.asarray(spectra, np.float64))
     e = energies(lam)
-    fig, ax = plt.subplots(figsize=(4.5, 3.4))
+    fig, ax = subplots(figsize=(4.5, 3.4))
     for c, row in enumerate(e):
         ax.plot(np.arange(1, row.size + 1), row, ".-", lw=0.8, label=f"class {c}")
     ax.set_xlabel("rank")
@@ -128,4 +124,3 @@ def plot_energies(spectra: ArrayLike, path: str | os.PathLike, *, title: str = "
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -39,6 +39,7 @@ import optax
 from jax.typing import ArrayLike
 
 from layerlab import loop, nets, probes
+from layerlab._plotting import subplots
 from layerlab.data import DatasetNotFoundError, extract_patches, load
 from layerlab.data._targets import as_labels
 from layerlab.dmn._apply import max_pool_2x2
@@ -2114,13 +2115,8 @@ def _fig5_claim(ds, f5) -> Claim:
 
 def plot_timescales(record: Record | dict, path: str | os.PathLike) -> None:
     """Five panels from the record: Fig. 2A, 2B, Fig. 3, SI Fig. 5, SI Fig. 7."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ex = _rec_dict(record).get("extra", {})
-    fig, axs = plt.subplots(2, 3, figsize=(14, 7.6))
+    fig, axs = subplots(2, 3, figsize=(14, 7.6))
     axs = axs.ravel()
     if "fig2" in ex:
         f2 = ex["fig2"]
@@ -2175,7 +2171,6 @@ def plot_timescales(record: Record | dict, path: str | os.PathLike) -> None:
     axs[5].axis("off")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- plots
@@ -2188,16 +2183,11 @@ def _rec_dict(record) -> dict:
 def plot_table(record: Record | dict, path: str | os.PathLike) -> None:
     """Two panels per row of the table: ours (mean +- std over seeds) beside the paper's number,
     and ours - paper in points against the +-tol band (where the differences are visible)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     d = _rec_dict(record)
     rows = d["rows"]
     x = np.arange(len(rows))
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(6, 0.45 * len(rows) + 2), 7.2),
-                                  sharex=True, gridspec_kw={"height_ratios": [1, 1.2]})
+    fig, (ax, ax2) = subplots(2, 1, figsize=(max(6, 0.45 * len(rows) + 2), 7.2),
+                              sharex=True, gridspec_kw={"height_ratios": [1, 1.2]})
     ours = np.array([r["ours"] if r["ours"] is not None else np.nan for r in rows], float)
     paper = np.array([r["paper"] if r["paper"] is not None else np.nan for r in rows], float)
     spread = np.array([r["spread"] or 0.0 for r in rows], float)
@@ -2227,19 +2217,13 @@ def plot_table(record: Record | dict, path: str | os.PathLike) -> None:
     ax2.set_xticks(x, [r["name"] for r in rows], rotation=90, fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def plot_fig6(record: Record | dict, path: str | os.PathLike) -> None:
     """Accuracy vs number of filters per dataset, DMN vs ConvNet (ours), baseline dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     d = _rec_dict(record)
     dsets = list(dict.fromkeys(r["name"].split()[0] for r in d["rows"]))
-    fig, axs = plt.subplots(1, len(dsets), figsize=(4.2 * len(dsets), 3.6), squeeze=False)
+    fig, axs = subplots(1, len(dsets), figsize=(4.2 * len(dsets), 3.6), squeeze=False)
     for ax, ds in zip(axs[0], dsets):
         for v, col in (("DMN", "C0"), ("ConvNet", "C2")):
             pts = [(int(r["name"].split("F=")[1].split()[0]), r["ours"], r["spread"])
@@ -2259,7 +2243,6 @@ def plot_fig6(record: Record | dict, path: str | os.PathLike) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def widths_for(

@@ -54,6 +54,7 @@ from jax.typing import ArrayLike
 
 from layerlab import data as lldata
 from layerlab import probes
+from layerlab._plotting import subplots
 from layerlab.kernels import empirical_ntk
 from layerlab.loop import (
     CheckpointCorruptError,
@@ -812,8 +813,7 @@ def _fig1_record(cfg: FullBatchConfig, curves, prep: Prepared) -> Record:
 
 def plot_fig1(record: Record, path: str | os.PathLike) -> None:
     """Training loss (log) and accuracy per step, mean over seeds."""
-    plt = _plt()
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, ax = subplots(1, 2, figsize=(10, 3.6))
     for a, c in record.extra["curves"].items():
         t = np.arange(1, len(c["loss_mean"]) + 1)
         ax[0].semilogy(t, c["loss_mean"], color=COLORS.get(a), label=a)
@@ -824,14 +824,7 @@ def plot_fig1(record: Record, path: str | os.PathLike) -> None:
     fig.suptitle(record.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
 
 
 # ============================================================================ Figs. 2-4, Apps. G, H
@@ -1469,8 +1462,7 @@ def arm_colors(names) -> dict[str, str]:
 
 
 def plot_fig2(record: Record, path: str | os.PathLike) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, ax = subplots(1, 3, figsize=(12, 3.4))
     col = arm_colors(record.extra["curves"])
     for a, c in record.extra["curves"].items():
         e = np.arange(len(c["train_loss"]))
@@ -1485,7 +1477,6 @@ def plot_fig2(record: Record, path: str | os.PathLike) -> None:
     fig.suptitle(record.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def fig3_claims(per_epoch: dict[str, Sequence[float]]) -> list[Claim]:
@@ -1541,8 +1532,7 @@ def run_fig3(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
 
 
 def plot_fig3(record: Record, path: str | os.PathLike) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = subplots(figsize=(6, 3.6))
     for a, c in record.extra["curves"].items():
         y = np.asarray(c["per_step"])
         k = max(1, len(y) // 50)
@@ -1553,7 +1543,6 @@ def plot_fig3(record: Record, path: str | os.PathLike) -> None:
     fig.suptitle(record.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _ntk_series(res, a):
@@ -1674,8 +1663,7 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
 
 
 def plot_fig4(record: Record, path: str | os.PathLike) -> None:
-    plt = _plt()
-    fig, ax = plt.subplots(1, 5, figsize=(17, 3.2))
+    fig, ax = subplots(1, 5, figsize=(17, 3.2))
     keys = ("ntk_change", "ntk_align", "cka_first", "cka_middle", "cka_last")
     labels = ("NTK change per epoch (1 - cos)", "NTK alignment with init", "CKA first block",
               "CKA middle block", "CKA last block")
@@ -1691,7 +1679,6 @@ def plot_fig4(record: Record, path: str | os.PathLike) -> None:
     fig.suptitle(record.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def run_appG(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
@@ -1726,10 +1713,9 @@ def run_appG(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
 
 
 def plot_appG(record: Record, path: str | os.PathLike) -> None:
-    plt = _plt()
     curves = record.extra["curves"]
     nl = np.asarray(next(iter(curves.values()))["w_cos"]).shape[1]
-    fig, ax = plt.subplots(1, nl, figsize=(3.2 * nl, 3), squeeze=False)
+    fig, ax = subplots(1, nl, figsize=(3.2 * nl, 3), squeeze=False)
     for a, c in curves.items():
         w = np.asarray(c["w_cos"])
         for i in range(nl):
@@ -1740,7 +1726,6 @@ def plot_appG(record: Record, path: str | os.PathLike) -> None:
     fig.suptitle(record.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 def run_appH(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
@@ -1799,10 +1784,9 @@ def run_appH(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
 
 
 def plot_appH(record: Record, path: str | os.PathLike) -> None:
-    plt = _plt()
     c = record.extra["curves"]
     L = np.asarray(next(iter(c["init"].values()))).shape[1]
-    fig, ax = plt.subplots(2, L, figsize=(3.2 * L, 6), squeeze=False)
+    fig, ax = subplots(2, L, figsize=(3.2 * L, 6), squeeze=False)
     for a, v in c["init"].items():
         v = np.asarray(v)
         for b in range(L):
@@ -1818,7 +1802,6 @@ def plot_appH(record: Record, path: str | os.PathLike) -> None:
     fig.suptitle(record.title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 # ============================================================================ App. M
@@ -2031,9 +2014,8 @@ def _replaced_note(replaced: dict[str, dict[str, list]]) -> str:
 
 
 def plot_appM(record: Record, path: str | os.PathLike) -> None:
-    plt = _plt()
     cur = record.extra["curves"]
-    fig, ax = plt.subplots(len(cur), 3, figsize=(12, 3.2 * len(cur)), squeeze=False)
+    fig, ax = subplots(len(cur), 3, figsize=(12, 3.2 * len(cur)), squeeze=False)
     for i, (name, c) in enumerate(cur.items()):
         for a, v in c.items():
             ax[i, 0].semilogy(np.asarray(v["fb_loss"]), color=COLORS.get(a), label=a)
@@ -2045,7 +2027,6 @@ def plot_appM(record: Record, path: str | os.PathLike) -> None:
         ax[i, 0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 # ======================================================== Fig. 5, Apps. E, F, I, J, K

@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from layerlab._plotting import subplots
 from layerlab.inspect._monitor import History
 from layerlab.inspect._report import DIAGNOSTICS, Report
 
@@ -29,12 +30,7 @@ _LABELS = {
 
 def _figure(rows: int, cols: int, figsize: tuple[float, float]):
     """A figure on an Agg canvas (no pyplot, no global backend switch) and its axes grid."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(rows, cols, squeeze=False)
+    return subplots(rows, cols, figsize=figsize, squeeze=False)
 
 
 def _ordered(values: dict) -> list:

@@ -1,27 +1,24 @@
 """Tests for the DMN pictures (plot_filters, plot_energies): what each tile and line shows is
 read back from the drawn figure and compared with a direct numpy computation."""
-import matplotlib
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from layerlab.dmn._filters import plot_energies, plot_filters  # noqa: E402
+from layerlab.dmn._filters import plot_energies, plot_filters
 
 
 @pytest.fixture
 def kept_figures(monkeypatch):
-    """Keep the figures the plot functions close, to read what they drew."""
-    figs, close = [], plt.close
+    """The figures the plot functions save (they draw on their own canvases, without pyplot),
+    to read what they drew."""
+    figs, savefig = [], Figure.savefig
 
-    def keep(fig=None):
-        figs.append(fig if fig is not None else plt.gcf())
+    def keep(fig, *args, **kwargs):
+        figs.append(fig)
+        return savefig(fig, *args, **kwargs)
 
-    monkeypatch.setattr(plt, "close", keep)
-    yield figs
-    for f in figs:
-        close(f)
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figs
 
 
 def test_plot_filters_draws_each_filter_and_its_energy(tmp_path, kept_figures):
