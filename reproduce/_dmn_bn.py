@@ -60,13 +60,10 @@ def _bn_population_stats(net, variables, feats, chunk=1000):
 
 def plot(out: dict, path) -> None:
     """Validation and training accuracy per epoch under the three BN statistics."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from layerlab._plotting import subplots
 
     ep = [c["epoch"] for c in out["curve"]]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(9, 3.4), sharey=True)
     for ax, split in zip(axes, ("val", "train")):
         for how, style in (("running", "o-"), ("recalibrated", "s-"), ("batch", "^--")):
             if how in out["curve"][0][split]:
@@ -80,7 +77,6 @@ def plot(out: dict, path) -> None:
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:

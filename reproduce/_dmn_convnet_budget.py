@@ -169,16 +169,13 @@ def summarise(label, spec, paper_val, paper_train, runs) -> dict:
 
 
 def plot(rec, path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from layerlab._plotting import subplots
 
     rows = rec["rows"]
     nrow = 1 if len(rows) == 1 else 2
     ncol = max(1, (len(rows) + 1) // 2)
-    fig, axes = plt.subplots(nrow, ncol, figsize=(2.6 * ncol + 0.6, 2.7 * nrow + 0.6),
-                             sharex=True, sharey=True, squeeze=False)
+    fig, axes = subplots(nrow, ncol, figsize=(2.6 * ncol + 0.6, 2.7 * nrow + 0.6),
+                         sharex=True, sharey=True, squeeze=False)
     for ax, (label, r) in zip(axes.ravel(), rows.items()):
         ep = range(1, len(r["val_curve"]) + 1)
         ax.plot(ep, r["val_curve"], "C0", lw=1, label="test")
@@ -205,7 +202,6 @@ def plot(rec, path) -> None:
     fig.suptitle("\n".join(textwrap.wrap(title, 30 * ncol + 10)), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:

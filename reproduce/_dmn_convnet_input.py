@@ -43,12 +43,9 @@ def _cached_unit_run(cache_dir, spec, seed, epochs):
 
 
 def _plot(rec, path):
-    import matplotlib
+    from layerlab._plotting import subplots
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig, ax = subplots(figsize=(5.6, 3.8))
     for a in rec["arms"].values():
         ax.plot([c[0] for c in a["curve"]],
                 [float("nan") if c[2] is None else c[2] for c in a["curve"]], "o-", ms=2,
@@ -64,7 +61,6 @@ def _plot(rec, path):
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:

@@ -79,13 +79,10 @@ def summarise(runs: dict) -> dict:
 
 
 def plot(rows: dict, path: pathlib.Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from layerlab._plotting import subplots
 
     Fs = [F for F in ("4", "9", "20", "27") if F in rows] or list(rows)[:4]
-    fig, axes = plt.subplots(1, len(Fs), figsize=(3.2 * len(Fs), 3.2), sharey=True)
+    fig, axes = subplots(1, len(Fs), figsize=(3.2 * len(Fs), 3.2), sharey=True)
     for ax, F in zip(np.atleast_1d(axes), Fs, strict=True):
         r = rows[F]
         ep = np.arange(1, r["epochs"] + 1)
@@ -100,7 +97,6 @@ def plot(rows: dict, path: pathlib.Path) -> None:
     np.atleast_1d(axes)[0].legend(fontsize=7, title="dotted: paper's ConvNets", title_fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:

@@ -163,11 +163,9 @@ def main(argv=None) -> int:
         print(g, f"{end[g]:.3e}", {a: round(r, 2) for a, r in ratio[g].items()})
     print("wrote", args.out, f"({out['wall_s']:.0f} s)")
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from layerlab._plotting import subplots
 
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = subplots(figsize=(6, 3.6))
     for a, c in curve.items():
         ax.semilogy(np.arange(len(c))[1:], c[1:], "-" if a.startswith("gn") else "--", label=a)
     ax.set(xlabel="epoch", ylabel="1 - cos(W, W0), mean over layers",

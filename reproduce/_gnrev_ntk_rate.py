@@ -196,12 +196,9 @@ path.parent.mkdir(parents=True, exist_ok=True)
 path.write_text(json.dumps(out, indent=1))
 print(f"wrote {path} ({out['wall_s']:.0f} s)")
 
-import matplotlib  # noqa: E402
+from layerlab._plotting import subplots  # noqa: E402
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-fig, ax = plt.subplots(1, 4, figsize=(16, 3.4))
+fig, ax = subplots(1, 4, figsize=(16, 3.4))
 for a, o in out["arms"].items():
     ls = "-" if a.startswith("gn") else "--" if a.startswith("adam") else ":"
     e = np.arange(len(o["ntk_align_per_epoch"]))
@@ -220,7 +217,7 @@ fig.savefig(path.with_suffix(".png"), dpi=100)
 print(f"wrote {path.with_suffix('.png')}")
 
 if args.compare_record:
-    fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, ax = subplots(1, 2, figsize=(11, 3.6))
     for a, c in out["compare"]["curves"].items():
         e = np.arange(len(c["test_loss"]))
         ax[0].semilogy(e, c["test_loss"], "--", label=f"{a} (record, seed mean)")
@@ -236,4 +233,3 @@ if args.compare_record:
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path.with_name(path.stem + "_losses.png"), dpi=100)
-    plt.close(fig)

@@ -187,11 +187,9 @@ def main(argv=None) -> int:
     print(json.dumps(out["crossings"]))
     print("wrote", args.out, f"({out['wall_s']:.0f} s)")
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from layerlab._plotting import subplots
 
-    fig, ax = plt.subplots(1, 2, figsize=(11, 3.6))
+    fig, ax = subplots(1, 2, figsize=(11, 3.6))
     for a, c in curves.items():
         e = np.arange(len(c))
         ax[0].semilogy(e, c, label=a)
