@@ -1569,6 +1569,7 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
              and cfg.epochs >= full.epochs and set(cfg.datasets) == set(full.datasets)
              and cfg.convnet and all(r.ours is not None for r in rows) else "reduced")
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "optimizer"}
+    d["width_rule"] = WIDTH_RULE  # as _config_dict: merge_fig6 names DMN curves without it
     return Record(
         paper="dmn", artifact="fig6", title="Fig. 6: accuracy vs number of filters, one DMN "
         "layer vs one conv layer", scale=scale, config=d, rows=rows, claims=claims,

@@ -273,6 +273,8 @@ def test_fig6_without_convnets_runs_the_dmn_curve_only_and_leaves_the_claim_open
     assert claims["CIFAR-10: one DMN layer >= one conv layer (most F)"].holds is None
     assert rec.scale == "reduced" and "ConvNets not run" in rec.note
     assert not any("ConvNet" in r.name for r in rec.rows)
+    # the rule its DMN curve was made under (merge_fig6 names curves without it as old-rule)
+    assert rec.config["width_rule"] == ex.WIDTH_RULE
     calls.clear()
     rec = ex.run_fig6(ex.Fig6Config.paper(datasets=("cifar10",), filters=(2, 12, 27), seeds=1),
                       key=jax.random.key(0), progress=False)
