@@ -85,8 +85,8 @@ def merge_main(artifact: str, args, argv=None) -> int:
     if used:
         raise SystemExit(f"--merge trains nothing, so it takes no run flags; got {used} "
                          "(the protocol comes from the records, --no-convnet too: a record "
-                         "run with it merges as the DMN half of its rows; write to results/ "
-                         "with --record or --out)")
+                         "run with it merges as the DMN half of its rows, for Fig. 6 the DMN "
+                         "curves of its datasets; write to results/ with --record or --out)")
     from layerlab.dmn import experiments as ex
 
     try:

@@ -7,6 +7,13 @@ CIFAR-100 (not run when its files are absent), with the classifier-only baseline
     python -m reproduce.dmn_fig6 --smoke      # seconds
     python -m reproduce.dmn_fig6 --merge results/dmn/fig6_mnist.json \
         results/dmn/fig6_cifar10_convnet.json --out results/dmn/fig6.json   # trains nothing
+    python -m reproduce.dmn_fig6 --paper --datasets cifar10 --no-convnet --out dmn.json
+    python -m reproduce.dmn_fig6 --merge results/dmn/fig6.json dmn.json \
+        --out merged.json                      # the new DMN curve, the ConvNets kept
+
+A merge takes each dataset half by half: its DMN curve and baseline from the last record that
+ran them (with or without ConvNets), its ConvNet curve from the last record that ran the
+ConvNets. See docs/dmn.md.
 """
 from __future__ import annotations
 
@@ -35,7 +42,10 @@ def build_parser():
                    help="train nothing: merge Fig. 6 records that each ran some datasets "
                    "(--datasets, on different machines) into one record of all three, a later "
                    "record replacing an earlier one dataset by dataset; datasets no record "
-                   "holds are marked not run. Writes to scratch/dmn/ unless --record or --out")
+                   "holds are marked not run. A DMN-only record (run with --no-convnet) "
+                   "replaces the DMN curve and baseline of its datasets only, keeping the "
+                   "ConvNet curves of the records before it. Writes to scratch/dmn/ unless "
+                   "--record or --out")
     return p
 
 

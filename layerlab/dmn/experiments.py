@@ -1570,6 +1570,7 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
              and cfg.epochs >= full.epochs and set(cfg.datasets) == set(full.datasets)
              and cfg.convnet and all(r.ours is not None for r in rows) else "reduced")
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "optimizer"}
+    d["width_rule"] = WIDTH_RULE  # as _config_dict: merge_fig6 names DMN curves without it
     return Record(
         paper="dmn", artifact="fig6", title="Fig. 6: accuracy vs number of filters, one DMN "
         "layer vs one conv layer", scale=scale, config=d, rows=rows, claims=claims,
@@ -1586,15 +1587,16 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
 
 
 def _fig6_claims(ds: str, filters: Sequence[int], dmn: Sequence[float],
-                 convnet: Sequence[float] | None) -> list[Claim]:
+                 convnet: Sequence[float] | None, *, why: str | None = None) -> list[Claim]:
     """Fig. 6's claims for one dataset from its mean curves over ``filters`` (``convnet``:
-    ``None`` when the ConvNets did not run)."""
+    ``None`` when the ConvNets did not run; ``why``: the open claim's evidence then, if not
+    the run's own ``convnet=False``)."""
     best = filters[int(np.argmax(dmn))]
     claims = [Claim(f"{ds}: best one-layer DMN width is F={FIG6_BEST_F[ds]}",
                     best == FIG6_BEST_F[ds], f"ours: best F={best} among {list(filters)}")]
     if ds == "cifar10" and convnet is None:
         claims.append(Claim("CIFAR-10: one DMN layer >= one conv layer (most F)", None,
-                            "ConvNets not run (convnet=False, --no-convnet)"))
+                            why or "ConvNets not run (convnet=False, --no-convnet)"))
     elif ds == "cifar10":
         wins = sum(a >= b for a, b in zip(dmn, convnet))
         claims.append(Claim("CIFAR-10: one DMN layer >= one conv layer (most F)",
@@ -1602,20 +1604,33 @@ def _fig6_claims(ds: str, filters: Sequence[int], dmn: Sequence[float],
     return claims
 
 
-# Fig. 6 records that merge must share these (older records lack pca / convnet: defaults)
+# Fig. 6 records that merge must share these (older records lack pca / convnet: defaults);
+# convnet is checked for presence only: a DMN-only part (--no-convnet) merges half by half
 _FIG6_PROTOCOL = ("filters", "preset", "pca", "seeds", "epochs", "batch_size", "optimizer_name",
                   "n_train", "n_test", "report", "dtype", "convnet")
 _FIG6_DEFAULTS = {"pca": "class", "convnet": True}
 
 
+def _fig6_half_rows(ds: str, filters: Sequence[int], half: str) -> list[str]:
+    """The names of a Fig. 6 dataset's entries of one half: ``"dmn"`` is the classifier-only
+    baseline and the DMN curve (the DMN-variant runs every part makes, DMN-only or not),
+    ``"convnet"`` the ConvNet curve."""
+    if half == "dmn":
+        return [f"{ds} baseline de{NUM_CLASSES[ds]} val acc"] + [
+            f"{ds} F={f} DMN val acc" for f in filters]
+    return [f"{ds} F={f} ConvNet val acc" for f in filters]
+
+
 def _part_width_rule(d: dict, datasets: Sequence[str]) -> str | None:
     """The width rule a Fig. 6 part ran under: its own, or for a merge the rule of the
-    sub-part(s) that gave ``datasets`` (None if any of them predates the field)."""
+    sub-part(s) that gave the DMN curves of ``datasets`` (a sub-part that gave only a
+    dataset's ConvNet curve does not count; None if any of them predates the field)."""
     subs = (d.get("extra") or {}).get("parts")
     if not subs:
         return d.get("config", {}).get("width_rule")
     rules = {(sp.get("width_rules") or {}).get(ds, sp.get("width_rule"))
-             for sp in subs for ds in datasets if ds in sp.get("datasets", ())}
+             for sp in subs for ds in datasets
+             if ds in sp.get("datasets", ()) and _half_given(sp, ds) != "convnet"}
     return rules.pop() if len(rules) == 1 else None
 
 
@@ -1624,22 +1639,43 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
     """One Fig. 6 record of every dataset from records that each ran some of its datasets.
 
     Fig. 6's datasets run for hours each on different machines (``--datasets``); this merges
-    their records without training.  Each of the figure's datasets (MNIST, CIFAR-10,
-    CIFAR-100) comes from the **last** part that ran it (its rows, claims and runs); a dataset
-    no part ran is marked not run, with the loader's message when its files are absent.
+    their records without training.  A dataset no part ran is marked not run, with the
+    loader's message when its files are absent.
+
+    Each dataset is merged half by half.  Its **DMN half** (the classifier-only baseline, the
+    ``F=... DMN val acc`` curve and the runs of variant ``"dmn"``) comes from the last part
+    that ran it, a part with the ConvNets or a DMN-only part (``--no-convnet``, ``convnet:
+    false``); its **ConvNet half** (``F=... ConvNet val acc``, runs of variant ``"convnet"``)
+    from the last part that ran the ConvNets.  So a DMN-only rerun listed after the full parts
+    replaces their DMN curves (e.g. under the corrected width rule) and keeps their ConvNets,
+    and a full part listed after a DMN-only one replaces both halves.  ``convnet`` is then the
+    one protocol field the parts may differ in: the merged record has ``convnet: true`` when
+    any part ran ConvNets, whatever the parts' order (the order only decides which part's half
+    is kept), and a dataset whose ConvNet half no part ran has its ConvNet entries marked not
+    run (its DMN-vs-ConvNet claim open).  Fig. 6 records keep no cost entries (each run's
+    ``total_s`` travels with its half in ``extra.runs``), so nothing is recomputed but the
+    claims.
 
     Args:
       parts: ``fig6`` records (paths or loaded dicts) written by :func:`run_fig6` or an
         earlier merge.  They must share the protocol (``_FIG6_PROTOCOL``: widths, DMN preset
         and PCA, seeds, epochs, batch size, optimizer, ``n_train``/``n_test``, ``report``,
-        dtype, ``convnet``); a ``ValueError`` names the part and the field that differs.
+        dtype; ``convnet`` may differ, as above); a ``ValueError`` names the part and the field
+        that differs.
       data_dir: where to look for the files of datasets no part ran.
 
     Returns:
-      A :class:`~layerlab.record.Record`; claims recomputed from the kept rows;
-      ``scale`` ``"paper"`` when the protocol is the paper's and every dataset ran;
-      ``extra["parts"]`` names each contributing run (path, datasets, machine, wall time,
-      command, git); ``wall_s`` is the sum of their wall times.
+      A :class:`~layerlab.record.Record`; claims (best F, DMN >= ConvNet on CIFAR-10)
+      recomputed from the assembled curves; ``scale`` ``"paper"`` when the protocol is the
+      paper's and every dataset ran with both halves; ``extra["parts"]`` names each
+      contributing run (path, datasets, ``halves``: per dataset ``"both"`` for the whole
+      dataset or ``"dmn"`` / ``"convnet"`` for one half, machine, wall time, command, git,
+      width rule(s)) -- for a part that is itself a merge, its own parts (``via``: the merged
+      record) -- in the order given; ``extra["runs"]`` the kept runs, each with the command
+      that made it; ``wall_s`` is the sum of their whole wall times (a run counts in full even
+      when some of its halves were replaced).  The note names the datasets whose curves come
+      from different runs, and the DMN curves made under the old width rule
+      (``_old_rule_note``; a part that gives only a ConvNet curve is not named).
     """
     loaded = _load_parts("merge_fig6", parts, {"fig6"})
     for label, d in loaded:
@@ -1655,22 +1691,39 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
     ref_label, ref = loaded[0]
     for label, d in loaded[1:]:
         for f in _FIG6_PROTOCOL:
+            if f == "convnet":  # every Fig. 6 dataset pairs DMN and ConvNet: half by half
+                continue
             if proto(ref, f) != proto(d, f):
                 raise ValueError(f"merge_fig6: {label} ran with {f}={proto(d, f)!r} but "
                                  f"{ref_label} with {f}={proto(ref, f)!r}; runs under different "
                                  "protocols do not merge.")
-    owner = {}
-    for i, (_, d) in enumerate(loaded):
-        for r in d["rows"]:
-            ds = r["name"].split(" ", 1)[0]
-            if r["name"].startswith(f"{ds} baseline") and r.get("ours") is not None:
-                owner[ds] = i
     filters = list(proto(ref, "filters"))
-    convnet = bool(proto(ref, "convnet"))
-    rows, claims, runs, missing, kept = [], [], [], {}, {}
+    convnet = any(bool(proto(d, "convnet")) for _, d in loaded)
+    # (dataset, half) -> the last part that ran it: the DMN half where the baseline ran (every
+    # part that runs a dataset runs its baseline and DMN curve), the ConvNet half where a
+    # ConvNet point ran (not a DMN-only part, nor a merge that marks them not run)
+    owner: dict[tuple[str, str], int] = {}
+    for i, (_, d) in enumerate(loaded):
+        ran = {r["name"] for r in d["rows"] if r.get("ours") is not None}
+        for ds in Fig6Config().datasets:
+            for half in ("dmn", "convnet"):
+                names = _fig6_half_rows(ds, filters, half)
+                if names[0] in ran if half == "dmn" else set(names) & ran:
+                    owner[ds, half] = i
+
+    def path_of(i: int, j: int) -> str:
+        if j < 0:
+            return loaded[i][0]
+        return (loaded[i][1].get("extra") or {})["parts"][j].get("path", loaded[i][0])
+
+    fields = {f.name for f in dataclasses.fields(Row)}
+    rows, claims, runs, missing = [], [], [], {}
+    kept: dict[tuple[int, int], dict[str, str]] = {}  # (part, sub-part) -> {dataset: half}
+    mixed: list[tuple[str, tuple[int, int], tuple[int, int]]] = []  # (ds, DMN's, ConvNet's)
+    no_conv: list[str] = []  # datasets whose ConvNet half no part ran (merged convnet=True)
     for ds in Fig6Config().datasets:
         c = NUM_CLASSES[ds]
-        if ds not in owner:
+        if (ds, "dmn") not in owner:
             try:
                 load(ds, "test", data_dir=data_dir)
                 why = (f"not run: no part record holds {ds} (run it with --datasets {ds} and "
@@ -1681,25 +1734,70 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
             rows.append(Row(f"{ds} baseline de{c} val acc", None, FIG6_BASELINE[ds], "%",
                             TOL[ds], 0, None, None, why))
             continue
-        label, d = loaded[owner[ds]]
-        mine = [r for r in d["rows"] if r["name"].split(" ", 1)[0] == ds]
-        fields = {f.name for f in dataclasses.fields(Row)}
-        rows += [Row(**{k: v for k, v in r.items() if k in fields}) for r in mine]
-        by = {r["name"]: r.get("ours") for r in mine}
-        dmn = [by.get(f"{ds} F={f} DMN val acc") for f in filters]
-        conv = [by.get(f"{ds} F={f} ConvNet val acc") for f in filters] if convnet else None
-        if None in dmn or (conv is not None and None in conv):
-            raise ValueError(f"merge_fig6: {label} ran {ds} but lacks some of its F rows "
-                             f"(filters {filters}).")
-        claims += _fig6_claims(ds, filters, dmn, conv)
-        runs += [r for r in (d.get("extra") or {}).get("runs", []) if r.get("dataset") == ds]
-        kept.setdefault(owner[ds], []).append(ds)
-    part_info = [{"path": loaded[i][0], "datasets": dss, "scale": loaded[i][1].get("scale"),
-                  "machine": loaded[i][1].get("machine"), "wall_s": loaded[i][1].get("wall_s"),
-                  "command": loaded[i][1].get("command"), "git": loaded[i][1].get("git"),
-                  "width_rule": _part_width_rule(loaded[i][1], dss),
-                  "width_rules": {ds: _part_width_rule(loaded[i][1], [ds]) for ds in dss}}
-                 for i, dss in kept.items()]
+        want = ("dmn", "convnet") if convnet else ("dmn",)
+        src: dict[str, tuple[int, int]] = {}  # half -> (part, sub-part)
+        got: dict[str, dict[str, dict]] = {}  # half -> {entry name: the part's row}
+        for half in want:
+            if (ds, half) not in owner:
+                continue
+            i = owner[ds, half]
+            label, d = loaded[i]
+            by = {r["name"]: r for r in d["rows"]}
+            names = _fig6_half_rows(ds, filters, half)
+            if any(by.get(n, {}).get("ours") is None for n in names):
+                raise ValueError(f"merge_fig6: {label} ran {ds} but lacks some of its F rows "
+                                 f"(filters {filters}).")
+            subs = (d.get("extra") or {}).get("parts") or []
+            j = next((k for k, sp in enumerate(subs) if ds in sp.get("datasets", ())
+                      and _half_given(sp, ds) in (half, "both")), -1)
+            src[half], got[half] = (i, j), {n: by[n] for n in names}
+        if convnet and "convnet" not in src:
+            no_conv.append(ds)
+            why = (f"not run: the parts that hold {ds} ran it without its ConvNets "
+                   f"(--no-convnet); run it with --datasets {ds} and merge again")
+            got["convnet"] = {n: dataclasses.asdict(Row(n, None, None, "%", TOL[ds], 0, None,
+                                                        None, why))
+                              for n in _fig6_half_rows(ds, filters, "convnet")}
+        every = {**got.get("dmn", {}), **got.get("convnet", {})}
+        # run_fig6's order: the baseline, then per F the DMN and the ConvNet entry
+        order = _fig6_half_rows(ds, filters, "dmn")[:1] + [
+            n for f in filters for n in (f"{ds} F={f} DMN val acc", f"{ds} F={f} ConvNet val acc")
+            if n in every]
+        rows += [Row(**{k: v for k, v in every[n].items() if k in fields}) for n in order]
+        dmn = [every[f"{ds} F={f} DMN val acc"]["ours"] for f in filters]
+        conv = ([every[f"{ds} F={f} ConvNet val acc"]["ours"] for f in filters]
+                if "convnet" in src else None)
+        claims += _fig6_claims(ds, filters, dmn, conv, why=(
+            None if not convnet else f"ConvNets not run: no part ran {ds}'s ConvNets (the parts "
+            "that hold it ran --no-convnet)"))
+        gave: dict[tuple[int, int], set[str]] = {}
+        for half, (i, j) in src.items():
+            gave.setdefault((i, j), set()).add(half)
+        for (i, j), hs in sorted(gave.items()):  # a part's runs in its own order
+            extra = loaded[i][1].get("extra") or {}
+            sub = extra["parts"][j] if j >= 0 else loaded[i][1]
+            runs += [r | {"command": r.get("command") or sub.get("command")}
+                     for r in extra.get("runs", [])
+                     if r.get("dataset") == ds and r.get("variant", "dmn") in hs]
+            kept.setdefault((i, j), {})[ds] = "both" if hs >= set(want) else next(iter(hs))
+        if len(gave) > 1:
+            mixed.append((ds, src["dmn"], src["convnet"]))
+
+    part_info = []
+    for (i, j), given in sorted(kept.items()):  # in the order given (a merge: its own order)
+        label, d = loaded[i]
+        sp = (d.get("extra") or {})["parts"][j] if j >= 0 else d
+        if j >= 0:
+            rule = sp.get("width_rule")
+            rules = {ds: (sp.get("width_rules") or {}).get(ds, rule) for ds in given}
+        else:
+            rule = _part_width_rule(d, list(given))
+            rules = {ds: _part_width_rule(d, [ds]) for ds in given}
+        part_info.append({"path": path_of(i, j), "via": label if j >= 0 else None,
+                          "datasets": list(given), "halves": dict(given),
+                          "scale": sp.get("scale"), "machine": sp.get("machine"),
+                          "wall_s": sp.get("wall_s"), "command": sp.get("command"),
+                          "git": sp.get("git"), "width_rule": rule, "width_rules": rules})
     full = Fig6Config.paper()
     protocol_paper = (proto(ref, "n_train") is None and proto(ref, "n_test") is None
                       and proto(ref, "seeds") >= 3 and proto(ref, "epochs") >= full.epochs
@@ -1707,24 +1805,51 @@ def merge_fig6(parts: Sequence[str | os.PathLike | dict], *,
     walls = [p["wall_s"] for p in part_info if p["wall_s"] is not None]
     pca = proto(ref, "pca")
 
+    def what(p: dict) -> str:
+        return ", ".join(ds if h == "both" else f"the DMN curve and baseline of {ds}"
+                         if h == "dmn" else f"the ConvNet curve of {ds}"
+                         for ds, h in p["halves"].items())
+
+    split = ""
+    if mixed:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for ds, a, b in mixed:
+            groups.setdefault((path_of(*a), path_of(*b)), []).append(ds)
+        split = (" Datasets whose DMN and ConvNet curves come from different runs (a later run "
+                 "replaced the DMN curve and baseline; extra.parts[].halves): " + "; ".join(
+                     f"DMN from {a}, ConvNet from {b}: {', '.join(dss)}"
+                     for (a, b), dss in groups.items()) + ".")
+    unused = [label for i, (label, _) in enumerate(loaded)
+              if not any(k[0] == i for k in kept)]
+    old_dmn = []  # the old-rule note judges the DMN curves only
+    for p in part_info:
+        old = [f"{ds} DMN curve" for ds, h in p["halves"].items()
+               if h != "convnet" and p["width_rules"][ds] != WIDTH_RULE]
+        if old:
+            old_dmn.append(p | {"width_rule": None, "datasets": old})
     note = (f"DMN preset {proto(ref, 'preset')!r}, fixed count ("
             + _fixed_count(proto(ref, "preset"), pca)
             + "); the paper gives the curves only as a figure, so only the "
             "baselines and the best widths have paper numbers. Merged from "
             f"{len(part_info)} runs (merge_fig6; a later part replaces an earlier one dataset by "
-            "dataset): " + "; ".join(_where(p, ", ".join(p["datasets"])) for p in part_info) + "."
+            "dataset, the DMN curve with its baseline and the ConvNet curve apart; extra.parts "
+            "names each run's datasets and halves): "
+            + "; ".join(_where(p, what(p)) for p in part_info) + "."
+            + split
+            + ("" if not unused else f" Parts whose datasets were all replaced: {unused}.")
+            + ("" if convnet else " ConvNets not run (convnet=False in every part): DMN curves "
+               "and baselines only, so the record is reduced.")
+            + ("" if not no_conv else f" ConvNets not run for {no_conv}: the parts that hold "
+               "them ran without (--no-convnet), so their entries are marked not run.")
             + ("" if not missing else f" Not run (files absent): {sorted(missing)}.")
             + _old_rule_note(
                 ref.get("config", {}).get("dmn_preset") or dataclasses.asdict(
                     (DMNConfig.authors if proto(ref, "preset") == "authors"
                      else DMNConfig.paper)(pca=pca)),
-                [p | {"width_rule": None, "datasets": [
-                    f"{ds} DMN curve" for ds in p["datasets"]
-                    if p["width_rules"][ds] != WIDTH_RULE]}
-                 for p in part_info if set(p["width_rules"].values()) != {WIDTH_RULE}],
-                "datasets"))
+                old_dmn, "datasets"))
     config = {f: proto(ref, f) for f in _FIG6_PROTOCOL} | {
-        "datasets": list(full.datasets), "data_dir": None, "width_rule": WIDTH_RULE}
+        "convnet": convnet, "datasets": list(full.datasets), "data_dir": None,
+        "width_rule": WIDTH_RULE}
     return Record(
         paper="dmn", artifact="fig6", title="Fig. 6: accuracy vs number of filters, one DMN "
         "layer vs one conv layer",

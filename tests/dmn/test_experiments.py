@@ -273,6 +273,8 @@ def test_fig6_without_convnets_runs_the_dmn_curve_only_and_leaves_the_claim_open
     assert claims["CIFAR-10: one DMN layer >= one conv layer (most F)"].holds is None
     assert rec.scale == "reduced" and "ConvNets not run" in rec.note
     assert not any("ConvNet" in r.name for r in rec.rows)
+    # the rule its DMN curve was made under (merge_fig6 names curves without it as old-rule)
+    assert rec.config["width_rule"] == ex.WIDTH_RULE
     calls.clear()
     rec = ex.run_fig6(ex.Fig6Config.paper(datasets=("cifar10",), filters=(2, 12, 27), seeds=1),
                       key=jax.random.key(0), progress=False)
@@ -1279,3 +1281,199 @@ def test_fig6_merge_of_merges_names_old_rule_curves_per_dataset():
                                "width_rules": {"mnist": None, "cifar10": ex.WIDTH_RULE}}]}}
     assert ex._part_width_rule(d2, ["cifar10"]) == ex.WIDTH_RULE
     assert ex._part_width_rule(d2, ["mnist"]) is None
+    # a sub-part that gave only a dataset's ConvNet curve says nothing of its DMN layers
+    d3 = {"extra": {"parts": [
+        {"datasets": ["cifar10"], "halves": {"cifar10": "convnet"}, "width_rule": None},
+        {"datasets": ["cifar10"], "halves": {"cifar10": "dmn"}, "width_rule": ex.WIDTH_RULE}]}}
+    assert ex._part_width_rule(d3, ["cifar10"]) == ex.WIDTH_RULE
+
+
+_F6_CONV = "CIFAR-10: one DMN layer >= one conv layer (most F)"
+
+
+def test_fig6_dmn_only_rerun_replaces_the_dmn_curves_and_keeps_the_convnets(monkeypatch,
+                                                                            tmp_path):
+    # Fig. 6 run with its ConvNets (MNIST and CIFAR-10), then CIFAR-10 rerun DMN-only
+    # (--no-convnet): the merge takes CIFAR-10's DMN curve and baseline from the rerun and its
+    # ConvNet curve from the full run, and recomputes the claims from the assembled curves
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import load_record
+    from reproduce import dmn_fig6
+
+    # _fig6_part: seeds 0-2 score acc + 0, 1, 2 -> mean acc + 1; 30 where acc names nothing
+    full = _fig6_part(monkeypatch, ("mnist", "cifar10"), {
+        ("dmn", 2): 50.0, ("dmn", 12): 45.0, ("dmn", 27): 40.0,
+        ("convnet", 2): 45.0, ("convnet", 12): 50.0})
+    dmn = _fig6_part(monkeypatch, ("cifar10",), {
+        ("dmn", 0): 33.0, ("dmn", 2): 40.0, ("dmn", 12): 60.0, ("dmn", 27): 25.0},
+        convnet=False)
+    assert full["config"]["width_rule"] == ex.WIDTH_RULE == dmn["config"]["width_rule"]
+    assert dmn["config"]["convnet"] is False and not any("ConvNet" in r["name"]
+                                                         for r in dmn["rows"])
+    # the full run's own claims: CIFAR-10 DMN 51, 46, 41 vs ConvNet 46, 51, 31 -> best F = 2,
+    # DMN >= ConvNet at F = 2 and 27: 2/3 widths
+    own = {c["claim"]: (c["holds"], c["evidence"]) for c in full["claims"]}
+    assert own["cifar10: best one-layer DMN width is F=12"][0] is False
+    assert own[_F6_CONV] == (True, "2/3 widths")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rec = ex.merge_fig6([full, dmn], data_dir=empty)
+    by = {r.name: r.ours for r in rec.rows}
+    assert [by[f"cifar10 F={f} DMN val acc"] for f in (2, 12, 27)] == [41.0, 61.0, 26.0]
+    assert [by[f"cifar10 F={f} ConvNet val acc"] for f in (2, 12, 27)] == [46.0, 51.0, 31.0]
+    assert by["cifar10 baseline de10 val acc"] == 34.0  # the rerun's (the full run's: 31)
+    assert [by[f"mnist F={f} DMN val acc"] for f in (2, 12, 27)] == [51.0, 46.0, 41.0]
+    assert [by[f"mnist F={f} ConvNet val acc"] for f in (2, 12, 27)] == [46.0, 51.0, 31.0]
+    # run_fig6's order per dataset: baseline, then per F its DMN and ConvNet entries
+    assert [r.name for r in rec.rows if r.name.startswith("cifar10 ")] == [
+        r["name"] for r in full["rows"] if r["name"].startswith("cifar10 ")]
+    # the claims by hand from the assembled curves: CIFAR-10 best F = 12 (61), DMN >= ConvNet
+    # only at F = 12 (41 < 46, 61 >= 51, 26 < 31): 1/3 widths; MNIST best F = 2
+    claims = {c.claim: (c.holds, c.evidence) for c in rec.claims}
+    assert claims == {
+        "mnist: best one-layer DMN width is F=6": (False, "ours: best F=2 among [2, 12, 27]"),
+        "cifar10: best one-layer DMN width is F=12": (True, "ours: best F=12 among [2, 12, 27]"),
+        _F6_CONV: (False, "1/3 widths")}
+    assert rec.config["convnet"] is True and rec.scale == "reduced"  # CIFAR-100: no files
+    assert rec.wall_s == 30.0  # both runs in full (20 s and 10 s)
+    assert [(p["path"], p["via"], p["datasets"], p["halves"]) for p in rec.extra["parts"]] == [
+        ("parts[0]", None, ["mnist", "cifar10"], {"mnist": "both", "cifar10": "convnet"}),
+        ("parts[1]", None, ["cifar10"], {"cifar10": "dmn"})]
+    runs = rec.extra["runs"]
+    assert {(r["dataset"], r["variant"], r["command"]) for r in runs} == {
+        ("mnist", "dmn", "part ('mnist', 'cifar10')"),
+        ("mnist", "convnet", "part ('mnist', 'cifar10')"),
+        ("cifar10", "convnet", "part ('mnist', 'cifar10')"),
+        ("cifar10", "dmn", "part ('cifar10',)")}
+    assert len(runs) == 4 * 3 * 3  # 2 datasets x 2 variants x 3 widths x 3 seeds
+    assert sorted(r["val_acc"] for r in runs if r["dataset"] == "cifar10"
+                  and r["variant"] == "dmn" and r["filters"] == 12) == [60.0, 61.0, 62.0]
+    assert "DMN from parts[1], ConvNet from parts[0]: cifar10." in rec.note
+    assert "parts[0]: mnist, the ConvNet curve of cifar10 on cpu" in rec.note
+    assert "parts[1]: the DMN curve and baseline of cifar10 on cpu" in rec.note
+    assert "old width rule" not in rec.note and "replaced" in rec.note
+    # the command line merges the same files and refuses --no-convnet (the records say it)
+    paths = []
+    for k, part in enumerate((full, dmn)):
+        paths.append(tmp_path / f"p{k}.json")
+        paths[-1].write_text(json.dumps(part))
+    out = tmp_path / "out" / "fig6.json"
+    assert dmn_fig6.main(["--merge", *map(str, paths), "--out", str(out), "--data-dir",
+                          str(empty)]) == 0
+    written = load_record(out)
+    assert [(c["holds"], c["evidence"]) for c in written["claims"]] == list(claims.values())
+    assert [p["halves"] for p in written["extra"]["parts"]] == [
+        {"mnist": "both", "cifar10": "convnet"}, {"cifar10": "dmn"}]
+    assert written["config"]["convnet"] is True
+    with pytest.raises(SystemExit, match="--no-convnet"):
+        dmn_fig6.main(["--merge", *map(str, paths), "--no-convnet", "--out", str(out)])
+    # merged again: the halves stay with the runs that made them
+    m = json.loads(json.dumps(rec.to_dict() | {"machine": {}, "versions": {}, "git": "y",
+                                                "command": "merge"}))
+    again = ex.merge_fig6([m], data_dir=empty)
+    assert {r.name: r.ours for r in again.rows} == by and again.claims == rec.claims
+    assert [(p["path"], p["via"], p["halves"]) for p in again.extra["parts"]] == [
+        ("parts[0]", "parts[0]", {"mnist": "both", "cifar10": "convnet"}),
+        ("parts[1]", "parts[0]", {"cifar10": "dmn"})]
+    assert again.wall_s == 30.0 and "DMN from parts[1], ConvNet from parts[0]" in again.note
+
+
+def test_fig6_half_merge_order_old_rule_and_protocol(monkeypatch, tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    full = _fig6_part(monkeypatch, ("mnist", "cifar10"), {("dmn", 12): 45.0,
+                                                           ("convnet", 2): 45.0})
+    dmn = _fig6_part(monkeypatch, ("cifar10",), {("dmn", 12): 60.0, ("dmn", 27): 25.0},
+                     convnet=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    # later replaces earlier, half by half: a full part after the DMN-only one (also as the
+    # reference: the merged record still has ConvNets) gives both halves, its own claims
+    rev = ex.merge_fig6([dmn, full], data_dir=empty)
+    assert rev.config["convnet"] is True
+    assert {r.name: r.ours for r in rev.rows} == {
+        r["name"]: r["ours"] for r in full["rows"]} | {"cifar100 baseline de100 val acc": None}
+    assert [(c.claim, c.holds, c.evidence) for c in rev.claims] == [
+        (c["claim"], c["holds"], c["evidence"]) for c in full["claims"]]
+    assert {p["path"]: p["halves"] for p in rev.extra["parts"]} == {
+        "parts[1]": {"mnist": "both", "cifar10": "both"}}
+    assert "Parts whose datasets were all replaced: ['parts[0]']" in rev.note
+    assert "different runs" not in rev.note and rev.wall_s == 20.0
+    # the old-rule note judges DMN curves only: the full part under the old rule, the DMN-only
+    # rerun under the new one -> the full part's MNIST curve is named, not its CIFAR-10 one
+    # (only its ConvNet curve is kept), nor the rerun
+    old_full = json.loads(json.dumps(full))
+    del old_full["config"]["width_rule"]
+    rec = ex.merge_fig6([old_full, dmn], data_dir=empty)
+    old = rec.note.split("old width rule")[1]
+    assert "the DMN layers of parts[0]: mnist DMN curve." in old
+    assert "cifar10" not in old and "parts[1]" not in old
+    assert [p["width_rules"] for p in rec.extra["parts"]] == [
+        {"mnist": None, "cifar10": None}, {"cifar10": ex.WIDTH_RULE}]
+    # ... also when merged again (the sub-parts' halves and rules are kept)
+    m = json.loads(json.dumps(rec.to_dict() | {"machine": {}, "versions": {}, "git": "y",
+                                                "command": "merge"}))
+    old = ex.merge_fig6([m], data_dir=empty).note.split("old width rule")[1]
+    assert "parts[0]: mnist DMN curve." in old and "cifar10" not in old
+    # vice versa: an old-rule DMN-only part names its curve, the new full part nothing
+    old_dmn = json.loads(json.dumps(dmn))
+    del old_dmn["config"]["width_rule"]
+    old = ex.merge_fig6([full, old_dmn], data_dir=empty).note.split("old width rule")[1]
+    assert "the DMN layers of parts[1]: cifar10 DMN curve." in old and "parts[0]" not in old
+    assert "old width rule" not in ex.merge_fig6([full, dmn], data_dir=empty).note
+    # a later full old-rule part replaces the new DMN curve: named again
+    old = ex.merge_fig6([dmn, old_full], data_dir=empty).note.split("old width rule")[1]
+    assert "parts[1]: mnist DMN curve, cifar10 DMN curve." in old
+    # any other protocol field still has to agree, whichever part comes first
+    short = _fig6_part(monkeypatch, ("cifar10",), {}, convnet=False, epochs=10)
+    with pytest.raises(ValueError, match="epochs=10"):
+        ex.merge_fig6([full, short])
+    with pytest.raises(ValueError, match="epochs=50"):
+        ex.merge_fig6([short, full])
+    one = _fig6_part(monkeypatch, ("cifar10",), {}, convnet=False, seeds=1)
+    with pytest.raises(ValueError, match="seeds=1"):
+        ex.merge_fig6([full, one])
+
+
+def test_fig6_half_merge_scale_and_datasets_without_convnets(monkeypatch, tmp_path):
+    from layerlab.dmn import experiments as ex
+
+    every = ("mnist", "cifar10", "cifar100")  # _fig6_part stubs the data: CIFAR-100 runs too
+    full = _fig6_part(monkeypatch, every, {("dmn", 12): 45.0})
+    dmn = _fig6_part(monkeypatch, ("cifar10",), {("dmn", 12): 60.0}, convnet=False)
+    assert ex.merge_fig6([full]).scale == "paper"
+    for parts in ([full, dmn], [dmn, full]):
+        rec = ex.merge_fig6(parts)
+        assert rec.scale == "paper" and all(r.ours is not None for r in rec.rows)
+    # DMN-only parts alone: no ConvNets, reduced (as run_fig6 has it), the claim open
+    dmn_all = _fig6_part(monkeypatch, every, {("dmn", 12): 55.0}, convnet=False)
+    alone = ex.merge_fig6([dmn_all])
+    assert alone.scale == "reduced" and alone.config["convnet"] is False
+    assert not any("ConvNet" in r.name for r in alone.rows) and "ConvNets not run" in alone.note
+    assert {c.claim: c.evidence for c in alone.claims}[_F6_CONV] == (
+        "ConvNets not run (convnet=False, --no-convnet)")
+    # a dataset whose ConvNets no part ran: its ConvNet entries not run, the record reduced
+    two = _fig6_part(monkeypatch, ("mnist", "cifar100"), {("convnet", 2): 45.0})
+    rec = ex.merge_fig6([dmn_all, two])
+    by = {r.name: r for r in rec.rows}
+    assert rec.scale == "reduced" and rec.config["convnet"] is True
+    assert by["cifar10 F=12 DMN val acc"].ours == 56.0
+    assert all(by[f"cifar10 F={f} ConvNet val acc"].ours is None for f in (2, 12, 27))
+    assert "--no-convnet" in by["cifar10 F=2 ConvNet val acc"].note
+    assert "--datasets cifar10" in by["cifar10 F=2 ConvNet val acc"].note
+    assert by["mnist F=2 ConvNet val acc"].ours == 46.0 and by["mnist F=12 DMN val acc"].ours \
+        == 31.0  # the later full part gave MNIST whole
+    conv = next(c for c in rec.claims if c.claim == _F6_CONV)
+    assert conv.holds is None and "no part ran cifar10's ConvNets" in conv.evidence
+    assert "ConvNets not run for ['cifar10']" in rec.note
+    assert {p["path"]: p["halves"] for p in rec.extra["parts"]} == {
+        "parts[0]": {"cifar10": "dmn"}, "parts[1]": {"mnist": "both", "cifar100": "both"}}
+    # merged again, the not-run ConvNet entries stay not run (no part ran them)
+    m = json.loads(json.dumps(rec.to_dict() | {"machine": {}, "versions": {}, "git": "y",
+                                                "command": "merge"}))
+    again = ex.merge_fig6([m])
+    assert [(r.name, r.ours) for r in again.rows] == [(r.name, r.ours) for r in rec.rows]
+    assert {p["path"]: p["halves"] for p in again.extra["parts"]} == {
+        "parts[0]": {"cifar10": "dmn"}, "parts[1]": {"mnist": "both", "cifar100": "both"}}
+    # ... and a full CIFAR-10 part after it gives them: paper scale
+    assert ex.merge_fig6([m, full]).scale == "paper"
