@@ -983,7 +983,8 @@ def merge_tables(artifact: str, parts: Sequence[str | os.PathLike | dict], *,
             kept.setdefault(ij, {})[name] = "both" if hs >= want else hs.pop()
         if len(gave) > 1:
             mixed.append((name, src["dmn"][:2], src["convnet"][:2]))
-        if len(short) == 1:  # one part gave the whole row: its cost entry (if any) stands
+        if len(gave) == 1:  # one run gave the whole row: its cost entry (if any) stands
+            # (a merged part whose row is split between two of its runs takes the split path)
             (i,) = short
             mine = [c | {"row": name} for c in (loaded[i][1].get("extra") or {}).get("cost", [])
                     if c.get("row") in {f"{row.dataset} {x}" for x in short[i]}]
@@ -1212,7 +1213,7 @@ def _cost_bound(row: str, dmn_runs: Sequence[dict], old: dict, path: str) -> dic
     dmn_s = statistics.fmean(r["total_s"] for r in dmn_runs)
     c = {"row": row, "dmn_val_acc": t, "dmn_s": dmn_s, "convnet_s": None, "ratio": None,
          "convnet_total_s": total, "ratio_at_least": None, "ratio_at_most": None,
-         "bound_from": ref}
+         "bound_from": dict(ref)}
     same = abs(t - t_old) <= _SAME_ACC
     if conv_old is not None:
         if same:

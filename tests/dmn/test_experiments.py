@@ -1477,3 +1477,25 @@ def test_fig6_half_merge_scale_and_datasets_without_convnets(monkeypatch, tmp_pa
         "parts[0]": {"cifar10": "dmn"}, "parts[1]": {"mnist": "both", "cifar100": "both"}}
     # ... and a full CIFAR-10 part after it gives them: paper scale
     assert ex.merge_fig6([m, full]).scale == "paper"
+
+
+@pytest.mark.parametrize("artifact", ["table2", "fig6"])
+def test_merging_a_committed_merged_record_again_keeps_its_rows_claims_and_cost(tmp_path,
+                                                                                artifact):
+    """A merged record whose rows are split between two runs (DMN half rerun apart from the
+    ConvNet half) merges again to the same rows, claims and cost entries: the split rows take
+    the split path (bounded / untimed), not "one part gave the whole row"."""
+    import pathlib
+
+    import layerlab.dmn.experiments as ex
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "results" / "dmn" / f"{artifact}.json"
+    d = json.loads(path.read_text())
+    merge = ex.merge_tables if artifact == "table2" else ex.merge_fig6
+    args = (artifact, [d]) if artifact == "table2" else ([d],)
+    again = merge(*args, data_dir=tmp_path).to_dict()
+    assert [(r["name"], r["ours"], r["holds"]) for r in again["rows"]] == [
+        (r["name"], r["ours"], r["holds"]) for r in d["rows"]]
+    assert [(c["claim"], c["holds"], c["evidence"]) for c in again["claims"]] == [
+        (c["claim"], c["holds"], c["evidence"]) for c in d["claims"]]
+    assert again["extra"].get("cost") == d["extra"].get("cost")
