@@ -159,7 +159,13 @@ def eigenvalue_convergence(h: ArrayLike, ns: Sequence[int]) -> np.ndarray:
       SI Fig. 7 of Dehmamy et al., arXiv:1703.04757.
     """
     h = np.asarray(h, np.float64)
+    if h.ndim != 2:
+        raise ValueError(f"eigenvalue_convergence: h must be [M, d] samples as rows (rank 2); "
+                         f"got shape {h.shape}. Flatten patch batches [n, p, d] to "
+                         "h.reshape(-1, d).")
     ns = [int(v) for v in ns]
+    if not ns:
+        raise ValueError("eigenvalue_convergence: ns must hold at least one sample count; got [].")
     if any(b <= a for a, b in zip(ns[:-1], ns[1:])) or ns[0] < 1 or ns[-1] > h.shape[0]:
         raise ValueError(f"ns must increase within [1, {h.shape[0]}]; got {ns}.")
     acc = np.zeros((h.shape[1], h.shape[1]))

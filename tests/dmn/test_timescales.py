@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from layerlab.dmn import _timescales as T
 
@@ -65,6 +66,11 @@ def test_eigenvalue_convergence_matches_direct():
     out = T.eigenvalue_convergence(h, ns)
     for i, m in enumerate(ns):
         np.testing.assert_allclose(out[i], np.linalg.eigvalsh(h[:m].T @ h[:m] / m)[::-1])
+    with pytest.raises(ValueError,
+                       match=r"eigenvalue_convergence: h must be \[M, d\].*got shape \(5, 10, 4\)"):
+        T.eigenvalue_convergence(h.reshape(5, 10, 4), [5])
+    with pytest.raises(ValueError, match="at least one sample count"):
+        T.eigenvalue_convergence(h, [])
 
 
 def test_eigenvalue_fluctuations_promotes_integer_samples():
