@@ -9,6 +9,7 @@ order.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from functools import partial
@@ -54,6 +55,15 @@ _run_chunk_traced = jax.jit(_run_chunk_impl, static_argnames=_CHUNK_STATIC)
 def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step, **static):
     run = _run_chunk_traced if is_traced_partial(step) else _run_chunk_static
     return run(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step, **static)
+
+
+def _chunk_shapes(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step,
+                  **static):
+    """:func:`_run_chunk`'s output shapes, traced, not run (``jit(...).trace``: the call of
+    :func:`_run_chunk` with the same arguments afterwards reuses this trace)."""
+    run = _run_chunk_traced if is_traced_partial(step) else _run_chunk_static
+    return run.trace(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step,
+                     **static).out_info
 
 
 def _finite_flags(tree, runs):
@@ -277,21 +287,44 @@ class ChunkLauncher:
         self._perm = [jnp.zeros((1 if batch_size is None else n,), jnp.int32),
                       jnp.asarray(-1, jnp.int32)]  # last drawn permutation and its epoch
 
+    def _end(self, t_from: int) -> int:
+        return min([_ceil_to(t_from, k) for k in self._period] + [self.total])
+
+    def metric_shapes(self, t_from: int, state) -> tuple[Any, int]:
+        """``(metrics, L)``: the metrics (``ShapeDtypeStruct`` leaves ``[L]`` or ``[L, R]``)
+        of the chunk that :meth:`launch` would dispatch at ``t_from`` and its length ``L``;
+        the step traced, not run, so a bad metric is an error before training (that launch
+        reuses the trace)."""
+        t_to = self._end(t_from)
+        with _step_errors():
+            out = _chunk_shapes(state, jnp.asarray(t_from, jnp.int32), self._data,
+                                self._data_key, self._step_keys, *self._perm,
+                                length=t_to - t_from, **self._static)
+        return out[1], t_to - t_from
+
     def launch(self, t_from: int, state) -> InFlight | None:
         """Dispatch the chunk starting at ``t_from`` (``None`` once ``t_from`` reaches the end)."""
         if t_from >= self.total:
             return None
-        t_to = min([_ceil_to(t_from, k) for k in self._period] + [self.total])
-        try:
+        t_to = self._end(t_from)
+        with _step_errors():
             new, metrics, self._perm[0], self._perm[1], ok = _run_chunk(
                 state, jnp.asarray(t_from, jnp.int32), self._data, self._data_key,
                 self._step_keys, *self._perm, length=t_to - t_from, **self._static)
-        except TypeError as e:
-            if "carry" in str(e) or "scan" in str(e):
-                raise TypeError(
-                    "fit: step(state, batch, key) must return (new_state, metrics) with "
-                    "new_state of the same pytree structure, shapes and dtypes as state. "
-                    f"JAX said: {e}"
-                ) from e
-            raise
         return InFlight(t_from, t_to, state, new, metrics, ok)
+
+
+@contextlib.contextmanager
+def _step_errors():
+    """A scan's carry mismatch (the step changed the state's structure, shape or dtype) as a
+    ``TypeError`` that says what ``step`` must return."""
+    try:
+        yield
+    except TypeError as e:
+        if "carry" in str(e) or "scan" in str(e):
+            raise TypeError(
+                "fit: step(state, batch, key) must return (new_state, metrics) with "
+                "new_state of the same pytree structure, shapes and dtypes as state. "
+                f"JAX said: {e}"
+            ) from e
+        raise

@@ -42,18 +42,49 @@ def _fmt(metrics: dict[str, np.ndarray]) -> dict[str, str]:
     return out
 
 
-def _check_metrics(metrics, length, R):
-    """The first chunk's metrics: a dict of scalars per step (per run)."""
+def _check_names(metrics, what: str) -> None:
+    """``metrics`` is a dict of arrays (or their shapes) keyed by strings.  Names are the keys
+    of the history and of its JSON form (``{0: loss}`` would come back as ``{"0": ...}``
+    after a resume), so only strings are accepted."""
     if not isinstance(metrics, dict):
         raise TypeError(
-            f"fit: step must return metrics as a dict of scalars, got {type(metrics).__name__}."
+            f"fit: {what} must return metrics as a dict of scalars, got "
+            f"{type(metrics).__name__}."
         )
+    for k, v in metrics.items():
+        if not isinstance(k, str):
+            raise TypeError(
+                f"fit: {what} returned the metric name {k!r} ({type(k).__name__}); metric "
+                f"names must be strings, e.g. {{{str(k)!r}: ...}}."
+            )
+        if isinstance(v, (dict, list, tuple)) or (
+                not hasattr(v, "shape") and not isinstance(v, (int, float, complex))):
+            raise TypeError(
+                f"fit: {what} metric {k!r} is a {type(v).__name__}, not a scalar array; "
+                "return a flat dict of scalars (e.g. {'a/b': ...} for a nested value)."
+            )
+
+
+def _check_metrics(metrics, length, R):
+    """A chunk's metrics (arrays or their shapes): a dict of scalars per step (per run)."""
+    _check_names(metrics, "step")
     want = (length, R) if R is not None else (length,)
     for k, v in metrics.items():
         if np.shape(v) != want:
             raise ValueError(
                 f"fit: metric {k!r} from step is not a scalar (per step it has shape "
                 f"{np.shape(v)[1:]}); return scalars, e.g. jnp.mean(...)."
+            )
+
+
+def _check_finite_names(metrics, check_finite) -> None:
+    """The names ``check_finite`` lists are metrics of the step."""
+    if isinstance(check_finite, bool):
+        return
+    for k in check_finite:
+        if k not in metrics:
+            raise KeyError(
+                f"fit: check_finite names {k!r}, not a metric of step: {sorted(metrics)}."
             )
 
 
@@ -126,6 +157,15 @@ class FitRun:
         self.bar = tqdm(total=total, initial=self.t, desc=desc, disable=not show,
                         dynamic_ncols=True, unit="step", leave=True) if show else None
 
+    def check_step(self, metric_shapes, length: int,
+                   check_finite: bool | Sequence[str]) -> None:
+        """Check the step's metrics by their shapes (the first chunk traced, not run) before
+        training: a non-scalar or nested metric, a name that is not a string, or a
+        ``check_finite`` name the step does not return is an error at step 0."""
+        _check_metrics(metric_shapes, length, self.R if self.runs else None)
+        _check_finite_names(metric_shapes, check_finite)
+        self._checked_metrics = True
+
     def take_chunk(self, chunk: InFlight,
                    check_finite: bool | Sequence[str]) -> dict[str, np.ndarray]:
         """Read a finished chunk's metrics back, check them, log them and advance to its end.
@@ -166,6 +206,7 @@ class FitRun:
             raise TypeError(
                 f"fit: eval_fn must return a dict of scalars, got {type(out).__name__}."
             )
+        _check_names(out, "eval_fn")
         for k, v in out.items():
             shape = tuple(getattr(v, "shape", np.shape(v)))
             if shape != ((self.R,) if self.runs else ()):

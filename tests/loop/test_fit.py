@@ -572,3 +572,38 @@ def test_discard_checkpoints_after_resumes_from_an_earlier_step(key, tmp_path):
     assert seen == [6, 8]
     assert float(s_again) == float(s_full)
     np.testing.assert_array_equal(h_again["train"]["loss"], h_full["train"]["loss"])
+
+
+def test_bad_step_metrics_are_refused_before_any_step_runs(key):
+    """A non-scalar, nested or non-string-named metric, or a ``check_finite`` name the step
+    does not return, is found by tracing the step before the first chunk runs (it used to
+    surface after the first chunk, a tenth of the run, or -- for ``{0: loss}`` -- as a
+    KeyError after a resume)."""
+    ran = []
+
+    def make(metrics):
+        def step(s, batch, k):
+            jax.debug.callback(lambda t: ran.append(int(t)), s)
+            return s + 1.0, metrics(s, batch)
+        return step
+
+    kw = dict(key=key, steps=40, batch_size=2, progress=False)
+    data = jnp.ones((4, 1))
+    cases = [
+        (make(lambda s, b: {"v": b[:, 0]}), {}, ValueError, r"'v' from step is not a scalar"),
+        (make(lambda s, b: {"a": {"b": s}}), {}, TypeError, r"'a' is a dict"),
+        (make(lambda s, b: {0: s}), {}, TypeError, r"metric name 0 \(int\).*strings"),
+        (make(lambda s, b: (s,)), {}, TypeError, "dict of scalars, got tuple"),
+        (make(lambda s, b: {"l": s}), dict(check_finite=["loss"]), KeyError,
+         r"check_finite names 'loss', not a metric of step: \['l'\]"),
+    ]
+    for step, extra, err, match in cases:
+        with pytest.raises(err, match=match):
+            loop.fit(step, jnp.zeros(()), data, **kw, **extra)
+        jax.effects_barrier()
+        assert ran == [], (match, ran)
+    with pytest.raises(TypeError, match=r"eval_fn returned the metric name 0"):
+        loop.fit(make(lambda s, b: {"l": s}), jnp.zeros(()), data, **kw,
+                 eval_fn=lambda s: {0: s})
+    jax.effects_barrier()
+    assert ran == []
