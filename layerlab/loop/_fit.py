@@ -227,9 +227,11 @@ def _train(run, step, placed, plan, *, total, batch_size, eval_fn, eval_every, e
         intervals=intervals, batch_size=batch_size, steps_per_epoch=plan.spe, n=plan.n,
         runs=runs, data_runs_axis=data_runs_axis, batch_sharding=placed.batch_sharding,
         state_sharding=placed.state_sharding, check_state=check_finite is not False, R=plan.R)
-    run.check_step(*chunks.metric_shapes(run.t, run.state), check_finite)  # traced, not run
-    if eval_fn is not None:
-        run.check_eval(eval_fn)
+    shapes, length = chunks.metric_shapes(run.t, run.state)  # the step traced, not run
+    run.check_step(shapes, length, check_finite)
+    evals = run.check_eval(eval_fn) if eval_fn is not None else None
+    if run.ckpt is not None:
+        run.check_resumed_names(list(shapes), evals)  # raises before training
     run.open_progress(progress, total, desc)
     if eval_fn is not None and eval_at_start and run.t == 0:
         run.evaluate(eval_fn)

@@ -15,7 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from layerlab.loop._checkpoint import Checkpointing, checkpoint_meta, open_checkpoint
+from layerlab.loop._checkpoint import (
+    Checkpointing,
+    CheckpointMismatchError,
+    checkpoint_meta,
+    open_checkpoint,
+)
 from layerlab.loop._chunks import InFlight, _run_eval, _select_best
 from layerlab.loop._early_stopping import (
     EarlyStopping,
@@ -220,11 +225,42 @@ class FitRun:
                 f"{sorted(out)}."
             )
 
-    def check_eval(self, eval_fn: Callable[[Any], dict[str, jax.Array]]) -> None:
+    def check_eval(self, eval_fn: Callable[[Any], dict[str, jax.Array]]) -> list[str]:
         """Check ``eval_fn``'s output by its shapes (traced, not run) before training, so a
-        wrong metric name or output is an error at step 0, not after the last step."""
-        self._check_eval_out(jax.eval_shape(
-            lambda s: _run_eval(s, eval_fn=eval_fn, runs=self.runs), self.state))
+        wrong metric name or output is an error at step 0, not after the last step.
+
+        Returns the eval metric names."""
+        out = jax.eval_shape(lambda s: _run_eval(s, eval_fn=eval_fn, runs=self.runs),
+                             self.state)
+        self._check_eval_out(out)
+        return list(out)
+
+    def check_resumed_names(self, train: list[str], evals: list[str] | None) -> None:
+        """After a resume, the step's (and ``eval_fn``'s) metric names are those of the
+        history loaded from the checkpoint: its columns continue, none appears or vanishes
+        midway (an added name failed with a ``KeyError`` once the run had finished, a
+        removed one was dropped from the history silently).
+
+        Raises:
+          CheckpointMismatchError: the names differ (the added and removed ones listed).
+        """
+        diffs = []
+        for what, now, blocks in (("step", train, self.log.train),
+                                  ("eval_fn", evals, self.log.eval)):
+            if now is None or not blocks:
+                continue
+            saved = set().union(*blocks)
+            added, removed = sorted(set(now) - saved), sorted(saved - set(now))
+            if added or removed or any(set(b) != saved for b in blocks):
+                diffs.append(f"{what} metrics: added {added}, removed {removed} (saved "
+                             f"{sorted(saved)}, now {sorted(now)})")
+        if diffs:
+            raise CheckpointMismatchError(
+                f"fit: {self.ckpt.directory} holds the history of a run whose metrics differ "
+                f"from this one's (resumed at step {self.t}): " + "; ".join(diffs)
+                + ". Its history columns must continue: return the same metric names, or "
+                "use a new checkpoint_dir."
+            )
 
     def evaluate(self, eval_fn: Callable[[Any], dict[str, jax.Array]]) -> None:
         """Evaluate the state after ``t`` updates; log it and update early stopping."""

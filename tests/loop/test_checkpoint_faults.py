@@ -708,3 +708,43 @@ def test_resumed_history_keeps_the_metric_dtypes(tmp_path):
             assert got[part][k].dtype == v.dtype, (part, k, got[part][k].dtype, v.dtype)
             np.testing.assert_array_equal(got[part][k], v)
     assert want["eval"]["n_upd"].dtype == np.int32
+
+
+def test_changed_metric_names_are_refused_on_resume_before_training(killed, monkeypatch):
+    """A resumed history continues the saved columns: a step or eval_fn returning other metric
+    names (a change the fingerprint does not see, simulated here) is refused before training,
+    naming the added and removed names and the directory (an added eval name used to raise a
+    KeyError after the whole run, on every rerun; a removed one dropped its column)."""
+    from layerlab.loop import _checkpoint
+
+    monkeypatch.setattr(_checkpoint, "fingerprint_diff", lambda saved, now: [])
+    calls = []
+
+    def renamed(state, batch, key):
+        new, m = TS.step(state, batch, key)
+        return new, {"mse": m["loss"]}
+
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"step metrics: added \['mse'\], removed \['loss'\]"):
+        _run(killed, ts=TS._replace(step=renamed), callback=lambda t, s, m: calls.append(t))
+    assert calls == [] and not (killed / LOCK_NAME).exists()
+
+    ck = killed.parent / "ev"
+    with pytest.raises(RuntimeError, match="preempted"):
+        _run(ck, eval_fn=_mse_eval, eval_every=2, callback=_stop_at(4))
+    for ev, added, removed in (
+            (lambda s: {**_mse_eval(s), "b": jnp.sum(s.params["w"])}, "['b']", "[]"),
+            (lambda s: {"other": _mse_eval(s)["mse"]}, "['other']", "['mse']")):
+        with pytest.raises(CheckpointMismatchError,
+                           match=re.escape(f"{ck} holds the history") + ".*" + re.escape(
+                               f"eval_fn metrics: added {added}, removed {removed}")):
+            _run(ck, eval_fn=ev, eval_every=2, callback=lambda t, s, m: calls.append(t))
+    assert calls == []
+    _run(ck, eval_fn=_mse_eval, eval_every=2)  # the same names: resumes
+
+
+def _stop_at(step):
+    def cb(t, state, metrics):
+        if t == step:
+            raise RuntimeError("preempted")
+    return cb
