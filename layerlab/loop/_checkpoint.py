@@ -189,28 +189,90 @@ def _canonical(k) -> str:
     return repr(k)
 
 
-def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False) -> list[str]:
+WALK_VERSION = 4  # the walk of _closure_scalars; "walk" in a fingerprint since 2026-12
+_MAX_HASHED = 100_000  # entries past the listed 1000 folded into one digest entry (v4)
+_MAX_VISITS = 200_000  # objects one walk looks at (v4)
+_MISSING = object()
+
+
+def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
+                     mode: str | None = None, root: str = "step",
+                     memo: dict | None = None) -> list[str]:
     """Names and hyper-parameters reachable from ``fn``: function qualnames with a digest of
     their code, the Python scalars/short strings/arrays captured by closures, defaults and
     the module globals a function reads (e.g. an optax learning rate, a regularisation
-    constant, fixed random features: small arrays by value, larger ones by a content hash)."""
+    constant, fixed random features: small arrays by value, larger ones by a content hash).
+
+    ``mode`` (``legacy=True`` is ``mode="legacy"``) selects the walk, so entries saved by an
+    older version can be compared with the same walk of today's function:
+
+    * ``"v4"`` (default, since 2026-12): a function is the user's own when its code lives
+      outside the standard library, installed packages and layerlab (:func:`_is_user_code`),
+      wherever it is imported from, so helpers imported from the user's own modules are
+      digested and their globals read; attributes the code reads from the user's modules,
+      classes and plain namespaces (``helpers.SCALE``, ``args.l2``, ``cfg.lr``) are
+      fingerprinted; containers are walked to the ``limit`` of listed entries and the
+      entries past it (up to ``_MAX_HASHED``) are folded into one digest entry; strings
+      longer than 64 characters by a hash.
+    * ``"v3"`` (2026-11-29 .. 2026-12): only functions of the script's module are digested
+      and walked, at most 64 items per container, entries past ``limit`` dropped.
+    * ``"legacy"`` (before 2026-11-29): no digests, array hashes or globals; 200 entries,
+      10 levels.
+
+    ``memo`` (``id -> digest``) shares array hashes between the walks of one fingerprint.
+    """
+    mode = "legacy" if legacy else (mode or "v4")
+    if mode not in ("legacy", "v3", "v4"):
+        raise ValueError(f"unknown walk {mode!r}")
+    legacy, v4 = mode == "legacy", mode == "v4"
     out: list[str] = []
     seen: set[int] = set()
+    memo = {} if memo is None else memo
+    over = {"n": 0, "visits": 0, "stopped": False, "h": hashlib.sha256()}
 
     if legacy:  # the entries of checkpoints saved before 2026-11-29 (compared on resume)
         limit = 200
     max_depth = 10 if legacy else 24
+    per_container = None if v4 else 64
+
+    def emit(s: str) -> None:
+        if len(out) < limit:
+            out.append(s)
+        else:  # v4 only (the other walks stop at the limit)
+            over["n"] += 1
+            over["h"].update(s.encode() + b"\0")
+
+    def full() -> bool:
+        if len(out) < limit:
+            return False
+        return not v4 or over["n"] >= _MAX_HASHED
+
+    def array_tag(obj) -> str:
+        if legacy:
+            return ""
+        if id(obj) not in memo:
+            b = _host_bytes(obj)
+            memo[id(obj)] = "" if b is None else " #" + hashlib.sha256(b).hexdigest()[:12]
+        return memo[id(obj)]
 
     def visit(obj, depth, label):
-        if len(out) >= limit or depth > max_depth:
+        if full() or depth > max_depth:
             return
+        if v4:
+            over["visits"] += 1
+            if over["visits"] > _MAX_VISITS:
+                over["stopped"] = True
+                return
         if obj is None or isinstance(obj, (bool, int, float, np.integer, np.floating)):
-            out.append(f"{label}={obj!r}" if not isinstance(obj, float) or math.isfinite(obj)
-                       else f"{label}={obj}")
+            emit(f"{label}={obj!r}" if not isinstance(obj, float) or math.isfinite(obj)
+                 else f"{label}={obj}")
             return
         if isinstance(obj, str):
             if len(obj) <= 64:
-                out.append(f"{label}={obj!r}")
+                emit(f"{label}={obj!r}")
+            elif v4:
+                emit(f"{label}=<str {len(obj)} #"
+                     f"{hashlib.sha256(obj.encode(errors='replace')).hexdigest()[:12]}>")
             return
         if id(obj) in seen:
             return
@@ -218,25 +280,23 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False) -
         if isinstance(obj, (np.ndarray, jax.Array)) and not isinstance(obj, jax.core.Tracer):
             if obj.size <= 16 and not jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
                 try:
-                    out.append(f"{label}={np.asarray(obj).tolist()!r}")
+                    emit(f"{label}={np.asarray(obj).tolist()!r}")
                 except Exception:  # pragma: no cover - non-addressable
-                    out.append(f"{label}=<array {obj.shape} {obj.dtype}>")
+                    emit(f"{label}=<array {obj.shape} {obj.dtype}>")
             else:
-                b = None if legacy else _host_bytes(obj)
-                tag = "" if b is None else " #" + hashlib.sha256(b).hexdigest()[:12]
-                out.append(f"{label}=<array {tuple(obj.shape)} {obj.dtype}{tag}>")
+                emit(f"{label}=<array {tuple(obj.shape)} {obj.dtype}{array_tag(obj)}>")
             return
         if isinstance(obj, (tuple, list)):
-            for i, v in enumerate(obj[:64]):
+            for i, v in enumerate(obj[:per_container]):
                 visit(v, depth + 1, f"{label}[{i}]")
             return
         if isinstance(obj, dict):
-            for k in list(obj)[:64]:
+            for k in list(obj)[:per_container]:
                 visit(obj[k], depth + 1, f"{label}[{k!r}]")
             return
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-            out.append(f"{label}:{type(obj).__qualname__}")
-            for fld in dataclasses.fields(obj)[:64]:
+            emit(f"{label}:{type(obj).__qualname__}")
+            for fld in dataclasses.fields(obj)[:per_container]:
                 visit(getattr(obj, fld.name, None), depth + 1, f"{label}.{fld.name}")
             return
         func = getattr(obj, "func", None)
@@ -251,21 +311,23 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False) -
             return
         code = getattr(obj, "__code__", None)
         if code is not None:
-            user = not legacy and _is_user_code(code)
-            out.append(f"{label}:{getattr(obj, '__qualname__', code.co_name)}"
-                       + (f"#{_code_digest(code)}" if user else ""))
+            user = not legacy and _is_user_code(code, extended=v4)
+            emit(f"{label}:{getattr(obj, '__qualname__', code.co_name)}"
+                 + (f"#{_code_digest(code)}" if user else ""))
             cells = getattr(obj, "__closure__", None) or ()
+            freevars = {}
             for name, cell in zip(code.co_freevars, cells, strict=False):
                 try:
                     v = cell.cell_contents
                 except ValueError:  # empty cell
                     continue
+                freevars[name] = v
                 visit(v, depth + 1, f"{label}.{name}")
             visit(getattr(obj, "__defaults__", None) or (), depth + 1, f"{label}.defaults")
             visit(getattr(obj, "__kwdefaults__", None) or {}, depth + 1, f"{label}.kwdefaults")
-            # module globals it reads: settings and helper functions of the user's script
-            # (not modules or classes; not for library code, which is versioned, and whose
-            # module state, e.g. caches, may differ between processes)
+            # module globals it reads: settings and helper functions of the user's code
+            # (not classes; not for library code, which is versioned, and whose module
+            # state, e.g. caches, may differ between processes)
             glb = (getattr(obj, "__globals__", None) or {}) if user else {}
             for name in _global_names(code):
                 if name.startswith("__"):
@@ -273,13 +335,41 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False) -
                 v = glb.get(name)
                 if v is None or isinstance(v, type) or type(v).__name__ == "module":
                     continue
-                if getattr(v, "__module__", None) not in (None, glb.get("__name__")) \
+                if v4:
+                    if callable(v) and not _is_user_callable(v):
+                        continue  # a library function or object
+                elif getattr(v, "__module__", None) not in (None, glb.get("__name__")) \
                         and callable(v):
                     continue  # a function imported from a library
                 visit(v, depth + 1, f"{label}.<global {name}>")
+            if v4 and user:  # attributes read from the user's modules and namespaces
+                for (deref, name), chains in _attr_chains(code).items():
+                    v = freevars.get(name, _MISSING) if deref else glb.get(name, _MISSING)
+                    for chain in chains:
+                        follow(v, chain, depth + 1,
+                               f"{label}.{name}" if deref else f"{label}.<global {name}")
             return
 
-    visit(fn, 0, "step")
+    def follow(obj, chain, depth, label):
+        """Visit what ``obj.a.b...`` reads, through user modules, classes and namespaces."""
+        for i, attr in enumerate(chain):
+            if not _is_namespace(obj):
+                break
+            obj = _static_attr(obj, attr)
+            if obj is _MISSING:
+                return
+            if not _is_namespace(obj):
+                if callable(obj) and not isinstance(obj, type) and not _is_user_callable(obj):
+                    return
+                tail = "." + ".".join(chain[:i + 1])
+                visit(obj, depth, label + tail + (">" if "<global" in label else ""))
+                return
+
+    visit(fn, 0, root)
+    if over["n"]:
+        out.append(f"{root}:<{over['n']} more entries #{over['h'].hexdigest()[:12]}>")
+    if over["stopped"]:
+        out.append(f"{root}:<walk stopped after {_MAX_VISITS} objects>")
     return out
 
 
@@ -288,15 +378,111 @@ _LIBRARY_DIRS = tuple({os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                            ("site-packages", "dist-packages")))})
 
 
-def _is_user_code(code) -> bool:
-    """A function of the user's own code (not layerlab's, not an installed package's, not
-    the standard library's): its code digest and the globals it reads are fingerprinted."""
-    f = os.path.abspath(code.co_filename)
-    if code.co_filename.startswith("<") and code.co_filename not in ("<stdin>", "<string>") \
-            and not code.co_filename.startswith("<ipython-input-"):
+def _extended_library_dirs() -> tuple[str, ...]:
+    """:data:`_LIBRARY_DIRS` plus the interpreter's package paths and the install folders of
+    the numerical stack (an editable or vendored jax, flax, optax, numpy, orbax is a library
+    wherever it lives)."""
+    import importlib.util
+    import sysconfig
+
+    dirs = set(_LIBRARY_DIRS)
+    for k in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(k)
+        if p:
+            dirs.add(os.path.abspath(p) + os.sep)
+    for name in ("jax", "jaxlib", "flax", "optax", "numpy", "scipy", "orbax", "chex",
+                 "equinox", "tensorstore"):
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for p in (spec.submodule_search_locations or []) if spec else []:
+            dirs.add(os.path.abspath(p) + os.sep)
+    return tuple(sorted(dirs))
+
+
+_LIBRARY_DIRS_V4: tuple[str, ...] | None = None
+
+
+def _is_user_path(filename: str, extended: bool = True) -> bool:
+    global _LIBRARY_DIRS_V4
+    if filename.startswith("<") and filename not in ("<stdin>", "<string>") \
+            and not filename.startswith("<ipython-input-"):
         return False  # frozen / built-in (not the terminal IPython's cells)
+    if extended and _LIBRARY_DIRS_V4 is None:
+        _LIBRARY_DIRS_V4 = _extended_library_dirs()
     stdlib = os.path.dirname(os.__file__) + os.sep
-    return not f.startswith(_LIBRARY_DIRS + (stdlib,))
+    dirs = _LIBRARY_DIRS_V4 if extended else _LIBRARY_DIRS
+    return not os.path.abspath(filename).startswith(dirs + (stdlib,))
+
+
+def _is_user_code(code, extended: bool = False) -> bool:
+    """A function of the user's own code (not layerlab's, not an installed package's, not
+    the standard library's): its code digest and the globals it reads are fingerprinted.
+    ``extended``: also not under the interpreter's package paths or the numerical stack's
+    install folders (the v4 walk)."""
+    return _is_user_path(code.co_filename, extended)
+
+
+def _is_user_module(mod) -> bool:
+    """A module of the user's own code (by where its file lives; ``__main__`` of an
+    interactive session, which has no file, too)."""
+    f = getattr(mod, "__file__", None)
+    if not isinstance(f, str):
+        return getattr(mod, "__name__", None) == "__main__"
+    return _is_user_path(f)
+
+
+def _is_user_callable(v, depth: int = 0) -> bool:
+    """A function (or ``partial`` / ``jit`` wrapper of one) whose code is the user's own, or
+    an instance of a class the user defined."""
+    if depth > 10:
+        return False
+    func = getattr(v, "func", None)
+    if func is not None and hasattr(v, "keywords"):
+        return _is_user_callable(func, depth + 1)
+    wrapped = getattr(v, "__wrapped__", None)
+    if wrapped is not None:
+        return _is_user_callable(wrapped, depth + 1)
+    code = getattr(v, "__code__", None)
+    if code is not None:
+        return _is_user_code(code, extended=True)
+    return _is_user_class(type(v))
+
+
+def _is_user_class(cls) -> bool:
+    return _is_user_module(sys.modules.get(getattr(cls, "__module__", None) or ""))
+
+
+def _is_namespace(obj) -> bool:
+    """Something whose attributes are settings: a user module or class, an instance of a user
+    class, or a ``SimpleNamespace`` / ``argparse.Namespace``."""
+    import argparse
+    import types
+
+    if isinstance(obj, types.ModuleType):
+        return _is_user_module(obj)
+    if isinstance(obj, (types.SimpleNamespace, argparse.Namespace)):
+        return True
+    if isinstance(obj, type):
+        return _is_user_class(obj)
+    if callable(obj) or dataclasses.is_dataclass(obj) or isinstance(
+            obj, (str, bytes, int, float, complex, tuple, list, dict, set, frozenset,
+                  np.ndarray, np.generic, jax.Array)):
+        return False
+    return _is_user_class(type(obj))
+
+
+def _static_attr(obj, attr):
+    """``obj.attr`` without running properties or ``__getattr__`` (``_MISSING`` if absent)."""
+    import inspect
+
+    try:
+        return inspect.getattr_static(obj, attr)
+    except AttributeError:
+        return _MISSING
+    except Exception:  # pragma: no cover - an exotic metaclass
+        return _MISSING
 
 
 def _global_names(code, depth: int = 0) -> list[str]:
@@ -310,6 +496,36 @@ def _global_names(code, depth: int = 0) -> list[str]:
             if hasattr(k, "co_names"):
                 names += _global_names(k, depth + 1)
     return list(dict.fromkeys(names))
+
+
+_ATTR_OPS = ("LOAD_ATTR", "LOAD_METHOD")
+
+
+def _attr_chains(code, depth: int = 0, out: dict | None = None) -> dict[tuple, list[tuple]]:
+    """``{(deref, name): [(attr, attr, ...), ...]}``: the attribute chains the code (and its
+    nested code objects) reads from a global (``deref`` False) or closure variable (True),
+    e.g. ``helpers.SCALE``, ``args.opt.lr``: ``LOAD_GLOBAL`` / ``LOAD_NAME`` /
+    ``LOAD_DEREF`` followed by ``LOAD_ATTR`` / ``LOAD_METHOD``."""
+    out = {} if out is None else out
+    ins = list(dis.get_instructions(code))
+    for j, i in enumerate(ins):
+        if i.opname not in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF") \
+                or not isinstance(i.argval, str):
+            continue
+        chain = []
+        for k in ins[j + 1:j + 9]:
+            if k.opname not in _ATTR_OPS or not isinstance(k.argval, str):
+                break
+            chain.append(k.argval)
+        if chain:
+            lst = out.setdefault((i.opname == "LOAD_DEREF", i.argval), [])
+            if tuple(chain) not in lst:
+                lst.append(tuple(chain))
+    if depth < 20:
+        for k in code.co_consts:
+            if hasattr(k, "co_code"):
+                _attr_chains(k, depth + 1, out)
+    return out
 
 
 def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
@@ -327,6 +543,7 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     with early stopping, its settings and the evaluation schedule (they decide where the run
     stops and which state it returns).
     """
+    memo: dict[int, str] = {}
     fp = {
         "version": FINGERPRINT_VERSION,
         "total": int(total),
@@ -338,8 +555,11 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         "state_structure": str(jax.tree_util.tree_structure(state)),
         "state_leaves": _leaf_specs(state),
         "state_hash": content_hash(state),
-        "step": _closure_scalars(step),
-        "step_legacy": _closure_scalars(step, legacy=True),  # for older checkpoints only
+        "walk": WALK_VERSION,
+        "step": _closure_scalars(step, memo=memo),
+        # the same walk as older versions did it, for their checkpoints only
+        "step_v3": _closure_scalars(step, mode="v3", memo=memo),
+        "step_legacy": _closure_scalars(step, legacy=True),
         "data_leaves": _leaf_specs(data),
         "data_hash": content_hash(data),
     }
@@ -359,6 +579,9 @@ def _short(v, width=120) -> str:
     return s if len(s) <= width else s[: width - 3] + "..."
 
 
+_COMPAT_KEYS = ("walk", "step_v3", "step_legacy")  # how to compare, never compared
+
+
 def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """Human-readable differences ``key: saved X, now Y`` (lists: the differing entries)."""
     lines = []
@@ -366,13 +589,16 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         s = saved.get(k, "<absent>")
         if s == v or (v is None and k not in saved):  # a key added later, unused here
             continue
-        if k == "step_legacy":
+        if k in _COMPAT_KEYS:
             continue
-        if k == "step" and isinstance(s, list) and "step_legacy" in now and \
-                "step_legacy" not in saved:
-            # saved before code digests, array hashes, globals and the larger search limits
-            # (2026-11-29): compared with the entries that version computed
-            v = now["step_legacy"]
+        if k == "step" and isinstance(s, list) and "walk" not in saved:
+            # saved by an older walk: compared with the entries that walk computes today,
+            # i.e. before code digests, array hashes, globals and the larger search limits
+            # (2026-11-29; no "step_legacy" saved), or before user helper modules, module
+            # attributes and containers past 64 entries (2026-12; no "walk" saved)
+            old = now.get("step_v3" if "step_legacy" in saved else "step_legacy")
+            if old is not None:
+                v = old
             if s == v:
                 continue
         if isinstance(s, list) and isinstance(v, list):

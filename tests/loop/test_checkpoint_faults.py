@@ -748,3 +748,95 @@ def _stop_at(step):
         if t == step:
             raise RuntimeError("preempted")
     return cb
+
+
+def _rewrite_fingerprints(ck, edit):
+    metas = [m for m in ck.rglob("*") if m.is_file() and m.parent.name == "meta"
+             and m.suffix in ("", ".json")]
+    assert metas, "no meta files found"
+    for m in metas:
+        d = json.loads(m.read_text())
+        edit(d["fingerprint"])
+        m.write_text(json.dumps(d))
+
+
+def test_the_users_helper_modules_and_their_settings_are_in_the_fingerprint(tmp_path,
+                                                                            monkeypatch):
+    """User code is told by where it lives, not by the module it is imported into: a loss
+    that calls a helper imported from the user's own module, reads a module attribute
+    (``helpers.SCALE``), a namespace (``args.l2``) or a 70-entry settings dict is refused
+    on resume when that setting changed (each passed silently); an untouched setting and
+    a checkpoint written by the previous walk (2026-11-29) still resume."""
+    import importlib
+    import types
+
+    (tmp_path / "fp_helpers_u.py").write_text(
+        "import jax.numpy as jnp\n"
+        "SCALE = 0.0\nOTHER = 1\n"
+        "def penalty(w):\n    return SCALE * jnp.sum(w ** 2)\n")
+    (tmp_path / "fp_main_u.py").write_text(
+        "import jax.numpy as jnp\n"
+        "import fp_helpers_u\n"
+        "from fp_helpers_u import penalty\n"
+        "CFG = {f'k{i}': 0.0 for i in range(70)}\n"
+        "def make(base, args):\n"
+        "    def loss_helper(p, b):\n        return base(p, b) + penalty(p['w'])\n"
+        "    def loss_attr(p, b):\n"
+        "        return base(p, b) + fp_helpers_u.SCALE * jnp.sum(p['w'] ** 2)\n"
+        "    def loss_ns(p, b):\n        return base(p, b) + args.l2 * jnp.sum(p['w'] ** 2)\n"
+        "    def loss_cfg(p, b):\n        return base(p, b) + CFG['k69'] * jnp.sum(p['w'])\n"
+        "    return loss_helper, loss_attr, loss_ns, loss_cfg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    helpers, main = (importlib.import_module(m) for m in ("fp_helpers_u", "fp_main_u"))
+    args = types.SimpleNamespace(l2=0.0)
+    losses = dict(zip(("helper", "attr", "ns", "cfg"), main.make(_loss, args), strict=True))
+
+    def fit(loss, ck):
+        ts = loop.optax_step(loss, optax.sgd(0.05))
+        return loop.fit(ts.step, ts.init(_params()), (X, Y), key=jax.random.key(1), steps=4,
+                        batch_size=4, progress=False, checkpoint_dir=str(ck))
+
+    for name, loss in losses.items():
+        fit(loss, tmp_path / name)
+    monkeypatch.setattr(helpers, "OTHER", 2)  # not read by any loss: still the same run
+    for name, loss in losses.items():
+        fit(loss, tmp_path / name)
+    monkeypatch.setattr(helpers, "SCALE", 1.0)
+    monkeypatch.setattr(args, "l2", 1.0)
+    monkeypatch.setitem(main.CFG, "k69", 1.0)
+    for name, entry in (("helper", "<global penalty>.<global SCALE>=0.0"),
+                        ("attr", "<global fp_helpers_u.SCALE>=0.0"),
+                        ("ns", "args.l2=0.0"),
+                        ("cfg", "<global CFG>['k69']=0.0")):
+        with pytest.raises(CheckpointMismatchError, match=re.escape(entry)):
+            fit(losses[name], tmp_path / name)
+
+    # a checkpoint of the previous walk (no "walk" entry) is compared with that walk's
+    # entries: it resumes (and cannot see these settings)
+    def as_v3(fp):
+        fp["step"] = fp.pop("step_v3")
+        del fp["walk"]
+
+    _rewrite_fingerprints(tmp_path / "helper", as_v3)
+    fit(losses["helper"], tmp_path / "helper")
+
+
+def test_long_containers_are_walked_or_digested_never_dropped():
+    """Containers are walked to the 1000 listed entries (they stopped at 64 items), and the
+    entries past those (up to 100 000) are folded into one digest entry."""
+    from layerlab.loop._checkpoint import _closure_scalars
+
+    def walk(big):
+        def loss(p, b):
+            return _loss(p, b) + 0 * len(big)
+        return _closure_scalars(loss)
+
+    cfg = {f"k{i}": 0.0 for i in range(70)}
+    assert any("big['k69']=0.0" in e for e in walk(cfg))
+    long = [0.0] * 5000
+    base = walk(long)
+    assert len(base) == 1001 and re.fullmatch(r"step:<\d+ more entries #[0-9a-f]{12}>",
+                                              base[-1])
+    long[4000] = 1.0
+    assert walk(long)[-1] != base[-1] and walk(long)[:-1] == base[:-1]
+    assert walk("x" * 100) != walk("y" * 100)  # long strings by a hash
