@@ -530,7 +530,7 @@ def _attr_chains(code, depth: int = 0, out: dict | None = None) -> dict[tuple, l
 
 def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
                     data_runs_axis, early_stopping=None, eval_every=None,
-                    eval_at_start=False) -> dict[str, Any]:
+                    eval_at_start=False, eval_fn=None, key_impl=None) -> dict[str, Any]:
     """Everything that changes the result of ``fit``: compared on resume.
 
     ``state``: the tree structure, every leaf's shape/dtype and a content hash of the
@@ -541,7 +541,10 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     arrays a content hash of the bound arrays; ``data``: shapes/dtypes and a content hash (computed
     once per ``fit`` call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key;
     with early stopping, its settings and the evaluation schedule (they decide where the run
-    stops and which state it returns).
+    stops and which state it returns); ``eval_fn`` described as ``step`` is (its code, the
+    settings and arrays it captures or binds: they decide the saved evaluation history and,
+    with early stopping, where the run stops); the key's implementation (``rbg`` and
+    ``unsafe_rbg`` keys hold the same data).
     """
     memo: dict[int, str] = {}
     fp = {
@@ -565,6 +568,9 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     }
     if is_traced_partial(step):  # its bound arrays are program inputs: hashed like the data
         fp["step_bound_hash"] = content_hash((step.args, step.keywords))
+    fp["eval_fn"] = None if eval_fn is None else _closure_scalars(eval_fn, root="eval_fn",
+                                                                  memo=memo)
+    fp["key_impl"] = None if key_impl is None else str(key_impl)
     es = early_stopping
     fp["early_stopping"] = None if es is None else {
         "metric": es.metric, "mode": es.mode, "patience": int(es.patience),
@@ -580,6 +586,8 @@ def _short(v, width=120) -> str:
 
 
 _COMPAT_KEYS = ("walk", "step_v3", "step_legacy")  # how to compare, never compared
+# entries added in 2026-12: a checkpoint saved before has none, and cannot be compared on them
+_LATER_KEYS = ("eval_fn", "key_impl")
 
 
 def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -589,7 +597,7 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
         s = saved.get(k, "<absent>")
         if s == v or (v is None and k not in saved):  # a key added later, unused here
             continue
-        if k in _COMPAT_KEYS:
+        if k in _COMPAT_KEYS or (k in _LATER_KEYS and k not in saved):
             continue
         if k == "step" and isinstance(s, list) and "walk" not in saved:
             # saved by an older walk: compared with the entries that walk computes today,

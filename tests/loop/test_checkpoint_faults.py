@@ -840,3 +840,55 @@ def test_long_containers_are_walked_or_digested_never_dropped():
     long[4000] = 1.0
     assert walk(long)[-1] != base[-1] and walk(long)[:-1] == base[:-1]
     assert walk("x" * 100) != walk("y" * 100)  # long strings by a hash
+
+
+def _val_mse(xv, yv, state):
+    return {"mse": _loss(state.params, (xv, yv))}
+
+
+def test_eval_fn_and_key_impl_are_in_the_fingerprint(tmp_path):
+    """The eval history is saved and, with early stopping, decides where the run stops: a
+    resume with other validation data bound in a ``partial`` / ``Partial``, another metric
+    in a closure or no ``eval_fn`` is refused (each was accepted); so is another key
+    implementation (``rbg`` and ``unsafe_rbg`` keys hold the same data).  A checkpoint
+    saved before these entries existed resumes."""
+    import functools
+
+    es = loop.EarlyStopping("mse", patience=3)
+    xv = np.random.default_rng(1).normal(size=(20, D)).astype(np.float32)
+    yv = (xv @ np.array([1.0, -2.0, 0.5], np.float32))[:, None]
+
+    def run(ck, ev, **kw):
+        return _run(tmp_path / ck, eval_fn=ev, eval_every=None if ev is None else 2,
+                    callback=kw.pop("cb", None), **kw)
+
+    cases = {
+        "partial": (functools.partial(_val_mse, xv, yv), functools.partial(_val_mse, xv + 1, yv),
+                    r"eval_fn: saved .*eval_fn\.args\[0\]=<array \(20, 3\) float32 #"),
+        "Partial": (jax.tree_util.Partial(_val_mse, xv, yv),
+                    jax.tree_util.Partial(_val_mse, xv, yv + 1), r"eval_fn: saved"),
+        "negated": (lambda s: {"mse": _mse_eval(s)["mse"]},
+                    lambda s: {"mse": -_mse_eval(s)["mse"]}, r"eval_fn: saved .*lambda>#"),
+        "dropped": (_mse_eval, None, r"eval_fn: saved \['eval_fn:_mse_eval#.*now None"),
+    }
+    for ck, (ev, other, match) in cases.items():
+        kw = {} if ck == "dropped" else dict(early_stopping=es)
+        with pytest.raises(RuntimeError, match="preempted"):
+            run(ck, ev, cb=_stop_at(4), **kw)
+        with pytest.raises(CheckpointMismatchError, match=match):
+            run(ck, other, **(kw if other is not None else {}))
+        run(ck, ev, **kw)  # the same eval_fn resumes
+    # another key implementation, same key data
+    st = TS.init(_params())
+    kw = dict(steps=4, batch_size=4, progress=False, checkpoint_dir=str(tmp_path / "key"))
+    loop.fit(TS.step, st, (X, Y), key=jax.random.key(1, impl="rbg"), **kw)
+    with pytest.raises(CheckpointMismatchError, match="key_impl: saved 'rbg', now 'unsafe_rbg'"):
+        loop.fit(TS.step, st, (X, Y), key=jax.random.key(1, impl="unsafe_rbg"), **kw)
+
+    def older(fp):  # a checkpoint saved before eval_fn and key_impl were fingerprinted
+        del fp["eval_fn"], fp["key_impl"]
+
+    with pytest.raises(RuntimeError, match="preempted"):
+        run("older", _mse_eval, cb=_stop_at(4))
+    _rewrite_fingerprints(tmp_path / "older", older)
+    run("older", lambda s: {"mse": _mse_eval(s)["mse"]})
