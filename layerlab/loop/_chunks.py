@@ -231,23 +231,50 @@ def _ceil_to(t: int, k: int) -> int:
     return (t // k + 1) * k
 
 
-def _default_chunk(total: int, intervals: Sequence[int]) -> int:
-    target = max(1, math.ceil(total / 10))
-    if not intervals:
-        return target
-    g = 0
-    for k in intervals:
-        g = math.gcd(g, int(k))
-    if g <= target:
-        return g
-    # the largest divisor of g that is <= target keeps every chunk the same length
+def _largest_divisor_le(g: int, bound: int) -> int:
     best = 1
     for d in range(1, int(math.isqrt(g)) + 1):
         if g % d == 0:
             for c in (d, g // d):
-                if c <= target and c > best:
+                if best < c <= bound:
                     best = c
-    return best if best * 4 >= target else g
+    return best
+
+
+def default_chunking(total: int, intervals: Sequence[int]) -> tuple[int, bool]:
+    """``(chunk, ragged)``: the default chunk length for ``total`` steps with chunk boundaries
+    at every multiple of each of ``intervals`` (the eval and checkpoint periods).
+
+    About a tenth of the run, dividing the intervals' gcd so every chunk has that length
+    (one compiled program).  When the gcd is far below the smallest interval (co-prime
+    periods, e.g. 100 and 2001: the gcd 1 made every chunk one step, one host round trip
+    each), ``ragged`` is true: chunks of about a tenth of the run, at most the smallest
+    interval and dividing it where that is close, are still cut at every multiple of each
+    interval, and :class:`ChunkLauncher` splits each shorter remainder into powers of two,
+    so at most ``1 + log2(chunk)`` lengths compile.
+    """
+    target = max(1, math.ceil(total / 10))
+    if not intervals:
+        return target, False
+    g = 0
+    for k in intervals:
+        g = math.gcd(g, int(k))
+    if g <= target:
+        cur = g
+    else:  # the largest divisor of g that is <= target keeps every chunk the same length
+        best = _largest_divisor_le(g, target)
+        cur = best if best * 4 >= target else g
+    ideal = min(target, min(int(k) for k in intervals))
+    if cur * 4 >= ideal:
+        return cur, False
+    m = min(int(k) for k in intervals)
+    best = _largest_divisor_le(m, target)
+    return (best if best * 4 >= ideal else ideal), True
+
+
+def _default_chunk(total: int, intervals: Sequence[int]) -> int:
+    """The chunk length of :func:`default_chunking`."""
+    return default_chunking(total, intervals)[0]
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -269,16 +296,21 @@ class ChunkLauncher:
     """Dispatches the chunks of one ``fit`` call in order (asynchronously: nothing is read back).
 
     Chunk boundaries fall on every multiple of ``chunk`` and of each of ``intervals`` (the
-    eval and checkpoint periods) and on ``total``.  The last drawn epoch permutation is
-    carried from one chunk to the next, so each is drawn once per run.
+    eval and checkpoint periods) and on ``total``; with ``ragged`` (see
+    :func:`default_chunking`) a piece between two boundaries shorter than ``chunk`` runs as
+    chunks of decreasing powers of two.  Both depend only on the step a chunk starts at, so a
+    resumed run dispatches the same chunks as an uninterrupted one.  The last drawn epoch
+    permutation is carried from one chunk to the next, so each is drawn once per run.
     """
 
     def __init__(self, step, data, key, *, total, chunk, intervals, batch_size, steps_per_epoch,
-                 n, runs, data_runs_axis, batch_sharding, state_sharding, check_state, R=None):
+                 n, runs, data_runs_axis, batch_sharding, state_sharding, check_state, R=None,
+                 ragged=False):
         data_key, step_key = jax.random.split(key)
         self._data, self._data_key = data, data_key
         self._step_keys = jax.random.split(step_key, R) if runs else step_key
         self._period = [chunk, *intervals]
+        self._chunk, self._ragged = chunk, ragged
         self.total = total
         self._static = dict(step=step, batch_size=batch_size, steps_per_epoch=steps_per_epoch,
                             n=n, runs=runs, data_runs_axis=data_runs_axis,
@@ -288,7 +320,10 @@ class ChunkLauncher:
                       jnp.asarray(-1, jnp.int32)]  # last drawn permutation and its epoch
 
     def _end(self, t_from: int) -> int:
-        return min([_ceil_to(t_from, k) for k in self._period] + [self.total])
+        t_to = min([_ceil_to(t_from, k) for k in self._period] + [self.total])
+        if self._ragged and t_to - t_from < self._chunk:
+            t_to = t_from + (1 << ((t_to - t_from).bit_length() - 1))  # a power of two
+        return t_to
 
     def metric_shapes(self, t_from: int, state) -> tuple[Any, int]:
         """``(metrics, L)``: the metrics (``ShapeDtypeStruct`` leaves ``[L]`` or ``[L, R]``)

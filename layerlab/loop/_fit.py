@@ -25,7 +25,7 @@ from layerlab.loop._args import (
     grouped_placement,
 )
 from layerlab.loop._checkpoint import Checkpointing, run_fingerprint
-from layerlab.loop._chunks import ChunkLauncher, _all_finite, _default_chunk, is_traced_partial
+from layerlab.loop._chunks import ChunkLauncher, _all_finite, default_chunking, is_traced_partial
 from layerlab.loop._early_stopping import EarlyStopping
 from layerlab.loop._nonfinite import NonFiniteError
 from layerlab.loop._placement import Placement, place, place_bound
@@ -222,9 +222,10 @@ def _train(run, step, placed, plan, *, total, batch_size, eval_fn, eval_every, e
            desc) -> None:
     """The main loop of :func:`fit` (``run`` resumed, its directory locked by the caller)."""
     intervals = [k for k in (eval_every, checkpoint.every) if k is not None]
+    chunk, ragged = ((int(chunk_size), False) if chunk_size is not None
+                     else default_chunking(total, intervals))
     chunks = ChunkLauncher(
-        step, placed.data, placed.key, total=total,
-        chunk=int(chunk_size) if chunk_size is not None else _default_chunk(total, intervals),
+        step, placed.data, placed.key, total=total, chunk=chunk, ragged=ragged,
         intervals=intervals, batch_size=batch_size, steps_per_epoch=plan.spe, n=plan.n,
         runs=runs, data_runs_axis=data_runs_axis, batch_sharding=placed.batch_sharding,
         state_sharding=placed.state_sharding, check_state=check_finite is not False, R=plan.R)

@@ -607,3 +607,48 @@ def test_bad_step_metrics_are_refused_before_any_step_runs(key):
                  eval_fn=lambda s: {0: s})
     jax.effects_barrier()
     assert ran == []
+
+
+def test_coprime_eval_and_checkpoint_periods_keep_long_chunks(key, tmp_path):
+    """eval_every=7, checkpoint_every=10: the periods' gcd is 1, which made the default chunk
+    one step (a host round trip per step).  Chunks stay about a tenth of the run, cut at
+    every multiple of both periods, with the remainders run as powers of two (a bounded
+    number of compiled lengths); the result equals one-step chunks, and a run resumed from
+    a checkpoint equals the uninterrupted one bit for bit."""
+    from layerlab.loop._chunks import default_chunking
+
+    assert default_chunking(20000, [100, 2001]) == (100, True)
+    assert default_chunking(20000, [100, 2000]) == (100, False)
+    assert default_chunking(25, [10]) == (2, False)  # a common divisor: unchanged
+    data = _problem(key)
+    ts = loop.optax_step(_lsq, optax.adam(0.05))
+    lengths = []
+
+    def cb(t, s, m):
+        lengths.append(len(m["loss"]))
+
+    kw = dict(steps=42, batch_size=8, key=key, progress=False, eval_every=7,
+              eval_fn=lambda s: {"mse": _lsq(s.params, data)})
+    s1, h1 = loop.fit(ts.step, ts.init(_params()), data, callback=cb, **kw,
+                      checkpoint_dir=str(tmp_path / "a"), checkpoint_every=10)
+    chunk, ragged = default_chunking(42, [7, 10])
+    assert ragged and chunk == 5 and sum(lengths) == 42 and len(lengths) <= 42 // 2, lengths
+    assert set(lengths) <= {5, 4, 2, 1}, lengths
+    s_one, h_one = loop.fit(ts.step, ts.init(_params()), data, chunk_size=1, **kw)
+    np.testing.assert_allclose(s1.params["w"], s_one.params["w"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(h1["train"]["loss"], h_one["train"]["loss"], rtol=1e-6)
+    np.testing.assert_allclose(h1["eval"]["mse"], h_one["eval"]["mse"], rtol=1e-6)
+
+    def stop(t, s, m):
+        if t == 20:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        loop.fit(ts.step, ts.init(_params()), data, callback=stop, **kw,
+                 checkpoint_dir=str(tmp_path / "b"), checkpoint_every=10)
+    s2, h2 = loop.fit(ts.step, ts.init(_params()), data, **kw,
+                      checkpoint_dir=str(tmp_path / "b"), checkpoint_every=10)
+    for a, b in zip(jax.tree_util.tree_leaves(s1), jax.tree_util.tree_leaves(s2), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(h1["train"]["loss"], h2["train"]["loss"])
+    np.testing.assert_array_equal(h1["eval"]["mse"], h2["eval"]["mse"])
