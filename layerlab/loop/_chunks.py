@@ -10,7 +10,10 @@ order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import types
+import weakref
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -45,24 +48,98 @@ def _run_chunk_impl(state, t0, data, data_key, step_keys, prev_perm, prev_epoch,
 
 
 # ``step`` static: a plain callable is part of the compile-cache key (a new closure compiles
-# anew; arrays it closes over become constants of the program).
+# anew; arrays it closes over become constants of the program).  Used for callables that are
+# not functions or partials (bound methods, callable objects); functions and partials get
+# a jit of their own, held weakly (:class:`_PerFunctionJit`).
 _run_chunk_static = jax.jit(_run_chunk_impl, static_argnames=("step", *_CHUNK_STATIC))
 # ``step`` traced: a ``jax.tree_util.Partial`` of arrays (:func:`is_traced_partial`); its
 # function is in the tree structure (the cache key), its bound arrays are program inputs.
 _run_chunk_traced = jax.jit(_run_chunk_impl, static_argnames=_CHUNK_STATIC)
 
 
+class _PerFunctionJit:
+    """One ``jax.jit`` per user function, alive only as long as that function.
+
+    A static argument of a module-level jitted function stays in its compile cache for the
+    life of the process, and with it the function, the arrays its closure holds and the
+    compiled program with those arrays as constants: each ``fit`` called with a fresh
+    closure (an ``eval_fn`` lambda over validation data, in a loop over seeds) kept ~ its
+    captured arrays alive.  Here a plain function or ``functools.partial`` (identity-hashed,
+    weakly referenceable) gets its own jit of ``make(fn_ref)``, which reads the function
+    through a weak reference; the entry, its compiled programs and their constants go when
+    the function is collected.  Other callables (bound methods: a new object per access;
+    callable objects with value equality) return ``None``: callers fall back to the shared
+    static-argument jit.
+    """
+
+    _KINDS = (types.FunctionType, functools.partial, jax.tree_util.Partial)
+
+    def __init__(self, make):
+        self._make = make
+        self._by_id: dict[int, tuple[weakref.ref, Any]] = {}
+
+    def get(self, fn):
+        if type(fn) not in self._KINDS:
+            return None
+        entry = self._by_id.get(id(fn))
+        if entry is not None and entry[0]() is fn:
+            return entry[1]
+        by_id, key = self._by_id, id(fn)
+
+        def drop(ref):
+            if by_id.get(key, (None,))[0] is ref:
+                del by_id[key]
+
+        try:
+            ref = weakref.ref(fn, drop)
+        except TypeError:  # pragma: no cover - not weakly referenceable
+            return None
+        jitted = self._make(ref)
+        self._by_id[key] = (ref, jitted)
+        return jitted
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
+def _make_chunk_jit(step_ref):
+    def run(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, length,
+            batch_size, steps_per_epoch, n, runs, data_runs_axis, batch_sharding,
+            state_sharding, check_state=False):
+        return _run_chunk_impl(state, t0, data, data_key, step_keys, prev_perm, prev_epoch,
+                               step_ref(), length=length, batch_size=batch_size,
+                               steps_per_epoch=steps_per_epoch, n=n, runs=runs,
+                               data_runs_axis=data_runs_axis, batch_sharding=batch_sharding,
+                               state_sharding=state_sharding, check_state=check_state)
+
+    return jax.jit(run, static_argnames=_CHUNK_STATIC)
+
+
+_chunk_jits = _PerFunctionJit(_make_chunk_jit)
+
+
+def _chunk_program(step):
+    """``(jitted, extra)``: the compiled chunk runner for ``step``, called as
+    ``jitted(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *extra, **static)``."""
+    if is_traced_partial(step):
+        return _run_chunk_traced, (step,)
+    own = _chunk_jits.get(step)
+    if own is not None:
+        return own, ()
+    return _run_chunk_static, (step,)
+
+
 def _run_chunk(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step, **static):
-    run = _run_chunk_traced if is_traced_partial(step) else _run_chunk_static
-    return run(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step, **static)
+    run, extra = _chunk_program(step)
+    return run(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *extra, **static)
 
 
 def _chunk_shapes(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *, step,
                   **static):
     """:func:`_run_chunk`'s output shapes, traced, not run (``jit(...).trace``: the call of
     :func:`_run_chunk` with the same arguments afterwards reuses this trace)."""
-    run = _run_chunk_traced if is_traced_partial(step) else _run_chunk_static
-    return run.trace(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, step,
+    run, extra = _chunk_program(step)
+    return run.trace(state, t0, data, data_key, step_keys, prev_perm, prev_epoch, *extra,
                      **static).out_info
 
 
@@ -191,17 +268,32 @@ def is_traced_partial(fn) -> bool:
     return all(isinstance(a, (jax.Array, np.ndarray, np.generic)) for a in leaves)
 
 
+def _make_eval_jit(fn_ref):
+    def run(state, *, runs):
+        fn = fn_ref()
+        return jax.vmap(fn)(state) if runs else fn(state)
+
+    return jax.jit(run, static_argnames=("runs",))
+
+
+_eval_jits = _PerFunctionJit(_make_eval_jit)
+
+
 def _run_eval(state, *, eval_fn, runs):
     """``eval_fn(state)`` compiled (vmapped over runs with ``runs``).
 
     A plain callable is a static argument: each new closure compiles anew, and the arrays it
-    closes over are embedded in the program as constants.  A ``jax.tree_util.Partial`` of
+    closes over are embedded in the program as constants (a function or partial gets a jit
+    of its own, freed with it: :class:`_PerFunctionJit`).  A ``jax.tree_util.Partial`` of
     arrays (:func:`is_traced_partial`) is a traced argument: one compiled program serves every
     call with the same function, argument shapes and state structure (e.g. validation data
     bound with ``Partial(fn, x_val, y_val)``).
     """
     if is_traced_partial(eval_fn):
         return _run_eval_partial(state, eval_fn, runs=runs)
+    own = _eval_jits.get(eval_fn)  # a function or partial: its own jit, held weakly
+    if own is not None:
+        return own(state, runs=runs)
     return _run_eval_static(state, eval_fn=eval_fn, runs=runs)
 
 

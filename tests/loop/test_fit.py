@@ -652,3 +652,43 @@ def test_coprime_eval_and_checkpoint_periods_keep_long_chunks(key, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(h1["train"]["loss"], h2["train"]["loss"])
     np.testing.assert_array_equal(h1["eval"]["mse"], h2["eval"]["mse"])
+
+
+def test_a_fresh_closure_and_its_arrays_are_freed_after_fit(key):
+    """A step or eval_fn closure is a static argument: it used to stay in a module-level
+    compile cache (with its captured arrays and the program holding them as constants) for
+    the life of the process -- each fit with a fresh lambda over validation data kept them.
+    Now its compiled programs go with it; the same function reused still compiles once."""
+    import gc
+    import weakref
+
+    from layerlab.loop import _chunks
+
+    data = _problem(key)
+    ts = loop.optax_step(_lsq, optax.sgd(0.05))
+
+    def fit_fresh(i):
+        xv = np.asarray(data[0]) + i  # captured by both closures (a numpy array: weakref-able)
+        step = lambda s, b, k: ts.step(s, (b[0] + 0 * xv[0, 0], b[1]), k)  # noqa: E731
+        ev = lambda s: {"mse": _lsq(s.params, (xv, data[1]))}  # noqa: E731
+        loop.fit(step, ts.init(_params()), data, steps=3, batch_size=16, key=key,
+                 progress=False, eval_fn=ev)
+        return weakref.ref(xv), weakref.ref(step), weakref.ref(ev)
+
+    gc.collect()
+    n_chunk, n_eval = len(_chunks._chunk_jits), len(_chunks._eval_jits)
+    refs = [fit_fresh(i) for i in range(2)]
+    gc.collect()
+    assert all(r() is None for rs in refs for r in rs), refs
+    assert len(_chunks._chunk_jits) <= n_chunk and len(_chunks._eval_jits) <= n_eval
+    # a function that stays alive keeps its program: a second fit does not retrace
+    traces = []
+
+    def step(s, b, k):
+        traces.append(1)
+        return ts.step(s, b, k)
+
+    for _ in range(2):
+        loop.fit(step, ts.init(_params()), data, steps=3, batch_size=16, key=key,
+                 progress=False)
+    assert len(traces) == 1
