@@ -117,7 +117,8 @@ def _as_key(key):
 
 def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn, eval_every,
                    chunk_size, checkpoint_dir, checkpoint_every, max_to_keep, early_stopping,
-                   check_finite, runs, data_runs_axis, callback) -> FitPlan:
+                   check_finite, runs, data_runs_axis, callback,
+                   eval_at_start=False) -> FitPlan:
     """Validate ``fit``'s arguments (messages name the argument, the expectation and the value).
 
     Raises:
@@ -131,17 +132,22 @@ def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn
     key = _as_key(key)
     if data_runs_axis and not runs:
         raise ValueError("fit: data_runs_axis=True needs runs=True.")
-    data_leaves = jax.tree_util.tree_leaves(data)
-    if not data_leaves:
+    with_paths = jax.tree_util.tree_flatten_with_path(data)[0]
+    if not with_paths:
         raise ValueError("fit: data is empty; pass a pytree of arrays such as (x, y).")
     axis = 1 if data_runs_axis else 0
-    shapes = [np.shape(a) for a in data_leaves]
-    if any(len(s) <= axis for s in shapes):
-        raise ValueError(f"fit: every data array needs a sample axis {axis}; got shapes {shapes}.")
+    shapes = [np.shape(a) for _, a in with_paths]
+    names = [f"data{jax.tree_util.keystr(p)}" for p, _ in with_paths]
+    short = [f"{nm} {s}" for nm, s in zip(names, shapes, strict=True) if len(s) <= axis]
+    if short:
+        raise ValueError(f"fit: every data array needs a sample axis {axis}; {short[0]} has "
+                         f"none (shapes {shapes}).")
     n = shapes[0][axis]
     if any(s[axis] != n for s in shapes):
+        odd = [f"{nm} {s}" for nm, s in zip(names, shapes, strict=True) if s[axis] != n]
         raise ValueError(
-            f"fit: data arrays disagree on the number of samples (axis {axis}): shapes {shapes}."
+            f"fit: data arrays disagree on the number of samples (axis {axis}): {names[0]} "
+            f"has {n} ({shapes[0]}), {', '.join(odd[:3])}; shapes {shapes}."
         )
     if n == 0:
         raise ValueError(
@@ -192,6 +198,8 @@ def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn
         raise TypeError(f"fit: callback must be callable, got {type(callback).__name__}.")
     if eval_every is not None and eval_fn is None:
         raise ValueError("fit: eval_every given without eval_fn.")
+    if eval_at_start and eval_fn is None:
+        raise ValueError("fit: eval_at_start=True given without eval_fn (nothing to evaluate).")
     if early_stopping is not None:
         if not isinstance(early_stopping, EarlyStopping):
             hint = (f"; for a metric name: EarlyStopping({early_stopping!r})"

@@ -174,7 +174,8 @@ def fit(
     placement = grouped_placement(placement, mesh, data_axis, state_sharding, data_sharding)
     plan = check_fit_args(
         step, state, data, key=key, steps=steps, epochs=epochs, batch_size=batch_size,
-        eval_fn=eval_fn, eval_every=eval_every, chunk_size=chunk_size,
+        eval_fn=eval_fn, eval_every=eval_every, eval_at_start=eval_at_start,
+        chunk_size=chunk_size,
         checkpoint_dir=checkpoint.directory, checkpoint_every=checkpoint.every,
         max_to_keep=checkpoint.max_to_keep, early_stopping=early_stopping,
         check_finite=check_finite, runs=runs, data_runs_axis=data_runs_axis, callback=callback)

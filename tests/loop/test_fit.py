@@ -692,3 +692,19 @@ def test_a_fresh_closure_and_its_arrays_are_freed_after_fit(key):
         loop.fit(step, ts.init(_params()), data, steps=3, batch_size=16, key=key,
                  progress=False)
     assert len(traces) == 1
+
+
+def test_argument_errors_name_the_data_leaf_and_refuse_eval_at_start_alone(key):
+    """Data leaves of different lengths are named by their path; ``eval_at_start=True``
+    without ``eval_fn`` is refused (it was ignored)."""
+    st = jnp.zeros(())
+
+    def step(s, b, k):
+        return s, {"l": s}
+
+    with pytest.raises(ValueError, match=r"data\['x'\] has 5 .*data\['y'\] \(4,\)"):
+        loop.fit(step, st, {"x": jnp.ones((5, 2)), "y": jnp.ones((4,))}, key=key, steps=2)
+    with pytest.raises(ValueError, match=r"data\[1\] \(\) has none"):
+        loop.fit(step, st, (jnp.ones((5, 2)), jnp.ones(())), key=key, steps=2)
+    with pytest.raises(ValueError, match="eval_at_start=True given without eval_fn"):
+        loop.fit(step, st, jnp.ones((4, 1)), key=key, steps=2, eval_at_start=True)
