@@ -87,8 +87,9 @@ def fit(
     every multiple of ``eval_every`` and ``checkpoint_every`` and on ``T``.
 
     Args:
-      step: pure ``step(state, batch, key) -> (state, metrics)``; ``metrics`` a dict of scalar
-        arrays; the returned state must have the input's structure, shapes and dtypes.  As
+      step: pure ``step(state, batch, key) -> (state, metrics)``; ``metrics`` a flat dict of
+        scalar arrays keyed by strings (checked by tracing the step before training); the
+        returned state must have the input's structure, shapes and dtypes.  As
         for ``eval_fn`` below, ``jax.tree_util.Partial(fn, a, b)`` (``fn(a, b, state, batch,
         key)``, arrays only) passes the bound arrays (fixed weights, a readout, ...) as traced
         inputs of the compiled chunk: one program per ``fn`` and shapes, shared by every
@@ -105,18 +106,22 @@ def fit(
       eval_fn: ``eval_fn(state) -> dict of scalars``, jit-compiled (vmapped with ``runs``),
         called after every ``eval_every`` updates and after the last one.  A closure's
         captured arrays become constants of its program and every new closure compiles
-        anew; bind evaluation data with ``jax.tree_util.Partial(fn, x_val, y_val)``
+        anew (a function's or ``partial``'s program is freed with it); bind evaluation
+        data with ``jax.tree_util.Partial(fn, x_val, y_val)``
         (``fn(x_val, y_val, state)``, ``fn`` defined once; arrays only -- a Partial that
         binds Python values stays a static callable) to pass them as traced inputs, placed
         once beside the state (replicated over ``mesh``), so later ``fit`` calls with the
         same ``fn``, shapes, state structure and ``runs`` reuse the compiled program.
       eval_every: evaluation period in steps (default: only at the end).
-      eval_at_start: also evaluate the initial state (``eval_step`` 0).
+      eval_at_start: also evaluate the initial state (``eval_step`` 0; needs ``eval_fn``).
       progress: show a tqdm bar (steps, rate, latest metrics), updated once per chunk.
       chunk_size: steps per compiled chunk (default: about a tenth of the run, dividing the
-        eval/checkpoint periods).  Distinct chunk lengths compile separately.
+        eval/checkpoint periods; for co-prime periods, cut at their multiples with the
+        remainders run as powers of two).  Distinct chunk lengths compile separately.
       checkpoint_dir: directory for orbax checkpoints.  If it already holds a checkpoint of
-        the same run, training resumes from it (same final state as an uninterrupted run).
+        the same run, training resumes from it (same final state as an uninterrupted run);
+        one of another run (see ``docs/loop.md``: the fingerprint, the metric names) is
+        refused before training.
       checkpoint_every: checkpoint period in steps (default: only at the end).
       max_to_keep: number of checkpoints kept.
       early_stopping: an :class:`EarlyStopping` on an ``eval_fn`` metric.
