@@ -219,7 +219,8 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
     * ``"legacy"`` (before 2026-11-29): no digests, array hashes or globals; 200 entries,
       10 levels.
 
-    ``memo`` (``id -> digest``) shares array hashes between the walks of one fingerprint.
+    ``memo`` (``id -> (array, digest)``) shares array hashes between the walks of one
+    fingerprint.
     """
     mode = "legacy" if legacy else (mode or "v4")
     if mode not in ("legacy", "v3", "v4"):
@@ -250,10 +251,12 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
     def array_tag(obj) -> str:
         if legacy:
             return ""
-        if id(obj) not in memo:
+        hit = memo.get(id(obj))
+        if hit is None or hit[0] is not obj:  # (the entry holds obj: its id is not reused)
             b = _host_bytes(obj)
-            memo[id(obj)] = "" if b is None else " #" + hashlib.sha256(b).hexdigest()[:12]
-        return memo[id(obj)]
+            hit = memo[id(obj)] = (obj, "" if b is None
+                                   else " #" + hashlib.sha256(b).hexdigest()[:12])
+        return hit[1]
 
     def visit(obj, depth, label):
         if full() or depth > max_depth:
@@ -546,7 +549,7 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     with early stopping, where the run stops); the key's implementation (``rbg`` and
     ``unsafe_rbg`` keys hold the same data).
     """
-    memo: dict[int, str] = {}
+    memo: dict[int, tuple] = {}
     fp = {
         "version": FINGERPRINT_VERSION,
         "total": int(total),
