@@ -620,14 +620,14 @@ def test_coprime_eval_and_checkpoint_periods_keep_long_chunks(key, tmp_path):
     assert default_chunking(20000, [100, 2001]) == (100, True)
     assert default_chunking(20000, [100, 2000]) == (100, False)
     assert default_chunking(25, [10]) == (2, False)  # a common divisor: unchanged
-    data = _problem(key)
-    ts = loop.optax_step(_lsq, optax.adam(0.05))
+    data = _problem(key, n=8)
+    ts = loop.optax_step(_lsq, optax.sgd(0.05))
     lengths = []
 
     def cb(t, s, m):
         lengths.append(len(m["loss"]))
 
-    kw = dict(steps=42, batch_size=8, key=key, progress=False, eval_every=7,
+    kw = dict(steps=42, batch_size=None, key=key, progress=False, eval_every=7,
               eval_fn=lambda s: {"mse": _lsq(s.params, data)})
     s1, h1 = loop.fit(ts.step, ts.init(_params()), data, callback=cb, **kw,
                       checkpoint_dir=str(tmp_path / "a"), checkpoint_every=10)
