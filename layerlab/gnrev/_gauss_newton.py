@@ -138,7 +138,7 @@ def _filter(s, method, rtol, atol, damping, floor):
         thr = jnp.maximum(atol, floor * smax)
         keep = s > thr
         lam = damping * smax
-        phi = jnp.where(keep, 1.0 / (s + lam), 0.0)
+        phi = jnp.where(keep, 1.0 / (jnp.where(keep, s, 1.0) + lam), 0.0)
         smin = jnp.min(jnp.where(keep, s, jnp.inf))
         cond = (smax + lam) / (smin + lam)
     else:  # noise: plain pseudo-inverse of the perturbed matrix
@@ -237,15 +237,26 @@ def _pinv_solve(a, e, cfg: PinvConfig, key):
     floor = 10.0 * np.sqrt(eps)
     if n <= k:
         lam, u = eigh(a @ a.T)
-        s = jnp.sqrt(jnp.clip(lam, 0.0))
+        s = _safe_sqrt_eig(lam)
         phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
         coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
         return a.T @ (u @ (coef[:, None] * (u.T @ e))), rank, cond
     lam, w = eigh(a.T @ a)
-    s = jnp.sqrt(jnp.clip(lam, 0.0))
+    s = _safe_sqrt_eig(lam)
     phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
     coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
     return w @ (coef[:, None] * (w.T @ (a.T @ e))), rank, cond
+
+
+def _safe_sqrt_eig(lam):
+    """``sqrt(max(lam, 0))`` of Gram eigenvalues with a finite derivative everywhere.
+
+    A rank-deficient ``a`` has (numerically) zero Gram eigenvalues; ``sqrt`` has an infinite
+    derivative there, and ``inf * 0`` (the zero cotangent of a dropped direction) gives NaN
+    gradients.  Non-positive eigenvalues map to ``s = 0`` with a zero derivative.
+    """
+    pos = lam > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, lam, 1.0)), 0.0)
 
 
 def _randomized_svd(a, cfg: PinvConfig, key):

@@ -244,6 +244,32 @@ def test_pinv_solve_one_right_hand_side_is_a_vector(x64, shape):
     np.testing.assert_allclose(xm[:, 0], ref, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("rank", [3, 2])
+@pytest.mark.parametrize("transpose", [False, True])  # both Gram orientations
+@pytest.mark.parametrize("method", ["truncate", "damp"])
+def test_pinv_solve_gradient_of_rank_deficient_matrix(x64, rank, transpose, method):
+    """The Gram solver's gradient is finite and matches central differences for a
+    rank-deficient a (sqrt of a zero Gram eigenvalue had an infinite derivative: NaN)."""
+    rng = np.random.default_rng(rank)
+    a = rng.normal(size=(4, rank)) @ rng.normal(size=(rank, 6))
+    if transpose:
+        a = a.T
+    e = jnp.asarray(rng.normal(size=(a.shape[0], 2)))
+    cfg = g.PinvConfig(method=method)
+
+    def f(a):
+        return jnp.sum(g.pinv_solve(a, e, cfg)[0] ** 2)
+
+    a = jnp.asarray(a)
+    grad = jax.grad(f)(a)
+    assert bool(jnp.all(jnp.isfinite(grad)))
+    for seed in range(3):
+        d = jnp.asarray(np.random.default_rng(10 + seed).normal(size=a.shape))
+        h = 1e-6
+        fd = (f(a + h * d) - f(a - h * d)) / (2 * h)
+        np.testing.assert_allclose(float(jnp.sum(grad * d)), float(fd), rtol=1e-5, atol=1e-7)
+
+
 def test_pinv_solve_checks_shapes():
     a = jnp.ones((4, 5))
     with pytest.raises(ValueError, match=r"pinv_solve: a must have rank 2, got shape \(4,\)"):
