@@ -403,3 +403,45 @@ def test_randomized_svd_matches_svd_solver(x64, key):
     got, rank, _ = g.pinv_solve(low, e, g.PinvConfig(solver="rsvd", rank=4, oversample=4))
     np.testing.assert_allclose(got, ref, rtol=1e-7, atol=1e-9)
     assert int(rank) == 6
+
+
+@pytest.mark.parametrize("bad", ["zero_mean", "scaled", "negative"])
+def test_ce_real_targets_must_be_probability_rows(bad):
+    """Real CE targets off the simplex (this library's own zero-mean DGL encoding, 2*onehot)
+    gave softmax - y instead of sum(y) softmax - y: a wrong gradient, silently."""
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(3, 3)), jnp.float32)
+    onehot = jax.nn.one_hot(jnp.array([0, 2, 1]), 3)
+    y = {"zero_mean": onehot - 1.0 / 3, "scaled": 2.0 * onehot,
+         "negative": jnp.array([[1.5, -0.5, 0.0]] * 3)}[bad]
+    for call in (lambda: g.output_target(logits, y),
+                 lambda: g.output_target(logits, y, target="newton"),
+                 lambda: g.loss_value(logits, y)):
+        with pytest.raises(ValueError, match=r"(output_target|loss_value): for loss='ce' "
+                                             r"real-valued labels must be probability rows"):
+            call()
+    with pytest.raises(ValueError, match=r"softmax_newton_target: .* y must be probability"):
+        g.softmax_newton_target(logits, y)
+    # mse takes any real targets; soft labels on the simplex and one-hot rows are fine
+    g.output_target(logits, y, loss="mse")
+    soft = jax.nn.softmax(logits + 1.0, axis=-1)
+    np.testing.assert_allclose(g.output_target(logits, soft),
+                               jax.nn.softmax(logits, axis=-1) - soft, atol=1e-6)
+    np.testing.assert_allclose(g.output_target(logits, onehot),
+                               g.output_target(logits, jnp.array([0, 2, 1])), atol=1e-7)
+    # traced: not checked (documented requirement)
+    jax.jit(lambda y: g.output_target(logits, y))(y)
+
+
+def test_target_messages_name_the_function():
+    logits = jnp.ones((3, 2))
+    with pytest.raises(ValueError, match=r"output_target: integer labels must have shape"):
+        g.output_target(logits, jnp.ones((3, 2), jnp.int32))
+    with pytest.raises(ValueError, match=r"loss_value: labels must be \[n, 2\] real targets"):
+        g.loss_value(logits, jnp.ones((3, 3)))
+    with pytest.raises(ValueError,
+                       match=r"output_target: labels must be integer class labels in \[0, 2\)"):
+        g.output_target(logits, jnp.array([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"output_target: target must be one of"):
+        g.output_target(logits, jnp.array([0, 1, 1]), target="foo")
+    with pytest.raises(ValueError, match=r"output_target: loss must be one of"):
+        g.output_target(logits, jnp.array([0, 1, 1]), loss="hinge")
