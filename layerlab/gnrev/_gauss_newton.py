@@ -38,6 +38,7 @@ from ._revmlp import (
     _check_params,
     _check_x,
     _frozen_xs,
+    _params_dim,
     check_rank_bounds,
     revmlp_apply,
 )
@@ -375,7 +376,7 @@ def gn_direction(
       Prop. 4.4, Theorem 4.3, Eqs. (5), (14)–(15) and App. N of Buffelli et al. 2024.
     """
     fn = "gn_direction"
-    dim = 2 * params["b1"].shape[1]
+    dim = _params_dim(params, frozen, fn)
     dtype = params["b1"].dtype
     _check_params(params, frozen, dim, fn=fn)
     x = _check_x(x, dim, dtype=dtype, fn=fn)
