@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from layerlab._checks import check_array, check_choice, check_int, check_labels
+from layerlab._checks import check_array, check_choice, check_int, check_labels, is_concrete
 from layerlab._linalg import eigh, qr, thin_svd
 
 from ._revmlp import (
@@ -38,6 +38,7 @@ from ._revmlp import (
     _check_params,
     _check_x,
     _frozen_xs,
+    _params_dim,
     check_rank_bounds,
     revmlp_apply,
 )
@@ -138,7 +139,7 @@ def _filter(s, method, rtol, atol, damping, floor):
         thr = jnp.maximum(atol, floor * smax)
         keep = s > thr
         lam = damping * smax
-        phi = jnp.where(keep, 1.0 / (s + lam), 0.0)
+        phi = jnp.where(keep, 1.0 / (jnp.where(keep, s, 1.0) + lam), 0.0)
         smin = jnp.min(jnp.where(keep, s, jnp.inf))
         cond = (smax + lam) / (smin + lam)
     else:  # noise: plain pseudo-inverse of the perturbed matrix
@@ -237,15 +238,26 @@ def _pinv_solve(a, e, cfg: PinvConfig, key):
     floor = 10.0 * np.sqrt(eps)
     if n <= k:
         lam, u = eigh(a @ a.T)
-        s = jnp.sqrt(jnp.clip(lam, 0.0))
+        s = _safe_sqrt_eig(lam)
         phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
         coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
         return a.T @ (u @ (coef[:, None] * (u.T @ e))), rank, cond
     lam, w = eigh(a.T @ a)
-    s = jnp.sqrt(jnp.clip(lam, 0.0))
+    s = _safe_sqrt_eig(lam)
     phi, rank, cond = _filter(s, method, rtol, atol, damping, floor)
     coef = jnp.where(phi > 0, phi / jnp.where(phi > 0, s, 1.0), 0.0)
     return w @ (coef[:, None] * (w.T @ (a.T @ e))), rank, cond
+
+
+def _safe_sqrt_eig(lam):
+    """``sqrt(max(lam, 0))`` of Gram eigenvalues with a finite derivative everywhere.
+
+    A rank-deficient ``a`` has (numerically) zero Gram eigenvalues; ``sqrt`` has an infinite
+    derivative there, and ``inf * 0`` (the zero cotangent of a dropped direction) gives NaN
+    gradients.  Non-positive eigenvalues map to ``s = 0`` with a zero derivative.
+    """
+    pos = lam > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, lam, 1.0)), 0.0)
 
 
 def _randomized_svd(a, cfg: PinvConfig, key):
@@ -364,7 +376,7 @@ def gn_direction(
       Prop. 4.4, Theorem 4.3, Eqs. (5), (14)–(15) and App. N of Buffelli et al. 2024.
     """
     fn = "gn_direction"
-    dim = 2 * params["b1"].shape[1]
+    dim = _params_dim(params, frozen, fn)
     dtype = params["b1"].dtype
     _check_params(params, frozen, dim, fn=fn)
     x = _check_x(x, dim, dtype=dtype, fn=fn)
@@ -457,21 +469,57 @@ def gn_residual(
     return jnp.linalg.norm(jd - target) / jnp.maximum(jnp.linalg.norm(target), 1e-30)
 
 
-def _as_targets(labels, num_outputs, dtype):
-    labels = check_array(labels, "labels", kind="real")
+def _as_targets(labels, num_outputs, dtype, *, fn, loss=None):
+    """``labels`` as ``[n, C]`` targets of ``dtype`` (int labels one-hot encoded).
+
+    For ``loss="ce"`` real-valued targets must be probability rows (checked eagerly, see
+    :func:`_check_simplex`).
+    """
+    labels = check_array(labels, "labels", fn=fn, kind="real")
     if jnp.issubdtype(labels.dtype, jnp.integer):
         if labels.ndim != 1:
-            raise ValueError(f"integer labels must have shape (n,), got {labels.shape}")
+            raise ValueError(f"{fn}: integer labels must have shape (n,), got shape "
+                             f"{tuple(labels.shape)}; pass [n] class indices or [n, C] "
+                             "real targets.")
         # eager only: labels in [0, C) (one_hot would give an all-zero row otherwise)
-        check_labels(labels, num_outputs, "labels")
+        check_labels(labels, num_outputs, "labels", fn=fn)
         return jax.nn.one_hot(labels, num_outputs, dtype=dtype)
     if labels.ndim == 1:
         labels = labels[:, None]
-    if labels.shape[1] != num_outputs:
+    if labels.ndim != 2 or labels.shape[1] != num_outputs:
         raise ValueError(
-            f"targets have {labels.shape[1]} outputs but the readout has {num_outputs}"
+            f"{fn}: labels must be [n, {num_outputs}] real targets (one column per readout "
+            f"output) or [n] integer labels, got shape {tuple(labels.shape)}."
         )
-    return labels.astype(dtype)
+    y = labels.astype(dtype)
+    if loss == "ce":
+        _check_simplex(y, "labels", fn)
+    return y
+
+
+def _check_simplex(y, name, fn):
+    """Eager only: the rows of real CE targets ``y`` are non-negative and sum to 1.
+
+    The softmax cross-entropy gradient is ``Σ_c y_c · softmax(f) − y``; the functions here
+    use ``softmax(f) − y``, which is that only on the simplex.  Rows that do not sum to 1
+    (a zero-mean one-hot, ``2 · onehot``) would silently give a wrong gradient and Newton
+    target.  Tolerance: ``1e-3`` (float32 and below) or ``1e-6`` (float64).  Under ``jit``
+    (traced ``y``) the check is skipped: the requirement is the caller's.
+    """
+    if not is_concrete(y) or y.size == 0:
+        return
+    yn = np.asarray(y, dtype=np.float64)
+    if not np.all(np.isfinite(yn)):
+        return  # reported as non-finite elsewhere / NaN propagates
+    tol = 1e-3 if jnp.finfo(y.dtype).bits <= 32 else 1e-6
+    dev = float(np.max(np.abs(yn.sum(axis=-1) - 1.0)))
+    neg = float(np.min(yn))
+    if dev > tol or neg < -tol:
+        raise ValueError(
+            f"{fn}: for loss='ce' real-valued {name} must be probability rows (non-negative, "
+            f"each row summing to 1), got max |row sum - 1| = {dev:.3g} and min entry "
+            f"{neg:.3g}; pass integer labels [n], one-hot rows, or soft labels on the "
+            "simplex (e.g. not a zero-mean or scaled one-hot encoding).")
 
 
 def softmax_newton_target(logits: jax.Array, y: jax.Array) -> jax.Array:
@@ -503,6 +551,7 @@ def softmax_newton_target(logits: jax.Array, y: jax.Array) -> jax.Array:
         raise ValueError(f"softmax_newton_target: y must have the shape of logits "
                          f"{tuple(logits.shape)} (target probabilities per class), got "
                          f"{tuple(y.shape)}.")
+    _check_simplex(y, "y", "softmax_newton_target")
     logp = jax.nn.log_softmax(logits, axis=-1)
     # y_c = 0 gives r_c = 0 even where p_c underflows (0 * exp(-logp) = 0 * inf = NaN);
     # the inner where keeps the gradient finite too
@@ -525,7 +574,10 @@ def output_target(
 
     Args:
       logits: ``[n, C]`` network outputs (after the readout).
-      labels: ``[n]`` int class labels, or ``[n, C]`` / ``[n]`` real targets.
+      labels: ``[n]`` int class labels, or ``[n, C]`` / ``[n]`` real targets.  For
+        ``loss="ce"`` real targets must be probability rows (non-negative, summing to 1:
+        one-hot or soft labels), else the gradient ``softmax(f) − y`` is wrong; checked
+        eagerly (ValueError), not under ``jit`` (the caller's requirement there).
       loss: ``"ce"`` (softmax cross-entropy) or ``"mse"`` (squared error).
       target: ``"gradient"`` (Eq. 5, the authors' choice) or ``"newton"`` (Eq. 19).
 
@@ -535,10 +587,10 @@ def output_target(
     References:
       Eqs. (5) and (19) of Buffelli et al. 2024.
     """
-    if target not in ("gradient", "newton"):
-        raise ValueError(f"target must be 'gradient' or 'newton', got {target!r}")
+    check_choice(target, "target", ("gradient", "newton"), fn="output_target")
+    check_choice(loss, "loss", ("ce", "mse"), fn="output_target")
     logits = check_array(logits, "logits", fn="output_target", ndim=2, kind="float")
-    y = _as_targets(labels, logits.shape[1], logits.dtype)
+    y = _as_targets(labels, logits.shape[1], logits.dtype, fn="output_target", loss=loss)
     if y.shape[0] != logits.shape[0]:
         raise ValueError(f"output_target: labels have {y.shape[0]} rows but logits "
                          f"{logits.shape[0]}; pass one label per sample.")
@@ -556,7 +608,8 @@ def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax
 
     Args:
       logits: ``[n, C]``.
-      labels: ``[n]`` int labels or ``[n, C]``/``[n]`` real targets.
+      labels: ``[n]`` int labels or ``[n, C]``/``[n]`` real targets (for ``"ce"``:
+        probability rows, checked eagerly as in :func:`output_target`).
       loss: ``"ce"`` or ``"mse"``.
 
     Returns:
@@ -564,7 +617,7 @@ def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax
     """
     logits = check_array(logits, "logits", fn="loss_value", ndim=2, kind="float")
     check_choice(loss, "loss", ("ce", "mse"), fn="loss_value")
-    y = _as_targets(labels, logits.shape[1], logits.dtype)
+    y = _as_targets(labels, logits.shape[1], logits.dtype, fn="loss_value", loss=loss)
     if y.shape[0] != logits.shape[0]:
         raise ValueError(f"loss_value: labels have {y.shape[0]} rows but logits "
                          f"{logits.shape[0]}; pass one label per sample.")

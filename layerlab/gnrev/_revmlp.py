@@ -231,6 +231,53 @@ def _frozen_xs(frozen: RevMLPFrozen) -> dict:
     return {"v1": frozen.v1, "v2": frozen.v2, "linear": frozen.linear}
 
 
+_PARAM_KEYS = ("w1", "b1", "w2", "b2")
+
+
+def _params_dim(params, frozen, fn: str) -> int:
+    """Static: the structure of ``params``/``frozen``; returns ``d = 2 h`` (``h`` from b1).
+
+    ``params`` must be the dict of :func:`revmlp_init`: keys w1, b1, w2, b2 with
+    ``w1, w2: [L, d', h]`` (equal shapes) and ``b1, b2: [L, h]``.  Each mismatch was silently
+    broadcast by the forward pass (and trained, and given a GN step of another shape).
+    """
+    if not isinstance(frozen, RevMLPFrozen):
+        raise TypeError(f"{fn}: frozen must be the RevMLPFrozen returned by revmlp_init, got "
+                        f"{type(frozen).__name__}.")
+    if not isinstance(params, dict):
+        raise TypeError(f"{fn}: params must be the dict {{'w1', 'b1', 'w2', 'b2'}} returned by "
+                        f"revmlp_init, got {type(params).__name__}.")
+    if set(params) != set(_PARAM_KEYS):
+        raise ValueError(f"{fn}: params must have exactly the keys {list(_PARAM_KEYS)} (from "
+                         f"revmlp_init), got {sorted(map(str, params))}.")
+    for k in _PARAM_KEYS:
+        if not hasattr(params[k], "shape") or not hasattr(params[k], "dtype"):
+            raise TypeError(f"{fn}: params['{k}'] must be an array, got "
+                            f"{type(params[k]).__name__}.")
+    b1 = params["b1"]
+    if b1.ndim != 2:
+        raise ValueError(f"{fn}: params['b1'] must have shape (depth={frozen.depth}, h), got "
+                         f"{tuple(b1.shape)}.")
+    if b1.shape[0] != frozen.depth:
+        raise ValueError(f"{fn}: params['b1'] has shape {tuple(b1.shape)}, expected "
+                         f"(depth={frozen.depth}, h): frozen has {frozen.depth} blocks.")
+    if tuple(params["b2"].shape) != tuple(b1.shape):
+        raise ValueError(f"{fn}: params['b2'] must have the shape of params['b1'] "
+                         f"{tuple(b1.shape)} (depth, h), got {tuple(params['b2'].shape)}.")
+    w1 = params["w1"]
+    if w1.ndim != 3 or w1.shape[0] != b1.shape[0] or w1.shape[2] != b1.shape[1]:
+        raise ValueError(f"{fn}: params['w1'] must have shape (depth={b1.shape[0]}, d', "
+                         f"h={b1.shape[1]}), got {tuple(w1.shape)}.")
+    if tuple(params["w2"].shape) != tuple(w1.shape):
+        raise ValueError(f"{fn}: params['w2'] must have the shape of params['w1'] "
+                         f"{tuple(w1.shape)} (depth, d', h), got {tuple(params['w2'].shape)}.")
+    for k in _PARAM_KEYS:
+        if params[k].dtype != b1.dtype:
+            raise TypeError(f"{fn}: params['{k}'] has dtype {params[k].dtype}, expected "
+                            f"{b1.dtype} like params['b1'] (one dtype for all parameters).")
+    return 2 * b1.shape[1]
+
+
 def _check_params(params, frozen: RevMLPFrozen, dim: int, fn: str | None = None) -> None:
     """Static: ``params`` and ``frozen`` describe one net on ``dim`` features."""
     where = f"{fn}: " if fn else ""
@@ -280,7 +327,7 @@ def revmlp_apply(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array:
     References:
       Eqs. (14)–(15) of Buffelli et al. 2024.
     """
-    dim = 2 * params["b1"].shape[1]
+    dim = _params_dim(params, frozen, "revmlp_apply")
     _check_params(params, frozen, dim, fn="revmlp_apply")
     x = _check_x(x, dim, dtype=params["b1"].dtype, fn="revmlp_apply")
 
@@ -298,7 +345,7 @@ def revmlp_hidden(params: dict, frozen: RevMLPFrozen, x: jax.Array) -> jax.Array
     Used by the representation probes (CKA of each block with its initial value, Fig. 4c–e).
     Checks its arguments as :func:`revmlp_apply` does.
     """
-    dim = 2 * params["b1"].shape[1]
+    dim = _params_dim(params, frozen, "revmlp_hidden")
     _check_params(params, frozen, dim, fn="revmlp_hidden")
     x = _check_x(x, dim, dtype=params["b1"].dtype, fn="revmlp_hidden")
 
@@ -329,7 +376,7 @@ def revmlp_inverse(params: dict, frozen: RevMLPFrozen, y: jax.Array) -> jax.Arra
     References:
       §4.2 of Buffelli et al. 2024 (reversible blocks, Eqs. 14–15 inverted).
     """
-    dim = 2 * params["b1"].shape[1]
+    dim = _params_dim(params, frozen, "revmlp_inverse")
     _check_params(params, frozen, dim, fn="revmlp_inverse")
     y = _check_x(y, dim, "y", dtype=params["b1"].dtype, fn="revmlp_inverse")
 

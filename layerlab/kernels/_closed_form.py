@@ -136,9 +136,23 @@ def _arccos(c):
     return jnp.arccos(c)
 
 
+def _at_edges(f, c, lo, hi):
+    """``f(clip(c, -1, 1))`` with ``f(-1) = lo``, ``f(1) = hi`` put in directly, so that the
+    primal itself has a finite (zero) derivative at the clip edges.  The custom JVPs below
+    give the rules used by first-order autodiff; but a second derivative through a
+    ``lax.scan`` (``jax.hessian`` of a kernel: forward over reverse) can differentiate the
+    primal expression itself, and ``arccos``/``arcsin``/``sqrt`` have infinite derivatives
+    at +-1 (``inf * 0``: NaN), reached where two rows of x coincide."""
+    cc = jnp.clip(c, -1.0, 1.0)
+    inside = jnp.abs(cc) < 1.0
+    edge = jnp.where(cc > 0, jnp.asarray(hi, cc.dtype), jnp.asarray(lo, cc.dtype))
+    return jnp.where(inside, f(jnp.where(inside, cc, 0.0)), jnp.where(jnp.isnan(c), c, edge))
+
+
 @jax.custom_jvp
 def _safe_arccos(c):
-    return _arccos(jnp.clip(c, -1.0, 1.0))
+    return _at_edges(_arccos, c, _arccos(jnp.asarray(-1.0, c.dtype)),
+                     _arccos(jnp.asarray(1.0, c.dtype)))
 
 
 @_safe_arccos.defjvp
@@ -155,7 +169,7 @@ def _relu_j1(c):
     """sin(theta) + (pi - theta) cos(theta) with cos(theta) = c."""
     cc = jnp.clip(c, -1.0, 1.0)
     # _safe_arccos(c) (not of cc): the same expression as the NTK's, so XLA computes it once
-    return jnp.sqrt(jnp.maximum(1.0 - cc * cc, 0.0)) + (jnp.pi - _safe_arccos(c)) * cc
+    return _safe_sqrt(1.0 - cc * cc) + (jnp.pi - _safe_arccos(c)) * cc
 
 
 @_relu_j1.defjvp
@@ -171,7 +185,8 @@ def _safe_arcsin(c):
     NNGP's argument past 1: NaN), with derivative ``1 / sqrt(1 - c^2)`` inside and 0 where
     the clip bites (the clip's own derivative), never inf/NaN.  Not ``pi/2 - _safe_arccos``:
     that loses the relative precision of small values (orthogonal inputs) in float32."""
-    return jnp.arcsin(jnp.clip(c, -1.0, 1.0))
+    return _at_edges(jnp.arcsin, c, jnp.arcsin(jnp.asarray(-1.0, c.dtype)),
+                     jnp.arcsin(jnp.asarray(1.0, c.dtype)))
 
 
 @_safe_arcsin.defjvp
@@ -205,13 +220,23 @@ def _relu_step(k11, k12, k22, mode, with_ntk):
     # kernel values below ~1e-19 (all entries 0 without a bias) and overflows above ~2e19,
     # where each factor is still representable
     s = _outer(_safe_sqrt(k11), _safe_sqrt(k22), mode)
-    c = _safe_div(k12, s)
     # where x1_i = x2_i by construction the cosine is exactly 1, with zero derivative
-    # (rounding would give 1 - O(eps) and arccos amplifies that to O(sqrt(eps)))
+    # (rounding would give 1 - O(eps) and arccos amplifies that to O(sqrt(eps))): there the
+    # closed forms J_1(1) = pi, pi - arccos(1) = pi are put in directly.  J_1 and arccos are
+    # not evaluated at c = 1 on that diagonal (they see c = 0 there): forward-over-reverse
+    # (jax.hessian) through the lax.scan of the layers gave NaN from their rules at c = 1.
+    if mode == "dsym":
+        post12 = s / 2
+        dot12 = jnp.full_like(s, 0.5) if with_ntk else None
+        return k11 / 2, post12, k22 / 2, dot12
+    c = _safe_div(k12, s)
     if mode == "sym":
-        c = jnp.where(jnp.eye(c.shape[0], dtype=bool), 1.0, c)
-    elif mode == "dsym":
-        c = jnp.ones_like(c)
+        eye = jnp.eye(c.shape[0], dtype=bool)
+        cs = jnp.where(eye, 0.0, c)
+        post12 = jnp.where(eye, s / 2, s * _relu_j1(cs) / (2 * jnp.pi))
+        dot12 = (jnp.where(eye, 0.5, (jnp.pi - _safe_arccos(cs)) / (2 * jnp.pi))
+                 if with_ntk else None)
+        return k11 / 2, post12, k22 / 2, dot12
     post12 = s * _relu_j1(c) / (2 * jnp.pi)
     dot12 = (jnp.pi - _safe_arccos(c)) / (2 * jnp.pi) if with_ntk else None
     return k11 / 2, post12, k22 / 2, dot12

@@ -381,3 +381,29 @@ def test_check_kernel_takes_integer_and_half_precision_kernels():
         dgl.check_kernel(k, 0.1, np.ones((6, 2)))
         with pytest.raises(ValueError, match="not positive definite"):
             dgl.check_kernel(k - 20 * np.eye(6, dtype=k.dtype), 0.0)
+
+
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_hessian_of_dgl_features_with_a_relu_top_kernel(x64, duplicate):
+    """jax.hessian of dgl_features through a top kernel with a ReLU layer is finite and
+    matches central differences of the gradient (it was NaN: the ReLU kernel's arccos/J1
+    at the c = 1 diagonal under forward-over-reverse), also with two equal rows."""
+    rng = np.random.default_rng(3)
+    h = rng.normal(size=(4, 2))
+    if duplicate:
+        h[3] = h[1]
+    h = jnp.asarray(h)
+    y = jnp.asarray(rng.normal(size=(4, 2)))
+    top = dgl.top_kernel_fn(jnp.array([2.0, 1.0]), jnp.array([0.1, 0.1]))
+
+    def f(h):
+        return dgl.dgl_features(h, y, top, eps_rel=0.05)
+
+    hess = jax.hessian(f)(h)
+    assert bool(jnp.all(jnp.isfinite(hess)))
+    g = jax.grad(f)
+    d = jnp.asarray(rng.normal(size=h.shape))
+    e = 1e-5
+    fd = (g(h + e * d) - g(h - e * d)) / (2 * e)
+    np.testing.assert_allclose(jnp.einsum("ijkl,kl->ij", hess, d), fd, rtol=1e-5,
+                               atol=1e-5 * float(jnp.max(jnp.abs(fd))))

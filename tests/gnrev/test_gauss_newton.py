@@ -244,6 +244,32 @@ def test_pinv_solve_one_right_hand_side_is_a_vector(x64, shape):
     np.testing.assert_allclose(xm[:, 0], ref, rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.parametrize("rank", [3, 2])
+@pytest.mark.parametrize("transpose", [False, True])  # both Gram orientations
+@pytest.mark.parametrize("method", ["truncate", "damp"])
+def test_pinv_solve_gradient_of_rank_deficient_matrix(x64, rank, transpose, method):
+    """The Gram solver's gradient is finite and matches central differences for a
+    rank-deficient a (sqrt of a zero Gram eigenvalue had an infinite derivative: NaN)."""
+    rng = np.random.default_rng(rank)
+    a = rng.normal(size=(4, rank)) @ rng.normal(size=(rank, 6))
+    if transpose:
+        a = a.T
+    e = jnp.asarray(rng.normal(size=(a.shape[0], 2)))
+    cfg = g.PinvConfig(method=method)
+
+    def f(a):
+        return jnp.sum(g.pinv_solve(a, e, cfg)[0] ** 2)
+
+    a = jnp.asarray(a)
+    grad = jax.grad(f)(a)
+    assert bool(jnp.all(jnp.isfinite(grad)))
+    for seed in range(3):
+        d = jnp.asarray(np.random.default_rng(10 + seed).normal(size=a.shape))
+        h = 1e-6
+        fd = (f(a + h * d) - f(a - h * d)) / (2 * h)
+        np.testing.assert_allclose(float(jnp.sum(grad * d)), float(fd), rtol=1e-5, atol=1e-7)
+
+
 def test_pinv_solve_checks_shapes():
     a = jnp.ones((4, 5))
     with pytest.raises(ValueError, match=r"pinv_solve: a must have rank 2, got shape \(4,\)"):
@@ -377,3 +403,45 @@ def test_randomized_svd_matches_svd_solver(x64, key):
     got, rank, _ = g.pinv_solve(low, e, g.PinvConfig(solver="rsvd", rank=4, oversample=4))
     np.testing.assert_allclose(got, ref, rtol=1e-7, atol=1e-9)
     assert int(rank) == 6
+
+
+@pytest.mark.parametrize("bad", ["zero_mean", "scaled", "negative"])
+def test_ce_real_targets_must_be_probability_rows(bad):
+    """Real CE targets off the simplex (this library's own zero-mean DGL encoding, 2*onehot)
+    gave softmax - y instead of sum(y) softmax - y: a wrong gradient, silently."""
+    logits = jnp.asarray(np.random.default_rng(0).normal(size=(3, 3)), jnp.float32)
+    onehot = jax.nn.one_hot(jnp.array([0, 2, 1]), 3)
+    y = {"zero_mean": onehot - 1.0 / 3, "scaled": 2.0 * onehot,
+         "negative": jnp.array([[1.5, -0.5, 0.0]] * 3)}[bad]
+    for call in (lambda: g.output_target(logits, y),
+                 lambda: g.output_target(logits, y, target="newton"),
+                 lambda: g.loss_value(logits, y)):
+        with pytest.raises(ValueError, match=r"(output_target|loss_value): for loss='ce' "
+                                             r"real-valued labels must be probability rows"):
+            call()
+    with pytest.raises(ValueError, match=r"softmax_newton_target: .* y must be probability"):
+        g.softmax_newton_target(logits, y)
+    # mse takes any real targets; soft labels on the simplex and one-hot rows are fine
+    g.output_target(logits, y, loss="mse")
+    soft = jax.nn.softmax(logits + 1.0, axis=-1)
+    np.testing.assert_allclose(g.output_target(logits, soft),
+                               jax.nn.softmax(logits, axis=-1) - soft, atol=1e-6)
+    np.testing.assert_allclose(g.output_target(logits, onehot),
+                               g.output_target(logits, jnp.array([0, 2, 1])), atol=1e-7)
+    # traced: not checked (documented requirement)
+    jax.jit(lambda y: g.output_target(logits, y))(y)
+
+
+def test_target_messages_name_the_function():
+    logits = jnp.ones((3, 2))
+    with pytest.raises(ValueError, match=r"output_target: integer labels must have shape"):
+        g.output_target(logits, jnp.ones((3, 2), jnp.int32))
+    with pytest.raises(ValueError, match=r"loss_value: labels must be \[n, 2\] real targets"):
+        g.loss_value(logits, jnp.ones((3, 3)))
+    with pytest.raises(ValueError,
+                       match=r"output_target: labels must be integer class labels in \[0, 2\)"):
+        g.output_target(logits, jnp.array([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"output_target: target must be one of"):
+        g.output_target(logits, jnp.array([0, 1, 1]), target="foo")
+    with pytest.raises(ValueError, match=r"output_target: loss must be one of"):
+        g.output_target(logits, jnp.array([0, 1, 1]), loss="hinge")

@@ -193,3 +193,30 @@ def test_rank_bounds_reads_the_width_from_frozen(key):
     assert g.rank_bounds(f0, 3) == [4, 4]
     with pytest.raises(TypeError, match=r"^rank_bounds: bottleneck must be an integer"):
         g.rank_bounds(f0, 2.5)
+
+
+def test_malformed_params_and_frozen_are_rejected(x64):
+    """Only params['w1'] was validated: a wrong b2 was silently broadcast, trained, and
+    given a GN step of another shape."""
+    params, frozen = g.revmlp_init(jax.random.key(0), 4, 2, bottleneck=6, dtype=jnp.float64)
+    x = jnp.ones((3, 4), jnp.float64)
+    cases = [
+        ({k: v for k, v in params.items() if k != "w2"}, frozen, ValueError,
+         r"revmlp_apply: params must have exactly the keys"),
+        ({**params, "b2": params["b2"][:, :1]}, frozen, ValueError,
+         r"revmlp_apply: params\['b2'\] must have the shape of params\['b1'\] \(2, 2\)"),
+        ({**params, "w2": params["w2"][:, :3]}, frozen, ValueError,
+         r"revmlp_apply: params\['w2'\] must have the shape of params\['w1'\] \(2, 6, 2\)"),
+        ({k: v[:1] for k, v in params.items()}, frozen, ValueError,
+         r"revmlp_apply: params\['b1'\] has shape \(1, 2\), expected \(depth=2, h\)"),
+        ([params], frozen, TypeError, r"revmlp_apply: params must be the dict"),
+        (params, (frozen.v1, frozen.v2), TypeError,
+         r"revmlp_apply: frozen must be the RevMLPFrozen"),
+    ]
+    for p, f, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            g.revmlp_apply(p, f, x)
+    with pytest.raises(ValueError, match=r"gn_direction: params\['b2'\] must have the shape"):
+        g.gn_direction({**params, "b2": params["b2"][:, :1]}, frozen, x, x)
+    with pytest.raises(ValueError, match=r"revmlp_inverse: params\['w2'\]"):
+        g.revmlp_inverse({**params, "w2": params["w2"][:, :3]}, frozen, x)

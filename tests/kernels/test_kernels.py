@@ -577,3 +577,26 @@ def test_empirical_ntk_holds_integer_leaves_fixed(method):
         got = empirical_ntk(lambda q, xx: (xx @ q["w"]) * q["n"], p, x, x2, method=method)
         want = 2 * 4 * x @ (x if x2 is None else x2).T
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("activation", ["relu", "erf"])
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_hessian_through_the_layer_scan_is_finite(x64, activation, duplicate):
+    """jax.hessian (forward over reverse through the layers' lax.scan) of the NNGP/NTK equals
+    jacfwd(jacfwd); it was NaN from the arccos/J1 rules at the forced c = 1 diagonal and,
+    with two equal rows of x, from the primal's sqrt/arccos at c = 1 off the diagonal."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 3))
+    if duplicate:
+        x[3] = x[1]
+    x = jnp.asarray(x)
+    m = jnp.asarray(rng.normal(size=(4, 4)))
+    for field in ("nngp", "ntk"):
+        def f(x, field=field):
+            k = fc_kernels(x, depth=2, w_var=jnp.array([2.0, 1.0, 1.5]),
+                           b_var=jnp.array([0.1, 0.1, 0.2]), activation=activation)
+            return jnp.sum(getattr(k, field) * m)
+
+        h = jax.hessian(f)(x)
+        assert bool(jnp.all(jnp.isfinite(h))), field
+        np.testing.assert_allclose(h, jax.jacfwd(jax.jacfwd(f))(x), rtol=1e-9, atol=1e-9)
