@@ -83,6 +83,17 @@ class Parser(argparse.ArgumentParser):
         ns, rest = super().parse_known_args(args, namespace)
         for check in self._checks:
             check(self, ns)
+        # folders are made only now, once every flag passed (a refused command makes none)
+        for action in self._actions:
+            value = getattr(ns, action.dest, None)
+            if value is None or action.type not in (folder, _out_path):
+                continue
+            where = value.parent if action.type is _out_path and value.suffix == ".json" else value
+            try:
+                where.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                self.error(f"argument {action.option_strings[0]}: expected a folder that can be "
+                           f"made, got {value}: {e.strerror or e}")
         return ns, rest
 
 
@@ -167,7 +178,8 @@ def name_list(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
 
 
 def folder(value: str) -> pathlib.Path:
-    """A folder the run can write to: an existing one, or one made now (with its parents).
+    """A folder the run can write to: an existing one, or one that can be made (with its
+    parents; :class:`Parser` makes it once every flag has passed its checks).
 
     Refused when parsing, not after the run: a path that is a file, a path under a file, a
     folder that cannot be made or written (``--out``, ``--checkpoint-dir``, ``--cache-dir``).
@@ -184,13 +196,10 @@ def folder(value: str) -> pathlib.Path:
         raise argparse.ArgumentTypeError(
             f"expected a folder (an existing one or one that can be made), got {value}: "
             f"{above} is a file, so no folder can be made under it")
+    # writable: the folder itself, or the nearest existing folder above it (where the
+    # missing ones will be made); a temporary file, not os.access (which says yes to root)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise argparse.ArgumentTypeError(
-            f"expected a folder that can be made, got {value}: {e.strerror or e}") from None
-    try:
-        tempfile.TemporaryFile(dir=path).close()
+        tempfile.TemporaryFile(dir=path if path.exists() else above).close()
     except OSError as e:
         raise argparse.ArgumentTypeError(
             f"expected a folder this run can write to, got {value}: {e.strerror or e}") from None
@@ -198,9 +207,10 @@ def folder(value: str) -> pathlib.Path:
 
 
 def _out_path(value: str) -> pathlib.Path:
-    """``--out``: a folder (made now if absent), or ``*.json``: the record's file (its folder
-    made now); refused when parsing if either cannot be written (not after the run)."""
-    path = pathlib.Path(value)
+    """``--out``: a folder (made after parsing if absent), or ``*.json``: the record's file (its
+    folder made after parsing); refused when parsing if either cannot be written (not after the
+    run); ``~`` expanded."""
+    path = pathlib.Path(value).expanduser()
     if path.suffix == ".json":
         if path.is_dir():
             raise argparse.ArgumentTypeError(
@@ -211,8 +221,7 @@ def _out_path(value: str) -> pathlib.Path:
             raise argparse.ArgumentTypeError(
                 f"{path.with_suffix('.png')} is a folder; the figure cannot be written there")
         return path
-    folder(value)
-    return path
+    return folder(str(path))
 
 
 # ------------------------------------------------------------------ the shared parser
@@ -276,7 +285,8 @@ def parser(paper: str, artifact: str, doc: str | None, *,
                    help=f"write the record and figure to this folder instead (default: "
                    f"results/{paper}/ with --paper/--record, else scratch/{paper}/); a path "
                    f"ending in .json names the record itself (the figure goes beside it, "
-                   f".png); the folder is made now, and refused now if it cannot be written")
+                   f".png); refused when parsing if it cannot be written, made once every flag "
+                   f"is accepted")
     if seeds is not None and seeds.startswith("none: "):
         _refused(p, "--seeds", "seeds", seeds.removeprefix("none: "))
     else:

@@ -268,6 +268,15 @@ def _reduce(h: jax.Array, conv: str) -> jax.Array:
     return jnp.mean(h, axis=axes) if conv == "mean" else jnp.max(h, axis=axes)
 
 
+def _check_probe_n(x: jax.typing.ArrayLike) -> None:
+    """The diagnostics (DGL, CKA, ranks of centred representations) need n >= 2 samples."""
+    shape = jnp.shape(x)
+    if len(shape) >= 1 and shape[0] < 2:
+        raise ValueError(
+            f"x: the probe batch needs at least 2 samples (rows) for the diagnostics (DGL, CKA, "
+            f"ranks of centred representations), got shape {tuple(shape)}.")
+
+
 def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.ArrayLike, *,
                     config: InspectConfig = InspectConfig()) -> dict[str, jax.Array]:
     """Validated, reduced per-layer representations ``{name: [n, d]}`` of the probe batch.
@@ -291,10 +300,6 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
     if x.ndim < 1:
         raise ValueError(f"x must be a probe batch [n, ...] with samples as rows, got {x.shape}.")
     n = x.shape[0]
-    if n < 2:
-        raise ValueError(
-            f"x: the probe batch needs at least 2 samples (rows) for the diagnostics (DGL, CKA, "
-            f"ranks of centred representations), got shape {x.shape}.")
     feats = model.features(params, x)
     if not isinstance(feats, Mapping):
         raise TypeError(
@@ -416,6 +421,7 @@ def make_reference(
       :class:`Reference`.
     """
     model = _as_model(model)
+    _check_probe_n(x)
     reps = representations(model, params, x, config=dataclasses.replace(config, layers=None))
     if rename:
         reps = {rename.get(k, k): v for k, v in reps.items()}
@@ -483,6 +489,7 @@ def layer_report(
             f"y: the diagnostics {[d for d in diags if d in _NEEDS_Y]} need targets; pass y or "
             "leave them out of InspectConfig.diagnostics."
         )
+    _check_probe_n(x)
     reps = representations(model, params, x, config=config)
     names = tuple(reps)
     n = x.shape[0]

@@ -253,6 +253,14 @@ def test_argument_errors_name_the_argument(mlp_case):
         inspect.layer_report(model, params, x, y, reference=ref, config=cfg)
     with pytest.raises(ValueError, match=r"x: the probe batch needs at least 2 samples"):
         inspect.layer_report(model, params, x[:1], y[:1], config=cfg)
+    with pytest.raises(ValueError, match=r"x: the probe batch needs at least 2 samples"):
+        inspect.make_reference(model, params, x[:1], config=cfg)
+    # representations computes no diagnostic: one sample is a valid batch there
+    one = inspect.representations(model, params, x[:1])
+    full = inspect.representations(model, params, x)
+    assert one.keys() == full.keys()
+    for k in one:
+        np.testing.assert_allclose(one[k], full[k][:1], rtol=1e-5, atol=1e-6)
     with pytest.raises(TypeError, match=r"y: boolean array of shape \(48,\)"):
         inspect.layer_report(model, params, x, labels == 0,
                              config=inspect.InspectConfig(diagnostics=("dgl_linear",)))

@@ -307,3 +307,25 @@ def test_seeds_and_seed_reach_the_configuration(monkeypatch, tmp_path):
     assert seen["fig1"][0].repeats == 1
     key = seen["fig4"][1]["key"]
     assert jax.random.key_data(key).tolist() == jax.random.key_data(jax.random.key(5)).tolist()
+
+
+def test_a_refused_command_makes_no_folder_and_out_expands_the_home(tmp_path, monkeypatch):
+    """Folders are made only once every flag passed: a refused command leaves none behind;
+    ``--out ~/x`` is checked, made and used as the same expanded folder."""
+    import importlib
+
+    appE = importlib.import_module("reproduce.gnrev_appE")
+    ck = tmp_path / "made_by_refused" / "ck"
+    with pytest.raises(SystemExit) as e:
+        appE.build_parser().parse_args(["--checkpoint-dir", str(ck), "--seeds", "0"])
+    assert e.value.code == 2 and not ck.parent.exists()
+    out = tmp_path / "refused_out"
+    with pytest.raises(SystemExit):
+        appE.build_parser().parse_args(["--out", str(out), "--smoke", "--record"])
+    assert not out.exists()
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    args = appE.build_parser().parse_args(["--out", "~/x", "--smoke"])
+    assert args.out == tmp_path / "home" / "x" and args.out.is_dir()
+    args = appE.build_parser().parse_args(["--checkpoint-dir", str(ck), "--smoke"])
+    assert args.checkpoint_dir == ck and ck.is_dir()
