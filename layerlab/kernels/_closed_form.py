@@ -204,9 +204,22 @@ def _safe_sqrt(x):
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), jnp.where(jnp.isnan(x), x, 0.0))
 
 
+@jax.custom_jvp
 def _safe_div(a, b):
+    """``a / b`` where ``b != 0``, else 0.  Its derivative is ``(da - q db) / b`` (``q = a/b``),
+    not JAX's ``da / b - a db / b^2``: with ``b`` the product of two small norms (|x| ~ 1e-10
+    in float32, ``b ~ 1e-20``) ``b^2`` underflows to 0 and the rule gave inf * 0 = NaN."""
     nz = b != 0.0
     return jnp.where(nz, a / jnp.where(nz, b, 1.0), 0.0)
+
+
+@_safe_div.defjvp
+def _safe_div_jvp(primals, tangents):
+    (a, b), (da, db) = primals, tangents
+    nz = b != 0.0
+    bs = jnp.where(nz, b, 1.0)
+    q = jnp.where(nz, a / bs, 0.0)
+    return q, jnp.where(nz, (da - q * db) / bs, 0.0)
 
 
 # ------------------------------------------------------------------ one layer, 3 modes

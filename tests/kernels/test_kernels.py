@@ -275,6 +275,26 @@ def test_relu_kernels_float32_at_tiny_and_huge_scales(scale):
                                        atol=1e-6 * np.abs(r).max())
 
 
+@pytest.mark.parametrize("mode", ["sym", "x2", "diagonal"])
+def test_relu_kernel_gradients_float32_with_a_tiny_row(mode):
+    """One input row at |x| ~ 1e-10 (the others ~1), no biases, float32: the scale sqrt(k11)
+    sqrt(k22) of that row's entries is ~1e-10 * 1 but the cosine's derivative, JAX's
+    da/b - a db/b^2, needs b^2 ~ 1e-20 of the tiny-tiny entry (1e-40, underflow): NaN gradients.
+    The safe division's own derivative (da - q db) / b keeps them finite and float64's."""
+    x = np.random.default_rng(0).normal(size=(4, 3))
+    x[1] *= 1e-10
+    kw = dict(depth=1, w_var=2.0, b_var=0.0) | (
+        {"diagonal": True} if mode == "diagonal" else {})
+    for f in (relu_ntk, relu_nngp):
+        def total(x, f=f):
+            return f(x, x if mode == "x2" else None, **kw).sum()
+        with jax.enable_x64(True):
+            ref = np.asarray(jax.grad(total)(jnp.asarray(x)))
+        got = np.asarray(jax.grad(total)(jnp.asarray(x, jnp.float32)), np.float64)
+        assert np.all(np.isfinite(got)), (f.__name__, mode)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+
+
 @pytest.mark.parametrize("same", [True, False])
 def test_erf_kernels_float32_at_raw_pixel_scale(same):
     """Large K (inputs ~300 per coordinate, K^0 ~ 1e5).  x2 = x passed explicitly takes the
