@@ -692,13 +692,10 @@ def _written(rec, wall, command):
         "wall_s": wall, "command": command}))
 
 
-def test_a_dmn_only_rerun_replaces_the_dmn_halves_and_recomputes_the_cost(monkeypatch, tmp_path):
-    # Table 2 row 6 run with its ConvNet (run_table, training stubbed), then rerun DMN-only
-    # (--no-convnet): the merge takes the DMN half from the rerun and the ConvNet half from
-    # the full run, and recomputes the cost from the new DMN runs on the old ConvNet curves
+def _row6_full_part(monkeypatch):
+    """Table 2 row 6 run with its ConvNet (run_table, training stubbed: DMN 0.5 in 10/14/12 s,
+    three ConvNet curves), written as a record: ``(row6, its name, curves, record dict)``."""
     from layerlab.dmn import experiments as ex
-    from layerlab.record import load_record
-    from reproduce import dmn_table2
 
     row6 = ex.table_rows("table2")[5]
     r6 = ex._row_name(row6)
@@ -708,6 +705,18 @@ def test_a_dmn_only_rerun_replaces_the_dmn_halves_and_recomputes_the_cost(monkey
     _stub_table_runs(monkeypatch, [0.5, 0.5, 0.5], [10.0, 14.0, 12.0], curves)
     full = _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,)),
                                  key=jax.random.key(0), progress=False), 4000.0, "full")
+    return row6, r6, curves, full
+
+
+def test_a_dmn_only_rerun_replaces_the_dmn_halves_and_recomputes_the_cost(monkeypatch, tmp_path):
+    # Table 2 row 6 run with its ConvNet (run_table, training stubbed), then rerun DMN-only
+    # (--no-convnet): the merge takes the DMN half from the rerun and the ConvNet half from
+    # the full run, and recomputes the cost from the new DMN runs on the old ConvNet curves
+    from layerlab.dmn import experiments as ex
+    from layerlab.record import load_record
+    from reproduce import dmn_table2
+
+    row6, r6, curves, full = _row6_full_part(monkeypatch)
     # run_table keeps the ConvNet runs' per-epoch curves (what _cost needs), not the DMN's
     assert [r.get("curve") for r in full["extra"]["runs"]] == [None] * 3 + [
         [list(c) for c in curve] for curve in curves]
@@ -855,14 +864,7 @@ def test_a_dmn_only_rerun_apart_from_a_curveless_convnet_bounds_the_cost(monkeyp
     # DMN-only reruns; the row's cost is bounded from the full run's own cost entry
     from layerlab.dmn import experiments as ex
 
-    row6 = ex.table_rows("table2")[5]
-    r6 = ex._row_name(row6)
-    curves = [[(1, 5.0, 0.4375), (2, 20.0, 0.5), (3, 30.0, 0.5625)],
-              [(1, 6.0, 0.5), (2, 25.0, 0.5625), (3, 40.0, 0.5)],
-              [(1, 7.0, 0.375), (2, 15.0, 0.5), (3, 50.0, 0.5625)]]
-    _stub_table_runs(monkeypatch, [0.5, 0.5, 0.5], [10.0, 14.0, 12.0], curves)
-    full = _written(ex.run_table(ex.TableConfig.paper("table2", rows=(row6,)),
-                                 key=jax.random.key(0), progress=False), 4000.0, "full")
+    row6, r6, curves, full = _row6_full_part(monkeypatch)
     old = json.loads(json.dumps(full))
     for r in old["extra"]["runs"]:
         r.pop("curve", None)
