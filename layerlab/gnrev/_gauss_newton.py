@@ -503,7 +503,8 @@ def _check_simplex(y, name, fn):
     The softmax cross-entropy gradient is ``Σ_c y_c · softmax(f) − y``; the functions here
     use ``softmax(f) − y``, which is that only on the simplex.  Rows that do not sum to 1
     (a zero-mean one-hot, ``2 · onehot``) would silently give a wrong gradient and Newton
-    target.  Tolerance: ``1e-3`` (float32 and below) or ``1e-6`` (float64).  Under ``jit``
+    target.  Tolerance: ``1e-3`` (float32 and below) or ``1e-6`` (float64), at least ``C`` times
+    the dtype's epsilon (rounding soft labels to bfloat16).  Under ``jit``
     (traced ``y``) the check is skipped: the requirement is the caller's.
     """
     if not is_concrete(y) or y.size == 0:
@@ -511,7 +512,10 @@ def _check_simplex(y, name, fn):
     yn = np.asarray(y, dtype=np.float64)
     if not np.all(np.isfinite(yn)):
         return  # reported as non-finite elsewhere / NaN propagates
-    tol = 1e-3 if jnp.finfo(y.dtype).bits <= 32 else 1e-6
+    # a row of C entries rounded to y's dtype moves its sum by up to ~C eps / 2 (bfloat16
+    # soft labels 1/3 sum to 1 +- 2e-3): the tolerance grows with it
+    eps = float(jnp.finfo(y.dtype).eps)
+    tol = max(1e-3 if jnp.finfo(y.dtype).bits <= 32 else 1e-6, y.shape[-1] * eps)
     dev = float(np.max(np.abs(yn.sum(axis=-1) - 1.0)))
     neg = float(np.min(yn))
     if dev > tol or neg < -tol:

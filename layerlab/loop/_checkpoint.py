@@ -29,6 +29,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import socket
 import sys
 import time
@@ -189,7 +190,7 @@ def _canonical(k) -> str:
     return repr(k)
 
 
-WALK_VERSION = 4  # the walk of _closure_scalars; "walk" in a fingerprint since 2026-12
+WALK_VERSION = 4  # the walk of _closure_scalars; "walk" in a fingerprint since audit 2, 2026-11-29
 _MAX_HASHED = 100_000  # entries past the listed 1000 folded into one digest entry (v4)
 _MAX_VISITS = 200_000  # objects one walk looks at (v4)
 _MISSING = object()
@@ -206,16 +207,17 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
     ``mode`` (``legacy=True`` is ``mode="legacy"``) selects the walk, so entries saved by an
     older version can be compared with the same walk of today's function:
 
-    * ``"v4"`` (default, since 2026-12): a function is the user's own when its code lives
-      outside the standard library, installed packages and layerlab (:func:`_is_user_code`),
+    * ``"v4"`` (default, since audit 2 of 2026-11-29): a function is the user's own when its
+      code lives outside the standard library, installed packages and layerlab
+      (:func:`_is_user_code`),
       wherever it is imported from, so helpers imported from the user's own modules are
       digested and their globals read; attributes the code reads from the user's modules,
       classes and plain namespaces (``helpers.SCALE``, ``args.l2``, ``cfg.lr``) are
       fingerprinted; containers are walked to the ``limit`` of listed entries and the
       entries past it (up to ``_MAX_HASHED``) are folded into one digest entry; strings
       longer than 64 characters by a hash.
-    * ``"v3"`` (2026-11-29 .. 2026-12): only functions of the script's module are digested
-      and walked, at most 64 items per container, entries past ``limit`` dropped.
+    * ``"v3"`` (2026-11-29, audit 1, until audit 2): only functions of the script's module are
+      digested and walked, at most 64 items per container, entries past ``limit`` dropped.
     * ``"legacy"`` (before 2026-11-29): no digests, array hashes or globals; 200 entries,
       10 levels.
 
@@ -295,7 +297,7 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
             return
         if isinstance(obj, dict):
             for k in list(obj)[:per_container]:
-                visit(obj[k], depth + 1, f"{label}[{k!r}]")
+                visit(obj[k], depth + 1, f"{label}[{_key_label(k)}]")
             return
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             emit(f"{label}:{type(obj).__qualname__}")
@@ -573,6 +575,8 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         fp["step_bound_hash"] = content_hash((step.args, step.keywords))
     fp["eval_fn"] = None if eval_fn is None else _closure_scalars(eval_fn, root="eval_fn",
                                                                   memo=memo)
+    if eval_fn is not None:  # the v3 walk beside it: which differences are the v4 walk's alone
+        fp["eval_fn_v3"] = _closure_scalars(eval_fn, root="eval_fn", mode="v3", memo=memo)
     fp["key_impl"] = None if key_impl is None else str(key_impl)
     es = early_stopping
     fp["early_stopping"] = None if es is None else {
@@ -583,18 +587,36 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     return fp
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _key_label(k) -> str:
+    """A dict key as the walk labels it: its ``repr`` without memory addresses (a function or
+    object key's ``<function f at 0x7f...>`` differs between two processes of one script)."""
+    return _ADDRESS.sub("", repr(k))
+
+
 def _short(v, width=120) -> str:
     s = repr(v)
     return s if len(s) <= width else s[: width - 3] + "..."
 
 
-_COMPAT_KEYS = ("walk", "step_v3", "step_legacy")  # how to compare, never compared
-# entries added in 2026-12: a checkpoint saved before has none, and cannot be compared on them
+_COMPAT_KEYS = ("walk", "step_v3", "step_legacy", "eval_fn_v3")  # how to compare, never compared
+# entries added by audit 2 of 2026-11-29: a checkpoint saved before has none (not compared on them)
 _LATER_KEYS = ("eval_fn", "key_impl")
 
 
-def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """Human-readable differences ``key: saved X, now Y`` (lists: the differing entries)."""
+def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
+                     soft: list[str] | None = None) -> list[str]:
+    """Human-readable differences ``key: saved X, now Y`` (lists: the differing entries).
+
+    ``soft`` (a list, filled when given): differences of the step / ``eval_fn`` walk that are
+    the v4 walk's alone (the v3 walk of both is equal: the user's helper modules, module and
+    namespace attributes, container entries past 64).  They are reported there (the caller
+    warns) instead of refusing the resume: what the v4 walk adds also reaches trace-time
+    caches (a helper's memo dict filled while the step is traced holds what the process
+    traced before ``fit``), which differ between two processes of one script.
+    """
     lines = []
     for k, v in now.items():
         s = saved.get(k, "<absent>")
@@ -602,11 +624,18 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
             continue
         if k in _COMPAT_KEYS or (k in _LATER_KEYS and k not in saved):
             continue
+        if (k in ("step", "eval_fn") and "walk" in saved and isinstance(s, list)
+                and isinstance(v, list) and saved.get(f"{k}_v3") is not None
+                and saved.get(f"{k}_v3") == now.get(f"{k}_v3")):
+            if soft is not None:
+                soft.append(f"{k}: saved {_short([e for e in s if e not in v][:3])}, "
+                            f"now {_short([e for e in v if e not in s][:3])}")
+            continue
         if k == "step" and isinstance(s, list) and "walk" not in saved:
             # saved by an older walk: compared with the entries that walk computes today,
             # i.e. before code digests, array hashes, globals and the larger search limits
             # (2026-11-29; no "step_legacy" saved), or before user helper modules, module
-            # attributes and containers past 64 entries (2026-12; no "walk" saved)
+            # attributes and containers past 64 entries (audit 2, 2026-11-29; no "walk" saved)
             old = now.get("step_v3" if "step_legacy" in saved else "step_legacy")
             if old is not None:
                 v = old
@@ -1027,7 +1056,15 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
                 "2): the step's settings cannot be compared with this run's and are assumed "
                 "equal; data, initial state, key and lengths are checked.",
                 UserWarning, stacklevel=4)
-        diff = fingerprint_diff(saved, now)
+        soft: list[str] = []
+        diff = fingerprint_diff(saved, now, soft)
+        if soft and not diff:
+            warnings.warn(
+                f"fit: resuming {ckpt.directory} although settings read through helper "
+                "modules, module or namespace attributes or long containers differ from the "
+                "saved run's (these can be trace-time caches, which differ between processes "
+                "of one script, so they warn rather than refuse; if a setting changed, use a "
+                "new checkpoint_dir):\n  " + "\n  ".join(soft), RuntimeWarning, stacklevel=4)
         if diff:
             raise CheckpointMismatchError(
                 f"fit: {ckpt.directory} holds a checkpoint of a different run (step {s}); "

@@ -430,6 +430,8 @@ def test_ce_real_targets_must_be_probability_rows(bad):
                                g.output_target(logits, jnp.array([0, 2, 1])), atol=1e-7)
     # traced: not checked (documented requirement)
     jax.jit(lambda y: g.output_target(logits, y))(y)
+    # soft labels rounded to bfloat16 logits' dtype (row sums 1 +- 2e-3) are on the simplex
+    g.loss_value(jnp.zeros((2, 3), jnp.bfloat16), jnp.full((2, 3), 1 / 3, jnp.float32))
 
 
 def test_target_messages_name_the_function():
