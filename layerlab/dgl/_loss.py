@@ -16,6 +16,7 @@ wrong.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 import jax
@@ -646,15 +647,59 @@ def dgl_minibatch(
              "or raise eps2.")
 
 
+_MAX_SUBSETS = 100_000  # dgl_subsets_exact: enumerating more is no "tiny N" any more
+
+
 def dgl_subsets_exact(H: jax.Array, Y: jax.Array, kernel_fn: Callable[[jax.Array], jax.Array], *,
                       batch_size: int, eps2: jax.typing.ArrayLike,
                       variance: bool = False) -> jax.Array:
-    """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests)."""
-    H = check_array(H, "H", fn="dgl_subsets_exact", kind="real")
+    """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests).
+
+    The expectation that :func:`dgl_minibatch` estimates, over all ``C(N, B)`` subsets
+    ``S`` of ``B`` points.
+
+    Args:
+      H: ``[N, ...]`` representations.  Y: ``[N, C]`` targets.
+      kernel_fn: ``H_S [B, ...] -> K_S [B, B]``.
+      batch_size: ``B``, an integer with ``2 <= B <= N`` (the DGL of a subset is a
+        leave-one-out loss over its ``B`` points) and ``C(N, B) <= 100000`` (more subsets
+        are refused: estimate the expectation with :func:`dgl_minibatch`).
+      eps2: noise variance (a scalar ``>= 0``).  variance: include the variance term.
+
+    Returns:
+      Scalar.
+    """
+    fn = "dgl_subsets_exact"
+    H = check_array(H, "H", fn=fn, kind="real")
+    if H.ndim < 1:
+        raise ValueError(f"{fn}: H must be [N, ...] representations, got shape "
+                         f"{tuple(H.shape)}.")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n, fn="dgl_subsets_exact")
+    Y = _as_2d_targets(Y, n, fn=fn)
+    if not callable(kernel_fn):
+        raise TypeError(f"{fn}: kernel_fn must be callable H_S -> K_S [B, B], got "
+                        f"{type(kernel_fn).__name__}.")
+    batch_size = check_int(batch_size, "batch_size", fn=fn)
+    if not 2 <= batch_size <= n:
+        raise ValueError(
+            f"{fn}: batch_size must be in [2, N = {n}] (the subset size B: at least 2 points "
+            f"for a leave-one-out loss, at most the N points of H), got {batch_size}.")
+    count = math.comb(n, batch_size)
+    if count > _MAX_SUBSETS:
+        raise ValueError(
+            f"{fn}: batch_size={batch_size} with N={n} points would enumerate C({n}, "
+            f"{batch_size}) = {count} subsets (more than {_MAX_SUBSETS}); the exact expectation "
+            "is for tiny N only: estimate it with dgl_minibatch(key, H, Y, kernel_fn, "
+            "batch_size=..., num_batches=...).")
+    _check_scalar(eps2, "eps2", fn)
+    check_number(eps2, "eps2", fn=fn, min_value=0.0, what="a noise variance")
     idx = jnp.asarray(list(itertools.combinations(range(n), batch_size)))
     vals = jax.vmap(
         lambda i: dgl_loss(kernel_fn(H[i]), Y[i], eps2=eps2, variance=variance)
     )(idx)
-    return (n / batch_size) * jnp.mean(vals)
+    # inside vmap dgl_loss cannot check its kernels: an eager call says so on a NaN here
+    return check_result_finite(
+        (n / batch_size) * jnp.mean(vals), "exact subset DGL", fn=fn,
+        hint="a subset's kernel K_S + eps2 I is not positive definite (or H / Y hold NaN); "
+             "check it with dgl.check_kernel(kernel_fn(H[idx]), eps2, Y[idx]) on a subset, "
+             "or raise eps2.")

@@ -446,3 +446,35 @@ def test_loss_errors_name_the_public_function_called():
         dgl.ib_pairwise_loss(H[:, 0], Y, beta=1.0, eta=1.0)
     with pytest.raises(TypeError, match=r"^ib_pairwise_loss: H must be an array, got None"):
         dgl.ib_pairwise_loss(None, Y, beta=1.0, eta=1.0)
+
+
+def test_dgl_subsets_exact_checks_its_arguments():
+    """batch_size 0 or 1 once reached a vmap over empty / 1-point subsets (an error naming
+    dgl_loss, or a reshape error), batch_size > N an empty index array, a float batch_size
+    itertools; now each is named, as in dgl_minibatch, before any subset is enumerated."""
+    H, Y = _data(3, 5, 2, 2)
+    kf = lambda h: h @ h.T + np.eye(len(h))  # noqa: E731
+
+    def f(**kw):
+        return dgl.dgl_subsets_exact(H, Y, kf, **{"batch_size": 3, "eps2": 0.1, **kw})
+
+    for bs in (0, 1, 6, -2):
+        with pytest.raises(ValueError, match=rf"^dgl_subsets_exact: batch_size must be in "
+                                             rf"\[2, N = 5\] .*got {bs}\."):
+            f(batch_size=bs)
+    for bs in (2.0, None, "3", True):
+        with pytest.raises(TypeError, match=r"^dgl_subsets_exact: batch_size must be an "
+                                            r"integer"):
+            f(batch_size=bs)
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: eps2 must be >= 0\.0"):
+        f(eps2=-0.1)
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: eps2 must be a scalar"):
+        f(eps2=np.full(3, 0.1))
+    with pytest.raises(TypeError, match=r"^dgl_subsets_exact: kernel_fn must be callable"):
+        dgl.dgl_subsets_exact(H, Y, None, batch_size=3, eps2=0.1)
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: Y must have shape \(N, C\)"):
+        dgl.dgl_subsets_exact(H, Y[:4], kf, batch_size=3, eps2=0.1)
+    big = np.zeros((40, 1))
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: batch_size=20 with N=40 points "
+                                         r"would enumerate C\(40, 20\) = 137846528820 subsets"):
+        dgl.dgl_subsets_exact(big, big, kf, batch_size=20, eps2=0.1)
