@@ -76,6 +76,32 @@ def _check_layer_variances(v, name: str, *, fn: str) -> tuple[jax.Array, jax.Arr
     return w, b
 
 
+def _check_mlp_params(params, name: str, *, fn: str) -> None:
+    """``params`` is a non-empty list of ``{"w": [d_in, d_out], "b": [d_out]}`` layers that
+    chain (``layerlab.nets.mlp_init``'s layout); static (shapes only, also under ``jit``)."""
+    if isinstance(params, (dict, str, bytes)) or not isinstance(params, Sequence):
+        raise TypeError(f"{fn}: {name} must be a list of layers {{'w': [d_in, d_out], 'b': "
+                        f"[d_out]}} (layerlab.nets.mlp_init), got {type(params).__name__}.")
+    if len(params) == 0:
+        raise ValueError(f"{fn}: {name} must hold at least one layer, got an empty "
+                         f"{type(params).__name__}.")
+    for i, p in enumerate(params):
+        if not (isinstance(p, dict) and "w" in p and "b" in p):
+            got = sorted(map(str, p)) if isinstance(p, dict) else type(p).__name__
+            raise TypeError(f"{fn}: {name}[{i}] must be a dict {{'w': [d_in, d_out], 'b': "
+                            f"[d_out]}}, got {got}.")
+        w = check_array(p["w"], f"{name}[{i}]['w']", fn=fn, ndim=2, kind="real")
+        b = check_array(p["b"], f"{name}[{i}]['b']", fn=fn, ndim=1, kind="real")
+        if b.shape[0] != w.shape[1]:
+            raise ValueError(f"{fn}: {name}[{i}]['b'] must have d_out = {w.shape[1]} entries "
+                             f"(the columns of {name}[{i}]['w'] {tuple(w.shape)}), got shape "
+                             f"{tuple(b.shape)}.")
+        if i and w.shape[0] != jnp.shape(params[i - 1]["w"])[1]:
+            raise ValueError(f"{fn}: {name}[{i}]['w'] has d_in = {w.shape[0]} rows but "
+                             f"{name}[{i - 1}]['w'] has d_out = "
+                             f"{jnp.shape(params[i - 1]['w'])[1]} columns: not one MLP.")
+
+
 class LayerVariances(NamedTuple):
     """Per-layer prior variances in the fan-in convention.
 
@@ -163,28 +189,7 @@ def mf_variances(params: Sequence[dict]) -> LayerVariances:
     References:
       Sec. V ("MF") and Fig. 1 of Ben-David & Ringel (2019).
     """
-    fn = "mf_variances"
-    if isinstance(params, (dict, str, bytes)) or not isinstance(params, Sequence):
-        raise TypeError(f"{fn}: params must be a list of layers {{'w': [d_in, d_out], 'b': "
-                        f"[d_out]}} (layerlab.nets.mlp_init), got {type(params).__name__}.")
-    if len(params) == 0:
-        raise ValueError(f"{fn}: params must hold at least one layer, got an empty "
-                         f"{type(params).__name__}.")
-    for i, p in enumerate(params):
-        if not (isinstance(p, dict) and "w" in p and "b" in p):
-            got = sorted(map(str, p)) if isinstance(p, dict) else type(p).__name__
-            raise TypeError(f"{fn}: params[{i}] must be a dict {{'w': [d_in, d_out], 'b': "
-                            f"[d_out]}}, got {got}.")
-        w = check_array(p["w"], f"params[{i}]['w']", fn=fn, ndim=2, kind="real")
-        b = check_array(p["b"], f"params[{i}]['b']", fn=fn, ndim=1, kind="real")
-        if b.shape[0] != w.shape[1]:
-            raise ValueError(f"{fn}: params[{i}]['b'] must have d_out = {w.shape[1]} entries "
-                             f"(the columns of params[{i}]['w'] {tuple(w.shape)}), got shape "
-                             f"{tuple(b.shape)}.")
-        if i and w.shape[0] != jnp.shape(params[i - 1]["w"])[1]:
-            raise ValueError(f"{fn}: params[{i}]['w'] has d_in = {w.shape[0]} rows but "
-                             f"params[{i - 1}]['w'] has d_out = "
-                             f"{jnp.shape(params[i - 1]['w'])[1]} columns: not one MLP.")
+    _check_mlp_params(params, "params", fn="mf_variances")
     w = jnp.stack([p["w"].shape[0] * jnp.mean(p["w"] ** 2) for p in params])
     b = jnp.stack([jnp.mean(p["b"] ** 2) for p in params])
     return LayerVariances(w, b)
