@@ -155,7 +155,8 @@ def train_end_to_end(
     Returns:
       ``(params, history)`` (history as returned by ``layerlab.loop.fit``).
     """
-    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0],
+                   fn="train_end_to_end")
     ts = optax_step(mse_loss, optimizer)
     state, hist = fit(
         ts.step, ts.init(params), (x, y), key=key, steps=steps, batch_size=batch_size,
@@ -334,7 +335,7 @@ def lego(
                          f"params_init[0]['w'] {tuple(jnp.shape(params[0]['w']))}), got shape "
                          f"{tuple(x.shape)}; flatten images first (layerlab.data.flatten).")
     _check_variances(variances, len(params), fn="lego")
-    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0], fn="lego")
     y = check_array(y, "y", fn="lego", ndim=2, kind="real", finite=True)
     L = len(params) - 1
     h = x
@@ -357,7 +358,7 @@ def random_features(params_init: Sequence[dict], x: jax.Array, y: ArrayLike, *,
 
     ``y``: ``[N]`` integer labels or ``[N, C]`` targets, as in :func:`lego`."""
     params = [dict(p) for p in params_init]
-    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0], fn="random_features")
     h = hidden_representations(params, x)[-1]
     params[-1] = fit_classifier(h, y, ridge_rel=ridge_rel)
     return params
@@ -386,7 +387,8 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float,
 
     def eval_fn(state: Any) -> dict:
         params = state.params
-        yt = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+        yt = as_targets(y, _num_outputs(params), name="y", n=x.shape[0],
+                        fn="monitor_fn")
         v = mf_variances(params)
         hs = hidden_representations(params, x)
         out = {"mse": mse_loss(params, (x, yt))}
