@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-def _check_variances(v, name: str, *, fn: str, length: int | None = None,
+def _variance_vector(v, name: str, *, fn: str, length: int | None = None,
                      scalar: bool = False) -> jax.Array:
     """Per-layer prior variances ``v`` (fan-in convention) as a 1-d array; returns it.
 
@@ -71,8 +71,8 @@ def _check_layer_variances(v, name: str, *, fn: str) -> tuple[jax.Array, jax.Arr
     if not (hasattr(v, "w_var") and hasattr(v, "b_var")):
         raise TypeError(f"{fn}: {name} must be a LayerVariances(w_var, b_var), got "
                         f"{type(v).__name__}.")
-    w = _check_variances(v.w_var, f"{name}.w_var", fn=fn)
-    b = _check_variances(v.b_var, f"{name}.b_var", fn=fn, length=w.shape[0])
+    w = _variance_vector(v.w_var, f"{name}.w_var", fn=fn)
+    b = _variance_vector(v.b_var, f"{name}.b_var", fn=fn, length=w.shape[0])
     return w, b
 
 
@@ -237,8 +237,8 @@ def sample_relu_outputs(
     out_dim = check_int(out_dim, "out_dim", fn=fn, min_value=1)
     sizes = [x.shape[1], *widths, out_dim]
     n_layers = len(sizes) - 1
-    w_var = _check_variances(w_var, "w_var", fn=fn, length=n_layers, scalar=True)
-    b_var = _check_variances(b_var, "b_var", fn=fn, length=n_layers, scalar=True)
+    w_var = _variance_vector(w_var, "w_var", fn=fn, length=n_layers, scalar=True)
+    b_var = _variance_vector(b_var, "b_var", fn=fn, length=n_layers, scalar=True)
     w_var = jnp.broadcast_to(jnp.asarray(w_var, x.dtype), (n_layers,))
     b_var = jnp.broadcast_to(jnp.asarray(b_var, x.dtype), (n_layers,))
 
