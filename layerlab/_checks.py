@@ -46,6 +46,7 @@ __all__ = [
     "check_same_length",
     "check_result_finite",
     "check_key",
+    "check_float_dtype",
     "promote_float",
 ]
 
@@ -286,6 +287,28 @@ def check_key(key: Any, name: str = "key", *, fn: str | None = None):
         return key
     raise TypeError(f"{where}{name} must be a PRNG key (jax.random.key(seed)), got "
                     f"{_describe(key)}.")
+
+
+def check_float_dtype(dtype: Any, name: str = "dtype", *, fn: str | None = None):
+    """A floating-point dtype (float16/bfloat16/float32/float64) for parameters or running
+    sums; returns it as a ``numpy.dtype``.
+
+    Static.  An integer, bool or complex dtype is refused with a ``TypeError``: random draws
+    cannot be made in it (JAX's own error names neither the function nor the argument) and
+    sums kept in it would truncate every real value added to them.
+    """
+    where = _where(fn)
+    try:
+        if dtype is None:  # numpy reads None as float64
+            raise TypeError("None")
+        dt = jnp.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"{where}{name} must be a floating-point dtype (e.g. jnp.float32), "
+                        f"got {dtype!r}.") from e
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise TypeError(f"{where}{name} must be a floating-point dtype (e.g. jnp.float32), "
+                        f"got {dt}.")
+    return dt
 
 
 # --------------------------------------------------------------------------- scalars

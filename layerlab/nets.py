@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from layerlab._checks import check_array, check_int, check_key, check_number
+from layerlab._checks import check_array, check_float_dtype, check_int, check_key, check_number
 
 __all__ = ["mlp_init", "mlp_apply", "INITS"]
 
@@ -117,14 +117,7 @@ def mlp_init(
         if v is not None and np.ndim(v) != 0:
             raise ValueError(f"mlp_init: {name} must be a scalar (one value for every layer), "
                              f"got shape {np.shape(v)}.")
-    try:
-        dtype = jnp.dtype(dtype)
-    except TypeError as e:
-        raise TypeError(f"mlp_init: dtype must be a floating-point dtype (e.g. jnp.float32), "
-                        f"got {dtype!r}.") from e
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        raise TypeError(f"mlp_init: dtype must be a floating-point dtype (e.g. jnp.float32), "
-                        f"got {dtype}.")
+    dtype = check_float_dtype(dtype, "dtype", fn="mlp_init")
     if len(sizes) < 2 or any(s <= 0 for s in sizes):
         raise ValueError(
             f"mlp_init: sizes must list >= 2 positive widths [d_in, ..., d_out], got {sizes}."

@@ -8,21 +8,18 @@ and written into the ablation's JSON under ``claims_by_adam_rate``.
 import json
 import sys
 
-import numpy as np
-
-from layerlab.gnrev.experiments import fig3_claims
-
-path = sys.argv[1] if len(sys.argv) > 1 else "results/gnrev/ablation/ntk_rate_cifar10.json"
-d = json.load(open(path))
-A = d["arms"]
-g_name = next(k for k in A if k.startswith("gn"))
-s_name = next(k for k in A if k.startswith("sgd"))
-gn, sgd = A[g_name], A[s_name]
-L = len(gn["cka_init_end_per_block"])
-mid = (L - 1) // 2  # run_fig4's "middle" block
+DEFAULT = "results/gnrev/ablation/ntk_rate_cifar10.json"
 
 
-def claims(ad: dict, ad_name: str) -> dict[str, bool]:
+def claims(gn: dict, sgd: dict, ad: dict, s_name: str, ad_name: str) -> dict[str, bool]:
+    """The records' rules for GN arm ``gn`` against Adam arm ``ad`` (``ad_name``), SGD arm
+    ``sgd`` (``s_name``), from the ablation's per-arm summaries."""
+    import numpy as np
+
+    from layerlab.gnrev.experiments import fig3_claims
+
+    L = len(gn["cka_init_end_per_block"])
+    mid = (L - 1) // 2  # run_fig4's "middle" block
     gd, adm = gn["ntk_distance_per_epoch_curve"], ad["ntk_distance_per_epoch_curve"]
     gc, ac, sc = (x["cka_init_end_per_block"] for x in (gn, ad, sgd))
     gt, at = gn["test_loss_per_epoch"], ad["test_loss_per_epoch"]
@@ -64,24 +61,41 @@ def claims(ad: dict, ad_name: str) -> dict[str, bool]:
     }
 
 
-out = {}
-for name, ad in A.items():
-    if not name.startswith("adam"):
-        continue
-    out[name] = {k: bool(v) for k, v in claims(ad, name).items()}
-    print(f"== {g_name} vs {name}: {sum(out[name].values())}/{len(out[name])} hold")
-    for k, v in out[name].items():
-        print(f"   {'yes' if v else 'NO '} {k}")
-for k, v in A.items():
-    c = v["ntk_distance_per_epoch_curve"]
-    print(f"{k:10s} align {v['ntk_align_end']:.5f} 1-cos/epoch {np.mean(c):.2e} "
-          f"(after epoch 1 {np.mean(c[1:]):.2e}) CKA {np.round(v['cka_init_end_per_block'], 4)}"
-          f" 1-cos(W,W0) {v['w_one_minus_cos_end']:.2e} train {v['train_loss_end']:.3f} "
-          f"test {v['test_loss_end']:.3f} acc {v['test_acc_end']:.4f}")
-d["claims_by_adam_rate"] = {
-    "_note": f"Figs. 2-4 / Apps. G, H claims with the records' rules: {g_name} against each "
-             f"Adam arm, SGD = {s_name} (reproduce/_gnrev_ntk_rate_claims.py)",
-    **out}
-with open(path, "w") as f:
-    json.dump(d, f, indent=1)
-print(f"wrote claims_by_adam_rate into {path}")
+def main(argv: list[str] | None = None) -> int:
+    """Decide the claims per Adam rate and write them into the ablation's JSON."""
+    import numpy as np
+
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else DEFAULT
+    with open(path) as f:
+        d = json.load(f)
+    A = d["arms"]
+    g_name = next(k for k in A if k.startswith("gn"))
+    s_name = next(k for k in A if k.startswith("sgd"))
+    gn, sgd = A[g_name], A[s_name]
+    out = {}
+    for name, ad in A.items():
+        if not name.startswith("adam"):
+            continue
+        out[name] = {k: bool(v) for k, v in claims(gn, sgd, ad, s_name, name).items()}
+        print(f"== {g_name} vs {name}: {sum(out[name].values())}/{len(out[name])} hold")
+        for k, v in out[name].items():
+            print(f"   {'yes' if v else 'NO '} {k}")
+    for k, v in A.items():
+        c = v["ntk_distance_per_epoch_curve"]
+        print(f"{k:10s} align {v['ntk_align_end']:.5f} 1-cos/epoch {np.mean(c):.2e} "
+              f"(after epoch 1 {np.mean(c[1:]):.2e}) CKA {np.round(v['cka_init_end_per_block'], 4)}"
+              f" 1-cos(W,W0) {v['w_one_minus_cos_end']:.2e} train {v['train_loss_end']:.3f} "
+              f"test {v['test_loss_end']:.3f} acc {v['test_acc_end']:.4f}")
+    d["claims_by_adam_rate"] = {
+        "_note": f"Figs. 2-4 / Apps. G, H claims with the records' rules: {g_name} against each "
+                 f"Adam arm, SGD = {s_name} (reproduce/_gnrev_ntk_rate_claims.py)",
+        **out}
+    with open(path, "w") as f:
+        json.dump(d, f, indent=1)
+    print(f"wrote claims_by_adam_rate into {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

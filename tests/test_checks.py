@@ -114,3 +114,13 @@ def test_check_key_single_typed_or_raw_keys():
     # static: under vmap and jit a traced key passes
     out = jax.vmap(lambda kk: jax.random.normal(C.check_key(kk)))(jax.random.split(k, 2))
     assert out.shape == (2,)
+
+
+def test_check_float_dtype_refuses_integer_bool_complex_and_none():
+    assert C.check_float_dtype(jnp.bfloat16, fn="f") == jnp.bfloat16
+    assert C.check_float_dtype("float16") == np.float16
+    for bad, what in ((jnp.int32, "int32"), (np.uint8, "uint8"), (bool, "bool"),
+                      (jnp.complex64, "complex64"), (None, "None"), ("abc", "'abc'")):
+        with pytest.raises(TypeError, match=rf"^f: dtype must be a floating-point dtype "
+                                            rf"\(e\.g\. jnp\.float32\), got {what}\.$"):
+            C.check_float_dtype(bad, fn="f")

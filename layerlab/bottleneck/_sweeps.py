@@ -285,7 +285,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
         max_width, "max_width", fn=fn, min_value=max(widths))
     n_out = int(cost_output_dim(y, cost))
     if cost is mse_cost and y.ndim == 1:  # integer labels -> one-hot MSE targets
-        y = as_targets(y, n_out, name="y", n=x.shape[0], dtype=x.dtype)
+        y = as_targets(y, n_out, name="y", n=x.shape[0], dtype=x.dtype, fn=fn)
     sizes = [x.shape[1]] + [max_width] * (depth - 1) + [n_out]
     R = len(widths) * seeds
     run_widths = np.repeat(widths, seeds)

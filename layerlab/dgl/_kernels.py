@@ -19,9 +19,18 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, promote_float
+from layerlab._checks import (
+    check_array,
+    check_finite,
+    check_int,
+    check_key,
+    check_number,
+    is_concrete,
+    promote_float,
+)
 from layerlab.kernels import relu_nngp
 
 __all__ = [
@@ -34,6 +43,63 @@ __all__ = [
     "mc_covariance",
     "fit_variances",
 ]
+
+
+def _variance_vector(v, name: str, *, fn: str, length: int | None = None,
+                     scalar: bool = False) -> jax.Array:
+    """Per-layer prior variances ``v`` (fan-in convention) as a 1-d array; returns it.
+
+    Static (also under ``jit``): a real array of rank 1 (rank 0 too with ``scalar=True``: one
+    value for every layer), of ``length`` entries when given.  Eager only: finite and
+    ``>= 0`` (each is a variance; a negative or infinite one gave NaN draws or kernels).
+    """
+    v = check_array(v, name, fn=fn, kind="real")
+    if not (v.ndim == 0 and scalar) and (
+            v.ndim != 1 or (length is not None and v.shape[0] != length) or v.shape[0] == 0):
+        want = "a scalar or " if scalar else ""
+        size = f"{length} entries" if length is not None else "at least one entry"
+        raise ValueError(f"{fn}: {name} must be {want}1-d with {size} (one variance per dense "
+                         f"layer), got shape {tuple(v.shape)}.")
+    check_number(v, name, fn=fn, min_value=0.0,
+                 what="a variance per layer, fan-in convention")  # eager only
+    return v
+
+
+def _check_layer_variances(v, name: str, *, fn: str) -> tuple[jax.Array, jax.Array]:
+    """``v.w_var`` and ``v.b_var``: 1-d of one equal length (static), finite and >= 0
+    (eager only)."""
+    if not (hasattr(v, "w_var") and hasattr(v, "b_var")):
+        raise TypeError(f"{fn}: {name} must be a LayerVariances(w_var, b_var), got "
+                        f"{type(v).__name__}.")
+    w = _variance_vector(v.w_var, f"{name}.w_var", fn=fn)
+    b = _variance_vector(v.b_var, f"{name}.b_var", fn=fn, length=w.shape[0])
+    return w, b
+
+
+def _check_mlp_params(params, name: str, *, fn: str) -> None:
+    """``params`` is a non-empty list of ``{"w": [d_in, d_out], "b": [d_out]}`` layers that
+    chain (``layerlab.nets.mlp_init``'s layout); static (shapes only, also under ``jit``)."""
+    if isinstance(params, (dict, str, bytes)) or not isinstance(params, Sequence):
+        raise TypeError(f"{fn}: {name} must be a list of layers {{'w': [d_in, d_out], 'b': "
+                        f"[d_out]}} (layerlab.nets.mlp_init), got {type(params).__name__}.")
+    if len(params) == 0:
+        raise ValueError(f"{fn}: {name} must hold at least one layer, got an empty "
+                         f"{type(params).__name__}.")
+    for i, p in enumerate(params):
+        if not (isinstance(p, dict) and "w" in p and "b" in p):
+            got = sorted(map(str, p)) if isinstance(p, dict) else type(p).__name__
+            raise TypeError(f"{fn}: {name}[{i}] must be a dict {{'w': [d_in, d_out], 'b': "
+                            f"[d_out]}}, got {got}.")
+        w = check_array(p["w"], f"{name}[{i}]['w']", fn=fn, ndim=2, kind="real")
+        b = check_array(p["b"], f"{name}[{i}]['b']", fn=fn, ndim=1, kind="real")
+        if b.shape[0] != w.shape[1]:
+            raise ValueError(f"{fn}: {name}[{i}]['b'] must have d_out = {w.shape[1]} entries "
+                             f"(the columns of {name}[{i}]['w'] {tuple(w.shape)}), got shape "
+                             f"{tuple(b.shape)}.")
+        if i and w.shape[0] != jnp.shape(params[i - 1]["w"])[1]:
+            raise ValueError(f"{fn}: {name}[{i}]['w'] has d_in = {w.shape[0]} rows but "
+                             f"{name}[{i - 1}]['w'] has d_out = "
+                             f"{jnp.shape(params[i - 1]['w'])[1]} columns: not one MLP.")
 
 
 class LayerVariances(NamedTuple):
@@ -70,13 +136,24 @@ def top_kernel(
     References:
       Eq. (2) of Ben-David & Ringel (2019); Cho & Saul (2009).
     """
-    w_var = jnp.atleast_1d(jnp.asarray(w_var))
-    b_var = jnp.atleast_1d(jnp.asarray(b_var))
+    fn = "top_kernel"
+    h = check_array(h, "h", fn=fn, ndim=2, kind="real")
+    h2 = check_array(h2, "h2", fn=fn, ndim=2, kind="real", allow_none=True)
+    if h2 is not None and h2.shape[1] != h.shape[1]:
+        raise ValueError(f"{fn}: h2 must have the feature dimension d = {h.shape[1]} of h, got "
+                         f"shape {tuple(h2.shape)}.")
+    w_var = jnp.atleast_1d(check_array(w_var, "w_var", fn=fn, kind="real"))
+    b_var = jnp.atleast_1d(check_array(b_var, "b_var", fn=fn, kind="real"))
     if w_var.shape != b_var.shape or w_var.ndim != 1:
         raise ValueError(
-            f"w_var and b_var must be 1-D of equal length (depth + 1); got {w_var.shape} and "
-            f"{b_var.shape}."
+            f"{fn}: w_var and b_var must be 1-d of equal length (depth + 1), got shapes "
+            f"{tuple(w_var.shape)} and {tuple(b_var.shape)}."
         )
+    for name, v in (("w_var", w_var), ("b_var", b_var)):
+        check_number(v, name, fn=fn, min_value=0.0,
+                     what="a variance per layer, fan-in convention")  # eager only
+    for name, x in (("h", h), ("h2", h2)):
+        check_finite(x, name, fn=fn)  # eager only
     return relu_nngp(h, h2, depth=w_var.shape[0] - 1, w_var=w_var, b_var=b_var)
 
 
@@ -112,8 +189,7 @@ def mf_variances(params: Sequence[dict]) -> LayerVariances:
     References:
       Sec. V ("MF") and Fig. 1 of Ben-David & Ringel (2019).
     """
-    if len(params) == 0:
-        raise ValueError("mf_variances: params is empty.")
+    _check_mlp_params(params, "params", fn="mf_variances")
     w = jnp.stack([p["w"].shape[0] * jnp.mean(p["w"] ** 2) for p in params])
     b = jnp.stack([jnp.mean(p["b"] ** 2) for p in params])
     return LayerVariances(w, b)
@@ -136,19 +212,35 @@ def sample_relu_outputs(
 
     Args:
       key: PRNG key. x: ``[N, d]`` inputs (integer or half-precision inputs are computed in
-        float32, as :func:`layerlab._checks.promote_float`). widths: ``[D]`` hidden widths.
-      w_var, b_var: ``[D + 1]`` variances (fan-in convention).
-      num_samples: number of independent networks. out_dim: outputs per network.
+        float32, as :func:`layerlab._checks.promote_float`). widths: ``[D]`` hidden widths
+        (positive integers).
+      w_var, b_var: ``[D + 1]`` variances (fan-in convention), or one scalar for every
+        layer; finite and ``>= 0`` (a zero variance is a zero weight or bias, as in
+        :func:`top_kernel`; checked eagerly).
+      num_samples: number of independent networks (``>= 1``). out_dim: outputs per network
+        (``>= 1``).
 
     Returns:
       ``[num_samples * out_dim, N]`` outputs (each output unit is one GP sample), in ``x``'s
       float dtype (at least float32).
     """
-    x = check_array(x, "x", fn="sample_relu_outputs", ndim=2, kind="real")
+    fn = "sample_relu_outputs"
+    key = check_key(key, "key", fn=fn)
+    x = check_array(x, "x", fn=fn, ndim=2, kind="real", finite=True)
     (x,) = promote_float(x)  # float16 overflows (inf), bfloat16 biases, ints cannot be sampled
-    sizes = [x.shape[1], *[int(w) for w in widths], out_dim]
-    w_var = jnp.broadcast_to(jnp.asarray(w_var, x.dtype), (len(sizes) - 1,))
-    b_var = jnp.broadcast_to(jnp.asarray(b_var, x.dtype), (len(sizes) - 1,))
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence | jax.Array
+                                                          | np.ndarray):
+        raise TypeError(f"{fn}: widths must be a sequence of hidden widths (one per ReLU "
+                        f"layer; [] for none), got {type(widths).__name__}.")
+    widths = [check_int(w, f"widths[{i}]", fn=fn, min_value=1) for i, w in enumerate(widths)]
+    num_samples = check_int(num_samples, "num_samples", fn=fn, min_value=1)
+    out_dim = check_int(out_dim, "out_dim", fn=fn, min_value=1)
+    sizes = [x.shape[1], *widths, out_dim]
+    n_layers = len(sizes) - 1
+    w_var = _variance_vector(w_var, "w_var", fn=fn, length=n_layers, scalar=True)
+    b_var = _variance_vector(b_var, "b_var", fn=fn, length=n_layers, scalar=True)
+    w_var = jnp.broadcast_to(jnp.asarray(w_var, x.dtype), (n_layers,))
+    b_var = jnp.broadcast_to(jnp.asarray(b_var, x.dtype), (n_layers,))
 
     def one(k):
         h = x
@@ -207,9 +299,11 @@ def fit_variances(
 
     Args:
       x: ``[N, d]`` inputs the covariance was sampled on.
-      K_target: ``[N, N]`` Monte-Carlo covariance of finite-width random nets.
-      init: starting :class:`LayerVariances` (``[D + 1]`` each).
-      steps, lr: Adam steps and learning rate. ridge: pull of ``s`` towards 0.
+      K_target: ``[N, N]`` Monte-Carlo covariance of finite-width random nets (not all zero;
+        an integer one is fitted in float32).
+      init: starting :class:`LayerVariances` (``[D + 1]`` each, finite and ``>= 0``).
+      steps, lr: Adam steps (``>= 0``) and learning rate (``> 0``). ridge: pull of ``s``
+        towards 0 (``>= 0``).
 
     Returns:
       Fitted :class:`LayerVariances`.
@@ -219,7 +313,19 @@ def fit_variances(
     """
     import optax
 
-    w0, b0 = jnp.asarray(init.w_var), jnp.asarray(init.b_var)
+    fn = "fit_variances"
+    x = check_array(x, "x", fn=fn, ndim=2, kind="real", finite=True)
+    n = x.shape[0]
+    K_target = check_array(K_target, "K_target", fn=fn, shape=(n, n), kind="real", finite=True)
+    if is_concrete(K_target) and not np.any(np.asarray(K_target)):
+        raise ValueError(f"{fn}: K_target is all zero; the fit is relative to its norm "
+                         "|K_target|_F (pass the Monte-Carlo covariance, e.g. "
+                         "mc_covariance(sample_relu_outputs(...))[0]).")
+    (K_target,) = promote_float(K_target)  # an integer K_target once made s an int array
+    w0, b0 = _check_layer_variances(init, "init", fn=fn)
+    steps = check_int(steps, "steps", fn=fn, min_value=0)
+    check_number(lr, "lr", fn=fn, min_value=0.0, lo_open=True, what="Adam's learning rate")
+    check_number(ridge, "ridge", fn=fn, min_value=0.0)
     norm = jnp.sum(K_target**2)
 
     def loss(s):

@@ -24,13 +24,25 @@ import jax.numpy as jnp
 import optax
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_int, check_labels, check_number  # noqa: F401
+from layerlab._checks import (  # noqa: F401
+    check_array,
+    check_int,
+    check_key,
+    check_labels,
+    check_number,
+)
 from layerlab.data._targets import as_targets
 from layerlab.loop import fit, optax_step
 from layerlab.nets import mlp_apply
 
-from ._kernels import LayerVariances, mf_variances, top_kernel
-from ._loss import dgl_loss, integer_labels_error
+from ._kernels import (
+    LayerVariances,
+    _check_layer_variances,
+    _check_mlp_params,
+    mf_variances,
+    top_kernel,
+)
+from ._loss import _as_2d_targets, _check_scalar, dgl_loss, integer_labels_error
 
 __all__ = [
     "LegoConfig",
@@ -94,7 +106,8 @@ def _num_outputs(params) -> int:
 
 
 def _check_variances(variances: Any, num_layers: int, *, fn: str) -> None:
-    """``variances.w_var`` and ``.b_var`` are 1-d with one entry per dense layer (static)."""
+    """``variances.w_var`` and ``.b_var`` are 1-d with one entry per dense layer (static), finite
+    and ``>= 0`` (eager only)."""
     if not (hasattr(variances, "w_var") and hasattr(variances, "b_var")):
         raise TypeError(f"{fn}: variances must be a LayerVariances (w_var, b_var), got "
                         f"{type(variances).__name__}.")
@@ -106,6 +119,7 @@ def _check_variances(variances: Any, num_layers: int, *, fn: str) -> None:
             f"{num_layers} entries (one per dense layer of the net: the top network above "
             f"hidden layer l uses entries l..L), got {got}. Take them from the trained net "
             "of the same architecture (dgl.mf_variances(params)).")
+    _check_layer_variances(variances, "variances", fn=fn)  # the values: eager only
 
 
 def hidden_representations(params: Sequence[dict[str, jax.Array]], x: jax.Array) -> list[jax.Array]:
@@ -141,7 +155,8 @@ def train_end_to_end(
     Returns:
       ``(params, history)`` (history as returned by ``layerlab.loop.fit``).
     """
-    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0],
+                   fn="train_end_to_end")
     ts = optax_step(mse_loss, optimizer)
     state, hist = fit(
         ts.step, ts.init(params), (x, y), key=key, steps=steps, batch_size=batch_size,
@@ -168,8 +183,11 @@ def layer_dgl(
 
     Args:
       layer: ``{"w": [d_prev, d], "b": [d]}``.  h_prev: ``[N, d_prev]`` frozen input.
-      y: ``[N, C]``.  top: variances ``[D + 1]`` of the top network (layers above).
-      eps_rel: relative noise (``>= 0``).  variance: LOO variance term.
+      y: ``[N, C]`` targets (integer labels ``[N]`` are refused, as in :func:`dgl_loss`:
+        one-hot them, e.g. ``layerlab.data.as_targets(y, C)``).
+      top: :class:`LayerVariances` ``[D + 1]`` of the top network (layers above; finite and
+        ``>= 0``, checked eagerly).
+      eps_rel: relative noise (a scalar ``>= 0``).  variance: LOO variance term.
 
     Returns:
       Scalar.
@@ -177,10 +195,21 @@ def layer_dgl(
     References:
       Eq. (3) and Sec. VI of Ben-David & Ringel (2019).
     """
-    check_number(eps_rel, "eps_rel", fn="layer_dgl", min_value=0.0,
+    fn = "layer_dgl"
+    _check_scalar(eps_rel, "eps_rel", fn)
+    check_number(eps_rel, "eps_rel", fn=fn, min_value=0.0,
                  what="a noise variance relative to the kernel's mean diagonal")
+    _check_mlp_params([layer], "layer", fn=fn)
+    h_prev = check_array(h_prev, "h_prev", fn=fn, ndim=2, kind="real")
+    d_prev = jnp.shape(layer["w"])[0]
+    if h_prev.shape[1] != d_prev:
+        raise ValueError(f"{fn}: h_prev must have the layer's d_prev = {d_prev} features "
+                         f"(the rows of layer['w'] {tuple(jnp.shape(layer['w']))}), got shape "
+                         f"{tuple(h_prev.shape)}.")
+    y = _as_2d_targets(y, h_prev.shape[0], name="y", fn=fn)
+    w_var, b_var = _check_layer_variances(top, "top", fn=fn)
     h = jax.nn.relu(h_prev @ layer["w"] + layer["b"][None, :])
-    K = top_kernel(h, w_var=top.w_var, b_var=top.b_var)
+    K = top_kernel(h, w_var=w_var, b_var=b_var)
     eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
     return dgl_loss(K, y, eps2=eps2, variance=variance) / h.shape[0]
 
@@ -296,10 +325,17 @@ def lego(
     """
     if not isinstance(cfg, LegoConfig):
         raise TypeError(f"lego: cfg must be a LegoConfig, got {type(cfg).__name__}.")
+    key = check_key(key, "key", fn="lego")
     x = check_array(x, "x", fn="lego", ndim=2, kind="real", finite=True)
+    _check_mlp_params(params_init, "params_init", fn="lego")
     params = [dict(p) for p in params_init]
+    d_in = jnp.shape(params[0]["w"])[0]
+    if x.shape[1] != d_in:
+        raise ValueError(f"lego: x must have the net's d_in = {d_in} features (the rows of "
+                         f"params_init[0]['w'] {tuple(jnp.shape(params[0]['w']))}), got shape "
+                         f"{tuple(x.shape)}; flatten images first (layerlab.data.flatten).")
     _check_variances(variances, len(params), fn="lego")
-    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0], fn="lego")
     y = check_array(y, "y", fn="lego", ndim=2, kind="real", finite=True)
     L = len(params) - 1
     h = x
@@ -322,7 +358,7 @@ def random_features(params_init: Sequence[dict], x: jax.Array, y: ArrayLike, *,
 
     ``y``: ``[N]`` integer labels or ``[N, C]`` targets, as in :func:`lego`."""
     params = [dict(p) for p in params_init]
-    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+    y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0], fn="random_features")
     h = hidden_representations(params, x)[-1]
     params[-1] = fit_classifier(h, y, ridge_rel=ridge_rel)
     return params
@@ -351,7 +387,8 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float,
 
     def eval_fn(state: Any) -> dict:
         params = state.params
-        yt = as_targets(y, _num_outputs(params), name="y", n=x.shape[0])
+        yt = as_targets(y, _num_outputs(params), name="y", n=x.shape[0],
+                        fn="monitor_fn")
         v = mf_variances(params)
         hs = hidden_representations(params, x)
         out = {"mse": mse_loss(params, (x, yt))}

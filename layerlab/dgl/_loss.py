@@ -16,6 +16,7 @@ wrong.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 import jax
@@ -76,11 +77,14 @@ def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None)
     return Y
 
 
-def _check_square(K: jax.Array) -> None:
+def _check_square(K: jax.Array, fn: str) -> None:
+    """``K`` is ``[N, N]`` with ``N >= 2`` (static); ``fn`` is the public function called."""
     if K.ndim != 2 or K.shape[0] != K.shape[1]:
-        raise ValueError(f"K must be a square (N, N) kernel matrix; got shape {K.shape}.")
+        raise ValueError(f"{fn}: K must be a square (N, N) kernel matrix, got shape "
+                         f"{tuple(K.shape)}.")
     if K.shape[0] < 2:
-        raise ValueError("DGL needs at least N = 2 training points (leave-one-out).")
+        raise ValueError(f"{fn}: K must have N >= 2 rows: the DGL needs at least N = 2 "
+                         f"training points (leave-one-out), got shape {tuple(K.shape)}.")
 
 
 _is_concrete = is_concrete  # the shared "validate when not traced" test (layerlab._checks)
@@ -113,25 +117,32 @@ def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0,
       eps2: the noise variance added to the diagonal.
       Y: optional ``[N, C]`` targets, checked for shape and finiteness.
     """
-    K = np.asarray(K)
+    _check_kernel(K, eps2, Y, fn="check_kernel")
+
+
+def _check_kernel(K, eps2, Y, *, fn: str) -> None:
+    """:func:`check_kernel`'s checks, the messages naming ``fn`` (the public function called:
+    ``check_kernel``, or ``dgl_loss`` / ``loo_residuals`` checking their eager inputs)."""
+    K = np.asarray(check_array(K, "K", fn=fn, kind="real", xp="np"))
     if not (np.issubdtype(K.dtype, np.floating) and K.dtype.itemsize >= 4):
         K = K.astype(np.float32)  # numpy's LAPACK has no float16/bfloat16, finfo no ints
-    _check_square(K)
+    _check_square(K, fn)
     if not np.all(np.isfinite(K)):
         raise ValueError(
-            f"K has {np.size(K) - np.isfinite(K).sum()} non-finite entries (NaN/inf); check the "
-            "representations and kernel variances that produced it."
+            f"{fn}: K has {np.size(K) - np.isfinite(K).sum()} non-finite entries (NaN/inf); "
+            "check the representations and kernel variances that produced it."
         )
     if Y is not None:
-        Yc = np.asarray(_as_2d_targets(Y, K.shape[0], fn="check_kernel"))
+        Yc = np.asarray(_as_2d_targets(Y, K.shape[0], fn=fn))
         if not np.all(np.isfinite(Yc)):
-            raise ValueError("Y has non-finite entries (NaN/inf).")
-    if float(eps2) < 0:
-        raise ValueError(f"eps2 must be >= 0 (a noise variance); got {eps2}.")
+            raise ValueError(f"{fn}: Y has {np.size(Yc) - np.isfinite(Yc).sum()} non-finite "
+                             "entries (NaN/inf).")
+    _check_scalar(eps2, "eps2", fn)
+    check_number(eps2, "eps2", fn=fn, min_value=0.0, what="a noise variance")
     scale = np.max(np.abs(K)) + 1e-30
     if np.max(np.abs(K - K.T)) > 1e-4 * scale:
         raise ValueError(
-            "K is not symmetric (max |K - K^T| = "
+            f"{fn}: K is not symmetric (max |K - K^T| = "
             f"{np.max(np.abs(K - K.T)):.3g}, scale {scale:.3g}); a kernel matrix must be."
         )
     A = K + float(eps2) * np.eye(K.shape[0], dtype=K.dtype)
@@ -145,9 +156,10 @@ def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0,
             pass
     w = np.linalg.eigvalsh(A.astype(np.float64))
     raise ValueError(
-        f"K + eps2*I is not positive definite even with jitter {jit:.3g} (smallest eigenvalue "
-        f"{w[0]:.3g}, largest {w[-1]:.3g}). Increase eps2 (e.g. to ~1e-3 of the mean diagonal "
-        f"{np.mean(np.diag(K)):.3g}), use float64, or check for duplicated training points."
+        f"{fn}: K + eps2*I is not positive definite even with jitter {jit:.3g} (smallest "
+        f"eigenvalue {w[0]:.3g}, largest {w[-1]:.3g}). Increase eps2 (e.g. to ~1e-3 of the "
+        f"mean diagonal {np.mean(np.diag(K)):.3g}), use float64, or check for duplicated "
+        "training points."
     )
 
 
@@ -365,7 +377,7 @@ def dgl_loss(
       deep neural networks: a Gaussian Process perspective" (2019).
     """
     K = check_array(K, "K", fn="dgl_loss", kind="real")
-    _check_square(K)
+    _check_square(K, "dgl_loss")
     Y = _as_2d_targets(Y, K.shape[0], fn="dgl_loss")
     _check_scalar(eps2, "eps2", "dgl_loss")
     check_number(eps2, "eps2", fn="dgl_loss", min_value=0.0, what="a noise variance")
@@ -373,7 +385,7 @@ def dgl_loss(
     K = K.astype(dtype)
     Y = Y.astype(dtype)
     if _is_concrete(K, Y, eps2):
-        check_kernel(K, float(eps2), Y)
+        _check_kernel(K, float(eps2), Y, fn="dgl_loss")
     eps2 = jnp.asarray(eps2, dtype)
     return _dgl_core(K, Y, eps2, jnp.asarray(1.0 if variance else 0.0, dtype))
 
@@ -436,12 +448,12 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
       App. A eqs. (A4)-(A5) of Ben-David & Ringel (2019).
     """
     K = check_array(K, "K", fn="loo_residuals", kind="real")
-    _check_square(K)
+    _check_square(K, "loo_residuals")
     K, Y = promote_float(K, _as_2d_targets(Y, K.shape[0], fn="loo_residuals"))
     _check_scalar(eps2, "eps2", "loo_residuals")
     check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
     if _is_concrete(K, Y, eps2):
-        check_kernel(K, float(eps2), Y)
+        _check_kernel(K, float(eps2), Y, fn="loo_residuals")
     A = K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype)
     Li = _factor_inv(A, K)
     b = jnp.sum(Li * Li, axis=0)
@@ -499,7 +511,8 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     """
     H = check_array(H, "H", fn="dgl_linear", kind="real")
     if H.ndim != 2:
-        raise ValueError(f"H must be (N, d) representations; got shape {H.shape}.")
+        raise ValueError(f"dgl_linear: H must be [N, d] representations (rank 2), got shape "
+                         f"{tuple(H.shape)}.")
     _check_scalar(eps2, "eps2", "dgl_linear")
     check_number(eps2, "eps2", fn="dgl_linear", min_value=0.0, what="a ridge")
     n, d = H.shape
@@ -557,9 +570,10 @@ def ib_pairwise_loss(
     References:
       Eq. (8) and App. B of Ben-David & Ringel (2019).
     """
-    H = jnp.asarray(H)
+    H = check_array(H, "H", fn="ib_pairwise_loss", kind="real")
     if H.ndim != 2:
-        raise ValueError(f"H must be (N, d); got shape {H.shape}.")
+        raise ValueError(f"ib_pairwise_loss: H must be [N, d] representations (rank 2), got "
+                         f"shape {tuple(H.shape)}.")
     _check_scalar(eta, "eta", "ib_pairwise_loss")
     check_number(eta, "eta", fn="ib_pairwise_loss", min_value=0.0, lo_open=True,
                  what="the variance of the smearing noise")
@@ -633,15 +647,59 @@ def dgl_minibatch(
              "or raise eps2.")
 
 
+_MAX_SUBSETS = 100_000  # dgl_subsets_exact: enumerating more is no "tiny N" any more
+
+
 def dgl_subsets_exact(H: jax.Array, Y: jax.Array, kernel_fn: Callable[[jax.Array], jax.Array], *,
                       batch_size: int, eps2: jax.typing.ArrayLike,
                       variance: bool = False) -> jax.Array:
-    """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests)."""
-    H = check_array(H, "H", fn="dgl_subsets_exact", kind="real")
+    """Exact ``(N/B) E_S[L_DGL(S)]`` by enumerating all subsets (tiny N only; for tests).
+
+    The expectation that :func:`dgl_minibatch` estimates, over all ``C(N, B)`` subsets
+    ``S`` of ``B`` points.
+
+    Args:
+      H: ``[N, ...]`` representations.  Y: ``[N, C]`` targets.
+      kernel_fn: ``H_S [B, ...] -> K_S [B, B]``.
+      batch_size: ``B``, an integer with ``2 <= B <= N`` (the DGL of a subset is a
+        leave-one-out loss over its ``B`` points) and ``C(N, B) <= 100000`` (more subsets
+        are refused: estimate the expectation with :func:`dgl_minibatch`).
+      eps2: noise variance (a scalar ``>= 0``).  variance: include the variance term.
+
+    Returns:
+      Scalar.
+    """
+    fn = "dgl_subsets_exact"
+    H = check_array(H, "H", fn=fn, kind="real")
+    if H.ndim < 1:
+        raise ValueError(f"{fn}: H must be [N, ...] representations, got shape "
+                         f"{tuple(H.shape)}.")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n, fn="dgl_subsets_exact")
+    Y = _as_2d_targets(Y, n, fn=fn)
+    if not callable(kernel_fn):
+        raise TypeError(f"{fn}: kernel_fn must be callable H_S -> K_S [B, B], got "
+                        f"{type(kernel_fn).__name__}.")
+    batch_size = check_int(batch_size, "batch_size", fn=fn)
+    if not 2 <= batch_size <= n:
+        raise ValueError(
+            f"{fn}: batch_size must be in [2, N = {n}] (the subset size B: at least 2 points "
+            f"for a leave-one-out loss, at most the N points of H), got {batch_size}.")
+    count = math.comb(n, batch_size)
+    if count > _MAX_SUBSETS:
+        raise ValueError(
+            f"{fn}: batch_size={batch_size} with N={n} points would enumerate C({n}, "
+            f"{batch_size}) = {count} subsets (more than {_MAX_SUBSETS}); the exact expectation "
+            "is for tiny N only: estimate it with dgl_minibatch(key, H, Y, kernel_fn, "
+            "batch_size=..., num_batches=...).")
+    _check_scalar(eps2, "eps2", fn)
+    check_number(eps2, "eps2", fn=fn, min_value=0.0, what="a noise variance")
     idx = jnp.asarray(list(itertools.combinations(range(n), batch_size)))
     vals = jax.vmap(
         lambda i: dgl_loss(kernel_fn(H[i]), Y[i], eps2=eps2, variance=variance)
     )(idx)
-    return (n / batch_size) * jnp.mean(vals)
+    # inside vmap dgl_loss cannot check its kernels: an eager call says so on a NaN here
+    return check_result_finite(
+        (n / batch_size) * jnp.mean(vals), "exact subset DGL", fn=fn,
+        hint="a subset's kernel K_S + eps2 I is not positive definite (or H / Y hold NaN); "
+             "check it with dgl.check_kernel(kernel_fn(H[idx]), eps2, Y[idx]) on a subset, "
+             "or raise eps2.")

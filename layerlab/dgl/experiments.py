@@ -473,7 +473,8 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
                    early_stopping=EarlyStopping("val_dgl", "min", patience=10**6,
                                                 restore_best=True),
                    checkpoint_dir=ck, checkpoint_every=every if ck is not None else None,
-                   max_to_keep=1, callback=timed, progress=progress, desc=desc)
+                   max_to_keep=1 if ck is not None else None, callback=timed,
+                   progress=progress, desc=desc)
 
     t0 = time.perf_counter()
     try:

@@ -26,7 +26,13 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from layerlab import _linalg
-from layerlab._checks import check_array, check_int, check_labels, promote_float
+from layerlab._checks import (
+    check_array,
+    check_float_dtype,
+    check_int,
+    check_labels,
+    promote_float,
+)
 
 
 def _check_hy(h, y, num_classes, fn="class_density_matrices"):
@@ -135,7 +141,15 @@ class DensityState(NamedTuple):
 
 
 def density_init(num_classes: int, d: int, dtype: DTypeLike = jnp.float32) -> DensityState:
-    """Empty running sums for ``num_classes`` classes of ``d``-dimensional inputs."""
+    """Empty running sums for ``num_classes`` classes of ``d``-dimensional inputs.
+
+    ``dtype`` is the accumulation dtype, floating-point: integer sums would truncate every
+    real input added to them (:func:`density_update` casts its chunk to this dtype).
+    """
+    fn = "density_init"
+    num_classes = check_int(num_classes, "num_classes", fn=fn, min_value=1)
+    d = check_int(d, "d", fn=fn, min_value=1)
+    dtype = check_float_dtype(dtype, "dtype", fn=fn)
     return DensityState(
         outer=jnp.zeros((num_classes, d, d), dtype),
         total=jnp.zeros((num_classes, d), dtype),
@@ -293,11 +307,12 @@ def density_from_chunks(
       num_classes: ``C``.
       d: feature dimension.
       update: the update function (``density_update`` or a jitted version of it).
-      dtype: accumulation dtype.
+      dtype: accumulation dtype, floating-point.
 
     Returns:
       The final ``DensityState``; ``density_finalize`` turns it into ``[C, d, d]``.
     """
+    dtype = check_float_dtype(dtype, "dtype", fn="density_from_chunks")
     state = density_init(num_classes, d, dtype)
     for hc, yc in chunks:
         state = update(state, hc, yc)

@@ -165,8 +165,9 @@ def train_and_evaluate(
       ``train_curve_n``; ``(epoch, None)`` for an epoch restored without it, as ``curve``) and
       ``resumed_from_epoch`` (0 unless resumed from ``checkpoint_dir``).
     """
-    y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train))
-    y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val))
+    y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train),
+                        fn="train_and_evaluate")
+    y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val), fn="train_and_evaluate")
     k_noise, k_build, k_init, k_fit = jax.random.split(key, 4)
     spec = spec if isinstance(spec, str) else format_spec(spec)
     opt = _adam(lr) if optimizer is None else optimizer

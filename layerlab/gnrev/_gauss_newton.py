@@ -455,9 +455,11 @@ def gn_residual(
 
     Args:
       params, frozen: the RevMLP.
-      x: ``[n, d]`` inputs.
-      delta: update direction (structure of ``params``).
-      target: ``[n, d]`` output-space target ``ε``.
+      x: ``[n, d]`` inputs, in the parameters' dtype.
+      delta: update direction: a dict with the keys, shapes and dtype of ``params`` (as
+        :func:`gn_direction` returns it).
+      target: ``[n, d]`` output-space target ``ε`` (the shape of ``x``), in the parameters'
+        dtype.
 
     Returns:
       scalar relative residual (0 for an exact right inverse).
@@ -465,6 +467,28 @@ def gn_residual(
     References:
       Theorem 4.3 of Buffelli et al. 2024 (right-inverse property ``J J^⊣ = I``).
     """
+    fn = "gn_residual"
+    dim = _params_dim(params, frozen, fn)
+    dtype = params["b1"].dtype
+    _check_params(params, frozen, dim, fn=fn)
+    x = _check_x(x, dim, dtype=dtype, fn=fn)
+    target = _check_x(target, dim, "target", dtype=dtype, fn=fn)
+    if target.shape != x.shape:
+        raise ValueError(f"{fn}: target must have the shape of x {tuple(x.shape)} (one "
+                         f"output-space error per sample), got {tuple(target.shape)}.")
+    if not isinstance(delta, dict) or set(delta) != set(params):
+        got = sorted(map(str, delta)) if isinstance(delta, dict) else type(delta).__name__
+        raise TypeError(f"{fn}: delta must be a dict with the keys of params "
+                        f"{sorted(params)} (the direction gn_direction returns), got {got}.")
+    for k in sorted(params):
+        d = check_array(delta[k], f"delta['{k}']", fn=fn, kind="float")
+        if tuple(d.shape) != tuple(params[k].shape):
+            raise ValueError(f"{fn}: delta['{k}'] must have the shape of params['{k}'] "
+                             f"{tuple(params[k].shape)}, got {tuple(d.shape)}.")
+        if d.dtype != params[k].dtype:
+            raise TypeError(f"{fn}: delta['{k}'] has dtype {d.dtype} but the parameters are "
+                            f"{params[k].dtype}; cast it with .astype (gn_direction returns "
+                            "the parameters' dtype).")
     _, jd = jax.jvp(lambda p: revmlp_apply(p, frozen, x), (params,), (delta,))
     return jnp.linalg.norm(jd - target) / jnp.maximum(jnp.linalg.norm(target), 1e-30)
 

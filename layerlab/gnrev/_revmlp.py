@@ -139,7 +139,8 @@ def revmlp_init(
       first_linear: use the identity instead of ``σ`` in the first block.
       w_scale: multiplies the Xavier scale (standard deviation) of ``W``.
       init: ``"xavier_uniform"`` or ``"xavier_normal_relu"`` (authors' code, App. L).
-      dtype: parameter dtype.
+      dtype: parameter dtype, floating-point (an integer dtype is refused: the draws and
+        the Gauss-Newton updates are real numbers).
 
     Returns:
       ``(params, frozen)``: ``params = {"w1": [L, d', h], "b1": [L, h], "w2": [L, d', h],
@@ -156,6 +157,7 @@ def revmlp_init(
             "pad the input with one zero feature (e.g. jnp.pad(x, ((0, 0), (0, 1))))."
         )
     depth = _checks.check_int(depth, "depth (blocks)", fn=fn, min_value=1)
+    dtype = _checks.check_float_dtype(dtype, "dtype", fn=fn)
     if init not in INITS:
         raise ValueError(f"{fn}: init must be one of {INITS}, got {init!r}")
     h = dim // 2
@@ -403,6 +405,7 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
       key: PRNG key.
       dim: ``d``, body width.
       num_outputs: ``C`` (classes, or regression outputs); ``C <= d``.
+      dtype: floating-point dtype of ``P`` (that of the RevMLP's parameters).
 
     Returns:
       ``[d, C]`` matrix with orthonormal columns.
@@ -412,6 +415,7 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
     """
     dim = _checks.check_int(dim, "dim", fn="readout_init", min_value=1)
     num_outputs = _checks.check_int(num_outputs, "num_outputs", fn="readout_init", min_value=1)
+    dtype = _checks.check_float_dtype(dtype, "dtype", fn="readout_init")
     if num_outputs > dim:
         raise ValueError(
             f"readout_init: num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal "

@@ -463,7 +463,7 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
             return fit(ts.step, states, data, key=key, steps=steps, batch_size=batch_size,
                        runs=True, check_finite=False, progress=progress,
                        desc=f"sweep {arm.name}", checkpoint_dir=ck, checkpoint_every=every,
-                       max_to_keep=1)
+                       max_to_keep=1 if ck is not None else None)
         try:
             return run()
         except (CheckpointMismatchError, CheckpointCorruptError) as e:

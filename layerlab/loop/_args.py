@@ -70,7 +70,10 @@ def grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every,
     """``fit``'s checkpoint arguments as one :class:`Checkpointing` (``directory`` ``None``:
     no checkpoints), from ``checkpoint=`` or the flat ``checkpoint_dir=/_every=/max_to_keep=``."""
     if checkpoint is None:
-        keep = int(max_to_keep) if isinstance(max_to_keep, _DefaultInt) else max_to_keep
+        if isinstance(max_to_keep, _DefaultInt):  # not given: only used with a directory
+            keep = int(max_to_keep) if checkpoint_dir is not None else None
+        else:  # given: check_fit_args refuses it without checkpoint_dir
+            keep = max_to_keep
         return Checkpointing(checkpoint_dir, checkpoint_every, keep)
     if checkpoint_dir is not None or checkpoint_every is not None \
             or max_to_keep is not DEFAULT_MAX_TO_KEEP:
@@ -79,6 +82,9 @@ def grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every,
     if not isinstance(checkpoint, Checkpointing):
         raise TypeError("fit: checkpoint must be a loop.Checkpointing, got "
                         f"{type(checkpoint).__name__}.")
+    if checkpoint.directory is None:
+        raise ValueError("fit: checkpoint.directory must be a directory path, got None; leave "
+                         "checkpoint= out to train without checkpoints.")
     return checkpoint
 
 
@@ -217,4 +223,8 @@ def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn
                      min_value=0.0)
     if checkpoint_every is not None and checkpoint_dir is None:
         raise ValueError("fit: checkpoint_every given without checkpoint_dir.")
+    if max_to_keep is not None and checkpoint_dir is None:
+        raise ValueError(f"fit: max_to_keep={max_to_keep} given without checkpoint_dir (it is "
+                         "the number of checkpoints kept there); pass checkpoint_dir= too, or "
+                         "leave max_to_keep out (or None).")
     return FitPlan(key, axis, int(n), R, batch_size, spe, total)

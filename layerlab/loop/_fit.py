@@ -123,7 +123,8 @@ def fit(
         one of another run (see ``docs/loop.md``: the fingerprint, the metric names) is
         refused before training.
       checkpoint_every: checkpoint period in steps (default: only at the end).
-      max_to_keep: number of checkpoints kept.
+      max_to_keep: number of checkpoints kept in ``checkpoint_dir`` (default 2; ``None``:
+        all); given without ``checkpoint_dir`` it is refused (``ValueError``).
       early_stopping: an :class:`EarlyStopping` on an ``eval_fn`` metric.
       check_finite: raise :class:`NonFiniteError` when a training metric is NaN/Inf (``True``:
         all metrics; a sequence: those names; ``False``: never).  The data are checked once.

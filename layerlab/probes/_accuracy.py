@@ -44,5 +44,5 @@ def accuracy(logits: ArrayLike, labels: ArrayLike) -> jax.Array:
     """
     logits = check_array(logits, "logits", fn="accuracy", ndim=2, kind="real", min_rows=1)
     n, c = logits.shape
-    labels = as_labels(labels, c, name="accuracy: labels", n=n)
+    labels = as_labels(labels, c, name="labels", n=n, fn="accuracy")
     return jnp.mean(jnp.argmax(logits, axis=-1) == labels)

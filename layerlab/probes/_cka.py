@@ -23,6 +23,7 @@ from jax.typing import ArrayLike, DTypeLike
 from layerlab._checks import (
     check_array,
     check_finite,
+    check_float_dtype,
     check_number,
     check_result_finite,
     promote_float,
@@ -361,7 +362,12 @@ class MinibatchCKAState(NamedTuple):
 
 
 def minibatch_cka_init(dtype: DTypeLike = jnp.float32) -> MinibatchCKAState:
-    """Zero accumulator for :func:`minibatch_cka_update`."""
+    """Zero accumulator for :func:`minibatch_cka_update`.
+
+    ``dtype``: floating-point dtype of the running sums (integer sums would truncate the
+    HSIC terms added to them).
+    """
+    dtype = check_float_dtype(dtype, "dtype", fn="minibatch_cka_init")
     z = jnp.zeros((), dtype)
     return MinibatchCKAState(z, z, z)
 

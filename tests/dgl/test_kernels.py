@@ -84,3 +84,99 @@ def test_sampling_and_mc_covariance_promote_integer_and_half_precision_inputs():
         s[:, :, None] * s[:, None, :], axis=0, ddof=1) / len(s)), rtol=1e-3, atol=1e-6)
     with pytest.raises(ValueError, match=r"sample_relu_outputs: x must have rank 2"):
         dgl.sample_relu_outputs(jax.random.key(0), x[0], **kw)
+
+
+def test_top_kernel_errors_name_top_kernel():
+    """The variance-length error once read "w_var and b_var must be 1-D ..." without the
+    function; a negative variance, a rank-1 h or a NaN h were reported as relu_nngp's x1."""
+    h = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"^top_kernel: w_var and b_var must be 1-d of equal "
+                                         r"length \(depth \+ 1\), got shapes \(2,\) and \(1,\)"):
+        dgl.top_kernel(h, w_var=[1.0, 2.0], b_var=[0.1])
+    with pytest.raises(ValueError, match=r"^top_kernel: b_var must be >= 0\.0 .*got -0\.1"):
+        dgl.top_kernel(h, w_var=[1.0], b_var=[-0.1])
+    with pytest.raises(ValueError, match=r"^top_kernel: h must have rank 2, got shape \(3,\)"):
+        dgl.top_kernel(h[0], w_var=[1.0], b_var=[0.1])
+    with pytest.raises(ValueError, match=r"^top_kernel: h2 must have the feature dimension "
+                                         r"d = 3 of h"):
+        dgl.top_kernel(h, h[:, :2], w_var=[1.0], b_var=[0.1])
+    with pytest.raises(ValueError, match=r"^top_kernel: h has 1 non-finite"):
+        dgl.top_kernel(np.where(np.arange(15).reshape(5, 3) == 4, np.nan, h), w_var=[1.0],
+                       b_var=[0.1])
+
+
+def test_sample_relu_outputs_checks_its_arguments():
+    """A negative or infinite variance once gave NaN samples silently (sqrt), a w_var of the
+    wrong length a broadcasting error, a float width was truncated by int(); a zero variance
+    (a zero weight or bias, as top_kernel allows) stays valid."""
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    key = jax.random.key(0)
+    kw = dict(widths=[4], w_var=[1.0, 1.0], b_var=0.1, num_samples=2)
+
+    def f(**over):
+        return dgl.sample_relu_outputs(over.pop("key", key), x, **{**kw, **over})
+
+    for name, bad, what in (("w_var", -1.0, r"must be >= 0\.0 .*got -1\.0"),
+                            ("w_var", [1.0, np.inf], r"must be finite .*got \[1\.0, inf\]"),
+                            ("b_var", [0.5, np.nan], r"must be finite .*got \[0\.5, nan\]"),
+                            ("w_var", [1.0, 1.0, 1.0],
+                             r"must be a scalar or 1-d with 2 entries .*got shape \(3,\)")):
+        with pytest.raises(ValueError, match=rf"^sample_relu_outputs: {name} {what}"):
+            f(**{name: bad})
+    for over, exc, what in ((dict(widths=[2.5]), TypeError, r"widths\[0\] must be an integer"),
+                            (dict(widths=[0]), ValueError, r"widths\[0\] must be >= 1, got 0"),
+                            (dict(widths=4), TypeError, "widths must be a sequence"),
+                            (dict(num_samples=0), ValueError, "num_samples must be >= 1"),
+                            (dict(out_dim=1.5), TypeError, "out_dim must be an integer"),
+                            (dict(key=3), TypeError, r"key must be a PRNG key")):
+        with pytest.raises(exc, match=rf"^sample_relu_outputs: {what}"):
+            f(**over)
+    out = f(w_var=[1.0, 0.0], b_var=[0.1, 0.5])  # zero last-layer weights: outputs = biases
+    assert out.shape == (2, 5) and np.all(np.ptp(np.asarray(out), axis=1) == 0.0)
+
+
+def test_mf_variances_checks_the_layer_structure():
+    """A dict, an empty list, layers that do not chain or a bias of the wrong size once gave
+    a KeyError, a numpy stack error or silently wrong variances."""
+    p = [{"w": jnp.ones((3, 4)), "b": jnp.ones(4)}, {"w": jnp.ones((4, 2)), "b": jnp.ones(2)}]
+    for params, exc, what in (
+            (p[0], TypeError, r"params must be a list of layers"),
+            ([], ValueError, r"params must hold at least one layer, got an empty list"),
+            ([p[0], p[0]], ValueError, r"params\[1\]\['w'\] has d_in = 3 rows but "
+                                       r"params\[0\]\['w'\] has d_out = 4 columns"),
+            ([{"w": jnp.ones((3, 4)), "b": jnp.ones(3)}], ValueError,
+             r"params\[0\]\['b'\] must have d_out = 4 entries"),
+            ([{"W": jnp.ones((3, 4))}], TypeError, r"params\[0\] must be a dict .*got \['W'\]"),
+            ([{"w": jnp.ones(3), "b": jnp.ones(3)}], ValueError,
+             r"params\[0\]\['w'\] must have rank 2")):
+        with pytest.raises(exc, match=rf"^mf_variances: {what}"):
+            dgl.mf_variances(params)
+
+
+def test_fit_variances_checks_its_arguments():
+    """A K_target of the wrong shape once broadcast, an all-zero one gave NaN (0/0), a
+    negative lr ascended, LayerVariances of scalars failed deep inside; an integer K_target
+    (it made the fitted log-scales an integer array) is fitted in float32."""
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    v = dgl.LayerVariances(jnp.array([1.0, 1.0]), jnp.array([0.1, 0.1]))
+    K = np.asarray(dgl.top_kernel(x, w_var=v.w_var, b_var=v.b_var))
+    for args, kw, exc, what in (
+            ((x, K[:4], v), {}, ValueError, r"K_target must have shape \[5, 5\], got \(4, 5\)"),
+            ((x, 0 * K, v), {}, ValueError, r"K_target is all zero"),
+            ((x, np.where(K > 1, np.nan, K), v), {}, ValueError, r"K_target has \d+ non-finite"),
+            ((x[0], K, v), {}, ValueError, r"x must have rank 2"),
+            ((x, K, (1.0, 0.1)), {}, TypeError, r"init must be a LayerVariances"),
+            ((x, K, dgl.LayerVariances(1.0, 0.1)), {}, ValueError,
+             r"init\.w_var must be 1-d .*got shape \(\)"),
+            ((x, K, dgl.LayerVariances(jnp.ones(2), jnp.ones(3))), {}, ValueError,
+             r"init\.b_var must be 1-d with 2 entries"),
+            ((x, K, dgl.LayerVariances(-jnp.ones(2), jnp.ones(2))), {}, ValueError,
+             r"init\.w_var must be >= 0\.0"),
+            ((x, K, v), dict(lr=-0.05), ValueError, r"lr must be > 0\.0"),
+            ((x, K, v), dict(steps=2.5), TypeError, r"steps must be an integer"),
+            ((x, K, v), dict(ridge=-1.0), ValueError, r"ridge must be >= 0\.0")):
+        with pytest.raises(exc, match=rf"^fit_variances: {what}"):
+            dgl.fit_variances(*args, **kw)
+    Ki = np.round(10 * K).astype(np.int32)
+    fitted = jax.eval_shape(lambda: dgl.fit_variances(x, Ki, v, steps=1))  # traced, not run
+    assert fitted.w_var.dtype == fitted.b_var.dtype == jnp.float32

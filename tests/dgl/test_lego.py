@@ -120,3 +120,57 @@ def test_monitor_fn_and_layer_dgl_refuse_negative_eps_rel():
             p1[0])
     out = jax.jit(dgl.monitor_fn(x, labels, eps_rel=0.0))(State(p1))  # eps2 = 0: allowed
     assert all(np.isfinite(float(a)) for a in out.values())
+
+
+def test_layer_dgl_checks_its_arguments():
+    """A layer of the wrong width, integer labels, a non-LayerVariances top or a negative
+    variance once failed inside jnp.matmul / top_kernel / dgl_loss (naming those), or gave a
+    NaN loss; a vector eps_rel once made a vector "loss"."""
+    x, y, labels = _task(n=8)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 4, 3], init="he")
+    v = dgl.mf_variances(p1)
+    for args, kw, exc, what in (
+            ((p1[0], x[:, :5], y, v), {}, ValueError,
+             r"h_prev must have the layer's d_prev = 6 features .*got shape \(8, 5\)"),
+            ((p1[0], x, labels, v), {}, ValueError, r"y is an integer array of shape \(8,\)"),
+            ((p1[0], x, y[:7], v), {}, ValueError, r"y must have shape \(N, C\) or \(N,\) "
+                                                   r"with N = 8 rows"),
+            ((p1[0], x, y, (v.w_var, v.b_var)), {}, TypeError,
+             r"top must be a LayerVariances"),
+            ((p1[0], x, y, dgl.LayerVariances(v.w_var, -v.b_var - 1.0)), {}, ValueError,
+             r"top\.b_var must be >= 0\.0"),
+            ((p1[0], x, y, dgl.LayerVariances(v.w_var, v.b_var[:1])), {}, ValueError,
+             r"top\.b_var must be 1-d with 2 entries"),
+            (({"w": p1[0]["w"]}, x, y, v), {}, TypeError, r"layer\[0\] must be a dict"),
+            ((p1[0], x, y, v), dict(eps_rel=jnp.full(3, 0.05)), ValueError,
+             r"eps_rel must be a scalar \(0-d\)")):
+        with pytest.raises(exc, match=rf"^layer_dgl: {what}"):
+            dgl.layer_dgl(*args, **{"eps_rel": 0.05, **kw})
+    # under jit the static checks run at trace time
+    with pytest.raises(ValueError, match=r"^layer_dgl: h_prev must have"):
+        jax.jit(lambda p: dgl.layer_dgl(p, x[:, :5], y, v, eps_rel=0.05))(p1[0])
+
+
+def test_lego_checks_key_params_width_and_variance_values():
+    """An int key, params that are no MLP, inputs of the wrong width (a matmul error deep in
+    the first layer's loop) and negative variances (a NaN loss after compiling) are refused
+    by lego before any training."""
+    x, y, labels = _task(n=8)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 4, 3], init="he")
+    v = dgl.mf_variances(p1)
+    cfg = dgl.LegoConfig(steps=1, batch_size=None)
+    key = jax.random.key(1)
+    for args, exc, what in (
+            ((0, p1, x, labels, v), TypeError, r"key must be a PRNG key"),
+            ((key, p1[0], x, labels, v), TypeError, r"params_init must be a list of layers"),
+            ((key, [p1[1], p1[0]], x, labels, v), ValueError,
+             r"params_init\[1\]\['w'\] has d_in = 6 rows but params_init\[0\]\['w'\] has "
+             r"d_out = 3 columns"),
+            ((key, p1, x[:, :5], labels, v), ValueError,
+             r"x must have the net's d_in = 6 features .*got shape \(8, 5\)"),
+            ((key, p1, x, labels, dgl.LayerVariances(v.w_var.at[1].set(-1.0), v.b_var)),
+             ValueError, r"variances\.w_var must be >= 0\.0"),
+            ((key, p1, x, labels, dgl.LayerVariances(v.w_var, v.b_var.at[0].set(jnp.inf))),
+             ValueError, r"variances\.b_var must be finite")):
+        with pytest.raises(exc, match=rf"^lego: {what}"):
+            dgl.lego(*args, cfg, progress=False)

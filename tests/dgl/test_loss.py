@@ -407,3 +407,74 @@ def test_hessian_of_dgl_features_with_a_relu_top_kernel(x64, duplicate):
     fd = (g(h + e * d) - g(h - e * d)) / (2 * e)
     np.testing.assert_allclose(jnp.einsum("ijkl,kl->ij", hess, d), fd, rtol=1e-5,
                                atol=1e-5 * float(jnp.max(jnp.abs(fd))))
+
+
+def test_loss_errors_name_the_public_function_called():
+    """The shared square/kernel checks and the rank checks of dgl_linear and ib_pairwise_loss
+    once raised "K must be ..." / "H must be ..." without the function's name; each message
+    now starts with the public function the user called."""
+    H, Y = _data(9, 6, 2, 2)
+    K = H @ H.T + np.eye(6)
+    for fn, f in (("dgl_loss", lambda k: dgl.dgl_loss(k, Y[:len(k)], eps2=0.1)),
+                  ("loo_residuals", lambda k: dgl.loo_residuals(k, Y[:len(k)], eps2=0.1)),
+                  ("check_kernel", lambda k: dgl.check_kernel(k, 0.1, Y[:len(k)]))):
+        with pytest.raises(ValueError, match=rf"^{fn}: K must be a square \(N, N\) kernel "
+                                             r"matrix, got shape \(6, 5\)\."):
+            f(K[:, :5])
+        with pytest.raises(ValueError, match=rf"^{fn}: K must have N >= 2 rows: .*N = 2 "
+                                             r"training points .*got shape \(1, 1\)\."):
+            f(K[:1, :1])
+        with pytest.raises(ValueError, match=rf"^{fn}: K \+ eps2\*I is not positive definite"):
+            f(K - 20.0 * np.eye(6))
+        with pytest.raises(ValueError, match=rf"^{fn}: K is not symmetric"):
+            f(K + np.triu(np.ones((6, 6)), 1))
+        with pytest.raises(ValueError, match=rf"^{fn}: K has 1 non-finite entries"):
+            f(np.where(np.eye(6, dtype=bool) & (np.arange(6) == 0), np.nan, K))
+    with pytest.raises(ValueError, match=r"^check_kernel: Y has 1 non-finite entries"):
+        dgl.check_kernel(K, 0.1, np.where(np.arange(12).reshape(6, 2) == 3, np.inf, Y))
+    with pytest.raises(ValueError, match=r"^check_kernel: eps2 must be >= 0\.0 .*got -1\.0"):
+        dgl.check_kernel(K, -1.0)
+    with pytest.raises(ValueError, match=r"^check_kernel: eps2 must be finite"):
+        dgl.check_kernel(K, np.nan)
+    with pytest.raises(TypeError, match=r"^check_kernel: K must be an array, got None"):
+        dgl.check_kernel(None)
+    with pytest.raises(ValueError, match=r"^dgl_linear: H must be \[N, d\] representations "
+                                         r"\(rank 2\), got shape \(6,\)\."):
+        dgl.dgl_linear(H[:, 0], Y, eps2=0.1)
+    with pytest.raises(ValueError, match=r"^ib_pairwise_loss: H must be \[N, d\] "
+                                         r"representations \(rank 2\), got shape \(6,\)\."):
+        dgl.ib_pairwise_loss(H[:, 0], Y, beta=1.0, eta=1.0)
+    with pytest.raises(TypeError, match=r"^ib_pairwise_loss: H must be an array, got None"):
+        dgl.ib_pairwise_loss(None, Y, beta=1.0, eta=1.0)
+
+
+def test_dgl_subsets_exact_checks_its_arguments():
+    """batch_size 0 or 1 once reached a vmap over empty / 1-point subsets (an error naming
+    dgl_loss, or a reshape error), batch_size > N an empty index array, a float batch_size
+    itertools; now each is named, as in dgl_minibatch, before any subset is enumerated."""
+    H, Y = _data(3, 5, 2, 2)
+    kf = lambda h: h @ h.T + np.eye(len(h))  # noqa: E731
+
+    def f(**kw):
+        return dgl.dgl_subsets_exact(H, Y, kf, **{"batch_size": 3, "eps2": 0.1, **kw})
+
+    for bs in (0, 1, 6, -2):
+        with pytest.raises(ValueError, match=rf"^dgl_subsets_exact: batch_size must be in "
+                                             rf"\[2, N = 5\] .*got {bs}\."):
+            f(batch_size=bs)
+    for bs in (2.0, None, "3", True):
+        with pytest.raises(TypeError, match=r"^dgl_subsets_exact: batch_size must be an "
+                                            r"integer"):
+            f(batch_size=bs)
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: eps2 must be >= 0\.0"):
+        f(eps2=-0.1)
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: eps2 must be a scalar"):
+        f(eps2=np.full(3, 0.1))
+    with pytest.raises(TypeError, match=r"^dgl_subsets_exact: kernel_fn must be callable"):
+        dgl.dgl_subsets_exact(H, Y, None, batch_size=3, eps2=0.1)
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: Y must have shape \(N, C\)"):
+        dgl.dgl_subsets_exact(H, Y[:4], kf, batch_size=3, eps2=0.1)
+    big = np.zeros((40, 1))
+    with pytest.raises(ValueError, match=r"^dgl_subsets_exact: batch_size=20 with N=40 points "
+                                         r"would enumerate C\(40, 20\) = 137846528820 subsets"):
+        dgl.dgl_subsets_exact(big, big, kf, batch_size=20, eps2=0.1)

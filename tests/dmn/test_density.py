@@ -283,3 +283,14 @@ def test_num_components_refuses_non_finite_eigenvalues():
         with pytest.raises(ValueError, match=r"num_components: eigvals must be finite, got "):
             D.num_components(np.array(lam), 0.9)
     assert D.num_components(np.array([3.0, 1.0]), 0.75) == 1  # finite input unchanged
+
+
+def test_density_init_refuses_integer_accumulators():
+    """Integer running sums once truncated every real chunk cast into them silently."""
+    with pytest.raises(TypeError, match=r"^density_init: dtype must be a floating-point dtype "
+                                        r".*got int32\."):
+        D.density_init(3, 2, jnp.int32)
+    with pytest.raises(TypeError, match=r"^density_from_chunks: dtype .*got int64\."):
+        D.density_from_chunks([], 3, 2, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^density_init: num_classes must be >= 1, got 0"):
+        D.density_init(0, 2)

@@ -447,3 +447,35 @@ def test_target_messages_name_the_function():
         g.output_target(logits, jnp.array([0, 1, 1]), target="foo")
     with pytest.raises(ValueError, match=r"output_target: loss must be one of"):
         g.output_target(logits, jnp.array([0, 1, 1]), loss="hinge")
+
+
+def test_gn_residual_checks_its_arguments(key):
+    """gn_residual once passed everything to jax.jvp: a target of another shape failed in
+    ``sub`` ("incompatible shapes for broadcasting"), a delta of another structure, shape or
+    dtype in jvp, a bad x or frozen named revmlp_apply, and a NaN target gave NaN."""
+    p, f = g.revmlp_init(key, 4, 2, bottleneck=5)
+    x = jax.random.normal(jax.random.key(1), (3, 4))
+    eps = jax.random.normal(jax.random.key(2), (3, 4))
+    d = jax.tree.map(jnp.zeros_like, p)
+    for args, exc, what in (
+            ((p, f, x, d, eps[:2]), ValueError, r"target must have the shape of x \(3, 4\) "
+                                                r".*got \(2, 4\)"),
+            ((p, f, x, d, eps[:, :2]), ValueError, r"target must have shape \(n, 4\)"),
+            ((p, f, x, d, eps.at[0, 0].set(jnp.nan)), ValueError, r"target has 1 non-finite"),
+            ((p, f, x[:, :2], d, eps), ValueError, r"x must have shape \(n, 4\)"),
+            ((p, None, x, d, eps), TypeError, r"frozen must be the RevMLPFrozen"),
+            ((p, f, x, {"w1": d["w1"]}, eps), TypeError,
+             r"delta must be a dict with the keys of params \['b1', 'b2', 'w1', 'w2'\] .*"
+             r"got \['w1'\]"),
+            ((p, f, x, [d], eps), TypeError, r"delta must be a dict .*got list"),
+            ((p, f, x, {**d, "w1": d["w1"][:1]}, eps), ValueError,
+             r"delta\['w1'\] must have the shape of params\['w1'\] \(2, 5, 2\), got \(1, 5, 2\)"),
+            ((p, f, x, {**d, "b1": d["b1"].astype(jnp.bfloat16)}, eps), TypeError,
+             r"delta\['b1'\] has dtype bfloat16 but the parameters are float32"),
+            ((p, f, x, {**d, "b2": d["b2"].astype(jnp.int32)}, eps), TypeError,
+             r"delta\['b2'\] must hold floating-point values")):
+        with pytest.raises(exc, match=rf"^gn_residual: {what}"):
+            g.gn_residual(*args)
+    # the static checks run under jit too (at trace time)
+    with pytest.raises(ValueError, match=r"^gn_residual: target must have the shape of x"):
+        jax.jit(lambda e: g.gn_residual(p, f, x, d, e))(eps[:2])

@@ -220,3 +220,16 @@ def test_malformed_params_and_frozen_are_rejected(x64):
         g.gn_direction({**params, "b2": params["b2"][:, :1]}, frozen, x, x)
     with pytest.raises(ValueError, match=r"revmlp_inverse: params\['w2'\]"):
         g.revmlp_inverse({**params, "w2": params["w2"][:, :3]}, frozen, x)
+
+
+def test_init_refuses_integer_and_complex_dtypes(key):
+    """An integer dtype once reached JAX's random draws ("dtype argument to `uniform` must
+    be a float dtype"), naming neither the function nor the argument."""
+    for dt in (jnp.int32, jnp.uint8, jnp.complex64):
+        name = jnp.dtype(dt).name
+        with pytest.raises(TypeError, match=rf"^revmlp_init: dtype must be a floating-point "
+                                            rf"dtype .*got {name}\."):
+            g.revmlp_init(key, 4, 2, bottleneck=3, dtype=dt)
+        with pytest.raises(TypeError, match=rf"^readout_init: dtype must be a floating-point "
+                                            rf"dtype .*got {name}\."):
+            g.readout_init(key, 4, 2, dtype=dt)

@@ -708,3 +708,25 @@ def test_argument_errors_name_the_data_leaf_and_refuse_eval_at_start_alone(key):
         loop.fit(step, st, (jnp.ones((5, 2)), jnp.ones(())), key=key, steps=2)
     with pytest.raises(ValueError, match="eval_at_start=True given without eval_fn"):
         loop.fit(step, st, jnp.ones((4, 1)), key=key, steps=2, eval_at_start=True)
+
+
+def test_max_to_keep_without_checkpoint_dir_is_refused(key, tmp_path):
+    """max_to_keep given without checkpoint_dir was accepted and unused (a typo'd or missing
+    directory trained without checkpoints silently); now a ValueError naming both, before
+    tracing.  Left out or None it stays fine; a Checkpointing needs a directory."""
+    def step(s, b, k):
+        return s + 1.0, {"loss": s}
+
+    data = jnp.ones((4, 1))
+    for keep in (1, 2, 5):  # 2 is the default's value: given, it is still refused
+        with pytest.raises(ValueError, match=rf"^fit: max_to_keep={keep} given without "
+                                             r"checkpoint_dir"):
+            loop.fit(step, jnp.zeros(()), data, key=key, steps=1, progress=False,
+                     max_to_keep=keep)
+    with pytest.raises(ValueError, match=r"^fit: checkpoint\.directory must be a directory "
+                                         r"path, got None"):
+        loop.fit(step, jnp.zeros(()), data, key=key, steps=1, progress=False,
+                 checkpoint=loop.Checkpointing(None))
+    for kw in ({}, {"max_to_keep": None}):
+        st, _ = loop.fit(step, jnp.zeros(()), data, key=key, steps=2, progress=False, **kw)
+        assert float(st) == 2.0

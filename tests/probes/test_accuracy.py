@@ -70,11 +70,13 @@ def test_accuracy_rejects_bad_shapes_and_labels():
         P.accuracy(jnp.zeros(4), jnp.zeros(4, jnp.int32))
     with pytest.raises(ValueError, match=r"logits must have at least 1 rows"):
         P.accuracy(jnp.zeros((0, 3)), jnp.zeros(0, jnp.int32))
-    with pytest.raises(ValueError, match=r"labels: integer labels must lie in \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"^accuracy: labels must be integer labels in \[0, 3\)"):
         P.accuracy(z, jnp.array([0, 1, 2, 3]))
-    with pytest.raises(ValueError, match=r"labels: expected 4 labels"):
+    with pytest.raises(ValueError, match=r"^accuracy: labels must have 4 labels \(one per "
+                                         r"sample\), got 3"):
         P.accuracy(z, jnp.array([0, 1, 2]))
-    with pytest.raises(ValueError, match=r"labels: one-hot rows must have 3 columns"):
+    with pytest.raises(ValueError, match=r"^accuracy: labels as one-hot rows \[N, C\] must "
+                                         r"have C = 3 columns"):
         P.accuracy(z, jnp.zeros((4, 2)))
-    with pytest.raises(TypeError, match=r"labels: \[N\] labels must be integers"):
+    with pytest.raises(TypeError, match=r"^accuracy: labels of shape \[N\] must hold integer"):
         P.accuracy(z, jnp.zeros(4))

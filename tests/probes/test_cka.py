@@ -401,3 +401,10 @@ def test_hsic_and_cka_need_two_samples_and_zero_kernels_give_zero():
     nan_k[0, 0] = np.nan
     assert np.isnan(float(jax.jit(P.kernel_alignment)(nan_k, np.zeros_like(k))))
     assert np.isnan(float(jax.jit(P.cka)(nan_k, np.zeros_like(k))))
+
+
+def test_minibatch_cka_init_refuses_integer_accumulators():
+    """Integer running sums once truncated each minibatch's HSIC terms silently."""
+    with pytest.raises(TypeError, match=r"^minibatch_cka_init: dtype must be a floating-point "
+                                        r"dtype .*got int32\."):
+        P.minibatch_cka_init(jnp.int32)

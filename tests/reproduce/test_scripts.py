@@ -338,3 +338,36 @@ def test_help_says_what_the_committed_record_cost(capsys):
     w = rec["wall_s"]
     took = f"{w / 60:.1f} min" if w >= 120 else f"{w:.0f} s"
     assert f"{took} on {rec['machine']['device_kind']}" in out
+
+
+@pytest.mark.parametrize("name", ["_gnrev_ntk_rate", "_gnrev_ntk_rate_claims"])
+def test_ntk_rate_ablation_scripts_run_only_as_main(name):
+    """Importing them once parsed sys.argv and trained (_gnrev_ntk_rate) or rewrote a JSON
+    (_gnrev_ntk_rate_claims); now the work is in main(), run by ``python -m``."""
+    code = ("import sys\n"
+            "sys.argv = ['x', '--no-such-flag', '/nonexistent.json']\n"
+            f"import reproduce.{name} as m\n"
+            "assert callable(m.main)\n"
+            "print('IMPORTED', 'jax' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "IMPORTED False"
+
+
+def test_ntk_rate_claims_main_rewrites_the_committed_claims(tmp_path, capsys):
+    """``main([path])`` (what ``python -m reproduce._gnrev_ntk_rate_claims path`` runs) decides
+    the same claims as the committed ablation record holds; _gnrev_ntk_rate's main parses its
+    argv and refuses a run without arms before training."""
+    from reproduce import _gnrev_ntk_rate, _gnrev_ntk_rate_claims
+
+    src = REPO / "results" / "gnrev" / "ablation" / "ntk_rate_cifar10.json"
+    path = tmp_path / "ntk_rate_cifar10.json"
+    want = json.loads(src.read_text())["claims_by_adam_rate"]
+    shutil.copy(src, path)
+    assert _gnrev_ntk_rate_claims.main([str(path)]) == 0
+    assert json.loads(path.read_text())["claims_by_adam_rate"] == want
+    assert f"wrote claims_by_adam_rate into {path}" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        _gnrev_ntk_rate.main(["--gn-rates", "", "--adam-rates", "", "--sgd-rate", "0"])
+    assert e.value.code == 2 and "no arms" in capsys.readouterr().err

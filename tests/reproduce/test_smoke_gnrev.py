@@ -180,7 +180,7 @@ def test_variants_long_without_adam_decides_only_the_claims_it_can(tmp_path):
 
 
 def test_ntk_rate_ablation_decides_fig3_from_its_own_adam_and_sgd(tmp_path):
-    # reproduce/_gnrev_ntk_rate.py (top-level script, run as a process): with one Adam and one
+    # reproduce/_gnrev_ntk_rate.py (run as a process, python -m): with one Adam and one
     # SGD arm it decides Fig. 3's claims for each GN arm by the records' rule, recomputed here
     # from the per-epoch curves it writes; --baselines-first trains (and lists) them first
     import json
