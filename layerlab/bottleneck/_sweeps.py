@@ -283,7 +283,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
     widths = [check_int(w, "widths[i]", fn=fn, min_value=1) for w in widths]
     max_width = max(widths) if max_width is None else check_int(
         max_width, "max_width", fn=fn, min_value=max(widths))
-    n_out = int(cost_output_dim(y, cost))
+    n_out = int(cost_output_dim(y, cost, fn=fn))
     if cost is mse_cost and y.ndim == 1:  # integer labels -> one-hot MSE targets
         y = as_targets(y, n_out, name="y", n=x.shape[0], dtype=x.dtype, fn=fn)
     sizes = [x.shape[1]] + [max_width] * (depth - 1) + [n_out]
@@ -357,12 +357,12 @@ def _phase_step_cached(phase, cost, beta, activation, *opt):
     return polish_step(cost, beta=beta, activation=activation)
 
 
-def cost_output_dim(y, cost) -> int:
+def cost_output_dim(y, cost, *, fn: str = "cost_output_dim") -> int:
     """Output width implied by the targets: ``y.shape[1]`` (regression) or ``max(y) + 1``."""
     y = np.asarray(y)
     if y.ndim == 2:
         return y.shape[1]
     if y.ndim == 1 and np.issubdtype(y.dtype, np.integer):
         return int(y.max()) + 1
-    raise ValueError(f"targets must be [N, n_out] floats or [N] int labels; got {y.shape} "
-                     f"{y.dtype}.")
+    raise ValueError(f"{fn}: y must be [N, n_out] float targets or [N] integer labels, got "
+                     f"shape {y.shape} dtype {y.dtype}.")

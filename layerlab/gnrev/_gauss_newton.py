@@ -462,7 +462,8 @@ def gn_residual(
         dtype.
 
     Returns:
-      scalar relative residual (0 for an exact right inverse).
+      scalar relative residual (0 for an exact right inverse).  For a zero target it is 0
+      when ``J Δθ`` is zero too and ``inf`` otherwise.
 
     References:
       Theorem 4.3 of Buffelli et al. 2024 (right-inverse property ``J J^⊣ = I``).
@@ -490,7 +491,10 @@ def gn_residual(
                             f"{params[k].dtype}; cast it with .astype (gn_direction returns "
                             "the parameters' dtype).")
     _, jd = jax.jvp(lambda p: revmlp_apply(p, frozen, x), (params,), (delta,))
-    return jnp.linalg.norm(jd - target) / jnp.maximum(jnp.linalg.norm(target), 1e-30)
+    r, t = jnp.linalg.norm(jd - target), jnp.linalg.norm(target)
+    # a zero target: 0 when J delta is zero too, else inf (no relative error is defined; a
+    # floor such as 1e-30 turned any nonzero J delta into a huge finite number)
+    return jnp.where(t > 0, r / jnp.where(t > 0, t, 1), jnp.where(r > 0, jnp.inf, 0.0))
 
 
 def _as_targets(labels, num_outputs, dtype, *, fn, loss=None):

@@ -172,3 +172,13 @@ def test_zero_adam_steps_evaluates_the_initial_network(key):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(r0["loss"][0, 0], _by_hand_loss(p0, xi, np.eye(2)[y], 0.1),
                                rtol=1e-5)
+
+
+def test_float_label_vector_is_refused_by_name():
+    # [N] float targets: neither [N, n_out] targets nor integer labels
+    x = jnp.eye(4)
+    msg = (r"^width_sweep: y must be \[N, n_out\] float targets or \[N\] integer labels, "
+           r"got shape \(4,\) dtype float32")
+    with pytest.raises(ValueError, match=msg):
+        bn.width_sweep(jax.random.key(0), x, jnp.arange(4.0), widths=[1], depth=2,
+                       cost=bn.mse_cost, lam=1e-2, progress=False)

@@ -479,3 +479,19 @@ def test_gn_residual_checks_its_arguments(key):
     # the static checks run under jit too (at trace time)
     with pytest.raises(ValueError, match=r"^gn_residual: target must have the shape of x"):
         jax.jit(lambda e: g.gn_residual(p, f, x, d, e))(eps[:2])
+
+
+def test_gn_residual_of_a_zero_target_is_zero_or_inf(x64, key):
+    # no relative error exists for eps = 0: 0 if J delta = 0 as well, inf otherwise (a 1e-30
+    # floor once turned any nonzero J delta into a huge finite "relative" residual)
+    p, f = _perturbed(key, 4, 1, bottleneck=8)
+    x = jax.random.normal(jax.random.key(1), (3, 4))
+    zero = jnp.zeros_like(x)
+    d0 = jax.tree.map(jnp.zeros_like, p)
+    assert float(g.gn_residual(p, f, x, d0, zero)) == 0.0
+    d1 = g.gn_direction(p, f, x, jax.random.normal(jax.random.key(2), (3, 4)))
+    assert float(g.gn_residual(p, f, x, d1, zero)) == float("inf")
+    eps = jax.random.normal(jax.random.key(3), (3, 4))  # a nonzero target: the plain ratio
+    jd = jax.jvp(lambda q: g.revmlp_apply(q, f, x), (p,), (d1,))[1]
+    np.testing.assert_allclose(g.gn_residual(p, f, x, d1, eps),
+                               np.linalg.norm(jd - eps) / np.linalg.norm(eps), rtol=1e-12)

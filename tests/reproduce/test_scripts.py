@@ -371,3 +371,31 @@ def test_ntk_rate_claims_main_rewrites_the_committed_claims(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         _gnrev_ntk_rate.main(["--gn-rates", "", "--adam-rates", "", "--sgd-rate", "0"])
     assert e.value.code == 2 and "no arms" in capsys.readouterr().err
+
+
+_SAFE_CALLS = {"pathlib.Path", "pathlib.Path(__file__).resolve", "time.perf_counter",
+               "re.compile", "dict", "tuple", "frozenset"}
+
+
+def test_no_reproduce_module_does_work_when_imported():
+    """Every ``reproduce/*.py`` runs only from ``main()`` under ``if __name__ == "__main__"``:
+    importing one (a test, ``make_index``, a user's ``help()``) must not parse sys.argv,
+    train or write files.  Checked on the source: the module level holds only imports,
+    definitions, the docstring, the ``__main__`` guard and constants (``_SAFE_CALLS``)."""
+    import ast
+    bad = []
+    for path in sorted((REPO / "reproduce").glob("*.py")):
+        for s in ast.parse(path.read_text()).body:
+            if isinstance(s, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+                continue
+            if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
+                continue
+            if isinstance(s, ast.If) and ast.unparse(s.test) in ('__name__ == "__main__"',
+                                                                 "__name__ == '__main__'"):
+                continue
+            if isinstance(s, (ast.Assign, ast.AnnAssign)) and all(
+                    ast.unparse(n.func) in _SAFE_CALLS
+                    for n in ast.walk(s) if isinstance(n, ast.Call)):
+                continue
+            bad.append(f"{path.name}:{s.lineno}: {ast.unparse(s).splitlines()[0][:70]}")
+    assert not bad, "module-level work in reproduce/ (move it into main()):\n" + "\n".join(bad)
