@@ -293,11 +293,20 @@ def check_float_dtype(dtype: Any, name: str = "dtype", *, fn: str | None = None)
     """A floating-point dtype (float16/bfloat16/float32/float64) for parameters or running
     sums; returns it as a ``numpy.dtype``.
 
-    Static.  An integer, bool or complex dtype is refused with a ``TypeError``: random draws
-    cannot be made in it (JAX's own error names neither the function nor the argument) and
-    sums kept in it would truncate every real value added to them.
+    Static.  A dtype is a ``numpy.dtype``, a scalar type (``jnp.float32``, ``np.float64``,
+    ``float``) or its name (``"float32"``); an array or a number in its place is refused with
+    a ``TypeError`` (``jnp.dtype(x)`` would read its dtype).  An integer, bool or complex
+    dtype is refused with a ``TypeError`` too: random draws cannot be made in it (JAX's own
+    error names neither the function nor the argument) and sums kept in it would truncate
+    every real value added to them.
     """
     where = _where(fn)
+    if dtype is not None and not isinstance(dtype, (str, np.dtype, type)):
+        # an array or a number: jnp.dtype(x) would read an array's dtype (deprecated)
+        hint = (f" of shape {tuple(np.shape(dtype))}; pass its .dtype if that was meant"
+                if hasattr(dtype, "shape") and hasattr(dtype, "dtype") else "")
+        raise TypeError(f"{where}{name} must be a floating-point dtype (e.g. jnp.float32), "
+                        f"got a value of type {type(dtype).__name__}{hint}.")
     try:
         if dtype is None:  # numpy reads None as float64
             raise TypeError("None")

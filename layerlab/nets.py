@@ -98,7 +98,8 @@ def mlp_init(
       init: one of ``"glorot"``, ``"he"``, ``"lecun"``, ``"ntk"``, ``"normal"``, ``"torch"``.
       w_std: weight scale multiplier (or the absolute std for ``"normal"``), a scalar.
       b_std: bias standard deviation (0 gives zero biases), a scalar.
-      dtype: parameter dtype, floating-point.
+      dtype: parameter dtype, floating-point (an integer, bool or complex dtype, or an array
+        in place of a dtype, is refused with a ``TypeError``).
 
     Returns:
       ``L`` dicts ``{"w": [d_{l-1}, d_l], "b": [d_l]}``.

@@ -343,7 +343,7 @@ for name, kw, exc, arg in [
     ("eval_every=0", dict(eval_every=0, eval_fn=lambda s: {}), ValueError, "eval_every"),
     ("chunk_size=0", dict(chunk_size=0), ValueError, "chunk_size"),
     ("checkpoint_every.nodir", dict(checkpoint_every=2), ValueError, "checkpoint_dir"),
-    ("max_to_keep=0", dict(max_to_keep=0), ValueError, "max_to_keep"),
+    ("max_to_keep=0", dict(max_to_keep=0), ValueError, r"fit: max_to_keep must be >= 1, got 0"),
     ("key=None", dict(key=None), ValueError, "key"),
     ("key=int", dict(key=3), TypeError, "key"),
     ("empty data", dict(data=(X[:0], Y1H[:0])), ValueError, "0 samples"),

@@ -116,6 +116,25 @@ def test_check_key_single_typed_or_raw_keys():
     assert out.shape == (2,)
 
 
+def test_check_float_dtype_refuses_an_array_or_a_number_in_place_of_a_dtype():
+    """jnp.dtype(x) reads an array's dtype: dmn.density_init(3, 4, x) once took the array x
+    as its dtype silently."""
+    from layerlab import dmn
+
+    x = jnp.ones((5, 4))
+    for bad, what in ((x, r"a value of type ArrayImpl of shape \(5, 4\); pass its \.dtype"),
+                      (np.ones(3, np.float32), r"a value of type ndarray of shape \(3,\)"),
+                      (np.float32(1.0), r"a value of type float32 of shape \(\)"),
+                      (1.0, r"a value of type float\.$")):
+        with pytest.raises(TypeError, match=rf"^f: dtype must be a floating-point dtype "
+                                            rf"\(e\.g\. jnp\.float32\), got {what}"):
+            C.check_float_dtype(bad, fn="f")
+    with pytest.raises(TypeError, match=r"^density_init: dtype must be a floating-point dtype"):
+        dmn.density_init(3, 4, x)
+    for ok in (jnp.float32, np.float64, float, "bfloat16", np.dtype("float16"), x.dtype):
+        assert C.check_float_dtype(ok) == jnp.dtype(ok)
+
+
 def test_check_float_dtype_refuses_integer_bool_complex_and_none():
     assert C.check_float_dtype(jnp.bfloat16, fn="f") == jnp.bfloat16
     assert C.check_float_dtype("float16") == np.float16

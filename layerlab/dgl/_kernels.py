@@ -24,14 +24,13 @@ from jax.typing import ArrayLike
 
 from layerlab._checks import (
     check_array,
-    check_finite,
     check_int,
     check_key,
     check_number,
     is_concrete,
     promote_float,
 )
-from layerlab.kernels import relu_nngp
+from layerlab.kernels._closed_form import _fc_kernels
 
 __all__ = [
     "LayerVariances",
@@ -49,15 +48,18 @@ def _variance_vector(v, name: str, *, fn: str, length: int | None = None,
                      scalar: bool = False) -> jax.Array:
     """Per-layer prior variances ``v`` (fan-in convention) as a 1-d array; returns it.
 
-    Static (also under ``jit``): a real array of rank 1 (rank 0 too with ``scalar=True``: one
-    value for every layer), of ``length`` entries when given.  Eager only: finite and
-    ``>= 0`` (each is a variance; a negative or infinite one gave NaN draws or kernels).
+    Static (also under ``jit``): a real array of rank 1, of ``length`` entries when given.
+    With ``scalar=True`` also one value for every layer: rank 0, or one entry when ``length``
+    is given (returned as given; the caller broadcasts).  Eager only: finite and ``>= 0``
+    (each is a variance; a negative or infinite one gave NaN draws or kernels).
     """
     v = check_array(v, name, fn=fn, kind="real")
-    if not (v.ndim == 0 and scalar) and (
+    one = scalar and (v.ndim == 0 or (v.ndim == 1 and v.shape[0] == 1))
+    if not one and (
             v.ndim != 1 or (length is not None and v.shape[0] != length) or v.shape[0] == 0):
-        want = "a scalar or " if scalar else ""
-        size = f"{length} entries" if length is not None else "at least one entry"
+        want = "one value for every layer (a scalar or 1 entry) or " if scalar else ""
+        size = ("at least one entry" if length is None else
+                f"{length} {'entry' if length == 1 else 'entries'}")
         raise ValueError(f"{fn}: {name} must be {want}1-d with {size} (one variance per dense "
                          f"layer), got shape {tuple(v.shape)}.")
     check_number(v, name, fn=fn, min_value=0.0,
@@ -65,15 +67,37 @@ def _variance_vector(v, name: str, *, fn: str, length: int | None = None,
     return v
 
 
-def _check_layer_variances(v, name: str, *, fn: str) -> tuple[jax.Array, jax.Array]:
+def _check_layer_variances(v, name: str, *, fn: str,
+                           scalar: bool = False) -> tuple[jax.Array, jax.Array]:
     """``v.w_var`` and ``v.b_var``: 1-d of one equal length (static), finite and >= 0
-    (eager only)."""
+    (eager only); returned 1-d.  With ``scalar=True`` a 0-d one is taken as one entry (as
+    :func:`top_kernel` takes it: ``jnp.atleast_1d``)."""
     if not (hasattr(v, "w_var") and hasattr(v, "b_var")):
         raise TypeError(f"{fn}: {name} must be a LayerVariances(w_var, b_var), got "
                         f"{type(v).__name__}.")
-    w = _variance_vector(v.w_var, f"{name}.w_var", fn=fn)
-    b = _variance_vector(v.b_var, f"{name}.b_var", fn=fn, length=w.shape[0])
+    if scalar:
+        w = jnp.atleast_1d(check_array(v.w_var, f"{name}.w_var", fn=fn, kind="real"))
+        b = jnp.atleast_1d(check_array(v.b_var, f"{name}.b_var", fn=fn, kind="real"))
+    else:
+        w, b = v.w_var, v.b_var
+    w = _variance_vector(w, f"{name}.w_var", fn=fn)
+    b = _variance_vector(b, f"{name}.b_var", fn=fn, length=w.shape[0])
     return w, b
+
+
+def _check_layer(p, name: str, *, fn: str) -> None:
+    """``p`` is one dense layer ``{"w": [d_in, d_out], "b": [d_out]}``; static (shapes only,
+    also under ``jit``).  ``name`` is the user's name for it (``layer``, ``params[2]``)."""
+    if not (isinstance(p, dict) and "w" in p and "b" in p):
+        got = sorted(map(str, p)) if isinstance(p, dict) else type(p).__name__
+        raise TypeError(f"{fn}: {name} must be a dict {{'w': [d_in, d_out], 'b': "
+                        f"[d_out]}}, got {got}.")
+    w = check_array(p["w"], f"{name}['w']", fn=fn, ndim=2, kind="real")
+    b = check_array(p["b"], f"{name}['b']", fn=fn, ndim=1, kind="real")
+    if b.shape[0] != w.shape[1]:
+        raise ValueError(f"{fn}: {name}['b'] must have d_out = {w.shape[1]} entries "
+                         f"(the columns of {name}['w'] {tuple(w.shape)}), got shape "
+                         f"{tuple(b.shape)}.")
 
 
 def _check_mlp_params(params, name: str, *, fn: str) -> None:
@@ -86,18 +110,10 @@ def _check_mlp_params(params, name: str, *, fn: str) -> None:
         raise ValueError(f"{fn}: {name} must hold at least one layer, got an empty "
                          f"{type(params).__name__}.")
     for i, p in enumerate(params):
-        if not (isinstance(p, dict) and "w" in p and "b" in p):
-            got = sorted(map(str, p)) if isinstance(p, dict) else type(p).__name__
-            raise TypeError(f"{fn}: {name}[{i}] must be a dict {{'w': [d_in, d_out], 'b': "
-                            f"[d_out]}}, got {got}.")
-        w = check_array(p["w"], f"{name}[{i}]['w']", fn=fn, ndim=2, kind="real")
-        b = check_array(p["b"], f"{name}[{i}]['b']", fn=fn, ndim=1, kind="real")
-        if b.shape[0] != w.shape[1]:
-            raise ValueError(f"{fn}: {name}[{i}]['b'] must have d_out = {w.shape[1]} entries "
-                             f"(the columns of {name}[{i}]['w'] {tuple(w.shape)}), got shape "
-                             f"{tuple(b.shape)}.")
-        if i and w.shape[0] != jnp.shape(params[i - 1]["w"])[1]:
-            raise ValueError(f"{fn}: {name}[{i}]['w'] has d_in = {w.shape[0]} rows but "
+        _check_layer(p, f"{name}[{i}]", fn=fn)
+        w = p["w"]
+        if i and jnp.shape(w)[0] != jnp.shape(params[i - 1]["w"])[1]:
+            raise ValueError(f"{fn}: {name}[{i}]['w'] has d_in = {jnp.shape(w)[0]} rows but "
                              f"{name}[{i - 1}]['w'] has d_out = "
                              f"{jnp.shape(params[i - 1]['w'])[1]} columns: not one MLP.")
 
@@ -152,9 +168,11 @@ def top_kernel(
     for name, v in (("w_var", w_var), ("b_var", b_var)):
         check_number(v, name, fn=fn, min_value=0.0,
                      what="a variance per layer, fan-in convention")  # eager only
-    for name, x in (("h", h), ("h2", h2)):
-        check_finite(x, name, fn=fn)  # eager only
-    return relu_nngp(h, h2, depth=w_var.shape[0] - 1, w_var=w_var, b_var=b_var)
+    # relu_nngp's own route, its messages naming top_kernel and h/h2 (it checks h and h2 are
+    # finite, eagerly: once, not here again)
+    return _fc_kernels(h, h2, depth=w_var.shape[0] - 1, w_var=w_var, b_var=b_var,
+                       activation="relu", diagonal=False, return_all_layers=False,
+                       with_ntk=False, fn=fn, names=("h", "h2")).nngp
 
 
 def top_kernel_fn(w_var: ArrayLike, b_var: ArrayLike) -> Callable[[jax.Array], jax.Array]:
@@ -214,9 +232,9 @@ def sample_relu_outputs(
       key: PRNG key. x: ``[N, d]`` inputs (integer or half-precision inputs are computed in
         float32, as :func:`layerlab._checks.promote_float`). widths: ``[D]`` hidden widths
         (positive integers).
-      w_var, b_var: ``[D + 1]`` variances (fan-in convention), or one scalar for every
-        layer; finite and ``>= 0`` (a zero variance is a zero weight or bias, as in
-        :func:`top_kernel`; checked eagerly).
+      w_var, b_var: ``[D + 1]`` variances (fan-in convention), or one value for every
+        layer (a scalar or a length-1 array); finite and ``>= 0`` (a zero variance is a
+        zero weight or bias, as in :func:`top_kernel`; checked eagerly).
       num_samples: number of independent networks (``>= 1``). out_dim: outputs per network
         (``>= 1``).
 

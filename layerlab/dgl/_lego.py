@@ -37,6 +37,7 @@ from layerlab.nets import mlp_apply
 
 from ._kernels import (
     LayerVariances,
+    _check_layer,
     _check_layer_variances,
     _check_mlp_params,
     mf_variances,
@@ -166,6 +167,22 @@ def train_end_to_end(
     return state.params, hist
 
 
+def _check_layer_dgl_inputs(layer, h_prev, y, top, *, fn: str):
+    """:func:`layer_dgl`'s ``layer``, ``h_prev``, ``y`` and ``top`` (shapes static, variance
+    values eager only); returns ``(h_prev, y [N, C], w_var [D + 1], b_var [D + 1])``.  ``fn``
+    is the public function called (``layer_dgl`` or ``train_layer_dgl``)."""
+    _check_layer(layer, "layer", fn=fn)
+    h_prev = check_array(h_prev, "h_prev", fn=fn, ndim=2, kind="real")
+    d_prev = jnp.shape(layer["w"])[0]
+    if h_prev.shape[1] != d_prev:
+        raise ValueError(f"{fn}: h_prev must have the layer's d_prev = {d_prev} features "
+                         f"(the rows of layer['w'] {tuple(jnp.shape(layer['w']))}), got shape "
+                         f"{tuple(h_prev.shape)}.")
+    y = _as_2d_targets(y, h_prev.shape[0], name="y", fn=fn)
+    w_var, b_var = _check_layer_variances(top, "top", fn=fn, scalar=True)
+    return h_prev, y, w_var, b_var
+
+
 def layer_dgl(
     layer: dict,
     h_prev: jax.Array,
@@ -186,7 +203,8 @@ def layer_dgl(
       y: ``[N, C]`` targets (integer labels ``[N]`` are refused, as in :func:`dgl_loss`:
         one-hot them, e.g. ``layerlab.data.as_targets(y, C)``).
       top: :class:`LayerVariances` ``[D + 1]`` of the top network (layers above; finite and
-        ``>= 0``, checked eagerly).
+        ``>= 0``, checked eagerly); 0-d ``w_var``/``b_var`` are one layer (``D = 0``, the
+        linear classifier alone), as in :func:`top_kernel`.
       eps_rel: relative noise (a scalar ``>= 0``).  variance: LOO variance term.
 
     Returns:
@@ -199,15 +217,7 @@ def layer_dgl(
     _check_scalar(eps_rel, "eps_rel", fn)
     check_number(eps_rel, "eps_rel", fn=fn, min_value=0.0,
                  what="a noise variance relative to the kernel's mean diagonal")
-    _check_mlp_params([layer], "layer", fn=fn)
-    h_prev = check_array(h_prev, "h_prev", fn=fn, ndim=2, kind="real")
-    d_prev = jnp.shape(layer["w"])[0]
-    if h_prev.shape[1] != d_prev:
-        raise ValueError(f"{fn}: h_prev must have the layer's d_prev = {d_prev} features "
-                         f"(the rows of layer['w'] {tuple(jnp.shape(layer['w']))}), got shape "
-                         f"{tuple(h_prev.shape)}.")
-    y = _as_2d_targets(y, h_prev.shape[0], name="y", fn=fn)
-    w_var, b_var = _check_layer_variances(top, "top", fn=fn)
+    h_prev, y, w_var, b_var = _check_layer_dgl_inputs(layer, h_prev, y, top, fn=fn)
     h = jax.nn.relu(h_prev @ layer["w"] + layer["b"][None, :])
     K = top_kernel(h, w_var=w_var, b_var=b_var)
     eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
@@ -228,12 +238,20 @@ def train_layer_dgl(
     """Step 3 for one layer: minimise :func:`layer_dgl` with AdamW through ``loop.fit``.
 
     With ``cfg.batch_size`` smaller than N each step uses the DGL of a random subset (the
-    mini-batch estimator); otherwise the full-data DGL.
+    mini-batch estimator); otherwise the full-data DGL.  ``layer``, ``h_prev``, ``y`` and
+    ``top`` are as in :func:`layer_dgl` (checked once, before training); ``cfg`` a
+    :class:`LegoConfig`.
 
     Returns:
       ``(layer, history)``.
     """
-    top = LayerVariances(jnp.asarray(top.w_var), jnp.asarray(top.b_var))
+    if not isinstance(cfg, LegoConfig):
+        raise TypeError(f"train_layer_dgl: cfg must be a LegoConfig, got "
+                        f"{type(cfg).__name__}.")
+    # checked here, once, naming train_layer_dgl (inside the loss they would run only while
+    # fit compiles it, naming layer_dgl)
+    _, _, w_var, b_var = _check_layer_dgl_inputs(layer, h_prev, y, top, fn="train_layer_dgl")
+    top = LayerVariances(w_var, b_var)
 
     def loss(p, batch):
         hp, yb = batch

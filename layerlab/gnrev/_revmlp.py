@@ -405,7 +405,8 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
       key: PRNG key.
       dim: ``d``, body width.
       num_outputs: ``C`` (classes, or regression outputs); ``C <= d``.
-      dtype: floating-point dtype of ``P`` (that of the RevMLP's parameters).
+      dtype: floating-point dtype of ``P`` (that of the RevMLP's parameters); a float16 or
+        bfloat16 ``P`` is the float32 one rounded (orthonormal to that precision).
 
     Returns:
       ``[d, C]`` matrix with orthonormal columns.
@@ -421,10 +422,13 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
             f"readout_init: num_outputs={num_outputs} > dim={dim}: P cannot have orthonormal "
             "columns"
         )
-    g = jax.random.normal(key, (dim, num_outputs), dtype)
+    # float16/bfloat16: drawn and factored in float32 (XLA has no half-precision QR), then
+    # cast; float32/float64 are drawn in their own dtype (the committed records' bits)
+    work = jnp.promote_types(dtype, jnp.float32)
+    g = jax.random.normal(key, (dim, num_outputs), work)
     q, r = jnp.linalg.qr(g)
     # fix signs so the map from G to P is continuous/deterministic
-    return q * jnp.sign(jnp.diagonal(r))[None, :]
+    return (q * jnp.sign(jnp.diagonal(r))[None, :]).astype(dtype)
 
 
 def _bottleneck_width(frozen: RevMLPFrozen, bottleneck, fn: str) -> int:

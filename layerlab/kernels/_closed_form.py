@@ -281,8 +281,10 @@ def _erf_step(k11, k12, k22, mode, with_ntk):
 
 
 # -------------------------------------------------------------------------- validation
-def _check_inputs(x1, x2, diagonal, fn):
-    """``fn``: the public function's name, the prefix of every message."""
+def _check_inputs(x1, x2, diagonal, fn, names=("x1", "x2")):
+    """``fn``: the public function's name, the prefix of every message; ``names``: the
+    caller's names for ``x1``/``x2`` in the finiteness message (``("h", "h2")`` for
+    ``dgl.top_kernel``, which checks the shapes itself)."""
     x1 = check_array(x1, "x1", fn=fn, kind="real")
     x2 = check_array(x2, "x2", fn=fn, kind="real", allow_none=True)
     if x1.ndim != 2:
@@ -301,7 +303,7 @@ def _check_inputs(x1, x2, diagonal, fn):
     if x1.shape[1] == 0:
         raise ValueError(f"{fn}: x1 must have feature dimension d >= 1 (a [n1, d] array), "
                          f"got shape {x1.shape}.")
-    for name, x in (("x1", x1), ("x2", x2)):
+    for name, x in zip(names, (x1, x2)):
         if x is not None:  # eager only (skipped under jit)
             check_finite(x, name, fn=fn, hint="clean the data first.")
     return x1, x2
@@ -433,15 +435,16 @@ def fc_kernels(
 
 
 def _fc_kernels(x1, x2, *, depth, w_var, b_var, activation, diagonal, return_all_layers,
-                with_ntk, fn) -> FCKernel:
-    """:func:`fc_kernels`, its error messages prefixed by ``fn`` (the public function called)."""
+                with_ntk, fn, names=("x1", "x2")) -> FCKernel:
+    """:func:`fc_kernels`, its error messages prefixed by ``fn`` (the public function called),
+    the inputs called ``names`` in the finiteness messages."""
     if activation not in _ACTIVATIONS:
         raise ValueError(f"{fn}: activation must be one of {_ACTIVATIONS}, got "
                          f"{activation!r}.")
     depth = check_int(depth, "depth", fn=fn, min_value=0)
     if x2 is x1:  # fc_kernels(x, x): the exact-diagonal route of x2 = None
         x2 = None
-    x1, x2 = _check_inputs(x1, x2, diagonal, fn)
+    x1, x2 = _check_inputs(x1, x2, diagonal, fn, names)
     # half-precision inputs are computed in float32; integer inputs in the default float
     # (float64 with jax_enable_x64, as before 2026-11-29: raw uint8 pixels are where the
     # precision matters)
@@ -466,8 +469,8 @@ def _fc_kernels(x1, x2, *, depth, w_var, b_var, activation, diagonal, return_all
     # eager only: an overflow (inputs of huge norm) is an error, not a result
     return check_result_finite(
         out, f"{activation} kernels of depth {depth}", fn=fn,
-        hint=lambda: "the inputs' squared norms overflow the dtype (max |x1_i|^2 / d = "
-                     f"{float(jnp.max(sq1)):.3g}); rescale x1/x2 (e.g. "
+        hint=lambda: f"the inputs' squared norms overflow the dtype (max |{names[0]}_i|^2 / "
+                     f"d = {float(jnp.max(sq1)):.3g}); rescale {'/'.join(names)} (e.g. "
                      "layerlab.data.standardize) or use float64.")
 
 

@@ -120,7 +120,8 @@ def test_sample_relu_outputs_checks_its_arguments():
                             ("w_var", [1.0, np.inf], r"must be finite .*got \[1\.0, inf\]"),
                             ("b_var", [0.5, np.nan], r"must be finite .*got \[0\.5, nan\]"),
                             ("w_var", [1.0, 1.0, 1.0],
-                             r"must be a scalar or 1-d with 2 entries .*got shape \(3,\)")):
+                             r"must be one value for every layer \(a scalar or 1 entry\) or "
+                             r"1-d with 2 entries .*got shape \(3,\)")):
         with pytest.raises(ValueError, match=rf"^sample_relu_outputs: {name} {what}"):
             f(**{name: bad})
     for over, exc, what in ((dict(widths=[2.5]), TypeError, r"widths\[0\] must be an integer"),
@@ -133,6 +134,59 @@ def test_sample_relu_outputs_checks_its_arguments():
             f(**over)
     out = f(w_var=[1.0, 0.0], b_var=[0.1, 0.5])  # zero last-layer weights: outputs = biases
     assert out.shape == (2, 5) and np.all(np.ptp(np.asarray(out), axis=1) == 0.0)
+
+
+def test_sample_relu_outputs_takes_a_length_1_variance_for_every_layer():
+    """A length-1 w_var/b_var was broadcast to every layer before the argument checks
+    (jnp.broadcast_to); the checks once refused it.  It equals the scalar (the old route)."""
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    key = jax.random.key(0)
+    want = dgl.sample_relu_outputs(key, x, widths=[4], w_var=1.0, b_var=0.0, num_samples=3)
+    for w, b in ((jnp.array([1.0]), 0.0), (1.0, [0.0]), ([1.0], np.zeros(1))):
+        got = dgl.sample_relu_outputs(key, x, widths=[4], w_var=w, b_var=b, num_samples=3)
+        np.testing.assert_array_equal(got, want)
+    got = dgl.sample_relu_outputs(key, x, widths=[4, 4], w_var=jnp.array([1.5]),
+                                  b_var=jnp.array([0.1]), num_samples=3)
+    np.testing.assert_array_equal(got, dgl.sample_relu_outputs(
+        key, x, widths=[4, 4], w_var=jnp.full(3, 1.5), b_var=jnp.full(3, 0.1), num_samples=3))
+
+
+def test_top_kernel_checks_h_once_and_names_itself_throughout(monkeypatch):
+    """top_kernel checked h finite itself and then relu_nngp checked it again; now once, still
+    naming top_kernel and h; an overflowing kernel names top_kernel (it named relu_nngp)."""
+    import sys
+
+    import layerlab._checks as checks
+    import layerlab.kernels._closed_form as cf
+
+    h = np.random.default_rng(0).normal(size=(5, 3))
+    calls = []
+    orig = checks.check_finite
+
+    def counting(x, name, *a, **k):
+        calls.append(name)
+        return orig(x, name, *a, **k)
+
+    monkeypatch.setattr(cf, "check_finite", counting)
+    # (before: top_kernel's own check as well, in layerlab.dgl._kernels)
+    monkeypatch.setattr(sys.modules["layerlab.dgl._kernels"], "check_finite", counting,
+                        raising=False)
+    K = dgl.top_kernel(h, w_var=[1.0, 2.0], b_var=[0.1, 0.2])
+    np.testing.assert_array_equal(
+        K, jax.numpy.asarray(cf.relu_nngp(h, depth=1, w_var=[1.0, 2.0], b_var=[0.1, 0.2])))
+    calls.clear()
+    dgl.top_kernel(h, h[:2], w_var=[1.0], b_var=[0.1])
+    assert calls == ["h", "h2"]
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"^top_kernel: h has 1 non-finite"):
+        dgl.top_kernel(np.where(np.arange(15).reshape(5, 3) == 4, np.inf, h), w_var=[1.0],
+                       b_var=[0.1])
+    with pytest.raises(ValueError, match=r"^top_kernel: h2 has 1 non-finite"):
+        dgl.top_kernel(h, np.where(np.arange(6).reshape(2, 3) == 4, np.nan, h[:2]),
+                       w_var=[1.0], b_var=[0.1])
+    with pytest.raises(checks.NonFiniteResultError, match=r"^top_kernel: .*rescale h/h2"):
+        dgl.top_kernel(np.float32(1e30) * h.astype(np.float32), w_var=[1.0, 1.0],
+                       b_var=[0.1, 0.1])
 
 
 def test_mf_variances_checks_the_layer_structure():

@@ -141,7 +141,11 @@ def test_layer_dgl_checks_its_arguments():
              r"top\.b_var must be >= 0\.0"),
             ((p1[0], x, y, dgl.LayerVariances(v.w_var, v.b_var[:1])), {}, ValueError,
              r"top\.b_var must be 1-d with 2 entries"),
-            (({"w": p1[0]["w"]}, x, y, v), {}, TypeError, r"layer\[0\] must be a dict"),
+            (({"w": p1[0]["w"]}, x, y, v), {}, TypeError,
+             r"layer must be a dict \{'w': \[d_in, d_out\], 'b': \[d_out\]\}, got \['w'\]"),
+            ((p1, x, y, v), {}, TypeError, r"layer must be a dict .*got list"),
+            (({"w": p1[0]["w"][0], "b": p1[0]["b"]}, x, y, v), {}, ValueError,
+             r"layer\['w'\] must have rank 2"),
             ((p1[0], x, y, v), dict(eps_rel=jnp.full(3, 0.05)), ValueError,
              r"eps_rel must be a scalar \(0-d\)")):
         with pytest.raises(exc, match=rf"^layer_dgl: {what}"):
@@ -149,6 +153,74 @@ def test_layer_dgl_checks_its_arguments():
     # under jit the static checks run at trace time
     with pytest.raises(ValueError, match=r"^layer_dgl: h_prev must have"):
         jax.jit(lambda p: dgl.layer_dgl(p, x[:, :5], y, v, eps_rel=0.05))(p1[0])
+
+
+def _old_layer_dgl(layer, h_prev, y, w_var, b_var, eps_rel):
+    """layer_dgl's formula before the argument checks (e7a38b7): top_kernel on the raw
+    variances."""
+    h = jax.nn.relu(h_prev @ layer["w"] + layer["b"][None, :])
+    K = dgl.top_kernel(h, w_var=w_var, b_var=b_var)
+    return dgl.dgl_loss(K, y, eps2=eps_rel * jnp.mean(jnp.diagonal(K))) / h.shape[0]
+
+
+def test_layer_dgl_and_train_layer_dgl_take_scalar_top_variances():
+    """A 0-d top (one layer: the linear classifier alone) was taken before the argument
+    checks, as top_kernel takes it (jnp.atleast_1d); the checks once refused it ("top.w_var
+    must be 1-d")."""
+    x, y, _ = _task(n=16)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 4, 3], init="he")
+    for top in (dgl.LayerVariances(1.0, 0.0), dgl.LayerVariances(jnp.float32(2.0), 0.1),
+                dgl.LayerVariances(jnp.array(1.5), jnp.array([0.2]))):
+        got = dgl.layer_dgl(p1[0], x, y, top, eps_rel=0.05)
+        want = _old_layer_dgl(p1[0], x, y, top.w_var, top.b_var, 0.05)
+        assert got.shape == ()
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    cfg = dgl.LegoConfig(steps=3, lr=1e-2, batch_size=None, eps_rel=0.05)
+    p_s, h_s = dgl.train_layer_dgl(jax.random.key(1), p1[0], x, y,
+                                   dgl.LayerVariances(1.0, 0.0), cfg, progress=False)
+    p_v, h_v = dgl.train_layer_dgl(jax.random.key(1), p1[0], x, y,
+                                   dgl.LayerVariances(jnp.array([1.0]), jnp.array([0.0])),
+                                   cfg, progress=False)
+    np.testing.assert_array_equal(h_s["train"]["loss"], h_v["train"]["loss"])
+    for k in ("w", "b"):
+        np.testing.assert_array_equal(p_s[k], p_v[k])
+    # a scalar never worked in fit_variances or lego: still the 1-d rule there
+    with pytest.raises(ValueError, match=r"^fit_variances: init\.w_var must be 1-d with at "
+                                         r"least one entry .*got shape \(\)"):
+        dgl.fit_variances(x, x @ x.T, dgl.LayerVariances(1.0, 0.0))
+    with pytest.raises(ValueError, match=r"^lego: variances\.w_var and variances\.b_var must "
+                                         r"be 1-d"):
+        dgl.lego(jax.random.key(1), p1, x, y,
+                 dgl.LayerVariances(1.0, 0.0), cfg, progress=False)
+    # lengths must still agree
+    with pytest.raises(ValueError, match=r"^layer_dgl: top\.b_var must be 1-d with 1 entry "
+                                         r"\(one variance per dense layer\), got shape "
+                                         r"\(2,\)"):
+        dgl.layer_dgl(p1[0], x, y, dgl.LayerVariances(1.0, jnp.zeros(2)), eps_rel=0.05)
+
+
+def test_train_layer_dgl_checks_its_arguments_naming_itself():
+    """Its input errors once named layer_dgl (the checks ran only inside the loss, while fit
+    compiled it); now they run once before training, naming train_layer_dgl."""
+    x, y, labels = _task(n=8)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 4, 3], init="he")
+    v = dgl.mf_variances(p1)
+    top = dgl.LayerVariances(v.w_var[1:], v.b_var[1:])
+    cfg = dgl.LegoConfig(steps=1, batch_size=None)
+    key = jax.random.key(1)
+    for args, exc, what in (
+            ((p1, x, y, top, cfg), TypeError, r"layer must be a dict .*got list"),
+            ((p1[0], x[:, :5], y, top, cfg), ValueError,
+             r"h_prev must have the layer's d_prev = 6 features .*got shape \(8, 5\)"),
+            ((p1[0], x, labels, top, cfg), ValueError, r"y is an integer array of shape \(8,\)"),
+            ((p1[0], x, y[:7], top, cfg), ValueError, r"y must have shape \(N, C\) or \(N,\)"),
+            ((p1[0], x, y, (top.w_var, top.b_var), cfg), TypeError,
+             r"top must be a LayerVariances"),
+            ((p1[0], x, y, dgl.LayerVariances(top.w_var, -top.b_var - 1.0), cfg), ValueError,
+             r"top\.b_var must be >= 0\.0"),
+            ((p1[0], x, y, top, {"steps": 1}), TypeError, r"cfg must be a LegoConfig")):
+        with pytest.raises(exc, match=rf"^train_layer_dgl: {what}"):
+            dgl.train_layer_dgl(key, *args, progress=False)
 
 
 def test_lego_checks_key_params_width_and_variance_values():
