@@ -19,9 +19,10 @@ def test_covariance_loss_of_gamma_equals_representation_loss(key, x64, ridge):
     kx, kw, ky = jax.random.split(key, 3)
     x = jax.random.normal(kx, (3, 8)).T
     y = jax.random.normal(ky, (2, 8)).T
-    Zs = bn.representations(_rand_params(kw, [3, 5, 12, 2]), x, beta=0.5)
+    # jitted (eager, each op compiles apart): Phi and Gamma, checked against Z Z^T below
+    Zs = jax.jit(lambda p: bn.representations(p, x, beta=0.5))(_rand_params(kw, [3, 5, 12, 2]))
     cost = lambda Z: jnp.sum((Z - y) ** 2) / 8  # noqa: E731
-    covs = bn.covariances(Zs, x, beta=0.5)
+    covs = jax.jit(lambda Zs: bn.covariances(Zs, x, beta=0.5))(Zs)
     np.testing.assert_allclose(covs.K_sigma[0], x @ x.T + 0.25, atol=1e-12)
     for K, Z in zip(covs.K, Zs):  # kernels over the samples, [N, N]
         np.testing.assert_allclose(K, Z @ Z.T, atol=1e-12)

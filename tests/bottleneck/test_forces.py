@@ -39,16 +39,22 @@ def _minimise(fun, params, gtol=1e-11, maxiter=20000):
 def test_attraction_closed_form(key, x64):
     kx, kw = jax.random.split(key)
     x = jax.random.normal(kx, (3, 9)).T
-    Zs = bn.representations(_rand_params(kw, [3, 4, 4, 2]), x)
+    Zs = jax.jit(bn.representations)(_rand_params(kw, [3, 4, 4, 2]), x)
     F = jax.jit(lambda Z: bn.forces(Z, x, lam=0.3))(Zs)
-    covs = bn.covariances(Zs, x)
-    for l in range(3):  # noqa: E741
+
+    @jax.jit  # the closed form in one program (eager, each op compiles apart)
+    def closed_form(Zs):
+        covs = bn.covariances(Zs, x)
+        return [-2 * 0.3 * jnp.linalg.pinv(covs.K_sigma[l]) @ Zs[l] for l in range(3)]  # noqa: E741
+
+    for l, want in enumerate(closed_form(Zs)):  # noqa: E741
         assert F.attraction[l].shape == Zs[l].shape
-        np.testing.assert_allclose(
-            F.attraction[l], -2 * 0.3 * jnp.linalg.pinv(covs.K_sigma[l]) @ Zs[l], atol=1e-9)
+        np.testing.assert_allclose(F.attraction[l], want, atol=1e-9)
     assert float(jnp.abs(F.repulsion[-1]).max()) == 0.0
     # repulsion = minus the gradient of the next layer's term (finite differences)
     E = jax.random.normal(key, Zs[0].shape)
+
+    @jax.jit
     def f(t):
         A = bn.augment(jax.nn.relu(Zs[0] + t * E), 1.0)
         return 0.3 * jnp.sum((jnp.linalg.pinv(A) @ Zs[1]) ** 2)
@@ -67,19 +73,21 @@ def test_forces_cancel_at_minimum(key, x64):
     act = jnp.tanh
     loss = lambda p: bn.weight_loss(p, x, cost=cost, lam=lam, activation=act)  # noqa: E731
     params = _minimise(loss, _rand_params(kw, [5, 6, 6, 4], scale=1.5))
-    Zs = bn.representations(params, x, activation=act)
+    reps = jax.jit(lambda p: bn.representations(p, x, activation=act))
+    Zs = reps(params)
     for Z in Zs[:-1]:  # the regime the statement needs: Z^sigma of full rank N
-        assert np.linalg.svd(bn.augment(act(Z), 1.0), compute_uv=False)[-1] > 1e-2
+        A = np.concatenate([np.tanh(np.asarray(Z)), np.ones((Z.shape[0], 1))], 1)
+        assert np.linalg.svd(A, compute_uv=False)[-1] > 1e-2
     force_fn = jax.jit(lambda Zs: bn.forces(Zs, x, lam=lam, activation=act))
     F = force_fn(Zs)
-    gC = jax.grad(cost)(Zs[-1])
+    gC = jax.jit(jax.grad(cost))(Zs[-1])
     for l in range(3):  # noqa: E741
         net = F.attraction[l] + F.repulsion[l] - (gC if l == 2 else 0.0)
         scale = float(jnp.linalg.norm(F.attraction[l]))
         assert scale > 1e-2
         assert float(jnp.linalg.norm(net)) < 1e-5 * scale, (l, float(jnp.linalg.norm(net)), scale)
     # away from the minimum they do not cancel
-    F0 = force_fn(bn.representations(_rand_params(ky, [5, 6, 6, 4]), x, activation=act))
+    F0 = force_fn(reps(_rand_params(ky, [5, 6, 6, 4])))
     assert float(jnp.linalg.norm(F0.attraction[0] + F0.repulsion[0])) > 0.1 * float(
         jnp.linalg.norm(F0.attraction[0]))
 

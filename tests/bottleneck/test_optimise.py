@@ -14,7 +14,7 @@ def test_projected_representation_gd_decreases_true_loss(key):
     y = jnp.tanh(x[:, :2] * 2.0)                              # [N, n_L] = [12, 2]
     cost = lambda Z: jnp.sum((Z - y) ** 2) / 12  # noqa: E731
     W0 = nets.mlp_init(kw, [3, 8, 8, 2], init="he")
-    Zs0 = bn.representations(W0, x)
+    Zs0 = jax.jit(bn.representations)(W0, x)
     rs = bn.representation_step(x, cost, optax.adam(1e-2), lam=1e-2, ridge=1e-4)
     step = jax.jit(rs.step)
     state = rs.init(Zs0)
@@ -23,7 +23,7 @@ def test_projected_representation_gd_decreases_true_loss(key):
         state, m = step(state, None, None)
         losses.append(float(m["weight_loss"]))
     assert [Z.shape for Z in state.params] == [(12, 8), (12, 8), (12, 2)]
-    l0 = float(bn.weight_loss(W0, x, cost=cost, lam=1e-2))
+    l0 = float(jax.jit(lambda W: bn.weight_loss(W, x, cost=cost, lam=1e-2))(W0))
     assert losses[-1] < 0.5 * l0
     # After projection Z is admissible, so Z = Phi(Psi(Z)) exactly (Proposition 1) and
     # L^r(Z) equals the network's L_lambda.  The identity is exact only for the plain
@@ -37,11 +37,18 @@ def test_projected_representation_gd_decreases_true_loss(key):
         y64 = jnp.asarray(np.asarray(y, np.float64))
         Zs64 = [jnp.asarray(np.asarray(z, np.float64)) for z in state.params]
         cost64 = lambda Z: jnp.sum((Z - y64) ** 2) / 12  # noqa: E731
-        P64 = bn.weights_from_representations(Zs64, x64, ridge=0.0)
+
+        @jax.jit  # one program (eager, each op compiles apart)
+        def check(Zs64):
+            P64 = bn.weights_from_representations(Zs64, x64, ridge=0.0)
+            return (bn.representations(P64, x64),
+                    bn.representation_loss(Zs64, x64, cost=cost64, lam=1e-2, ridge=0.0),
+                    bn.weight_loss(P64, x64, cost=cost64, lam=1e-2))
+
+        Zs_back, l_rep, l_weight = check(Zs64)
         scale = max(float(jnp.abs(z).max()) for z in Zs64)
-        for a, b in zip(bn.representations(P64, x64), Zs64):
+        for a, b in zip(Zs_back, Zs64):
             np.testing.assert_allclose(a, b, atol=1e-5 * scale)
         np.testing.assert_allclose(
-            bn.representation_loss(Zs64, x64, cost=cost64, lam=1e-2, ridge=0.0),
-            bn.weight_loss(P64, x64, cost=cost64, lam=1e-2),
+            l_rep, l_weight,
             rtol=1e-6)  # Gram-matrix route: cond(A)^2 ~ 1e5 times eps64; measured 7.7e-9

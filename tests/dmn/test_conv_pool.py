@@ -48,8 +48,8 @@ def test_conv3x3_gradients_match_lax_conv(padding):
     def f(route):
         return lambda k, x: jnp.sum(probe * jnp.tanh(L.conv3x3(x, k, padding, im2col=route)))
 
-    g_patch = jax.grad(f(True), argnums=(0, 1))(k, x)
-    g_lax = jax.grad(f(False), argnums=(0, 1))(k, x)
+    g_patch = jax.jit(jax.grad(f(True), argnums=(0, 1)))(k, x)
+    g_lax = jax.jit(jax.grad(f(False), argnums=(0, 1)))(k, x)
     for a, b in zip(g_patch, g_lax):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-4)
 
@@ -70,38 +70,45 @@ def test_max_pool_equals_window_loop_and_flax():
     np.testing.assert_array_equal(y, ref)
     np.testing.assert_array_equal(y, np.asarray(nn.max_pool(x, (2, 2), strides=(2, 2))))
     # without ties the gradient is the indicator of each window's maximum, as reduce_window's
-    g = jax.grad(lambda x: jnp.sum(L.max_pool_2x2(x) ** 2))(x)
-    g_ref = jax.grad(lambda x: jnp.sum(nn.max_pool(x, (2, 2), strides=(2, 2)) ** 2))(x)
+    g = jax.jit(jax.grad(lambda x: jnp.sum(L.max_pool_2x2(x) ** 2)))(x)
+    g_ref = jax.jit(jax.grad(lambda x: jnp.sum(nn.max_pool(x, (2, 2), strides=(2, 2)) ** 2)))(x)
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6)
 
 
 def test_head_conv_has_nn_conv_parameters_and_values():
     x = jax.random.normal(jax.random.key(3), (4, 10, 10, 3))
     net = L.make_network("c6,m,c5,m,de10", 10, L.DMNConfig.paper())
-    v = net.init_head(jax.random.key(4), x)
+    v = jax.jit(net.init_head)(jax.random.key(4), x)
     p = v["params"]
     assert p["Conv_0"]["kernel"].shape == (3, 3, 3, 6) and p["Conv_1"]["bias"].shape == (5,)
-    ref = nn.Conv(6, (3, 3), padding="VALID").apply({"params": p["Conv_0"]}, x)
-    h = jax.nn.relu(L.conv3x3(x, p["Conv_0"]["kernel"], "VALID")
-                    + p["Conv_0"]["bias"].reshape(1, 1, 1, -1))
-    np.testing.assert_allclose(np.asarray(h), np.asarray(jax.nn.relu(ref)), rtol=1e-5,
-                               atol=1e-5)
-    assert net.head_apply(v, x).shape == (4, 10)
+
+    @jax.jit  # one program (eager, every op compiles apart)
+    def both(v, x):
+        p = v["params"]
+        ref = nn.Conv(6, (3, 3), padding="VALID").apply({"params": p["Conv_0"]}, x)
+        h = jax.nn.relu(L.conv3x3(x, p["Conv_0"]["kernel"], "VALID")
+                        + p["Conv_0"]["bias"].reshape(1, 1, 1, -1))
+        return h, jax.nn.relu(ref), net.head_apply(v, x)
+
+    h, ref, out = both(v, x)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(ref), rtol=1e-5, atol=1e-5)
+    assert out.shape == (4, 10)
 
 
 def test_head_default_route_equals_lax_ops_route():
     x = jax.random.normal(jax.random.key(5), (3, 12, 12, 3))
     y = jnp.array([0, 3, 7])
     net = L.make_network("c4,m,c5,m,de10", 10, L.DMNConfig.paper())
-    p = net.init_head(jax.random.key(6), x)["params"]
+    p = jax.jit(net.init_head)(jax.random.key(6), x)["params"]
     ref = net.head.clone(lax_ops=True)
 
     def loss(head):
         return lambda p: jnp.mean(jax.nn.logsumexp(head.apply({"params": p}, x), axis=1)
                                   - head.apply({"params": p}, x)[jnp.arange(3), y])
 
-    v, g = jax.value_and_grad(loss(net.head))(p)
-    v_ref, g_ref = jax.value_and_grad(loss(ref))(p)
+    # jitted: eager, each op of the forward and backward pass compiled apart (~20 s)
+    v, g = jax.jit(jax.value_and_grad(loss(net.head)))(p)
+    v_ref, g_ref = jax.jit(jax.value_and_grad(loss(ref)))(p)
     np.testing.assert_allclose(float(v), float(v_ref), rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
@@ -112,7 +119,7 @@ def test_head_conv_activation_against_a_float64_numpy_forward(act):
     # c4,m,de10 forward pass by hand: float64 numpy conv, optional ReLU, 2x2 max-pool, dense
     x = jax.random.normal(jax.random.key(7), (3, 8, 8, 2))
     net = L.make_network("c4,m,de10", 10, L.DMNConfig.paper(conv_activation=act))
-    p = net.init_head(jax.random.key(8), x)["params"]
+    p = jax.jit(net.init_head)(jax.random.key(8), x)["params"]
     h = _numpy_conv(x, p["Conv_0"]["kernel"], "VALID") + np.asarray(p["Conv_0"]["bias"],
                                                                       np.float64)
     if act == "relu":
@@ -121,11 +128,11 @@ def test_head_conv_activation_against_a_float64_numpy_forward(act):
     h = h[:, : hh // 2 * 2, : ww // 2 * 2].reshape(n, hh // 2, 2, ww // 2, 2, c).max(axis=(2, 4))
     want = h.reshape(n, -1) @ np.asarray(p["Dense_0"]["kernel"], np.float64) + np.asarray(
         p["Dense_0"]["bias"], np.float64)
-    np.testing.assert_allclose(np.asarray(net.head_apply({"params": p}, x)), want, rtol=1e-4,
-                               atol=1e-4)
+    np.testing.assert_allclose(np.asarray(jax.jit(net.head_apply)({"params": p}, x)), want,
+                               rtol=1e-4, atol=1e-4)
     other = L.make_network("c4,m,de10", 10, L.DMNConfig.paper(
         conv_activation="linear" if act == "relu" else "relu"))
-    assert np.max(np.abs(np.asarray(other.head_apply({"params": p}, x)) - want)) > 1e-3
+    assert np.max(np.abs(np.asarray(jax.jit(other.head_apply)({"params": p}, x)) - want)) > 1e-3
 
 
 def test_conv_activation_must_be_relu_or_linear():

@@ -1051,14 +1051,16 @@ def test_fig5_cnn_equals_the_flax_conv_and_pool_network():
 
     x = jnp.asarray(np.random.default_rng(0).random((6, 28, 28, 1), dtype=np.float32))
     ref, ours = Reference(), ex.Fig5CNN()
-    p_ref = ref.init(jax.random.key(5), x[:1])["params"]
-    p = ours.init(jax.random.key(5), x[:1])["params"]
+    # everything jitted: eager, each op of init, apply and grad compiles apart
+    p_ref = jax.jit(ref.init)(jax.random.key(5), x[:1])["params"]
+    p = jax.jit(ours.init)(jax.random.key(5), x[:1])["params"]
     assert jax.tree.structure(p) == jax.tree.structure(p_ref)
     for a, b in zip(jax.tree.leaves(p), jax.tree.leaves(p_ref)):
         assert a.dtype == b.dtype and np.array_equal(a, b)
-    np.testing.assert_allclose(ours.apply({"params": p}, x), ref.apply({"params": p}, x),
-                               rtol=1e-5, atol=1e-5)
-    sq = lambda m: jax.grad(lambda q: jnp.sum(m.apply({"params": q}, x) ** 2))(p)  # noqa: E731
+    np.testing.assert_allclose(jax.jit(ours.apply)({"params": p}, x),
+                               jax.jit(ref.apply)({"params": p}, x), rtol=1e-5, atol=1e-5)
+    sq = lambda m: jax.jit(jax.grad(  # noqa: E731
+        lambda q: jnp.sum(m.apply({"params": q}, x) ** 2)))(p)
     for a, b in zip(jax.tree.leaves(sq(ours)), jax.tree.leaves(sq(ref))):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
 

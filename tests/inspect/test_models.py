@@ -38,6 +38,11 @@ def _labels():
     return jnp.arange(N) % 3
 
 
+def _report(model, params, x, y=None, *, config):
+    """inspect.layer_report under jit: one program (eager, each op compiles apart)."""
+    return jax.jit(lambda p: inspect.layer_report(model, p, x, y, config=config))(params)
+
+
 def test_linen_cnn_names_shapes_values():
     x = jax.random.normal(jax.random.key(0), (N, 6, 6, 1))
     model = CNN()
@@ -159,7 +164,7 @@ def _jacobian(apply, theta, x):
     import jax.flatten_util
 
     flat, unravel = jax.flatten_util.ravel_pytree(theta)
-    J = jax.jacobian(lambda f: apply(unravel(f), x))(flat)  # [n, k, P]
+    J = jax.jit(jax.jacobian(lambda f: apply(unravel(f), x)))(flat)  # [n, k, P]
     return np.asarray(J)
 
 
@@ -197,7 +202,7 @@ def test_nnx_layers_in_call_order_state_untouched_and_ntk_over_params_only():
     # RNG counter held fixed): equal to a brute-force Jacobian over the Params
     cfg = inspect.InspectConfig(diagnostics=("ntk_target_alignment",), num_classes=3,
                                 ntk_method="jacobian", ntk_samples=6)
-    rep = inspect.layer_report(insp, state, x, _labels(), config=cfg)
+    rep = _report(insp, state, x, _labels(), config=cfg)
     theta, rest = nnx.split_state(state, nnx.Param, ...)
     J = _jacobian(lambda t, xx: insp.apply(nnx.merge_state(t, rest), xx), theta, x[:6])
     np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]),
@@ -224,14 +229,14 @@ def test_linen_ntk_holds_batch_stats_fixed():
 
     x = jax.random.normal(jax.random.key(3), (N, 5))
     model = BNNet()
-    variables = model.init(jax.random.key(4), x)
+    variables = jax.jit(model.init)(jax.random.key(4), x)
     variables = {**variables, "batch_stats": jax.tree.map(
         lambda v: v + 0.3, variables["batch_stats"])}  # non-trivial running statistics
     insp = inspect.from_linen(model)
     cfg = inspect.InspectConfig(diagnostics=("ntk_target_alignment",), num_classes=3,
                                 ntk_method="jacobian", ntk_samples=6)
-    got = float(inspect.layer_report(insp, variables, x, _labels(),
-                                     config=cfg).model_values["ntk_target_alignment"])
+    got = float(_report(insp, variables, x, _labels(),
+                        config=cfg).model_values["ntk_target_alignment"])
     J = _jacobian(lambda p, xx: model.apply({**variables, "params": p}, xx),
                   variables["params"], x[:6])
     np.testing.assert_allclose(got, _target_alignment(J, _labels()[:6]), rtol=1e-4)
@@ -353,13 +358,13 @@ def test_tuple_and_dict_outputs_need_an_output_selector():
     for sel in (0, lambda out: out[0]):
         insp = inspect.from_linen(lin, output=sel)
         np.testing.assert_allclose(insp.apply(v, x), lin.apply(v, x)[0], rtol=1e-6)
-        rep = inspect.layer_report(insp, v, x, _labels(), config=cfg)
+        rep = _report(insp, v, x, _labels(), config=cfg)
         np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]), want,
                                    rtol=1e-4)
     insp = inspect.from_nnx(m, output="logits")
     theta, rest = nnx.split_state(st, nnx.Param, ...)
     J = _jacobian(lambda t, xx: insp.apply(nnx.merge_state(t, rest), xx), theta, x[:6])
-    rep = inspect.layer_report(insp, st, x, _labels(), config=cfg)
+    rep = _report(insp, st, x, _labels(), config=cfg)
     np.testing.assert_allclose(float(rep.model_values["ntk_target_alignment"]),
                                _target_alignment(J, _labels()[:6]), rtol=1e-4)
     with pytest.raises(ValueError, match=r"from_nnx: output='logit' selects nothing"):
@@ -379,7 +384,7 @@ def test_nnx_weights_are_the_params_only():
     assert list(ws) == ["l1/kernel", "l2/kernel"]  # not the sown 'h1/0'
     np.testing.assert_array_equal(ws["l1/kernel"], m.l1.kernel.get_value())
     cfg = inspect.InspectConfig(diagnostics=("effective_rank", "spectral_norm"))
-    rep = inspect.layer_report(insp, st, x, config=cfg)
+    rep = _report(insp, st, x, config=cfg)
     assert rep.weights == ("l1/kernel", "l2/kernel")
     s = np.linalg.svd(np.asarray(m.l2.kernel.get_value()), compute_uv=False)
     np.testing.assert_allclose(rep.weight_values["spectral_norm"][1], s[0], rtol=1e-5)
@@ -398,7 +403,7 @@ def test_linen_weights_are_the_params_collection_only():
     v = model.init(jax.random.key(1), x, train=True)
     assert "batch_stats" in v  # SpectralNorm's u and sigma
     cfg = inspect.InspectConfig(diagnostics=("spectral_norm",))
-    rep = inspect.layer_report(inspect.from_linen(model), v, x, config=cfg)
+    rep = _report(inspect.from_linen(model), v, x, config=cfg)
     assert rep.weights == ("Dense_0/kernel", "Dense_1/kernel")
     assert list(inspect.named_weights(v)) == ["Dense_0/kernel", "Dense_1/kernel"]
     s = np.linalg.svd(np.asarray(v["params"]["Dense_1"]["kernel"]), compute_uv=False)
@@ -453,7 +458,7 @@ def test_attention_kernels_read_as_their_linear_maps(use_bias):
 
     x = jax.random.normal(jax.random.key(0), (8, 6, 5))
     model = T()
-    v = model.init(jax.random.key(1), x)
+    v = jax.jit(model.init)(jax.random.key(1), x)
     att = v["params"]["MultiHeadDotProductAttention_0"]
     want = {"Dense_0/kernel": v["params"]["Dense_0"]["kernel"],
             "Dense_1/kernel": v["params"]["Dense_1"]["kernel"]}
@@ -461,7 +466,7 @@ def test_attention_kernels_read_as_their_linear_maps(use_bias):
         want[f"MultiHeadDotProductAttention_0/{k}/kernel"] = np.reshape(att[k]["kernel"], (16, 16))
     want["MultiHeadDotProductAttention_0/out/kernel"] = np.reshape(att["out"]["kernel"], (16, 16))
     cfg = inspect.InspectConfig(diagnostics=("spectral_norm",))
-    rep = inspect.layer_report(inspect.from_linen(model), v, x, config=cfg)
+    rep = _report(inspect.from_linen(model), v, x, config=cfg)
     assert sorted(rep.weights) == sorted(want)
     got = dict(zip(rep.weights, np.asarray(rep.weight_values["spectral_norm"])))
     s1 = _linear_maps_s1(want)
@@ -505,7 +510,7 @@ def test_nnx_pure_dict_of_a_model_that_sowed():
                                              "ntk_target_alignment"), num_classes=3,
                                 ntk_method="jacobian", ntk_samples=4)
     for ad in (before, inspect.from_nnx(m)):
-        rep = inspect.layer_report(ad, pure, x, _labels(), config=cfg)
+        rep = _report(ad, pure, x, _labels(), config=cfg)
         assert rep.layers == ("l1", "h1", "l2") and rep.weights == ("l1/kernel", "l2/kernel")
         got = jax.jit(ad.features)(pure, x)
         for k in want:

@@ -30,7 +30,7 @@ def _problem():
 def test_monitor_compiles_once_and_matches_reports(tmp_path):
     x, labels, params0, ts = _problem()
     model = inspect.from_mlp()
-    ref = inspect.make_reference(model, params0, x[:32], config=CFG)
+    ref = jax.jit(lambda p: inspect.make_reference(model, p, x[:32], config=CFG))(params0)
     mon = inspect.monitor(model, x[:32], labels[:32], reference=ref, config=CFG,
                           extra=lambda s: {"wnorm": optax.tree.norm(s.params)})
     eval_fn = chex.assert_max_traces(mon.eval_fn, n=1)  # a retrace would raise
@@ -76,10 +76,10 @@ def test_monitor_compiles_once_and_matches_reports(tmp_path):
     assert not np.allclose(h.layer_values["cka"][-1], 1.0)  # training moved the layers
     r = h.report(2)
     assert r.layers == h.layers and r.layer_values["cka"].shape == (2,)
-    p1 = inspect.plot_report(inspect.layer_report(inspect.from_mlp(), state.params, x[:32],
-                                                  labels[:32], config=inspect.InspectConfig(
-                                                      diagnostics=("stable_rank", "near_one"))),
-                             tmp_path / "report.png", title="t")
+    final = jax.jit(lambda p: inspect.layer_report(
+        inspect.from_mlp(), p, x[:32], labels[:32],
+        config=inspect.InspectConfig(diagnostics=("stable_rank", "near_one"))))(state.params)
+    p1 = inspect.plot_report(final, tmp_path / "report.png", title="t")
     p2 = inspect.plot_history(h, tmp_path / "history.png", extra="wnorm")
     for p in (p1, p2):
         assert (tmp_path / p).stat().st_size > 1000
@@ -105,8 +105,9 @@ def test_plots_leave_the_backend_alone_and_draw_model_only_reports(tmp_path):
     model = inspect.from_mlp()
     cfg = inspect.InspectConfig(diagnostics=inspect.MODEL_DIAGNOSTICS, num_classes=3,
                                 ntk_method="jacobian", ntk_samples=8)
-    ref = inspect.make_reference(model, params0, x[:16], config=cfg)
-    rep = inspect.layer_report(model, params0, x[:16], labels[:16], reference=ref, config=cfg)
+    ref = jax.jit(lambda p: inspect.make_reference(model, p, x[:16], config=cfg))(params0)
+    rep = jax.jit(lambda p: inspect.layer_report(model, p, x[:16], labels[:16], reference=ref,
+                                                 config=cfg))(params0)
     assert not rep.layer_values and not rep.weight_values
     old = matplotlib.get_backend()
     try:
@@ -133,7 +134,7 @@ def test_history_of_a_runs_fit_keeps_the_runs_axis(tmp_path):
     x, labels, params0, ts = _problem()
     model = inspect.from_mlp()
     cfg = inspect.InspectConfig(diagnostics=("cka", "stable_rank", "spectral_norm"))
-    ref = inspect.make_reference(model, params0, x[:24], config=cfg)
+    ref = jax.jit(lambda p: inspect.make_reference(model, p, x[:24], config=cfg))(params0)
     mon = inspect.monitor(model, x[:24], labels[:24], reference=ref, config=cfg,
                           extra=lambda s: {"wnorm": optax.tree.norm(s.params)})
     R = 3
@@ -149,10 +150,11 @@ def test_history_of_a_runs_fit_keeps_the_runs_axis(tmp_path):
         assert h.layer_values["cka"].shape == (2, R, 2)
         assert h.weight_values["spectral_norm"].shape == (2, R, 3)
         assert h.extra["wnorm"].shape == (2, R)
+    report = jax.jit(lambda p: inspect.layer_report(model, p, x[:24], labels[:24],
+                                                    reference=ref, config=cfg))  # one compile
     for r in range(R):
         params_r = jax.tree.map(lambda a, r=r: a[r], state.params)
-        want = inspect.layer_report(model, params_r, x[:24], labels[:24], reference=ref,
-                                    config=cfg)
+        want = report(params_r)
         got = h.report(1, run=r)
         for d in want.layer_values:
             np.testing.assert_allclose(got.layer_values[d], want.layer_values[d], rtol=1e-4)
