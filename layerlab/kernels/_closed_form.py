@@ -276,7 +276,12 @@ def _erf_step(k11, k12, k22, mode, with_ntk):
             det = jnp.zeros_like(det)
         lin = 2.0 * (k11[:, None] + k22[None, :]) if mode in ("full", "sym") else \
             2.0 * (k11 + k22)
-        dot12 = (4 / jnp.pi) * jax.lax.rsqrt(1.0 + lin + 4.0 * jnp.maximum(det, 0.0))
+        # the clamp only undoes rounding, so it passes derivatives straight through: the
+        # exact det >= 0 has its minimum 0 where two rows coincide, and jnp.maximum's zero
+        # derivative where det rounded to <= 0 there dropped det's curvature from the second
+        # derivative (jax.hessian off by ~20 % at duplicate rows, by the rounding's sign)
+        det = det + jax.lax.stop_gradient(jnp.maximum(det, 0.0) - det)
+        dot12 = (4 / jnp.pi) * jax.lax.rsqrt(1.0 + lin + 4.0 * det)
     return post11, post12, post22, dot12
 
 
@@ -367,6 +372,18 @@ def _fc_recursion(x1, x2, w, b, *, mode, depth, step_fn, with_ntk, return_all_la
     else:
         out = FCKernel(k12, ntk)
     return out, sq1
+
+
+# One compiled program per configuration and shapes: called eagerly (and differentiated
+# eagerly, e.g. jax.hessian of a kernel) the recursion ran op by op, each primitive (and
+# each derivative's scan) compiled and dispatched on its own -- 164 compiles for one eager
+# jax.hessian of a depth-2 kernel.  Under an outer jit it is inlined as before.
+@functools.partial(jax.jit, static_argnames=("mode", "depth", "step_fn", "with_ntk",
+                                             "return_all_layers"))
+def _fc_core(x1, x2, w, b, *, mode, depth, step_fn, with_ntk, return_all_layers):
+    return jax.checkpoint(functools.partial(
+        _fc_recursion, mode=mode, depth=depth, step_fn=step_fn, with_ntk=with_ntk,
+        return_all_layers=return_all_layers))(x1, x2, w, b)
 
 
 def fc_kernels(
@@ -461,11 +478,9 @@ def _fc_kernels(x1, x2, *, depth, w_var, b_var, activation, diagonal, return_all
     # (jax.checkpoint) saves that memory and, on CPU, avoids an XLA scheduling pathology: a
     # DGL loss on this kernel took 0.46 s for value + gradient with the residuals kept and
     # 0.25 s with them recomputed (N = 1000, d = 20, depth 2; docs/kernels.md).
-    core = jax.checkpoint(functools.partial(
-        _fc_recursion, mode=("dsym" if x2 is None else "diag") if diagonal else
-        ("sym" if x2 is None else "full"), depth=depth, step_fn=step_fn, with_ntk=with_ntk,
-        return_all_layers=return_all_layers))
-    out, sq1 = core(x1, x2, w, b)
+    out, sq1 = _fc_core(x1, x2, w, b, mode=("dsym" if x2 is None else "diag") if diagonal
+                        else ("sym" if x2 is None else "full"), depth=depth, step_fn=step_fn,
+                        with_ntk=with_ntk, return_all_layers=return_all_layers)
     # eager only: an overflow (inputs of huge norm) is an error, not a result
     return check_result_finite(
         out, f"{activation} kernels of depth {depth}", fn=fn,

@@ -13,6 +13,7 @@ is 0/0, in every function here.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -234,6 +235,15 @@ def cka(k1: ArrayLike, k2: ArrayLike, *, unbiased: bool = False) -> jax.Array:
         calls only; under ``jit`` a NaN input gives NaN).
     """
     k1, k2 = _same_square(k1, k2, "cka", min_n=4 if unbiased else 2)
+    return _cka_core(k1, k2, unbiased=unbiased)
+
+
+# The numerical cores below are jitted: called eagerly (the common use, on stored
+# representations) they ran op by op, each of their ~30-60 primitives compiled and
+# dispatched on its own.  The argument checks stay outside (eager, before the call); under
+# an outer jit the cores are inlined.
+@functools.partial(jax.jit, static_argnames="unbiased")
+def _cka_core(k1, k2, *, unbiased):
     (k1c, k1_const), (k2c, k2_const) = _centred_kernel(k1), _centred_kernel(k2)
     degenerate = k1_const | k2_const
     if not unbiased:  # HSIC(K, L) (n-1)^2 = <HKH, HLH>: CKA is their cosine
@@ -278,6 +288,12 @@ def linear_cka(x: ArrayLike, y: ArrayLike, *, method: str = "auto") -> jax.Array
         raise ValueError(
             f"linear_cka: method must be 'auto', 'features' or 'gram', got {method!r}."
         )
+    return check_result_finite(_linear_cka_core(x, y, method=method), "linear CKA",
+                               fn="linear_cka")
+
+
+@functools.partial(jax.jit, static_argnames="method")
+def _linear_cka_core(x, y, *, method):
     x, x_const = _centre_scaled(x)
     y, y_const = _centre_scaled(y)
     degenerate = x_const | y_const
@@ -290,8 +306,7 @@ def linear_cka(x: ArrayLike, y: ArrayLike, *, method: str = "auto") -> jax.Array
     else:
         xy, xx, yy = y.T @ x, x.T @ x, y.T @ y
         num, den = jnp.sum(xy * xy), jnp.sqrt(jnp.sum(xx * xx) * jnp.sum(yy * yy))
-    out = jnp.where(degenerate, 0.0, num / jnp.where(degenerate, 1.0, den))
-    return check_result_finite(out, "linear CKA", fn="linear_cka")
+    return jnp.where(degenerate, 0.0, num / jnp.where(degenerate, 1.0, den))
 
 
 def _centre_columns(x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -340,16 +355,24 @@ def rbf_cka(x: ArrayLike, y: ArrayLike, *, sigma_frac: float = 0.8) -> jax.Array
       scalar in ``[0, 1]``; 0 when either representation is constant over the samples.
     """
     x, y = _pair(x, y, "rbf_cka")
+    # checked here, eagerly: inside the jitted core it is traced (one program for any value)
+    check_number(sigma_frac, "sigma_frac", fn="gram_rbf", min_value=0.0, lo_open=True,
+                 what="a fraction of the median distance")
+    return check_result_finite(_rbf_cka_core(x, y, sigma_frac), "RBF CKA",
+                               fn="rbf_cka",
+                               hint="a representation has a zero median distance (more than "
+                                    "half of the samples coincide); use linear_cka.")
+
+
+@jax.jit
+def _rbf_cka_core(x, y, sigma_frac):
     x, x_const = _centre_scaled(x)
     y, y_const = _centre_scaled(y)
     degenerate = x_const | y_const
     # a constant representation has a zero median distance (0/0 bandwidth): use K = 1
     kx = jnp.where(x_const, 1.0, gram_rbf(x, sigma_frac=sigma_frac))
     ky = jnp.where(y_const, 1.0, gram_rbf(y, sigma_frac=sigma_frac))
-    out = jnp.where(degenerate, 0.0, cka(kx, ky))
-    return check_result_finite(out, "RBF CKA", fn="rbf_cka",
-                               hint="a representation has a zero median distance (more than "
-                                    "half of the samples coincide); use linear_cka.")
+    return jnp.where(degenerate, 0.0, cka(kx, ky))
 
 
 # ----------------------------------------------------------------------- minibatch CKA
@@ -438,7 +461,11 @@ def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> ja
             f"{xs.shape} and {ys.shape}."
         )
     xs, ys = promote_float(xs, ys)
+    return _minibatch_cka_core(xs, ys, kernel=kernel)
 
+
+@functools.partial(jax.jit, static_argnames="kernel")
+def _minibatch_cka_core(xs, ys, *, kernel):
     def body(state, xy):
         return minibatch_cka_update(state, xy[0], xy[1], kernel=kernel), None
 
