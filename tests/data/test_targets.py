@@ -83,8 +83,9 @@ def test_gnrev_step_integer_labels_equal_one_hot_ce(digits17):
     params, frozen = gnrev.revmlp_init(jax.random.key(0), dim=64, depth=1, bottleneck=64)
     P = gnrev.readout_init(jax.random.key(1), 64, 2)
     gn = gnrev.gn_step(frozen, P, learning_rate=0.5, loss="ce")
-    si, mi = gn.step(gn.init(params), (x, y), jax.random.key(2))
-    so, mo = gn.step(gn.init(params), (x, jax.nn.one_hot(y, 2)), jax.random.key(2))
+    step = jax.jit(gn.step)  # as fit runs it (op by op: ~70 compiles)
+    si, mi = step(gn.init(params), (x, y), jax.random.key(2))
+    so, mo = step(gn.init(params), (x, jax.nn.one_hot(y, 2)), jax.random.key(2))
     np.testing.assert_allclose(mi["loss"], mo["loss"], rtol=1e-6)
     for a, b in zip(jax.tree.leaves(si.params), jax.tree.leaves(so.params)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -283,23 +283,27 @@ def _synthetic(monkeypatch, seed, n, d, C, *, n_test):
     return prep
 
 
+_FIG1_ARMS = (ex.Arm("adam", optax.adam, (1e-3, 1e-2)), ex.Arm("sgd", optax.sgd, (0.1,)),
+              ex.Arm("gn", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (0.1, 0.5)))
+
+
 def test_fig1_init_bottleneck_sets_the_initial_loss(key, monkeypatch):
     """``FullBatchConfig.init_bottleneck``: the full-batch run's loss before any update equals
     the cross-entropy of a model drawn directly with ``init_w_scale``'s factor (and differs
     from the model's own-variance start); the CIFAR-10 CPU preset uses the paper's d'."""
-    d, n, C = 40, 24, 3
-    prep = _synthetic(monkeypatch, 0, n, d, C, n_test=8)
-    arms = (ex.Arm("adam", optax.adam, (1e-3,)), ex.Arm("sgd", optax.sgd, (0.01,)),
-            ex.Arm("gn", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (0.1,)))
-    cfg = ex.FullBatchConfig(n_train=n, depth=3, bottleneck=32, init_bottleneck=2000,
-                             steps=3, arms=arms, scale_note="test")
+    # the shapes, arms and steps of test_fig1_checkpoint_dir_resumes_per_seed_and_arm below:
+    # that test then reuses this run's compiled programs
+    d, n, C, depth, bn = 20, 12, 3, 2, 16
+    prep = _synthetic(monkeypatch, 0, n, d, C, n_test=6)
+    cfg = ex.FullBatchConfig(n_train=n, depth=depth, bottleneck=bn, init_bottleneck=2000,
+                             steps=4, arms=_FIG1_ARMS, scale_note="test")
     rec = ex.run_fig1(cfg, key=key, progress=False)
-    s = ex.init_w_scale(d, 32, 2000)
+    s = ex.init_w_scale(d, bn, 2000)
     assert s < 0.2
 
     def loss0(w_scale):
         ks = ex._seed_keys(key, 1)[0]
-        p, fr, P = ex.make_model(ks, d, 3, C, bottleneck=32, first_linear=False,
+        p, fr, P = ex.make_model(ks, d, depth, C, bottleneck=bn, first_linear=False,
                                  w_scale=w_scale)
         return float(ex.revmlp_loss(p, fr, P, (prep.x_train, prep.y_train))[0])
 
@@ -332,9 +336,8 @@ def test_fig1_checkpoint_dir_resumes_per_seed_and_arm(key, monkeypatch, tmp_path
     a 1-seed run trains only seed 1, and its record equals an uninterrupted 2-seed run's."""
     d, n, C = 20, 12, 3
     _synthetic(monkeypatch, 1, n, d, C, n_test=6)
-    arms = (ex.Arm("adam", optax.adam, (1e-3, 1e-2)), ex.Arm("sgd", optax.sgd, (0.1,)),
-            ex.Arm("gn", ex.GaussNewton(pinv=ex.EXACT_PINV, first_linear=False), (0.1, 0.5)))
-    cfg = ex.FullBatchConfig(n_train=n, depth=2, bottleneck=16, steps=4, arms=arms, seeds=2,
+    cfg = ex.FullBatchConfig(n_train=n, depth=2, bottleneck=16, steps=4, arms=_FIG1_ARMS,
+                             seeds=2,
                              scale_note="test")
     whole = ex.run_fig1(cfg, key=key, progress=False)
     calls = []
@@ -716,8 +719,9 @@ def test_augment_step_trains_on_the_augmented_batch(key):
     st = ex._init_state(arm, ts, params, 0.1)
     k = jax.random.key(5)
     got, m_got = jax.jit(aug.step)(st, (x, y), k)
-    xa = D.random_resized_crop(jax.random.fold_in(k, 0x5A), x, image_shape=(H, W, C),
-                               scale=(0.08, 1.0), ratio=(0.75, 1.33))
+    crop = jax.jit(lambda kk, xx: D.random_resized_crop(  # jitted: op by op ~40 compiles
+        kk, xx, image_shape=(H, W, C), scale=(0.08, 1.0), ratio=(0.75, 1.33)))
+    xa = crop(jax.random.fold_in(k, 0x5A), x)
     assert not np.allclose(np.asarray(xa), np.asarray(x))
     want, m_want = jax.jit(ts.step)(st, (xa, y), k)
     np.testing.assert_allclose(m_got["loss"], m_want["loss"], rtol=1e-6)

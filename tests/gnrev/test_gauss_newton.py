@@ -40,7 +40,7 @@ def test_block_update_is_moore_penrose_of_block_jacobian(
     )(p, x, eps)
     np.testing.assert_array_equal(info.rank, n)  # full row rank: exact pseudo-inverses
 
-    def block_jac(blk):
+    def block_jac(blk, p, x):
         th0, unravel = ravel_pytree(jax.tree.map(lambda a: a[blk], p))
 
         def out(th):
@@ -48,10 +48,12 @@ def test_block_update_is_moore_penrose_of_block_jacobian(
             q = {k: p[k].at[blk].set(b[k]) for k in p}
             return g.revmlp_apply(q, f, x).ravel()
 
-        return np.asarray(jax.jacfwd(out)(th0)), unravel
+        return jax.jacfwd(out)(th0)
 
+    # every block's dense Jacobian in one jitted program (op by op it was ~70 compiles)
+    jacs = jax.jit(lambda p, x: [block_jac(li, p, x) for li in range(depth)])(p, x)
     for li in range(depth):
-        J, unravel = block_jac(li)
+        J = np.asarray(jacs[li])
         assert J.shape[0] <= J.shape[1]
         dense = np.linalg.pinv(J, rcond=1e-12) @ np.asarray(eps).ravel()
         ours = ravel_pytree(jax.tree.map(lambda a: depth * a[li], delta))[0]
@@ -244,6 +246,16 @@ def test_pinv_solve_one_right_hand_side_is_a_vector(x64, shape):
     np.testing.assert_allclose(xm[:, 0], ref, rtol=1e-9, atol=1e-11)
 
 
+def _pinv_solve_sq(a, e, method):
+    return jnp.sum(g.pinv_solve(a, e, g.PinvConfig(method=method))[0] ** 2)
+
+
+# module-level and jitted: the 8 cases below share 4 programs per function (the two shapes
+# times the two methods; op by op the first case alone was ~100 compiles)
+_pinv_solve_sq_jit = jax.jit(_pinv_solve_sq, static_argnames="method")
+_pinv_solve_sq_grad = jax.jit(jax.grad(_pinv_solve_sq), static_argnames="method")
+
+
 @pytest.mark.parametrize("rank", [3, 2])
 @pytest.mark.parametrize("transpose", [False, True])  # both Gram orientations
 @pytest.mark.parametrize("method", ["truncate", "damp"])
@@ -255,13 +267,12 @@ def test_pinv_solve_gradient_of_rank_deficient_matrix(x64, rank, transpose, meth
     if transpose:
         a = a.T
     e = jnp.asarray(rng.normal(size=(a.shape[0], 2)))
-    cfg = g.PinvConfig(method=method)
 
     def f(a):
-        return jnp.sum(g.pinv_solve(a, e, cfg)[0] ** 2)
+        return _pinv_solve_sq_jit(a, e, method=method)
 
     a = jnp.asarray(a)
-    grad = jax.grad(f)(a)
+    grad = _pinv_solve_sq_grad(a, e, method=method)
     assert bool(jnp.all(jnp.isfinite(grad)))
     for seed in range(3):
         d = jnp.asarray(np.random.default_rng(10 + seed).normal(size=a.shape))
@@ -352,20 +363,25 @@ def test_combine_conventions_differ_by_exactly_depth(x64, key):
     p, f = _perturbed(key, 6, depth, bottleneck=12)
     x = jax.random.normal(jax.random.key(1), (5, 6))
     eps = jax.random.normal(jax.random.key(2), (5, 6))
-    avg = g.gn_direction(p, f, x, eps)
-    per = g.gn_direction(p, f, x, eps, combine="per_block")
+    @jax.jit  # one program (op by op the jvp and the steps were ~70 compiles)
+    def directions(p, x, eps):
+        avg = g.gn_direction(p, f, x, eps)
+        per = g.gn_direction(p, f, x, eps, combine="per_block")
+        _, jd = jax.jvp(lambda q: g.revmlp_apply(q, f, x), (p,), (per,))
+        return avg, per, jd
+
+    avg, per, jd = directions(p, x, eps)
     for k in p:
         np.testing.assert_allclose(per[k], depth * avg[k], rtol=1e-12, atol=1e-14)
     # the averaged direction is a right inverse, the per-block one overshoots by L
-    _, jd = jax.jvp(lambda q: g.revmlp_apply(q, f, x), (p,), (per,))
     np.testing.assert_allclose(jd, depth * eps, atol=1e-8)
     # one training step: per_block at alpha equals average at L * alpha
     P = g.readout_init(jax.random.key(3), 6, 3)
     labels = jnp.array([0, 1, 2, 0, 1])
     s_avg = g.gn_step(f, P, learning_rate=0.3 * depth)
     s_per = g.gn_step(f, P, learning_rate=0.3, combine="per_block")
-    a, ma = s_avg.step(s_avg.init(p), (x, labels), key)
-    b, mb = s_per.step(s_per.init(p), (x, labels), key)
+    a, ma = jax.jit(s_avg.step)(s_avg.init(p), (x, labels), key)
+    b, mb = jax.jit(s_per.step)(s_per.init(p), (x, labels), key)
     for k in p:
         np.testing.assert_allclose(a.params[k], b.params[k], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(ma["residual"], mb["residual"], rtol=1e-8)
