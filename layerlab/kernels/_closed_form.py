@@ -276,13 +276,25 @@ def _erf_step(k11, k12, k22, mode, with_ntk):
             det = jnp.zeros_like(det)
         lin = 2.0 * (k11[:, None] + k22[None, :]) if mode in ("full", "sym") else \
             2.0 * (k11 + k22)
-        # the clamp only undoes rounding, so it passes derivatives straight through: the
+        # the clamp only undoes rounding, so it passes derivatives straight through (its value
+        # is jnp.maximum's, also for an overflowed +-inf det): the
         # exact det >= 0 has its minimum 0 where two rows coincide, and jnp.maximum's zero
         # derivative where det rounded to <= 0 there dropped det's curvature from the second
         # derivative (jax.hessian off by ~20 % at duplicate rows, by the rounding's sign)
-        det = det + jax.lax.stop_gradient(jnp.maximum(det, 0.0) - det)
+        det = _clamp_at_zero(det)
         dot12 = (4 / jnp.pi) * jax.lax.rsqrt(1.0 + lin + 4.0 * det)
     return post11, post12, post22, dot12
+
+
+@jax.custom_jvp
+def _clamp_at_zero(d):
+    """``max(d, 0)`` whose derivative is 1 everywhere (straight through; see ``_erf_step``)."""
+    return jnp.maximum(d, 0.0)
+
+
+@_clamp_at_zero.defjvp
+def _clamp_at_zero_jvp(primals, tangents):
+    return _clamp_at_zero(primals[0]), tangents[0]
 
 
 # -------------------------------------------------------------------------- validation
@@ -306,7 +318,8 @@ def _check_inputs(x1, x2, diagonal, fn, names=("x1", "x2")):
             raise ValueError(f"{fn}: diagonal=True pairs x1[i] with x2[i]: n1 and n2 must "
                              f"agree, got x1 {x1.shape} and x2 {x2.shape}.")
     if x1.shape[1] == 0:
-        raise ValueError(f"{fn}: x1 must have feature dimension d >= 1 (a [n1, d] array), "
+        raise ValueError(f"{fn}: {names[0]} must have feature dimension d >= 1 (a [n1, d] "
+                         "array), "
                          f"got shape {x1.shape}.")
     for name, x in zip(names, (x1, x2)):
         if x is not None:  # eager only (skipped under jit)

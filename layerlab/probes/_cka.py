@@ -234,6 +234,7 @@ def cka(k1: ArrayLike, k2: ArrayLike, *, unbiased: bool = False) -> jax.Array:
       ValueError: fewer than 2 samples (4 with ``unbiased=True``); non-finite inputs (eager
         calls only; under ``jit`` a NaN input gives NaN).
     """
+    unbiased = bool(unbiased)  # a static argument of the jitted core: a Python bool
     k1, k2 = _same_square(k1, k2, "cka", min_n=4 if unbiased else 2)
     return _cka_core(k1, k2, unbiased=unbiased)
 
@@ -460,6 +461,8 @@ def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> ja
             f"minibatch_cka expects xs [B, m, p...] and ys [B, m, q...] with equal B and m, got "
             f"{xs.shape} and {ys.shape}."
         )
+    if not isinstance(kernel, str) or kernel not in ("linear", "rbf"):
+        raise ValueError(f"minibatch_cka: kernel must be 'linear' or 'rbf', got {kernel!r}.")
     xs, ys = promote_float(xs, ys)
     return _minibatch_cka_core(xs, ys, kernel=kernel)
 

@@ -648,3 +648,14 @@ def test_hessian_through_the_layer_scan_is_finite(x64, activation, duplicate):
         fd = (g(x + eps * v) - g(x - eps * v)) / (2 * eps)
         np.testing.assert_allclose(jnp.einsum("fijkl,kl->fij", h, v), fd, rtol=1e-6,
                                    atol=1e-7)
+
+
+def test_erf_ntk_with_an_overflowed_gram_determinant_stays_finite():
+    # inputs ~1e10 in float32: k11 k22 overflows, det = +-inf; the straight-through clamp
+    # keeps jnp.maximum's value there (a stop_gradient form gave inf - inf = NaN)
+    xo = np.array([[1e10, 0.0], [0.0, 1e10]], np.float32)
+    ntk = fc_kernels(xo, xo.copy(), depth=1, w_var=1.0, b_var=0.0, activation="erf").ntk
+    with jax.enable_x64(True):
+        want = fc_kernels(xo.astype(np.float64), xo.astype(np.float64), depth=1, w_var=1.0,
+                          b_var=0.0, activation="erf").ntk
+    np.testing.assert_allclose(ntk, want, rtol=1e-5, atol=1.0)

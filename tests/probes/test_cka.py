@@ -408,3 +408,14 @@ def test_minibatch_cka_init_refuses_integer_accumulators():
     with pytest.raises(TypeError, match=r"^minibatch_cka_init: dtype must be a floating-point "
                                         r"dtype .*got int32\."):
         P.minibatch_cka_init(jnp.int32)
+
+
+def test_cka_static_options_given_as_arrays_or_bad_types():
+    k = jax.random.normal(jax.random.key(0), (6, 3))
+    k2 = jax.random.normal(jax.random.key(1), (6, 2))
+    K1, K2 = k @ k.T, k2 @ k2.T
+    # a 0-d array flag works as the Python bool (it is a static argument of the jitted core)
+    assert float(P.cka(K1, K2, unbiased=jnp.array(True))) == float(P.cka(K1, K2, unbiased=True))
+    with pytest.raises(ValueError, match=r"^minibatch_cka: kernel must be 'linear' or 'rbf', "
+                                         r"got \['linear'\]"):
+        P.minibatch_cka(jnp.ones((2, 3, 4)), jnp.ones((2, 3, 4)), kernel=["linear"])
