@@ -376,14 +376,7 @@ def gn_direction(
       Prop. 4.4, Theorem 4.3, Eqs. (5), (14)–(15) and App. N of Buffelli et al. 2024.
     """
     fn = "gn_direction"
-    dim = _params_dim(params, frozen, fn)
-    dtype = params["b1"].dtype
-    _check_params(params, frozen, dim, fn=fn)
-    x = _check_x(x, dim, dtype=dtype, fn=fn)
-    target = _check_x(target, dim, "target", dtype=dtype, fn=fn)
-    if target.shape != x.shape:
-        raise ValueError(f"gn_direction: target must have the shape of x {tuple(x.shape)} "
-                         f"(one output-space error per sample), got {tuple(target.shape)}.")
+    x, target, dim, dtype = _check_net_x_target(params, frozen, x, target, fn)
     if x.shape[0] == 0:
         raise ValueError(f"gn_direction: x must hold at least one sample (row), got shape "
                          f"{tuple(x.shape)}.")
@@ -448,6 +441,19 @@ def gn_direction(
     return delta
 
 
+def _check_net_x_target(params, frozen, x, target, fn):
+    """The RevMLP, ``x`` and ``target`` checked for ``fn``: ``(x, target, dim, dtype)``."""
+    dim = _params_dim(params, frozen, fn)
+    dtype = params["b1"].dtype
+    _check_params(params, frozen, dim, fn=fn)
+    x = _check_x(x, dim, dtype=dtype, fn=fn)
+    target = _check_x(target, dim, "target", dtype=dtype, fn=fn)
+    if target.shape != x.shape:
+        raise ValueError(f"{fn}: target must have the shape of x {tuple(x.shape)} (one "
+                         f"output-space error per sample), got {tuple(target.shape)}.")
+    return x, target, dim, dtype
+
+
 def gn_residual(
     params: dict, frozen: RevMLPFrozen, x: jax.Array, delta: dict, target: jax.Array
 ) -> jax.Array:
@@ -469,14 +475,7 @@ def gn_residual(
       Theorem 4.3 of Buffelli et al. 2024 (right-inverse property ``J J^⊣ = I``).
     """
     fn = "gn_residual"
-    dim = _params_dim(params, frozen, fn)
-    dtype = params["b1"].dtype
-    _check_params(params, frozen, dim, fn=fn)
-    x = _check_x(x, dim, dtype=dtype, fn=fn)
-    target = _check_x(target, dim, "target", dtype=dtype, fn=fn)
-    if target.shape != x.shape:
-        raise ValueError(f"{fn}: target must have the shape of x {tuple(x.shape)} (one "
-                         f"output-space error per sample), got {tuple(target.shape)}.")
+    x, target, _, _ = _check_net_x_target(params, frozen, x, target, fn)
     if not isinstance(delta, dict) or set(delta) != set(params):
         got = sorted(map(str, delta)) if isinstance(delta, dict) else type(delta).__name__
         raise TypeError(f"{fn}: delta must be a dict with the keys of params "
