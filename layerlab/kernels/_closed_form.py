@@ -300,26 +300,26 @@ def _clamp_at_zero_jvp(primals, tangents):
 # -------------------------------------------------------------------------- validation
 def _check_inputs(x1, x2, diagonal, fn, names=("x1", "x2")):
     """``fn``: the public function's name, the prefix of every message; ``names``: the
-    caller's names for ``x1``/``x2`` in the finiteness message (``("h", "h2")`` for
-    ``dgl.top_kernel``, which checks the shapes itself)."""
-    x1 = check_array(x1, "x1", fn=fn, kind="real")
-    x2 = check_array(x2, "x2", fn=fn, kind="real", allow_none=True)
+    caller's names for ``x1``/``x2``, used in every message (``("h", "h2")`` for
+    ``dgl.top_kernel``)."""
+    a, b = names
+    x1 = check_array(x1, a, fn=fn, kind="real")
+    x2 = check_array(x2, b, fn=fn, kind="real", allow_none=True)
     if x1.ndim != 2:
-        raise ValueError(f"{fn}: x1 must be a [n1, d] array (rank 2; flatten images first), "
+        raise ValueError(f"{fn}: {a} must be a [n1, d] array (rank 2; flatten images first), "
                          f"got shape {x1.shape}.")
     if x2 is not None:
         if x2.ndim != 2:
-            raise ValueError(f"{fn}: x2 must be a [n2, d] array (rank 2), got shape "
+            raise ValueError(f"{fn}: {b} must be a [n2, d] array (rank 2), got shape "
                              f"{x2.shape}.")
         if x2.shape[1] != x1.shape[1]:
-            raise ValueError(f"{fn}: x1 and x2 must have the same feature dimension d, got "
-                             f"x1 {x1.shape} and x2 {x2.shape}.")
+            raise ValueError(f"{fn}: {a} and {b} must have the same feature dimension d, got "
+                             f"{a} {x1.shape} and {b} {x2.shape}.")
         if diagonal and x2.shape[0] != x1.shape[0]:
-            raise ValueError(f"{fn}: diagonal=True pairs x1[i] with x2[i]: n1 and n2 must "
-                             f"agree, got x1 {x1.shape} and x2 {x2.shape}.")
+            raise ValueError(f"{fn}: diagonal=True pairs {a}[i] with {b}[i]: n1 and n2 must "
+                             f"agree, got {a} {x1.shape} and {b} {x2.shape}.")
     if x1.shape[1] == 0:
-        raise ValueError(f"{fn}: {names[0]} must have feature dimension d >= 1 (a [n1, d] "
-                         "array), "
+        raise ValueError(f"{fn}: {a} must have feature dimension d >= 1 (a [n1, d] array), "
                          f"got shape {x1.shape}.")
     for name, x in zip(names, (x1, x2)):
         if x is not None:  # eager only (skipped under jit)
@@ -467,7 +467,7 @@ def fc_kernels(
 def _fc_kernels(x1, x2, *, depth, w_var, b_var, activation, diagonal, return_all_layers,
                 with_ntk, fn, names=("x1", "x2")) -> FCKernel:
     """:func:`fc_kernels`, its error messages prefixed by ``fn`` (the public function called),
-    the inputs called ``names`` in the finiteness messages."""
+    the inputs called ``names`` in every message."""
     if activation not in _ACTIVATIONS:
         raise ValueError(f"{fn}: activation must be one of {_ACTIVATIONS}, got "
                          f"{activation!r}.")

@@ -189,6 +189,28 @@ def test_top_kernel_checks_h_once_and_names_itself_throughout(monkeypatch):
                        b_var=[0.1, 0.1])
 
 
+def test_top_kernel_messages_name_h_and_h2():
+    """Every input message of top_kernel names top_kernel and h/h2, never relu_nngp's x1/x2
+    (its closed-form route once named x1/x2 in all but two of them)."""
+    h = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    kw = dict(w_var=[1.0, 2.0], b_var=[0.1, 0.2])
+    for exc, want, args in [
+        (ValueError, r"h must have rank 2, got shape \(2, 5, 3\)", (np.stack([h, h]),)),
+        (ValueError, r"h2 must have rank 2, got shape \(3,\)", (h, h[0])),
+        (ValueError, r"h2 must have the feature dimension d = 3 of h, got shape \(5, 2\)",
+         (h, h[:, :2])),
+        (ValueError, r"h must have feature dimension d >= 1", (h[:, :0],)),
+        (ValueError, r"h has 1 non-finite", (np.where(np.arange(15).reshape(5, 3) == 7,
+                                                       np.inf, h),)),
+        (ValueError, r"h2 has 1 non-finite", (h, np.where(np.arange(15).reshape(5, 3) == 2,
+                                                           np.nan, h))),
+        (TypeError, r"h2 must hold real", (h, h.astype(np.complex64))),
+    ]:
+        with pytest.raises(exc, match=rf"^top_kernel: {want}") as err:
+            dgl.top_kernel(*args, **kw)
+        assert "x1" not in str(err.value) and "x2" not in str(err.value), str(err.value)
+
+
 def test_mf_variances_checks_the_layer_structure():
     """A dict, an empty list, layers that do not chain or a bias of the wrong size once gave
     a KeyError, a numpy stack error or silently wrong variances."""

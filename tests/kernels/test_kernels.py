@@ -555,6 +555,40 @@ def test_errors_start_with_the_public_function_and_name_the_argument(fn):
         assert msg.startswith(f"{name}: ") and arg in msg, (exc, arg, msg)
 
 
+def test_every_input_message_uses_the_callers_names():
+    """_check_inputs's rank, shape and kind messages said x1/x2 even for a caller that calls
+    its inputs h/h2 (dgl.top_kernel passes names=("h", "h2")); only the d >= 1 and
+    finiteness messages used them."""
+    from layerlab.kernels._closed_form import _fc_kernels
+
+    x1, x2 = _inputs(dtype=jnp.float32)
+
+    def call(a, b=None, diagonal=False):
+        return _fc_kernels(a, b, depth=1, w_var=2.0, b_var=0.1, activation="relu",
+                           diagonal=diagonal, return_all_layers=False, with_ntk=False,
+                           fn="top_kernel", names=("h", "h2"))
+
+    for exc, want, args, kw in [
+        (TypeError, r"h must be an array, got a string", ("abc",), {}),
+        (TypeError, r"h2 must be an array, got a string", (x1, "abc"), {}),
+        (TypeError, r"h must hold real \(integer or floating\) values, got dtype complex64",
+         (x1.astype(jnp.complex64),), {}),
+        (ValueError, r"h must be a \[n1, d\] array \(rank 2; flatten images first\), "
+                     r"got shape \(5,\)", (x1[0],), {}),
+        (ValueError, r"h2 must be a \[n2, d\] array \(rank 2\), got shape \(5,\)",
+         (x1, x2[0]), {}),
+        (ValueError, r"h and h2 must have the same feature dimension d, got h \(6, 5\) and "
+                     r"h2 \(4, 3\)", (x1, x2[:, :3]), {}),
+        (ValueError, r"diagonal=True pairs h\[i\] with h2\[i\]: n1 and n2 must agree, got "
+                     r"h \(6, 5\) and h2 \(4, 5\)", (x1, x2), dict(diagonal=True)),
+        (ValueError, r"h must have feature dimension d >= 1", (x1[:, :0],), {}),
+        (ValueError, r"h2 has 1 non-finite", (x1, x2.at[0, 0].set(jnp.inf)), {}),
+    ]:
+        with pytest.raises(exc, match=rf"^top_kernel: {want}") as err:
+            call(*args, **kw)
+        assert "x1" not in str(err.value) and "x2" not in str(err.value), str(err.value)
+
+
 def test_empirical_ntk_errors_start_with_its_name():
     apply_fn, params = _small_net()
     x1, x2 = _inputs(dtype=jnp.float32)
