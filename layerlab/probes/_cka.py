@@ -357,7 +357,7 @@ def rbf_cka(x: ArrayLike, y: ArrayLike, *, sigma_frac: float = 0.8) -> jax.Array
     """
     x, y = _pair(x, y, "rbf_cka")
     # checked here, eagerly: inside the jitted core it is traced (one program for any value)
-    check_number(sigma_frac, "sigma_frac", fn="gram_rbf", min_value=0.0, lo_open=True,
+    check_number(sigma_frac, "sigma_frac", fn="rbf_cka", min_value=0.0, lo_open=True,
                  what="a fraction of the median distance")
     return check_result_finite(_rbf_cka_core(x, y, sigma_frac), "RBF CKA",
                                fn="rbf_cka",

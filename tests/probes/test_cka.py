@@ -190,6 +190,21 @@ def test_probe_shape_errors():
         P.minibatch_cka(jnp.ones((2, 5, 3)), jnp.ones((3, 5, 3)))
 
 
+def test_rbf_cka_sigma_frac_errors_name_rbf_cka():
+    """rbf_cka's bandwidth check said "gram_rbf: sigma_frac ..." (a function the user did not
+    call); gram_rbf's own check still names gram_rbf."""
+    x = np.random.default_rng(0).normal(size=(6, 3)).astype(np.float32)
+    for bad, exc, want in ((0.0, ValueError, r"must be > 0\.0 \(a fraction of the median "
+                                             r"distance\), got 0\.0"),
+                           (-0.5, ValueError, r"must be > 0\.0 .*got -0\.5"),
+                           (np.inf, ValueError, r"must be finite .*got inf"),
+                           ("0.8", TypeError, r"must be a number")):
+        with pytest.raises(exc, match=rf"^rbf_cka: sigma_frac {want}"):
+            P.rbf_cka(x, x, sigma_frac=bad)
+    with pytest.raises(ValueError, match=r"^gram_rbf: sigma_frac must be > 0\.0"):
+        P.gram_rbf(x, sigma_frac=0.0)
+
+
 def _numpy_linear_cka(x, y):
     x = np.asarray(x, np.float64) - np.mean(np.asarray(x, np.float64), 0)
     y = np.asarray(y, np.float64) - np.mean(np.asarray(y, np.float64), 0)
