@@ -545,8 +545,10 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     hyper-parameters for :func:`layerlab.loop.optax_step`), and for a ``Partial`` step of
     arrays a content hash of the bound arrays; ``data``: shapes/dtypes and a content hash (computed
     once per ``fit`` call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key;
-    with early stopping, its settings and the evaluation schedule (they decide where the run
-    stops and which state it returns); ``eval_fn`` described as ``step`` is (its code, the
+    the evaluation period ``eval_every`` (it decides the steps of the saved evaluation history;
+    checkpoints saved before it was recorded, 2026-11-29, are not compared on it); with early
+    stopping, its settings and the evaluation schedule (they decide where the run stops and
+    which state it returns); ``eval_fn`` described as ``step`` is (its code, the
     settings and arrays it captures or binds: they decide the saved evaluation history and,
     with early stopping, where the run stops); the key's implementation (``rbg`` and
     ``unsafe_rbg`` keys hold the same data).
@@ -578,6 +580,9 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     if eval_fn is not None:  # the v3 walk beside it: which differences are the v4 walk's alone
         fp["eval_fn_v3"] = _closure_scalars(eval_fn, root="eval_fn", mode="v3", memo=memo)
     fp["key_impl"] = None if key_impl is None else str(key_impl)
+    # the evaluation schedule decides which steps the saved history's evaluations are at: a
+    # resume with another one would mix two schedules in one history (eval_every needs eval_fn)
+    fp["eval_every"] = None if eval_every is None else int(eval_every)
     es = early_stopping
     fp["early_stopping"] = None if es is None else {
         "metric": es.metric, "mode": es.mode, "patience": int(es.patience),
@@ -602,8 +607,9 @@ def _short(v, width=120) -> str:
 
 
 _COMPAT_KEYS = ("walk", "step_v3", "step_legacy", "eval_fn_v3")  # how to compare, never compared
-# entries added by audit 2 of 2026-11-29: a checkpoint saved before has none (not compared on them)
-_LATER_KEYS = ("eval_fn", "key_impl")
+# entries added later (audit 2 of 2026-11-29: eval_fn, key_impl; after it, the same day:
+# eval_every without early stopping): a checkpoint saved before has none (not compared on them)
+_LATER_KEYS = ("eval_fn", "key_impl", "eval_every")
 
 
 def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
@@ -641,6 +647,11 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
                 v = old
             if s == v:
                 continue
+        if k == "eval_every":
+            lines.append(f"eval_every: saved {s!r}, now {v!r} (the saved history holds the "
+                         f"evaluations of eval_every={s!r}; resume with eval_every={s!r}, or "
+                         "use a new checkpoint_dir for the new schedule)")
+            continue
         if isinstance(s, list) and isinstance(v, list):
             only_s = [e for e in s if e not in v][:3]
             only_n = [e for e in v if e not in s][:3]

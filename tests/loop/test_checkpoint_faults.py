@@ -540,6 +540,46 @@ def test_early_stopping_settings_are_in_the_fingerprint(tmp_path):
     _run(ck, eval_fn=_mse_eval, eval_every=2, early_stopping=es)  # the same: resumes
 
 
+def test_a_changed_eval_every_is_refused_on_resume_without_early_stopping(tmp_path):
+    """Without early stopping eval_every was not in the fingerprint: a resume with another
+    period mixed two evaluation schedules in one history (eval steps 2, 4, 8 for 2 then 4).
+    It is refused before training, naming eval_every, the saved and the new value and how to
+    go on; the same period resumes to the uninterrupted run's history; a checkpoint saved
+    before eval_every was recorded still resumes with any period."""
+    want = _run(None, eval_fn=_mse_eval, eval_every=2)[1]
+    np.testing.assert_array_equal(want["eval_step"], [2, 4, 6, 8])
+    ck = tmp_path / "ck"
+    with pytest.raises(RuntimeError, match="preempted"):
+        _run(ck, eval_fn=_mse_eval, eval_every=2, callback=_stop_at(4))
+    calls = []
+    for other in (4, 3, None):  # None: evaluated at the end only
+        with pytest.raises(CheckpointMismatchError, match=(
+                rf"holds a checkpoint of a different run \(step 4\); saved vs now:\n  "
+                rf"eval_every: saved 2, "
+                rf"now {other} \(the saved history holds the evaluations of eval_every=2; "
+                r"resume with eval_every=2, or use a new checkpoint_dir")) as err:
+            _run(ck, eval_fn=_mse_eval, eval_every=other,
+                 callback=lambda t, s, m: calls.append(t))
+        assert isinstance(err.value, ValueError)
+    assert calls == [] and not (ck / LOCK_NAME).exists()
+    _, got = _run(ck, eval_fn=_mse_eval, eval_every=2)  # the same period: resumes
+    np.testing.assert_array_equal(got["eval_step"], want["eval_step"])
+    np.testing.assert_allclose(got["eval"]["mse"], want["eval"]["mse"], rtol=1e-6)
+    np.testing.assert_allclose(got["eval"]["mse"][-1],
+                               _loss(_run(None)[0].params, (X, Y)), rtol=1e-6)
+
+    old = tmp_path / "old"  # saved before eval_every was recorded: accepted, as it was
+    with pytest.raises(RuntimeError, match="preempted"):
+        _run(old, eval_fn=_mse_eval, eval_every=2, callback=_stop_at(4))
+
+    def older(fp):
+        del fp["eval_every"]
+
+    _rewrite_fingerprints(old, older)
+    _, got = _run(old, eval_fn=_mse_eval, eval_every=4)
+    np.testing.assert_array_equal(got["eval_step"], [2, 4, 8])
+
+
 def test_a_wrong_eval_metric_is_refused_before_training(tmp_path):
     ck = tmp_path / "ck"
     calls = []
