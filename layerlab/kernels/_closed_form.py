@@ -256,33 +256,55 @@ def _relu_step(k11, k12, k22, mode, with_ntk):
 
 
 def _erf_step(k11, k12, k22, mode, with_ntk):
+    # Normalised by prod = (1 + 2 k11)(1 + 2 k22) throughout: prod (and k11 k22, k12^2 in the
+    # NTK) overflows float32 from K ~ 1e19 on (|x| ~ 1e10), where rsqrt(inf) = 0 made every
+    # NNGP entry 0 (the diagonal included) and dropped the NTK's derivative term; the
+    # normalised terms below are <= 1 whatever the scale of K.
     a11, a22 = 1.0 + 2.0 * k11, 1.0 + 2.0 * k22
-    prod = _outer(a11, a22, mode)
-    # the arcsin argument is <= 1 in exact arithmetic; rounding at large K can exceed it (NaN)
-    post12 = (2 / jnp.pi) * _safe_arcsin(2.0 * k12 * jax.lax.rsqrt(prod))
+    ra11, ra22 = jax.lax.rsqrt(a11), jax.lax.rsqrt(a22)
+    r12 = _outer(ra11, ra22, mode)  # 1 / sqrt(prod)
+    q12 = k12 * r12  # half the arcsin argument
     post11 = (2 / jnp.pi) * _safe_arcsin(2.0 * k11 / a11)  # rounds to 1 at K ~ 1e7
     post22 = (2 / jnp.pi) * _safe_arcsin(2.0 * k22 / a22)
+    # the arcsin argument is <= 1 in exact arithmetic; rounding at large K can exceed it (NaN)
+    post12 = (2 / jnp.pi) * _safe_arcsin(2.0 * q12)
+    # where x1_i = x2_i by construction the argument is post11's (2 k11 / a11, a correctly
+    # rounded quotient): put in directly, as the ReLU step does (an argument near 1 rounded
+    # by the rsqrt products is amplified by arcsin to O(sqrt(eps)) at large K)
+    if mode == "sym":
+        post12 = jnp.where(jnp.eye(post12.shape[0], dtype=bool), post11[:, None], post12)
+    elif mode == "dsym":
+        post12 = post11
     dot12 = None
     if with_ntk:
-        # prod - 4 k12^2 = 1 + 2 (k11 + k22) + 4 (k11 k22 - k12^2): the Gram determinant
-        # k11 k22 - k12^2 >= 0 is clamped at 0 (rounding makes it negative for near-parallel
-        # pairs, and at large K the cancellation of prod - 4 k12^2 is O(eps K^2), which
-        # clamping the whole difference at 1 turned into a 10 % error) and is exactly 0 where
-        # x1_i = x2_i by construction
-        det = _outer(k11, k22, mode) - k12 * k12
+        # (prod - 4 k12^2) / prod = (1 + 2 (k11 + k22)) / prod + 4 (k11 k22 - k12^2) / prod,
+        # from i = 1 / a and p = k / a (<= 1/2), p formed by the same operations as q12, so
+        # that p11 = p22 = q12 for equal rows of two arrays.  The normalised Gram determinant
+        # p11 p22 - q12^2 is formed from the differences p - q12: exactly 0 for such rows
+        # also where XLA contracts a product and a difference into an FMA (p11 p22 - q12^2
+        # then gave q12^2's rounding residual, which at K ~ 1e20 swamps the rest, ~ 1 / K).
+        # It is clamped at 0 (rounding makes it negative for near-parallel pairs, and at
+        # large K its cancellation is O(eps K^2) before scaling, which clamping the whole
+        # difference at 1 turned into a 10 % error) and is exactly 0 where x1_i = x2_i by
+        # construction
+        i11, i22 = ra11 * ra11, ra22 * ra22
+        p11 = k11 * i11
+        p22 = k22 * i22
+        pa = p11 if mode in ("diag", "dsym") else p11[:, None]
+        pb = p22 if mode in ("diag", "dsym") else p22[None, :]
+        det = 0.5 * ((pa + q12) * (pb - q12) + (pb + q12) * (pa - q12))
         if mode == "sym":
             det = jnp.where(jnp.eye(det.shape[0], dtype=bool), 0.0, det)
         elif mode == "dsym":
             det = jnp.zeros_like(det)
-        lin = 2.0 * (k11[:, None] + k22[None, :]) if mode in ("full", "sym") else \
-            2.0 * (k11 + k22)
+        lin = _outer(i11, i22, mode) + 2.0 * (_outer(p11, i22, mode) + _outer(i11, p22, mode))
         # the clamp only undoes rounding, so it passes derivatives straight through (its value
-        # is jnp.maximum's, also for an overflowed +-inf det): the
-        # exact det >= 0 has its minimum 0 where two rows coincide, and jnp.maximum's zero
-        # derivative where det rounded to <= 0 there dropped det's curvature from the second
-        # derivative (jax.hessian off by ~20 % at duplicate rows, by the rounding's sign)
+        # is jnp.maximum's): the exact det >= 0 has its minimum 0 where two rows coincide,
+        # and jnp.maximum's zero derivative where det rounded to <= 0 there dropped det's
+        # curvature from the second derivative (jax.hessian off by ~20 % at duplicate rows,
+        # by the rounding's sign)
         det = _clamp_at_zero(det)
-        dot12 = (4 / jnp.pi) * jax.lax.rsqrt(1.0 + lin + 4.0 * det)
+        dot12 = (4 / jnp.pi) * r12 * jax.lax.rsqrt(lin + 4.0 * det)
     return post11, post12, post22, dot12
 
 

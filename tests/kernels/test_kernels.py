@@ -685,11 +685,60 @@ def test_hessian_through_the_layer_scan_is_finite(x64, activation, duplicate):
 
 
 def test_erf_ntk_with_an_overflowed_gram_determinant_stays_finite():
-    # inputs ~1e10 in float32: k11 k22 overflows, det = +-inf; the straight-through clamp
-    # keeps jnp.maximum's value there (a stop_gradient form gave inf - inf = NaN)
+    # inputs ~1e10 in float32: k11 k22 overflowed, det = +-inf; the straight-through clamp
+    # keeps jnp.maximum's value there (a stop_gradient form gave inf - inf = NaN).  Since the
+    # erf step is normalised by (1 + 2 k11)(1 + 2 k22) nothing overflows here (see
+    # test_erf_kernels_float32_at_huge_norms_match_float64)
     xo = np.array([[1e10, 0.0], [0.0, 1e10]], np.float32)
     ntk = fc_kernels(xo, xo.copy(), depth=1, w_var=1.0, b_var=0.0, activation="erf").ntk
     with jax.enable_x64(True):
         want = fc_kernels(xo.astype(np.float64), xo.astype(np.float64), depth=1, w_var=1.0,
                           b_var=0.0, activation="erf").ntk
     np.testing.assert_allclose(ntk, want, rtol=1e-5, atol=1.0)
+
+
+def test_erf_kernels_float32_at_huge_norms_match_float64():
+    """|x| ~ 1e10 in float32 (K^0 ~ 1e20): prod = (1 + 2 k11)(1 + 2 k22) overflowed and
+    rsqrt(inf) = 0 made every erf NNGP entry 0, the diagonal included, where the first
+    layer's value is (2 / pi) arcsin(2 K^0 / (1 + 2 K^0)) = 1 to float32 precision; the NTK
+    lost its w dot12 Theta^0 term (O(1): dot12 ~ 1 / K^0).  Normalised by prod the float32
+    kernels equal float64's, with finite gradients that equal float64's too."""
+    x = 1e10 * np.ones((2, 3), np.float32)
+    k0 = 1e20  # |x|^2 / d
+    want = (2 / np.pi) * np.arcsin(2 * k0 / (1 + 2 * k0))  # by hand, float64
+    for diagonal in (False, True):
+        got = erf_nngp(x, depth=1, w_var=1.0, b_var=0.0, diagonal=diagonal)
+        got = np.asarray(got if diagonal else jnp.diag(got), np.float64)
+        np.testing.assert_allclose(got, [want, want], rtol=1e-6)
+
+    rng = np.random.default_rng(0)
+    xs = {"huge": 1e10 * rng.normal(size=(4, 3)),
+          "mixed": np.concatenate([1e10 * rng.normal(size=(2, 3)), rng.normal(size=(2, 3))])}
+    x2 = (1e10 * rng.normal(size=(3, 3))).astype(np.float32)
+    kw = dict(depth=2, w_var=[1.0, 1.5, 0.7], b_var=[0.0, 0.1, 0.2], activation="erf")
+    for name, x in xs.items():
+        x = x.astype(np.float32)
+        for b, diagonal in ((None, False), (None, True), (x2, False), (x2[:1], True)):
+            args = (x[:1] if b is not None and diagonal else x, b)
+            got = fc_kernels(*args, diagonal=diagonal, **kw)
+            with jax.enable_x64(True):
+                ref = fc_kernels(*(None if a is None else a.astype(np.float64) for a in args),
+                                 diagonal=diagonal, **kw)
+            for part, a, r in zip(("nngp", "ntk"), got, ref):
+                assert a.dtype == jnp.float32
+                np.testing.assert_allclose(a, r, rtol=2e-5, err_msg=f"{name} {part}")
+
+        def total(x, b=None):
+            k = fc_kernels(x, b, **kw)
+            return jnp.stack([jnp.sum(k.nngp), jnp.sum(k.ntk)])
+
+        for b in (None, x2):
+            g = jax.jacrev(total)(jnp.asarray(x), b)
+            assert bool(jnp.all(jnp.isfinite(g))), name
+            with jax.enable_x64(True):
+                g64 = jax.jacrev(total)(jnp.asarray(x, jnp.float64),
+                                        None if b is None else jnp.asarray(b, jnp.float64))
+                g64 = np.asarray(g64)
+            for i in range(2):  # per output, relative to its largest entry
+                np.testing.assert_allclose(g[i], g64[i], rtol=0,
+                                           atol=1e-5 * np.abs(g64[i]).max())
