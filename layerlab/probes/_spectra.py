@@ -169,7 +169,8 @@ def participation_ratio(eigs: ArrayLike) -> jax.Array:
     ``singular_values`` of the centred ``x`` squared.
 
     Args:
-      eigs: ``[k]`` non-negative values.
+      eigs: ``[k]`` non-negative values; half-precision or integer inputs are computed in
+        float32 (float64 stays float64).
 
     Returns:
       scalar in ``[1, k]``; 0 for an all-zero spectrum.
@@ -178,6 +179,7 @@ def participation_ratio(eigs: ArrayLike) -> jax.Array:
     if e.ndim != 1:
         raise ValueError(f"participation_ratio expects a 1-D spectrum, got shape {e.shape}.")
     check_finite(e, "eigs", fn="participation_ratio")  # eager only
+    (e,) = promote_float(e)  # float16 squares overflow past 256, uint8 sums wrap
     sq = jnp.sum(e * e)
     zero = sq == 0  # a NaN spectrum gives NaN
     return jnp.where(zero, 0.0, jnp.sum(e) ** 2 / jnp.where(zero, 1.0, sq))

@@ -89,3 +89,23 @@ def test_spectra_of_bfloat16_weights_are_computed_in_float32():
                                rtol=1e-5)
     np.testing.assert_allclose(np.asarray(P.product_singular_values([m.T, m])[0]), s_ref**2,
                                rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype, eigs", [
+    (jnp.float16, [300.0, 200.0, 100.0, 50.0]),  # squares overflow float16 (was NaN)
+    (np.uint8, [200, 100, 50]),                  # sums and squares wrapped (was 443.8)
+    (np.int32, [50000, 50000, 10]),              # squares overflow int32 (was 2.00284)
+])
+def test_participation_ratio_of_half_or_integer_spectra_is_computed_in_float32(dtype, eigs):
+    e = np.asarray(eigs, np.float64)
+    want = e.sum() ** 2 / (e**2).sum()
+    got = P.participation_ratio(jnp.asarray(np.asarray(eigs, dtype)))
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(float(got), want, rtol=1e-6)
+
+
+def test_participation_ratio_keeps_float64(x64):
+    e = np.array([3.0, 1.0, 1e-9])
+    got = P.participation_ratio(jnp.asarray(e))
+    assert got.dtype == jnp.float64
+    np.testing.assert_allclose(float(got), e.sum() ** 2 / (e**2).sum(), rtol=1e-14)
