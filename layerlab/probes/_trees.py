@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax.tree
 
-from layerlab._checks import is_concrete
+from layerlab._checks import is_concrete, promote_float
 from layerlab._types import PyTree
 
 
@@ -24,30 +24,47 @@ def _check_same_layout(a, b, fn: str) -> None:
             )
 
 
+def _promoted(a, b):
+    """Both trees with every leaf in one float dtype: the widest of theirs and float32
+    (:func:`layerlab._checks.promote_float`).  ``optax.tree.norm``/``vdot`` sum in the leaves'
+    own dtype: float16 squares overflow past ~256, integer leaves overflow or wrap."""
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    out = promote_float(*la, *lb)
+    return (jax.tree.unflatten(jax.tree.structure(a), out[:len(la)]),
+            jax.tree.unflatten(jax.tree.structure(b), out[len(la):]))
+
+
 def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
     r"""Cosine similarity of pytrees read as flat vectors.
 
     .. math:: \cos(a, b) = \frac{\langle a, b\rangle}{\|a\|\,\|b\|}
 
     Args:
-      a, b: pytrees of the same structure and leaf shapes.
+      a, b: pytrees of the same structure and leaf shapes.  Sums run in the widest leaf dtype
+        and at least float32 (half-precision and integer leaves are upcast; float64 stays
+        float64).
 
     Returns:
-      scalar in ``[-1, 1]``; **0 when either tree is all zeros** (the cosine is 0/0 there, as
+      scalar in ``[-1, 1]`` (clipped there: rounding can exceed 1 for parallel trees);
+      **0 when either tree is all zeros** (the cosine is 0/0 there, as
       :func:`kernel_alignment` and :func:`cka` return 0 for a zero kernel).  Under ``jit`` a
       NaN leaf gives NaN.
     """
     _check_same_layout(a, b, "tree_cosine_similarity")
+    a, b = _promoted(a, b)
     na, nb = optax.tree.norm(a), optax.tree.norm(b)
     zero = (na == 0) | (nb == 0)  # (a NaN norm is not 0: NaN stays NaN)
-    return jnp.where(zero, 0.0, optax.tree.vdot(a, b) / jnp.where(zero, 1.0, na * nb))
+    cos = optax.tree.vdot(a, b) / jnp.where(zero, 1.0, na * nb)
+    return jnp.where(zero, 0.0, jnp.clip(cos, -1.0, 1.0))  # (clip keeps NaN)
 
 
 def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
     r"""Relative distance :math:`\|a - a_0\| / \|a_0\|` (e.g. how far weights moved from init).
 
     Args:
-      a, a0: pytrees of the same structure and leaf shapes.
+      a, a0: pytrees of the same structure and leaf shapes.  Computed in the widest leaf
+        dtype and at least float32 (half-precision and integer leaves are upcast before the
+        difference; float64 stays float64).
 
     Returns:
       scalar.
@@ -57,6 +74,7 @@ def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
         or NaN when ``a`` is zero too).
     """
     _check_same_layout(a, a0, "tree_relative_change")
+    a, a0 = _promoted(a, a0)
     den = optax.tree.norm(a0)
     if is_concrete(den) and not float(den) > 0:
         raise ValueError(

@@ -48,3 +48,57 @@ def test_tree_cosine_of_a_zero_tree_is_zero_not_nan():
     assert float(jax.jit(P.tree_cosine_similarity)(a, a)) == 0.0
     # a NaN leaf still gives NaN
     assert np.isnan(float(jax.jit(P.tree_cosine_similarity)({**b, "b": jnp.full(3, jnp.nan)}, b)))
+
+
+def _flat64(t):
+    return np.concatenate([np.asarray(leaf, np.float64).ravel() for leaf in jax.tree.leaves(t)])
+
+
+def test_tree_probes_of_float16_trees_sum_in_float32():
+    """optax.tree.norm/vdot summed in float16: norms past ~256 overflowed (relative change 0.0
+    for 0.01, cosine NaN)."""
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.standard_normal((64, 32)) * 10, jnp.float16)  # norm ~450
+    a, a0 = [w * 1.01, w[0]], [w, w[1]]
+    fa, fa0 = _flat64(a), _flat64(a0)
+    rel = P.tree_relative_change(a, a0)
+    assert rel.dtype == jnp.float32
+    np.testing.assert_allclose(float(rel), np.linalg.norm(fa - fa0) / np.linalg.norm(fa0),
+                               rtol=1e-5)
+    cos = P.tree_cosine_similarity(a, a0)
+    np.testing.assert_allclose(float(cos), fa @ fa0 / (np.linalg.norm(fa) * np.linalg.norm(fa0)),
+                               rtol=1e-5)
+    same = float(P.tree_cosine_similarity([w], [w]))
+    assert -1.0 <= same <= 1.0 and same == pytest.approx(1.0, abs=1e-5)
+
+
+def test_tree_probes_of_integer_trees_are_float():
+    """int32 squares overflowed (cosine NaN; the relative change called a0 all zeros)."""
+    a, a0 = [np.array([40001, 40000], np.int32)], [np.array([40000, 40000], np.int32)]
+    fa, fa0 = _flat64(a), _flat64(a0)
+    np.testing.assert_allclose(float(P.tree_cosine_similarity(a, a0)),
+                               fa @ fa0 / (np.linalg.norm(fa) * np.linalg.norm(fa0)), rtol=1e-6)
+    np.testing.assert_allclose(float(P.tree_relative_change(a, a0)),
+                               np.linalg.norm(fa - fa0) / np.linalg.norm(fa0), rtol=1e-6)
+    # uint8 differences wrapped (3 - 4 = 255)
+    u, u0 = [np.array([3, 4], np.uint8)], [np.array([4, 4], np.uint8)]
+    np.testing.assert_allclose(float(P.tree_relative_change(u, u0)), 1 / np.hypot(4, 4),
+                               rtol=1e-6)
+
+
+def test_tree_cosine_is_clipped_to_its_range():
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(20):  # float32 rounding puts some cosines of a tree with itself above 1
+        t = [jnp.asarray(rng.standard_normal(s), jnp.float32) for s in [(37,), (5, 7)]]
+        c = float(P.tree_cosine_similarity(t, t))
+        assert -1.0 <= c <= 1.0 and c == pytest.approx(1.0, abs=1e-6)
+        hits += float(P.tree_cosine_similarity(t, [-leaf for leaf in t])) >= -1.0
+    assert hits == 20
+
+
+def test_tree_probes_keep_float64(x64):
+    rng = np.random.default_rng(2)
+    a, b = [rng.normal(size=(5, 3))], [rng.normal(size=(5, 3))]
+    assert P.tree_relative_change(a, b).dtype == jnp.float64
+    assert P.tree_cosine_similarity(a, b).dtype == jnp.float64
