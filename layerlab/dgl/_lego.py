@@ -30,6 +30,7 @@ from layerlab._checks import (  # noqa: F401
     check_key,
     check_labels,
     check_number,
+    promote_float,
 )
 from layerlab.data._targets import as_targets
 from layerlab.loop import fit, optax_step
@@ -280,9 +281,11 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
         do).  ridge_rel: relative ridge.
 
     Returns:
-      ``{"w": [d, C], "b": [C]}``.
+      ``{"w": [d, C], "b": [C]}``, in float32 or wider: integer features (uint8 pixels
+      wrapped in ``H^T H``) and half-precision ones (overflow in ``H^T H``; LAPACK has no
+      half-precision solve) are promoted to float32 first (float64 stays float64), as by
+      :func:`layerlab._checks.promote_float`.
     """
-    # checked only: the maths below runs on the arrays as passed, as it always has
     hc = check_array(h, "h", fn="fit_classifier", ndim=2, kind="real")
     yc = check_array(y, "y", fn="fit_classifier", ndim=(1, 2), kind="real")
     if yc.ndim == 1 and jnp.issubdtype(yc.dtype, jnp.integer):
@@ -290,7 +293,9 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
     if yc.shape[0] != hc.shape[0]:
         raise ValueError(f"fit_classifier: y must have one row per row of h ({hc.shape[0]}), "
                          f"got shape {tuple(yc.shape)}.")
-    n, d = h.shape
+    n, d = hc.shape
+    if not (jnp.issubdtype(hc.dtype, jnp.floating) and jnp.finfo(hc.dtype).bits >= 32):
+        (h,) = promote_float(hc)  # integer or half precision; float32+ runs as passed, as always
     Ht = jnp.concatenate([h, jnp.ones((n, 1), h.dtype)], axis=1)
     lam = ridge_rel * jnp.sum(h * h) / d + 1e-12
     A = Ht.T @ Ht + lam * jnp.eye(d + 1, dtype=h.dtype)

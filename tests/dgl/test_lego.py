@@ -246,3 +246,31 @@ def test_lego_checks_key_params_width_and_variance_values():
              ValueError, r"variances\.b_var must be finite")):
         with pytest.raises(exc, match=rf"^lego: {what}"):
             dgl.lego(*args, cfg, progress=False)
+
+
+def _ridge_ref(h, y, ridge_rel=1e-4):
+    """fit_classifier's closed form in float64 numpy."""
+    h, y = np.asarray(h, np.float64), np.asarray(y, np.float64)
+    Ht = np.concatenate([h, np.ones((h.shape[0], 1))], 1)
+    lam = ridge_rel * (h**2).sum() / h.shape[1] + 1e-12
+    W = np.linalg.solve(Ht.T @ Ht + lam * np.eye(Ht.shape[1]), Ht.T @ y)
+    return W[:-1], W[-1]
+
+
+@pytest.mark.parametrize("hdt, ydt", [(np.uint8, np.float32), (np.int32, np.float32),
+                                       (jnp.bfloat16, jnp.bfloat16), (jnp.float16, np.float32)])
+def test_fit_classifier_promotes_integer_and_half_precision_features(hdt, ydt):
+    """uint8 features wrapped in H^T H (w off by 1e3x); bfloat16/float16 reached LAPACK
+    ('NotImplementedError: Unsupported dtype bfloat16') or overflowed in float16."""
+    rng = np.random.default_rng(0)
+    h8 = rng.integers(0, 256, (40, 8))
+    h = h8 if np.issubdtype(hdt, np.integer) else h8 / 255
+    y = np.eye(3)[rng.integers(0, 3, 40)]
+    h, y = jnp.asarray(np.asarray(h, np.float64), hdt), jnp.asarray(y, ydt)
+    p = dgl.fit_classifier(h, y)
+    assert p["w"].dtype == jnp.float32 and p["b"].dtype == jnp.float32
+    w_ref, b_ref = _ridge_ref(h.astype(jnp.float32), y.astype(jnp.float32))
+    np.testing.assert_allclose(np.asarray(p["w"]), w_ref, rtol=1e-3,
+                               atol=1e-3 * np.abs(w_ref).max())
+    np.testing.assert_allclose(np.asarray(p["b"]), b_ref, rtol=1e-3,
+                               atol=1e-3 * np.abs(b_ref).max())
