@@ -140,16 +140,33 @@ class DensityState(NamedTuple):
     n: jax.Array
 
 
+def _check_sum_dtype(dtype, fn: str):
+    """The accumulation dtype: float32 or float64.  Integer sums would truncate every real
+    input added to them; half-precision ones are wrong past a few thousand samples: float16
+    sums (``count``, ``n``, ``outer``) overflow to inf past 65504 and ``density_finalize``
+    returned NaN, bfloat16 ones (8-bit mantissa) stop growing (``256 + 1 == 256``)."""
+    dt = check_float_dtype(dtype, "dtype", fn=fn)
+    if jnp.finfo(dt).bits < 32:
+        raise TypeError(
+            f"{fn}: dtype must be float32 or float64 for running sums, got {dt}: half-precision "
+            "sums overflow (float16: inf past 65504 samples) or stop growing (bfloat16: "
+            "256 + 1 == 256). Pass jnp.float32; density_update casts each chunk to the "
+            "state's dtype, so half-precision features can be added to a float32 state.")
+    return dt
+
+
 def density_init(num_classes: int, d: int, dtype: DTypeLike = jnp.float32) -> DensityState:
     """Empty running sums for ``num_classes`` classes of ``d``-dimensional inputs.
 
-    ``dtype`` is the accumulation dtype, floating-point: integer sums would truncate every
-    real input added to them (:func:`density_update` casts its chunk to this dtype).
+    ``dtype`` is the accumulation dtype, float32 or float64: integer sums would truncate
+    every real input added to them, float16 ones overflow past 65504 samples and bfloat16
+    ones stop growing, so those are refused with a ``TypeError`` (:func:`density_update`
+    casts its chunk to this dtype: half-precision features go into a float32 state).
     """
     fn = "density_init"
     num_classes = check_int(num_classes, "num_classes", fn=fn, min_value=1)
     d = check_int(d, "d", fn=fn, min_value=1)
-    dtype = check_float_dtype(dtype, "dtype", fn=fn)
+    dtype = _check_sum_dtype(dtype, fn)
     return DensityState(
         outer=jnp.zeros((num_classes, d, d), dtype),
         total=jnp.zeros((num_classes, d), dtype),
@@ -307,12 +324,12 @@ def density_from_chunks(
       num_classes: ``C``.
       d: feature dimension.
       update: the update function (``density_update`` or a jitted version of it).
-      dtype: accumulation dtype, floating-point.
+      dtype: accumulation dtype, float32 or float64 (as in :func:`density_init`).
 
     Returns:
       The final ``DensityState``; ``density_finalize`` turns it into ``[C, d, d]``.
     """
-    dtype = check_float_dtype(dtype, "dtype", fn="density_from_chunks")
+    dtype = _check_sum_dtype(dtype, "density_from_chunks")
     state = density_init(num_classes, d, dtype)
     for hc, yc in chunks:
         state = update(state, hc, yc)

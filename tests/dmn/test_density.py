@@ -294,3 +294,31 @@ def test_density_init_refuses_integer_accumulators():
         D.density_from_chunks([], 3, 2, dtype=np.int64)
     with pytest.raises(ValueError, match=r"^density_init: num_classes must be >= 1, got 0"):
         D.density_init(0, 2)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_density_init_refuses_half_precision_accumulators(dtype):
+    """A float16 state's count and n overflowed to inf past 65504 samples and density_finalize
+    returned NaN silently; bfloat16 sums stop growing (256 + 1 == 256)."""
+    name = jnp.dtype(dtype).name
+    with pytest.raises(TypeError, match=rf"^density_init: dtype must be float32 or float64 for "
+                                        rf"running sums, got {name}: half-precision sums "
+                                        r"overflow .*Pass jnp.float32"):
+        D.density_init(2, 2, dtype)
+    with pytest.raises(TypeError, match=rf"^density_from_chunks: dtype must be float32 or "
+                                        rf"float64 for running sums, got {name}"):
+        D.density_from_chunks([], 2, 2, dtype=dtype)
+
+
+def test_half_precision_features_accumulate_in_a_float32_state():
+    """The documented route for half-precision features: a float32 state (100 000 samples,
+    past float16's 65504)."""
+    h = jnp.tile(jnp.asarray([[1.0, 0.5]], jnp.float16), (1000, 1))
+    y = jnp.zeros(1000, jnp.int32)
+    upd = jax.jit(D.density_update)
+    st = D.density_init(2, 2)
+    for _ in range(100):
+        st = upd(st, h, y)
+    assert st.n.dtype == jnp.float32 and float(st.n) == 100_000.0
+    np.testing.assert_allclose(np.asarray(D.density_finalize(st)),
+                               [np.outer([1.0, 0.5], [1.0, 0.5]), np.zeros((2, 2))], rtol=1e-6)
