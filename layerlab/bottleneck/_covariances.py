@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_number
-from layerlab.bottleneck._layout import check_reps, check_x, col_cost, cols
+from layerlab.bottleneck._layout import as_float, check_reps, check_x, col_cost, cols
 from layerlab.bottleneck._representations import (
     Activation,
     Cost,
@@ -78,10 +78,12 @@ def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
         finite (full-rank ``K``), else the pseudo-inverse (see ``tikhonov_pinv``).
 
     Returns:
-      ``[N, N]``.
+      ``[N, N]``: float32 for a half-precision ``K`` (no LAPACK kernels: computed in float32,
+      as by ``_layout.as_float``), the default float for an integer one, ``K``'s dtype
+      otherwise.
     """
     check_number(ridge, "ridge", fn="psd_pinv", min_value=0.0)
-    return _psd_pinv(K, ridge, _ridge_kind(ridge))
+    return _psd_pinv(as_float(K), ridge, _ridge_kind(ridge))
 
 
 class Covariances(NamedTuple):

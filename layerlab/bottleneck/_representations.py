@@ -27,6 +27,7 @@ from jax.typing import ArrayLike
 from layerlab._checks import check_number, is_traced
 from layerlab.bottleneck._layout import (
     Params,
+    as_float,
     check_params,
     check_reps,
     check_x,
@@ -174,10 +175,12 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
       ridge: scalar ``rho >= 0``.
 
     Returns:
-      ``[n, m]``.
+      ``[n, m]``: float32 for a half-precision ``A`` (LAPACK has no bfloat16/float16 kernels:
+      computed in float32, as by ``_layout.as_float``), the default float for an integer one,
+      ``A``'s dtype otherwise.
     """
     check_number(ridge, "ridge", fn="tikhonov_pinv", min_value=0.0)
-    return _tikhonov_pinv(A, ridge, _ridge_kind(ridge))
+    return _tikhonov_pinv(as_float(A), ridge, _ridge_kind(ridge))
 
 
 # ----------------------------------------------------------------------------- Phi and Psi

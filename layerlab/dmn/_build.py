@@ -286,7 +286,8 @@ def build_dmn(
     Args:
       key: PRNG key (for the data fraction).
       layers: the parsed prefix (DMN layers and pools only).
-      x: ``[N, H, W, C]`` training images (float32 or float64; the build follows it).
+      x: ``[N, H, W, C]`` training images (float32 or float64: the build follows it;
+        integer and float16 images are built in float32).
       y: ``[N]`` integer labels.  A class of ``range(num_classes)`` without samples (after
         ``config.input_fraction``) gets a ``UserWarning``: it contributes no filters.
       num_classes: ``C``.
@@ -315,8 +316,8 @@ def build_dmn(
       Eqs. (15), (19)-(24) and Table 2 of Dehmamy et al., arXiv:1703.04757.
     """
     x = np.asarray(x)
-    if not np.issubdtype(x.dtype, np.floating):
-        x = x.astype(np.float32)
+    if not np.issubdtype(x.dtype, np.floating) or x.dtype.itemsize < 4:
+        x = x.astype(np.float32)  # integer pixels; float16 (no half-precision LAPACK eigh)
     dtype = jax.dtypes.canonicalize_dtype(x.dtype)  # float64 only when jax x64 is enabled
     y = np.asarray(y)
     if x.ndim != 4:

@@ -402,11 +402,14 @@ def density_eigh(rho: jax.Array) -> tuple[jax.Array, jax.Array]:
 
     Returns:
       ``(eigvals [..., d], eigvecs [..., d, d])``; ``eigvecs[..., :, a]`` is the unit
-      eigenvector of ``eigvals[..., a]``.  Signs are arbitrary (see ``fix_signs``).
+      eigenvector of ``eigvals[..., a]``.  Signs are arbitrary (see ``fix_signs``).  In
+      float32 for half-precision or integer ``rho`` (LAPACK has no bfloat16/float16 eigh),
+      in ``rho``'s dtype otherwise.
     """
     rho = jnp.asarray(rho)
     if rho.ndim < 2 or rho.shape[-1] != rho.shape[-2]:
         raise ValueError(f"rho must be [..., d, d] square matrices; got shape {rho.shape}.")
+    (rho,) = promote_float(rho)  # float32 and float64 unchanged
     # one matrix at a time on CPU, also under vmap (layerlab._linalg: concurrent batched
     # LAPACK calls can deadlock XLA's CPU pool); the batched kernel on accelerators
     lam, vec = _eigh_stacked(rho)

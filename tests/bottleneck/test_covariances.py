@@ -75,3 +75,21 @@ def test_integer_inputs_are_not_wrapped_around():
         float(bn.representation_loss(Zs, xb, cost=cost, lam=1.0, ridge=0.1)),
         float(bn.representation_loss(Zs, xb.astype(jnp.float32), cost=cost, lam=1.0,
                                      ridge=0.1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_psd_pinv_of_half_precision_is_computed_in_float32(dtype):
+    """LAPACK has no half-precision kernels: 'NotImplementedError: Unsupported dtype float16',
+    naming no function."""
+    A = np.random.default_rng(0).normal(size=(4, 3))
+    K = jnp.asarray(A @ A.T, dtype)  # rank 3 of 4
+    K64 = np.asarray(K, np.float64)  # the half-precision values, exactly
+    K64 = (K64 + K64.T) / 2
+    got = bn.psd_pinv(K)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), np.linalg.pinv(K64, hermitian=True),
+                               rtol=1e-3, atol=1e-4)
+    M = np.linalg.inv(K64 + 0.3 * np.eye(4))
+    got = bn.psd_pinv(K, 0.3)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), M @ K64 @ M, rtol=1e-4, atol=1e-5)

@@ -211,3 +211,19 @@ def test_negative_ridge_is_refused():
         bn.weights_from_representations(Zs, x, ridge=-5.0)
     with pytest.raises(ValueError, match=r"tikhonov_pinv: ridge must be >= 0.0, got -1.0"):
         bn.tikhonov_pinv(jnp.eye(2), -1.0)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_tikhonov_pinv_of_half_precision_is_computed_in_float32(dtype):
+    """LAPACK has no half-precision kernels: 'NotImplementedError: Unsupported dtype bfloat16',
+    naming no function."""
+    A = jnp.asarray(np.random.default_rng(0).normal(size=(3, 5)), dtype)
+    A64 = np.asarray(A, np.float64)  # the half-precision values, exactly
+    got = bn.tikhonov_pinv(A)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got), np.linalg.pinv(A64), rtol=1e-4, atol=1e-5)
+    got = bn.tikhonov_pinv(A, 0.3)
+    assert got.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(got),
+                               A64.T @ np.linalg.inv(A64 @ A64.T + 0.3 * np.eye(3)),
+                               rtol=1e-4, atol=1e-5)

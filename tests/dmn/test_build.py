@@ -310,3 +310,26 @@ def test_grid_patches_and_input_noise_check_their_arguments():
     # a valid call: U[0, a) noise, within [x, x + a)
     y = add_input_noise(jax.random.key(0), x, 0.5)
     assert float(y.min()) >= 1.0 and float(y.max()) < 1.5
+
+
+def test_float16_images_are_built_in_float32(key):
+    """float16 passed the np.floating test and reached LAPACK ('NotImplementedError:
+    Unsupported dtype float16'); now built in float32, against numpy's float64 eigh."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(size=(12, 8, 8, 1)).astype(np.float16)
+    x[6:, :4] *= 0.2
+    y = np.repeat([0, 1], 6)
+    cfg = L.DMNConfig(pca="class", cutoff=0.9)
+    prefix, _ = L.split_spec(L.parse_spec("d3,m,de2"))
+    params, info = L.build_dmn(key, prefix, x, y, 2, cfg, jit=False)
+    assert params[0]["w"].dtype == jnp.float32
+    rho1 = _np_patch_density(x.astype(np.float64), y, 2, 3, "SAME")
+    lam, vec = np.linalg.eigh(rho1)
+    ref = D.select_filters(lam[:, ::-1], vec[:, :, ::-1], num_filters=3, cutoff=0.9)
+    _same_span(np.asarray(params[0]["w"]).reshape(9, -1), ref.w)
+    np.testing.assert_allclose(info.eigvals[0], ref.eigvals, rtol=1e-4)
+    # the network's build goes the same way
+    net = L.make_network("d3,m,de2", 2)
+    p2, _ = net.build(key, x, y, jit=False)
+    np.testing.assert_array_equal(np.asarray(p2[0]["w"]), np.asarray(
+        L.build_dmn(key, prefix, x.astype(np.float32), y, 2, L.DMNConfig(), jit=False)[0][0]["w"]))

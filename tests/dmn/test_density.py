@@ -322,3 +322,18 @@ def test_half_precision_features_accumulate_in_a_float32_state():
     assert st.n.dtype == jnp.float32 and float(st.n) == 100_000.0
     np.testing.assert_allclose(np.asarray(D.density_finalize(st)),
                                [np.outer([1.0, 0.5], [1.0, 0.5]), np.zeros((2, 2))], rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_density_eigh_of_half_precision_is_computed_in_float32(dtype):
+    """LAPACK has no half-precision eigh: 'NotImplementedError: Unsupported dtype bfloat16',
+    naming no function."""
+    a = np.random.default_rng(0).normal(size=(2, 6, 4))
+    rho = jnp.asarray(np.einsum("cni,cnj->cij", a, a) / 6, dtype)
+    r64 = np.asarray(rho, np.float64)
+    lam, vec = D.density_eigh(rho)
+    assert lam.dtype == vec.dtype == jnp.float32
+    lam_ref, vec_ref = np.linalg.eigh(r64)
+    np.testing.assert_allclose(np.asarray(lam), lam_ref[:, ::-1], rtol=1e-5, atol=1e-6)
+    overlap = np.abs(np.einsum("cia,cia->ca", np.asarray(vec, np.float64), vec_ref[:, :, ::-1]))
+    np.testing.assert_allclose(overlap, 1.0, atol=1e-4)
