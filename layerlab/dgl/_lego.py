@@ -70,6 +70,9 @@ class LegoConfig:
         estimator of :func:`layerlab.dgl.dgl_minibatch` otherwise).
       eps_rel: ``eps^2`` relative to the mean diagonal of the top kernel.
       variance: include the LOO variance term.  ridge_rel: classifier ridge (relative).
+      adam_eps: AdamW's ``eps`` (the denominator's floor, ``>= 0``); the default is optax's
+        ``1e-8``.  float16 parameters need ``adam_eps >= ~1e-4``: ``1e-8`` rounds to 0 in
+        float16, so the first update divides by zero (``loop.NonFiniteError``).
     """
 
     steps: int = 300
@@ -79,6 +82,7 @@ class LegoConfig:
     eps_rel: float = 0.05
     variance: bool = False
     ridge_rel: float = 1e-4
+    adam_eps: float = 1e-8
 
     def __post_init__(self):
         fn = "LegoConfig"
@@ -90,6 +94,8 @@ class LegoConfig:
         check_number(self.eps_rel, "eps_rel", fn=fn, min_value=0.0,
                      what="a noise variance relative to the kernel's mean diagonal")
         check_number(self.ridge_rel, "ridge_rel", fn=fn, min_value=0.0)
+        check_number(self.adam_eps, "adam_eps", fn=fn, min_value=0.0,
+                     what="AdamW's eps; float16 parameters need >= ~1e-4")
 
 
 def mse_loss(params: Sequence[dict[str, jax.Array]],
@@ -236,7 +242,8 @@ def train_layer_dgl(
     progress: bool = True,
     desc: str = "DGL layer",
 ) -> tuple[dict[str, jax.Array], dict[str, Any]]:
-    """Step 3 for one layer: minimise :func:`layer_dgl` with AdamW through ``loop.fit``.
+    """Step 3 for one layer: minimise :func:`layer_dgl` with AdamW (``cfg.lr``,
+    ``cfg.weight_decay``, ``cfg.adam_eps``) through ``loop.fit``.
 
     With ``cfg.batch_size`` smaller than N each step uses the DGL of a random subset (the
     mini-batch estimator); otherwise the full-data DGL.  ``layer``, ``h_prev``, ``y`` and
@@ -258,7 +265,8 @@ def train_layer_dgl(
         hp, yb = batch
         return layer_dgl(p, hp, yb, top, eps_rel=cfg.eps_rel, variance=cfg.variance)
 
-    ts = optax_step(loss, optax.adamw(cfg.lr, weight_decay=cfg.weight_decay))
+    ts = optax_step(loss, optax.adamw(cfg.lr, eps=cfg.adam_eps,
+                                      weight_decay=cfg.weight_decay))
     bs = cfg.batch_size if cfg.batch_size and cfg.batch_size < h_prev.shape[0] else None
     state, hist = fit(
         ts.step, ts.init(layer), (h_prev, y), key=key, steps=cfg.steps, batch_size=bs,

@@ -45,6 +45,21 @@ class NonFiniteError(FloatingPointError):
         self.history = history
 
 
+def _half_precision_hint(state) -> str:
+    """A sentence for a state holding float16/bfloat16 leaves (``""`` otherwise): there the
+    likely cause is the optimiser's ``eps`` (optax's Adam default 1e-8 is 0 in float16, so
+    the first update divides by zero) or the loss's range, not the learning rate."""
+    half = sorted({str(jnp.dtype(a.dtype)) for a in jax.tree_util.tree_leaves(state)
+                   if hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jnp.floating)
+                   and jnp.finfo(a.dtype).bits == 16})
+    if not half:
+        return ""
+    return (f" The state holds {'/'.join(half)} leaves: a likely cause is the optimiser's "
+            "eps (optax's Adam default 1e-8 rounds to 0 in float16, so the first update "
+            "divides by zero): pass eps >= ~1e-4 (e.g. optax.adam(lr, eps=1e-4), "
+            "dgl.LegoConfig(adam_eps=1e-4)), scale the loss, or keep float32 parameters.")
+
+
 def _state_message(state, t_from, t_to, bad_runs, where_ck) -> str:
     """Name the state leaves holding NaN/Inf after the chunk ``t_from .. t_to - 1``."""
     names = []
@@ -57,10 +72,11 @@ def _state_message(state, t_from, t_to, bad_runs, where_ck) -> str:
         f"{t_from}..{t_to - 1}{where} while every checked metric stayed finite. Training "
         f"stopped; err.state holds the last good state (after {t_from} steps){where_ck}. "
         "Lower the learning rate, or check the step for division by zero / overflow."
+        + _half_precision_hint(state)
     )
 
 
-def _nonfinite_metric(metrics, names, t_from, length, runs, where_ck):
+def _nonfinite_metric(metrics, names, t_from, length, runs, where_ck, hint=""):
     """``(message, step, metric, value, bad_runs)`` of the first NaN/Inf metric, or ``None``."""
     for k in names:
         if k not in metrics:
@@ -82,6 +98,7 @@ def _nonfinite_metric(metrics, names, t_from, length, runs, where_ck):
                 "rate, check the data and the loss for log(0)/division by zero"
                 + (", or pass check_finite=False to let a sweep continue past "
                    "diverging runs." if runs else ".")
+                + hint
             )
             return msg, t_from + i, k, v[i], bad_runs
     return None
@@ -101,7 +118,8 @@ def chunk_nonfinite(metrics: dict[str, np.ndarray], state_ok, new_state, *,
       where_ck: text naming the last good checkpoint (``""`` without one).
     """
     names = list(metrics) if check_finite is True else list(check_finite)
-    bad = _nonfinite_metric(metrics, names, t_from, t_to - t_from, runs, where_ck)
+    bad = _nonfinite_metric(metrics, names, t_from, t_to - t_from, runs, where_ck,
+                            _half_precision_hint(new_state))
     state_ok = np.asarray(state_ok)
     if bad is None and not state_ok.all():
         bad_runs = np.flatnonzero(~state_ok).tolist() if runs else None

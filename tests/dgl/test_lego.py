@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from layerlab import data, dgl, nets, probes
+from layerlab import data, dgl, loop, nets, probes
 
 
 class State(NamedTuple):
@@ -274,3 +274,23 @@ def test_fit_classifier_promotes_integer_and_half_precision_features(hdt, ydt):
                                atol=1e-3 * np.abs(w_ref).max())
     np.testing.assert_allclose(np.asarray(p["b"]), b_ref, rtol=1e-3,
                                atol=1e-3 * np.abs(b_ref).max())
+
+
+def test_float16_lego_trains_with_a_larger_adam_eps():
+    """float16 LEGO always failed: AdamW's eps (optax's 1e-8) is 0 in float16 and the first
+    update divided by zero; LegoConfig had no eps option."""
+    x, _, labels = _task(n=32)
+    p0 = nets.mlp_init(jax.random.key(0), [6, 8, 3], dtype=jnp.float16)
+    x16 = x.astype(jnp.float16)
+    with pytest.raises(ValueError, match=r"LegoConfig: adam_eps must be >= 0.0"):
+        dgl.LegoConfig(adam_eps=-1.0)
+    cfg = dgl.LegoConfig(steps=4, batch_size=None)
+    assert cfg.adam_eps == 1e-8  # optax's default: float32 results unchanged
+    with pytest.raises(loop.NonFiniteError, match=r"LegoConfig\(adam_eps=1e-4\)"):
+        dgl.lego(jax.random.key(1), p0, x16, labels, dgl.mf_variances(p0), cfg, progress=False)
+    cfg = dgl.LegoConfig(steps=4, batch_size=None, adam_eps=1e-4)
+    params, hists = dgl.lego(jax.random.key(1), p0, x16, labels, dgl.mf_variances(p0), cfg,
+                             progress=False)
+    assert params[0]["w"].dtype == jnp.float16
+    assert np.isfinite(hists[0]["train"]["loss"]).all()
+    assert all(bool(jnp.isfinite(a).all()) for a in jax.tree_util.tree_leaves(params))

@@ -730,3 +730,38 @@ def test_max_to_keep_without_checkpoint_dir_is_refused(key, tmp_path):
     for kw in ({}, {"max_to_keep": None}):
         st, _ = loop.fit(step, jnp.zeros(()), data, key=key, steps=2, progress=False, **kw)
         assert float(st) == 2.0
+
+
+_HALF_HINT = (r"The state holds float16 leaves: a likely cause is the optimiser's eps \(optax's "
+              r"Adam default 1e-8 rounds to 0 in float16, so the first update divides by "
+              r"zero\): pass eps >= ~1e-4")
+
+
+def test_nonfinite_float16_state_names_the_optimisers_eps(key):
+    """float16 params with Adam's eps = 1e-8 (0 in float16): the first update divides by zero;
+    the message said only 'Lower the learning rate'."""
+    x, y = _problem(key)
+    p16 = jax.tree_util.tree_map(lambda a: a.astype(jnp.float16), _params())
+
+    def loss(p, batch):  # small gradients: (1 - b2) g^2 underflows to 0 in float16
+        return 1e-4 * _lsq(jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), p), batch)
+
+    ts = loop.optax_step(loss, optax.adam(1e-3))
+    with pytest.raises(loop.NonFiniteError, match=r"Lower the learning rate.*" + _HALF_HINT):
+        loop.fit(ts.step, ts.init(p16), (x, y), steps=3, key=key, progress=False)
+    ts = loop.optax_step(loss, optax.adam(1e-3, eps=1e-4))  # the hint's fix
+    state, hist = loop.fit(ts.step, ts.init(p16), (x, y), steps=3, key=key, progress=False)
+    assert np.isfinite(hist["train"]["loss"]).all()
+    assert all(bool(jnp.isfinite(a).all()) for a in jax.tree_util.tree_leaves(state.params))
+
+
+def test_nonfinite_hint_for_a_half_precision_metric_failure_only(key):
+    def step(s, batch, k):
+        return s + 1.0, {"loss": jnp.where(s >= 2, jnp.nan, 1.0).astype(s.dtype)}
+
+    with pytest.raises(loop.NonFiniteError, match=r"'loss'.*step 2.*" + _HALF_HINT):
+        loop.fit(step, jnp.zeros((), jnp.float16), jnp.zeros((3, 1)), steps=5, key=key,
+                 progress=False)
+    with pytest.raises(loop.NonFiniteError) as err:  # float32: the message as before
+        loop.fit(step, jnp.zeros(()), jnp.zeros((3, 1)), steps=5, key=key, progress=False)
+    assert "leaves: a likely cause" not in str(err.value)
