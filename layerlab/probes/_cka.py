@@ -389,7 +389,9 @@ def minibatch_cka_init(dtype: DTypeLike = jnp.float32) -> MinibatchCKAState:
     """Zero accumulator for :func:`minibatch_cka_update`.
 
     ``dtype``: floating-point dtype of the running sums (integer sums would truncate the
-    HSIC terms added to them).
+    HSIC terms added to them).  :func:`minibatch_cka_update` keeps it (the HSIC terms are
+    computed in float32 or wider and rounded into it), so the state can be a ``lax.scan``
+    carry; a bfloat16/float16 state holds the sums to ~3 significant digits.
     """
     dtype = check_float_dtype(dtype, "dtype", fn="minibatch_cka_init")
     z = jnp.zeros((), dtype)
@@ -405,6 +407,11 @@ def minibatch_cka_update(
     centred per minibatch first (unbiased HSIC is invariant to it) and columns constant at
     rounding level are zeroed (as in :func:`linear_cka`); a minibatch on which a
     representation is constant adds exactly 0 to every sum it enters.
+
+    The HSIC terms are computed in float32 or wider (the wider of ``x``'s and ``y``'s) and
+    added in the wider of that and the state's dtype; the returned state has the dtypes of
+    ``state`` (a ``lax.scan`` carry keeps its type: a bfloat16 state from
+    ``minibatch_cka_init(jnp.bfloat16)``, or a float32 one fed float64 data under x64).
     """
     x, y = _pair(x, y, "minibatch_cka_update")
     if kernel not in ("linear", "rbf"):
@@ -419,10 +426,19 @@ def minibatch_cka_update(
     k1 = jnp.where(x_const, 0.0, k1)
     k2 = jnp.where(y_const, 0.0, k2)
     return MinibatchCKAState(
-        state.xy + unbiased_hsic(k1, k2),
-        state.xx + unbiased_hsic(k1, k1),
-        state.yy + unbiased_hsic(k2, k2),
+        _add_kept(state.xy, unbiased_hsic(k1, k2)),
+        _add_kept(state.xx, unbiased_hsic(k1, k1)),
+        _add_kept(state.yy, unbiased_hsic(k2, k2)),
     )
+
+
+def _add_kept(acc, term):
+    """``acc + term`` in the wider dtype, returned in ``acc``'s (a Python number as before)."""
+    keep = getattr(acc, "dtype", None)
+    if keep is None:
+        return acc + term
+    dt = jnp.result_type(keep, term.dtype)
+    return (acc.astype(dt) + term.astype(dt)).astype(keep)
 
 
 def minibatch_cka_value(state: MinibatchCKAState) -> jax.Array:

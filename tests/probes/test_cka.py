@@ -434,3 +434,41 @@ def test_cka_static_options_given_as_arrays_or_bad_types():
     with pytest.raises(ValueError, match=r"^minibatch_cka: kernel must be 'linear' or 'rbf', "
                                          r"got \['linear'\]"):
         P.minibatch_cka(jnp.ones((2, 3, 4)), jnp.ones((2, 3, 4)), kernel=["linear"])
+
+
+def _scan_minibatch_cka(state, xs, ys):
+    """A user's lax.scan over minibatches with the streaming API."""
+    def body(s, b):
+        return P.minibatch_cka_update(s, b[0], b[1]), None
+    s, _ = jax.lax.scan(body, state, (xs, ys))
+    return s
+
+
+def test_minibatch_cka_update_keeps_a_bfloat16_state_in_a_scan():
+    """A bfloat16 state came back float32 (the inputs were upcast, the state not): lax.scan
+    refused the carry ('carry input and carry output must have equal types')."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 16, 6))
+    y = np.tanh(x[..., :3] @ rng.normal(size=(3, 3))) + 0.3 * rng.normal(size=(8, 16, 3))
+    xs, ys = jnp.asarray(x, jnp.bfloat16), jnp.asarray(y, jnp.bfloat16)
+    s = jax.jit(_scan_minibatch_cka)(P.minibatch_cka_init(jnp.bfloat16), xs, ys)
+    assert all(leaf.dtype == jnp.bfloat16 for leaf in s)
+    want = _np_minibatch_cka(np.asarray(xs, np.float64), np.asarray(ys, np.float64),
+                             lambda a: a @ a.T)
+    assert 0.2 < want < 0.95
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=2e-2)  # bf16 sums
+    np.testing.assert_allclose(float(P.minibatch_cka(xs, ys)), want, rtol=1e-4)
+
+
+def test_minibatch_cka_update_keeps_a_float32_state_fed_float64_data(x64):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(6, 20, 5))
+    y = x[..., :2] @ rng.normal(size=(2, 4)) + 0.5 * rng.normal(size=(6, 20, 4))
+    s = jax.jit(_scan_minibatch_cka)(P.minibatch_cka_init(jnp.float32), x, y)
+    assert all(leaf.dtype == jnp.float32 for leaf in s)
+    want = _np_minibatch_cka(x, y, lambda a: a @ a.T)
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=1e-6)
+    s64 = jax.jit(_scan_minibatch_cka)(P.minibatch_cka_init(jnp.float64), x, y)
+    assert all(leaf.dtype == jnp.float64 for leaf in s64)
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s64)), want, rtol=1e-12)
+    np.testing.assert_allclose(float(P.minibatch_cka(x, y)), want, rtol=1e-12)
