@@ -80,3 +80,15 @@ def test_accuracy_rejects_bad_shapes_and_labels():
         P.accuracy(z, jnp.zeros((4, 2)))
     with pytest.raises(TypeError, match=r"^accuracy: labels of shape \[N\] must hold integer"):
         P.accuracy(z, jnp.zeros(4))
+
+
+def test_accuracy_is_float32_for_any_logits_dtype(scores, x64):
+    """The docstring said 'float64 under x64'; the result is float32 there too."""
+    logits, labels = scores
+    want = _np_count(logits, labels)
+    for dt in (np.float64, np.float16, np.int32):
+        got = P.accuracy(jnp.asarray(logits.astype(dt)), labels)
+        assert got.dtype == jnp.float32
+        np.testing.assert_allclose(float(got), _np_count(logits.astype(dt), labels), rtol=1e-6)
+    np.testing.assert_allclose(float(P.accuracy(logits.astype(np.float64), labels)), want,
+                               rtol=1e-7)
