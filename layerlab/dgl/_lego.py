@@ -290,6 +290,13 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
     if yc.shape[0] != hc.shape[0]:
         raise ValueError(f"fit_classifier: y must have one row per row of h ({hc.shape[0]}), "
                          f"got shape {tuple(yc.shape)}.")
+    return _fit_classifier_core(h, y, ridge_rel)
+
+
+# One jitted program per shape (checks stay eager, before the call): called eagerly its
+# ~20 primitives (the solve's LU among them) were compiled and dispatched one by one.
+@jax.jit
+def _fit_classifier_core(h, y, ridge_rel):
     n, d = h.shape
     Ht = jnp.concatenate([h, jnp.ones((n, 1), h.dtype)], axis=1)
     lam = ridge_rel * jnp.sum(h * h) / d + 1e-12
