@@ -316,13 +316,8 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
                             desc=f"{desc} (polish)", check_finite=False,
                             checkpoint_dir=ck("polish"))
 
-    def final(params, hp):
-        (val, aux), g = jax.value_and_grad(
-            lambda p: masked_loss(p, (x, y), hparams=hp, cost=cost, beta=beta,
-                                  activation=activation), has_aux=True)(params)
-        return val, aux, optax.tree.norm(g)
-
-    loss, aux, gn = jax.jit(jax.vmap(final))(state.params, hparams)
+    loss, aux, gn = _final_eval(state.params, hparams, x, y, cost=cost, beta=beta,
+                                activation=activation)
     shape = (len(widths), seeds)
     loss = np.asarray(loss).reshape(shape)
     safe = np.where(np.isfinite(loss), loss, np.inf)
@@ -332,6 +327,34 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
             "grad_norm": np.asarray(gn).reshape(shape),
             "best": np.min(safe, axis=1), "best_seed": np.argmin(safe, axis=1),
             "history": hist, "state": state}
+
+
+def _final_values(params, hparams, x, y, *, cost, beta, activation):
+    """Every run's full-data regularised loss, its parts and its gradient norm (runs axis)."""
+    def final(params, hp):
+        (val, aux), g = jax.value_and_grad(
+            lambda p: masked_loss(p, (x, y), hparams=hp, cost=cost, beta=beta,
+                                  activation=activation), has_aux=True)(params)
+        return val, aux, optax.tree.norm(g)
+
+    return jax.vmap(final)(params, hparams)
+
+
+_final_values_jit = jax.jit(_final_values, static_argnames=("cost", "beta", "activation"))
+
+
+def _final_eval(params, hparams, x, y, *, cost, beta, activation):
+    """:func:`width_sweep`'s final evaluation, one compiled program per (shapes, cost, beta,
+    activation): ``x`` and ``y`` are arguments (a function closing over them was a new
+    function at every call, compiled again, with the data embedded as constants).  An
+    unhashable ``beta`` (an array) is closed over in a program compiled for this call."""
+    try:
+        hash(beta)
+    except TypeError:
+        return jax.jit(functools.partial(_final_values, cost=cost, beta=beta,
+                                         activation=activation))(params, hparams, x, y)
+    return _final_values_jit(params, hparams, x, y, cost=cost, beta=beta,
+                             activation=activation)
 
 
 def _phase_step(phase: str, cost: Callable, beta, activation, *opt) -> loop.TrainStep:

@@ -14,6 +14,7 @@ representation of hidden layer ``l`` (``l = 1..L``; ``l = 0`` is the input) is
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -257,8 +258,18 @@ def sample_relu_outputs(
     n_layers = len(sizes) - 1
     w_var = _variance_vector(w_var, "w_var", fn=fn, length=n_layers, scalar=True)
     b_var = _variance_vector(b_var, "b_var", fn=fn, length=n_layers, scalar=True)
-    w_var = jnp.broadcast_to(jnp.asarray(w_var, x.dtype), (n_layers,))
-    b_var = jnp.broadcast_to(jnp.asarray(b_var, x.dtype), (n_layers,))
+    return _sample_relu_core(key, x, jnp.asarray(w_var, x.dtype), jnp.asarray(b_var, x.dtype),
+                             sizes=tuple(sizes), num_samples=num_samples)
+
+
+# One jitted program per (sizes, num_samples, shapes): called eagerly, the lax.map over the
+# networks (a closure made afresh at every call) was compiled again at every call, and the
+# ops around it one by one.  The argument checks stay outside (eager, before the call).
+@functools.partial(jax.jit, static_argnames=("sizes", "num_samples"))
+def _sample_relu_core(key, x, w_var, b_var, *, sizes, num_samples):
+    n_layers = len(sizes) - 1
+    w_var = jnp.broadcast_to(w_var, (n_layers,))
+    b_var = jnp.broadcast_to(b_var, (n_layers,))
 
     def one(k):
         h = x
@@ -273,7 +284,7 @@ def sample_relu_outputs(
 
     keys = jax.random.split(key, num_samples)
     out = jax.lax.map(one, keys, batch_size=min(num_samples, 256))
-    return out.reshape(num_samples * out_dim, x.shape[0])
+    return out.reshape(num_samples * sizes[-1], x.shape[0])
 
 
 def mc_covariance(samples: jax.Array) -> tuple[jax.Array, jax.Array]:

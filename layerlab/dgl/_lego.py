@@ -301,9 +301,16 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
     if yc.shape[0] != hc.shape[0]:
         raise ValueError(f"fit_classifier: y must have one row per row of h ({hc.shape[0]}), "
                          f"got shape {tuple(yc.shape)}.")
-    n, d = hc.shape
     if not (jnp.issubdtype(hc.dtype, jnp.floating) and jnp.finfo(hc.dtype).bits >= 32):
-        (h,) = promote_float(hc)  # integer or half precision; float32+ runs as passed, as always
+        (hc,) = promote_float(hc)  # integer or half precision; float32+ runs as passed, as always
+    return _fit_classifier_core(hc, yc, ridge_rel)
+
+
+# One jitted program per shape (checks stay eager, before the call): called eagerly its
+# ~20 primitives (the solve's LU among them) were compiled and dispatched one by one.
+@jax.jit
+def _fit_classifier_core(h, y, ridge_rel):
+    n, d = h.shape
     Ht = jnp.concatenate([h, jnp.ones((n, 1), h.dtype)], axis=1)
     lam = ridge_rel * jnp.sum(h * h) / d + 1e-12
     A = Ht.T @ Ht + lam * jnp.eye(d + 1, dtype=h.dtype)

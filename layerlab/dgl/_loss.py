@@ -323,6 +323,21 @@ def _dgl_bwd(res, g):
 
 _dgl_core.defvjp(_dgl_fwd, _dgl_bwd)
 
+# The numerical cores are jitted (the forward one program, its VJP another): called eagerly
+# they ran op by op, each of their ~30 primitives compiled and dispatched on its own, and the
+# jitter retry's while_loop (closures made afresh at every call) compiled again at every call.
+# The argument checks stay outside (eager, before the call); under an outer jit the cores are
+# inlined.
+_dgl_jitted = jax.jit(_dgl_core)
+
+
+@jax.jit
+def _loo_core(K, Y, eps2):
+    A = K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype)
+    Li = _factor_inv(A, K)
+    b = jnp.sum(Li * Li, axis=0)
+    return (Li.T @ (Li @ Y)) / b[:, None], 1.0 / b - eps2
+
 
 def dgl_loss(
     K: jax.typing.ArrayLike,
@@ -387,7 +402,7 @@ def dgl_loss(
     if _is_concrete(K, Y, eps2):
         _check_kernel(K, float(eps2), Y, fn="dgl_loss")
     eps2 = jnp.asarray(eps2, dtype)
-    return _dgl_core(K, Y, eps2, jnp.asarray(1.0 if variance else 0.0, dtype))
+    return _dgl_jitted(K, Y, eps2, jnp.asarray(1.0 if variance else 0.0, dtype))
 
 
 def dgl_features(
@@ -454,10 +469,7 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
     if _is_concrete(K, Y, eps2):
         _check_kernel(K, float(eps2), Y, fn="loo_residuals")
-    A = K + eps2 * jnp.eye(K.shape[0], dtype=K.dtype)
-    Li = _factor_inv(A, K)
-    b = jnp.sum(Li * Li, axis=0)
-    return (Li.T @ (Li @ Y)) / b[:, None], 1.0 / b - eps2
+    return _loo_core(K, Y, eps2)
 
 
 def dgl_loss_reference(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
