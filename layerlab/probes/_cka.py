@@ -391,7 +391,7 @@ def minibatch_cka_init(dtype: DTypeLike = jnp.float32) -> MinibatchCKAState:
     ``dtype``: floating-point dtype of the running sums (integer sums would truncate the
     HSIC terms added to them).  :func:`minibatch_cka_update` keeps it (the HSIC terms are
     computed in float32 or wider and rounded into it), so the state can be a ``lax.scan``
-    carry; a bfloat16/float16 state holds the sums to ~3 significant digits.
+    carry; a bfloat16 state holds the sums to ~2 significant digits, a float16 one to ~3.
     """
     dtype = check_float_dtype(dtype, "dtype", fn="minibatch_cka_init")
     z = jnp.zeros((), dtype)
