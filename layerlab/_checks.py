@@ -42,6 +42,7 @@ __all__ = [
     "check_labels",
     "check_int",
     "check_number",
+    "nonnegative_or_nan",
     "check_choice",
     "check_same_length",
     "check_result_finite",
@@ -404,6 +405,19 @@ def check_number(
         rel = "<" if hi_open else "<="
         raise ValueError(f"{where}{name} must be {rel} {max_value}{extra}, got {shown}.")
     return v
+
+
+def nonnegative_or_nan(v: Any, *, positive: bool = False):
+    """The traced half of a sign check on a hyper-parameter: ``v`` unchanged when concrete
+    (check it eagerly with :func:`check_number`), else ``where(v >= 0 & finite, v, NaN)``
+    (``v > 0`` with ``positive``), so that a traced invalid value gives NaN, not a finite
+    wrong result (the kernels' ``w_var``/``b_var`` policy).  Values and gradients of valid
+    values are unchanged."""
+    if is_concrete(v):
+        return v
+    v = jnp.asarray(v)
+    ok = (v > 0 if positive else v >= 0) & jnp.isfinite(v)
+    return jnp.where(ok, v, jnp.nan)  # (a weakly typed v stays weakly typed)
 
 
 def check_choice(v: Any, name: str, choices: Sequence[Any], *, fn: str | None = None):

@@ -27,15 +27,27 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from layerlab._checks import check_array, check_float_dtype, check_int, check_key, check_number
+from layerlab._checks import (
+    check_array,
+    check_float_dtype,
+    check_int,
+    check_key,
+    check_number,
+    is_concrete,
+    nonnegative_or_nan,
+)
 
 __all__ = ["mlp_init", "mlp_apply", "INITS"]
 
 INITS = ("glorot", "he", "ntk", "normal", "lecun", "torch")
 
 
-def _weight_std(init: str, d_in: int, d_out: int, w_std: float | None) -> float:
-    """Standard deviation of the Gaussian weights of one ``[d_in, d_out]`` layer."""
+def _weight_std(init: str, d_in: int, d_out: int, w_std):
+    """Standard deviation of the Gaussian weights of one ``[d_in, d_out]`` layer.
+
+    ``w_std`` is ``None`` (the init's default rule), a Python float (the product is taken in
+    Python's double precision, as the committed records' inits were) or an array (a traced
+    scale: the product is taken in its dtype)."""
     if init == "glorot":
         # Glorot & Bengio (2010), normal variant: Var = 2 / (fan_in + fan_out).
         base = (2.0 / (d_in + d_out)) ** 0.5
@@ -51,14 +63,14 @@ def _weight_std(init: str, d_in: int, d_out: int, w_std: float | None) -> float:
         # folded in here so mlp_apply stays a standard forward pass: W = w_std * N(0,1)/sqrt(d_in)
         # (Jacot et al. 2018, Eq. (1), in the "standard" re-parameterisation).
         base = (1.0 / d_in) ** 0.5
-        return base * (1.0 if w_std is None else float(w_std))
+        return base * (1.0 if w_std is None else w_std)
     elif init == "normal":
         if w_std is None:
             raise ValueError('mlp_init(init="normal") needs an explicit w_std (the weight std).')
-        return float(w_std)
+        return w_std
     else:
         raise ValueError(f"mlp_init: unknown init {init!r}; choose one of {INITS}.")
-    return base if w_std is None else base * float(w_std)
+    return base if w_std is None else base * w_std
 
 
 def mlp_init(
@@ -96,13 +108,22 @@ def mlp_init(
       sizes: ``[d_0, d_1, ..., d_L]`` (input width, hidden widths, output width); at least
         two entries, all positive.
       init: one of ``"glorot"``, ``"he"``, ``"lecun"``, ``"ntk"``, ``"normal"``, ``"torch"``.
-      w_std: weight scale multiplier (or the absolute std for ``"normal"``), a scalar.
+      w_std: weight scale multiplier (or the absolute std for ``"normal"``), a scalar;
+        ``None`` (the default) is the init's own rule.
       b_std: bias standard deviation (0 gives zero biases), a scalar.
       dtype: parameter dtype, floating-point (an integer, bool or complex dtype, or an array
         in place of a dtype, is refused with a ``TypeError``).
 
     Returns:
       ``L`` dicts ``{"w": [d_{l-1}, d_l], "b": [d_l]}``.
+
+    ``w_std`` and ``b_std`` may be traced (``jax.jit``/``jax.vmap``/``jax.grad`` over them):
+    they are arguments of the one compiled program, so a sweep over Python-float scales
+    compiles it once.  Their checks (finite, ``>= 0``) are eager only; a traced negative or
+    non-finite scale gives NaN parameters.  A concrete scale's per-layer std is computed in
+    Python floats and rounded once to ``dtype``; a traced one in its own dtype (at least
+    float32), so its weights may differ from the concrete value's in the last bit.  With
+    ``init="torch"``, ``b_std`` must be a concrete 0.
 
     References:
       Glorot & Bengio (2010); He et al. (2015) Eq. (10); Jacot et al. (2018) Eq. (1);
@@ -125,11 +146,34 @@ def mlp_init(
         )
     if init not in INITS:
         raise ValueError(f"mlp_init: unknown init {init!r}; choose one of {INITS}.")
-    if init == "torch" and b_std:
-        raise ValueError(f"mlp_init(init='torch') draws biases from U(+-1/sqrt(fan_in)); "
-                         f"b_std must be 0 (got {b_std}).")
-    return _mlp_init(key, tuple(sizes), init, None if w_std is None else float(w_std),
-                     float(b_std), dtype)
+    # the scales are arguments of the compiled program, not constants in it: one program per
+    # (sizes, init, dtype, zero bias) whatever their values, and they may be traced (jit/vmap/
+    # grad over w_std or b_std).  A concrete scale's per-layer std is computed here in Python
+    # floats and rounded once to the parameters' dtype, as the committed records' inits were
+    # (the same bits as a Python-float constant in the program); a traced one in its dtype
+    # (at least float32), so it can differ from the concrete value's by one rounding.
+    canon = jax.dtypes.canonicalize_dtype(dtype)
+    ct = jnp.promote_types(canon, jnp.float32)
+    if init == "torch":
+        if not is_concrete(b_std):
+            raise ValueError("mlp_init(init='torch') draws biases from U(+-1/sqrt(fan_in)); "
+                             "b_std must be 0, not a traced value.")
+        if b_std:
+            raise ValueError(f"mlp_init(init='torch') draws biases from U(+-1/sqrt(fan_in)); "
+                             f"b_std must be 0 (got {b_std}).")
+    if w_std is not None:
+        w_std = (float(w_std) if is_concrete(w_std)
+                 else nonnegative_or_nan(jnp.asarray(w_std).astype(ct)))
+    zero_bias = is_concrete(b_std) and not float(b_std)
+    b_std = (jnp.asarray(float(b_std), canon) if is_concrete(b_std)
+             else nonnegative_or_nan(jnp.asarray(b_std).astype(ct)).astype(canon))
+    stds = []
+    for d_in, d_out in zip(sizes[:-1], sizes[1:]):
+        std = _weight_std(init, d_in, d_out, w_std)
+        if init == "torch":
+            std = 3.0 ** 0.5 * std  # U(-a, a) has std a / sqrt 3
+        stds.append(jnp.asarray(std, canon) if isinstance(std, float) else std.astype(canon))
+    return _mlp_init(key, tuple(stds), b_std, tuple(sizes), init, dtype, zero_bias)
 
 
 def _barrier(a: jax.Array) -> jax.Array:
@@ -138,26 +182,26 @@ def _barrier(a: jax.Array) -> jax.Array:
     return jax.lax.optimization_barrier(a)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
-def _mlp_init(key, sizes, init, w_std, b_std, dtype):
-    """:func:`mlp_init`'s draws as one program per (sizes, init, scales, dtype): eagerly, each
-    layer's split, normal, scale and zeros were compiled separately (~1 s per new shape)."""
+@functools.partial(jax.jit, static_argnums=(3, 4, 5, 6))
+def _mlp_init(key, stds, b_std, sizes, init, dtype, zero_bias):
+    """:func:`mlp_init`'s draws as one program per (sizes, init, dtype, zero bias): eagerly,
+    each layer's split, normal, scale and zeros were compiled separately (~1 s per new shape).
+    ``stds``: one ``[]`` weight std per layer (for ``"torch"`` the uniform's half-width ``a``);
+    ``b_std``: ``[]``, unused when ``zero_bias``."""
     keys = jax.random.split(key, len(sizes) - 1)
     params = []
-    for k, d_in, d_out in zip(keys, sizes[:-1], sizes[1:]):
+    for k, std, d_in, d_out in zip(keys, stds, sizes[:-1], sizes[1:]):
         kw, kb = jax.random.split(k)
-        std = _weight_std(init, d_in, d_out, w_std)
         if init == "torch":
-            a = 3.0 ** 0.5 * std  # U(-a, a) has std a / sqrt 3
-            w = jax.random.uniform(kw, (d_in, d_out), dtype, -a, a)
+            w = jax.random.uniform(kw, (d_in, d_out), dtype, -std, std)
             c = d_in ** -0.5
             params.append({"w": w, "b": jax.random.uniform(kb, (d_out,), dtype, -c, c)})
             continue
         w = std * _barrier(jax.random.normal(kw, (d_in, d_out), dtype))
-        if b_std:
-            b = float(b_std) * _barrier(jax.random.normal(kb, (d_out,), dtype))
-        else:
+        if zero_bias:
             b = jnp.zeros((d_out,), dtype)
+        else:
+            b = b_std * _barrier(jax.random.normal(kb, (d_out,), dtype))
         params.append({"w": w, "b": b})
     return params
 

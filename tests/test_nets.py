@@ -131,3 +131,48 @@ def test_mlp_init_draws_equal_the_eager_draws_bit_for_bit(key, init, w_std, b_st
         np.testing.assert_array_equal(p["w"], std * jax.random.normal(kw, (d_in, d_out)))
         want_b = b_std * jax.random.normal(kb, (d_out,)) if b_std else np.zeros(d_out)
         np.testing.assert_array_equal(p["b"], want_b)
+
+
+def test_mlp_init_scales_are_traceable(key):
+    # jit/vmap over w_std and b_std (a ConcretizationTypeError when they were static
+    # arguments of the compiled draws): the eager calls' parameters, to the one rounding of
+    # the per-layer std taken in float32 instead of Python floats
+    sizes = [4, 8, 2]
+    scales = np.array([0.25, 0.5, 1.0, 1 / np.sqrt(3), 2.0], np.float32)
+    for init in ("glorot", "he", "ntk", "normal", "torch"):
+        got = jax.vmap(lambda s, init=init: nets.mlp_init(key, sizes, init=init, w_std=s))(
+            jnp.asarray(scales))
+        jitted = jax.jit(lambda s, init=init: nets.mlp_init(key, sizes, init=init, w_std=s))
+        for i, s in enumerate(scales):
+            want = nets.mlp_init(key, sizes, init=init, w_std=float(s))
+            one = jitted(s)
+            for lw, lg, lj in zip(want, got, one):
+                # (torch: w = u 2a - a, the std's rounding is absolute there)
+                tol = dict(rtol=3e-7, atol=3e-7 * float(np.max(np.abs(lw["w"]))))
+                np.testing.assert_allclose(lg["w"][i], lw["w"], **tol)
+                np.testing.assert_allclose(lj["w"], lw["w"], **tol)
+                np.testing.assert_array_equal(lj["b"], lw["b"])
+    b_scales = jnp.asarray([0.0, 0.1, 0.5])
+    got = jax.vmap(lambda s: nets.mlp_init(key, sizes, b_std=s))(b_scales)
+    for i, s in enumerate(b_scales):
+        want = nets.mlp_init(key, sizes, b_std=float(s))
+        for lw, lg in zip(want, got):
+            np.testing.assert_array_equal(lg["w"][i], lw["w"])
+            np.testing.assert_allclose(lg["b"][i], lw["b"], rtol=3e-7, atol=0)
+    # a traced invalid scale cannot raise: NaN parameters, not a finite wrong init
+    bad = jax.jit(lambda s: nets.mlp_init(key, sizes, w_std=s, b_std=s))(-1.0)
+    assert all(bool(jnp.all(jnp.isnan(layer["w"]))) for layer in bad)
+    with pytest.raises(ValueError, match="b_std must be 0"):
+        jax.jit(lambda s: nets.mlp_init(key, sizes, init="torch", b_std=s))(0.0)
+
+
+def test_mlp_init_compiles_once_for_a_sweep_of_scales(key):
+    # the scales are arguments of the compiled draws, not constants in them: a sweep over
+    # Python-float scales reuses one program (it compiled one per value)
+    sizes = [5, 11, 3]
+    nets.mlp_init(key, sizes, w_std=0.3)
+    before = nets._mlp_init._cache_size()
+    for s in np.linspace(0.5, 1.5, 10):
+        nets.mlp_init(key, sizes, w_std=float(s))
+    nets.mlp_init(key, sizes)  # the default rule (w_std=None) too
+    assert nets._mlp_init._cache_size() == before

@@ -143,7 +143,11 @@ def top_kernel(
 
     Args:
       h: ``[N, d]`` representations of the trainee layer.
-      h2: optional ``[M, d]`` second set (default ``h``).
+      h2: optional ``[M, d]`` second set (default ``h``).  For the symmetric kernel pass
+        ``None`` (or omit it): ``top_kernel(h, h)`` is recognised only eagerly (the same
+        object); under ``jit``/``vmap`` it is computed as a cross kernel, with a float32
+        error of ~3e-4 (at most 5e-4) relative near the diagonal (see
+        :func:`layerlab.kernels.fc_kernels`).
       w_var, b_var: ``[D + 1]`` variances of the top network's dense layers (fan-in
         convention); ``D = 0`` is the linear classifier alone, ``K = b + w h.h'/d``.
 

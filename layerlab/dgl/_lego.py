@@ -30,6 +30,7 @@ from layerlab._checks import (  # noqa: F401
     check_key,
     check_labels,
     check_number,
+    nonnegative_or_nan,
     promote_float,
 )
 from layerlab.data._targets import as_targets
@@ -227,7 +228,7 @@ def layer_dgl(
     h_prev, y, w_var, b_var = _check_layer_dgl_inputs(layer, h_prev, y, top, fn=fn)
     h = jax.nn.relu(h_prev @ layer["w"] + layer["b"][None, :])
     K = top_kernel(h, w_var=w_var, b_var=b_var)
-    eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
+    eps2 = nonnegative_or_nan(eps_rel) * jnp.mean(jnp.diagonal(K))  # traced < 0: NaN
     return dgl_loss(K, y, eps2=eps2, variance=variance) / h.shape[0]
 
 

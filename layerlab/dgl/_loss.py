@@ -30,6 +30,7 @@ from layerlab._checks import (
     check_number,
     check_result_finite,
     is_concrete,
+    nonnegative_or_nan,
     promote_float,
 )
 from layerlab._linalg import cholesky, cpu_mapped
@@ -401,7 +402,9 @@ def dgl_loss(
     Y = Y.astype(dtype)
     if _is_concrete(K, Y, eps2):
         _check_kernel(K, float(eps2), Y, fn="dgl_loss")
-    eps2 = jnp.asarray(eps2, dtype)
+    # traced (a learned or swept eps2): a negative or non-finite value gives NaN, not a finite
+    # wrong loss (eager: the ValueError above)
+    eps2 = nonnegative_or_nan(jnp.asarray(eps2, dtype))
     return _dgl_jitted(K, Y, eps2, jnp.asarray(1.0 if variance else 0.0, dtype))
 
 
@@ -440,7 +443,7 @@ def dgl_features(
         _check_scalar(eps_rel, "eps_rel", "dgl_features")
         check_number(eps_rel, "eps_rel", fn="dgl_features", min_value=0.0,
                      what="a noise variance relative to the mean diagonal of K")
-        eps2 = eps_rel * jnp.mean(jnp.diagonal(K))
+        eps2 = nonnegative_or_nan(eps_rel) * jnp.mean(jnp.diagonal(K))  # traced < 0: NaN
     return dgl_loss(K, Y, eps2=eps2, variance=variance)
 
 
@@ -469,7 +472,7 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
     if _is_concrete(K, Y, eps2):
         _check_kernel(K, float(eps2), Y, fn="loo_residuals")
-    return _loo_core(K, Y, eps2)
+    return _loo_core(K, Y, nonnegative_or_nan(eps2))  # traced eps2 < 0: NaN
 
 
 def dgl_loss_reference(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
@@ -644,6 +647,7 @@ def dgl_minibatch(
     check_int(num_batches, "num_batches", fn="dgl_minibatch", min_value=1)
     _check_scalar(eps2, "eps2", "dgl_minibatch")
     check_number(eps2, "eps2", fn="dgl_minibatch", min_value=0.0, what="a noise variance")
+    eps2 = nonnegative_or_nan(eps2)  # traced eps2 < 0: NaN
     keys = jax.random.split(key, num_batches)
 
     def one(k):

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 
 from layerlab import loop, probes
-from layerlab._checks import check_number, promote_float
+from layerlab._checks import check_number, is_concrete, nonnegative_or_nan, promote_float
 from layerlab.dmn._apply import (
     _check_poolable,
     conv3x3,
@@ -131,10 +131,19 @@ class Network(NamedTuple):
 def add_input_noise(key: jax.Array, x: jax.typing.ArrayLike, amplitude: float) -> jax.Array:
     """``x + U[0, amplitude)`` elementwise (the authors' guard against degenerate spectra);
     ``x`` unchanged when ``amplitude == 0``.  Float ``x`` keeps its dtype; integer ``x``
-    (uint8 pixels) is returned in float32, with or without noise."""
+    (uint8 pixels) is returned in float32, with or without noise.
+
+    ``amplitude`` may be traced (``jit``/``vmap`` over it): then the noise is always drawn
+    (``amplitude = 0`` adds ``0 * U``), it is applied in ``x``'s dtype, and a negative or
+    non-finite value gives NaN (its check, ``>= 0``, is eager only)."""
     check_number(amplitude, "amplitude", fn="add_input_noise", min_value=0.0)
     x = _float_input(x)
-    if amplitude == 0:
+    if not is_concrete(amplitude):
+        if jnp.ndim(amplitude) != 0:
+            raise ValueError(f"add_input_noise: amplitude must be a scalar, got shape "
+                             f"{jnp.shape(amplitude)}.")
+        amplitude = nonnegative_or_nan(jnp.asarray(amplitude).astype(x.dtype))
+    elif amplitude == 0:
         return x
     return x + amplitude * jax.random.uniform(key, x.shape, x.dtype)
 

@@ -137,7 +137,10 @@ def revmlp_init(
         (``V`` is the identity and ``d' = d/2``, paper §5.3).
       activation: ``σ``, any differentiable elementwise nonlinearity.
       first_linear: use the identity instead of ``σ`` in the first block.
-      w_scale: multiplies the Xavier scale (standard deviation) of ``W``.
+      w_scale: multiplies the Xavier scale (standard deviation) of ``W``; ``> 0``.  It may be
+        traced (``jit``/``vmap`` over it; checked eagerly only, a traced ``w_scale <= 0``
+        gives NaN weights); a traced scale is applied in its dtype (at least float32), so
+        the weights may differ from a concrete value's in the last bit.
       init: ``"xavier_uniform"`` or ``"xavier_normal_relu"`` (authors' code, App. L).
       dtype: parameter dtype, floating-point (an integer dtype is refused: the draws and
         the Gauss-Newton updates are real numbers).
@@ -161,22 +164,36 @@ def revmlp_init(
     if init not in INITS:
         raise ValueError(f"{fn}: init must be one of {INITS}, got {init!r}")
     h = dim // 2
-    if not (np.isfinite(w_scale) and w_scale > 0):
+    # eager only: a traced w_scale (jit/vmap/grad over it) gives NaN weights when not > 0
+    traced = not _checks.is_concrete(w_scale)
+    if traced:
+        if jnp.ndim(w_scale) != 0:
+            raise ValueError(f"revmlp_init: w_scale must be a scalar, got shape "
+                             f"{jnp.shape(w_scale)}.")
+        ct = jnp.promote_types(jax.dtypes.canonicalize_dtype(dtype), jnp.float32)
+        w_scale = _checks.nonnegative_or_nan(jnp.asarray(w_scale).astype(ct), positive=True)
+    elif not (np.isfinite(w_scale) and w_scale > 0):
         raise ValueError(f"revmlp_init: w_scale must be a positive factor on the init's scale, "
                          f"got {w_scale!r}")
     bottleneck = _checks.check_int(bottleneck, "bottleneck (a width, or None)", fn=fn,
                                    min_value=1, allow_none=True)
     dp = h if bottleneck is None else bottleneck
     k1, k2, k3, k4 = jax.random.split(key, 4)
+    # a concrete w_scale: the scales in NumPy float64, rounded once to dtype (the committed
+    # records' inits); a traced one: in its dtype (may differ in the last bit)
     if init == "xavier_uniform":
-        lim = w_scale * np.sqrt(6.0 / (dp + h))
+        lim = w_scale * (float(np.sqrt(6.0 / (dp + h))) if traced else np.sqrt(6.0 / (dp + h)))
         w1 = jax.random.uniform(k1, (depth, dp, h), dtype, -lim, lim)
         w2 = jax.random.uniform(k2, (depth, dp, h), dtype, -lim, lim)
     else:
         gain = np.full((depth, 1, 1), np.sqrt(2.0))
         if first_linear:
             gain[0] = 1.0
-        std = jnp.asarray(w_scale * gain * np.sqrt(2.0 / (dp + h)), dtype)
+        if traced:
+            std = (w_scale * jnp.asarray(gain * np.sqrt(2.0 / (dp + h)), w_scale.dtype)
+                   ).astype(dtype)
+        else:
+            std = jnp.asarray(w_scale * gain * np.sqrt(2.0 / (dp + h)), dtype)
         w1 = std * jax.random.normal(k1, (depth, dp, h), dtype)
         w2 = std * jax.random.normal(k2, (depth, dp, h), dtype)
     params = {"w1": w1, "b1": jnp.zeros((depth, h), dtype),

@@ -452,7 +452,14 @@ def fc_kernels(
       with_ntk: if False skip the NTK recursion (``ntk`` is then ``None``); about half
         the work when only the NNGP is needed.
 
-    Precision: ``x2=None`` (or ``x2`` the same array object as ``x1``) gives exact diagonals.
+    Symmetric kernels: pass ``x2=None`` (or omit it) for ``K(x1, x1)``.  Passing the same
+    array twice, ``fc_kernels(x, x)``, is recognised only eagerly (the same Python object);
+    under ``jit``/``vmap`` the two arguments are distinct tracers and it is computed as a
+    cross kernel, with a float32 error of ~3e-4 (at most 5e-4) relative near the diagonal
+    (ReLU at unit-scale inputs; the erf NTK's is ``O(eps * K^0)``, below).
+
+    Precision: ``x2=None`` (or ``x2`` the same array object as ``x1``, eagerly) gives exact
+    diagonals.
     Between distinct but nearly parallel inputs (equal rows of two different arrays
     included) float32 loses relative precision: ``O(sqrt(eps))`` for ReLU (``arccos`` near
     1) and ``O(eps * K^0)`` for the erf NTK, whose ``1 + 2(k11 + k22) + 4 (k11 k22 - k12^2)``
@@ -557,7 +564,10 @@ def _doc(kind: str, act: str) -> str:
 
     Args:
       x1: ``[n1, d]`` inputs.
-      x2: ``[n2, d]`` inputs or ``None`` (``x2 = x1``, exact diagonal).
+      x2: ``[n2, d]`` inputs or ``None`` (``x2 = x1``, exact diagonal).  For the symmetric
+        kernel pass ``None`` (or omit it): the same array passed twice is recognised only
+        eagerly (the same object); under ``jit``/``vmap`` it is computed as a cross kernel,
+        with a float32 error of ~3e-4 (at most 5e-4) relative near the diagonal.
       depth: number of {act} layers (int >= 0).
       w_var: weight variance, scalar or ``[depth + 1]`` (entry 0: input layer).
       b_var: bias variance, scalar or ``[depth + 1]``.

@@ -101,8 +101,11 @@ def _cosine(a: jax.Array, b: jax.Array, a_zero, b_zero) -> jax.Array:
     """Frobenius cosine of ``a`` and ``b``; 0 where either is flagged zero (0/0); a NaN input
     stays NaN (under ``jit`` it cannot raise)."""
     degenerate = a_zero | b_zero
-    den = jnp.sqrt(jnp.sum(a * a) * jnp.sum(b * b))
-    out = jnp.sum(a * b) / jnp.where(degenerate, 1.0, den)
+    prod = jnp.sum(a * a) * jnp.sum(b * b)
+    # safe sqrt (the double where): sqrt'(0) = inf would turn the zero cotangent of a
+    # degenerate pair into NaN gradients; a NaN product stays NaN
+    den = jnp.sqrt(jnp.where(degenerate & ~jnp.isnan(prod), 1.0, prod))
+    out = jnp.sum(a * b) / den
     return jnp.where(degenerate & ~jnp.isnan(den), 0.0, out)
 
 

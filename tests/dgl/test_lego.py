@@ -294,3 +294,16 @@ def test_float16_lego_trains_with_a_larger_adam_eps():
     assert params[0]["w"].dtype == jnp.float16
     assert np.isfinite(hists[0]["train"]["loss"]).all()
     assert all(bool(jnp.isfinite(a).all()) for a in jax.tree_util.tree_leaves(params))
+
+
+def test_layer_dgl_traced_negative_eps_rel_gives_nan():
+    """Under jit a traced eps_rel cannot raise: a negative one gives NaN (it gave a finite
+    wrong loss); a valid one the eager value."""
+    x, y, _ = _task(n=16)
+    p1 = nets.mlp_init(jax.random.key(0), [6, 4, 3], init="he")
+    v = dgl.mf_variances(p1)
+    top = dgl.LayerVariances(v.w_var[1:], v.b_var[1:])
+    f = jax.jit(lambda e: dgl.layer_dgl(p1[0], x, y, top, eps_rel=e))
+    assert bool(jnp.isnan(f(-0.05)))
+    np.testing.assert_allclose(f(0.05), dgl.layer_dgl(p1[0], x, y, top, eps_rel=0.05),
+                               rtol=1e-6)

@@ -486,3 +486,34 @@ def test_dgl_subsets_exact_checks_its_arguments():
     with pytest.raises(ValueError, match=r"^dgl_subsets_exact: batch_size=20 with N=40 points "
                                          r"would enumerate C\(40, 20\) = 137846528820 subsets"):
         dgl.dgl_subsets_exact(big, big, kf, batch_size=20, eps2=0.1)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_traced_negative_eps2_gives_nan_and_valid_eps2_the_eager_values(dtype):
+    """A traced negative eps2 (eps_rel) once gave a finite wrong loss (14.72 for eps2 = -0.5
+    under jit; eager calls raise): NaN now, as a traced negative kernel variance gives; a
+    valid traced eps2 gives the eager value and gradient."""
+    with jax.enable_x64(dtype == jnp.float64):
+        H, Y = _data(21, 8, 3, 2)
+        H, Y = jnp.asarray(H, dtype), jnp.asarray(Y, dtype)
+        K = _rbf(H)
+        key = jax.random.key(0)
+        fns = {
+            "dgl_loss": lambda e: dgl.dgl_loss(K, Y, eps2=e),
+            "dgl_loss(variance)": lambda e: dgl.dgl_loss(K, Y, eps2=e, variance=True),
+            "loo_residuals": lambda e: dgl.loo_residuals(K, Y, eps2=e)[0],
+            "dgl_features(eps2)": lambda e: dgl.dgl_features(H, Y, _rbf, eps2=e),
+            "dgl_features(eps_rel)": lambda e: dgl.dgl_features(H, Y, _rbf, eps_rel=e),
+            "dgl_minibatch": lambda e: dgl.dgl_minibatch(key, H, Y, _rbf, batch_size=6,
+                                                         num_batches=2, eps2=e),
+        }
+        for name, f in fns.items():
+            assert bool(jnp.all(jnp.isnan(jax.jit(f)(-0.5)))), name
+            assert bool(jnp.all(jnp.isnan(jax.jit(f)(jnp.inf)))), name
+            with pytest.raises(ValueError, match=r"must be >= 0"):
+                f(-0.5)  # eagerly: the ValueError
+            rtol = 1e-6 if dtype == jnp.float32 else 1e-12
+            np.testing.assert_allclose(jax.jit(f)(0.1), f(0.1), rtol=rtol, err_msg=name)
+        g = jax.grad(lambda e: dgl.dgl_loss(K, Y, eps2=e))
+        np.testing.assert_allclose(jax.jit(g)(0.1), g(0.1), rtol=1e-5 if dtype == jnp.float32
+                                   else 1e-12)

@@ -333,3 +333,23 @@ def test_float16_images_are_built_in_float32(key):
     p2, _ = net.build(key, x, y, jit=False)
     np.testing.assert_array_equal(np.asarray(p2[0]["w"]), np.asarray(
         L.build_dmn(key, prefix, x.astype(np.float32), y, 2, L.DMNConfig(), jit=False)[0][0]["w"]))
+
+
+def test_input_noise_amplitude_is_traceable():
+    # jit/vmap over the amplitude (its `amplitude == 0` shortcut was a
+    # ConcretizationTypeError): the eager values; a traced 0 adds 0 * U; a traced negative
+    # amplitude gives NaN (eagerly: the ValueError)
+    from layerlab.dmn._head import add_input_noise
+
+    key = jax.random.key(1)
+    x = jnp.linspace(0.0, 1.0, 12).reshape(3, 4)
+    amps = jnp.asarray([0.0, 0.1, 0.5])
+    got = jax.vmap(lambda a: add_input_noise(key, x, a))(amps)
+    for i, a in enumerate(amps):
+        np.testing.assert_allclose(got[i], add_input_noise(key, x, float(a)), rtol=1e-7)
+        np.testing.assert_allclose(jax.jit(lambda a: add_input_noise(key, x, a))(a),
+                                   add_input_noise(key, x, float(a)), rtol=1e-7)
+    assert add_input_noise(key, x, 0.0) is x  # concrete 0: x itself
+    assert bool(jnp.all(jnp.isnan(jax.jit(lambda a: add_input_noise(key, x, a))(-0.1))))
+    x8 = jnp.ones((2, 3), jnp.uint8)
+    assert jax.jit(lambda a: add_input_noise(key, x8, a))(0.5).dtype == jnp.float32

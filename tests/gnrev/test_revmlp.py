@@ -247,3 +247,25 @@ def test_readout_init_in_half_precision_is_the_float32_readout_rounded(key, dtyp
     # orthonormal columns to the dtype's precision
     P32 = np.asarray(P.astype(jnp.float32))
     np.testing.assert_allclose(P32.T @ P32, np.eye(5), atol=12 * float(jnp.finfo(dtype).eps))
+
+
+@pytest.mark.parametrize("init", ["xavier_uniform", "xavier_normal_relu"])
+def test_revmlp_init_w_scale_is_traceable(init):
+    # jit/vmap over w_scale (a ConcretizationTypeError from its eager check): the eager
+    # parameters, to the one rounding of the scale taken in float32; a traced w_scale <= 0
+    # gives NaN weights (eagerly: the ValueError)
+    key = jax.random.key(3)
+    scales = jnp.asarray([0.5, 1.0, 2.0])
+    kw = dict(dim=8, depth=2, bottleneck=6, init=init)
+    got = jax.vmap(lambda s: g.revmlp_init(key, w_scale=s, **kw)[0])(scales)
+    for i, s in enumerate(scales):
+        want = g.revmlp_init(key, w_scale=float(s), **kw)[0]
+        one = jax.jit(lambda s: g.revmlp_init(key, w_scale=s, **kw)[0])(s)
+        for n in want:
+            tol = dict(rtol=3e-7, atol=3e-7 * float(jnp.max(jnp.abs(want[n]))))
+            np.testing.assert_allclose(got[n][i], want[n], **tol)
+            np.testing.assert_allclose(one[n], want[n], **tol)
+    bad = jax.jit(lambda s: g.revmlp_init(key, w_scale=s, **kw)[0])(0.0)
+    assert bool(jnp.all(jnp.isnan(bad["w1"])))
+    with pytest.raises(ValueError, match="w_scale must be a positive factor"):
+        g.revmlp_init(key, w_scale=0.0, **kw)

@@ -472,3 +472,39 @@ def test_minibatch_cka_update_keeps_a_float32_state_fed_float64_data(x64):
     assert all(leaf.dtype == jnp.float64 for leaf in s64)
     np.testing.assert_allclose(float(P.minibatch_cka_value(s64)), want, rtol=1e-12)
     np.testing.assert_allclose(float(P.minibatch_cka(x, y)), want, rtol=1e-12)
+
+
+def test_gradient_beside_a_constant_kernel_is_finite_and_matches_differences(x64):
+    """CKA (and centred kernel alignment) against a constant kernel is 0 by the zero-kernel
+    convention, in a whole neighbourhood of the other kernel and of the constant's scale:
+    its gradient is 0. It was NaN (sqrt'(0) = inf times the zero cotangent in the cosine's
+    denominator). Elsewhere the gradient still matches central differences."""
+    rng = np.random.default_rng(3)
+    y = jnp.asarray(np.tanh(rng.normal(size=(8, 3))))
+    const = jnp.ones((8, 8))
+    fns = {"cka": P.cka,
+           "kernel_alignment(centered)": lambda a, b: P.kernel_alignment(a, b, centered=True)}
+
+    def fd(f, v, h=1e-6):
+        v = np.asarray(v, np.float64)
+        out = np.zeros(v.shape)
+        for i in np.ndindex(v.shape):
+            d = np.zeros(v.shape)
+            d[i] = h
+            out[i] = (float(f(jnp.asarray(v + d))) - float(f(jnp.asarray(v - d)))) / (2 * h)
+        return out
+
+    for name, f in fns.items():
+        for g_of, at in ((lambda b, f=f: f(const, b @ b.T), y),          # the other kernel
+                         (lambda c, f=f: f(c[0] * const, y @ y.T), jnp.ones(1) * 2.0),
+                         (lambda b, f=f: f(b @ b.T, const), y)):          # either argument
+            g = jax.grad(g_of)(at)
+            assert bool(jnp.all(jnp.isfinite(g))), name
+            np.testing.assert_allclose(g, fd(g_of, at), atol=1e-9, err_msg=name)
+            assert float(g_of(at)) == 0.0
+        # away from the degenerate case: the same gradient as before, by a second route
+        x = jnp.asarray(rng.normal(size=(8, 4)))
+        def g_of(a, f=f):
+            return f(a @ a.T, y @ y.T)
+        np.testing.assert_allclose(jax.grad(g_of)(x), fd(g_of, x), rtol=1e-6, atol=1e-9,
+                                   err_msg=name)
