@@ -70,6 +70,7 @@ from layerlab._checks import (
     check_int,
     check_result_finite,
     is_concrete,
+    nonnegative_or_nan,
 )
 
 __all__ = [
@@ -364,7 +365,7 @@ def _check_variance(name: str, v, depth: int, dtype, fn: str) -> jax.Array:
         return v
     # traced (e.g. a learned variance): a negative or non-finite entry gives NaN, not a
     # finite wrong kernel
-    return jnp.where((v >= 0) & jnp.isfinite(v), v, jnp.nan)
+    return nonnegative_or_nan(v)
 
 
 # ------------------------------------------------------------------------- the kernels
