@@ -3,11 +3,14 @@ variant of the DGL protocol; results in results/dgl/ablation/cifar500.json.
 
     python -m reproduce._dgl_ablation [variant-prefix ...]
 """
+import pathlib
 import sys
 
 import jax
 
 from layerlab.dgl import experiments as ex
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def main(argv=None):
@@ -32,7 +35,7 @@ def main(argv=None):
     names = (sys.argv[1:] if argv is None else argv) or list(V)
     chosen = {k: V[k] for k in V if any(k.startswith(n) for n in names)}
     res = ex.run_lego_ablation(cfg, "cifar-5x2000", chosen, key=jax.random.key(0),
-                               state_file="scratch/abl/cifar500.json", progress=False)
+                               state_file=str(REPO / "scratch/abl/cifar500.json"), progress=False)
     print(res.get("_e2e"))
     for k, v in res.items():
         if k == "_e2e":

@@ -20,12 +20,14 @@ import numpy as np
 from layerlab import nets, probes
 from layerlab.dgl import experiments as ex
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rows", default="cifar-5x2000,bmnist-2x20,bmnist-3x20")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--out", default="scratch/dgl/ablation/random_readout.json")
+    ap.add_argument("--out", default=str(REPO / "scratch/dgl/ablation/random_readout.json"))
     args = ap.parse_args(argv)
     cfg = ex.Table1Config.paper()
     out_path = pathlib.Path(args.out)

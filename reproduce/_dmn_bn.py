@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 
 def _bn_population_stats(net, variables, feats, chunk=1000):
     """Exact mean/var of every BN input over ``feats`` (equal-size chunks, combined).
@@ -81,7 +83,9 @@ def plot(out: dict, path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="results/dmn/ablation")
+    p.add_argument("--out", default=str(REPO / "scratch/dmn/ablation"),
+                   help="output folder (default: the git-ignored scratch/dmn/ablation; the "
+                        "committed ablation records were written with --out results/dmn/ablation)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--row", default="d27,m,c108,m,bn,de10")
     p.add_argument("--plot-only", action="store_true")

@@ -26,6 +26,8 @@ import sys
 import textwrap
 import time
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 # (row label, spec, paper test %, paper training % or None), as printed: Table 2's "ConvNet
 # Acc." of each CIFAR-10 row, Table 4's ConvNet rows (training / validation)
 ROWS = (
@@ -206,7 +208,7 @@ def plot(rec, path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("scratch/dmn_ablation"))
+    p.add_argument("--out", type=pathlib.Path, default=REPO / "scratch/dmn_ablation")
     p.add_argument("--n-train", type=int, default=6000,
                    help="label-balanced training images (0: all 50 000)")
     p.add_argument("--epochs", type=int, default=50)
@@ -235,7 +237,7 @@ def main(argv=None) -> int:
                    help="semicolon-separated specs to run, e.g. 'c10,m,de10;c27,m,de10' "
                    "(default: all)")
     p.add_argument("--checkpoint-dir", type=pathlib.Path,
-                   default=pathlib.Path("checkpoints/dmn_convnet_budget"))
+                   default=REPO / "checkpoints/dmn_convnet_budget")
     args = p.parse_args(argv)
     if not args.input_scale > 0:
         p.error(f"--input-scale: expected a positive number; got {args.input_scale}")

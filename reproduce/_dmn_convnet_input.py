@@ -32,6 +32,8 @@ import pathlib
 import sys
 import time
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 
 def _cached_unit_run(cache_dir, spec, seed, epochs):
     d = pathlib.Path(cache_dir)
@@ -65,13 +67,13 @@ def _plot(rec, path):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="scratch/dmn_ablation", help="output folder")
+    p.add_argument("--out", default=str(REPO / "scratch/dmn_ablation"), help="output folder")
     p.add_argument("--spec", default="c10,m,de10", help="the ConvNet (Table 2's d10 row)")
     p.add_argument("--seed", type=int, default=0, help="seed (as run_table's fold_in)")
     p.add_argument("--epochs", type=int, default=50, help="Adam epochs (Table 2: 50)")
     p.add_argument("--arms", default="unit,raw255,sgd",
                    help="comma-separated arms: unit, raw255, sgd, linear")
-    p.add_argument("--table-cache", default="checkpoints/dmn_table2",
+    p.add_argument("--table-cache", default=str(REPO / "checkpoints/dmn_table2"),
                    help="Table 2 run cache to take the 'unit' arm from")
     p.add_argument("--paper-convnet", type=float, default=48.61, help="Table 2's ConvNet %%")
     p.add_argument("--our-dmn", type=float, default=48.73,

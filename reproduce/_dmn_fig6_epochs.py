@@ -27,6 +27,8 @@ import sys
 
 import numpy as np
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 PAPER_CONVNET = {"Table 2 c10": 48.61, "Table 2 c22": 49.94, "Table 4 c27": 51.94}
 EPOCHS = (1, 2, 3, 5, 10, 20, 50)
 _NAME = re.compile(r"^cifar10-([dc])(\d+)_m_de10-(?:.*-)?s(\d+)-e(\d+)-")
@@ -102,8 +104,8 @@ def plot(rows: dict, path: pathlib.Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--checkpoint-dir", type=pathlib.Path,
-                   default=pathlib.Path("checkpoints/dmn_fig6"))
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("scratch/dmn"))
+                   default=REPO / "checkpoints/dmn_fig6")
+    p.add_argument("--out", type=pathlib.Path, default=REPO / "scratch/dmn")
     args = p.parse_args(argv)
     if not args.checkpoint_dir.is_dir():
         print(f"--checkpoint-dir {args.checkpoint_dir} does not exist: run python -m "

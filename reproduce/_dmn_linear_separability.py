@@ -21,6 +21,8 @@ import pathlib
 import sys
 import time
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -32,7 +34,7 @@ def main(argv=None) -> int:
                    help="default: the preset's")
     p.add_argument("--seed", type=int, default=0, help="run_table's seed (key fold_in(0, s))")
     p.add_argument("--iters", type=int, default=3000, help="L-BFGS iterations at most")
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("scratch/dmn_ablation"))
+    p.add_argument("--out", type=pathlib.Path, default=REPO / "scratch/dmn_ablation")
     p.add_argument("--name", default="d10_linear_separability")
     args = p.parse_args(argv)
     import jax

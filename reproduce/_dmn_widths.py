@@ -18,6 +18,8 @@ import json
 import pathlib
 import time
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 VARS = (0.85, 0.95, 0.99)
 PRINTED_INPUT = (0.5, 0.3, 0.3)   # Table 2's Input column for d4 / d6 / d16
 PAPER_WIDTHS = (4, 6, 16)
@@ -48,7 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--small-fraction", type=float, default=0.05,
                    help="the second column's Input fraction (all three Var)")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("scratch/dmn/widths.json"))
+    p.add_argument("--out", type=pathlib.Path, default=REPO / "scratch/dmn/widths.json")
     args = p.parse_args(argv)
     rules = [r.strip() for r in args.rules.split(",") if r.strip()]
     if bad := [r for r in rules if r not in RULES]:

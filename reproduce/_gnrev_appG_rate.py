@@ -24,6 +24,8 @@ import os
 import pathlib
 import time
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 # 1 - cos(W, W0), mean over the 12 half-coupled layers, of the first appG_cifar10 record (10240
 # images, 5 epochs; `git show 79958e5^:results/gnrev/appG_cifar10.json`, its per-layer rows
 # rounded to 6 digits): the configuration this ablation reruns.
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
     p.add_argument("--smoke", action="store_true", help="the tiny MNIST smoke configuration")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--checkpoint-dir", default="checkpoints/gnrev_appG_rate")
+    p.add_argument("--checkpoint-dir", default=str(REPO / "checkpoints/gnrev_appG_rate"))
     p.add_argument("--out", type=pathlib.Path, required=True)
     args = p.parse_args(argv)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -38,6 +38,8 @@ import json
 import os
 import pathlib
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -57,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a Fig. 2 record (e.g. results/gnrev/fig2.json) whose per-epoch test and "
                     "training losses (mean over its seeds) are drawn beside these arms' in "
                     "<out>_losses.png and copied into the JSON under 'compare'")
-    ap.add_argument("--checkpoint-dir", default="scratch/ck_gnrev_ntk_rate")
+    ap.add_argument("--checkpoint-dir", default=str(REPO / "scratch/ck_gnrev_ntk_rate"))
     ap.add_argument("--augment", default=None, choices=("random_resized_crop",),
                     help="training-batch augmentation (App. L's, MinibatchConfig.augment)")
     ap.add_argument("--ntk-n", type=int, default=None,
@@ -190,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             for c in cl:
                 print(f"Fig. 3 [{g}] {'holds' if c.holds else 'FAILS'}: {c.claim} -- {c.evidence}",
                       flush=True)
-    path = pathlib.Path(args.out or f"scratch/gnrev/ablation/ntk_rate_{args.dataset}.json")
+    path = pathlib.Path(args.out or REPO / f"scratch/gnrev/ablation/ntk_rate_{args.dataset}.json")
     # a rerun reads the finished runs from the checkpoints in seconds: keep the training's wall time
     prev = json.loads(path.read_text()).get("wall_s", 0.0) if path.exists() else 0.0
     out["wall_s"] = max(res["wall_s"], prev)

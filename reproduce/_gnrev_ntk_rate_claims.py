@@ -8,8 +8,6 @@ and written into the ablation's JSON under ``claims_by_adam_rate``.
 import json
 import sys
 
-DEFAULT = "results/gnrev/ablation/ntk_rate_cifar10.json"
-
 
 def claims(gn: dict, sgd: dict, ad: dict, s_name: str, ad_name: str) -> dict[str, bool]:
     """The records' rules for GN arm ``gn`` against Adam arm ``ad`` (``ad_name``), SGD arm
@@ -66,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
     argv = sys.argv[1:] if argv is None else argv
-    path = argv[0] if argv else DEFAULT
+    if len(argv) != 1:
+        # the script edits the JSON it is given in place: the path is never implied, so a bare
+        # run cannot rewrite a committed record (results/gnrev/ablation/ntk_rate_cifar10.json)
+        print("usage: python -m reproduce._gnrev_ntk_rate_claims PATH/TO/ntk_rate_<dataset>.json\n"
+              "  (writes claims_by_adam_rate into that file, in place)", file=sys.stderr)
+        return 2
+    path = argv[0]
     with open(path) as f:
         d = json.load(f)
     A = d["arms"]

@@ -48,6 +48,8 @@ import os
 import pathlib
 import time
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
 
 def _crossings(curves: dict, names: list[str]) -> dict[str, int | None]:
     """First epoch at which arm b's training loss is below arm a's (for every ordered pair)."""
@@ -142,7 +144,7 @@ def main(argv=None) -> int:
         scale_note=base.scale_note + f"; ablation: {args.epochs} epochs, arms {names}"
         + (f", switch at epoch {switch}" if any(a.then for a in arms) else "")
         + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else ""))
-    ck = args.checkpoint_dir or str(pathlib.Path("checkpoints") / f"gnrev_long_{args.artifact}")
+    ck = args.checkpoint_dir or str(REPO / "checkpoints" / f"gnrev_long_{args.artifact}")
     t0 = time.perf_counter()
     res = ex.run_minibatch(cfg, key=jax.random.key(0), progress=not args.no_progress,
                            checkpoint_dir=ck,

@@ -400,3 +400,71 @@ def test_no_reproduce_module_does_work_when_imported():
                 continue
             bad.append(f"{path.name}:{s.lineno}: {ast.unparse(s).splitlines()[0][:70]}")
     assert not bad, "module-level work in reproduce/ (move it into main()):\n" + "\n".join(bad)
+
+
+def test_ntk_rate_claims_needs_an_explicit_path(capsys):
+    """The script edits the JSON it is given in place; a bare run used to rewrite the committed
+    ``results/gnrev/ablation/ntk_rate_cifar10.json``.  Now it prints its usage and returns 2,
+    leaving the record untouched."""
+    from reproduce import _gnrev_ntk_rate_claims
+
+    src = REPO / "results" / "gnrev" / "ablation" / "ntk_rate_cifar10.json"
+    before = (src.stat().st_mtime_ns, src.read_bytes())
+    assert _gnrev_ntk_rate_claims.main([]) == 2
+    assert "usage: python -m reproduce._gnrev_ntk_rate_claims PATH" in capsys.readouterr().err
+    assert (src.stat().st_mtime_ns, src.read_bytes()) == before
+
+
+def _relative_default_paths(path: pathlib.Path) -> list[str]:
+    """``add_argument(..., default=...)`` and ``state_file=``/``checkpoint_dir=`` keyword values
+    that are relative paths into results/, scratch/ or checkpoints/ (a string constant, an
+    f-string or ``pathlib.Path`` of one), which resolve against the caller's working directory."""
+    import ast
+
+    def literal(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr) and node.values \
+                and isinstance(node.values[0], ast.Constant):
+            return str(node.values[0].value)
+        if isinstance(node, ast.Call) and node.args and getattr(node.func, "attr", None) == "Path":
+            return literal(node.args[0])
+        if isinstance(node, ast.BoolOp):          # args.out or "scratch/..."
+            return next((v for v in map(literal, node.values) if v), None)
+        return None
+
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        values = [k.value for k in node.keywords
+                  if k.arg in ("default", "state_file", "checkpoint_dir", "out")]
+        if getattr(node.func, "attr", None) == "Path":
+            values += node.args[:1]
+        for v in values:
+            s = literal(v)
+            if s and s.split("/")[0] in ("results", "scratch", "checkpoints"):
+                bad.append(f"{path.name}:{node.lineno}: {s!r}")
+    return sorted(set(bad))
+
+
+def test_no_script_default_is_relative_to_the_working_directory():
+    """Every script's default output, state and checkpoint paths are built from the
+    repository's root (``REPO / "scratch/..."``), never a bare ``"scratch/..."`` or
+    ``"results/..."``: run from another folder those littered it, and ``_dmn_bn``'s
+    ``--out results/dmn/ablation`` default overwrote committed records on a bare run."""
+    files = sorted((REPO / "reproduce").glob("*.py")) + sorted((REPO / "benchmarks").glob("*.py"))
+    assert len(files) > 40
+    bad = [b for f in files for b in _relative_default_paths(f)]
+    assert not bad, "relative default paths:\n" + "\n".join(bad)
+
+
+def test_relative_default_checker_sees_the_old_forms(tmp_path):
+    """The checker above flags each form the scripts used before (so it can fail)."""
+    f = tmp_path / "old.py"
+    f.write_text('p.add_argument("--out", default="results/dmn/ablation")\n'
+                 'p.add_argument("--ck", default=pathlib.Path("checkpoints/x"))\n'
+                 'path = pathlib.Path(args.out or f"scratch/gnrev/{d}.json")\n'
+                 'ex.run(cfg, state_file="scratch/abl/c.json")\n'
+                 'p.add_argument("--ok", default=str(REPO / "scratch/x"))\n')
+    assert len(_relative_default_paths(f)) == 4
