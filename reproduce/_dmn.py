@@ -16,7 +16,8 @@ def stem(artifact: str):
     """The record's file name a run with these flags writes (``variant``, from the flags)."""
     def name(args) -> str:
         return (artifact + ("_paper_preset" if getattr(args, "preset", None) == "paper" else "")
-                + ("_naive" if getattr(args, "pca", None) == "naive" else ""))
+                + ("_naive" if getattr(args, "pca", None) == "naive" else "")
+                + ("_best" if getattr(args, "report", None) == "best" else ""))
     return name
 
 
@@ -122,11 +123,13 @@ def table_main(artifact: str, doc: str | None, argv=None, *, run: str = "run_tab
 
 def variant(record) -> str:
     """The file-name suffix of a record run under another protocol than the main records'
-    (``--preset paper``: ``_paper_preset``; ``--pca naive``: ``_naive``), so that ``--paper`` or
-    ``--record`` without an ``--out`` file name never writes it over the main record."""
+    (``--preset paper``: ``_paper_preset``; ``--pca naive``: ``_naive``; ``--report best``:
+    ``_best``), so that ``--paper`` or ``--record`` without an ``--out`` file name never writes
+    it over the main record."""
     cfg = record.config if isinstance(record.config, dict) else {}
     return (("_paper_preset" if cfg.get("preset") == "paper" else "")
-            + ("_naive" if cfg.get("pca", "class") != "class" else ""))
+            + ("_naive" if cfg.get("pca", "class") != "class" else "")
+            + ("_best" if cfg.get("report", "final") != "final" else ""))
 
 
 def config(p: argparse.ArgumentParser, args, artifact: str, **changes):

@@ -6,7 +6,7 @@ Monte-Carlo sampling without a training loop (the paper-scale record: minutes), 
 nothing to checkpoint: this script has no --checkpoint-dir.
 
     python -m reproduce.dgl_fig1 --paper
-    python -m reproduce.dgl_fig1 --paper --inputs centred --out results/dgl/fig1_centred.json
+    python -m reproduce.dgl_fig1 --paper --inputs centred     # results/dgl/fig1_centred.json
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _cli.parser("dgl", "fig1", __doc__, checkpoint="none: Monte-Carlo sampling without a "
                     "training loop, minutes at the paper's scale; nothing to resume",
                     seeds="independent sampled covariances per (width, depth), the error bars "
-                    "(Fig1Config.repeats; default: the configuration's)")
+                    "(Fig1Config.repeats; default: the configuration's)",
+                    stem=lambda args: "fig1" + variant(args))
     p.add_argument("--widths", type=_cli.int_list(1), default=None,
                    help="comma list of hidden widths")
     p.add_argument("--depths", type=_cli.int_list(1), default=None,
@@ -32,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="raw pixels (default) or mean-image-centred, unit mean-square images "
                    "(low pairwise cosine, where MF's finite-width bias shows)")
     return p
+
+
+def variant(args: argparse.Namespace) -> str:
+    """``_centred`` for ``--inputs centred``: that record is ``fig1_centred.json``, beside the
+    raw-pixel ``results/dgl/fig1.json``, which ``--paper`` alone writes (the inputs are a
+    protocol choice, not a size, so the scale rule does not tell them apart)."""
+    return "_centred" if args.inputs == "centred" else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         kw["inputs"] = args.inputs
     cfg = ex.Fig1Config(**{**cfg.__dict__, **kw})
     rec = ex.run_fig1(cfg, key=jax.random.key(0), progress=not args.no_progress)
-    _cli.finish(args, rec, figure=lambda path: ex.plot_fig1(rec, path), argv=argv)
+    _cli.finish(args, rec, figure=lambda path: ex.plot_fig1(rec, path), argv=argv,
+                variant=variant(args))
     return 0
 
 

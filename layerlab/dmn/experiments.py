@@ -1525,6 +1525,17 @@ FIG6_BASELINE = {"mnist": 92.9, "cifar10": 40.04, "cifar100": 15.96}
 FIG6_BEST_F = {"mnist": 6, "cifar10": 12, "cifar100": 15}
 
 
+def _fig6_scale(cfg: Fig6Config, rows: list) -> str:
+    """Fig. 6's record scale: ``"paper"`` with the full data, 3 seeds, the paper's epochs,
+    both datasets, every one of the paper's widths (``--filters`` with fewer is a reduction),
+    the ConvNet curve and every row run."""
+    full = Fig6Config.paper()
+    return ("paper" if cfg.n_train is None and cfg.n_test is None and cfg.seeds >= 3
+            and cfg.epochs >= full.epochs and set(cfg.datasets) == set(full.datasets)
+            and set(cfg.filters) >= set(full.filters)
+            and cfg.convnet and all(r.ours is not None for r in rows) else "reduced")
+
+
 def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool = True,
              checkpoint_dir: str | os.PathLike | None = None) -> Record:
     """Fig. 6: per dataset the classifier-only baseline, and for each ``F`` the one-layer
@@ -1567,10 +1578,7 @@ def run_fig6(config: Fig6Config | None = None, *, key: jax.Array, progress: bool
                     note=f"filters kept: {kept}" if v == "dmn" else ""))
         claims += _fig6_claims(ds, cfg.filters, curves["dmn"],
                                curves["convnet"] if cfg.convnet else None)
-    full = Fig6Config.paper()
-    scale = ("paper" if cfg.n_train is None and cfg.n_test is None and cfg.seeds >= 3
-             and cfg.epochs >= full.epochs and set(cfg.datasets) == set(full.datasets)
-             and cfg.convnet and all(r.ours is not None for r in rows) else "reduced")
+    scale = _fig6_scale(cfg, rows)
     d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "optimizer"}
     d["width_rule"] = WIDTH_RULE  # as _config_dict: merge_fig6 names DMN curves without it
     return Record(

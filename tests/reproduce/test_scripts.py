@@ -468,3 +468,67 @@ def test_relative_default_checker_sees_the_old_forms(tmp_path):
                  'ex.run(cfg, state_file="scratch/abl/c.json")\n'
                  'p.add_argument("--ok", default=str(REPO / "scratch/x"))\n')
     assert len(_relative_default_paths(f)) == 4
+
+
+def test_protocol_flags_do_not_write_over_the_main_paper_record():
+    """``--paper`` with a flag that changes the protocol writes beside the committed record,
+    not over it: dgl_fig4's SGD/monitoring settings and seed, dgl_fig1's ``--inputs centred``
+    (the committed ``fig1_centred.json``), dmn's ``--report best``; the names are the ones
+    ``--record``'s check uses too (``_stem``)."""
+    from reproduce import _dmn, dgl_fig1, dgl_fig4
+
+    p4 = dgl_fig4.build_parser()
+    for argv, stem in ((["--paper"], "fig4"), (["--paper", "--epochs", "200"], "fig4"),
+                       (["--paper", "--epochs", "100", "--lr", "0.05"], "fig4_epochs100_lr0.05"),
+                       (["--paper", "--eps-rel", "0.1", "--seed", "2"], "fig4_eps0.1_seed2"),
+                       (["--paper", "--evals", "10"], "fig4_evals10")):
+        a = p4.parse_args(argv)
+        assert "fig4" + dgl_fig4.variant(a) == stem == a._stem(a), argv
+    p1 = dgl_fig1.build_parser()
+    for argv, stem in ((["--paper"], "fig1"), (["--paper", "--inputs", "raw"], "fig1"),
+                       (["--paper", "--inputs", "centred"], "fig1_centred")):
+        a = p1.parse_args(argv)
+        assert a._stem(a) == stem, argv
+    assert (REPO / "results" / "dgl" / "fig1_centred.json").is_file()
+
+    class Rec:
+        config = {"preset": "authors", "pca": "class", "report": "best"}
+    assert _dmn.variant(Rec) == "_best"
+    Rec.config = {"preset": "authors", "pca": "class", "report": "final"}
+    assert _dmn.variant(Rec) == ""
+    from reproduce import dmn_table4
+    a = dmn_table4.build_parser().parse_args(["--paper", "--report", "best"])
+    assert a._stem(a) == "table4_best"
+
+
+def test_fewer_seeds_or_widths_make_a_reduced_record():
+    """The scale rules that ignored a reduction (``--seeds 1`` on bottleneck a_rank and gnrev
+    appM, a missing appM dataset, fewer ``--filters`` on dmn fig6) now mark it, so ``--paper``
+    with it does not replace a paper-scale record."""
+    import dataclasses
+
+    from layerlab.bottleneck import experiments as bx
+    from layerlab.dmn import experiments as dx
+    from layerlab.gnrev import experiments as gx
+
+    full = bx.ARankConfig.paper()
+    assert bx._a_rank_scale(full) == "paper"
+    assert bx._a_rank_scale(dataclasses.replace(full, gd_seeds=1)) == "reduced"
+    assert bx._a_rank_scale(dataclasses.replace(full, gd_steps=5000)) == "reduced"
+    assert bx._a_rank_scale(dataclasses.replace(full, sizes=(4, 6))) == "reduced"
+    assert bx._a_rank_scale(bx.ARankConfig.cpu()) == "reduced"
+
+    m = gx.RegressionConfig.paper()
+    assert gx._appM_scale(m) == ("paper", [])
+    scale, short = gx._appM_scale(dataclasses.replace(m, seeds=1))
+    assert scale == "reduced" and short == ["1 seed(s) (paper 3)"]
+    scale, short = gx._appM_scale(dataclasses.replace(m, datasets=("wine",)))
+    assert scale == "reduced" and "datasets wine" in short[0]
+    assert gx._appM_scale(gx.RegressionConfig())[0] == "reduced"
+
+    class Row:
+        ours = 1.0
+    f6 = dx.Fig6Config.paper()
+    assert dx._fig6_scale(f6, [Row]) == "paper"
+    assert dx._fig6_scale(dataclasses.replace(f6, filters=(2, 6)), [Row]) == "reduced"
+    assert dx._fig6_scale(dataclasses.replace(f6, seeds=1), [Row]) == "reduced"
