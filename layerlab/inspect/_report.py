@@ -352,13 +352,27 @@ def _targets(y, n: int, config: InspectConfig) -> jax.Array:
             f"y: integer array of shape {given}; pass class labels as [n] "
             "(e.g. y.ravel()) or regression / one-hot targets as a float [n, C] array."
         )
+    c = config.num_classes
+    if c is not None and jnp.issubdtype(y.dtype, jnp.floating):
+        # class labels given as floats: check_labels' rule (floats holding whole numbers are
+        # refused), so that [n] floats are not taken as one regression target
+        if y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1 and c != 1):
+            raise TypeError(
+                f"y: expected integer class labels [n] with InspectConfig(num_classes={c}) "
+                f"(or float targets [n, {c}]), got a {y.dtype} array of shape {given}: cast "
+                "to int (y.astype(int).ravel()); floats holding whole numbers are refused, as "
+                "they would be read as one regression target.")
+        if y.ndim == 2 and y.shape[1] != c:
+            raise ValueError(
+                f"y: float targets of shape {given} have C = {y.shape[1]} columns, but "
+                f"InspectConfig(num_classes={c}); pass [n, {c}] targets or set num_classes="
+                f"{y.shape[1]} (or None).")
     if y.ndim == 1 and jnp.issubdtype(y.dtype, jnp.integer):
-        if config.num_classes is None:
+        if c is None:
             raise ValueError(
                 "y: integer labels [n] need InspectConfig(num_classes=C) (or pass targets "
                 "[n, C])."
             )
-        c = config.num_classes
         y = check_labels(y, c)  # eager: the range (one_hot would give zero rows outside it)
         y = jax.nn.one_hot(y, c, dtype=jnp.float32) - 1.0 / c
     elif y.ndim == 1:

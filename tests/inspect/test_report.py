@@ -299,3 +299,32 @@ def test_dgl_linear_of_a_dead_layer_is_the_zero_predictors(wide):
     t = jax.jit(lambda p: jax.jvp(lambda q: report(q).layer_values["dgl_linear"], (p,),
                                   (jnp.ones_like(p),))[1])(W)
     assert np.all(np.isfinite(np.asarray(t))) and float(t[1]) == 0.0
+
+
+def test_float_labels_with_num_classes_are_refused(mlp_case):
+    """With num_classes, float labels [n] / [n, 1] are refused (they were one regression
+    target: another dgl_linear, no warning), as are float [n, C] targets with C !=
+    num_classes; without num_classes a float [n] is one regression target, as documented."""
+    params, _, x, labels, y = mlp_case
+    model = inspect.from_mlp()
+    c3 = inspect.InspectConfig(num_classes=3, diagnostics=("dgl_linear",))
+    for bad in (labels.astype(jnp.float32), np.asarray(labels, np.float64),
+                labels.astype(jnp.float32)[:, None]):
+        with pytest.raises(TypeError, match=r"y: expected integer class labels \[n\] with "
+                           r"InspectConfig\(num_classes=3\).*got a float.*cast to int"):
+            inspect.layer_report(model, params, x, bad, config=c3)
+    with pytest.raises(ValueError, match=r"y: float targets of shape \(48, 4\) have C = 4 "
+                       r"columns, but InspectConfig\(num_classes=3\)"):
+        inspect.layer_report(model, params, x, jax.nn.one_hot(labels, 4), config=c3)
+    # one-hot targets [n, 3] with num_classes=3 still work; so do float targets without it
+    ok = inspect.layer_report(model, params, x, y, config=c3).layer_values["dgl_linear"]
+    free = inspect.InspectConfig(diagnostics=("dgl_linear",))
+    reg = inspect.layer_report(model, params, x, labels.astype(jnp.float32),
+                               config=free).layer_values["dgl_linear"]
+    _, hs = nets.mlp_apply(params, x, return_hidden=True)
+    for i, h in enumerate(hs):  # least squares in float64: Y on H (ridge 1e-4, ~ exact)
+        H = np.asarray(h, np.float64)
+        for Y, got in ((np.asarray(y, np.float64), ok[i]),
+                       (np.asarray(labels, np.float64)[:, None], reg[i])):
+            resid = Y - H @ np.linalg.lstsq(H, Y, rcond=None)[0]
+            np.testing.assert_allclose(got, np.sum(resid**2) / N, rtol=2e-3)
