@@ -22,10 +22,15 @@ import numpy as np
 from layerlab._types import PyTree
 from layerlab.inspect._models import FeaturesFn, Inspectable
 from layerlab.inspect._report import (
+    _NEEDS_Y,
     InspectConfig,
     Reference,
     Report,
     _as_model,
+    _check_config,
+    _check_reference,
+    _probe_batch,
+    _targets,
     layer_report,
 )
 
@@ -228,6 +233,11 @@ def monitor(
     Returns:
       :class:`Monitor`; pass ``monitor.eval_fn`` to ``loop.fit``.
     """
-    x = jnp.asarray(x)
+    model = _as_model(model)
+    _check_config(config)
+    _check_reference(reference)
+    x = _probe_batch(x)
     y = None if y is None else jnp.asarray(y)
-    return Monitor(_as_model(model), x, y, reference, config, params_of, extra)
+    if y is not None and any(d in _NEEDS_Y for d in config.diagnostics):
+        _targets(y, x.shape[0], config)  # bad targets raise here, not inside loop.fit
+    return Monitor(model, x, y, reference, config, params_of, extra)

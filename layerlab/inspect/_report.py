@@ -259,6 +259,36 @@ def _as_model(model) -> Inspectable:
     )
 
 
+def _probe_batch(x: Any) -> jax.Array:
+    """``x`` as one ``[n, ...]`` array; a dict, tuple or list of arrays (a multi-input model's
+    batch) is refused (``jnp.asarray`` stacked it or failed inside jax)."""
+    if isinstance(x, (Mapping, tuple)) or (
+            isinstance(x, list) and any(hasattr(e, "shape") for e in x)):
+        got = jax.tree.map(lambda a: list(jnp.shape(a)), x)
+        raise TypeError(
+            f"x must be a single probe batch array [n, ...] (samples as rows), got a "
+            f"{type(x).__name__} {got}.  For a model with several inputs, wrap it so that the "
+            "probe batch is one array: from_features(lambda params, xb: ..., apply=...) taking "
+            "one [n, ...] array (e.g. the inputs concatenated along the last axis, or sample "
+            "indices into inputs it closes over).")
+    return jnp.asarray(x)
+
+
+def _check_config(config: Any) -> None:
+    if not isinstance(config, InspectConfig):
+        raise TypeError(
+            f"config must be an inspect.InspectConfig, got {type(config).__name__}; build it "
+            "with InspectConfig(...) (a dict d: InspectConfig(**d)).")
+
+
+def _check_reference(reference: Any) -> None:
+    if reference is not None and not isinstance(reference, Reference):
+        raise TypeError(
+            f"reference must be an inspect.Reference or None, got {type(reference).__name__}; "
+            "build it with make_reference(model, params_ref, x, config=config) (the reference "
+            "params themselves are not a reference).")
+
+
 def _reduce(h: jax.Array, conv: str) -> jax.Array:
     if h.ndim <= 2:
         return h
@@ -296,7 +326,8 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
         unknown layer.
     """
     model = _as_model(model)
-    x = jnp.asarray(x)
+    _check_config(config)
+    x = _probe_batch(x)
     if x.ndim < 1:
         raise ValueError(f"x must be a probe batch [n, ...] with samples as rows, got {x.shape}.")
     n = x.shape[0]
@@ -435,12 +466,14 @@ def make_reference(
       :class:`Reference`.
     """
     model = _as_model(model)
+    _check_config(config)
+    x = _probe_batch(x)
     _check_probe_n(x)
     reps = representations(model, params, x, config=dataclasses.replace(config, layers=None))
     if rename:
         reps = {rename.get(k, k): v for k, v in reps.items()}
     want_ntk = any(d in config.diagnostics for d in _NTK) and model.apply is not None
-    ntk = _ntk(model, params, jnp.asarray(x), config) if want_ntk else None
+    ntk = _ntk(model, params, x, config) if want_ntk else None
     return Reference(reps, ntk)
 
 
@@ -496,7 +529,9 @@ def layer_report(
       Singular values near 1: Thm. 6 of Jacot (2023).  NTK: Jacot et al. (2018).
     """
     model = _as_model(model)
-    x = jnp.asarray(x)
+    _check_config(config)
+    _check_reference(reference)
+    x = _probe_batch(x)
     diags = [d for d in config.diagnostics if reference is not None or d not in _NEEDS_REF]
     if y is None and any(d in _NEEDS_Y for d in diags):
         raise ValueError(

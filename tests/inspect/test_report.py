@@ -328,3 +328,37 @@ def test_float_labels_with_num_classes_are_refused(mlp_case):
                        (np.asarray(labels, np.float64)[:, None], reg[i])):
             resid = Y - H @ np.linalg.lstsq(H, Y, rcond=None)[0]
             np.testing.assert_allclose(got, np.sum(resid**2) / N, rtol=2e-3)
+
+
+def test_multi_input_x_reference_and_config_types_are_refused(mlp_case):
+    """x as a dict / tuple (a multi-input model's batch), params passed as reference= and a
+    dict as config=: TypeErrors naming the argument and the fix (were jnp.asarray errors or
+    bare AttributeErrors), in layer_report, make_reference, representations and monitor."""
+    params, params_ref, x, labels, y = mlp_case
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(num_classes=3, diagnostics=("dgl_linear", "cka"))
+    for xs, kind in (({"a": x, "b": x}, r"dict \{'a': \[48, 10\], 'b': \[48, 10\]\}"),
+                     ((x, x), r"tuple \(\[48, 10\], \[48, 10\]\)"), ([x, x], "list")):
+        for call in (lambda: inspect.layer_report(model, params, xs, labels, config=cfg),
+                     lambda: inspect.make_reference(model, params, xs, config=cfg),
+                     lambda: inspect.representations(model, params, xs),
+                     lambda: inspect.monitor(model, xs, labels, config=cfg)):
+            with pytest.raises(TypeError, match=rf"x must be a single probe batch array "
+                               rf"\[n, \.\.\.\].*got a {kind}.*from_features"):
+                call()
+    for ref in (params_ref, {"params": params_ref}):
+        with pytest.raises(TypeError, match=rf"reference must be an inspect.Reference or None, "
+                           rf"got {type(ref).__name__}; build it with make_reference"):
+            inspect.layer_report(model, params, x, labels, reference=ref, config=cfg)
+        with pytest.raises(TypeError, match=r"reference must be an inspect.Reference"):
+            inspect.monitor(model, x, labels, reference=ref, config=cfg)
+    for call in (lambda c: inspect.layer_report(model, params, x, labels, config=c),
+                 lambda c: inspect.make_reference(model, params, x, config=c),
+                 lambda c: inspect.representations(model, params, x, config=c),
+                 lambda c: inspect.monitor(model, x, labels, config=c)):
+        with pytest.raises(TypeError, match=r"config must be an inspect.InspectConfig, got "
+                           r"dict; build it with InspectConfig\(\.\.\.\)"):
+            call({"num_classes": 3})
+    # monitor checks its targets when made (was: the error came from inside loop.fit)
+    with pytest.raises(TypeError, match=r"y: expected integer class labels"):
+        inspect.monitor(model, x, labels.astype(jnp.float32), config=cfg)
