@@ -11,6 +11,7 @@ Every number is computed by the toolkit's own implementation (no second copy):
                          above (mean-field variances for MLPs) or of a :class:`TopNetwork`
 ``cka``                  ``probes.linear_cka(H, H_ref)`` to a reference (Kornblith et al. 2019)
 ``effective_rank``       ``probes.effective_rank(s)``, ``s`` = singular values of centred ``H``
+                         (constant columns exactly 0, as in ``probes.linear_cka``)
 ``stable_rank``          ``probes.stable_rank(s)`` (same ``s``)
 ``spectral_norm``        ``s_1(W)`` of each weight kernel read as the linear map it applies,
                          ``[fan_in, fan_out]`` (``probes.singular_values``; conv kernels
@@ -45,6 +46,7 @@ from layerlab import dgl, kernels, probes
 from layerlab._checks import check_choice, check_int, check_labels, check_number
 from layerlab._linalg import qr, svdvals
 from layerlab.inspect._models import FeaturesFn, Inspectable, _weight_matrices
+from layerlab.probes._cka import _centre_columns
 
 __all__ = [
     "LAYER_DIAGNOSTICS",
@@ -596,7 +598,9 @@ def layer_report(
                 )
             layer_values["cka"].append(probes.linear_cka(h, ref[name]))
         if "effective_rank" in layer_values or "stable_rank" in layer_values:
-            s = svdvals(h - jnp.mean(h, axis=0, keepdims=True))
+            # centred as probes.linear_cka does: constant columns exactly 0 (one centring
+            # pass left a rounding offset: a collapsed layer had rank 1, not 0)
+            s = svdvals(_centre_columns(h)[0])
             if "effective_rank" in layer_values:
                 layer_values["effective_rank"].append(probes.effective_rank(s))
             if "stable_rank" in layer_values:

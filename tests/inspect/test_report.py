@@ -362,3 +362,30 @@ def test_multi_input_x_reference_and_config_types_are_refused(mlp_case):
     # monitor checks its targets when made (was: the error came from inside loop.fit)
     with pytest.raises(TypeError, match=r"y: expected integer class labels"):
         inspect.monitor(model, x, labels.astype(jnp.float32), config=cfg)
+
+
+@pytest.mark.parametrize("n", [16, 64])
+def test_collapsed_constant_layer_has_rank_zero(n):
+    """Every row the same non-zero vector (a dead layer plus a bias): effective and stable
+    rank 0, eager and under jit (one centring pass left a rounding offset: rank 1), while
+    a layer varying by 1e-3 around the same offset keeps its numpy ranks."""
+    x = jax.random.normal(jax.random.key(0), (n, 3))
+    V = jax.random.normal(jax.random.key(1), (16, 16))
+    b = 3 * jax.random.normal(jax.random.key(2), (16,))
+    z = 1e-3 * jax.random.normal(jax.random.key(3), (n, 16))
+
+    def feats(p, xx):
+        h = jax.nn.relu(xx @ jnp.ones((3, 16)) - 100.0) @ V + p[None]  # every row = p
+        return {"collapsed": h, "nearly": h + z}
+
+    cfg = inspect.InspectConfig(diagnostics=("effective_rank", "stable_rank"))
+    s = _np_centred_sv(np.asarray(b, np.float64)[None] + np.asarray(z, np.float64))
+    p = s / s.sum()
+    for rep in (inspect.layer_report(feats, b, x, config=cfg),
+                jax.jit(lambda q: inspect.layer_report(feats, q, x, config=cfg))(b)):
+        assert float(rep.layer_values["effective_rank"][0]) == 0.0
+        assert float(rep.layer_values["stable_rank"][0]) == 0.0
+        np.testing.assert_allclose(rep.layer_values["effective_rank"][1],
+                                   np.exp(-np.sum(p * np.log(p))), rtol=1e-3)
+        np.testing.assert_allclose(rep.layer_values["stable_rank"][1],
+                                   np.sum(s**2) / s[0] ** 2, rtol=1e-3)
