@@ -149,6 +149,10 @@ class InspectConfig:
         object.__setattr__(self, "diagnostics", diags)
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(self.layers))
+            if not self.layers:
+                raise ValueError(
+                    "InspectConfig: layers must name at least one layer, got () (an empty "
+                    "report); leave it None for all of features' layers.")
         if self.conv not in _CONV:
             raise ValueError(f"InspectConfig: conv must be one of {_CONV}, got {self.conv!r}.")
         check_number(self.ridge_rel, "ridge_rel", fn="InspectConfig", min_value=0.0)
@@ -160,6 +164,12 @@ class InspectConfig:
         check_int(self.ntk_samples, "ntk_samples", fn="InspectConfig", min_value=2,
                   allow_none=True)
         check_choice(self.ntk_method, "ntk_method", _NTK_METHODS, fn="InspectConfig")
+        # numpy / jax scalars as Python numbers: the config stays hashable (a static argument)
+        for field in ("num_classes", "ntk_samples"):
+            if getattr(self, field) is not None:
+                object.__setattr__(self, field, int(getattr(self, field)))
+        for field in ("eps_rel", "ridge_rel", "near_one_tol"):
+            object.__setattr__(self, field, float(getattr(self, field)))
         if not isinstance(self.top, TopNetwork):
             raise TypeError(
                 f"InspectConfig: top must be an inspect.TopNetwork, got {type(self.top).__name__}.")

@@ -389,3 +389,14 @@ def test_collapsed_constant_layer_has_rank_zero(n):
                                    np.exp(-np.sum(p * np.log(p))), rtol=1e-3)
         np.testing.assert_allclose(rep.layer_values["stable_rank"][1],
                                    np.sum(s**2) / s[0] ** 2, rtol=1e-3)
+
+
+def test_config_numpy_scalars_stay_hashable_and_empty_layers_refused():
+    C = inspect.InspectConfig
+    c = C(num_classes=jnp.int32(3), ntk_samples=np.int64(8), ridge_rel=jnp.float32(1e-3))
+    assert (type(c.num_classes), type(c.ntk_samples), type(c.ridge_rel)) == (int, int, float)
+    assert c.num_classes == 3 and c.ntk_samples == 8 and c.ridge_rel == np.float32(1e-3)
+    assert hash(c) == hash(C(num_classes=3, ntk_samples=8, ridge_rel=float(np.float32(1e-3))))
+    with pytest.raises(ValueError, match=r"InspectConfig: layers must name at least one layer, "
+                       r"got \(\)"):
+        C(layers=())
