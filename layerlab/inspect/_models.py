@@ -243,7 +243,11 @@ def from_mlp(*, activation: Callable[[jax.Array], jax.Array] = jax.nn.relu) -> I
 
     Representations ``hidden_1 .. hidden_{L-1}`` (``h_l = phi(h_{l-1} W_l + b_l)``), weights
     ``"0/w" .. "{L-1}/w"``; the top network of ``hidden_l`` is layers ``l..L`` with their
-    mean-field variances (``dgl.mf_variances(params)[l:]``, as in ``dgl.monitor_fn``).
+    mean-field variances (``dgl.mf_variances(params)[l:]``, as in ``dgl.monitor_fn``).  That
+    NNGP is the ReLU one (``dgl.top_kernel``), so it is given for ``activation=jax.nn.relu``
+    only: with another activation (``jnp.tanh``: no closed-form kernel in
+    ``layerlab.kernels``; erf's is not tanh's) ``top_variances`` is ``None`` and ``dgl_nngp``
+    uses the configured :class:`~layerlab.inspect.TopNetwork`, as for any model without one.
     """
     from layerlab.nets import mlp_apply
 
@@ -260,7 +264,7 @@ def from_mlp(*, activation: Callable[[jax.Array], jax.Array] = jax.nn.relu) -> I
     return Inspectable(
         features=features,
         apply=lambda p, x: mlp_apply(p, x, activation=activation),
-        top_variances=top,
+        top_variances=top if activation is jax.nn.relu else None,
     )
 
 

@@ -400,3 +400,31 @@ def test_config_numpy_scalars_stay_hashable_and_empty_layers_refused():
     with pytest.raises(ValueError, match=r"InspectConfig: layers must name at least one layer, "
                        r"got \(\)"):
         C(layers=())
+
+
+def test_tanh_mlp_does_not_get_the_relu_top_kernel(mlp_case):
+    """from_mlp(activation=jnp.tanh): dgl_nngp is no longer the ReLU MF NNGP of the layers
+    above (layerlab.kernels has no tanh kernel); it is the configured TopNetwork's, as for a
+    model without top variances.  ReLU keeps the MF top network (dgl.monitor_fn's value)."""
+    params, _, x, _, y = mlp_case
+    cfg = inspect.InspectConfig(diagnostics=("dgl_nngp",))
+    tanh = inspect.from_mlp(activation=jnp.tanh)
+    assert tanh.top_variances is None and inspect.from_mlp().top_variances is not None
+    rep = jax.jit(lambda p: inspect.layer_report(tanh, p, x, y, config=cfg))(params)
+
+    @jax.jit
+    def direct(p):
+        _, hs = nets.mlp_apply(p, x, activation=jnp.tanh, return_hidden=True)
+        v = dgl.mf_variances(p)
+        default = dgl.top_kernel_fn(jnp.full((2,), 2.0), jnp.zeros((2,)))  # TopNetwork()
+        return ([dgl.dgl_features(h, y, default, eps_rel=cfg.eps_rel) / N for h in hs],
+                [dgl.dgl_features(h, y, dgl.top_kernel_fn(v.w_var[i + 1:], v.b_var[i + 1:]),
+                                  eps_rel=cfg.eps_rel) / N for i, h in enumerate(hs)])
+
+    want, relu_mf = direct(params)
+    np.testing.assert_allclose(rep.layer_values["dgl_nngp"], want, rtol=1e-5)
+    # hidden_2: the ReLU MF top network is the linear readout alone, 0.832 (the old value);
+    # the default TopNetwork (one hidden ReLU layer) gives 1.161.  (hidden_1's MF top, two
+    # He-initialised layers with zero biases, is close to the default one: both 1.165.)
+    np.testing.assert_allclose(rep.layer_values["dgl_nngp"][1], 1.1611, rtol=1e-3)
+    np.testing.assert_allclose(relu_mf[1], 0.8319, rtol=1e-3)
