@@ -51,8 +51,9 @@ class History:
       layer_values: ``{diagnostic: [E, L]}`` (``[E, R, L]`` with runs).
       weight_values: ``{diagnostic: [E, W]}`` (``[E, R, W]``).
       model_values: ``{diagnostic: [E]}`` (``[E, R]``).
-      extra: other ``eval`` metrics in the fit history ``{name: [E]}`` (``[E, R]``; e.g. a
-        test loss).
+      extra: the other scalar ``eval`` metrics in the fit history ``{name: [E]}`` (``[E,
+        R]``; e.g. a test loss): those of ``monitor(extra=...)`` and any an ``eval_fn``
+        wrapping ``monitor.eval_fn`` returns beside the report's.
       runs: ``R`` for a history of ``fit(runs=True)``, else ``None``.
     """
 
@@ -159,7 +160,9 @@ class Monitor:
                     f"from fit(runs=True)) with E = {steps.shape[0]} evaluations.")
             return a
 
-        first = next((k for k in ev if not k.startswith("extra:")), None)
+        # the shape of one report metric (every report has "nonfinite_layers")
+        first = ("nonfinite_layers" if "nonfinite_layers" in ev else
+                 next((k for k in ev if not k.startswith("extra:")), None))
         shape = get(first).shape if first is not None else steps.shape
         runs = shape[1] if len(shape) == 2 else None  # fit(runs=True): [E, R]
         like = self._like(params, runs)
@@ -177,6 +180,13 @@ class Monitor:
               for d in like.weight_values}
         mv = {d: value(d) for d in like.model_values}
         extra = {k[len("extra:"):]: np.asarray(v) for k, v in ev.items() if k.startswith("extra:")}
+        # other scalar eval metrics (an eval_fn wrapping this monitor's, e.g. a test loss)
+        ours = ({f"{d}/{n}" for d in like.layer_values for n in like.layers}
+                | {f"{d}/{n}" for d in like.weight_values for n in like.weights}
+                | set(like.model_values))
+        extra.update({k: np.asarray(v) for k, v in ev.items()
+                      if k not in ours and not k.startswith("extra:")
+                      and np.shape(v) == shape and k not in extra})
         return History(steps, like.layers, like.weights, lv, wv, mv, extra, runs)
 
     def _like(self, params: Any, runs: int | None) -> Report:

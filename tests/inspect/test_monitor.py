@@ -167,3 +167,31 @@ def test_history_of_a_runs_fit_keeps_the_runs_axis(tmp_path):
         mon.history(hist, jax.tree.map(lambda a: jnp.stack([a, a]), params0))  # R = 2
     p = inspect.plot_history(h, tmp_path / "runs.png", extra="wnorm")
     assert (tmp_path / p).stat().st_size > 1000
+
+
+def test_history_keeps_other_scalar_eval_metrics():
+    """History.extra holds monitor(extra=...) metrics and also the scalar metrics an eval_fn
+    wrapping monitor.eval_fn returns beside the report's (a test loss), equal to the loss
+    recomputed at the initial and final params."""
+    x, labels, params0, ts = _problem()
+    x_te, y_te = x[32:], labels[32:]
+    cfg = inspect.InspectConfig(diagnostics=("stable_rank",))
+    mon = inspect.monitor(inspect.from_mlp(), x[:32], labels[:32], config=cfg,
+                          extra=lambda s: {"wnorm": optax.tree.norm(s.params)})
+
+    def test_loss(p):
+        return optax.softmax_cross_entropy_with_integer_labels(nets.mlp_apply(p, x_te),
+                                                               y_te).mean()
+
+    def eval_fn(state):
+        return {**mon.eval_fn(state), "test_loss": test_loss(state.params)}
+
+    state, hist = loop.fit(ts.step, ts.init(params0), (x[:32], labels[:32]),
+                           key=jax.random.key(1), steps=20, batch_size=16, eval_fn=eval_fn,
+                           eval_every=10, eval_at_start=True, progress=False)
+    h = mon.history(hist, state.params)
+    assert sorted(h.extra) == ["test_loss", "wnorm"]
+    assert h.extra["test_loss"].shape == (3,)
+    np.testing.assert_allclose(h.extra["test_loss"][0], test_loss(params0), rtol=1e-5)
+    np.testing.assert_allclose(h.extra["test_loss"][-1], test_loss(state.params), rtol=1e-5)
+    np.testing.assert_allclose(h.extra["wnorm"][-1], optax.tree.norm(state.params), rtol=1e-5)
