@@ -158,21 +158,28 @@ def _weight_matrices(params: Any, out_axes: Mapping[str, int] | None = None
     return out
 
 
-def _walk(tree, prefix: tuple[str, ...], out: dict) -> None:
-    """Insertion-ordered flatten of nested mappings/tuples of arrays into ``out``."""
+def _walk(tree, prefix: tuple[str, ...], out: dict, calls: set | None = None) -> None:
+    """Insertion-ordered flatten of nested mappings/tuples of arrays into ``out``.
+
+    Captured method outputs (a ``__call__`` entry) are named by their module's path, and
+    those names are added to ``calls``; the root module's own output (path ``()``) is
+    skipped, so a value sown as ``"output"`` keeps that name."""
     if isinstance(tree, Mapping) or hasattr(tree, "items"):
         for k, v in tree.items():
-            _walk(v, (*prefix, str(k)), out)
+            _walk(v, (*prefix, str(k)), out, calls)
     elif isinstance(tree, (tuple, list)):
         if len(tree) == 1:
-            _walk(tree[0], prefix, out)
+            _walk(tree[0], prefix, out, calls)
         else:
             for i, v in enumerate(tree):
-                _walk(v, (*prefix, str(i)), out)
+                _walk(v, (*prefix, str(i)), out, calls)
     elif hasattr(tree, "get_value"):  # nnx.Variable
-        _walk(tree.get_value(), prefix, out)
-    else:
-        out["/".join(p for p in prefix if p != "__call__") or "output"] = tree
+        _walk(tree.get_value(), prefix, out, calls)
+    elif tree is not None and prefix[:1] != ("__call__",):  # not the model's own output
+        name = "/".join(p for p in prefix if p != "__call__")
+        if "__call__" in prefix and calls is not None:
+            calls.add(name)
+        out[name] = tree
 
 
 # ----------------------------------------------------------------------------- adapters
@@ -395,8 +402,7 @@ def from_linen(
             _, state = model.apply(_vars(params), x, capture_intermediates=flt,
                                    mutable=["intermediates", *extra], **kw)
         out: dict[str, jax.Array] = {}
-        _walk(state.get("intermediates", {}), (), out)
-        out.pop("output", None)  # the model's own output (captured by some filters)
+        _walk(state.get("intermediates", {}), (), out)  # (without the model's own output)
         return out
 
     def trainable(params):  # the NTK is taken w.r.t. "params" only (not batch_stats, ...)
@@ -471,6 +477,7 @@ def from_nnx(
     pick = _output_picker(output, "from_nnx")
     layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
     module_paths, layer_paths = set(), set()
+    warned: set[str] = set()  # sown names that shadow a sub-module (warned once)
     out_axes: dict[str, int] = {}  # module path -> number of output axes of its kernel
     for path, m in nnx.iter_modules(model):
         name = "/".join(str(p) for p in path)
@@ -480,11 +487,12 @@ def from_nnx(
         if isinstance(m, nnx.LinearGeneral):
             out_axes[name] = len(m.out_features)
 
-    def keep(k: str) -> bool:
-        """Linear/Conv outputs and sown values; not the outputs of containers or the root.  A
-        module called twice reports ``<path>/0``, ``<path>/1``: judged by ``<path>``."""
-        if k == "output":
-            return False
+    def keep(k: str, calls: set) -> bool:
+        """Sown values (whatever their name) and Linear/Conv outputs; not the outputs of
+        containers.  A module called twice reports ``<path>/0``, ``<path>/1``: judged by
+        ``<path>``."""
+        if k not in calls:  # a value the model sowed itself
+            return True
         parts = k.split("/")
         while True:
             name = "/".join(parts)
@@ -516,8 +524,12 @@ def from_nnx(
         else:
             _, inter = nnx.capture(mod, nnx.Intermediate)(x)
         raw: dict[str, jax.Array] = {}
-        _walk(inter, (), raw)
-        return {k: h for k, h in raw.items() if keep(k)}
+        calls: set[str] = set()  # names of captured method outputs (not sown values)
+        _walk(inter, (), raw, calls)
+        if capture:
+            _warn_shadowed([k for k in raw if k not in calls], module_paths, layer_paths,
+                           warned)
+        return {k: h for k, h in raw.items() if keep(k, calls)}
 
     def apply(state, x):  # under capture, so sown values do not leak into the module
         mod = nnx.merge(graphdef, params_only(state), copy=True)
@@ -532,6 +544,25 @@ def from_nnx(
 
     return Inspectable(features=_in_call_order(raw_features), apply=apply, weights=weights,
                        trainable=trainable)
+
+
+def _warn_shadowed(sown: Sequence[str], module_paths: set, layer_paths: set,
+                   warned: set) -> None:
+    """A value sown under a sub-module's name replaces, in ``nnx.capture``'s state, the
+    captured outputs of that sub-module's layers: the sown value is reported, they are not
+    (a warning, once per adapter and name)."""
+    import warnings
+
+    for k in sown:
+        if k in module_paths and k not in warned:
+            warned.add(k)
+            lost = sorted(p for p in layer_paths if p == k or p.startswith(f"{k}/"))
+            if lost:
+                warnings.warn(
+                    f"from_nnx: the value sown as {k!r} has the name of sub-module {k!r}; "
+                    f"nnx.capture stores it in place of that module's captured outputs, so the "
+                    f"layers {lost} are not reported (the sown value is).  Rename the sow to "
+                    "report both.", stacklevel=4)
 
 
 def _restrict(tree: Any, like: Any) -> Any:

@@ -516,3 +516,60 @@ def test_nnx_pure_dict_of_a_model_that_sowed():
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
     np.testing.assert_allclose(before.apply(pure, x), m.l2(jax.nn.relu(m.l1(x))), rtol=1e-6)
+
+
+def test_sown_values_are_kept_whatever_their_name():
+    """A value sown as "output" (linen, NNX) or under a sub-module's name (NNX) is reported
+    with its value (both were dropped silently, as the model's own output / a container's);
+    the model's own output is still no layer.  NNX capture=True: the sub-module's layer
+    outputs that nnx.capture overwrites are named in a warning."""
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+
+    class LinenOut(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.relu(nn.Dense(8)(x))
+            self.sow("intermediates", "output", h)
+            return nn.Dense(3)(h)
+
+    lm = LinenOut()
+    v = lm.init(jax.random.key(1), x)
+    for capture in (True, False):
+        f = inspect.from_linen(lm, capture=capture).features(v, x)
+        assert list(f) == (["Dense_0", "output", "Dense_1"] if capture else ["output"])
+        d = v["params"]["Dense_0"]
+        np.testing.assert_allclose(f["output"], jax.nn.relu(x @ d["kernel"] + d["bias"][None]),
+                                   rtol=1e-5, atol=1e-6)
+
+    class Blk2(nnx.Module):
+        def __init__(self, rngs):
+            self.lin = nnx.Linear(5, 5, rngs=rngs)
+
+        def __call__(self, h):
+            return jax.nn.relu(self.lin(h))
+
+    class Shadow(nnx.Module):
+        def __init__(self, rngs):
+            self.block = Blk2(rngs)
+            self.head = nnx.Linear(5, 3, rngs=rngs)
+
+        def __call__(self, x):
+            h = self.block(x)
+            self.sow(nnx.Intermediate, "block", h)  # the sub-module's own name
+            o = self.head(h)
+            self.sow(nnx.Intermediate, "output", o)
+            return o
+
+    m = Shadow(nnx.Rngs(0))
+    st = nnx.state(m)
+    h = jax.nn.relu(x @ m.block.lin.kernel.get_value() + m.block.lin.bias.get_value()[None])
+    o = h @ m.head.kernel.get_value() + m.head.bias.get_value()[None]
+    with pytest.warns(UserWarning, match=r"the value sown as 'block' has the name of "
+                      r"sub-module 'block'.*layers \['block/lin'\] are not reported"):
+        f = inspect.from_nnx(m).features(st, x)
+    assert list(f) == ["block", "head", "output"]
+    g = inspect.from_nnx(m, capture=False).features(st, x)
+    assert list(g) == ["block", "output"]
+    for feats in (f, g):
+        np.testing.assert_allclose(feats["block"], h, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(feats["output"], o, rtol=1e-5, atol=1e-6)
