@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from layerlab.dgl import LayerVariances, mf_variances
 
@@ -129,7 +130,8 @@ def named_weights(params: Any, *, min_ndim: int = 2) -> dict[str, jax.Array]:
             if jnp.ndim(leaf) >= min_ndim and name.rpartition("/")[2] != "bias"}
 
 
-def _weight_matrices(params: Any, out_axes: Mapping[str, int] | None = None
+def _weight_matrices(params: Any, out_axes: Mapping[str, int] | None = None,
+                     stacks: Mapping[str, tuple[int, ...]] | None = None
                      ) -> dict[str, jax.Array]:
     """:func:`named_weights` read as the linear maps they apply, ``[fan_in, fan_out]``.
 
@@ -140,22 +142,102 @@ def _weight_matrices(params: Any, out_axes: Mapping[str, int] | None = None
     -> [kh kw c_in, c_out]``).  So an attention query kernel ``[d, heads, head_dim]`` is read
     as ``[d, heads head_dim]`` and the output kernel ``[heads, head_dim, d]`` as ``[heads
     head_dim, d]``.
+
+    ``stacks`` maps module paths to the leading axes ``[L...]`` their parameters are stacked
+    on (repeated blocks: ``nn.scan``, ``nnx.vmap``); a kernel there is ``L`` kernels, named
+    ``<name>/0 .. <name>/{L-1}``, each read as above.
     """
     leaves = _named_leaves(params)
     out = {}
     for name, w in named_weights(params).items():
-        shape = jnp.shape(w)
-        if len(shape) > 2:
-            parent = name.rpartition("/")[0]
-            k = (out_axes or {}).get(parent)
-            if k is None:
-                b = leaves.get(f"{parent}/bias" if parent else "bias")
-                bs = tuple(jnp.shape(b)) if b is not None else ()
-                k = len(bs) if 0 < len(bs) < len(shape) and shape[-len(bs):] == bs else 1
-            k = min(max(int(k), 1), len(shape) - 1)
-            w = jnp.reshape(w, (math.prod(shape[:-k]), math.prod(shape[-k:])))
-        out[name] = w
+        parent = name.rpartition("/")[0]
+        b = leaves.get(f"{parent}/bias" if parent else "bias")
+        lead = _stack_lead(parent, stacks)
+        shape = tuple(jnp.shape(w))
+        if lead and shape[:len(lead)] == lead and len(shape) >= len(lead) + 2:
+            b_ok = b is not None and tuple(jnp.shape(b))[:len(lead)] == lead
+            for idx in np.ndindex(*lead):
+                out[f"{name}/{'/'.join(map(str, idx))}"] = _as_map(
+                    w[idx], b[idx] if b_ok else None, (out_axes or {}).get(parent))
+        else:
+            out[name] = _as_map(w, b, (out_axes or {}).get(parent))
     return out
+
+
+def _as_map(w: jax.Array, b: jax.Array | None, k: int | None) -> jax.Array:
+    """One kernel ``[in..., out...]`` as ``[fan_in, fan_out]``: ``k`` output axes (else the
+    rank of a bias ``b`` ending the kernel's shape, else 1)."""
+    shape = tuple(jnp.shape(w))
+    if len(shape) <= 2:
+        return w
+    if k is None:
+        bs = tuple(jnp.shape(b)) if b is not None else ()
+        k = len(bs) if 0 < len(bs) < len(shape) and shape[-len(bs):] == bs else 1
+    k = min(max(int(k), 1), len(shape) - 1)
+    return jnp.reshape(w, (math.prod(shape[:-k]), math.prod(shape[-k:])))
+
+
+# ----------------------------------------------------------------------------- stacked blocks
+def _stack_lead(path: str, stacks: Mapping[str, tuple[int, ...]] | None
+                ) -> tuple[int, ...] | None:
+    """The stacked axes of the module at ``path``: those of its deepest stacked ancestor (or
+    itself), or ``None``."""
+    if not stacks:
+        return None
+    parts = path.split("/") if path else []
+    for i in range(len(parts), 0, -1):
+        lead = stacks.get("/".join(parts[:i]))
+        if lead:
+            return lead
+    return None
+
+
+def _stack_root(path: str, stacks: Mapping[str, tuple[int, ...]]) -> str:
+    """The outermost stacked module on ``path`` (the repeated block that holds it)."""
+    parts = path.split("/")
+    return next(("/".join(parts[:i]) for i in range(1, len(parts) + 1)
+                 if "/".join(parts[:i]) in stacks), path)
+
+
+def _unstack(features: FeaturesFn, stacks_of: Callable[[Any], Mapping[str, tuple[int, ...]]]
+             ) -> FeaturesFn:
+    """``features`` with the representations of stacked blocks (``[L, n, ...]`` from
+    ``nn.scan`` / ``nnx.scan`` / ``nnx.vmap``) split into one per block, ``<name>/0 ..
+    <name>/{L-1}``, block by block (``a/0, b/0, a/1, b/1``).  ``stacks_of(params)`` (read
+    after ``features`` ran) maps module paths to their stacked axes."""
+    def run(params, x):
+        feats = features(params, x)
+        stacks = stacks_of(params)
+        if not stacks:
+            return feats
+        n = jnp.shape(x)[0]
+
+        def lead_of(k, h):
+            lead = _stack_lead(k, stacks)
+            sh = tuple(jnp.shape(h))
+            ok = lead and len(sh) >= len(lead) + 2 and sh[:len(lead)] == lead and \
+                sh[len(lead)] == n
+            return (_stack_root(k, stacks), lead) if ok else None
+
+        out: dict[str, jax.Array] = {}
+        items = [(k, h, lead_of(k, h)) for k, h in feats.items()]
+        i = 0
+        while i < len(items):
+            k, h, st = items[i]
+            if st is None:
+                out[k] = h
+                i += 1
+                continue
+            j = i
+            while j < len(items) and items[j][2] == st:  # consecutive values of one block
+                j += 1
+            for idx in np.ndindex(*st[1]):
+                for k2, h2, _ in items[i:j]:
+                    out[f"{k2}/{'/'.join(map(str, idx))}"] = h2[idx]
+            i = j
+        return out
+
+    return run
 
 
 def _walk(tree, prefix: tuple[str, ...], out: dict, calls: set | None = None) -> None:
@@ -349,7 +431,11 @@ def from_linen(
     ``"Conv_0"``) when ``capture=True``, and every value sown with
     ``self.sow("intermediates", name, h)`` (e.g. post-activation representations).  Layers
     are reported in call order (read off the traced program, as :func:`from_nnx`); a module
-    called twice reports ``<path>/0`` and ``<path>/1`` at the two places it ran.
+    called twice reports ``<path>/0`` and ``<path>/1`` at the two places it ran.  Blocks
+    repeated by ``nn.scan`` / ``nn.vmap`` (parameters stacked on a leading axis ``L``, as
+    ``variable_axes={"params": 0}``; recognised while ``features`` runs, from the kernel
+    shapes the modules see) report ``<name>/0 .. <name>/{L-1}`` block by block, and their
+    kernels ``<path>/kernel/0 ..`` one per block.
 
     Weights: the kernels of the ``"params"`` collection (not ``batch_stats`` or other
     collections, not biases) as the linear maps they apply, ``[fan_in, fan_out]``: a
@@ -386,16 +472,38 @@ def from_linen(
     flt = _default_linen_filter if capture is True else capture
     pick = _output_picker(output, "from_linen")
     out_axes: dict[str, int] = {}  # module path -> number of output axes of its kernel
+    seen: dict[str, dict[str, tuple]] = {}  # module path -> its params' shapes as it sees them
 
     def record(next_fun, args, kwargs, context):
         m = context.module
         if context.method_name == "__call__" and isinstance(m, nn.DenseGeneral):
             f = m.features
             out_axes["/".join(m.path)] = len(f) if isinstance(f, Sequence) else 1
+        if m.path and m.scope is not None:  # inside nn.scan / nn.vmap: one block's slice
+            p = m.variables.get("params")
+            if p:
+                seen["/".join(m.path)] = {_path_name(q): tuple(jnp.shape(a)) for q, a
+                                          in jax.tree_util.tree_leaves_with_path(p)}
         return next_fun(*args, **kwargs)
 
     def _vars(params):
         return params if isinstance(params, Mapping) and "params" in params else {"params": params}
+
+    def stacks_of(params):
+        """Module paths whose parameters carry leading axes the module does not see: blocks
+        repeated by ``nn.scan`` / ``nn.vmap`` (``variable_axes={"params": 0}``)."""
+        leaves = _named_leaves(_vars(params))
+        out = {}
+        for path, shapes in seen.items():
+            leads = set()
+            for leaf, sh in shapes.items():
+                full = tuple(jnp.shape(leaves[f"{path}/{leaf}"])) \
+                    if f"{path}/{leaf}" in leaves else None
+                k = -1 if full is None else len(full) - len(sh)
+                leads.add(full[:k] if k > 0 and full[k:] == sh else ())
+            if len(leads) == 1 and (lead := leads.pop()):
+                out[path] = lead
+        return out
 
     def raw_features(params, x):
         with nn.intercept_methods(record):
@@ -415,10 +523,10 @@ def from_linen(
         return pick(model.apply(_vars(params), x, **kw))
 
     def weights(params):
-        return _weight_matrices(_vars(params)["params"], out_axes)
+        return _weight_matrices(_vars(params)["params"], out_axes, stacks_of(params))
 
-    return Inspectable(features=_in_call_order(raw_features), apply=apply, weights=weights,
-                       trainable=trainable)
+    return Inspectable(features=_unstack(_in_call_order(raw_features), stacks_of),
+                       apply=apply, weights=weights, trainable=trainable)
 
 
 def from_nnx(
@@ -442,7 +550,10 @@ def from_nnx(
     copy of ``state``, so the caller's state and model are never updated (BatchNorm statistics
     in train mode, RNG counters).  Layers are reported in call order (read off the traced
     program), not in the alphabetical order of ``nnx.State``.  The NTK differentiates the
-    ``nnx.Param`` leaves only.
+    ``nnx.Param`` leaves only.  Blocks made with ``nnx.vmap`` (an ``nnx.Linear`` /
+    ``LinearGeneral`` / ``Conv`` whose kernel has leading axes beyond its own shape, and the
+    modules all of whose such layers share them) report ``<name>/0 .. <name>/{L-1}``, and
+    their kernels one per block.
 
     Values the model sowed in an earlier call (``nnx.Intermediate``) are dropped from the
     module and from every ``state`` passed (an ``nnx.State`` or a plain dict such as
@@ -479,6 +590,7 @@ def from_nnx(
     module_paths, layer_paths = set(), set()
     warned: set[str] = set()  # sown names that shadow a sub-module (warned once)
     out_axes: dict[str, int] = {}  # module path -> number of output axes of its kernel
+    typed: dict[str, tuple[int, ...]] = {}  # layer path -> stacked axes of its kernel (or ())
     for path, m in nnx.iter_modules(model):
         name = "/".join(str(p) for p in path)
         module_paths.add(name)
@@ -486,6 +598,10 @@ def from_nnx(
             layer_paths.add(name)
         if isinstance(m, nnx.LinearGeneral):
             out_axes[name] = len(m.out_features)
+        lead = _nnx_stacked_axes(m, nnx)
+        if path and lead is not None:
+            typed[name] = lead
+    stacks = _nnx_stacks(typed, module_paths)
 
     def keep(k: str, calls: set) -> bool:
         """Sown values (whatever their name) and Linear/Conv outputs; not the outputs of
@@ -536,14 +652,48 @@ def from_nnx(
         return pick(nnx.capture(mod, nnx.Intermediate)(x)[0])
 
     def weights(state):  # the nnx.Param kernels only
-        return _weight_matrices(nnx.filter_state(params_only(state), nnx.Param), out_axes)
+        return _weight_matrices(nnx.filter_state(params_only(state), nnx.Param), out_axes,
+                                stacks)
 
     def trainable(state):  # the NTK is taken w.r.t. the nnx.Param leaves only
         theta, rest = nnx.split_state(params_only(state), nnx.Param, ...)
         return theta, lambda t: nnx.merge_state(t, rest)
 
-    return Inspectable(features=_in_call_order(raw_features), apply=apply, weights=weights,
-                       trainable=trainable)
+    return Inspectable(features=_unstack(_in_call_order(raw_features), lambda _: stacks),
+                       apply=apply, weights=weights, trainable=trainable)
+
+
+def _nnx_stacked_axes(m: Any, nnx: Any) -> tuple[int, ...] | None:
+    """The leading axes an NNX layer's kernel has beyond one application's kernel shape
+    (``()`` for none: a repeated block made with ``nnx.vmap`` has ``[L, ...]``), or ``None``
+    where that shape is not known from the module."""
+    if isinstance(m, nnx.Linear):
+        want = (m.in_features, m.out_features)
+    elif isinstance(m, nnx.LinearGeneral):
+        want = None if m.batch_axis else (*m.in_features, *m.out_features)
+    else:  # Conv, ConvTranspose, Einsum
+        want = getattr(m, "kernel_shape", None)
+    kernel = getattr(m, "kernel", None)
+    if want is None or kernel is None or not hasattr(kernel, "get_value"):
+        return None
+    have = tuple(jnp.shape(kernel.get_value()))
+    want = tuple(want)
+    k = len(have) - len(want)
+    return have[:k] if k >= 0 and have[k:] == want else None
+
+
+def _nnx_stacks(typed: Mapping[str, tuple[int, ...]], module_paths: set
+                ) -> dict[str, tuple[int, ...]]:
+    """Module paths stacked on leading axes ``[L...]``: a layer whose kernel is, and a module
+    all of whose layers (of known kernel shape, at least one) are, stacked on the same."""
+    out = {p: lead for p, lead in typed.items() if lead}
+    for path in module_paths:
+        if not path or path in typed:
+            continue
+        below = {lead for p, lead in typed.items() if p.startswith(f"{path}/")}
+        if len(below) == 1 and (lead := next(iter(below))):
+            out[path] = lead
+    return out
 
 
 def _warn_shadowed(sown: Sequence[str], module_paths: set, layer_paths: set,

@@ -369,9 +369,16 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
                 "element).")
         h = jnp.asarray(v)
         if h.ndim < 2 or h.shape[0] != n:
+            hint = ""
+            if h.ndim >= 3 and h.shape[1] == n:
+                hint = (
+                    f"  Its leading axis of size {h.shape[0]} may be a stacked layer axis "
+                    f"(a block repeated {h.shape[0]} times by nn.scan, nnx.scan or nnx.vmap, "
+                    f"not recognised by the adapter): report one block's {k!r}[i] through "
+                    "from_features, or leave it out with InspectConfig(layers=...).")
             raise ValueError(
                 f"features: representation {k!r} has shape {h.shape}; expected [n, ...] with "
-                f"n = {n} samples (the rows of x) and at least one feature axis."
+                f"n = {n} samples (the rows of x) and at least one feature axis.{hint}"
             )
         if _is_concrete(h) and not bool(jnp.all(jnp.isfinite(h))):
             bad = int(np.size(h) - np.count_nonzero(np.isfinite(np.asarray(h))))
