@@ -1,5 +1,6 @@
 """Tests for layerlab.bottleneck._diagnostics and _tasks (paper B)."""
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -155,3 +156,55 @@ def test_symmetry_task_scales_match_the_docstring(key):
     np.testing.assert_allclose(E[iu].std(), 0.5 / np.sqrt(2 * d), rtol=0.1)
     np.testing.assert_allclose(E.diagonal().std(), 0.5 / np.sqrt(d), rtol=0.3)
     np.testing.assert_allclose(np.sqrt(np.mean(np.sum(ds.x ** 2, 1))), 3.0, rtol=0.05)
+
+
+def _eqn_shapes(jaxpr):
+    """Shapes of every intermediate of a (closed) jaxpr, sub-jaxprs included."""
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            yield tuple(getattr(v.aval, "shape", ()))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from _eqn_shapes(sub)
+
+
+@pytest.mark.parametrize("activation", [jax.nn.relu, jnp.tanh])
+def test_ntk_trace_is_the_per_sample_jacobian_norm(key, x64, activation):
+    """Tr Theta summed from per-sample Jacobians equals the diagonal of the dense empirical NTK
+    (the former route) and an explicit jacrev of each sample, in paper A's parameters
+    (beta = 0.5), eagerly, under jit, chunked and vmapped over nets; and no [B, B] array is
+    ever built (B = 13 is no other size of the problem)."""
+    from layerlab import kernels
+    from layerlab.bottleneck._diagnostics import _network_fn_paper
+
+    B, beta = 13, 0.5
+    stack = jax.vmap(lambda k: nets.mlp_init(k, [3, 6, 5, 2], init="he", b_std=0.2,
+                                             dtype=jnp.float64))(jax.random.split(key, 2))
+    params = jax.tree.map(lambda a: a[0], stack)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (B, 3), jnp.float64)
+    Ws = bn.from_mlp_params(params, beta)
+    dense = kernels.empirical_ntk(lambda W, v: _network_fn_paper(W, v, beta, activation), Ws, x)
+    ref_dense = float(jnp.mean(jnp.diag(dense)))
+    brute = 0.0
+    for i in range(B):   # d f(x_i) / d W_l for W_l = [w_l^T, b_l / beta], one sample at a time
+        J = jax.jacrev(lambda W, i=i: bn.network_fn(bn.to_mlp_params(W, beta), x[i:i + 1],
+                                                    beta=beta, activation=activation)[0])(Ws)
+        brute += sum(float(jnp.sum(j ** 2)) for j in J)
+    brute /= B
+    np.testing.assert_allclose(ref_dense, brute, rtol=1e-12)   # the two references agree
+    got = bn.ntk_trace(params, x, beta=beta, activation=activation)
+    np.testing.assert_allclose(float(got), brute, rtol=1e-10)
+    f = jax.jit(lambda p, v, c=None: bn.ntk_trace(p, v, beta=beta, activation=activation,
+                                                   chunk_size=c), static_argnums=2)
+    np.testing.assert_allclose(float(f(params, x)), brute, rtol=1e-10)
+    np.testing.assert_allclose(float(f(params, x, 4)), brute, rtol=1e-10)  # 13 = 3 * 4 + 1
+    vm = jax.jit(jax.vmap(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation)))(stack)
+    np.testing.assert_allclose(float(vm[0]), brute, rtol=1e-10)
+    np.testing.assert_allclose(
+        float(vm[1]), float(bn.ntk_trace(jax.tree.map(lambda a: a[1], stack), x, beta=beta,
+                                         activation=activation)), rtol=1e-12)
+    d = bn.bottleneck_diagnostics(params, x, beta=beta, activation=activation)
+    np.testing.assert_allclose(float(d["ntk_trace"]), brute, rtol=1e-10)
+    jaxpr = jax.make_jaxpr(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation))(params)
+    assert not [s for s in _eqn_shapes(jaxpr.jaxpr) if s.count(B) >= 2]
+    with pytest.raises(ValueError, match="ntk_trace: chunk_size must be >= 1, got 0"):
+        bn.ntk_trace(params, x, chunk_size=0)
