@@ -30,9 +30,10 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite, promote_float
+from layerlab._checks import check_array, check_finite, is_concrete, promote_float
 
 Array = jax.Array
 Params = Sequence[dict]
@@ -139,6 +140,24 @@ def check_params(params: Params, n0: int, fn: str) -> None:
                 f"'b': [n_{i + 1}]}} with n_{i} = {n_prev} (layerlab.nets layout); got {got}."
             )
         n_prev = w.shape[1]
+
+
+def check_params_finite(params: Params, fn: str) -> None:
+    """Eager only: raise ``ValueError`` naming the first leaf of ``params`` with NaN/Inf
+    entries (``params[1]['w']``).  A no-op on traced params (the diagnostics give NaN there)."""
+    if not is_concrete(params):
+        return
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        arr = np.asarray(leaf)
+        if not jnp.issubdtype(arr.dtype, jnp.inexact):
+            continue
+        ok = np.isfinite(arr)
+        if not ok.all():
+            raise ValueError(
+                f"{fn}: params must be finite; params{jax.tree_util.keystr(path)} has "
+                f"{arr.size - np.count_nonzero(ok)} non-finite (NaN/Inf) entries out of "
+                f"{arr.size} (a diverged run?). Ranks and counts of such a net are undefined "
+                "(under jit/vmap they are NaN).")
 
 
 def check_reps(Zs: Sequence[Array], N: int, fn: str) -> list[Array]:

@@ -208,3 +208,59 @@ def test_ntk_trace_is_the_per_sample_jacobian_norm(key, x64, activation):
     assert not [s for s in _eqn_shapes(jaxpr.jaxpr) if s.count(B) >= 2]
     with pytest.raises(ValueError, match="ntk_trace: chunk_size must be >= 1, got 0"):
         bn.ntk_trace(params, x, chunk_size=0)
+
+
+def test_non_finite_params_raise_eagerly_and_give_nan_under_jit(key):
+    """Regression: NaN weights gave plausible numbers (counts and ranks 0, log pdet 0).  Eagerly
+    every diagnostic names the first non-finite leaf; under jit(vmap) over a stack of nets, the
+    entries that depend on the NaN layer are NaN and the others equal numpy's counts."""
+    sizes = [3, 8, 8, 2]
+    stack = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jax.random.split(key, 2))
+    stack[1]["w"] = stack[1]["w"].at[1, 0, 0].set(jnp.nan)       # run 1, layer 2 (params[1])
+    bad = jax.tree.map(lambda a: a[1], stack)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (6, 3))
+    calls = {
+        "bottleneck_diagnostics": lambda p: bn.bottleneck_diagnostics(p, x),
+        "layer_counts_near_one": bn.layer_counts_near_one,
+        "layer_singular_values": bn.layer_singular_values,
+        "centred_weight_counts": lambda p: bn.centred_weight_counts(p, x),
+        "representation_dims": lambda p: bn.representation_dims(p, x),
+        "jacobian_stats": lambda p: bn.jacobian_stats(p, x),
+        "ntk_trace": lambda p: bn.ntk_trace(p, x),
+    }
+    for name, f in calls.items():
+        with pytest.raises(ValueError, match=rf"{name}: params must be finite; params\[1\]"
+                                             r"\['w'\] has 1 non-finite \(NaN/Inf\) entries"):
+            f(bad)
+    inf_bias = [dict(p) for p in jax.tree.map(lambda a: a[0], stack)]
+    inf_bias[0]["b"] = inf_bias[0]["b"].at[2].set(jnp.inf)
+    with pytest.raises(ValueError, match=r"params\[0\]\['b'\] has 1 non-finite"):
+        bn.bottleneck_diagnostics(inf_bias, x)
+
+    d = jax.tree.map(np.asarray,
+                     jax.jit(jax.vmap(lambda p: bn.bottleneck_diagnostics(p, x)))(stack))
+    c = jax.tree.map(np.asarray, jax.jit(jax.vmap(lambda p: bn.centred_weight_counts(p, x)))(stack))
+    for r in range(2):
+        w = [np.asarray(p["w"][r], np.float64) for p in stack]
+        if r == 0:
+            want = [np.sum(np.abs(np.linalg.svd(a, compute_uv=False) - 1) < 0.25) for a in w]
+            np.testing.assert_array_equal(d["count_near_one"][0], want)
+            assert d["count_near_one"].dtype == np.float32
+            assert np.all(np.isfinite(d["numerical_rank"][0]))
+            assert np.isfinite(d["jacobian_rank"][0]) and np.isfinite(c["dominant"][0]).all()
+            continue
+        s0 = np.linalg.svd(w[0], compute_uv=False)                 # layer 1 is still finite
+        np.testing.assert_array_equal(d["count_near_one"][1][[0, 2]],
+                                      [np.sum(np.abs(s0 - 1) < 0.25),
+                                       np.sum(np.abs(np.linalg.svd(w[2], compute_uv=False) - 1)
+                                              < 0.25)])
+        assert np.isnan(d["count_near_one"][1][1])
+        assert np.isfinite(d["numerical_rank"][1][0])             # Z_1 does not see layer 2
+        assert np.isnan(d["numerical_rank"][1][1:]).all()
+        assert np.isnan(d["effective_rank"][1][1:]).all()
+        for k in ("jacobian_rank", "jacobian_log_pdet", "ntk_trace"):
+            assert np.isnan(d[k][1]), k
+        for k in ("count_near_one", "dominant", "mean_gain"):
+            assert np.isnan(c[k][1]).all(), k                      # layers 2 and 3
+    js = jax.jit(lambda p: bn.jacobian_stats(p, x))(bad)
+    assert np.isnan(js["rank_per_point"]).all() and np.isnan(js["log_pdet"])
