@@ -25,6 +25,7 @@ from layerlab.bottleneck._representations import (
     Cost,
     _layer_inputs,
     _ridge_kind,
+    as_activation,
     traced_ridge_inverse,
 )
 
@@ -121,7 +122,7 @@ def covariances(Zs: Sequence[Array], x: ArrayLike, *, beta: ArrayLike = 1.0,
     fn = "covariances"
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
-    K, K_sigma = _covariances(cols(Zs), x.T, beta, activation)
+    K, K_sigma = _covariances(cols(Zs), x.T, beta, as_activation(activation, fn))
     return Covariances(K=K, K_sigma=K_sigma)
 
 

@@ -38,7 +38,7 @@ from layerlab.bottleneck._layout import (
     cols,
     from_mlp_params,
 )
-from layerlab.bottleneck._representations import Activation, _phi
+from layerlab.bottleneck._representations import Activation, _phi, as_activation
 
 Array = jax.Array
 
@@ -152,6 +152,7 @@ def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
     check_number(tol, "tol", fn=fn, min_value=0.0, lo_open=True)
     check_number(dominant_above, "dominant_above", fn=fn, min_value=0.0)
     check_params_finite(params, fn)
+    activation = as_activation(activation, fn)
     Zs = cols(_phi(from_mlp_params(params, beta), x.T, beta, activation))   # Z_l [N, n_l]
     cnt, dom, gain = [], [], []
     for ll in range(1, len(params)):
@@ -193,6 +194,7 @@ def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], fn)
     check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
     check_params_finite(params, fn)
+    activation = as_activation(activation, fn)
     Zs = _phi(from_mlp_params(params, beta), x.T, beta, activation)  # paper A: [n_l, N]
     er, nr = [], []
     for Z in Zs:
@@ -229,7 +231,8 @@ def network_fn(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     """
     x = check_x(x, "network_fn")
     check_params(params, x.shape[1], "network_fn")
-    return _network_fn_paper(from_mlp_params(params, beta), x, beta, activation)
+    return _network_fn_paper(from_mlp_params(params, beta), x, beta,
+                             as_activation(activation, "network_fn"))
 
 
 def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
@@ -257,6 +260,7 @@ def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], fn)
     check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
     check_params_finite(params, fn)
+    activation = as_activation(activation, fn)
     Ws = from_mlp_params(params, beta)
 
     def one(xi):
@@ -322,7 +326,8 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], fn)
     chunk_size = check_int(chunk_size, "chunk_size", fn=fn, min_value=1, allow_none=True)
     check_params_finite(params, fn)
-    return _ntk_trace_paper(from_mlp_params(params, beta), x, beta, activation, chunk_size)
+    return _ntk_trace_paper(from_mlp_params(params, beta), x, beta,
+                            as_activation(activation, fn), chunk_size)
 
 
 def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
@@ -331,8 +336,14 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     """All diagnostics at once (host dict of arrays): weight spectra, counts of singular values
     near 1, representation dimensions, Jacobian rank / log pseudo-determinant, NTK trace.
 
+    Compiled as one program per shapes, ``ntk`` and activation: pass the activation by name
+    (``"relu"``, ``"tanh"``: ``ACTIVATIONS``) or as the same function object on every call; a
+    fresh ``lambda`` per call compiles anew (a ``functools.partial`` of plain numbers is
+    compared by content).
+
     Args:
       params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
+      activation: a callable or its name in ``ACTIVATIONS``.
 
     Returns:
       dict of arrays (see the individual functions): ``singular_values``, ``count_near_one``
@@ -349,6 +360,7 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0, lo_open=True)
     check_number(rel_tol, "rel_tol", fn="bottleneck_diagnostics", min_value=0.0)
     check_params_finite(params, "bottleneck_diagnostics")
+    activation = as_activation(activation, "bottleneck_diagnostics")  # one static argument
     beta = jnp.asarray(beta, jnp.promote_types(x.dtype, jnp.float32))  # never an integer beta
     return _diagnostics_jit(params, x, tol, rel_tol, beta,
                             activation=activation, ntk=bool(ntk))

@@ -27,6 +27,7 @@ from layerlab.bottleneck._representations import (
     _psi,
     _representation_loss,
     _weight_loss,
+    as_activation,
 )
 
 Array = jax.Array
@@ -63,7 +64,7 @@ def representation_step(x: ArrayLike, cost: Callable, optimizer: optax.GradientT
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     X, C = x.T, col_cost(cost)  # paper A's columns inside the step
-    kw = dict(beta=beta, activation=activation)
+    kw = dict(beta=beta, activation=as_activation(activation, fn))
 
     def init(Zs, hparams=None):
         return loop.TrainState(list(Zs), optimizer.init(list(Zs)), jnp.zeros((), jnp.int32),

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab.bottleneck._representations import Activation
+from layerlab.bottleneck._representations import Activation, as_activation
 
 Array = jax.Array
 
@@ -74,7 +74,7 @@ def neuron_pairs(Z: ArrayLike, *, activation: Activation = jax.nn.relu) -> np.nd
     References:
       (A) eq. (4.1).
     """
-    return _neuron_pairs(_as_neurons(Z), activation)
+    return _neuron_pairs(_as_neurons(Z), as_activation(activation, "neuron_pairs"))
 
 
 def rank_sigma_bounds(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
@@ -100,6 +100,7 @@ def rank_sigma_bounds(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
     References:
       (A) eq. (4.1) and Lemma 10 (``Rank K <= Rank_sigma <= N(N+1)``).
     """
+    activation = as_activation(activation, "rank_sigma_bounds")
     Zc = _as_neurons(Z)
     n, N = Zc.shape
     S = _activate64(Zc, activation)
@@ -136,6 +137,7 @@ def caratheodory_reduce(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
       (A) Lemma 10 and the discussion after Remark 4 (Caratheodory's theorem for conical
       hulls: ``S_n = S`` for ``n >= N(N+1)``).
     """
+    activation = as_activation(activation, "caratheodory_reduce")
     Zc = _as_neurons(Z)
     V = _neuron_pairs(Zc, activation)
     c = np.ones(Zc.shape[0])

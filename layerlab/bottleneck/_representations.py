@@ -17,6 +17,8 @@ References:
 """
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Callable, Sequence
 
 import jax
@@ -38,8 +40,75 @@ from layerlab.bottleneck._layout import (
 )
 
 Array = jax.Array
-Activation = Callable[[Array], Array]
+# an elementwise nonlinearity, or its name in ACTIVATIONS ("relu", "tanh", ...)
+Activation = Callable[[Array], Array] | str
 Cost = Callable[[Array], Array]
+
+
+def _linear(z: Array) -> Array:
+    """The identity nonlinearity (a linear network)."""
+    return z
+
+
+ACTIVATIONS = types.MappingProxyType({
+    "relu": jax.nn.relu, "leaky_relu": jax.nn.leaky_relu, "tanh": jnp.tanh,
+    "softplus": jax.nn.softplus, "gelu": jax.nn.gelu, "sigmoid": jax.nn.sigmoid,
+    "elu": jax.nn.elu, "linear": _linear,
+})
+"""The activations accepted by name (one function object each, so that the functions that
+compile inside, :func:`forces` and :func:`bottleneck_diagnostics`, compile once per name)."""
+
+_PLAIN = (bool, int, float, complex, str, type(None))
+
+
+class _SamePartial:
+    """A ``functools.partial`` of plain-number arguments, equal (and hashing equal) to every
+    other with the same function and arguments: a fresh ``partial(jax.nn.leaky_relu,
+    negative_slope=0.1)`` per call is one static argument of a jitted function, not a new one
+    (a ``functools.partial`` compares by identity)."""
+
+    __slots__ = ("func", "args", "keywords")
+
+    def __init__(self, p: functools.partial):
+        self.func, self.args = p.func, p.args
+        self.keywords = tuple(sorted(p.keywords.items()))
+
+    def __call__(self, z):
+        return self.func(*self.args, z, **dict(self.keywords))
+
+    def _key(self):
+        return (self.func, self.args, self.keywords)
+
+    def __eq__(self, other):
+        return isinstance(other, _SamePartial) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"_SamePartial({self.func!r}, {self.args!r}, {dict(self.keywords)!r})"
+
+
+def as_activation(activation, fn: str) -> Callable[[Array], Array]:
+    """The nonlinearity ``activation`` names or is.
+
+    A string is looked up in :data:`ACTIVATIONS`; a ``functools.partial`` whose arguments are
+    plain numbers/strings is compared by content (:class:`_SamePartial`); any other callable is
+    returned as is (compared by identity where it is a static argument of a jit: pass the same
+    function object, not a fresh lambda per call).
+    """
+    if isinstance(activation, str):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"{fn}: activation must be a callable or one of "
+                             f"{sorted(ACTIVATIONS)}, got {activation!r}.")
+        return ACTIVATIONS[activation]
+    if isinstance(activation, functools.partial) and all(
+            isinstance(v, _PLAIN) for v in (*activation.args, *activation.keywords.values())):
+        return _SamePartial(activation)
+    if not callable(activation):
+        raise TypeError(f"{fn}: activation must be a callable or one of {sorted(ACTIVATIONS)}, "
+                        f"got {type(activation).__name__}.")
+    return activation
 
 
 # ----------------------------------------------------------------------------- paper A (columns)
@@ -197,7 +266,8 @@ def representations(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
       params: ``layerlab.nets`` params ``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]``.
       x: ``[N, n_0]`` (rows are samples).
       beta: amount of bias (``0``: the biases ``b`` are ignored).
-      activation: elementwise nonlinearity (not applied to the output ``Z_L``).
+      activation: elementwise nonlinearity (not applied to the output ``Z_L``), or its name in
+        :data:`ACTIVATIONS` (``"relu"``, ``"tanh"``, ...), as everywhere in this package.
 
     Returns:
       ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]``.
@@ -208,6 +278,7 @@ def representations(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     fn = "representations"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
+    activation = as_activation(activation, fn)
     return cols(_phi(from_mlp_params(params, beta), x.T, beta, activation))
 
 
@@ -237,6 +308,7 @@ def weights_from_representations(Zs: Sequence[Array], x: ArrayLike, *, beta: Arr
     """
     fn = "weights_from_representations"
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
+    activation = as_activation(activation, fn)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
     return to_mlp_params(_psi(cols(Zs), x.T, beta, activation, ridge), beta)
@@ -267,6 +339,7 @@ def weight_loss(params: Params, x: ArrayLike, *, cost: Cost, lam: ArrayLike, bet
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    activation = as_activation(activation, fn)
     return _weight_loss(from_mlp_params(params, beta), x.T, col_cost(cost), lam, beta,
                         activation)
 
@@ -299,4 +372,5 @@ def representation_loss(Zs: Sequence[Array], x: ArrayLike, *, cost: Cost, lam: A
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
+    activation = as_activation(activation, fn)
     return _representation_loss(cols(Zs), x.T, col_cost(cost), lam, beta, activation, ridge)

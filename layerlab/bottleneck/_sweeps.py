@@ -32,7 +32,7 @@ from layerlab._checks import (
     promote_float,
 )
 from layerlab.bottleneck._layout import Params, from_mlp_params
-from layerlab.bottleneck._representations import Activation, _phi
+from layerlab.bottleneck._representations import Activation, _phi, as_activation
 from layerlab.data._targets import as_targets
 
 Array = jax.Array
@@ -126,7 +126,7 @@ def masked_loss(params: Params, batch: tuple[ArrayLike, ArrayLike], *,
     """
     x, y = batch
     Ws = from_mlp_params(masked_weights(params, hparams["masks"]), beta)
-    Z_L = _phi(Ws, x.T, beta, activation)[-1]
+    Z_L = _phi(Ws, x.T, beta, as_activation(activation, "masked_loss"))[-1]
     c = cost(Z_L.T, y)
     reg = sum(jnp.sum(W * W) for W in Ws)
     return c + hparams["lam"] * reg, {"cost": c, "reg": reg}
@@ -265,6 +265,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
       stop the others, nor does the polish).
     """
     fn = "width_sweep"
+    activation = as_activation(activation, fn)   # one cached step per name / equal partial
     x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)
     (x,) = promote_float(x)  # integer pixels/features: a float net, a float lambda
     y = check_array(y, "y", fn=fn, ndim=(1, 2), kind="real", finite=True)
