@@ -61,8 +61,10 @@ def _psd_pinv(K: Array, ridge, kind: str) -> Array:
         return jnp.linalg.pinv(K, hermitian=True)
     if kind == "positive":
         return _psd_solve(K, ridge)
+    # d K^+_rho / d rho = -2 (K^+)^2 at rho = 0 (K^+_rho = V diag(w / (w + rho)^2) V^T)
     return traced_ridge_inverse(K, ridge, _psd_solve,
-                                lambda K: jnp.linalg.pinv(K, hermitian=True))
+                                lambda K: jnp.linalg.pinv(K, hermitian=True),
+                                lambda P: -2.0 * (P @ P))
 
 
 # ----------------------------------------------------------------------------- public
@@ -74,9 +76,8 @@ def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
 
     Args:
       K: ``[N, N]`` symmetric PSD (e.g. a kernel over samples ``A A^T``).
-      ridge: scalar ``rho >= 0``; a concrete zero of any type gives
-        ``jnp.linalg.pinv(K, hermitian=True)``; a traced one the solve at 0 where that is
-        finite (full-rank ``K``), else the pseudo-inverse (see ``tikhonov_pinv``).
+      ridge: scalar ``rho >= 0``; a zero of any type, concrete or traced, gives
+        ``jnp.linalg.pinv(K, hermitian=True)`` (see ``tikhonov_pinv``).
 
     Returns:
       ``[N, N]``: float32 for a half-precision ``K`` (no LAPACK kernels: computed in float32,

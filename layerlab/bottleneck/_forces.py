@@ -132,8 +132,8 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
         and compiles anew each time (a fresh ``functools.partial`` of plain numbers, e.g.
         ``partial(jax.nn.leaky_relu, negative_slope=0.1)``, is compared by content).
       ridge: Tikhonov parameter ``rho >= 0`` of the pseudo-inverses (``> 0`` recommended away
-        from minima; a concrete zero of any type is the Moore-Penrose inverse; a traced zero
-        the solve at 0 where it is finite, else the pseudo-inverse: see ``tikhonov_pinv``).
+        from minima; a zero of any type, concrete or traced, is the Moore-Penrose inverse:
+        see ``tikhonov_pinv``).
 
     Returns:
       :class:`Forces`, two lists of ``L`` arrays ``[N, n_l]``.
