@@ -179,6 +179,22 @@ def cols(Zs: Sequence[Array]) -> list[Array]:
     return [Z.T for Z in Zs]
 
 
-def col_cost(cost: Callable[[Array], Array]) -> Callable[[Array], Array]:
-    """A cost on outputs ``[N, n_L]`` as the paper's ``C(Z_L)`` on ``[n_L, N]``."""
-    return lambda Z: cost(Z.T)
+def col_cost(cost: Callable[[Array], Array], fn: str = "cost") -> Callable[[Array], Array]:
+    """A cost on outputs ``[N, n_L]`` as the paper's ``C(Z_L)`` on ``[n_L, N]``; its value must be
+    a scalar (checked at trace time: a per-sample cost would broadcast against the
+    regulariser and return an array)."""
+    def C(Z):
+        c = cost(Z.T)
+        if jnp.ndim(c) != 0:
+            raise ValueError(f"{fn}: cost must return a scalar C(Z_L) (e.g. a mean over the "
+                             f"samples), got shape {tuple(jnp.shape(c))}.")
+        return c
+
+    return C
+
+
+def check_scalar(v, name: str, fn: str) -> None:
+    """``v`` is a scalar (static: its shape only; a traced scalar under ``vmap`` passes)."""
+    if np.ndim(v) != 0:   # (np: a Python list too; a tracer has .ndim)
+        raise ValueError(f"{fn}: {name} must be a scalar, got shape {tuple(np.shape(v))}; "
+                         f"vmap over the values to evaluate several.")

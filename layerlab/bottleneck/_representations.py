@@ -26,12 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_number, is_traced, nonnegative_or_nan
+from layerlab._checks import check_array, check_number, is_traced, nonnegative_or_nan
 from layerlab.bottleneck._layout import (
     Params,
     as_float,
     check_params,
     check_reps,
+    check_scalar,
     check_x,
     col_cost,
     cols,
@@ -229,6 +230,7 @@ def augment(Z: Array, beta: ArrayLike) -> Array:
     References:
       (A) Section 2 (``Z_l^sigma``, transposed).
     """
+    Z = check_array(Z, "Z", fn="augment", ndim=2)
     ones = jnp.ones((Z.shape[0], 1), Z.dtype)
     return jnp.concatenate([Z, beta * ones], axis=1)
 
@@ -256,6 +258,7 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
       ``A``'s dtype otherwise.
     """
     check_number(ridge, "ridge", fn="tikhonov_pinv", min_value=0.0)
+    A = check_array(A, "A", fn="tikhonov_pinv", ndim=2)
     return _tikhonov_pinv(as_float(A), ridge, _ridge_kind(ridge))
 
 
@@ -345,9 +348,10 @@ def weight_loss(params: Params, x: ArrayLike, *, cost: Cost, lam: ArrayLike, bet
     fn = "weight_loss"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
     activation = as_activation(activation, fn)
-    return _weight_loss(from_mlp_params(params, beta), x.T, col_cost(cost), lam, beta,
+    return _weight_loss(from_mlp_params(params, beta), x.T, col_cost(cost, fn), lam, beta,
                         activation)
 
 
@@ -374,10 +378,12 @@ def representation_loss(Zs: Sequence[Array], x: ArrayLike, *, cost: Cost, lam: A
       (A) Proposition 1.
     """
     fn = "representation_loss"
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0,
                  what="a regulariser; a negative one rewards large weights")
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
     activation = as_activation(activation, fn)
-    return _representation_loss(cols(Zs), x.T, col_cost(cost), lam, beta, activation, ridge)
+    return _representation_loss(cols(Zs), x.T, col_cost(cost, fn), lam, beta, activation,
+                                ridge)

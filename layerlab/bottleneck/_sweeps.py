@@ -66,10 +66,16 @@ def cross_entropy_cost(Z_L: Array, y: Array) -> Array:
 
 # ----------------------------------------------------------------------------- masks
 def width_masks(widths: Sequence[int], max_width: int, n_hidden: int) -> Array:
-    """0/1 masks ``[R, n_hidden, max_width]``: run ``r`` keeps the first ``widths[r]`` neurons."""
-    widths = np.asarray(widths)
-    if widths.ndim != 1 or np.any(widths < 1) or np.any(widths > max_width):
-        raise ValueError(f"widths must be integers in [1, max_width={max_width}]; got {widths}.")
+    """0/1 masks ``[R, n_hidden, max_width]``: run ``r`` keeps the first ``widths[r]`` neurons
+    (integers in ``[1, max_width]``; ``1.5`` is refused: it kept 2 neurons)."""
+    fn = "width_masks"
+    max_width = check_int(max_width, "max_width", fn=fn, min_value=1)
+    check_int(n_hidden, "n_hidden", fn=fn, min_value=0)
+    if np.ndim(widths) != 1:
+        raise ValueError(f"{fn}: widths must be a sequence of integers, got shape "
+                         f"{np.shape(widths)}.")
+    widths = np.asarray([check_int(w, f"widths[{i}]", fn=fn, min_value=1, max_value=max_width)
+                         for i, w in enumerate(np.asarray(widths).tolist())], dtype=np.int64)
     m = (np.arange(max_width)[None, :] < widths[:, None]).astype(np.float32)
     return jnp.asarray(np.repeat(m[:, None, :], n_hidden, axis=1))
 

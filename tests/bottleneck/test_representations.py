@@ -287,3 +287,24 @@ def test_tikhonov_pinv_of_half_precision_is_computed_in_float32(dtype):
     np.testing.assert_allclose(np.asarray(got),
                                A64.T @ np.linalg.inv(A64 @ A64.T + 0.3 * np.eye(3)),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_vector_lam_and_per_sample_cost_are_refused_but_vmap_over_lam_works(key):
+    """Regression: lam = [0.1, 0.2] or a cost returning [N, n_L] broadcast to an array of
+    losses; now a ValueError naming lam / cost, while vmap over lam (a traced scalar) gives
+    each value's loss (second route: the scalar calls, and C + lam * ||Psi(Z)||^2 by hand)."""
+    x = jax.random.normal(key, (6, 3))
+    p = nets.mlp_init(jax.random.fold_in(key, 1), [3, 4, 2])
+    Zs = bn.representations(p, x)
+    cost = lambda Z: jnp.mean(Z ** 2)  # noqa: E731
+    with pytest.raises(ValueError, match=r"representation_loss: lam must be a scalar"):
+        bn.representation_loss(Zs, x, cost=cost, lam=jnp.array([0.1, 0.2]))
+    with pytest.raises(ValueError, match=r"weight_loss: cost must return a scalar"):
+        bn.weight_loss(p, x, cost=lambda Z: Z ** 2, lam=0.1)
+    lams = jnp.array([0.1, 0.2])
+    vm = jax.vmap(lambda lam: bn.representation_loss(Zs, x, cost=cost, lam=lam))(lams)
+    reg = _numpy_representation_loss(Zs, x, 1.0, lambda Z: 0.0)
+    for v, lam in zip(vm, (0.1, 0.2)):
+        np.testing.assert_allclose(v, float(bn.representation_loss(Zs, x, cost=cost, lam=lam)),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(v, float(cost(Zs[-1])) + lam * reg, rtol=1e-4)
