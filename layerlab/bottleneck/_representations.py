@@ -199,7 +199,7 @@ def traced_ridge_inverse(M: Array, ridge, solve, pinv, d_pinv) -> Array:
     ``lax.cond`` on the value; under ``vmap`` both branches run and a select keeps one, the
     unused solve computed at ``ridge = 1`` so no NaN leaks into values or gradients.  At
     ``ridge = 0`` the derivative in ``ridge`` is the one-sided one, ``d_pinv(pinv(M))``, added
-    as ``(r - stop_gradient(r)) * d_pinv(P)`` (exactly 0 in value).  Until 2026-12 a traced
+    as ``(r - stop_gradient(r)) * d_pinv(P)`` (exactly 0 in value).  Before 2026-11-29 a traced
     zero took the solve at 0 wherever it was finite, which on a rank-deficient ``M`` whose
     solve stays finite (collinear inputs) gave silently wrong numbers under ``jit``/``vmap``
     only (``representation_loss`` +0.7 %, the attraction 31 % off under ``vmap``).
