@@ -223,6 +223,58 @@ for name, f, exc, arg in [
     ("bottleneck.repr_step.ridge<0", lambda: bottleneck.representation_step(
         X, lambda z: jnp.sum(z ** 2), optax.sgd(0.1), lam=0.1, ridge=-1.0), ValueError,
      "ridge"),
+    # bottleneck argument checks (second audit): each names the argument and what came
+    ("bottleneck.repr_loss.lam.vector", lambda: bottleneck.representation_loss(
+        [X[:, :2]], X, cost=lambda z: jnp.sum(z ** 2), lam=jnp.array([0.1, 0.2])), ValueError,
+     r"representation_loss: lam must be a scalar, got shape \(2,\)"),
+    ("bottleneck.weight_loss.lam.vector", lambda: bottleneck.weight_loss(
+        MLP, X, cost=lambda z: jnp.sum(z ** 2), lam=[0.1, 0.2]), ValueError,
+     r"weight_loss: lam must be a scalar, got shape \(2,\)"),
+    ("bottleneck.forces.lam.vector", lambda: bottleneck.forces(
+        [X[:, :2]], X, lam=jnp.ones(3)), ValueError, r"forces: lam must be a scalar"),
+    ("bottleneck.repr_loss.cost.vector", lambda: bottleneck.representation_loss(
+        [X[:, :2]], X, cost=lambda z: z ** 2, lam=0.1), ValueError,
+     r"representation_loss: cost must return a scalar C\(Z_L\).*got shape \(6, 2\)"),
+    ("bottleneck.weight_loss.cost.vector", lambda: bottleneck.weight_loss(
+        MLP, X, cost=lambda z: jnp.sum(z ** 2, axis=1), lam=0.1), ValueError,
+     r"weight_loss: cost must return a scalar C\(Z_L\).*got shape \(6,\)"),
+    ("bottleneck.jacobian_stats.rel_tol<0", lambda: bottleneck.jacobian_stats(
+        MLP, X, rel_tol=-1.0), ValueError, r"jacobian_stats: rel_tol must be >= 0.0, got -1.0"),
+    ("bottleneck.representation_dims.rel_tol<0", lambda: bottleneck.representation_dims(
+        MLP, X, rel_tol=-0.5), ValueError,
+     r"representation_dims: rel_tol must be >= 0.0, got -0.5"),
+    ("bottleneck.width_masks.1.5", lambda: bottleneck.width_masks([1.5, 2], 3, 1), TypeError,
+     r"width_masks: widths\[0\] must be an integer, got float 1.5"),
+    ("bottleneck.width_masks.>max", lambda: bottleneck.width_masks([2, 4], 3, 1), ValueError,
+     r"width_masks: widths\[1\] must be <= 3, got 4"),
+    ("bottleneck.caratheodory_reduce.NaN", lambda: bottleneck.caratheodory_reduce(X_NAN),
+     ValueError, r"caratheodory_reduce: Z has 1 non-finite \(NaN/Inf\) entries out of 18"),
+    ("bottleneck.caratheodory_reduce.tanh", lambda: bottleneck.caratheodory_reduce(
+        X, activation=jnp.tanh), ValueError,
+     r"caratheodory_reduce: activation must be positively homogeneous"),
+    ("bottleneck.rank_sigma_bounds.NaN", lambda: bottleneck.rank_sigma_bounds(X_NAN),
+     ValueError, r"rank_sigma_bounds: Z has 1 non-finite"),
+    ("bottleneck.rank_sigma_bounds.tol<0", lambda: bottleneck.rank_sigma_bounds(X, tol=-1),
+     ValueError, r"rank_sigma_bounds: tol must be >= 0.0, got -1.0"),
+    ("bottleneck.is_triangle_free.self_loop", lambda: bottleneck.is_triangle_free(
+        [(0, 0), (1, 2)], 3), ValueError,
+     r"is_triangle_free: edges\[0\] = \(0, 0\) must be a pair of distinct vertices in "
+     r"\[0, 3\)"),
+    ("bottleneck.is_triangle_free.negative", lambda: bottleneck.is_triangle_free(
+        [(0, 1), (1, 2), (2, -3)], 3), ValueError,
+     r"is_triangle_free: edges\[2\] = \(2, -3\) must be a pair of distinct"),
+    ("bottleneck.psd_pinv.non_square", lambda: bottleneck.psd_pinv(jnp.ones((3, 4))),
+     ValueError, r"psd_pinv: K must be a square Gram matrix \[N, N\], got shape \(3, 4\)"),
+    ("bottleneck.tikhonov_pinv.1d", lambda: bottleneck.tikhonov_pinv(jnp.ones(3), 0.1),
+     ValueError, r"tikhonov_pinv: A must have rank 2, got shape \(3,\)"),
+    ("bottleneck.augment.1d", lambda: bottleneck.augment(jnp.ones(3), 1.0), ValueError,
+     r"augment: Z must have rank 2, got shape \(3,\)"),
+    ("bottleneck.covariance_loss.empty", lambda: bottleneck.covariance_loss(
+        [], [], jnp.ones((6, 2)), cost=jnp.sum, lam=0.1), ValueError,
+     r"covariance_loss: K_sigma must hold the L >= 1 input covariances"),
+    ("bottleneck.repr_step.Z_rows", lambda: (lambda rs: rs.init([X[:4, :2], X[:, :1]]))(
+        bottleneck.representation_step(X, jnp.sum, optax.sgd(0.1), lam=0.1)), ValueError,
+     r"representation_step: Z_1 must have shape \[N, n_1\] = \[6, \?\].*got \(4, 2\)"),
     # samples are rows at every public function: a transposed argument is named
     ("bottleneck.representations.x.T", lambda: bottleneck.representations(MLP, X.T),
      ValueError, r"params\[0\]"),

@@ -56,6 +56,7 @@ from layerlab.bottleneck._optimise import representation_step as representation_
 from layerlab.bottleneck._rank_sigma import caratheodory_reduce as caratheodory_reduce
 from layerlab.bottleneck._rank_sigma import neuron_pairs as neuron_pairs
 from layerlab.bottleneck._rank_sigma import rank_sigma_bounds as rank_sigma_bounds
+from layerlab.bottleneck._representations import ACTIVATIONS as ACTIVATIONS
 from layerlab.bottleneck._representations import augment as augment
 from layerlab.bottleneck._representations import representation_loss as representation_loss
 from layerlab.bottleneck._representations import representations as representations
@@ -81,6 +82,7 @@ Phi = representations
 Psi = weights_from_representations
 
 __all__ = [
+    "ACTIVATIONS",
     "Covariances",
     "Forces",
     "Gamma",

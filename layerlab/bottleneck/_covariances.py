@@ -19,12 +19,20 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_number
-from layerlab.bottleneck._layout import as_float, check_reps, check_x, col_cost, cols
+from layerlab.bottleneck._layout import (
+    as_float,
+    check_reps,
+    check_scalar,
+    check_x,
+    col_cost,
+    cols,
+)
 from layerlab.bottleneck._representations import (
     Activation,
     Cost,
     _layer_inputs,
     _ridge_kind,
+    as_activation,
     traced_ridge_inverse,
 )
 
@@ -60,8 +68,10 @@ def _psd_pinv(K: Array, ridge, kind: str) -> Array:
         return jnp.linalg.pinv(K, hermitian=True)
     if kind == "positive":
         return _psd_solve(K, ridge)
+    # d K^+_rho / d rho = -2 (K^+)^2 at rho = 0 (K^+_rho = V diag(w / (w + rho)^2) V^T)
     return traced_ridge_inverse(K, ridge, _psd_solve,
-                                lambda K: jnp.linalg.pinv(K, hermitian=True))
+                                lambda K: jnp.linalg.pinv(K, hermitian=True),
+                                lambda P: -2.0 * (P @ P))
 
 
 # ----------------------------------------------------------------------------- public
@@ -73,9 +83,8 @@ def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
 
     Args:
       K: ``[N, N]`` symmetric PSD (e.g. a kernel over samples ``A A^T``).
-      ridge: scalar ``rho >= 0``; a concrete zero of any type gives
-        ``jnp.linalg.pinv(K, hermitian=True)``; a traced one the solve at 0 where that is
-        finite (full-rank ``K``), else the pseudo-inverse (see ``tikhonov_pinv``).
+      ridge: scalar ``rho >= 0``; a zero of any type, concrete or traced, gives
+        ``jnp.linalg.pinv(K, hermitian=True)`` (see ``tikhonov_pinv``).
 
     Returns:
       ``[N, N]``: float32 for a half-precision ``K`` (no LAPACK kernels: computed in float32,
@@ -83,6 +92,10 @@ def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
       otherwise.
     """
     check_number(ridge, "ridge", fn="psd_pinv", min_value=0.0)
+    K = check_array(K, "K", fn="psd_pinv", ndim=2)
+    if K.shape[0] != K.shape[1]:
+        raise ValueError(f"psd_pinv: K must be a square Gram matrix [N, N], got shape "
+                         f"{tuple(K.shape)}; for a rectangular A use tikhonov_pinv.")
     return _psd_pinv(as_float(K), ridge, _ridge_kind(ridge))
 
 
@@ -121,7 +134,7 @@ def covariances(Zs: Sequence[Array], x: ArrayLike, *, beta: ArrayLike = 1.0,
     fn = "covariances"
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
-    K, K_sigma = _covariances(cols(Zs), x.T, beta, activation)
+    K, K_sigma = _covariances(cols(Zs), x.T, beta, as_activation(activation, fn))
     return Covariances(K=K, K_sigma=K_sigma)
 
 
@@ -149,6 +162,9 @@ def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *,
     """
     fn = "covariance_loss"
     L = len(K_sigma)
+    if L == 0:
+        raise ValueError(f"{fn}: K_sigma must hold the L >= 1 input covariances "
+                         "[K_0^sigma, ..., K_{L-1}^sigma], got an empty list.")
     if len(K) not in (L - 1, L):
         raise ValueError(
             f"{fn}: K must hold the L-1 hidden covariances (or all L); got {len(K)} with "
@@ -164,6 +180,7 @@ def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *,
     if Z_L.shape[0] != N:
         raise ValueError(f"{fn}: Z_L must be [N, n_L] = [{N}, ?] (rows are samples); got "
                          f"{Z_L.shape}.")
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
-    return _covariance_loss(K, K_sigma, Z_L.T, col_cost(cost), lam, ridge)
+    return _covariance_loss(K, K_sigma, Z_L.T, col_cost(cost, fn), lam, ridge)

@@ -23,7 +23,26 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_number
+from layerlab._checks import check_int, check_number
+
+
+def _check_edges(edges, n_vertices, fn: str) -> tuple[int, list[tuple[int, int]]]:
+    """``n_vertices`` and ``edges`` as pairs of distinct vertices in ``[0, n_vertices)``: a
+    negative index would wrap around (numpy) and a self-loop is no edge of a simple graph."""
+    n_vertices = check_int(n_vertices, "n_vertices", fn=fn, min_value=0)
+    out = []
+    for e, pair in enumerate(edges):
+        try:
+            i, j = pair
+        except (TypeError, ValueError):
+            raise ValueError(f"{fn}: edges[{e}] must be a pair (i, j), got {pair!r}.") from None
+        i = check_int(i, f"edges[{e}][0]", fn=fn)
+        j = check_int(j, f"edges[{e}][1]", fn=fn)
+        if i == j or not (0 <= i < n_vertices and 0 <= j < n_vertices):
+            raise ValueError(f"{fn}: edges[{e}] = ({i}, {j}) must be a pair of distinct "
+                             f"vertices in [0, {n_vertices}) (no self-loops).")
+        out.append((i, j))
+    return n_vertices, out
 
 
 def incidence_matrix(edges: Sequence[tuple[int, int]], n_vertices: int) -> np.ndarray:
@@ -36,17 +55,19 @@ def incidence_matrix(edges: Sequence[tuple[int, int]], n_vertices: int) -> np.nd
     Returns:
       numpy ``[m, n]`` (each row has two ones); ``E^T E`` is CP with CP-rank ``<= m``.
     """
+    n_vertices, edges = _check_edges(edges, n_vertices, "incidence_matrix")
     E = np.zeros((len(edges), n_vertices))
     for e, (i, j) in enumerate(edges):
-        if i == j or not (0 <= i < n_vertices and 0 <= j < n_vertices):
-            raise ValueError(f"edge {e} = ({i}, {j}) is not a pair of distinct vertices "
-                             f"in [0, {n_vertices}).")
         E[e, i] = E[e, j] = 1.0
     return E
 
 
 def is_triangle_free(edges: Sequence[tuple[int, int]], n_vertices: int) -> bool:
-    """Whether the simple graph has no 3-cycle (``trace(A^3) = 0`` for its adjacency ``A``)."""
+    """Whether the simple graph has no 3-cycle (``trace(A^3) = 0`` for its adjacency ``A``).
+
+    ``edges`` are pairs of distinct vertices in ``[0, n_vertices)``: a self-loop or an index
+    out of range (a negative one wrapped around) is a ``ValueError``."""
+    n_vertices, edges = _check_edges(edges, n_vertices, "is_triangle_free")
     Adj = np.zeros((n_vertices, n_vertices))
     for i, j in edges:
         Adj[i, j] = Adj[j, i] = 1.0

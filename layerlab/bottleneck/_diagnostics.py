@@ -13,6 +13,11 @@ References:
 Samples are rows (``x [B, n_0]``) and parameters are ``layerlab.nets`` params; the weight
 spectra are those of paper A's ``W_l = [w_l^T, b_l / beta]`` (bias column dropped unless
 ``include_bias``), i.e. of ``w_l``.
+
+Non-finite parameters: eagerly every diagnostic raises a ``ValueError`` naming the first
+non-finite leaf of ``params``; under ``jit``/``vmap`` (e.g. a sweep with a diverged run) the
+counts and ranks of an affected layer or point are NaN, never a plausible 0.  Counts and ranks
+are therefore floats (whole numbers when finite), in the dtype of the spectra.
 """
 from __future__ import annotations
 
@@ -22,13 +27,28 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from layerlab import kernels, probes
-from layerlab._checks import check_number
+from layerlab import probes
+from layerlab._checks import check_int, check_number
 from layerlab._linalg import svdvals
-from layerlab.bottleneck._layout import Params, check_params, check_x, cols, from_mlp_params
-from layerlab.bottleneck._representations import Activation, _phi
+from layerlab.bottleneck._layout import (
+    Params,
+    check_params,
+    check_params_finite,
+    check_x,
+    cols,
+    from_mlp_params,
+)
+from layerlab.bottleneck._representations import Activation, _phi, as_activation
 
 Array = jax.Array
+
+
+def _finite_or_nan(value: Array, *inputs: Array) -> Array:
+    """``value`` as a float, NaN where any of ``inputs`` has a NaN/Inf entry (a count or a rank
+    of a non-finite matrix is undefined: never a plausible number)."""
+    ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in inputs]))
+    dt = jnp.result_type(*(a.dtype for a in inputs), jnp.float32)
+    return jnp.where(ok, value.astype(dt), jnp.nan)
 
 
 def layer_singular_values(params: Params, *, include_bias: bool = False,
@@ -45,8 +65,12 @@ def layer_singular_values(params: Params, *, include_bias: bool = False,
       list of ``L`` arrays ``[min(n_l, n_{l-1})]`` (``[min(n_l, n_{l-1} + 1)]`` with
       ``include_bias``), descending.
     """
-    mats = [W if include_bias else W[:, :-1] for W in from_mlp_params(params, beta)]
-    return probes.singular_values(mats)
+    check_params_finite(params, "layer_singular_values")
+    return probes.singular_values(_layer_mats(params, include_bias, beta))
+
+
+def _layer_mats(params, include_bias, beta) -> list[Array]:
+    return [W if include_bias else W[:, :-1] for W in from_mlp_params(params, beta)]
 
 
 def layer_counts_near_one(params: Params, *, tol: float = 0.25,
@@ -62,13 +86,16 @@ def layer_counts_near_one(params: Params, *, tol: float = 0.25,
       include_bias, beta: as in :func:`layer_singular_values`.
 
     Returns:
-      int ``[L]``.
+      float ``[L]``: whole numbers; NaN for a layer with non-finite weights under
+      ``jit``/``vmap`` (eagerly a ``ValueError``).
 
     References:
       (B) Theorem 6.
     """
-    return jnp.stack([probes.count_near_one(s, tol) for s in
-                      layer_singular_values(params, include_bias=include_bias, beta=beta)])
+    check_params_finite(params, "layer_counts_near_one")
+    mats = _layer_mats(params, include_bias, beta)
+    return jnp.stack([_finite_or_nan(probes.count_near_one(s, tol), W)
+                      for s, W in zip(probes.singular_values(mats), mats)])
 
 
 def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
@@ -108,8 +135,10 @@ def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
         activations ``sigma(Z_{l-1})``).
 
     Returns:
-      ``{"count_near_one": int [L-1], "dominant": int [L-1], "mean_gain": [L-1]}``, entry
-      ``l - 2`` for layer ``l = 2..L``.
+      ``{"count_near_one": [L-1], "dominant": [L-1], "mean_gain": [L-1]}``, entry
+      ``l - 2`` for layer ``l = 2..L``; the counts are floats (whole numbers), NaN for a layer
+      whose projected weights are not finite under ``jit``/``vmap`` (eagerly non-finite
+      ``params`` raise a ``ValueError``).
 
     References:
       (B) Theorem 6; docs/bottleneck.md (``b_structure``: the offset direction).
@@ -122,6 +151,8 @@ def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
                          f"input x is not a representation); got {len(params)}.")
     check_number(tol, "tol", fn=fn, min_value=0.0, lo_open=True)
     check_number(dominant_above, "dominant_above", fn=fn, min_value=0.0)
+    check_params_finite(params, fn)
+    activation = as_activation(activation, fn)
     Zs = cols(_phi(from_mlp_params(params, beta), x.T, beta, activation))   # Z_l [N, n_l]
     cnt, dom, gain = [], [], []
     for ll in range(1, len(params)):
@@ -129,9 +160,10 @@ def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
         m = jnp.mean(A, axis=0)
         m = m / (jnp.linalg.norm(m) + 1e-30)
         w = params[ll]["w"]                              # [n_{l-1}, n_l]
-        s = svdvals(w - jnp.outer(m, m @ w))             # (I - m m^T) w
-        cnt.append(probes.count_near_one(s, tol))
-        dom.append(jnp.sum(s > dominant_above))
+        wp = w - jnp.outer(m, m @ w)                     # (I - m m^T) w
+        s = svdvals(wp)
+        cnt.append(_finite_or_nan(probes.count_near_one(s, tol), wp))
+        dom.append(_finite_or_nan(jnp.sum(s > dominant_above), wp))
         gain.append(jnp.linalg.norm(m @ w))
     return {"count_near_one": jnp.stack(cnt), "dominant": jnp.stack(dom),
             "mean_gain": jnp.stack(gain)}
@@ -151,7 +183,8 @@ def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
 
     Returns:
       ``{"effective_rank": [L], "numerical_rank": [L]}`` (``l = 1..L``, the last being the
-      output).
+      output); the numerical rank is a float (whole numbers), both NaN for a non-finite ``Z_l``
+      under ``jit``/``vmap`` (eagerly non-finite ``params`` raise a ``ValueError``).
 
     References:
       (B) Theorem 7 and Corollary 8.
@@ -159,14 +192,17 @@ def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     fn = "representation_dims"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
+    check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
+    check_params_finite(params, fn)
+    activation = as_activation(activation, fn)
     Zs = _phi(from_mlp_params(params, beta), x.T, beta, activation)  # paper A: [n_l, N]
     er, nr = [], []
     for Z in Zs:
         if centre:
             Z = Z - jnp.mean(Z, axis=1, keepdims=True)
         s = svdvals(Z)
-        er.append(probes.effective_rank(s))
-        nr.append(jnp.sum(s > rel_tol * s[0]))
+        er.append(_finite_or_nan(probes.effective_rank(s), Z))
+        nr.append(_finite_or_nan(jnp.sum(s > rel_tol * s[0]), Z))
     return {"effective_rank": jnp.stack(er), "numerical_rank": jnp.stack(nr)}
 
 
@@ -195,7 +231,8 @@ def network_fn(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     """
     x = check_x(x, "network_fn")
     check_params(params, x.shape[1], "network_fn")
-    return _network_fn_paper(from_mlp_params(params, beta), x, beta, activation)
+    return _network_fn_paper(from_mlp_params(params, beta), x, beta,
+                             as_activation(activation, "network_fn"))
 
 
 def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
@@ -209,37 +246,74 @@ def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
       params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
 
     Returns:
-      ``{"rank": [], "log_pdet": [], "rank_per_point": [B], "singular_values": [B, r]}``.
+      ``{"rank": [], "log_pdet": [], "rank_per_point": [B], "singular_values": [B, r]}``;
+      ``rank_per_point`` is a float (whole numbers); a point whose Jacobian or output is not
+      finite (non-finite weights or an overflow, under ``jit``/``vmap``) has NaN rank, log
+      pseudo-determinant and singular values, and so have the means (eagerly non-finite
+      ``params`` raise a ``ValueError``).
 
     References:
       (B) Theorem 3 (R^(1) >= log pseudo-determinant of the Jacobian on the data).
     """
-    x = check_x(x, "jacobian_stats")
-    check_params(params, x.shape[1], "jacobian_stats")
+    fn = "jacobian_stats"
+    x = check_x(x, fn)
+    check_params(params, x.shape[1], fn)
+    check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
+    check_params_finite(params, fn)
+    activation = as_activation(activation, fn)
     Ws = from_mlp_params(params, beta)
 
     def one(xi):
-        return jax.jacfwd(lambda v: _network_fn_paper(Ws, v[None], beta, activation)[0])(xi)
+        def f(v):
+            out = _network_fn_paper(Ws, v[None], beta, activation)[0]
+            return out, out
+        return jax.jacfwd(f, has_aux=True)(xi)           # (J [n_L, n_0], f(x_i) [n_L])
 
-    J = jax.vmap(one)(x)
+    J, out = jax.vmap(one)(x)                            # [B, n_L, n_0], [B, n_L]
     s = svdvals(J)
     keep = s > rel_tol * s[:, :1]
-    rank = jnp.sum(keep, axis=1)
+    # a NaN output with a finite Jacobian (a NaN unit behind a ReLU: relu'(NaN) = 0) too
+    ok = jnp.all(jnp.isfinite(J), axis=(1, 2)) & jnp.all(jnp.isfinite(out), axis=1)   # [B]
+    rank = jnp.where(ok, jnp.sum(keep, axis=1).astype(s.dtype), jnp.nan)
     logp = jnp.sum(jnp.where(keep, jnp.log(jnp.where(keep, s, 1.0)), 0.0), axis=1)
-    return {"rank": jnp.mean(rank.astype(s.dtype)), "log_pdet": jnp.mean(logp),
+    logp = jnp.where(ok, logp, jnp.nan)
+    s = jnp.where(ok[:, None], s, jnp.nan)
+    return {"rank": jnp.mean(rank), "log_pdet": jnp.mean(logp),
             "rank_per_point": rank, "singular_values": s}
 
 
+def _ntk_trace_paper(Ws, x, beta, activation, chunk_size=None) -> Array:
+    """``(1/B) sum_i ||d f(x_i) / d W||_F^2`` for paper A's weights ``Ws`` and rows ``x``."""
+    def one(xi):  # the [n_L, ...] Jacobian of one sample's outputs: n_L backward passes
+        J = jax.jacrev(lambda W: _network_fn_paper(W, xi[None], beta, activation)[0])(Ws)
+        return sum(jnp.sum(j * j) for j in jax.tree.leaves(J))
+
+    per_sample = (jax.vmap(one)(x) if chunk_size is None
+                  else jax.lax.map(one, x, batch_size=chunk_size))
+    return jnp.mean(per_sample)
+
+
 def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
-              activation: Activation = jax.nn.relu) -> Array:
+              activation: Activation = jax.nn.relu, chunk_size: int | None = None) -> Array:
     """Mean trace of the empirical NTK on the data, ``(1/B) sum_i Tr Theta(x_i, x_i)``.
 
-    Uses :func:`layerlab.kernels.empirical_ntk` (traced over outputs) with respect to paper A's
-    parameters ``W_l = [w_l^T, b_l / beta]`` (for ``beta = 1`` the NTK of ``params``).  Paper B:
-    of order ``L`` at large learning rates.
+    .. math:: \\frac1B \\sum_{i=1}^B \\operatorname{Tr}\\Theta(x_i, x_i)
+              = \\frac1B \\sum_{i=1}^B \\sum_{a=1}^{n_L}
+              \\Big\\|\\frac{\\partial f_a(x_i)}{\\partial W}\\Big\\|_F^2
+
+    with respect to paper A's parameters ``W_l = [w_l^T, b_l / beta]`` (for ``beta = 1`` the
+    NTK of ``params``): the squared Frobenius norm of each sample's Jacobian (``jax.jacrev`` of
+    a one-sample forward pass), summed.  Cost ``O(B)``: ``n_L`` backward passes per sample and
+    never the ``[B, B]`` kernel (``layerlab.kernels.empirical_ntk``, whose diagonal it equals,
+    costs ``O(B^2)`` time and memory).  Memory: the per-sample Jacobians, ``B * n_L * P``
+    numbers at once (``P`` parameters), or ``chunk_size * n_L * P`` with ``chunk_size``.
+    Paper B: of order ``L`` at large learning rates.  jit- and vmap-able.
 
     Args:
       params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
+      beta, activation: as in :func:`representations`.
+      chunk_size: ``None`` (all samples in one ``vmap``) or the number of samples whose
+        Jacobians are held at once (``jax.lax.map`` over chunks).
 
     Returns:
       scalar.
@@ -247,12 +321,13 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 7 / Corollary 8 (NTK of order L).
     """
-    x = check_x(x, "ntk_trace")
-    check_params(params, x.shape[1], "ntk_trace")
-    K = kernels.empirical_ntk(
-        lambda W, v: _network_fn_paper(W, v, beta, activation), from_mlp_params(params, beta),
-        x)
-    return jnp.mean(jnp.diag(K))
+    fn = "ntk_trace"
+    x = check_x(x, fn)
+    check_params(params, x.shape[1], fn)
+    chunk_size = check_int(chunk_size, "chunk_size", fn=fn, min_value=1, allow_none=True)
+    check_params_finite(params, fn)
+    return _ntk_trace_paper(from_mlp_params(params, beta), x, beta,
+                            as_activation(activation, fn), chunk_size)
 
 
 def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
@@ -261,11 +336,21 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     """All diagnostics at once (host dict of arrays): weight spectra, counts of singular values
     near 1, representation dimensions, Jacobian rank / log pseudo-determinant, NTK trace.
 
+    Compiled as one program per shapes, ``ntk`` and activation: pass the activation by name
+    (``"relu"``, ``"tanh"``: ``ACTIVATIONS``) or as the same function object on every call; a
+    fresh ``lambda`` per call compiles anew (a ``functools.partial`` of plain numbers is
+    compared by content).
+
     Args:
       params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
+      activation: a callable or its name in ``ACTIVATIONS``.
 
     Returns:
-      dict of arrays (see the individual functions).
+      dict of arrays (see the individual functions): ``singular_values``, ``count_near_one``
+      ``[L]``, ``effective_rank`` ``[L]``, ``numerical_rank`` ``[L]``, ``jacobian_rank``,
+      ``jacobian_log_pdet`` and (``ntk``) ``ntk_trace``; the counts and ranks are floats, NaN
+      where undefined under ``jit``/``vmap`` (non-finite weights); eagerly non-finite
+      ``params`` raise a ``ValueError`` naming the first non-finite leaf.
 
     References:
       (B) Theorems 3, 6, 7 and Corollary 8.
@@ -274,6 +359,8 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], "bottleneck_diagnostics")
     check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0, lo_open=True)
     check_number(rel_tol, "rel_tol", fn="bottleneck_diagnostics", min_value=0.0)
+    check_params_finite(params, "bottleneck_diagnostics")
+    activation = as_activation(activation, "bottleneck_diagnostics")  # one static argument
     beta = jnp.asarray(beta, jnp.promote_types(x.dtype, jnp.float32))  # never an integer beta
     return _diagnostics_jit(params, x, tol, rel_tol, beta,
                             activation=activation, ntk=bool(ntk))

@@ -22,12 +22,13 @@ from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_int, check_number
 from layerlab._linalg import eigh
-from layerlab.bottleneck._layout import as_float, check_reps, check_x, cols
+from layerlab.bottleneck._layout import as_float, check_reps, check_scalar, check_x, cols
 from layerlab.bottleneck._representations import (
     Activation,
     _augment,
     _ridge_kind,
     _tikhonov_pinv,
+    as_activation,
 )
 
 Array = jax.Array
@@ -125,9 +126,14 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
       Zs: ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]`` (rows are samples).
       x: ``[N, n_0]``.
       lam: ``lambda >= 0``.
+      activation: the nonlinearity, a callable or its name in ``ACTIVATIONS`` (``"tanh"``).
+        The forces compile once per shapes and activation, so pass a name or the same
+        function object on every call: a fresh ``lambda`` per call is a new static argument
+        and compiles anew each time (a fresh ``functools.partial`` of plain numbers, e.g.
+        ``partial(jax.nn.leaky_relu, negative_slope=0.1)``, is compared by content).
       ridge: Tikhonov parameter ``rho >= 0`` of the pseudo-inverses (``> 0`` recommended away
-        from minima; a concrete zero of any type is the Moore-Penrose inverse; a traced zero
-        the solve at 0 where it is finite, else the pseudo-inverse: see ``tikhonov_pinv``).
+        from minima; a zero of any type, concrete or traced, is the Moore-Penrose inverse:
+        see ``tikhonov_pinv``).
 
     Returns:
       :class:`Forces`, two lists of ``L`` arrays ``[N, n_l]``.
@@ -136,11 +142,13 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
       (A) Section 3.1 (item 4) and Figure 1.
     """
     fn = "forces"
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0,
                  what="a regulariser; a negative one flips attraction and repulsion")
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
+    activation = as_activation(activation, fn)   # a name or a partial: one static argument
     # read before our jit traces ridge: a concrete zero of any type -> Moore-Penrose,
     # a concrete positive -> the regularised solve, the caller's tracer -> chosen at run time
     kind = _ridge_kind(ridge)

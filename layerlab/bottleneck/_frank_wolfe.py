@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import time
 
+import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_int, check_number
+from layerlab._checks import check_finite, check_int, check_number
 
 
 def _inner(Ks: np.ndarray, Y: np.ndarray, lam: float, ridge: float):
@@ -186,7 +187,8 @@ def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: fl
             "params": params, "final_loss": float(losses[-1])}
 
 
-def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float = 0.0) -> dict:
+def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float = 0.0,
+                        rank_rtol: float | None = None) -> dict:
     """A computable lower bound on the CP-rank of a completely positive ``A``.
 
     If ``A = sum_i b_i b_i^T`` with ``b_i >= 0``, each support ``supp(b_i)`` is a clique of the
@@ -195,7 +197,13 @@ def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float 
     of any set of edges no two of which lie in a common clique (two edges lie in a common
     clique iff their endpoints are pairwise adjacent).  We build such a set greedily; for a
     triangle-free ``G(A)`` it is every edge (Prop. 13: ``Rank_cp(B_N) = N^2/4``).
-    Also ``Rank_cp(A) >= rank(A)``.
+    Also ``Rank_cp(A) >= rank(A)``, counted as the singular values above
+    ``rank_rtol * s_max``: by default ``100 N eps`` of ``A``'s own dtype (the rule of
+    ``numpy.linalg.matrix_rank``, ``N eps s_max``, with a margin for the rounding of a computed
+    ``A`` such as ``S S^T``): ``9.5e-5`` for a float32 ``A`` at ``N = 8``, ``1.8e-13`` for float64.
+    A fixed ``1e-9`` counted float32 rounding noise as rank (a ``K^sigma`` of CP-rank ``<= 2``
+    got the bound 5).  Pass the dtype in which ``A`` was computed: a float32 result cast to
+    float64 is judged by float64's ``eps``.
 
     The bound is certified for the matrix as given: the edges to cover are the entries that
     are certainly nonzero (``A_ij > rel_tol * max|A|``), while two edges are taken to need two
@@ -212,6 +220,8 @@ def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float 
       zero_tol: entries ``|A_ab| <= zero_tol * max|A|`` count as zero (non-adjacent) in the
         common-clique test; default ``0``: only exact zeros.  Edges are then also required to
         exceed ``zero_tol * max|A|``.
+      rank_rtol: singular values ``<= rank_rtol * s_max`` do not count toward ``rank(A)``;
+        default ``100 * N * eps(A.dtype)`` (integer or boolean ``A``: float64's ``eps``).
 
     Returns:
       dict with ``lower`` (the max of both bounds), ``rank``, ``edge_packing``, ``edges``
@@ -225,10 +235,18 @@ def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float 
     fn = "cp_rank_lower_bound"
     check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
     check_number(zero_tol, "zero_tol", fn=fn, min_value=0.0)
-    A = np.asarray(A, dtype=np.float64)
+    check_number(rank_rtol, "rank_rtol", fn=fn, min_value=0.0, allow_none=True)
+    A = np.asarray(A)
+    in_dtype = A.dtype
+    A = A.astype(np.float64)
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"{fn}: A must be square [N, N]; got shape {A.shape}.")
+    check_finite(A, "A", fn=fn, hint="the CP-rank of a non-finite matrix is undefined.")
     N = A.shape[0]
+    if rank_rtol is None:
+        eps = (float(jnp.finfo(in_dtype).eps) if jnp.issubdtype(in_dtype, jnp.floating)
+               else float(np.finfo(np.float64).eps))
+        rank_rtol = 100.0 * N * eps
     scale = np.abs(A).max(initial=0.0)
     off = ~np.eye(N, dtype=bool)
     maybe = (np.abs(A) > zero_tol * scale) & off  # possibly adjacent: not known to be zero
@@ -245,7 +263,7 @@ def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float 
         if ok:
             chosen.append(e)
     s = np.linalg.svd(A, compute_uv=False)
-    rank = int(np.sum(s > 1e-9 * max(s.max(initial=0.0), 1e-300)))
+    rank = int(np.sum(s > float(rank_rtol) * max(s.max(initial=0.0), 1e-300)))
     tri_free = bool(np.trace(np.linalg.matrix_power(maybe.astype(float), 3)) == 0)
     return {"lower": max(rank, len(chosen)), "rank": rank, "edge_packing": len(chosen),
             "edges": len(edges), "triangle_free": tri_free}

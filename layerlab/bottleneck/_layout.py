@@ -30,9 +30,10 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite, promote_float
+from layerlab._checks import check_array, check_finite, is_concrete, promote_float
 
 Array = jax.Array
 Params = Sequence[dict]
@@ -141,6 +142,24 @@ def check_params(params: Params, n0: int, fn: str) -> None:
         n_prev = w.shape[1]
 
 
+def check_params_finite(params: Params, fn: str) -> None:
+    """Eager only: raise ``ValueError`` naming the first leaf of ``params`` with NaN/Inf
+    entries (``params[1]['w']``).  A no-op on traced params (the diagnostics give NaN there)."""
+    if not is_concrete(params):
+        return
+    for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+        arr = np.asarray(leaf)
+        if not jnp.issubdtype(arr.dtype, jnp.inexact):
+            continue
+        ok = np.isfinite(arr)
+        if not ok.all():
+            raise ValueError(
+                f"{fn}: params must be finite; params{jax.tree_util.keystr(path)} has "
+                f"{arr.size - np.count_nonzero(ok)} non-finite (NaN/Inf) entries out of "
+                f"{arr.size} (a diverged run?). Ranks and counts of such a net are undefined "
+                "(under jit/vmap they are NaN).")
+
+
 def check_reps(Zs: Sequence[Array], N: int, fn: str) -> list[Array]:
     """Representations ``[Z_1, ..., Z_L]``, each ``[N, n_l]``; returned in a float dtype
     (:func:`as_float`)."""
@@ -160,6 +179,22 @@ def cols(Zs: Sequence[Array]) -> list[Array]:
     return [Z.T for Z in Zs]
 
 
-def col_cost(cost: Callable[[Array], Array]) -> Callable[[Array], Array]:
-    """A cost on outputs ``[N, n_L]`` as the paper's ``C(Z_L)`` on ``[n_L, N]``."""
-    return lambda Z: cost(Z.T)
+def col_cost(cost: Callable[[Array], Array], fn: str = "cost") -> Callable[[Array], Array]:
+    """A cost on outputs ``[N, n_L]`` as the paper's ``C(Z_L)`` on ``[n_L, N]``; its value must be
+    a scalar (checked at trace time: a per-sample cost would broadcast against the
+    regulariser and return an array)."""
+    def C(Z):
+        c = cost(Z.T)
+        if jnp.ndim(c) != 0:
+            raise ValueError(f"{fn}: cost must return a scalar C(Z_L) (e.g. a mean over the "
+                             f"samples), got shape {tuple(jnp.shape(c))}.")
+        return c
+
+    return C
+
+
+def check_scalar(v, name: str, fn: str) -> None:
+    """``v`` is a scalar (static: its shape only; a traced scalar under ``vmap`` passes)."""
+    if np.ndim(v) != 0:   # (np: a Python list too; a tracer has .ndim)
+        raise ValueError(f"{fn}: {name} must be a scalar, got shape {tuple(np.shape(v))}; "
+                         f"vmap over the values to evaluate several.")

@@ -20,13 +20,14 @@ from jax.typing import ArrayLike
 
 from layerlab import loop
 from layerlab._checks import check_number
-from layerlab.bottleneck._layout import check_x, col_cost, cols
+from layerlab.bottleneck._layout import check_reps, check_scalar, check_x, col_cost, cols
 from layerlab.bottleneck._representations import (
     Activation,
     _phi,
     _psi,
     _representation_loss,
     _weight_loss,
+    as_activation,
 )
 
 Array = jax.Array
@@ -59,13 +60,15 @@ def representation_step(x: ArrayLike, cost: Callable, optimizer: optax.GradientT
       (A) Proposition 1.
     """
     fn = "representation_step"
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
-    X, C = x.T, col_cost(cost)  # paper A's columns inside the step
-    kw = dict(beta=beta, activation=activation)
+    X, C = x.T, col_cost(cost, fn)  # paper A's columns inside the step
+    kw = dict(beta=beta, activation=as_activation(activation, fn))
 
     def init(Zs, hparams=None):
+        Zs = check_reps(Zs, x.shape[0], fn)   # one row per sample of x, as the step needs
         return loop.TrainState(list(Zs), optimizer.init(list(Zs)), jnp.zeros((), jnp.int32),
                                hparams)
 

@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab.bottleneck._representations import Activation
+from layerlab._checks import check_finite, check_number
+from layerlab.bottleneck._representations import Activation, as_activation
 
 Array = jax.Array
 
@@ -34,13 +35,24 @@ def _sym_vec(M: np.ndarray) -> np.ndarray:
     return M[..., iu[0], iu[1]]
 
 
-def _as_neurons(Z, name: str = "Z") -> np.ndarray:
-    """``Z [N, n]`` (rows are samples) as paper A's ``[n, N]`` (one row per neuron), float64."""
+def _as_neurons(Z, fn: str, name: str = "Z") -> np.ndarray:
+    """``Z [N, n]`` (rows are samples) as paper A's ``[n, N]`` (one row per neuron), float64,
+    finite."""
     Z = np.asarray(Z, dtype=np.float64)
     if Z.ndim != 2:
-        raise ValueError(f"{name} must be [N, n] (rows are samples, columns are neurons); got "
-                         f"shape {Z.shape}.")
+        raise ValueError(f"{fn}: {name} must be [N, n] (rows are samples, columns are neurons); "
+                         f"got shape {Z.shape}.")
+    check_finite(Z, name, fn=fn, hint="the covariance pair of a non-finite Z is undefined.")
     return Z.T
+
+
+def _positively_homogeneous(Zc: np.ndarray, S: np.ndarray, activation) -> bool:
+    """``sigma(c z) = c sigma(z)`` for ``c = 1/2, 2`` on the neurons given (float64, relative
+    ``1e-9``): the property the conic (Caratheodory) reduction of eq. (4.1) rests on, tested
+    on the data at hand (ReLU, leaky ReLU, identity pass; tanh, softplus, GELU do not)."""
+    scale = max(float(np.abs(S).max(initial=0.0)), 1e-300)
+    return all(np.allclose(_activate64(c * Zc, activation), c * S, rtol=1e-9,
+                           atol=1e-12 * c * scale) for c in (0.5, 2.0))
 
 
 def _activate64(Zc: np.ndarray, activation) -> np.ndarray:
@@ -74,7 +86,8 @@ def neuron_pairs(Z: ArrayLike, *, activation: Activation = jax.nn.relu) -> np.nd
     References:
       (A) eq. (4.1).
     """
-    return _neuron_pairs(_as_neurons(Z), activation)
+    return _neuron_pairs(_as_neurons(Z, "neuron_pairs"),
+                         as_activation(activation, "neuron_pairs"))
 
 
 def rank_sigma_bounds(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
@@ -85,33 +98,42 @@ def rank_sigma_bounds(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
               \\le \\operatorname{Rank}_\\sigma(K, K^\\sigma) \\le
               \\min\\big(n,\\ \\operatorname{rank}[\\text{neuron pairs}]\\big) \\le N(N+1)
 
-    The upper bound is Caratheodory's theorem for cones (attained by
-    :func:`caratheodory_reduce`, homogeneous sigma).  Host-side numpy; not jittable.
+    The lower bound holds for any ``sigma`` (a decomposition (4.1) with ``k`` terms has
+    ``Rank K <= k``).  The upper bound ``rank[neuron pairs]`` is Caratheodory's theorem for
+    cones (attained by :func:`caratheodory_reduce`) and needs a positively homogeneous
+    ``sigma`` (``sigma(c z) = c sigma(z)``, ``c > 0``: the pairs then form a cone, Sec. 3.2 of
+    (A)); it is tested numerically on ``Z`` (``c = 1/2, 2``) and, for any other ``sigma`` (tanh,
+    softplus, ...), ``upper`` is the width ``n`` (``Z`` itself) and ``homogeneous`` is False.
+    Host-side numpy; not jittable.
 
     Args:
-      Z: ``[N, n]`` a hidden representation (rows are samples, columns are neurons).
-      activation: the (positively homogeneous) nonlinearity.
-      tol: relative tolerance of the numerical ranks.
+      Z: ``[N, n]`` a hidden representation (rows are samples, columns are neurons), finite.
+      activation: the nonlinearity (a callable or a name in ``ACTIVATIONS``).
+      tol: relative tolerance of the numerical ranks (``>= 0``).
 
     Returns:
-      dict with ``lower``, ``upper``, ``rank_K``, ``rank_K_sigma``, ``width`` (= n) and
-      ``N_times_N_plus_1``.
+      dict with ``lower``, ``upper``, ``rank_K``, ``rank_K_sigma``, ``width`` (= n),
+      ``N_times_N_plus_1`` and ``homogeneous``.
 
     References:
       (A) eq. (4.1) and Lemma 10 (``Rank K <= Rank_sigma <= N(N+1)``).
     """
-    Zc = _as_neurons(Z)
+    fn = "rank_sigma_bounds"
+    activation = as_activation(activation, fn)
+    check_number(tol, "tol", fn=fn, min_value=0.0)
+    Zc = _as_neurons(Z, fn)
     n, N = Zc.shape
     S = _activate64(Zc, activation)
+    homogeneous = _positively_homogeneous(Zc, S, activation)
 
     def rank(M):
         s = np.linalg.svd(M, compute_uv=False)
         return int(np.sum(s > tol * max(s.max(initial=0.0), 1e-300))) if s.size else 0
 
     rK, rS = rank(Zc), rank(S)
-    rP = rank(_neuron_pairs(Zc, activation))
-    return {"lower": max(rK, rS), "upper": min(n, rP), "rank_K": rK, "rank_K_sigma": rS,
-            "width": n, "N_times_N_plus_1": N * (N + 1)}
+    upper = min(n, rank(_neuron_pairs(Zc, activation))) if homogeneous else n
+    return {"lower": max(rK, rS), "upper": upper, "rank_K": rK, "rank_K_sigma": rS,
+            "width": n, "N_times_N_plus_1": N * (N + 1), "homogeneous": homogeneous}
 
 
 def caratheodory_reduce(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
@@ -125,9 +147,11 @@ def caratheodory_reduce(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
     ``rank(v) <= N (N + 1)`` neurons.  Host-side numpy.
 
     Args:
-      Z: ``[N, n]`` (rows are samples, columns are neurons).
-      activation: positively homogeneous nonlinearity.
-      tol: null-space tolerance.
+      Z: ``[N, n]`` (rows are samples, columns are neurons), finite.
+      activation: positively homogeneous nonlinearity (``sigma(c z) = c sigma(z)``, ``c > 0``,
+        tested on ``Z``: any other is a ``ValueError``, the rescaled neurons would not keep
+        ``K^sigma``).
+      tol: null-space tolerance (``>= 0``).
 
     Returns:
       numpy ``[N, m]`` with ``m <= min(n, N (N + 1))``.
@@ -136,7 +160,14 @@ def caratheodory_reduce(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
       (A) Lemma 10 and the discussion after Remark 4 (Caratheodory's theorem for conical
       hulls: ``S_n = S`` for ``n >= N(N+1)``).
     """
-    Zc = _as_neurons(Z)
+    fn = "caratheodory_reduce"
+    activation = as_activation(activation, fn)
+    check_number(tol, "tol", fn=fn, min_value=0.0)
+    Zc = _as_neurons(Z, fn)
+    if not _positively_homogeneous(Zc, _activate64(Zc, activation), activation):
+        raise ValueError(f"{fn}: activation must be positively homogeneous (sigma(c z) = "
+                         f"c sigma(z) for c > 0, e.g. relu): the neurons sqrt(c_i) z_i keep "
+                         f"K^sigma only then; {activation!r} is not, on this Z.")
     V = _neuron_pairs(Zc, activation)
     c = np.ones(Zc.shape[0])
     keep = np.arange(Zc.shape[0])

@@ -17,6 +17,8 @@ References:
 """
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Callable, Sequence
 
 import jax
@@ -24,12 +26,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_number, is_traced
+from layerlab._checks import check_array, check_number, is_traced, nonnegative_or_nan
 from layerlab.bottleneck._layout import (
     Params,
     as_float,
     check_params,
     check_reps,
+    check_scalar,
     check_x,
     col_cost,
     cols,
@@ -38,8 +41,75 @@ from layerlab.bottleneck._layout import (
 )
 
 Array = jax.Array
-Activation = Callable[[Array], Array]
+# an elementwise nonlinearity, or its name in ACTIVATIONS ("relu", "tanh", ...)
+Activation = Callable[[Array], Array] | str
 Cost = Callable[[Array], Array]
+
+
+def _linear(z: Array) -> Array:
+    """The identity nonlinearity (a linear network)."""
+    return z
+
+
+ACTIVATIONS = types.MappingProxyType({
+    "relu": jax.nn.relu, "leaky_relu": jax.nn.leaky_relu, "tanh": jnp.tanh,
+    "softplus": jax.nn.softplus, "gelu": jax.nn.gelu, "sigmoid": jax.nn.sigmoid,
+    "elu": jax.nn.elu, "linear": _linear,
+})
+"""The activations accepted by name (one function object each, so that the functions that
+compile inside, :func:`forces` and :func:`bottleneck_diagnostics`, compile once per name)."""
+
+_PLAIN = (bool, int, float, complex, str, type(None))
+
+
+class _SamePartial:
+    """A ``functools.partial`` of plain-number arguments, equal (and hashing equal) to every
+    other with the same function and arguments: a fresh ``partial(jax.nn.leaky_relu,
+    negative_slope=0.1)`` per call is one static argument of a jitted function, not a new one
+    (a ``functools.partial`` compares by identity)."""
+
+    __slots__ = ("func", "args", "keywords")
+
+    def __init__(self, p: functools.partial):
+        self.func, self.args = p.func, p.args
+        self.keywords = tuple(sorted(p.keywords.items()))
+
+    def __call__(self, z):
+        return self.func(*self.args, z, **dict(self.keywords))
+
+    def _key(self):
+        return (self.func, self.args, self.keywords)
+
+    def __eq__(self, other):
+        return isinstance(other, _SamePartial) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"_SamePartial({self.func!r}, {self.args!r}, {dict(self.keywords)!r})"
+
+
+def as_activation(activation, fn: str) -> Callable[[Array], Array]:
+    """The nonlinearity ``activation`` names or is.
+
+    A string is looked up in :data:`ACTIVATIONS`; a ``functools.partial`` whose arguments are
+    plain numbers/strings is compared by content (:class:`_SamePartial`); any other callable is
+    returned as is (compared by identity where it is a static argument of a jit: pass the same
+    function object, not a fresh lambda per call).
+    """
+    if isinstance(activation, str):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"{fn}: activation must be a callable or one of "
+                             f"{sorted(ACTIVATIONS)}, got {activation!r}.")
+        return ACTIVATIONS[activation]
+    if isinstance(activation, functools.partial) and all(
+            isinstance(v, _PLAIN) for v in (*activation.args, *activation.keywords.values())):
+        return _SamePartial(activation)
+    if not callable(activation):
+        raise TypeError(f"{fn}: activation must be a callable or one of {sorted(ACTIVATIONS)}, "
+                        f"got {type(activation).__name__}.")
+    return activation
 
 
 # ----------------------------------------------------------------------------- paper A (columns)
@@ -91,7 +161,8 @@ def _ridge_kind(ridge) -> str:
     ``"zero"``: a concrete zero of any type (Python ``0``, ``np.float32(0)``, a concrete
     ``jnp.array(0.)``): the Moore-Penrose pseudo-inverse.  ``"positive"``: any other concrete
     value: the regularised solve.  ``"traced"``: a tracer (``ridge`` under ``jit``/``vmap``/
-    ``grad``): both, chosen by the value at run time (:func:`_tikhonov_pinv`).
+    ``grad``): both, chosen by the value at run time (:func:`traced_ridge_inverse`): the same
+    numbers as the concrete kinds.
     """
     if is_traced(ridge):
         return "traced"
@@ -109,32 +180,41 @@ def _tikhonov_solve(A: Array, ridge) -> Array:
 
 
 def _tikhonov_pinv(A: Array, ridge, kind: str) -> Array:
-    """:func:`tikhonov_pinv` with the branch chosen by ``kind`` (:func:`_ridge_kind`).
-
-    ``"traced"``: the regularised solve at ``ridge`` (as before 2026-11-29: the same numbers,
-    and the derivative in ``ridge``), except where ``ridge == 0`` and that solve is not finite
-    (e.g. a dead ReLU unit: a zero row), where it is ``jnp.linalg.pinv(A)``
-    (``lax.cond``; under ``vmap`` both branches run and a select keeps one, the unused solve
-    computed at a safe ``ridge`` so no NaN leaks into values or gradients).  In that
-    fallback the derivative in ``ridge`` is not provided (0).
-    """
+    """:func:`tikhonov_pinv` with the branch chosen by ``kind`` (:func:`_ridge_kind`);
+    ``"traced"``: :func:`traced_ridge_inverse`, with ``d A^+_rho / d rho = -A^+ A^{+T} A^+`` at
+    ``rho = 0`` (``A^+_rho = V diag(s / (s^2 + rho)) U^T``)."""
     if kind == "zero":
         return jnp.linalg.pinv(A)
     if kind == "positive":
         return _tikhonov_solve(A, ridge)
-    return traced_ridge_inverse(A, ridge, _tikhonov_solve, jnp.linalg.pinv)
+    return traced_ridge_inverse(A, ridge, _tikhonov_solve, jnp.linalg.pinv,
+                                lambda P: -(P @ P.T) @ P)
 
 
-def traced_ridge_inverse(M: Array, ridge, solve, pinv) -> Array:
-    """``solve(M, ridge)`` for a traced ``ridge``, except where ``ridge == 0`` and that solve
-    is not finite: ``pinv(M)`` there (see :func:`_tikhonov_pinv`)."""
-    r = jnp.asarray(ridge, M.dtype)
-    probe = jax.lax.stop_gradient(solve(M, r))
-    solve_ok = (r > 0) | jnp.all(jnp.isfinite(probe))
-    return jax.lax.cond(
-        solve_ok,
-        lambda M, r: solve(M, jnp.where(solve_ok, r, jnp.ones_like(r))),
-        lambda M, r: pinv(M), M, r)
+def traced_ridge_inverse(M: Array, ridge, solve, pinv, d_pinv) -> Array:
+    """A regularised inverse for a traced ``ridge``, as for a concrete one: ``solve(M, ridge)``
+    where ``ridge > 0``, the pseudo-inverse ``pinv(M)`` where ``ridge == 0``, NaN where it is
+    negative or NaN (``nonnegative_or_nan``).
+
+    ``lax.cond`` on the value; under ``vmap`` both branches run and a select keeps one, the
+    unused solve computed at ``ridge = 1`` so no NaN leaks into values or gradients.  At
+    ``ridge = 0`` the derivative in ``ridge`` is the one-sided one, ``d_pinv(pinv(M))``, added
+    as ``(r - stop_gradient(r)) * d_pinv(P)`` (exactly 0 in value).  Before 2026-11-29 a traced
+    zero took the solve at 0 wherever it was finite, which on a rank-deficient ``M`` whose
+    solve stays finite (collinear inputs) gave silently wrong numbers under ``jit``/``vmap``
+    only (``representation_loss`` +0.7 %, the attraction 31 % off under ``vmap``).
+    """
+    r = nonnegative_or_nan(jnp.asarray(ridge, M.dtype))
+    pos = r > 0
+
+    def at_zero(M, r):
+        P = pinv(M)
+        return P + (r - jax.lax.stop_gradient(r)) * d_pinv(P)
+
+    def at_positive(M, r):
+        return solve(M, jnp.where(pos, r, jnp.ones_like(r)))
+
+    return jax.lax.cond(pos, at_positive, at_zero, M, r)
 
 
 def augment(Z: Array, beta: ArrayLike) -> Array:
@@ -150,6 +230,7 @@ def augment(Z: Array, beta: ArrayLike) -> Array:
     References:
       (A) Section 2 (``Z_l^sigma``, transposed).
     """
+    Z = check_array(Z, "Z", fn="augment", ndim=2)
     ones = jnp.ones((Z.shape[0], 1), Z.dtype)
     return jnp.concatenate([Z, beta * ones], axis=1)
 
@@ -160,15 +241,12 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
     .. math:: A^+_\\rho = A^T (A A^T + \\rho I)^{-1} = (A^T A + \\rho I)^{-1} A^T
               \\xrightarrow{\\rho \\to 0} A^+
 
-    ``ridge = 0`` gives the Moore-Penrose pseudo-inverse ``jnp.linalg.pinv(A)`` exactly for a
-    concrete zero of any type (Python, numpy, a jax array); a traced zero (under
-    ``jit``/``vmap``/``grad``) takes the solve at 0 where it is finite (full-rank ``A``: the same
-    numbers as before 2026-11-29, and the derivative in ``ridge``) and the pseudo-inverse where
-    it is not (e.g. a dead ReLU unit: a zero row; there the derivative in ``ridge`` is
-    not provided: 0).  A rank-deficient ``A`` whose solve at 0 stays finite (rows that are
-    combinations of others) gets that inaccurate solve: pass a concrete zero (or a small
-    positive ridge) there.  ``ridge > 0`` solves with the smaller of the two Gram matrices.  No
-    samples axis: a plain matrix function.
+    ``ridge = 0`` gives the Moore-Penrose pseudo-inverse ``jnp.linalg.pinv(A)``, for a zero of
+    any type, concrete or traced (under ``jit``/``vmap``/``grad`` the branch is chosen by the
+    value at run time, so eager, ``jit`` and ``vmap`` give the same numbers; the derivative in
+    ``ridge`` at 0 is the one-sided ``-A^+ A^{+T} A^+``).  ``ridge > 0`` solves with the smaller
+    of the two Gram matrices.  A traced negative ``ridge`` gives NaN.  No samples axis: a plain
+    matrix function.
 
     Args:
       A: ``[m, n]``.
@@ -180,6 +258,7 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
       ``A``'s dtype otherwise.
     """
     check_number(ridge, "ridge", fn="tikhonov_pinv", min_value=0.0)
+    A = check_array(A, "A", fn="tikhonov_pinv", ndim=2)
     return _tikhonov_pinv(as_float(A), ridge, _ridge_kind(ridge))
 
 
@@ -197,7 +276,8 @@ def representations(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
       params: ``layerlab.nets`` params ``[{"w": [n_{l-1}, n_l], "b": [n_l]}, ...]``.
       x: ``[N, n_0]`` (rows are samples).
       beta: amount of bias (``0``: the biases ``b`` are ignored).
-      activation: elementwise nonlinearity (not applied to the output ``Z_L``).
+      activation: elementwise nonlinearity (not applied to the output ``Z_L``), or its name in
+        :data:`ACTIVATIONS` (``"relu"``, ``"tanh"``, ...), as everywhere in this package.
 
     Returns:
       ``[Z_1, ..., Z_L]``, ``Z_l`` of shape ``[N, n_l]``.
@@ -208,6 +288,7 @@ def representations(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     fn = "representations"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
+    activation = as_activation(activation, fn)
     return cols(_phi(from_mlp_params(params, beta), x.T, beta, activation))
 
 
@@ -237,6 +318,7 @@ def weights_from_representations(Zs: Sequence[Array], x: ArrayLike, *, beta: Arr
     """
     fn = "weights_from_representations"
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
+    activation = as_activation(activation, fn)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
     return to_mlp_params(_psi(cols(Zs), x.T, beta, activation, ridge), beta)
@@ -266,8 +348,10 @@ def weight_loss(params: Params, x: ArrayLike, *, cost: Cost, lam: ArrayLike, bet
     fn = "weight_loss"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
-    return _weight_loss(from_mlp_params(params, beta), x.T, col_cost(cost), lam, beta,
+    activation = as_activation(activation, fn)
+    return _weight_loss(from_mlp_params(params, beta), x.T, col_cost(cost, fn), lam, beta,
                         activation)
 
 
@@ -294,9 +378,12 @@ def representation_loss(Zs: Sequence[Array], x: ArrayLike, *, cost: Cost, lam: A
       (A) Proposition 1.
     """
     fn = "representation_loss"
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0,
                  what="a regulariser; a negative one rewards large weights")
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
-    return _representation_loss(cols(Zs), x.T, col_cost(cost), lam, beta, activation, ridge)
+    activation = as_activation(activation, fn)
+    return _representation_loss(cols(Zs), x.T, col_cost(cost, fn), lam, beta, activation,
+                                ridge)

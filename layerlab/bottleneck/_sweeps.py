@@ -32,7 +32,7 @@ from layerlab._checks import (
     promote_float,
 )
 from layerlab.bottleneck._layout import Params, from_mlp_params
-from layerlab.bottleneck._representations import Activation, _phi
+from layerlab.bottleneck._representations import Activation, _phi, as_activation
 from layerlab.data._targets import as_targets
 
 Array = jax.Array
@@ -66,10 +66,16 @@ def cross_entropy_cost(Z_L: Array, y: Array) -> Array:
 
 # ----------------------------------------------------------------------------- masks
 def width_masks(widths: Sequence[int], max_width: int, n_hidden: int) -> Array:
-    """0/1 masks ``[R, n_hidden, max_width]``: run ``r`` keeps the first ``widths[r]`` neurons."""
-    widths = np.asarray(widths)
-    if widths.ndim != 1 or np.any(widths < 1) or np.any(widths > max_width):
-        raise ValueError(f"widths must be integers in [1, max_width={max_width}]; got {widths}.")
+    """0/1 masks ``[R, n_hidden, max_width]``: run ``r`` keeps the first ``widths[r]`` neurons
+    (integers in ``[1, max_width]``; ``1.5`` is refused: it kept 2 neurons)."""
+    fn = "width_masks"
+    max_width = check_int(max_width, "max_width", fn=fn, min_value=1)
+    check_int(n_hidden, "n_hidden", fn=fn, min_value=0)
+    if np.ndim(widths) != 1:
+        raise ValueError(f"{fn}: widths must be a sequence of integers, got shape "
+                         f"{np.shape(widths)}.")
+    widths = np.asarray([check_int(w, f"widths[{i}]", fn=fn, min_value=1, max_value=max_width)
+                         for i, w in enumerate(np.asarray(widths).tolist())], dtype=np.int64)
     m = (np.arange(max_width)[None, :] < widths[:, None]).astype(np.float32)
     return jnp.asarray(np.repeat(m[:, None, :], n_hidden, axis=1))
 
@@ -126,7 +132,7 @@ def masked_loss(params: Params, batch: tuple[ArrayLike, ArrayLike], *,
     """
     x, y = batch
     Ws = from_mlp_params(masked_weights(params, hparams["masks"]), beta)
-    Z_L = _phi(Ws, x.T, beta, activation)[-1]
+    Z_L = _phi(Ws, x.T, beta, as_activation(activation, "masked_loss"))[-1]
     c = cost(Z_L.T, y)
     reg = sum(jnp.sum(W * W) for W in Ws)
     return c + hparams["lam"] * reg, {"cost": c, "reg": reg}
@@ -265,6 +271,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
       stop the others, nor does the polish).
     """
     fn = "width_sweep"
+    activation = as_activation(activation, fn)   # one cached step per name / equal partial
     x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)
     (x,) = promote_float(x)  # integer pixels/features: a float net, a float lambda
     y = check_array(y, "y", fn=fn, ndim=(1, 2), kind="real", finite=True)

@@ -1156,16 +1156,26 @@ def plot_a_rank(record: Record, path: str | os.PathLike) -> None:
 
 
 # ============================================================================ B, structure
+def _host_counts(d: dict, keys: Sequence[str]) -> dict:
+    """The diagnostics on host, the counts ``keys`` as integers when all finite (the records'
+    format; they are floats, NaN for a diverged run, since the counts can be undefined)."""
+    d = jax.tree.map(np.asarray, d)
+    for k in keys:
+        if np.all(np.isfinite(d[k])):
+            d[k] = d[k].astype(np.int64)
+    return d
+
+
 def _diag_runs(params, x, n_diag, tol, rel_tol, beta=1.0, activation=jax.nn.relu):
     f = jax.jit(jax.vmap(lambda W: bottleneck_diagnostics(
         W, x[:n_diag], tol=tol, rel_tol=rel_tol, beta=beta, activation=activation)))
-    return jax.tree.map(np.asarray, f(params))
+    return _host_counts(f(params), ("count_near_one", "numerical_rank"))
 
 
 def _centred_runs(params, x, n_diag, tol):
     """:func:`~layerlab.bottleneck.centred_weight_counts` of a sweep's runs (vmapped), on host."""
     f = jax.jit(jax.vmap(lambda W: centred_weight_counts(W, x[:n_diag], tol=tol)))
-    return jax.tree.map(np.asarray, f(params))
+    return _host_counts(f(params), ("count_near_one", "dominant"))
 
 
 def _inner_median(c, frac=0.25):

@@ -1,5 +1,6 @@
 """Tests for layerlab.bottleneck._diagnostics and _tasks (paper B)."""
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -155,3 +156,111 @@ def test_symmetry_task_scales_match_the_docstring(key):
     np.testing.assert_allclose(E[iu].std(), 0.5 / np.sqrt(2 * d), rtol=0.1)
     np.testing.assert_allclose(E.diagonal().std(), 0.5 / np.sqrt(d), rtol=0.3)
     np.testing.assert_allclose(np.sqrt(np.mean(np.sum(ds.x ** 2, 1))), 3.0, rtol=0.05)
+
+
+def _eqn_shapes(jaxpr):
+    """Shapes of every intermediate of a (closed) jaxpr, sub-jaxprs included."""
+    for eqn in jaxpr.eqns:
+        for v in eqn.outvars:
+            yield tuple(getattr(v.aval, "shape", ()))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from _eqn_shapes(sub)
+
+
+@pytest.mark.parametrize("activation", [jax.nn.relu, jnp.tanh])
+def test_ntk_trace_is_the_per_sample_jacobian_norm(key, x64, activation):
+    """Tr Theta summed from per-sample Jacobians equals the diagonal of the dense empirical NTK
+    (the former route) and an explicit jacrev of each sample, in paper A's parameters
+    (beta = 0.5), eagerly, under jit, chunked and vmapped over nets; and no [B, B] array is
+    ever built (B = 13 is no other size of the problem)."""
+    from layerlab import kernels
+    from layerlab.bottleneck._diagnostics import _network_fn_paper
+
+    B, beta = 13, 0.5
+    stack = jax.vmap(lambda k: nets.mlp_init(k, [3, 6, 5, 2], init="he", b_std=0.2,
+                                             dtype=jnp.float64))(jax.random.split(key, 2))
+    params = jax.tree.map(lambda a: a[0], stack)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (B, 3), jnp.float64)
+    Ws = bn.from_mlp_params(params, beta)
+    dense = kernels.empirical_ntk(lambda W, v: _network_fn_paper(W, v, beta, activation), Ws, x)
+    ref_dense = float(jnp.mean(jnp.diag(dense)))
+    brute = 0.0
+    for i in range(B):   # d f(x_i) / d W_l for W_l = [w_l^T, b_l / beta], one sample at a time
+        J = jax.jacrev(lambda W, i=i: bn.network_fn(bn.to_mlp_params(W, beta), x[i:i + 1],
+                                                    beta=beta, activation=activation)[0])(Ws)
+        brute += sum(float(jnp.sum(j ** 2)) for j in J)
+    brute /= B
+    np.testing.assert_allclose(ref_dense, brute, rtol=1e-12)   # the two references agree
+    got = bn.ntk_trace(params, x, beta=beta, activation=activation)
+    np.testing.assert_allclose(float(got), brute, rtol=1e-10)
+    f = jax.jit(lambda p, v, c=None: bn.ntk_trace(p, v, beta=beta, activation=activation,
+                                                   chunk_size=c), static_argnums=2)
+    np.testing.assert_allclose(float(f(params, x)), brute, rtol=1e-10)
+    np.testing.assert_allclose(float(f(params, x, 4)), brute, rtol=1e-10)  # 13 = 3 * 4 + 1
+    vm = jax.jit(jax.vmap(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation)))(stack)
+    np.testing.assert_allclose(float(vm[0]), brute, rtol=1e-10)
+    np.testing.assert_allclose(
+        float(vm[1]), float(bn.ntk_trace(jax.tree.map(lambda a: a[1], stack), x, beta=beta,
+                                         activation=activation)), rtol=1e-12)
+    d = bn.bottleneck_diagnostics(params, x, beta=beta, activation=activation)
+    np.testing.assert_allclose(float(d["ntk_trace"]), brute, rtol=1e-10)
+    jaxpr = jax.make_jaxpr(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation))(params)
+    assert not [s for s in _eqn_shapes(jaxpr.jaxpr) if s.count(B) >= 2]
+    with pytest.raises(ValueError, match="ntk_trace: chunk_size must be >= 1, got 0"):
+        bn.ntk_trace(params, x, chunk_size=0)
+
+
+def test_non_finite_params_raise_eagerly_and_give_nan_under_jit(key):
+    """Regression: NaN weights gave plausible numbers (counts and ranks 0, log pdet 0).  Eagerly
+    every diagnostic names the first non-finite leaf; under jit(vmap) over a stack of nets, the
+    entries that depend on the NaN layer are NaN and the others equal numpy's counts."""
+    sizes = [3, 8, 8, 2]
+    stack = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jax.random.split(key, 2))
+    stack[1]["w"] = stack[1]["w"].at[1, 0, 0].set(jnp.nan)       # run 1, layer 2 (params[1])
+    bad = jax.tree.map(lambda a: a[1], stack)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (6, 3))
+    calls = {
+        "bottleneck_diagnostics": lambda p: bn.bottleneck_diagnostics(p, x),
+        "layer_counts_near_one": bn.layer_counts_near_one,
+        "layer_singular_values": bn.layer_singular_values,
+        "centred_weight_counts": lambda p: bn.centred_weight_counts(p, x),
+        "representation_dims": lambda p: bn.representation_dims(p, x),
+        "jacobian_stats": lambda p: bn.jacobian_stats(p, x),
+        "ntk_trace": lambda p: bn.ntk_trace(p, x),
+    }
+    for name, f in calls.items():
+        with pytest.raises(ValueError, match=rf"{name}: params must be finite; params\[1\]"
+                                             r"\['w'\] has 1 non-finite \(NaN/Inf\) entries"):
+            f(bad)
+    inf_bias = [dict(p) for p in jax.tree.map(lambda a: a[0], stack)]
+    inf_bias[0]["b"] = inf_bias[0]["b"].at[2].set(jnp.inf)
+    with pytest.raises(ValueError, match=r"params\[0\]\['b'\] has 1 non-finite"):
+        bn.bottleneck_diagnostics(inf_bias, x)
+
+    d = jax.tree.map(np.asarray,
+                     jax.jit(jax.vmap(lambda p: bn.bottleneck_diagnostics(p, x)))(stack))
+    c = jax.tree.map(np.asarray, jax.jit(jax.vmap(lambda p: bn.centred_weight_counts(p, x)))(stack))
+    for r in range(2):
+        w = [np.asarray(p["w"][r], np.float64) for p in stack]
+        if r == 0:
+            want = [np.sum(np.abs(np.linalg.svd(a, compute_uv=False) - 1) < 0.25) for a in w]
+            np.testing.assert_array_equal(d["count_near_one"][0], want)
+            assert d["count_near_one"].dtype == np.float32
+            assert np.all(np.isfinite(d["numerical_rank"][0]))
+            assert np.isfinite(d["jacobian_rank"][0]) and np.isfinite(c["dominant"][0]).all()
+            continue
+        s0 = np.linalg.svd(w[0], compute_uv=False)                 # layer 1 is still finite
+        np.testing.assert_array_equal(d["count_near_one"][1][[0, 2]],
+                                      [np.sum(np.abs(s0 - 1) < 0.25),
+                                       np.sum(np.abs(np.linalg.svd(w[2], compute_uv=False) - 1)
+                                              < 0.25)])
+        assert np.isnan(d["count_near_one"][1][1])
+        assert np.isfinite(d["numerical_rank"][1][0])             # Z_1 does not see layer 2
+        assert np.isnan(d["numerical_rank"][1][1:]).all()
+        assert np.isnan(d["effective_rank"][1][1:]).all()
+        for k in ("jacobian_rank", "jacobian_log_pdet", "ntk_trace"):
+            assert np.isnan(d[k][1]), k
+        for k in ("count_near_one", "dominant", "mean_gain"):
+            assert np.isnan(c[k][1]).all(), k                      # layers 2 and 3
+    js = jax.jit(lambda p: bn.jacobian_stats(p, x))(bad)
+    assert np.isnan(js["rank_per_point"]).all() and np.isnan(js["log_pdet"])

@@ -8,6 +8,7 @@ import scipy.optimize
 from jax.flatten_util import ravel_pytree
 
 from layerlab import bottleneck as bn
+from layerlab import nets
 
 
 def _rand_params(key, sizes, scale=1.0):
@@ -183,3 +184,48 @@ def test_forces_check_lam_and_ridge():
         bn.forces(Zs, x, lam=float("nan"))
     with pytest.raises(ValueError, match=r"forces: ridge must be >= 0.0, got -5.0"):
         bn.forces(Zs, x, lam=1.0, ridge=-5.0)
+
+
+def test_forces_and_diagnostics_compile_once_per_activation(key):
+    """Regression: the activation is a static argument of the jitted cores, so a fresh
+    functools.partial (identity comparison) compiled anew on every call, without bound.  Names
+    and equal plain-number partials are now one static argument; jax.nn.relu twice compiles
+    once.  Values: the named / partial activations give the forces of the explicit function."""
+    import functools
+
+    from layerlab.bottleneck._diagnostics import _diagnostics_jit
+    from layerlab.bottleneck._forces import _forces_jit
+
+    x = jax.random.normal(key, (9, 3))                    # shapes of no other test here
+    params = nets.mlp_init(jax.random.fold_in(key, 1), [3, 7, 5, 2], init="he")
+
+    def leaky():                                          # a new object at every call
+        return functools.partial(jax.nn.leaky_relu, negative_slope=0.1)
+
+    def explicit(z):
+        return jnp.where(z >= 0, z, 0.1 * z)
+
+    for act, ref in ((jax.nn.relu, jax.nn.relu), ("tanh", jnp.tanh), (leaky, explicit)):
+        make = act if act is leaky else (lambda a=act: a)
+        Zs = bn.representations(params, x, activation=ref)
+        n0 = _forces_jit._cache_size()
+        F1 = bn.forces(Zs, x, lam=0.1, activation=make())
+        assert _forces_jit._cache_size() == n0 + 1
+        F2 = bn.forces(Zs, x, lam=0.1, activation=make())
+        assert _forces_jit._cache_size() == n0 + 1      # no second compile
+        Fr = bn.forces(Zs, x, lam=0.1, activation=ref)
+        for a, b, c in zip(F1.attraction + F1.repulsion, F2.attraction + F2.repulsion,
+                           Fr.attraction + Fr.repulsion):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-6)
+        m0 = _diagnostics_jit._cache_size()
+        d1 = bn.bottleneck_diagnostics(params, x, activation=make(), ntk=False)
+        bn.bottleneck_diagnostics(params, x, activation=make(), ntk=False)
+        assert _diagnostics_jit._cache_size() == m0 + 1
+        dr = bn.jacobian_stats(params, x, activation=ref)
+        np.testing.assert_allclose(d1["jacobian_log_pdet"], dr["log_pdet"], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"forces: activation must be a callable or one of "
+                                         r"\['elu', 'gelu', .*got 'rleu'"):
+        bn.forces(Zs, x, lam=0.1, activation="rleu")
+    with pytest.raises(TypeError, match=r"representations: activation must be a callable"):
+        bn.representations(params, x, activation=3)

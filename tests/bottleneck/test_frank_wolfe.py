@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from layerlab import bottleneck as bn
+from layerlab import nets
 from layerlab.bottleneck import experiments as ex
 
 
@@ -74,6 +75,35 @@ def test_cp_rank_lower_bound_never_exceeds_a_known_decomposition():
     Bn = bn.bipartite_matrix(6) + 1e-3 * (bn.bipartite_matrix(6) == 0)
     assert bn.cp_rank_lower_bound(Bn, rel_tol=0.05, zero_tol=0.05)["lower"] == 9
     assert bn.cp_rank_lower_bound(Bn)["edge_packing"] == 1
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_cp_rank_lower_bound_rank_tolerance_follows_the_dtype(dtype):
+    """Regression: a fixed relative tolerance 1e-9 counted float32 rounding noise as rank: the
+    K^sigma of a width-2 ReLU layer (CP-rank <= 2: two nonnegative neurons) got the bound 5.
+    Known upper bound: the width, 2 = rank_sigma_bounds' upper; exact rank 2 (float64 numpy)."""
+    with jax.enable_x64(dtype == jnp.float64):
+        x = jax.random.normal(jax.random.key(0), (8, 3), dtype)
+        params = jax.tree.map(lambda a: a.astype(dtype),
+                              nets.mlp_init(jax.random.key(1), [3, 2, 1], init="he"))
+        Zs = bn.representations(params, x)
+        A = bn.covariances(Zs, x).K_sigma[1] - 1.0        # sigma(Z_1) sigma(Z_1)^T, [8, 8]
+        assert A.dtype == dtype
+        r = bn.cp_rank_lower_bound(A)
+    S = np.maximum(np.asarray(Zs[0], np.float64), 0.0)  # the two neurons
+    assert np.all(S >= 0) and S.shape[1] == 2
+    assert np.linalg.matrix_rank(S @ S.T) == 2
+    assert r["rank"] == 2 and r["lower"] <= bn.rank_sigma_bounds(Zs[0])["upper"] == 2
+    # B_6 keeps its bound N^2/4 = 9 (rank 5) in float64 and float32
+    for B in (bn.bipartite_matrix(6), bn.bipartite_matrix(6).astype(np.float32)):
+        r6 = bn.cp_rank_lower_bound(B)
+        assert (r6["lower"], r6["rank"], r6["edge_packing"]) == (9, 5, 9)
+    if dtype == jnp.float32:   # the former fixed 1e-9 reads float32 noise (2.5e-8) as rank
+        assert bn.cp_rank_lower_bound(A, rank_rtol=1e-9)["lower"] == 5
+    with pytest.raises(ValueError, match=r"cp_rank_lower_bound: rank_rtol must be >= 0.0"):
+        bn.cp_rank_lower_bound(A, rank_rtol=-1.0)
+    with pytest.raises(ValueError, match=r"cp_rank_lower_bound: A has 9 non-finite"):
+        bn.cp_rank_lower_bound(np.full((3, 3), np.nan))
 
 
 def test_frank_wolfe_checks_its_arguments():

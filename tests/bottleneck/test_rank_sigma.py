@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from layerlab import bottleneck as bn
 
@@ -42,3 +43,25 @@ def test_rays_have_rank_sigma_one_without_x64(key):
     Sr, Sp = np.maximum(Zr, 0), np.maximum(Zp, 0)
     np.testing.assert_allclose(Sr @ Sr.T, Sp @ Sp.T, rtol=1e-12)
     assert np.linalg.matrix_rank(bn.neuron_pairs(Zp), tol=1e-9) == 1
+
+
+def test_the_caratheodory_upper_bound_needs_a_positively_homogeneous_activation():
+    """Regression: for tanh the pairs (z z^T, tanh(z) tanh(z)^T) are no cone, yet the conic
+    bound was reported.  Closed form, N = 1: five neurons z = 3 give K^sigma = 5 tanh(3)^2 =
+    4.951 > 4 while every term tanh(z)^2 < 1, so Rank_sigma >= 5; the old upper bound was
+    rank[pairs] = 1 (and caratheodory_reduce returned one neuron, K^sigma 0.99999)."""
+    Z = np.full((1, 5), 3.0)                                  # [N, n] = [1, 5]
+    ks = 5 * np.tanh(3.0) ** 2
+    assert ks > 4 and np.all(np.tanh(Z) ** 2 < 1)             # so Rank_sigma(tanh) >= 5
+    b = bn.rank_sigma_bounds(Z, activation=jnp.tanh)
+    assert (b["lower"], b["upper"], b["homogeneous"]) == (1, 5, False)
+    assert b["upper"] >= int(np.ceil(ks))
+    with pytest.raises(ValueError, match=r"caratheodory_reduce: activation must be positively "
+                                         r"homogeneous"):
+        bn.caratheodory_reduce(Z, activation="tanh")
+    # ReLU, leaky ReLU, linear: one neuron sqrt(5) * 3 realises the pair exactly
+    for act in (jax.nn.relu, "leaky_relu", "linear"):
+        b = bn.rank_sigma_bounds(Z, activation=act)
+        assert (b["lower"], b["upper"], b["homogeneous"]) == (1, 1, True)
+        Zr = bn.caratheodory_reduce(Z, activation=act)
+        np.testing.assert_allclose(Zr, [[np.sqrt(5) * 3.0]], rtol=1e-12)

@@ -186,21 +186,81 @@ def test_zero_ridge_of_any_type_is_moore_penrose(key):
                                rtol=1e-4, atol=1e-5)
 
 
-def test_traced_zero_ridge_on_full_rank_inputs_keeps_the_solve_and_its_derivative():
-    # a traced zero ridge takes the regularised solve where it is finite, as before the
-    # pseudo-inverse fallback existed: bitwise the same numbers (records depend on them) and
-    # the derivative in the ridge (float64 finite differences)
-    from layerlab.bottleneck._representations import _tikhonov_solve
-
+def test_traced_zero_ridge_has_the_one_sided_ridge_derivative():
+    # a traced zero ridge is the pseudo-inverse, with d/drho at 0 the one-sided derivative
+    # -A^+ A^+T A^+ (tikhonov_pinv) and -2 (K^+)^2 (psd_pinv), against float64 finite
+    # differences, on a full-rank and a rank-deficient (collinear rows) matrix
     with jax.enable_x64(True):
         A = jax.random.normal(jax.random.key(3), (4, 7), jnp.float64)  # full row rank
-        got = jax.jit(bn.tikhonov_pinv)(A, 0.0)
-        np.testing.assert_array_equal(got, _tikhonov_solve(A, jnp.float64(0.0)))
-        f = jax.jit(lambda r: jnp.sum(bn.tikhonov_pinv(A, r) ** 2))
-        h = 1e-6
-        fd = (f(h) - f(0.0)) / h  # one-sided: ridge >= 0
-        np.testing.assert_allclose(jax.grad(f)(0.0), fd, rtol=1e-4)
-        assert abs(float(jax.grad(f)(0.0))) > 1e-3
+        Ad = A.at[3].set(A[0] + A[1])                                    # rank 3
+        for M in (A, Ad):
+            np.testing.assert_allclose(jax.jit(bn.tikhonov_pinv)(M, 0.0),
+                                       np.linalg.pinv(np.asarray(M)), rtol=1e-10, atol=1e-12)
+            for fn, arg in ((bn.tikhonov_pinv, M), (bn.psd_pinv, M @ M.T)):
+                f = jax.jit(lambda r, fn=fn, arg=arg: jnp.sum(fn(arg, r) ** 2))
+                h = 1e-4   # one-sided (ridge >= 0), Richardson-extrapolated: error O(h^2)
+                fd = 2 * (f(h / 2) - f(0.0)) / (h / 2) - (f(h) - f(0.0)) / h
+                g = jax.grad(f)(0.0)
+                np.testing.assert_allclose(g, fd, rtol=1e-5)
+                assert abs(float(g)) > 1e-3
+        # a traced negative ridge: NaN, never a number
+        assert np.isnan(jax.jit(bn.tikhonov_pinv)(A, -1.0)).all()
+
+
+def _collinear_example():
+    """The audit's example: x [6, 3] with x_3 = x_1 + x_2, so Z_0^sigma = [x, 1] has rank 3
+    while the solve of its [4, 4] Gram matrix at ridge 0 stays finite (and wrong) in float32.
+    Returns the float32 (x, y, Zs) and the float64 numpy (x, y, Zs) of the exactly collinear
+    data (the float32 x_3 is collinear only up to rounding)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 3))
+    x[:, 2] = x[:, 0] + x[:, 1]
+    y = rng.standard_normal((6, 2))
+    params = nets.mlp_init(jax.random.key(2), [3, 12, 2], init="he")
+    w = [(np.asarray(p["w"], np.float64), np.asarray(p["b"], np.float64)) for p in params]
+    Z1 = x @ w[0][0] + w[0][1]
+    Zs64 = [Z1, np.maximum(Z1, 0.0) @ w[1][0] + w[1][1]]
+    x32, y32 = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+    return (x32, y32, bn.representations(params, x32)), (x, y, Zs64)
+
+
+def test_zero_ridge_is_moore_penrose_under_eager_jit_and_vmap_on_collinear_inputs():
+    """Regression: a traced zero ridge took the solve at 0 wherever it was finite; on collinear
+    inputs that solve is finite but wrong in float32, so jit/vmap gave other numbers than the
+    eager call (L^r 6.9056 vs 6.8546 under vmap, +0.74 %; the attraction 31 % off).  Now eager,
+    jit and vmap agree (float32, 1e-5) and equal float64 numpy pinv."""
+    (x, y, Zs), (x64, y64, Zs64) = _collinear_example()
+    cost = lambda Z: jnp.sum((Z - y) ** 2) / 6  # noqa: E731
+    ref = _numpy_representation_loss(Zs64, x64, 1e-2, lambda Z: np.sum((Z - y64) ** 2) / 6)
+
+    def f(r):
+        return bn.representation_loss(Zs, x, cost=cost, lam=1e-2, ridge=r)
+
+    eager = float(f(0.0))
+    jitted = float(jax.jit(f)(0.0))
+    vm = jax.vmap(f)(jnp.array([0.0, 0.1]))
+    for v in (eager, jitted, float(vm[0])):
+        np.testing.assert_allclose(v, ref, rtol=1e-5)
+    np.testing.assert_allclose(float(vm[1]), float(f(0.1)), rtol=1e-5)
+    # the attraction F_1 = -2 lam (K_0^sigma)^+ Z_1 (float64 numpy) and Psi, all three routes
+    A0 = np.concatenate([x64, np.ones((6, 1))], 1)                     # rank 3
+    att_ref = -2 * 1e-2 * np.linalg.pinv(A0 @ A0.T, hermitian=True) @ Zs64[0]
+
+    def att(r):
+        return bn.forces(Zs, x, lam=1e-2, ridge=r).attraction[0]
+
+    for F in (att(0.0), jax.jit(att)(0.0), jax.vmap(att)(jnp.zeros(2))[0]):
+        np.testing.assert_allclose(F, att_ref, rtol=1e-4, atol=1e-5 * np.abs(att_ref).max())
+    w_ref = np.linalg.pinv(A0) @ Zs64[0]                                 # [n_0 + 1, n_1]
+    for P in (bn.weights_from_representations(Zs, x),
+              jax.jit(lambda r: bn.weights_from_representations(Zs, x, ridge=r))(0.0)):
+        np.testing.assert_allclose(P[0]["w"], w_ref[:3], rtol=1e-4, atol=1e-5)
+    K = bn.covariances(Zs, x)
+    lk = [bn.covariance_loss(K.K, K.K_sigma, Zs[-1], cost=cost, lam=1e-2, ridge=r)
+          for r in (0.0,)] + [jax.jit(lambda r: bn.covariance_loss(
+              K.K, K.K_sigma, Zs[-1], cost=cost, lam=1e-2, ridge=r))(0.0)]
+    for v in lk:   # L^k via pinv of the [N, N] K^sigma: ~1e-3 relative in float32 (docs)
+        np.testing.assert_allclose(float(v), ref, rtol=2e-3)
 
 
 def test_negative_ridge_is_refused():
@@ -227,3 +287,24 @@ def test_tikhonov_pinv_of_half_precision_is_computed_in_float32(dtype):
     np.testing.assert_allclose(np.asarray(got),
                                A64.T @ np.linalg.inv(A64 @ A64.T + 0.3 * np.eye(3)),
                                rtol=1e-4, atol=1e-5)
+
+
+def test_vector_lam_and_per_sample_cost_are_refused_but_vmap_over_lam_works(key):
+    """Regression: lam = [0.1, 0.2] or a cost returning [N, n_L] broadcast to an array of
+    losses; now a ValueError naming lam / cost, while vmap over lam (a traced scalar) gives
+    each value's loss (second route: the scalar calls, and C + lam * ||Psi(Z)||^2 by hand)."""
+    x = jax.random.normal(key, (6, 3))
+    p = nets.mlp_init(jax.random.fold_in(key, 1), [3, 4, 2])
+    Zs = bn.representations(p, x)
+    cost = lambda Z: jnp.mean(Z ** 2)  # noqa: E731
+    with pytest.raises(ValueError, match=r"representation_loss: lam must be a scalar"):
+        bn.representation_loss(Zs, x, cost=cost, lam=jnp.array([0.1, 0.2]))
+    with pytest.raises(ValueError, match=r"weight_loss: cost must return a scalar"):
+        bn.weight_loss(p, x, cost=lambda Z: Z ** 2, lam=0.1)
+    lams = jnp.array([0.1, 0.2])
+    vm = jax.vmap(lambda lam: bn.representation_loss(Zs, x, cost=cost, lam=lam))(lams)
+    reg = _numpy_representation_loss(Zs, x, 1.0, lambda Z: 0.0)
+    for v, lam in zip(vm, (0.1, 0.2)):
+        np.testing.assert_allclose(v, float(bn.representation_loss(Zs, x, cost=cost, lam=lam)),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(v, float(cost(Zs[-1])) + lam * reg, rtol=1e-4)
