@@ -14,7 +14,7 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SPEED = ["dgl_loss", "dgl_cholesky_variants", "gnrev_step", "loop_overhead", "kernels_eval",
          "probes_cka", "dmn_fit", "bottleneck_sweep", "xla_cpu_emitters", "fit_partial_step",
-         "fit_checkpoint"]
+         "fit_checkpoint", "bottleneck_ntk_trace"]
 SCRIPTS = SPEED + ["quickstart"]
 OTHER = ["inspect_overhead"]  # a speed measurement with its own tests (tests/inspect)
 
