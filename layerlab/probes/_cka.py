@@ -252,9 +252,13 @@ def _cka_core(k1, k2, *, unbiased):
     degenerate = k1_const | k2_const
     if not unbiased:  # HSIC(K, L) (n-1)^2 = <HKH, HLH>: CKA is their cosine
         return _cosine(k1c, k2c, k1_const, k2_const)
-    prod = unbiased_hsic(k1, k1) * unbiased_hsic(k2, k2)
+    # HSIC_1 is invariant to double centring (HSIC_1(HKH, L) = HSIC_1(K, L)), and on the
+    # centred kernels its sums do not cancel: on raw Grams of offset features (sigmoid
+    # units, x = 10 + 0.1 z) the float32 terms of 1^T K~ 1 ~ n^2 offset^2 cancelled to the
+    # rounding level (0.0 for 0.2068)
+    prod = unbiased_hsic(k1c, k1c) * unbiased_hsic(k2c, k2c)
     ok = (prod > 0) & ~degenerate
-    out = unbiased_hsic(k1, k2) / jnp.sqrt(jnp.where(ok, prod, 1.0))
+    out = unbiased_hsic(k1c, k2c) / jnp.sqrt(jnp.where(ok, prod, 1.0))
     # 0/0 (a constant representation) is 0; a NaN input stays NaN (under jit it cannot raise)
     return jnp.where(ok, out, jnp.where(jnp.isnan(prod), jnp.nan, 0.0))
 

@@ -508,3 +508,55 @@ def test_gradient_beside_a_constant_kernel_is_finite_and_matches_differences(x64
             return f(a @ a.T, y @ y.T)
         np.testing.assert_allclose(jax.grad(g_of)(x), fd(g_of, x), rtol=1e-6, atol=1e-9,
                                    err_msg=name)
+
+
+def _np_unbiased_hsic(k, lm):
+    """Song et al. 2012's closed form in float64 numpy (Nguyen et al. 2021, eq. 3)."""
+    n = k.shape[0]
+    k, lm = k.astype(np.float64).copy(), lm.astype(np.float64).copy()
+    np.fill_diagonal(k, 0.0)
+    np.fill_diagonal(lm, 0.0)
+    one = np.ones(n)
+    return (np.trace(k @ lm) + (one @ k @ one) * (one @ lm @ one) / ((n - 1) * (n - 2))
+            - 2.0 / (n - 2) * (one @ k @ lm @ one)) / (n * (n - 3))
+
+
+def _np_unbiased_cka(k, lm):
+    return _np_unbiased_hsic(k, lm) / np.sqrt(_np_unbiased_hsic(k, k) *
+                                              _np_unbiased_hsic(lm, lm))
+
+
+def test_unbiased_hsic_is_invariant_to_centring_the_kernels(x64):
+    """What lets unbiased cka work on H K H: HSIC_1(HKH, HLH) = HSIC_1(K, L) (float64)."""
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(size=(7, 3)) + 2.0, rng.normal(size=(7, 2))
+    k, lm = a @ a.T, np.exp(-((b[:, None] - b[None]) ** 2).sum(-1))
+    h = np.eye(7) - 1.0 / 7
+    want = _np_unbiased_hsic_ustat(k, lm)  # brute force over index tuples
+    for kk, ll in ((k, lm), (h @ k @ h, lm), (k, h @ lm @ h), (h @ k @ h, h @ lm @ h)):
+        np.testing.assert_allclose(_np_unbiased_hsic_ustat(kk, ll), want, rtol=1e-12)
+        np.testing.assert_allclose(float(P.unbiased_hsic(kk, ll)), want, rtol=1e-12)
+    np.testing.assert_allclose(float(P.cka(k, lm, unbiased=True)), _np_unbiased_cka(k, lm),
+                               rtol=1e-12)
+
+
+def test_unbiased_cka_of_offset_features_is_accurate_in_float32():
+    """Unbiased cka summed the raw Grams: for features with an offset (sigmoid units,
+    10 + 0.1 z) the float32 sums 1^T K~ 1 cancelled (0.88755 for 0.88718, 0.0 for 0.2693).
+    It now runs on the centred kernels (test above): float32 agrees with float64."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 20))
+    h1 = 1.0 / (1.0 + np.exp(-x @ (2.0 * rng.normal(size=(20, 64)) / np.sqrt(20))))
+    h2 = 1.0 / (1.0 + np.exp(-h1 @ (2.0 * rng.normal(size=(64, 64)) / 8.0)))
+    h1, h2 = h1.astype(np.float32), h2.astype(np.float32)
+    a, b = h1.astype(np.float64), h2.astype(np.float64)
+    got = float(P.cka(P.gram_linear(h1), P.gram_linear(h2), unbiased=True))
+    np.testing.assert_allclose(got, _np_unbiased_cka(a @ a.T, b @ b.T), rtol=1e-5)
+    z = rng.normal(size=(64, 32))
+    y = (np.tanh(z[:, :8] @ rng.normal(size=(8, 5))) + 0.3 * rng.normal(size=(64, 5)))
+    for off in (0.0, 1.0, 10.0):
+        k = np.asarray(P.gram_linear((off + 0.1 * z).astype(np.float32)))
+        lm = np.asarray(P.gram_linear(y.astype(np.float32)))
+        want = _np_unbiased_cka(k.astype(np.float64), lm.astype(np.float64))  # same inputs
+        assert want > 0.26
+        np.testing.assert_allclose(float(P.cka(k, lm, unbiased=True)), want, rtol=1e-5)
