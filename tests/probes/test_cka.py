@@ -560,3 +560,26 @@ def test_unbiased_cka_of_offset_features_is_accurate_in_float32():
         want = _np_unbiased_cka(k.astype(np.float64), lm.astype(np.float64))  # same inputs
         assert want > 0.26
         np.testing.assert_allclose(float(P.cka(k, lm, unbiased=True)), want, rtol=1e-5)
+
+
+def _np_gram_rbf(x, sigma=None, frac=0.8):
+    x = np.asarray(x, np.float64)
+    d2 = ((x[:, None] - x[None]) ** 2).sum(-1)  # differences first: no cancellation
+    s2 = sigma ** 2 if sigma is not None else frac ** 2 * np.median(d2)
+    return np.exp(-d2 / (2.0 * s2))
+
+
+@pytest.mark.parametrize("offset", [0.0, 10.0, 100.0, 1000.0])
+def test_gram_rbf_is_translation_invariant_in_float32(offset):
+    """|a|^2 + |b|^2 - 2 a.b on uncentred rows: offset 100 put K 0.18 off, 1000 gave NaN.
+    gram_rbf now centres the columns first: float32 matches float64 numpy (differences
+    taken before squaring) on the same float32 rows, and the diagonal is exactly 1."""
+    rng = np.random.default_rng(2)
+    x = (offset + 0.1 * rng.normal(size=(64, 32))).astype(np.float32)
+    for kw in ({}, {"sigma": 0.5}):
+        k = np.asarray(P.gram_rbf(x, **kw))
+        np.testing.assert_allclose(k, _np_gram_rbf(x, **kw), rtol=0, atol=1e-5)
+        assert np.all(np.diagonal(k) == 1.0)
+        np.testing.assert_array_equal(k, k.T)
+    k0 = np.asarray(P.gram_rbf((0.1 * rng.normal(size=(64, 32))).astype(np.float32)))
+    assert np.all(np.diagonal(k0) == 1.0)
