@@ -27,8 +27,10 @@ from layerlab._checks import (
     check_float_dtype,
     check_number,
     check_result_finite,
+    is_concrete,
     promote_float,
 )
+from layerlab.probes._scale import unit_scaled
 
 
 def _features(x, name: str) -> jax.Array:
@@ -448,8 +450,12 @@ def minibatch_cka_update(
     (x, x_const), (y, y_const) = _centre_columns(x), _centre_columns(y)
     if kernel == "linear":
         k1, k2 = x @ x.T, y @ y.T
-    else:  # a constant minibatch has a zero median distance (0/0 bandwidth)
-        (k1, _), (k2, _) = _rbf_gram(x, 0.8), _rbf_gram(y, 0.8)  # (centred above)
+    else:  # a constant minibatch has a zero median distance (0/0 bandwidth): zeroed below
+        (k1, s1), (k2, s2) = _rbf_gram(x, 0.8), _rbf_gram(y, 0.8)  # (centred above)
+        for arg, s2_, const in (("x", s1, x_const), ("y", s2, y_const)):
+            if is_concrete(s2_) and float(s2_) == 0.0 and not bool(const):  # eager only
+                raise ValueError(_zero_bandwidth("minibatch_cka_update", arg,
+                                                 "this minibatch"))
     k1 = jnp.where(x_const, 0.0, k1)
     k2 = jnp.where(y_const, 0.0, k2)
     return MinibatchCKAState(
@@ -506,8 +512,32 @@ def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> ja
         )
     if not isinstance(kernel, str) or kernel not in ("linear", "rbf"):
         raise ValueError(f"minibatch_cka: kernel must be 'linear' or 'rbf', got {kernel!r}.")
+    check_finite(xs, "xs", fn="minibatch_cka")  # eager only (inside the core: NaN)
+    check_finite(ys, "ys", fn="minibatch_cka")
     xs, ys = promote_float(xs, ys)
-    return _minibatch_cka_core(xs, ys, kernel=kernel)
+    return check_result_finite(_minibatch_cka_core(xs, ys, kernel=kernel), "minibatch CKA",
+                               fn="minibatch_cka",
+                               hint=lambda: _minibatch_nan_cause(xs, ys, kernel))
+
+
+def _zero_bandwidth(fn: str, arg: str, where: str) -> str:
+    return (f"{fn}: {arg} has a zero median pairwise distance in {where} (at least half of "
+            f"its m^2 squared distances are 0: most samples coincide, e.g. one-hot labels), "
+            "so the RBF median-heuristic bandwidth is 0 and the kernel 0/0; use "
+            "kernel='linear' or larger minibatches.")
+
+
+def _minibatch_nan_cause(xs, ys, kernel: str) -> str:
+    """Why a minibatch CKA of finite inputs came out NaN (evaluated only then): the first
+    minibatch whose RBF bandwidth is 0, as :func:`rbf_cka` reports a zero median distance."""
+    if kernel == "rbf":
+        for arg, a in (("xs", xs), ("ys", ys)):
+            for b in range(a.shape[0]):
+                xc, const = _centre_columns(a[b].reshape(a.shape[1], -1))
+                if not bool(const) and float(_rbf_gram(unit_scaled(xc), 0.8)[1]) == 0.0:
+                    return _zero_bandwidth("minibatch_cka", arg,
+                                           f"minibatch {b} ({arg}[{b}])").partition(": ")[2]
+    return "check the inputs' scale and degenerate cases."
 
 
 @functools.partial(jax.jit, static_argnames="kernel")

@@ -583,3 +583,53 @@ def test_gram_rbf_is_translation_invariant_in_float32(offset):
         np.testing.assert_array_equal(k, k.T)
     k0 = np.asarray(P.gram_rbf((0.1 * rng.normal(size=(64, 32))).astype(np.float32)))
     assert np.all(np.diagonal(k0) == 1.0)
+
+
+def test_rbf_minibatch_cka_with_a_zero_bandwidth_minibatch_says_so():
+    """3 of 4 samples equal in one minibatch: median distance 0, bandwidth 0, kernel 0/0.
+    minibatch_cka returned NaN silently and minibatch_cka_update blamed the data ("K1 has
+    10 non-finite entries; clean or impute"); now both name the argument and the minibatch,
+    as rbf_cka reports a zero median distance.  Under jit the result is NaN."""
+    from layerlab._checks import NonFiniteResultError
+
+    rng = np.random.default_rng(7)
+    xs = rng.normal(size=(4, 4, 6)).astype(np.float32)
+    ys = rng.normal(size=(4, 4, 3)).astype(np.float32)
+    bad = xs.copy()
+    bad[2, 2:] = bad[2, 1]  # minibatch 2: a, b, b, b
+    with pytest.raises(NonFiniteResultError, match=r"^minibatch_cka: .*xs has a zero median "
+                       r"pairwise distance in minibatch 2 \(xs\[2\]\).*kernel='linear'"):
+        P.minibatch_cka(bad, ys, kernel="rbf")
+    with pytest.raises(NonFiniteResultError, match=r"ys has a zero median pairwise distance "
+                                                   r"in minibatch 2"):
+        P.minibatch_cka(ys, bad, kernel="rbf")
+    assert np.isnan(float(jax.jit(P.minibatch_cka, static_argnames="kernel")(
+        bad, ys, kernel="rbf")))
+    s = P.minibatch_cka_update(P.minibatch_cka_init(), xs[0], ys[0], kernel="rbf")
+    with pytest.raises(ValueError, match=r"^minibatch_cka_update: x has a zero median pairwise "
+                                         r"distance in this minibatch") as info:
+        P.minibatch_cka_update(s, bad[2], ys[2], kernel="rbf")
+    assert "impute" not in str(info.value)
+    # the linear kernel is defined there, and a constant minibatch still adds 0
+    assert np.isfinite(float(P.minibatch_cka(bad, ys)))
+    const = xs.copy()
+    const[2] = 1.0
+    assert np.isfinite(float(P.minibatch_cka(const, ys, kernel="rbf")))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_minibatch_cka_refuses_non_finite_inputs_eagerly(bad):
+    """The finiteness check ran only inside the jitted core (skipped on tracers): NaN/Inf
+    inputs returned nan.  Now checked eagerly, as linear_cka and minibatch_cka_update do."""
+    rng = np.random.default_rng(8)
+    xs = rng.normal(size=(4, 4, 6)).astype(np.float32)
+    ys = rng.normal(size=(4, 4, 3)).astype(np.float32)
+    xs_bad = xs.copy()
+    xs_bad[1, 2, 3] = bad
+    for kernel in ("linear", "rbf"):
+        with pytest.raises(ValueError, match=r"^minibatch_cka: xs has 1 non-finite \(NaN/Inf\) "
+                                             r"entries out of 96"):
+            P.minibatch_cka(xs_bad, ys, kernel=kernel)
+        with pytest.raises(ValueError, match=r"^minibatch_cka: ys has 1 non-finite"):
+            P.minibatch_cka(ys, xs_bad, kernel=kernel)
+    assert np.isnan(float(jax.jit(P.minibatch_cka)(xs_bad, ys)))  # traced: NaN
