@@ -8,7 +8,9 @@ Every function computes in float32 or wider: integer inputs (uint8 pixels overfl
 ``x @ x.T``) and half-precision ones (bfloat16's eps ~ 8e-3 cannot resolve the centring;
 float16 overflows beyond 65504 in the sums of squares) are promoted first, float64 stays
 float64.  A representation constant over the samples (a dead layer) gives CKA 0, where CKA
-is 0/0, in every function here.
+is 0/0, in every function here.  The scale-invariant functions rescale their inputs by an
+exact power of two first (``_scale.py``): float32 inputs of 1e-20 or 1e20 neither underflow
+nor overflow in the sums of squares.
 """
 
 from __future__ import annotations
@@ -270,6 +272,10 @@ def cka(k1: ArrayLike, k2: ArrayLike, *, unbiased: bool = False) -> jax.Array:
 # an outer jit the cores are inlined.
 @functools.partial(jax.jit, static_argnames="unbiased")
 def _cka_core(k1, k2, *, unbiased):
+    # CKA is invariant to rescaling either kernel: bring each to a largest entry in [0.5, 1)
+    # (an exact power of two), else its float32 sums of squares under/overflow (the Grams of
+    # 1e-12 x or 1e12 x gave CKA 0.0)
+    k1, k2 = unit_scaled(k1), unit_scaled(k2)
     (k1c, k1_const), (k2c, k2_const) = _centred_kernel(k1), _centred_kernel(k2)
     degenerate = k1_const | k2_const
     if not unbiased:  # HSIC(K, L) (n-1)^2 = <HKH, HLH>: CKA is their cosine
@@ -437,6 +443,10 @@ def minibatch_cka_update(
     rounding level are zeroed (as in :func:`linear_cka`); a minibatch on which a
     representation is constant adds exactly 0 to every sum it enters.
 
+    With ``kernel="linear"`` the minibatch is not rescaled (the sums must weight every
+    minibatch alike): in float32 keep features between ~1e-9 and ~1e8 in size (rescale all
+    minibatches by one factor), or use :func:`minibatch_cka`, which rescales the stack.
+
     The HSIC terms are computed in float32 or wider (the wider of ``x``'s and ``y``'s) and
     added in the wider of that and the state's dtype; the returned state has the dtypes of
     ``state`` (a ``lax.scan`` carry keeps its type: a bfloat16 state from
@@ -451,7 +461,8 @@ def minibatch_cka_update(
     if kernel == "linear":
         k1, k2 = x @ x.T, y @ y.T
     else:  # a constant minibatch has a zero median distance (0/0 bandwidth): zeroed below
-        (k1, s1), (k2, s2) = _rbf_gram(x, 0.8), _rbf_gram(y, 0.8)  # (centred above)
+        # (the median-bandwidth kernel is invariant to rescaling each minibatch)
+        (k1, s1), (k2, s2) = _rbf_gram(unit_scaled(x), 0.8), _rbf_gram(unit_scaled(y), 0.8)
         for arg, s2_, const in (("x", s1, x_const), ("y", s2, y_const)):
             if is_concrete(s2_) and float(s2_) == 0.0 and not bool(const):  # eager only
                 raise ValueError(_zero_bandwidth("minibatch_cka_update", arg,
@@ -542,6 +553,11 @@ def _minibatch_nan_cause(xs, ys, kernel: str) -> str:
 
 @functools.partial(jax.jit, static_argnames="kernel")
 def _minibatch_cka_core(xs, ys, *, kernel):
+    # CKA is invariant to rescaling xs or ys as a whole (one factor for every minibatch, or
+    # the sums would weight the minibatches differently): in float32 the HSIC terms of
+    # 1e-10 x underflowed (CKA 0.0 for 0.323) and of 1e9 x overflowed (NaN)
+    xs, ys = unit_scaled(xs), unit_scaled(ys)
+
     def body(state, xy):
         return minibatch_cka_update(state, xy[0], xy[1], kernel=kernel), None
 
@@ -566,6 +582,7 @@ def kernel_alignment(k1: ArrayLike, k2: ArrayLike, *, centered: bool = False) ->
       as in :func:`cka`), where the cosine is 0/0.  Under ``jit`` a NaN input gives NaN.
     """
     k1, k2 = _same_square(k1, k2, "kernel_alignment")
+    k1, k2 = unit_scaled(k1), unit_scaled(k2)  # scale invariant: see _cka_core
     if centered:
         (k1, k1_zero), (k2, k2_zero) = _centred_kernel(k1), _centred_kernel(k2)
     else:

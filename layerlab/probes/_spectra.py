@@ -13,6 +13,7 @@ from jax.typing import ArrayLike
 from layerlab._checks import check_array, check_finite, check_number, promote_float
 from layerlab._linalg import svdvals
 from layerlab._types import PyTree
+from layerlab.probes._scale import unit_scaled
 
 
 def _as_matrix(w) -> jax.Array:
@@ -154,9 +155,12 @@ def stable_rank(m: ArrayLike) -> jax.Array:
       m: matrix ``[m, n]`` or its singular values ``[k]``.
 
     Returns:
-      scalar; 0 for the zero matrix.
+      scalar; 0 for the zero matrix.  Scale invariant in floating point too (the singular
+      values are rescaled by a power of two before squaring).
     """
-    s = _spectrum(m, "stable_rank")
+    # scale invariant: singular values brought to a largest one in [0.5, 1) by an exact power
+    # of two, else their float32 squares under/overflow (1e-20 M gave 0.0, 1e20 M NaN)
+    s = unit_scaled(_spectrum(m, "stable_rank"))
     top = jnp.max(s) ** 2
     zero = top == 0  # a NaN spectrum gives NaN
     return jnp.where(zero, 0.0, jnp.sum(s * s) / jnp.where(zero, 1.0, top))
@@ -180,6 +184,7 @@ def participation_ratio(eigs: ArrayLike) -> jax.Array:
         raise ValueError(f"participation_ratio expects a 1-D spectrum, got shape {e.shape}.")
     check_finite(e, "eigs", fn="participation_ratio")  # eager only
     (e,) = promote_float(e)  # float16 squares overflow past 256, uint8 sums wrap
+    e = unit_scaled(e)  # scale invariant; float32 squares of 1e-24 underflowed (PR 0.0)
     sq = jnp.sum(e * e)
     zero = sq == 0  # a NaN spectrum gives NaN
     return jnp.where(zero, 0.0, jnp.sum(e) ** 2 / jnp.where(zero, 1.0, sq))

@@ -633,3 +633,89 @@ def test_minibatch_cka_refuses_non_finite_inputs_eagerly(bad):
         with pytest.raises(ValueError, match=r"^minibatch_cka: ys has 1 non-finite"):
             P.minibatch_cka(ys, xs_bad, kernel=kernel)
     assert np.isnan(float(jax.jit(P.minibatch_cka)(xs_bad, ys)))  # traced: NaN
+
+
+SCALES = [1e-20, 1e-12, 1e-6, 1e6, 1e12, 1e20]
+
+
+def test_scale_invariant_kernel_probes_hold_at_extreme_scales_in_float32():
+    """Each is invariant to rescaling its inputs, but float32 sums of squares under/overflow:
+    minibatch CKA of 1e-10 x gave 0.0 for 0.323 and of 1e9 x NaN; cka of gram_linear(s x)
+    0.0 at s = 1e-12 and 1e12; uncentred kernel_alignment inf at 1e-12.  Inputs are now
+    rescaled by an exact power of two: float64 numpy on the same float32 inputs holds to
+    1e-5 wherever float32 represents them (Grams of 1e-20 x do not: 1e-40)."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(64, 6))
+    y = np.tanh(x @ rng.normal(size=(6, 4))) + 0.3 * rng.normal(size=(64, 4))
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
+    f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    ys = f32(y.reshape(4, 16, 4))
+    lm = f32(y @ y.T)
+
+    def np_mb(xs, ys, gram):
+        kx, ky = [gram(a) for a in f64(xs)], [gram(b) for b in f64(ys)]
+        xy = sum(_np_unbiased_hsic(k, lm) for k, lm in zip(kx, ky))
+        return xy / np.sqrt(sum(_np_unbiased_hsic(k, k) for k in kx) *
+                            sum(_np_unbiased_hsic(lm, lm) for lm in ky))
+
+    def np_cka(k, lm):
+        kc, lc = _np_centre(f64(k)), _np_centre(f64(lm))
+        return np.sum(kc * lc) / (np.linalg.norm(kc) * np.linalg.norm(lc))
+
+    def np_ka(k, lm):
+        k, lm = f64(k), f64(lm)
+        return np.sum(k * lm) / (np.linalg.norm(k) * np.linalg.norm(lm))
+
+    ref = float(P.minibatch_cka(f32(x.reshape(4, 16, 6)), ys))
+    for s in SCALES:
+        xs = f32(s * x.reshape(4, 16, 6))
+        got = float(P.minibatch_cka(xs, ys))
+        np.testing.assert_allclose(got, np_mb(xs, ys, lambda a: a @ a.T), rtol=1e-5,
+                                   err_msg=f"minibatch linear, scale {s}")
+        np.testing.assert_allclose(got, ref, rtol=1e-5)
+        np.testing.assert_allclose(float(P.minibatch_cka(xs, ys, kernel="rbf")),
+                                   np_mb(xs, ys, _np_gram_rbf), rtol=1e-5,
+                                   err_msg=f"minibatch rbf, scale {s}")
+        if abs(np.log10(s)) <= 12:  # s^2 |x|^2 must be a float32 number
+            k = f32(P.gram_linear(f32(s * x)))
+            assert np.all(np.isfinite(k)) and np.any(k != 0)
+            np.testing.assert_allclose(float(P.cka(k, lm)), np_cka(k, lm), rtol=1e-5,
+                                       err_msg=f"cka, scale {s}")
+            np.testing.assert_allclose(float(P.cka(k, lm, unbiased=True)),
+                                       _np_unbiased_cka(f64(k), f64(lm)), rtol=1e-5,
+                                       err_msg=f"unbiased cka, scale {s}")
+            np.testing.assert_allclose(float(P.kernel_alignment(k, lm)), np_ka(k, lm),
+                                       rtol=1e-5, err_msg=f"kernel_alignment, scale {s}")
+            np.testing.assert_allclose(float(P.kernel_alignment(k, lm, centered=True)),
+                                       np_cka(k, lm), rtol=1e-5)
+    # a streamed linear minibatch of ordinary size is the stack's value
+    st = P.minibatch_cka_init()
+    for a, b in zip(f32(x.reshape(4, 16, 6)), ys):
+        st = P.minibatch_cka_update(st, a, b)
+    np.testing.assert_allclose(float(P.minibatch_cka_value(st)), ref, rtol=1e-6)
+
+
+def _np_centre(k):
+    h = np.eye(k.shape[0]) - 1.0 / k.shape[0]
+    return h @ k @ h
+
+
+def test_cka_gradient_at_a_small_scale_is_finite_and_matches_differences(x64):
+    """The power-of-two rescaling is a constant for autodiff: d cka(s K, L)/dK at s = 1e-200
+    (float64 squares underflow there) is the scale-1 gradient / s, and that one matches
+    central differences."""
+    rng = np.random.default_rng(10)
+    a, b = rng.normal(size=(7, 3)), rng.normal(size=(7, 2))
+    k, lm = a @ a.T, b @ b.T + 0.5
+    f = lambda kk: P.cka(kk, lm)  # noqa: E731
+    g = np.asarray(jax.grad(f)(k))
+    fd = np.zeros_like(k)
+    for i in np.ndindex(k.shape):
+        e = np.zeros_like(k)
+        e[i] = 1e-6
+        fd[i] = (float(f(k + e)) - float(f(k - e))) / 2e-6
+    np.testing.assert_allclose(g, fd, atol=1e-8)
+    s = 1e-200
+    gs = np.asarray(jax.grad(f)(s * k))
+    assert np.all(np.isfinite(gs))
+    np.testing.assert_allclose(gs * s, g, rtol=1e-9, atol=1e-12)

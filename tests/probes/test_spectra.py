@@ -109,3 +109,36 @@ def test_participation_ratio_keeps_float64(x64):
     got = P.participation_ratio(jnp.asarray(e))
     assert got.dtype == jnp.float64
     np.testing.assert_allclose(float(got), e.sum() ** 2 / (e**2).sum(), rtol=1e-14)
+
+
+@pytest.mark.parametrize("s", [1e-20, 1e-10, 1e10, 1e20])
+def test_stable_rank_and_participation_ratio_are_scale_invariant_in_float32(s):
+    """Both are scale invariant, but float32 squares under/overflow: stable_rank(1e-20 M)
+    was 0.0 (1e20 M: NaN), participation_ratio of eigenvalues ~1e-24 was 0.0 (1e24: NaN).
+    The spectrum is now rescaled by an exact power of two: the float64 numpy value holds."""
+    rng = np.random.default_rng(12)
+    m = rng.normal(size=(9, 6)) @ np.diag([5.0, 3.0, 2.0, 1.0, 0.5, 0.1])
+    sv = np.linalg.svd(m, compute_uv=False)
+    want_sr = np.sum(sv ** 2) / sv[0] ** 2
+    np.testing.assert_allclose(float(P.stable_rank((s * m).astype(np.float32))), want_sr,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.stable_rank((s * sv).astype(np.float32))), want_sr,
+                               rtol=1e-5)
+    lam = sv ** 2
+    want_pr = lam.sum() ** 2 / np.sum(lam ** 2)
+    for t in (s, s * s if abs(np.log10(s)) <= 18 else s):  # eigenvalues down to 1e-36
+        np.testing.assert_allclose(float(P.participation_ratio((t * lam).astype(np.float32))),
+                                   want_pr, rtol=1e-5)
+
+
+def test_participation_ratio_gradient_is_scale_covariant_and_matches_differences(x64):
+    """The rescaling is a constant for autodiff: the gradient at 1e-200 lam (whose float64
+    squares underflow) is the scale-1 gradient / 1e-200, which matches central differences."""
+    lam = np.array([3.0, 2.0, 0.5, 0.25])
+    g = np.asarray(jax.grad(P.participation_ratio)(lam))
+    fd = np.array([(float(P.participation_ratio(lam + e)) - float(P.participation_ratio(lam - e)))
+                   / 2e-6 for e in 1e-6 * np.eye(4)])
+    np.testing.assert_allclose(g, fd, rtol=1e-7)
+    gs = np.asarray(jax.grad(P.participation_ratio)(1e-200 * lam))
+    assert np.all(np.isfinite(gs))
+    np.testing.assert_allclose(gs * 1e-200, g, rtol=1e-12)

@@ -102,3 +102,28 @@ def test_tree_probes_keep_float64(x64):
     a, b = [rng.normal(size=(5, 3))], [rng.normal(size=(5, 3))]
     assert P.tree_relative_change(a, b).dtype == jnp.float64
     assert P.tree_cosine_similarity(a, b).dtype == jnp.float64
+
+
+@pytest.mark.parametrize("s", [1e-20, 1e-10, 1e10, 1e20])
+def test_tree_probes_are_scale_invariant_in_float32(s):
+    """float32 norms of 1e-20 trees underflowed: cosine 0.0, and tree_relative_change said
+    "a0 has norm 0 (all leaves zero)"; at 1e20 both were NaN.  Each tree (the difference too)
+    is now rescaled by an exact power of two: float64 numpy on the flat vectors holds."""
+    rng = np.random.default_rng(13)
+    a = {"w": rng.normal(size=(4, 3)), "b": rng.normal(size=3)}
+    b = {"w": a["w"] + 0.5 * rng.normal(size=(4, 3)), "b": rng.normal(size=3)}
+    fa, fb = _flat64(a), _flat64(b)
+    want_cos = fa @ fb / (np.linalg.norm(fa) * np.linalg.norm(fb))
+    want_rel = np.linalg.norm(fa - fb) / np.linalg.norm(fb)
+    f32 = lambda t, c: jax.tree.map(lambda v: np.float32(c) * v.astype(np.float32), t)  # noqa: E731
+    np.testing.assert_allclose(float(P.tree_cosine_similarity(f32(a, s), f32(b, s))), want_cos,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.tree_cosine_similarity(f32(a, s), f32(b, 1.0))),
+                               want_cos, rtol=1e-5)
+    np.testing.assert_allclose(float(P.tree_relative_change(f32(a, s), f32(b, s))), want_rel,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(jax.jit(P.tree_relative_change)(f32(a, s), f32(b, s))),
+                               want_rel, rtol=1e-5)
+    # a and a0 of different sizes: the ratio itself is large or small
+    np.testing.assert_allclose(float(P.tree_relative_change(f32(a, s), f32(b, 1.0))),
+                               np.linalg.norm(s * fa - fb) / np.linalg.norm(fb), rtol=1e-5)
