@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from layerlab._checks import (
@@ -32,7 +33,7 @@ from layerlab._checks import (
     is_concrete,
     promote_float,
 )
-from layerlab.probes._scale import unit_scaled
+from layerlab.probes._scale import exponent, times_pow2, unit_scaled
 
 
 def _features(x, name: str) -> jax.Array:
@@ -47,8 +48,20 @@ def _features(x, name: str) -> jax.Array:
             f"{name}: expected a representation of shape [n, features...], got {x.shape}; "
             "reshape a single feature to [n, 1]."
         )
+    if math.prod(x.shape[1:]) == 0:
+        raise ValueError(
+            f"{fn}: {arg or 'x'} must have at least one feature per sample, got shape "
+            f"{tuple(x.shape)}."
+        )
     (x,) = promote_float(x)
     return x.reshape(x.shape[0], -1)
+
+
+def _scalar(v, name: str, fn: str) -> None:
+    """A bandwidth is one number: an array of them broadcast against the ``[n, n]`` distances
+    (or failed to)."""
+    if v is not None and np.ndim(v) != 0:
+        raise ValueError(f"{fn}: {name} must be a scalar, got shape {tuple(np.shape(v))}.")
 
 
 def _pair(x, y, fn: str):
@@ -173,6 +186,8 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
       ``[n, n]``.
     """
     x = _features(x, "gram_rbf")
+    _scalar(sigma, "sigma", "gram_rbf")
+    _scalar(sigma_frac, "sigma_frac", "gram_rbf")
     if sigma is None:
         check_number(sigma_frac, "sigma_frac", fn="gram_rbf", min_value=0.0, lo_open=True,
                      what="a fraction of the median distance")
@@ -392,6 +407,7 @@ def rbf_cka(x: ArrayLike, y: ArrayLike, *, sigma_frac: float = 0.8) -> jax.Array
     """
     x, y = _pair(x, y, "rbf_cka")
     # checked here, eagerly: inside the jitted core it is traced (one program for any value)
+    _scalar(sigma_frac, "sigma_frac", "rbf_cka")
     check_number(sigma_frac, "sigma_frac", fn="rbf_cka", min_value=0.0, lo_open=True,
                  what="a fraction of the median distance")
     return check_result_finite(_rbf_cka_core(x, y, sigma_frac), "RBF CKA",
@@ -453,6 +469,7 @@ def minibatch_cka_update(
     ``minibatch_cka_init(jnp.bfloat16)``, or a float32 one fed float64 data under x64).
     """
     x, y = _pair(x, y, "minibatch_cka_update")
+    _check_minibatch_size(x.shape[0], "minibatch_cka_update", f"x {x.shape}, y {y.shape}")
     if kernel not in ("linear", "rbf"):
         raise ValueError(
             f"minibatch_cka_update: kernel must be 'linear' or 'rbf', got {kernel!r}."
@@ -523,12 +540,26 @@ def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> ja
         )
     if not isinstance(kernel, str) or kernel not in ("linear", "rbf"):
         raise ValueError(f"minibatch_cka: kernel must be 'linear' or 'rbf', got {kernel!r}.")
+    if xs.shape[0] == 0:
+        raise ValueError(f"minibatch_cka: xs and ys must hold at least one minibatch, got "
+                         f"B = 0 (shapes {xs.shape} and {ys.shape}).")
+    _check_minibatch_size(xs.shape[1], "minibatch_cka", f"xs {xs.shape}, ys {ys.shape}")
+    for arg, a in (("xs", xs), ("ys", ys)):
+        if math.prod(a.shape[2:]) == 0:
+            raise ValueError(f"minibatch_cka: {arg} must have at least one feature per "
+                             f"sample, got shape {tuple(a.shape)}.")
     check_finite(xs, "xs", fn="minibatch_cka")  # eager only (inside the core: NaN)
     check_finite(ys, "ys", fn="minibatch_cka")
     xs, ys = promote_float(xs, ys)
     return check_result_finite(_minibatch_cka_core(xs, ys, kernel=kernel), "minibatch CKA",
                                fn="minibatch_cka",
                                hint=lambda: _minibatch_nan_cause(xs, ys, kernel))
+
+
+def _check_minibatch_size(m: int, fn: str, shapes: str) -> None:
+    if m < 4:
+        raise ValueError(f"{fn}: each minibatch must hold m >= 4 samples (unbiased HSIC "
+                         f"divides by m (m - 3)), got m = {m} ({shapes}).")
 
 
 def _zero_bandwidth(fn: str, arg: str, where: str) -> str:
@@ -616,14 +647,34 @@ def kernel_change_rate(k_prev: ArrayLike, k_next: ArrayLike) -> jax.Array:
 
     Sensitive to the kernel's overall scale (``K -> 2K`` gives 1): a network whose NTK only
     grows in size registers as changing; :func:`kernel_distance` is the scale-free measure.
+    Both norms are taken after an exact power-of-two rescaling (float32 kernels of 1e-20 or
+    1e20 entries neither underflow nor overflow).
 
     Args:
-      k_prev, k_next: ``[n, n]`` (or any equal shapes).
+      k_prev, k_next: ``[n, n]`` kernel matrices.
 
     Returns:
       scalar.
+
+    Raises:
+      ValueError: kernels not square or of different shapes; (eager calls only) non-finite
+        entries, or ``k_prev`` all zeros, where the relative change is undefined (as in
+        :func:`tree_relative_change`; under ``jit`` the result is ``inf`` there, NaN when
+        ``k_next`` is zero too).
     """
-    k_prev, k_next = promote_float(k_prev, k_next)
+    k_prev = _square(k_prev, "kernel_change_rate k_prev")
+    k_next = _square(k_next, "kernel_change_rate k_next")
     if k_prev.shape != k_next.shape:
-        raise ValueError(f"kernel_change_rate: shapes differ, {k_prev.shape} vs {k_next.shape}.")
-    return jnp.linalg.norm((k_next - k_prev).ravel()) / jnp.linalg.norm(k_prev.ravel())
+        raise ValueError(f"kernel_change_rate: k_prev and k_next must have the same shape, "
+                         f"got {k_prev.shape} and {k_next.shape}.")
+    k_prev, k_next = promote_float(k_prev, k_next)
+    if is_concrete(k_prev) and not bool(jnp.any(k_prev != 0)):
+        raise ValueError(
+            "kernel_change_rate: k_prev is all zeros, so the relative change is undefined; "
+            "use jnp.linalg.norm(k_next - k_prev) for the absolute change."
+        )
+    d = k_next - k_prev
+    e0, ed = exponent(k_prev), exponent(d)
+    ratio = jnp.linalg.norm(times_pow2(d, -ed).ravel()) / jnp.linalg.norm(
+        times_pow2(k_prev, -e0).ravel())
+    return times_pow2(ratio, ed - e0)

@@ -719,3 +719,22 @@ def test_cka_gradient_at_a_small_scale_is_finite_and_matches_differences(x64):
     gs = np.asarray(jax.grad(f)(s * k))
     assert np.all(np.isfinite(gs))
     np.testing.assert_allclose(gs * s, g, rtol=1e-9, atol=1e-12)
+
+
+def test_kernel_change_rate_zero_k_prev_refused_and_scale_safe():
+    """A zero k_prev gave inf (both zero: nan) eagerly, like tree_relative_change's undefined
+    case, which refuses it: now refused eagerly, inf under jit (NaN when both are zero).
+    The norms are rescaled by exact powers of two: float32 kernels of 1e-20 and 1e20 entries
+    give the float64 numpy ratio."""
+    rng = np.random.default_rng(15)
+    a = rng.normal(size=(8, 3))
+    k0, k1 = a @ a.T, a @ a.T + 0.3 * np.outer(a[:, 0], a[:, 0])
+    want = np.linalg.norm(k1 - k0) / np.linalg.norm(k0)
+    for s in (1e-20, 1e-10, 1.0, 1e10, 1e20):
+        got = P.kernel_change_rate((s * k0).astype(np.float32), (s * k1).astype(np.float32))
+        np.testing.assert_allclose(float(got), want, rtol=1e-5, err_msg=f"scale {s}")
+    z = np.zeros((8, 8), np.float32)
+    with pytest.raises(ValueError, match=r"^kernel_change_rate: k_prev is all zeros"):
+        P.kernel_change_rate(z, k1.astype(np.float32))
+    assert np.isposinf(float(jax.jit(P.kernel_change_rate)(z, k1.astype(np.float32))))
+    assert np.isnan(float(jax.jit(P.kernel_change_rate)(z, z)))
