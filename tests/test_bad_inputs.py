@@ -126,7 +126,7 @@ for name, f, arg in [
     ("probes.gram_rbf", lambda: probes.gram_rbf(X_NAN), r"\bx\b"),
     ("probes.effective_rank", lambda: probes.effective_rank(jnp.array([1.0, jnp.nan])),
      r"\bs\b"),
-    ("probes.stable_rank", lambda: probes.stable_rank(jnp.array([1.0, jnp.inf])), r"\bs\b"),
+    ("probes.stable_rank", lambda: probes.stable_rank(jnp.array([1.0, jnp.inf])), r"\bm\b"),
     ("probes.center_gram", lambda: probes.center_gram(K_PSD * np.inf), r"\bK\b|\bk\b"),
     ("dgl.dgl_loss.K", lambda: dgl.dgl_loss(K_PSD * np.nan, Y1H, eps2=0.1), r"\bK\b"),
     ("gnrev.revmlp_apply", lambda: gnrev.revmlp_apply(
@@ -396,12 +396,23 @@ for name, f, exc, arg in [
     ("probes.minibatch_cka.0_features", lambda: probes.minibatch_cka(
         np.zeros((2, 4, 0), np.float32), np.ones((2, 4, 2), np.float32)), ValueError,
      r"^minibatch_cka: xs must have at least one feature per sample, got shape \(2, 4, 0\)"),
+    ("probes.effective_rank.0d", lambda: probes.effective_rank(3.0), ValueError,
+     r"^effective_rank: s must be singular values \[k\] or a matrix \[m, n\], got shape "
+     r"\(\)"),
+    ("probes.stable_rank.3d", lambda: probes.stable_rank(np.ones((2, 3, 4))), ValueError,
+     r"^stable_rank: m must be singular values \[k\] or a matrix"),
+    ("probes.count_near_one.0d", lambda: probes.count_near_one(np.float32(1.0)), ValueError,
+     r"^count_near_one: s must be singular values \[k\] \(or \[\.\.\., k\]\), got a scalar"),
     ("probes.gram_rbf.sigma.vector", lambda: probes.gram_rbf(X, sigma=jnp.array([1.0, 2.0])),
      ValueError, r"^gram_rbf: sigma must be a scalar, got shape \(2,\)"),
     ("probes.gram_rbf.sigma_frac.vector", lambda: probes.gram_rbf(X, sigma_frac=[0.5, 0.8]),
      ValueError, r"^gram_rbf: sigma_frac must be a scalar, got shape \(2,\)"),
     ("probes.rbf_cka.sigma_frac.vector", lambda: probes.rbf_cka(X, X, sigma_frac=[0.5, 0.8]),
      ValueError, r"^rbf_cka: sigma_frac must be a scalar, got shape \(2,\)"),
+    ("probes.participation_ratio.negative", lambda: probes.participation_ratio(
+        np.array([3.0, -1.0, -1.0])), ValueError,
+     r"^participation_ratio: eigs must be non-negative .* got 2 entries below that, the "
+     r"smallest -1"),
 ]:
     add(f"audit3:{name}", f, exc, arg)
 

@@ -142,3 +142,26 @@ def test_participation_ratio_gradient_is_scale_covariant_and_matches_differences
     gs = np.asarray(jax.grad(P.participation_ratio)(1e-200 * lam))
     assert np.all(np.isfinite(gs))
     np.testing.assert_allclose(gs * 1e-200, g, rtol=1e-12)
+
+
+def test_participation_ratio_reads_round_off_negatives_as_zero_and_refuses_others():
+    """Negative eigenvalues gave values outside the documented [1, k] ([3, -1, -1]: 0.09,
+    [1, -1]: 0.0).  Now entries down to -8 log2(k) eps max|eigs| (eigvalsh round-off) count as
+    0, larger negatives are refused eagerly and give NaN under jit."""
+    rng = np.random.default_rng(14)
+    h = rng.normal(size=(5, 12)).astype(np.float32)  # 5 samples, 12 features: rank <= 4
+    h -= h.mean(0)
+    lam = np.linalg.eigvalsh(h.T @ h / 5)  # float32: 8 round-off eigenvalues around 0
+    assert lam.min() < 0
+    clean = np.where(lam < 0, 0.0, lam.astype(np.float64))
+    want = clean.sum() ** 2 / np.sum(clean ** 2)
+    np.testing.assert_allclose(float(P.participation_ratio(lam)), want, rtol=1e-5)
+    assert 1.0 <= float(P.participation_ratio(lam)) <= 4.0 + 1e-5
+    with pytest.raises(ValueError, match=r"^participation_ratio: eigs must be non-negative"):
+        P.participation_ratio(np.array([1.0, -1.0]))
+    assert np.isnan(float(jax.jit(P.participation_ratio)(jnp.array([3.0, -1.0, -1.0]))))
+    # the gradient at an exactly zero eigenvalue is the formula's, not halved
+    g = np.asarray(jax.grad(P.participation_ratio)(jnp.array([2.0, 1.0, 0.0])))
+    s1, s2 = 3.0, 5.0
+    np.testing.assert_allclose(g, 2 * s1 / s2 - s1 ** 2 * 2 * np.array([2.0, 1.0, 0.0]) / s2 ** 2,
+                               rtol=1e-6)
