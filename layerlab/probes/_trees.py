@@ -59,17 +59,20 @@ def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
     Returns:
       scalar in ``[-1, 1]`` (clipped there: rounding can exceed 1 for parallel trees);
       **0 when either tree is all zeros** (the cosine is 0/0 there, as
-      :func:`kernel_alignment` and :func:`cka` return 0 for a zero kernel).  Under ``jit`` a
-      NaN leaf gives NaN.
+      :func:`kernel_alignment` and :func:`cka` return 0 for a zero kernel; its gradient there
+      is 0, not NaN).  Under ``jit`` a NaN leaf gives NaN.
     """
     _check_same_layout(a, b, "tree_cosine_similarity")
     a, b = _promoted(a, b)
     # scale invariant in each tree: rescaled by exact powers of two (float32 trees of 1e-20
     # entries had norm 0 and cosine 0; 1e20 ones NaN)
     a, b = _times_pow2(a, -_exponent(a)), _times_pow2(b, -_exponent(b))
-    na, nb = optax.tree.norm(a), optax.tree.norm(b)
-    zero = (na == 0) | (nb == 0)  # (a NaN norm is not 0: NaN stays NaN)
-    cos = optax.tree.vdot(a, b) / jnp.where(zero, 1.0, na * nb)
+    sa, sb = optax.tree.norm(a, squared=True), optax.tree.norm(b, squared=True)
+    zero = (sa == 0) | (sb == 0)  # (a NaN norm is not 0: NaN stays NaN)
+    # safe sqrt (the where inside): sqrt'(0) = inf made the gradient at a zero tree NaN,
+    # where the documented value is 0 (its gradient there is now 0)
+    na, nb = jnp.sqrt(jnp.where(zero, 1.0, sa)), jnp.sqrt(jnp.where(zero, 1.0, sb))
+    cos = optax.tree.vdot(a, b) / (na * nb)
     return jnp.where(zero, 0.0, jnp.clip(cos, -1.0, 1.0))  # (clip keeps NaN)
 
 
