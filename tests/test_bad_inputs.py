@@ -413,6 +413,10 @@ for name, f, exc, arg in [
         np.array([3.0, -1.0, -1.0])), ValueError,
      r"^participation_ratio: eigs must be non-negative .* got 2 entries below that, the "
      r"smallest -1"),
+    ("nets.mlp_apply.chain", lambda: nets.mlp_apply(
+        [MLP[0], {"w": jnp.ones((5, 2)), "b": jnp.ones(2)}], X), ValueError,
+     r"^mlp_apply: layer 1 does not chain onto layer 0: its w has shape \(5, 2\), layer 0's w "
+     r"\(3, 4\) outputs 4 features"),
 ]:
     add(f"audit3:{name}", f, exc, arg)
 
