@@ -232,6 +232,15 @@ def mlp_apply(
         )
     x = check_array(x, "x", fn="mlp_apply", kind="real", ndim=tuple(range(1, 8)))
     d0 = params[0]["w"].shape[0]
+    for i in range(1, len(params)):  # static shapes: checked under jit too
+        prev, w = jnp.shape(params[i - 1]["w"]), jnp.shape(params[i]["w"])
+        if len(w) != 2 or w[0] != prev[-1]:
+            raise ValueError(
+                f"mlp_apply: layer {i} does not chain onto layer {i - 1}: its w has shape {w}, "
+                f"layer {i - 1}'s w {prev} outputs {prev[-1]} features; each layer's w must be "
+                "[d_in, d_out] with d_in the previous layer's d_out (as mlp_init(key, sizes) "
+                "builds them)."
+            )
     if x.shape[-1] != d0:
         raise ValueError(
             f"mlp_apply: input has {x.shape[-1]} features (shape {x.shape}) but the first layer "

@@ -126,7 +126,7 @@ for name, f, arg in [
     ("probes.gram_rbf", lambda: probes.gram_rbf(X_NAN), r"\bx\b"),
     ("probes.effective_rank", lambda: probes.effective_rank(jnp.array([1.0, jnp.nan])),
      r"\bs\b"),
-    ("probes.stable_rank", lambda: probes.stable_rank(jnp.array([1.0, jnp.inf])), r"\bs\b"),
+    ("probes.stable_rank", lambda: probes.stable_rank(jnp.array([1.0, jnp.inf])), r"\bm\b"),
     ("probes.center_gram", lambda: probes.center_gram(K_PSD * np.inf), r"\bK\b|\bk\b"),
     ("dgl.dgl_loss.K", lambda: dgl.dgl_loss(K_PSD * np.nan, Y1H, eps2=0.1), r"\bK\b"),
     ("gnrev.revmlp_apply", lambda: gnrev.revmlp_apply(
@@ -361,6 +361,64 @@ for name, f, exc, arg in [
         jnp.array([3.0, 2.0, 1.0]), 1.5), ValueError, "var_fraction"),
 ]:
     add(f"hparam:{name}", f, exc, arg)
+
+# probes / nets argument checks (third audit): the message names the function, the argument,
+# what was expected and what came (before: inf / nan / a plausible number / a raw jnp error)
+_K16 = (lambda a: a @ a.T)(RNG.normal(size=(16, 3)).astype(np.float32))
+_XS = RNG.normal(size=(4, 3, 6)).astype(np.float32)
+for name, f, exc, arg in [
+    ("probes.kernel_change_rate.zero", lambda: probes.kernel_change_rate(
+        np.zeros((6, 6), np.float32), K_PSD), ValueError,
+     r"^kernel_change_rate: k_prev is all zeros, so the relative change is undefined"),
+    ("probes.kernel_change_rate.nan", lambda: probes.kernel_change_rate(K_PSD * np.nan, K_PSD),
+     ValueError, r"^kernel_change_rate: k_prev has 36 non-finite \(NaN/Inf\) entries"),
+    ("probes.kernel_change_rate.k_next.inf", lambda: probes.kernel_change_rate(
+        K_PSD, K_PSD * np.inf), ValueError, r"^kernel_change_rate: k_next has 36 non-finite"),
+    ("probes.kernel_change_rate.1d", lambda: probes.kernel_change_rate(K_PSD[0], K_PSD[1]),
+     ValueError, r"^kernel_change_rate k_prev: expected a square \[n, n\] kernel matrix, got "
+                 r"\(6,\)"),
+    ("probes.kernel_change_rate.None", lambda: probes.kernel_change_rate(None, K_PSD),
+     TypeError, r"^kernel_change_rate: k_prev must be an array, got None"),
+    ("probes.kernel_change_rate.shapes", lambda: probes.kernel_change_rate(K_PSD, _K16),
+     ValueError, r"^kernel_change_rate: k_prev and k_next must have the same shape, got "
+                 r"\(6, 6\) and \(16, 16\)"),
+    ("probes.minibatch_cka.m=3", lambda: probes.minibatch_cka(_XS, _XS[..., :2]), ValueError,
+     r"^minibatch_cka: each minibatch must hold m >= 4 samples .* got m = 3 \(xs \(4, 3, 6\)"),
+    ("probes.minibatch_cka.B=0", lambda: probes.minibatch_cka(_XS[:0], _XS[:0]), ValueError,
+     r"^minibatch_cka: xs and ys must hold at least one minibatch, got B = 0"),
+    ("probes.minibatch_cka_update.m=3", lambda: probes.minibatch_cka_update(
+        probes.minibatch_cka_init(), _XS[0], _XS[1]), ValueError,
+     r"^minibatch_cka_update: each minibatch must hold m >= 4 samples .* got m = 3"),
+    ("probes.linear_cka.0_features", lambda: probes.linear_cka(X[:, :0], X), ValueError,
+     r"^linear_cka: x must have at least one feature per sample, got shape \(6, 0\)"),
+    ("probes.rbf_cka.0_features", lambda: probes.rbf_cka(X, X[:, :0]), ValueError,
+     r"^rbf_cka: y must have at least one feature per sample, got shape \(6, 0\)"),
+    ("probes.minibatch_cka.0_features", lambda: probes.minibatch_cka(
+        np.zeros((2, 4, 0), np.float32), np.ones((2, 4, 2), np.float32)), ValueError,
+     r"^minibatch_cka: xs must have at least one feature per sample, got shape \(2, 4, 0\)"),
+    ("probes.effective_rank.0d", lambda: probes.effective_rank(3.0), ValueError,
+     r"^effective_rank: s must be singular values \[k\] or a matrix \[m, n\], got shape "
+     r"\(\)"),
+    ("probes.stable_rank.3d", lambda: probes.stable_rank(np.ones((2, 3, 4))), ValueError,
+     r"^stable_rank: m must be singular values \[k\] or a matrix"),
+    ("probes.count_near_one.0d", lambda: probes.count_near_one(np.float32(1.0)), ValueError,
+     r"^count_near_one: s must be singular values \[k\] \(or \[\.\.\., k\]\), got a scalar"),
+    ("probes.gram_rbf.sigma.vector", lambda: probes.gram_rbf(X, sigma=jnp.array([1.0, 2.0])),
+     ValueError, r"^gram_rbf: sigma must be a scalar, got shape \(2,\)"),
+    ("probes.gram_rbf.sigma_frac.vector", lambda: probes.gram_rbf(X, sigma_frac=[0.5, 0.8]),
+     ValueError, r"^gram_rbf: sigma_frac must be a scalar, got shape \(2,\)"),
+    ("probes.rbf_cka.sigma_frac.vector", lambda: probes.rbf_cka(X, X, sigma_frac=[0.5, 0.8]),
+     ValueError, r"^rbf_cka: sigma_frac must be a scalar, got shape \(2,\)"),
+    ("probes.participation_ratio.negative", lambda: probes.participation_ratio(
+        np.array([3.0, -1.0, -1.0])), ValueError,
+     r"^participation_ratio: eigs must be non-negative .* got 2 entries below that, the "
+     r"smallest -1"),
+    ("nets.mlp_apply.chain", lambda: nets.mlp_apply(
+        [MLP[0], {"w": jnp.ones((5, 2)), "b": jnp.ones(2)}], X), ValueError,
+     r"^mlp_apply: layer 1 does not chain onto layer 0: its w has shape \(5, 2\), layer 0's w "
+     r"\(3, 4\) outputs 4 features"),
+]:
+    add(f"audit3:{name}", f, exc, arg)
 
 # ----------------------------------------------------------------- n = 1 data
 for name, f, arg in [

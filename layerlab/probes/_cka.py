@@ -8,7 +8,9 @@ Every function computes in float32 or wider: integer inputs (uint8 pixels overfl
 ``x @ x.T``) and half-precision ones (bfloat16's eps ~ 8e-3 cannot resolve the centring;
 float16 overflows beyond 65504 in the sums of squares) are promoted first, float64 stays
 float64.  A representation constant over the samples (a dead layer) gives CKA 0, where CKA
-is 0/0, in every function here.
+is 0/0, in every function here.  The scale-invariant functions rescale their inputs by an
+exact power of two first (``_scale.py``): float32 inputs of 1e-20 or 1e20 neither underflow
+nor overflow in the sums of squares.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from layerlab._checks import (
@@ -27,8 +30,10 @@ from layerlab._checks import (
     check_float_dtype,
     check_number,
     check_result_finite,
+    is_concrete,
     promote_float,
 )
+from layerlab.probes._scale import exponent, times_pow2, unit_scaled
 
 
 def _features(x, name: str) -> jax.Array:
@@ -43,8 +48,20 @@ def _features(x, name: str) -> jax.Array:
             f"{name}: expected a representation of shape [n, features...], got {x.shape}; "
             "reshape a single feature to [n, 1]."
         )
+    if math.prod(x.shape[1:]) == 0:
+        raise ValueError(
+            f"{fn}: {arg or 'x'} must have at least one feature per sample, got shape "
+            f"{tuple(x.shape)}."
+        )
     (x,) = promote_float(x)
     return x.reshape(x.shape[0], -1)
+
+
+def _scalar(v, name: str, fn: str) -> None:
+    """A bandwidth is one number: an array of them broadcast against the ``[n, n]`` distances
+    (or failed to)."""
+    if v is not None and np.ndim(v) != 0:
+        raise ValueError(f"{fn}: {name} must be a scalar, got shape {tuple(np.shape(v))}.")
 
 
 def _pair(x, y, fn: str):
@@ -124,8 +141,28 @@ def gram_linear(x: ArrayLike) -> jax.Array:
 
 
 def _sq_dists(x: jax.Array) -> jax.Array:
+    """Squared distances of the rows of a *column-centred* ``x`` by ``|a|^2 + |b|^2 - 2 a.b``:
+    clamped at 0 (rounding can make the difference negative) and exactly 0 on the diagonal.
+    On uncentred rows the three terms ~ ``|offset|^2`` cancel: float32 rows ``100 + 0.1 z``
+    lost 18 % of the kernel, ``1000 + 0.1 z`` gave NaN."""
     sq = jnp.sum(x * x, axis=1)
-    return jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0)
+    d2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (x @ x.T), 0.0)
+    return jnp.where(jnp.eye(x.shape[0], dtype=bool), 0.0, d2)
+
+
+def _centred(x: jax.Array) -> jax.Array:
+    """Column-centred ``x``, in two passes (the first computed mean is off by a few eps of the
+    offset; see :func:`_centre_columns`): distances are translation invariant, their
+    ``|a|^2 + |b|^2 - 2 a.b`` form is not."""
+    xc = x - jnp.mean(x, axis=0, keepdims=True)
+    return xc - jnp.mean(xc, axis=0, keepdims=True)
+
+
+def _rbf_gram(xc: jax.Array, sigma_frac, sigma=None) -> tuple[jax.Array, jax.Array]:
+    """RBF Gram matrix of the centred rows ``xc`` and its bandwidth ``sigma^2``."""
+    d2 = _sq_dists(xc)
+    s2 = sigma**2 if sigma is not None else sigma_frac**2 * jnp.median(d2)
+    return jnp.exp(-d2 / (2.0 * s2)), s2
 
 
 def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None = None) -> jax.Array:
@@ -136,7 +173,9 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
 
     (median over all ``n^2`` entries, diagonal included, as in Kornblith et al. 2019's
     reference implementation, §3 "RBF CKA", where ``sigma_frac`` is the fraction of the
-    median distance).
+    median distance).  The distances are computed from the column-centred ``x``, so the
+    kernel is translation invariant in floating point too (before 2026-11-29 float32 rows
+    ``100 + 0.1 z`` were 0.18 off and ``1000 + 0.1 z`` NaN), and the diagonal is exactly 1.
 
     Args:
       x: ``[n, ...]``.
@@ -147,14 +186,14 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
       ``[n, n]``.
     """
     x = _features(x, "gram_rbf")
+    _scalar(sigma, "sigma", "gram_rbf")
+    _scalar(sigma_frac, "sigma_frac", "gram_rbf")
     if sigma is None:
         check_number(sigma_frac, "sigma_frac", fn="gram_rbf", min_value=0.0, lo_open=True,
                      what="a fraction of the median distance")
     else:
         check_number(sigma, "sigma", fn="gram_rbf", min_value=0.0, lo_open=True)
-    d2 = _sq_dists(x)
-    s2 = sigma**2 if sigma is not None else sigma_frac**2 * jnp.median(d2)
-    return jnp.exp(-d2 / (2.0 * s2))
+    return _rbf_gram(_centred(x), sigma_frac, sigma)[0]
 
 
 def center_gram(k: ArrayLike) -> jax.Array:
@@ -248,13 +287,21 @@ def cka(k1: ArrayLike, k2: ArrayLike, *, unbiased: bool = False) -> jax.Array:
 # an outer jit the cores are inlined.
 @functools.partial(jax.jit, static_argnames="unbiased")
 def _cka_core(k1, k2, *, unbiased):
+    # CKA is invariant to rescaling either kernel: bring each to a largest entry in [0.5, 1)
+    # (an exact power of two), else its float32 sums of squares under/overflow (the Grams of
+    # 1e-12 x or 1e12 x gave CKA 0.0)
+    k1, k2 = unit_scaled(k1), unit_scaled(k2)
     (k1c, k1_const), (k2c, k2_const) = _centred_kernel(k1), _centred_kernel(k2)
     degenerate = k1_const | k2_const
     if not unbiased:  # HSIC(K, L) (n-1)^2 = <HKH, HLH>: CKA is their cosine
         return _cosine(k1c, k2c, k1_const, k2_const)
-    prod = unbiased_hsic(k1, k1) * unbiased_hsic(k2, k2)
+    # HSIC_1 is invariant to double centring (HSIC_1(HKH, L) = HSIC_1(K, L)), and on the
+    # centred kernels its sums do not cancel: on raw Grams of offset features (sigmoid
+    # units, x = 10 + 0.1 z) the float32 terms of 1^T K~ 1 ~ n^2 offset^2 cancelled to the
+    # rounding level (0.0 for 0.2068)
+    prod = unbiased_hsic(k1c, k1c) * unbiased_hsic(k2c, k2c)
     ok = (prod > 0) & ~degenerate
-    out = unbiased_hsic(k1, k2) / jnp.sqrt(jnp.where(ok, prod, 1.0))
+    out = unbiased_hsic(k1c, k2c) / jnp.sqrt(jnp.where(ok, prod, 1.0))
     # 0/0 (a constant representation) is 0; a NaN input stays NaN (under jit it cannot raise)
     return jnp.where(ok, out, jnp.where(jnp.isnan(prod), jnp.nan, 0.0))
 
@@ -360,6 +407,7 @@ def rbf_cka(x: ArrayLike, y: ArrayLike, *, sigma_frac: float = 0.8) -> jax.Array
     """
     x, y = _pair(x, y, "rbf_cka")
     # checked here, eagerly: inside the jitted core it is traced (one program for any value)
+    _scalar(sigma_frac, "sigma_frac", "rbf_cka")
     check_number(sigma_frac, "sigma_frac", fn="rbf_cka", min_value=0.0, lo_open=True,
                  what="a fraction of the median distance")
     return check_result_finite(_rbf_cka_core(x, y, sigma_frac), "RBF CKA",
@@ -374,8 +422,8 @@ def _rbf_cka_core(x, y, sigma_frac):
     y, y_const = _centre_scaled(y)
     degenerate = x_const | y_const
     # a constant representation has a zero median distance (0/0 bandwidth): use K = 1
-    kx = jnp.where(x_const, 1.0, gram_rbf(x, sigma_frac=sigma_frac))
-    ky = jnp.where(y_const, 1.0, gram_rbf(y, sigma_frac=sigma_frac))
+    kx = jnp.where(x_const, 1.0, _rbf_gram(x, sigma_frac)[0])  # (x, y centred above)
+    ky = jnp.where(y_const, 1.0, _rbf_gram(y, sigma_frac)[0])
     return jnp.where(degenerate, 0.0, cka(kx, ky))
 
 
@@ -411,12 +459,17 @@ def minibatch_cka_update(
     rounding level are zeroed (as in :func:`linear_cka`); a minibatch on which a
     representation is constant adds exactly 0 to every sum it enters.
 
+    With ``kernel="linear"`` the minibatch is not rescaled (the sums must weight every
+    minibatch alike): in float32 keep features between ~1e-9 and ~1e8 in size (rescale all
+    minibatches by one factor), or use :func:`minibatch_cka`, which rescales the stack.
+
     The HSIC terms are computed in float32 or wider (the wider of ``x``'s and ``y``'s) and
     added in the wider of that and the state's dtype; the returned state has the dtypes of
     ``state`` (a ``lax.scan`` carry keeps its type: a bfloat16 state from
     ``minibatch_cka_init(jnp.bfloat16)``, or a float32 one fed float64 data under x64).
     """
     x, y = _pair(x, y, "minibatch_cka_update")
+    _check_minibatch_size(x.shape[0], "minibatch_cka_update", f"x {x.shape}, y {y.shape}")
     if kernel not in ("linear", "rbf"):
         raise ValueError(
             f"minibatch_cka_update: kernel must be 'linear' or 'rbf', got {kernel!r}."
@@ -424,8 +477,13 @@ def minibatch_cka_update(
     (x, x_const), (y, y_const) = _centre_columns(x), _centre_columns(y)
     if kernel == "linear":
         k1, k2 = x @ x.T, y @ y.T
-    else:  # a constant minibatch has a zero median distance (0/0 bandwidth)
-        k1, k2 = gram_rbf(x), gram_rbf(y)
+    else:  # a constant minibatch has a zero median distance (0/0 bandwidth): zeroed below
+        # (the median-bandwidth kernel is invariant to rescaling each minibatch)
+        (k1, s1), (k2, s2) = _rbf_gram(unit_scaled(x), 0.8), _rbf_gram(unit_scaled(y), 0.8)
+        for arg, s2_, const in (("x", s1, x_const), ("y", s2, y_const)):
+            if is_concrete(s2_) and float(s2_) == 0.0 and not bool(const):  # eager only
+                raise ValueError(_zero_bandwidth("minibatch_cka_update", arg,
+                                                 "this minibatch"))
     k1 = jnp.where(x_const, 0.0, k1)
     k2 = jnp.where(y_const, 0.0, k2)
     return MinibatchCKAState(
@@ -482,12 +540,55 @@ def minibatch_cka(xs: ArrayLike, ys: ArrayLike, *, kernel: str = "linear") -> ja
         )
     if not isinstance(kernel, str) or kernel not in ("linear", "rbf"):
         raise ValueError(f"minibatch_cka: kernel must be 'linear' or 'rbf', got {kernel!r}.")
+    if xs.shape[0] == 0:
+        raise ValueError(f"minibatch_cka: xs and ys must hold at least one minibatch, got "
+                         f"B = 0 (shapes {xs.shape} and {ys.shape}).")
+    _check_minibatch_size(xs.shape[1], "minibatch_cka", f"xs {xs.shape}, ys {ys.shape}")
+    for arg, a in (("xs", xs), ("ys", ys)):
+        if math.prod(a.shape[2:]) == 0:
+            raise ValueError(f"minibatch_cka: {arg} must have at least one feature per "
+                             f"sample, got shape {tuple(a.shape)}.")
+    check_finite(xs, "xs", fn="minibatch_cka")  # eager only (inside the core: NaN)
+    check_finite(ys, "ys", fn="minibatch_cka")
     xs, ys = promote_float(xs, ys)
-    return _minibatch_cka_core(xs, ys, kernel=kernel)
+    return check_result_finite(_minibatch_cka_core(xs, ys, kernel=kernel), "minibatch CKA",
+                               fn="minibatch_cka",
+                               hint=lambda: _minibatch_nan_cause(xs, ys, kernel))
+
+
+def _check_minibatch_size(m: int, fn: str, shapes: str) -> None:
+    if m < 4:
+        raise ValueError(f"{fn}: each minibatch must hold m >= 4 samples (unbiased HSIC "
+                         f"divides by m (m - 3)), got m = {m} ({shapes}).")
+
+
+def _zero_bandwidth(fn: str, arg: str, where: str) -> str:
+    return (f"{fn}: {arg} has a zero median pairwise distance in {where} (at least half of "
+            f"its m^2 squared distances are 0: most samples coincide, e.g. one-hot labels), "
+            "so the RBF median-heuristic bandwidth is 0 and the kernel 0/0; use "
+            "kernel='linear' or larger minibatches.")
+
+
+def _minibatch_nan_cause(xs, ys, kernel: str) -> str:
+    """Why a minibatch CKA of finite inputs came out NaN (evaluated only then): the first
+    minibatch whose RBF bandwidth is 0, as :func:`rbf_cka` reports a zero median distance."""
+    if kernel == "rbf":
+        for arg, a in (("xs", xs), ("ys", ys)):
+            for b in range(a.shape[0]):
+                xc, const = _centre_columns(a[b].reshape(a.shape[1], -1))
+                if not bool(const) and float(_rbf_gram(unit_scaled(xc), 0.8)[1]) == 0.0:
+                    return _zero_bandwidth("minibatch_cka", arg,
+                                           f"minibatch {b} ({arg}[{b}])").partition(": ")[2]
+    return "check the inputs' scale and degenerate cases."
 
 
 @functools.partial(jax.jit, static_argnames="kernel")
 def _minibatch_cka_core(xs, ys, *, kernel):
+    # CKA is invariant to rescaling xs or ys as a whole (one factor for every minibatch, or
+    # the sums would weight the minibatches differently): in float32 the HSIC terms of
+    # 1e-10 x underflowed (CKA 0.0 for 0.323) and of 1e9 x overflowed (NaN)
+    xs, ys = unit_scaled(xs), unit_scaled(ys)
+
     def body(state, xy):
         return minibatch_cka_update(state, xy[0], xy[1], kernel=kernel), None
 
@@ -512,6 +613,7 @@ def kernel_alignment(k1: ArrayLike, k2: ArrayLike, *, centered: bool = False) ->
       as in :func:`cka`), where the cosine is 0/0.  Under ``jit`` a NaN input gives NaN.
     """
     k1, k2 = _same_square(k1, k2, "kernel_alignment")
+    k1, k2 = unit_scaled(k1), unit_scaled(k2)  # scale invariant: see _cka_core
     if centered:
         (k1, k1_zero), (k2, k2_zero) = _centred_kernel(k1), _centred_kernel(k2)
     else:
@@ -545,14 +647,34 @@ def kernel_change_rate(k_prev: ArrayLike, k_next: ArrayLike) -> jax.Array:
 
     Sensitive to the kernel's overall scale (``K -> 2K`` gives 1): a network whose NTK only
     grows in size registers as changing; :func:`kernel_distance` is the scale-free measure.
+    Both norms are taken after an exact power-of-two rescaling (float32 kernels of 1e-20 or
+    1e20 entries neither underflow nor overflow).
 
     Args:
-      k_prev, k_next: ``[n, n]`` (or any equal shapes).
+      k_prev, k_next: ``[n, n]`` kernel matrices.
 
     Returns:
       scalar.
+
+    Raises:
+      ValueError: kernels not square or of different shapes; (eager calls only) non-finite
+        entries, or ``k_prev`` all zeros, where the relative change is undefined (as in
+        :func:`tree_relative_change`; under ``jit`` the result is ``inf`` there, NaN when
+        ``k_next`` is zero too).
     """
-    k_prev, k_next = promote_float(k_prev, k_next)
+    k_prev = _square(k_prev, "kernel_change_rate k_prev")
+    k_next = _square(k_next, "kernel_change_rate k_next")
     if k_prev.shape != k_next.shape:
-        raise ValueError(f"kernel_change_rate: shapes differ, {k_prev.shape} vs {k_next.shape}.")
-    return jnp.linalg.norm((k_next - k_prev).ravel()) / jnp.linalg.norm(k_prev.ravel())
+        raise ValueError(f"kernel_change_rate: k_prev and k_next must have the same shape, "
+                         f"got {k_prev.shape} and {k_next.shape}.")
+    k_prev, k_next = promote_float(k_prev, k_next)
+    if is_concrete(k_prev) and not bool(jnp.any(k_prev != 0)):
+        raise ValueError(
+            "kernel_change_rate: k_prev is all zeros, so the relative change is undefined; "
+            "use jnp.linalg.norm(k_next - k_prev) for the absolute change."
+        )
+    d = k_next - k_prev
+    e0, ed = exponent(k_prev), exponent(d)
+    ratio = jnp.linalg.norm(times_pow2(d, -ed).ravel()) / jnp.linalg.norm(
+        times_pow2(k_prev, -e0).ravel())
+    return times_pow2(ratio, ed - e0)

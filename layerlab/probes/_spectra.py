@@ -4,15 +4,18 @@ products), effective / stable rank, participation ratio, near-one counts (Jacot 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite, check_number, promote_float
+from layerlab._checks import check_array, check_finite, check_number, is_concrete, promote_float
 from layerlab._linalg import svdvals
 from layerlab._types import PyTree
+from layerlab.probes._scale import unit_scaled
 
 
 def _as_matrix(w) -> jax.Array:
@@ -109,15 +112,16 @@ def product_singular_values(
     return out
 
 
-def _spectrum(s, fn: str = "spectrum") -> jax.Array:
+def _spectrum(s, fn: str = "spectrum", arg: str = "s") -> jax.Array:
     """Singular values from ``s`` (a spectrum or a matrix), in float32 or wider."""
-    s = check_array(s, "s", fn=fn, kind="real")
-    check_finite(s, "s", fn=fn)  # eager only
+    s = check_array(s, arg, fn=fn, kind="real")
+    check_finite(s, arg, fn=fn)  # eager only
     (s,) = promote_float(s)  # (no half-precision SVD, see _as_matrix)
     if s.ndim == 2:
         return svdvals(s)
     if s.ndim != 1:
-        raise ValueError(f"expected singular values [k] or a matrix [m, n], got shape {s.shape}.")
+        raise ValueError(f"{fn}: {arg} must be singular values [k] or a matrix [m, n], got "
+                         f"shape {tuple(s.shape)}.")
     return jnp.abs(s)
 
 
@@ -154,9 +158,12 @@ def stable_rank(m: ArrayLike) -> jax.Array:
       m: matrix ``[m, n]`` or its singular values ``[k]``.
 
     Returns:
-      scalar; 0 for the zero matrix.
+      scalar; 0 for the zero matrix.  Scale invariant in floating point too (the singular
+      values are rescaled by a power of two before squaring).
     """
-    s = _spectrum(m, "stable_rank")
+    # scale invariant: singular values brought to a largest one in [0.5, 1) by an exact power
+    # of two, else their float32 squares under/overflow (1e-20 M gave 0.0, 1e20 M NaN)
+    s = unit_scaled(_spectrum(m, "stable_rank", "m"))
     top = jnp.max(s) ** 2
     zero = top == 0  # a NaN spectrum gives NaN
     return jnp.where(zero, 0.0, jnp.sum(s * s) / jnp.where(zero, 1.0, top))
@@ -170,16 +177,36 @@ def participation_ratio(eigs: ArrayLike) -> jax.Array:
 
     Args:
       eigs: ``[k]`` non-negative values; half-precision or integer inputs are computed in
-        float32 (float64 stays float64).
+        float32 (float64 stays float64).  Negative entries down to ``-8 log2(k) eps max|eigs|``
+        (the round-off of ``eigvalsh`` on a PSD matrix) are read as 0.
 
     Returns:
-      scalar in ``[1, k]``; 0 for an all-zero spectrum.
+      scalar in ``[1, k]``; 0 for an all-zero spectrum; NaN under ``jit`` for a clearly
+      negative entry (before 2026-11-29 such spectra gave values outside ``[1, k]``:
+      ``[3, -1, -1]`` gave 0.09).
+
+    Raises:
+      ValueError: (eager calls) non-finite entries, or an entry below the round-off level
+        above.
     """
     e = check_array(eigs, "eigs", fn="participation_ratio", kind="real")
     if e.ndim != 1:
         raise ValueError(f"participation_ratio expects a 1-D spectrum, got shape {e.shape}.")
     check_finite(e, "eigs", fn="participation_ratio")  # eager only
     (e,) = promote_float(e)  # float16 squares overflow past 256, uint8 sums wrap
+    e = unit_scaled(e)  # scale invariant; float32 squares of 1e-24 underflowed (PR 0.0)
+    # a spectrum is non-negative: negatives at round-off level are zeros, others invalid
+    tol = 8.0 * max(1.0, math.log2(max(e.shape[0], 2))) * float(jnp.finfo(e.dtype).eps)
+    valid = e >= -tol * jnp.max(jnp.abs(e), initial=0.0)
+    if is_concrete(e) and not bool(jnp.all(valid)):
+        raw = np.asarray(eigs, np.float64).ravel()
+        raise ValueError(
+            f"participation_ratio: eigs must be non-negative (eigenvalues of a PSD matrix; "
+            f"round-off down to -{tol:.1e} x max|eigs| is read as 0), got "
+            f"{int(np.sum(~np.asarray(valid)))} entries below that, the smallest {raw.min():.6g} "
+            f"(max |eigs| {np.abs(raw).max():.6g})."
+        )
+    e = jnp.where(valid, jnp.where(e < 0, 0.0, e), jnp.nan)
     sq = jnp.sum(e * e)
     zero = sq == 0  # a NaN spectrum gives NaN
     return jnp.where(zero, 0.0, jnp.sum(e) ** 2 / jnp.where(zero, 1.0, sq))
@@ -196,5 +223,8 @@ def count_near_one(s: ArrayLike, tol: float = 0.1) -> jax.Array:
       int array of shape ``s.shape[:-1]``.
     """
     s = check_array(s, "s", fn="count_near_one", kind="real")
+    if s.ndim == 0:
+        raise ValueError("count_near_one: s must be singular values [k] (or [..., k]), got a "
+                         "scalar (shape ()).")
     check_number(tol, "tol", fn="count_near_one", min_value=0.0, lo_open=True)
     return jnp.sum(jnp.abs(s - 1.0) < tol, axis=-1)

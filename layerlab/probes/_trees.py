@@ -12,6 +12,7 @@ import optax.tree
 
 from layerlab._checks import is_concrete, promote_float
 from layerlab._types import PyTree
+from layerlab.probes._scale import exponent, times_pow2
 
 
 def _check_same_layout(a, b, fn: str) -> None:
@@ -34,6 +35,17 @@ def _promoted(a, b):
             jax.tree.unflatten(jax.tree.structure(b), out[len(la):]))
 
 
+def _exponent(t) -> jax.Array:
+    """Binary exponent of a tree's largest ``|entry|`` (:func:`layerlab.probes._scale.exponent`)."""
+    return exponent(*jax.tree.leaves(t))
+
+
+def _times_pow2(t, k):
+    """Every leaf times ``2^k``: exact, so norms of trees of ``1e-20`` or ``1e20`` entries
+    neither underflow nor overflow in their float32 sums of squares."""
+    return jax.tree.map(lambda x: times_pow2(x, k), t)
+
+
 def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
     r"""Cosine similarity of pytrees read as flat vectors.
 
@@ -47,14 +59,20 @@ def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
     Returns:
       scalar in ``[-1, 1]`` (clipped there: rounding can exceed 1 for parallel trees);
       **0 when either tree is all zeros** (the cosine is 0/0 there, as
-      :func:`kernel_alignment` and :func:`cka` return 0 for a zero kernel).  Under ``jit`` a
-      NaN leaf gives NaN.
+      :func:`kernel_alignment` and :func:`cka` return 0 for a zero kernel; its gradient there
+      is 0, not NaN).  Under ``jit`` a NaN leaf gives NaN.
     """
     _check_same_layout(a, b, "tree_cosine_similarity")
     a, b = _promoted(a, b)
-    na, nb = optax.tree.norm(a), optax.tree.norm(b)
-    zero = (na == 0) | (nb == 0)  # (a NaN norm is not 0: NaN stays NaN)
-    cos = optax.tree.vdot(a, b) / jnp.where(zero, 1.0, na * nb)
+    # scale invariant in each tree: rescaled by exact powers of two (float32 trees of 1e-20
+    # entries had norm 0 and cosine 0; 1e20 ones NaN)
+    a, b = _times_pow2(a, -_exponent(a)), _times_pow2(b, -_exponent(b))
+    sa, sb = optax.tree.norm(a, squared=True), optax.tree.norm(b, squared=True)
+    zero = (sa == 0) | (sb == 0)  # (a NaN norm is not 0: NaN stays NaN)
+    # safe sqrt (the where inside): sqrt'(0) = inf made the gradient at a zero tree NaN,
+    # where the documented value is 0 (its gradient there is now 0)
+    na, nb = jnp.sqrt(jnp.where(zero, 1.0, sa)), jnp.sqrt(jnp.where(zero, 1.0, sb))
+    cos = optax.tree.vdot(a, b) / (na * nb)
     return jnp.where(zero, 0.0, jnp.clip(cos, -1.0, 1.0))  # (clip keeps NaN)
 
 
@@ -75,10 +93,14 @@ def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
     """
     _check_same_layout(a, a0, "tree_relative_change")
     a, a0 = _promoted(a, a0)
-    den = optax.tree.norm(a0)
-    if is_concrete(den) and not float(den) > 0:
+    d = optax.tree.sub(a, a0)
+    # each norm of a tree rescaled by an exact power of two, the ratio scaled back: float32
+    # trees of 1e-20 entries had ||a0|| = 0 ("all leaves zero"), 1e20 ones inf / inf = NaN
+    e0, ed = _exponent(a0), _exponent(d)
+    den = optax.tree.norm(_times_pow2(a0, -e0))
+    if is_concrete(den) and float(den) == 0.0:  # (a NaN leaf gives NaN, not this error)
         raise ValueError(
             "tree_relative_change: a0 has norm 0 (all leaves zero), so the relative change is "
             "undefined; use optax.tree.norm(optax.tree.sub(a, a0)) for the absolute change."
         )
-    return optax.tree.norm(optax.tree.sub(a, a0)) / den
+    return times_pow2(optax.tree.norm(_times_pow2(d, -ed)) / den, ed - e0)

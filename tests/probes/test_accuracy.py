@@ -92,3 +92,41 @@ def test_accuracy_is_float32_for_any_logits_dtype(scores, x64):
         np.testing.assert_allclose(float(got), _np_count(logits.astype(dt), labels), rtol=1e-6)
     np.testing.assert_allclose(float(P.accuracy(logits.astype(np.float64), labels)), want,
                                rtol=1e-7)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_accuracy_of_non_finite_logits_is_nan_eager_and_jitted(scores, bad):
+    """argmax of a NaN row is 0: all-NaN logits scored 0.1 against labels 0..9 and 1.0
+    against all-zero labels (a diverged model looked perfect); now NaN, never an error."""
+    nan_logits = np.full((10, 10), np.nan, np.float32)
+    for labels in (np.arange(10), np.zeros(10, int)):
+        assert np.isnan(float(P.accuracy(nan_logits, labels)))
+        assert np.isnan(float(jax.jit(P.accuracy)(nan_logits, jnp.asarray(labels))))
+    logits, labels = scores
+    one_bad = logits.copy()
+    one_bad[3, 1] = bad  # a single non-finite score
+    assert np.isnan(float(P.accuracy(one_bad, labels)))
+    assert np.isnan(float(jax.jit(P.accuracy)(one_bad, labels)))
+    got = jax.vmap(P.accuracy, in_axes=(0, None))(np.stack([logits, one_bad]), labels)
+    assert float(got[0]) == pytest.approx(_np_count(logits, labels), rel=1e-6)
+    assert np.isnan(float(got[1]))
+    # finite logits keep the numpy count
+    assert float(P.accuracy(logits, labels)) == pytest.approx(_np_count(logits, labels),
+                                                              rel=1e-6)
+
+
+def test_accuracy_takes_minus_inf_as_a_mask(scores):
+    """-inf is a score (a masked class, never predicted while its row has a larger score): the
+    numpy count of the masked logits; a row that is -inf everywhere has no argmax: NaN."""
+    logits, labels = scores
+    masked = logits.copy()
+    masked[:, 0] = -np.inf           # class 0 masked out in every row
+    masked[::2, 1] = -np.inf         # class 1 too in half of them
+    want = _np_count(masked, labels)
+    assert float(P.accuracy(masked, labels)) == pytest.approx(want, rel=1e-6)
+    assert float(jax.jit(P.accuracy)(masked, labels)) == pytest.approx(want, rel=1e-6)
+    assert want != _np_count(logits, labels)  # the mask changed the predictions
+    dead = masked.copy()
+    dead[4] = -np.inf
+    assert np.isnan(float(P.accuracy(dead, labels)))
+    assert np.isnan(float(jax.jit(P.accuracy)(dead, labels)))

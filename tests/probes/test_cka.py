@@ -508,3 +508,233 @@ def test_gradient_beside_a_constant_kernel_is_finite_and_matches_differences(x64
             return f(a @ a.T, y @ y.T)
         np.testing.assert_allclose(jax.grad(g_of)(x), fd(g_of, x), rtol=1e-6, atol=1e-9,
                                    err_msg=name)
+
+
+def _np_unbiased_hsic(k, lm):
+    """Song et al. 2012's closed form in float64 numpy (Nguyen et al. 2021, eq. 3)."""
+    n = k.shape[0]
+    k, lm = k.astype(np.float64).copy(), lm.astype(np.float64).copy()
+    np.fill_diagonal(k, 0.0)
+    np.fill_diagonal(lm, 0.0)
+    one = np.ones(n)
+    return (np.trace(k @ lm) + (one @ k @ one) * (one @ lm @ one) / ((n - 1) * (n - 2))
+            - 2.0 / (n - 2) * (one @ k @ lm @ one)) / (n * (n - 3))
+
+
+def _np_unbiased_cka(k, lm):
+    return _np_unbiased_hsic(k, lm) / np.sqrt(_np_unbiased_hsic(k, k) *
+                                              _np_unbiased_hsic(lm, lm))
+
+
+def test_unbiased_hsic_is_invariant_to_centring_the_kernels(x64):
+    """What lets unbiased cka work on H K H: HSIC_1(HKH, HLH) = HSIC_1(K, L) (float64)."""
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(size=(7, 3)) + 2.0, rng.normal(size=(7, 2))
+    k, lm = a @ a.T, np.exp(-((b[:, None] - b[None]) ** 2).sum(-1))
+    h = np.eye(7) - 1.0 / 7
+    want = _np_unbiased_hsic_ustat(k, lm)  # brute force over index tuples
+    for kk, ll in ((k, lm), (h @ k @ h, lm), (k, h @ lm @ h), (h @ k @ h, h @ lm @ h)):
+        np.testing.assert_allclose(_np_unbiased_hsic_ustat(kk, ll), want, rtol=1e-12)
+        np.testing.assert_allclose(float(P.unbiased_hsic(kk, ll)), want, rtol=1e-12)
+    np.testing.assert_allclose(float(P.cka(k, lm, unbiased=True)), _np_unbiased_cka(k, lm),
+                               rtol=1e-12)
+
+
+def test_unbiased_cka_of_offset_features_is_accurate_in_float32():
+    """Unbiased cka summed the raw Grams: for features with an offset (sigmoid units,
+    10 + 0.1 z) the float32 sums 1^T K~ 1 cancelled (0.88755 for 0.88718, 0.0 for 0.2693).
+    It now runs on the centred kernels (test above): float32 agrees with float64."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(128, 20))
+    h1 = 1.0 / (1.0 + np.exp(-x @ (2.0 * rng.normal(size=(20, 64)) / np.sqrt(20))))
+    h2 = 1.0 / (1.0 + np.exp(-h1 @ (2.0 * rng.normal(size=(64, 64)) / 8.0)))
+    h1, h2 = h1.astype(np.float32), h2.astype(np.float32)
+    a, b = h1.astype(np.float64), h2.astype(np.float64)
+    got = float(P.cka(P.gram_linear(h1), P.gram_linear(h2), unbiased=True))
+    np.testing.assert_allclose(got, _np_unbiased_cka(a @ a.T, b @ b.T), rtol=1e-5)
+    z = rng.normal(size=(64, 32))
+    y = (np.tanh(z[:, :8] @ rng.normal(size=(8, 5))) + 0.3 * rng.normal(size=(64, 5)))
+    for off in (0.0, 1.0, 10.0):
+        k = np.asarray(P.gram_linear((off + 0.1 * z).astype(np.float32)))
+        lm = np.asarray(P.gram_linear(y.astype(np.float32)))
+        want = _np_unbiased_cka(k.astype(np.float64), lm.astype(np.float64))  # same inputs
+        assert want > 0.26
+        np.testing.assert_allclose(float(P.cka(k, lm, unbiased=True)), want, rtol=1e-5)
+
+
+def _np_gram_rbf(x, sigma=None, frac=0.8):
+    x = np.asarray(x, np.float64)
+    d2 = ((x[:, None] - x[None]) ** 2).sum(-1)  # differences first: no cancellation
+    s2 = sigma ** 2 if sigma is not None else frac ** 2 * np.median(d2)
+    return np.exp(-d2 / (2.0 * s2))
+
+
+@pytest.mark.parametrize("offset", [0.0, 10.0, 100.0, 1000.0])
+def test_gram_rbf_is_translation_invariant_in_float32(offset):
+    """|a|^2 + |b|^2 - 2 a.b on uncentred rows: offset 100 put K 0.18 off, 1000 gave NaN.
+    gram_rbf now centres the columns first: float32 matches float64 numpy (differences
+    taken before squaring) on the same float32 rows, and the diagonal is exactly 1."""
+    rng = np.random.default_rng(2)
+    x = (offset + 0.1 * rng.normal(size=(64, 32))).astype(np.float32)
+    for kw in ({}, {"sigma": 0.5}):
+        k = np.asarray(P.gram_rbf(x, **kw))
+        np.testing.assert_allclose(k, _np_gram_rbf(x, **kw), rtol=0, atol=1e-5)
+        assert np.all(np.diagonal(k) == 1.0)
+        np.testing.assert_array_equal(k, k.T)
+    k0 = np.asarray(P.gram_rbf((0.1 * rng.normal(size=(64, 32))).astype(np.float32)))
+    assert np.all(np.diagonal(k0) == 1.0)
+
+
+def test_rbf_minibatch_cka_with_a_zero_bandwidth_minibatch_says_so():
+    """3 of 4 samples equal in one minibatch: median distance 0, bandwidth 0, kernel 0/0.
+    minibatch_cka returned NaN silently and minibatch_cka_update blamed the data ("K1 has
+    10 non-finite entries; clean or impute"); now both name the argument and the minibatch,
+    as rbf_cka reports a zero median distance.  Under jit the result is NaN."""
+    from layerlab._checks import NonFiniteResultError
+
+    rng = np.random.default_rng(7)
+    xs = rng.normal(size=(4, 4, 6)).astype(np.float32)
+    ys = rng.normal(size=(4, 4, 3)).astype(np.float32)
+    bad = xs.copy()
+    bad[2, 2:] = bad[2, 1]  # minibatch 2: a, b, b, b
+    with pytest.raises(NonFiniteResultError, match=r"^minibatch_cka: .*xs has a zero median "
+                       r"pairwise distance in minibatch 2 \(xs\[2\]\).*kernel='linear'"):
+        P.minibatch_cka(bad, ys, kernel="rbf")
+    with pytest.raises(NonFiniteResultError, match=r"ys has a zero median pairwise distance "
+                                                   r"in minibatch 2"):
+        P.minibatch_cka(ys, bad, kernel="rbf")
+    assert np.isnan(float(jax.jit(P.minibatch_cka, static_argnames="kernel")(
+        bad, ys, kernel="rbf")))
+    s = P.minibatch_cka_update(P.minibatch_cka_init(), xs[0], ys[0], kernel="rbf")
+    with pytest.raises(ValueError, match=r"^minibatch_cka_update: x has a zero median pairwise "
+                                         r"distance in this minibatch") as info:
+        P.minibatch_cka_update(s, bad[2], ys[2], kernel="rbf")
+    assert "impute" not in str(info.value)
+    # the linear kernel is defined there, and a constant minibatch still adds 0
+    assert np.isfinite(float(P.minibatch_cka(bad, ys)))
+    const = xs.copy()
+    const[2] = 1.0
+    assert np.isfinite(float(P.minibatch_cka(const, ys, kernel="rbf")))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_minibatch_cka_refuses_non_finite_inputs_eagerly(bad):
+    """The finiteness check ran only inside the jitted core (skipped on tracers): NaN/Inf
+    inputs returned nan.  Now checked eagerly, as linear_cka and minibatch_cka_update do."""
+    rng = np.random.default_rng(8)
+    xs = rng.normal(size=(4, 4, 6)).astype(np.float32)
+    ys = rng.normal(size=(4, 4, 3)).astype(np.float32)
+    xs_bad = xs.copy()
+    xs_bad[1, 2, 3] = bad
+    for kernel in ("linear", "rbf"):
+        with pytest.raises(ValueError, match=r"^minibatch_cka: xs has 1 non-finite \(NaN/Inf\) "
+                                             r"entries out of 96"):
+            P.minibatch_cka(xs_bad, ys, kernel=kernel)
+        with pytest.raises(ValueError, match=r"^minibatch_cka: ys has 1 non-finite"):
+            P.minibatch_cka(ys, xs_bad, kernel=kernel)
+    assert np.isnan(float(jax.jit(P.minibatch_cka)(xs_bad, ys)))  # traced: NaN
+
+
+SCALES = [1e-20, 1e-12, 1e-6, 1e6, 1e12, 1e20]
+
+
+def test_scale_invariant_kernel_probes_hold_at_extreme_scales_in_float32():
+    """Each is invariant to rescaling its inputs, but float32 sums of squares under/overflow:
+    minibatch CKA of 1e-10 x gave 0.0 for 0.323 and of 1e9 x NaN; cka of gram_linear(s x)
+    0.0 at s = 1e-12 and 1e12; uncentred kernel_alignment inf at 1e-12.  Inputs are now
+    rescaled by an exact power of two: float64 numpy on the same float32 inputs holds to
+    1e-5 wherever float32 represents them (Grams of 1e-20 x do not: 1e-40)."""
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(64, 6))
+    y = np.tanh(x @ rng.normal(size=(6, 4))) + 0.3 * rng.normal(size=(64, 4))
+    f32 = lambda a: np.asarray(a, np.float32)  # noqa: E731
+    f64 = lambda a: np.asarray(a, np.float64)  # noqa: E731
+    ys = f32(y.reshape(4, 16, 4))
+    lm = f32(y @ y.T)
+
+    def np_mb(xs, ys, gram):
+        kx, ky = [gram(a) for a in f64(xs)], [gram(b) for b in f64(ys)]
+        xy = sum(_np_unbiased_hsic(k, lm) for k, lm in zip(kx, ky))
+        return xy / np.sqrt(sum(_np_unbiased_hsic(k, k) for k in kx) *
+                            sum(_np_unbiased_hsic(lm, lm) for lm in ky))
+
+    def np_cka(k, lm):
+        kc, lc = _np_centre(f64(k)), _np_centre(f64(lm))
+        return np.sum(kc * lc) / (np.linalg.norm(kc) * np.linalg.norm(lc))
+
+    def np_ka(k, lm):
+        k, lm = f64(k), f64(lm)
+        return np.sum(k * lm) / (np.linalg.norm(k) * np.linalg.norm(lm))
+
+    ref = float(P.minibatch_cka(f32(x.reshape(4, 16, 6)), ys))
+    for s in SCALES:
+        xs = f32(s * x.reshape(4, 16, 6))
+        got = float(P.minibatch_cka(xs, ys))
+        np.testing.assert_allclose(got, np_mb(xs, ys, lambda a: a @ a.T), rtol=1e-5,
+                                   err_msg=f"minibatch linear, scale {s}")
+        np.testing.assert_allclose(got, ref, rtol=1e-5)
+        np.testing.assert_allclose(float(P.minibatch_cka(xs, ys, kernel="rbf")),
+                                   np_mb(xs, ys, _np_gram_rbf), rtol=1e-5,
+                                   err_msg=f"minibatch rbf, scale {s}")
+        if abs(np.log10(s)) <= 12:  # s^2 |x|^2 must be a float32 number
+            k = f32(P.gram_linear(f32(s * x)))
+            assert np.all(np.isfinite(k)) and np.any(k != 0)
+            np.testing.assert_allclose(float(P.cka(k, lm)), np_cka(k, lm), rtol=1e-5,
+                                       err_msg=f"cka, scale {s}")
+            np.testing.assert_allclose(float(P.cka(k, lm, unbiased=True)),
+                                       _np_unbiased_cka(f64(k), f64(lm)), rtol=1e-5,
+                                       err_msg=f"unbiased cka, scale {s}")
+            np.testing.assert_allclose(float(P.kernel_alignment(k, lm)), np_ka(k, lm),
+                                       rtol=1e-5, err_msg=f"kernel_alignment, scale {s}")
+            np.testing.assert_allclose(float(P.kernel_alignment(k, lm, centered=True)),
+                                       np_cka(k, lm), rtol=1e-5)
+    # a streamed linear minibatch of ordinary size is the stack's value
+    st = P.minibatch_cka_init()
+    for a, b in zip(f32(x.reshape(4, 16, 6)), ys):
+        st = P.minibatch_cka_update(st, a, b)
+    np.testing.assert_allclose(float(P.minibatch_cka_value(st)), ref, rtol=1e-6)
+
+
+def _np_centre(k):
+    h = np.eye(k.shape[0]) - 1.0 / k.shape[0]
+    return h @ k @ h
+
+
+def test_cka_gradient_at_a_small_scale_is_finite_and_matches_differences(x64):
+    """The power-of-two rescaling is a constant for autodiff: d cka(s K, L)/dK at s = 1e-200
+    (float64 squares underflow there) is the scale-1 gradient / s, and that one matches
+    central differences."""
+    rng = np.random.default_rng(10)
+    a, b = rng.normal(size=(7, 3)), rng.normal(size=(7, 2))
+    k, lm = a @ a.T, b @ b.T + 0.5
+    f = lambda kk: P.cka(kk, lm)  # noqa: E731
+    g = np.asarray(jax.grad(f)(k))
+    fd = np.zeros_like(k)
+    for i in np.ndindex(k.shape):
+        e = np.zeros_like(k)
+        e[i] = 1e-6
+        fd[i] = (float(f(k + e)) - float(f(k - e))) / 2e-6
+    np.testing.assert_allclose(g, fd, atol=1e-8)
+    s = 1e-200
+    gs = np.asarray(jax.grad(f)(s * k))
+    assert np.all(np.isfinite(gs))
+    np.testing.assert_allclose(gs * s, g, rtol=1e-9, atol=1e-12)
+
+
+def test_kernel_change_rate_zero_k_prev_refused_and_scale_safe():
+    """A zero k_prev gave inf (both zero: nan) eagerly, like tree_relative_change's undefined
+    case, which refuses it: now refused eagerly, inf under jit (NaN when both are zero).
+    The norms are rescaled by exact powers of two: float32 kernels of 1e-20 and 1e20 entries
+    give the float64 numpy ratio."""
+    rng = np.random.default_rng(15)
+    a = rng.normal(size=(8, 3))
+    k0, k1 = a @ a.T, a @ a.T + 0.3 * np.outer(a[:, 0], a[:, 0])
+    want = np.linalg.norm(k1 - k0) / np.linalg.norm(k0)
+    for s in (1e-20, 1e-10, 1.0, 1e10, 1e20):
+        got = P.kernel_change_rate((s * k0).astype(np.float32), (s * k1).astype(np.float32))
+        np.testing.assert_allclose(float(got), want, rtol=1e-5, err_msg=f"scale {s}")
+    z = np.zeros((8, 8), np.float32)
+    with pytest.raises(ValueError, match=r"^kernel_change_rate: k_prev is all zeros"):
+        P.kernel_change_rate(z, k1.astype(np.float32))
+    assert np.isposinf(float(jax.jit(P.kernel_change_rate)(z, k1.astype(np.float32))))
+    assert np.isnan(float(jax.jit(P.kernel_change_rate)(z, z)))

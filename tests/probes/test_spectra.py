@@ -109,3 +109,59 @@ def test_participation_ratio_keeps_float64(x64):
     got = P.participation_ratio(jnp.asarray(e))
     assert got.dtype == jnp.float64
     np.testing.assert_allclose(float(got), e.sum() ** 2 / (e**2).sum(), rtol=1e-14)
+
+
+@pytest.mark.parametrize("s", [1e-20, 1e-10, 1e10, 1e20])
+def test_stable_rank_and_participation_ratio_are_scale_invariant_in_float32(s):
+    """Both are scale invariant, but float32 squares under/overflow: stable_rank(1e-20 M)
+    was 0.0 (1e20 M: NaN), participation_ratio of eigenvalues ~1e-24 was 0.0 (1e24: NaN).
+    The spectrum is now rescaled by an exact power of two: the float64 numpy value holds."""
+    rng = np.random.default_rng(12)
+    m = rng.normal(size=(9, 6)) @ np.diag([5.0, 3.0, 2.0, 1.0, 0.5, 0.1])
+    sv = np.linalg.svd(m, compute_uv=False)
+    want_sr = np.sum(sv ** 2) / sv[0] ** 2
+    np.testing.assert_allclose(float(P.stable_rank((s * m).astype(np.float32))), want_sr,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.stable_rank((s * sv).astype(np.float32))), want_sr,
+                               rtol=1e-5)
+    lam = sv ** 2
+    want_pr = lam.sum() ** 2 / np.sum(lam ** 2)
+    for t in (s, s * s if abs(np.log10(s)) <= 18 else s):  # eigenvalues down to 1e-36
+        np.testing.assert_allclose(float(P.participation_ratio((t * lam).astype(np.float32))),
+                                   want_pr, rtol=1e-5)
+
+
+def test_participation_ratio_gradient_is_scale_covariant_and_matches_differences(x64):
+    """The rescaling is a constant for autodiff: the gradient at 1e-200 lam (whose float64
+    squares underflow) is the scale-1 gradient / 1e-200, which matches central differences."""
+    lam = np.array([3.0, 2.0, 0.5, 0.25])
+    g = np.asarray(jax.grad(P.participation_ratio)(lam))
+    fd = np.array([(float(P.participation_ratio(lam + e)) - float(P.participation_ratio(lam - e)))
+                   / 2e-6 for e in 1e-6 * np.eye(4)])
+    np.testing.assert_allclose(g, fd, rtol=1e-7)
+    gs = np.asarray(jax.grad(P.participation_ratio)(1e-200 * lam))
+    assert np.all(np.isfinite(gs))
+    np.testing.assert_allclose(gs * 1e-200, g, rtol=1e-12)
+
+
+def test_participation_ratio_reads_round_off_negatives_as_zero_and_refuses_others():
+    """Negative eigenvalues gave values outside the documented [1, k] ([3, -1, -1]: 0.09,
+    [1, -1]: 0.0).  Now entries down to -8 log2(k) eps max|eigs| (eigvalsh round-off) count as
+    0, larger negatives are refused eagerly and give NaN under jit."""
+    rng = np.random.default_rng(14)
+    h = rng.normal(size=(5, 12)).astype(np.float32)  # 5 samples, 12 features: rank <= 4
+    h -= h.mean(0)
+    lam = np.linalg.eigvalsh(h.T @ h / 5)  # float32: 8 round-off eigenvalues around 0
+    assert lam.min() < 0
+    clean = np.where(lam < 0, 0.0, lam.astype(np.float64))
+    want = clean.sum() ** 2 / np.sum(clean ** 2)
+    np.testing.assert_allclose(float(P.participation_ratio(lam)), want, rtol=1e-5)
+    assert 1.0 <= float(P.participation_ratio(lam)) <= 4.0 + 1e-5
+    with pytest.raises(ValueError, match=r"^participation_ratio: eigs must be non-negative"):
+        P.participation_ratio(np.array([1.0, -1.0]))
+    assert np.isnan(float(jax.jit(P.participation_ratio)(jnp.array([3.0, -1.0, -1.0]))))
+    # the gradient at an exactly zero eigenvalue is the formula's, not halved
+    g = np.asarray(jax.grad(P.participation_ratio)(jnp.array([2.0, 1.0, 0.0])))
+    s1, s2 = 3.0, 5.0
+    np.testing.assert_allclose(g, 2 * s1 / s2 - s1 ** 2 * 2 * np.array([2.0, 1.0, 0.0]) / s2 ** 2,
+                               rtol=1e-6)

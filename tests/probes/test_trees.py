@@ -102,3 +102,46 @@ def test_tree_probes_keep_float64(x64):
     a, b = [rng.normal(size=(5, 3))], [rng.normal(size=(5, 3))]
     assert P.tree_relative_change(a, b).dtype == jnp.float64
     assert P.tree_cosine_similarity(a, b).dtype == jnp.float64
+
+
+@pytest.mark.parametrize("s", [1e-20, 1e-10, 1e10, 1e20])
+def test_tree_probes_are_scale_invariant_in_float32(s):
+    """float32 norms of 1e-20 trees underflowed: cosine 0.0, and tree_relative_change said
+    "a0 has norm 0 (all leaves zero)"; at 1e20 both were NaN.  Each tree (the difference too)
+    is now rescaled by an exact power of two: float64 numpy on the flat vectors holds."""
+    rng = np.random.default_rng(13)
+    a = {"w": rng.normal(size=(4, 3)), "b": rng.normal(size=3)}
+    b = {"w": a["w"] + 0.5 * rng.normal(size=(4, 3)), "b": rng.normal(size=3)}
+    fa, fb = _flat64(a), _flat64(b)
+    want_cos = fa @ fb / (np.linalg.norm(fa) * np.linalg.norm(fb))
+    want_rel = np.linalg.norm(fa - fb) / np.linalg.norm(fb)
+    f32 = lambda t, c: jax.tree.map(lambda v: np.float32(c) * v.astype(np.float32), t)  # noqa: E731
+    np.testing.assert_allclose(float(P.tree_cosine_similarity(f32(a, s), f32(b, s))), want_cos,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(P.tree_cosine_similarity(f32(a, s), f32(b, 1.0))),
+                               want_cos, rtol=1e-5)
+    np.testing.assert_allclose(float(P.tree_relative_change(f32(a, s), f32(b, s))), want_rel,
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(jax.jit(P.tree_relative_change)(f32(a, s), f32(b, s))),
+                               want_rel, rtol=1e-5)
+    # a and a0 of different sizes: the ratio itself is large or small
+    np.testing.assert_allclose(float(P.tree_relative_change(f32(a, s), f32(b, 1.0))),
+                               np.linalg.norm(s * fa - fb) / np.linalg.norm(fb), rtol=1e-5)
+
+
+def test_tree_cosine_gradient_at_a_zero_tree_is_zero_not_nan(x64):
+    """The value at a zero tree is documented as 0; its gradient was NaN (sqrt'(0) = inf in
+    the norm).  Now 0, eager and jitted, and unchanged elsewhere (central differences)."""
+    b = {"w": jnp.arange(6.0).reshape(2, 3) - 2.0, "b": jnp.array([1.0, -0.5, 2.0])}
+    zero = jax.tree.map(jnp.zeros_like, b)
+    for f in (P.tree_cosine_similarity, jax.jit(P.tree_cosine_similarity)):
+        for g in (jax.grad(f)(zero, b), jax.grad(f, argnums=1)(b, zero)):
+            for leaf in jax.tree.leaves(g):
+                np.testing.assert_array_equal(np.asarray(leaf), 0.0)
+    a = {"w": jnp.array([[0.3, -1.0, 2.0], [0.5, 0.1, -0.7]]), "b": jnp.array([1.0, 2.0, 0.0])}
+    g = jax.grad(P.tree_cosine_similarity)(a, b)
+    fa, fb = _flat64(a), _flat64(b)
+    fg = np.concatenate([np.asarray(g[k]).ravel() for k in sorted(g)])
+    cos = lambda v: v @ fb / (np.linalg.norm(v) * np.linalg.norm(fb))  # noqa: E731
+    fd = np.array([(cos(fa + e) - cos(fa - e)) / 2e-6 for e in 1e-6 * np.eye(fa.size)])
+    np.testing.assert_allclose(fg, fd, rtol=1e-7, atol=1e-10)
