@@ -1157,12 +1157,24 @@ def plot_a_rank(record: Record, path: str | os.PathLike) -> None:
 
 # ============================================================================ B, structure
 def _host_counts(d: dict, keys: Sequence[str]) -> dict:
-    """The diagnostics on host, the counts ``keys`` as integers when all finite (the records'
-    format; they are floats, NaN for a diverged run, since the counts can be undefined)."""
+    """The diagnostics on host, the counts ``keys`` as integers (the records' format).
+
+    The diagnostics of a run whose weights diverged are NaN (its counts and ranks are
+    undefined; they used to come out as 0, a plausible "rank-0 bottleneck"): such runs stop
+    the experiment here with a ``ValueError`` naming them, rather than later on ``int(nan)``
+    or a record row that refuses NaN.  The finished training stays in its checkpoints."""
     d = jax.tree.map(np.asarray, d)
     for k in keys:
-        if np.all(np.isfinite(d[k])):
-            d[k] = d[k].astype(np.int64)
+        v = d[k]
+        if not np.all(np.isfinite(v)):
+            runs = sorted({int(i) for i in np.argwhere(~np.isfinite(v.reshape(len(v), -1)))[:, 0]})
+            raise ValueError(
+                f"bottleneck experiment: the diagnostics ({k}) of run(s) {runs} of {len(v)} "
+                "are not finite: their weights diverged (non-finite parameters), so their "
+                "ranks and counts are undefined and no record is built from them; rerun with a "
+                "smaller learning rate or fewer steps (finished training is kept in the "
+                "checkpoint folder, if one was given).")
+        d[k] = v.astype(np.int64)
     return d
 
 

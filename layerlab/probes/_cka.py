@@ -454,7 +454,9 @@ def minibatch_cka_update(
 ) -> MinibatchCKAState:
     """Add one minibatch ``(x [m, p...], y [m, q...])``, ``m >= 4``, to the running sums.
 
-    ``kernel``: ``"linear"`` or ``"rbf"`` (median bandwidth per minibatch).  Features are
+    ``kernel``: ``"linear"`` or ``"rbf"`` (median bandwidth per minibatch; called eagerly, the
+    rbf path checks that bandwidth on the host, one device sync per minibatch: in a long
+    streaming loop jit the update, as :func:`minibatch_cka` does).  Features are
     centred per minibatch first (unbiased HSIC is invariant to it) and columns constant at
     rounding level are zeroed (as in :func:`linear_cka`); a minibatch on which a
     representation is constant adds exactly 0 to every sum it enters.

@@ -46,6 +46,11 @@ def times_pow2(x: jax.Array, k: jax.Array) -> jax.Array:
     ``2^{k//2}`` and ``2^{k - k//2}``, each a normal number for any exponent of a float32 or
     float64 value (``2^{-e}`` alone is subnormal for the largest floats, ``e = 128``)."""
     k = jnp.asarray(k, jnp.int32)
+    # both factors' exponents within the dtype's normal range (_pow2 builds normal numbers
+    # only): |k| up to ~2x the largest exponent (a ratio of two extreme numbers); past that
+    # clip the result over/underflows anyway, as 2^k itself would
+    fi = jnp.finfo(x.dtype)
+    k = jnp.clip(k, 2 * int(fi.minexp), 2 * (int(fi.maxexp) - 1))
     half = k // 2
     return x * _pow2(half, x.dtype) * _pow2(k - half, x.dtype)
 

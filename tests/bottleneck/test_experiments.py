@@ -98,3 +98,27 @@ def test_train_runs_integer_inputs_keep_a_float_lambda(key):
         jnp.sum(a["w"] ** 2) + jnp.sum(a["b"] ** 2) for a in q)))(p)
     np.testing.assert_allclose(gn[0], float(jnp.sqrt(sum(jnp.sum(a ** 2) for a in
                                                          jax.tree.leaves(g)))), rtol=1e-5)
+
+
+def test_a_diverged_run_stops_the_experiment_with_its_index():
+    """The experiments' vmapped diagnostics of a sweep (``_diag_runs``, ``_centred_runs``):
+    the finite runs' counts are integers equal to the one-run diagnostics; a run with
+    non-finite weights (NaN counts since its diagnostics refuse to guess) stops the
+    experiment naming that run — it used to count as a rank-0 bottleneck, then crashed on
+    ``int(nan)`` in run_b_minima."""
+    from layerlab import nets
+
+    x = jax.random.normal(jax.random.key(0), (12, 4))
+    good = [nets.mlp_init(jax.random.key(s), [4, 6, 6, 2]) for s in (1, 2, 3)]
+    stack = jax.tree.map(lambda *a: jnp.stack(a), *good)
+    d = ex._diag_runs(stack, x, 12, 0.1, 1e-3)
+    assert d["count_near_one"].dtype == np.int64
+    for r, p in enumerate(good):
+        one = bn.bottleneck_diagnostics(p, x, tol=0.1, rel_tol=1e-3)
+        np.testing.assert_array_equal(d["count_near_one"][r], np.asarray(one["count_near_one"]))
+        np.testing.assert_array_equal(d["numerical_rank"][r], np.asarray(one["numerical_rank"]))
+    bad = jax.tree.map(lambda a: a.at[2].set(jnp.nan) if a.ndim == 3 else a, stack)
+    with pytest.raises(ValueError, match=r"run\(s\) \[2\] of 3 are not finite"):
+        ex._diag_runs(bad, x, 12, 0.1, 1e-3)
+    with pytest.raises(ValueError, match=r"run\(s\) \[2\] of 3"):
+        ex._centred_runs(bad, x, 12, 0.1)

@@ -165,3 +165,21 @@ def test_participation_ratio_reads_round_off_negatives_as_zero_and_refuses_other
     s1, s2 = 3.0, 5.0
     np.testing.assert_allclose(g, 2 * s1 / s2 - s1 ** 2 * 2 * np.array([2.0, 1.0, 0.0]) / s2 ** 2,
                                rtol=1e-6)
+
+
+def test_times_pow2_is_exact_or_overflows_for_any_exponent():
+    """The private power-of-two rescaler: exact for exponents a float32 power can reach, and
+    inf / 0 past them (2^130 used to come out as -1.18e-38: the exponent wrapped into the sign
+    bit)."""
+    from layerlab.probes._scale import times_pow2
+
+    for k in (0, 1, -1, 100, 127, -126, -125):
+        want = np.float32(np.ldexp(np.float64(1.0), k))  # numpy: exact, then rounded to f32
+        assert float(times_pow2(jnp.float32(1.0), k)) == float(want), k
+    for k in (130, 254, 300, 10**6):
+        assert float(times_pow2(jnp.float32(1.0), k)) == np.inf, k
+        assert float(times_pow2(jnp.float32(1.0), -k)) == 0.0, k
+    assert float(times_pow2(jnp.float32(0.75), 129)) == np.inf
+    # a subnormal result: exact, or 0 where the CPU flushes subnormals (XLA's default)
+    assert float(times_pow2(jnp.float32(3.0), -130)) in (0.0, float(np.float32(3.0 * 2.0 ** -130)))
+    assert float(times_pow2(jnp.float32(2.0 ** 100), -220)) == float(np.float32(2.0 ** -120))
