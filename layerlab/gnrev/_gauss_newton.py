@@ -208,8 +208,12 @@ def pinv_solve(
             f"pinv_solve: e must have one row per row of a (a has shape {tuple(a.shape)}: "
             f"e of shape ({a.shape[0]},) or ({a.shape[0]}, m)), got shape {tuple(e.shape)}.")
     out = jnp.result_type(a.dtype, e.dtype)
-    if jnp.finfo(out).bits < 32:  # bfloat16 / float16: factorise in float32 (see above)
-        a, e = a.astype(jnp.float32), e.astype(jnp.float32)
+    # bfloat16 / float16: factorise in float32 (see above), decided per array (a bfloat16 `a`
+    # with a float32 `e` has a float32 result type but no half-precision factorisation)
+    if jnp.finfo(a.dtype).bits < 32:
+        a = a.astype(jnp.float32)
+    if jnp.issubdtype(e.dtype, jnp.floating) and jnp.finfo(e.dtype).bits < 32:
+        e = e.astype(jnp.float32)
     vec = e.ndim == 1  # one right-hand side: solve it as a column, return a vector
     x, rank, cond = _pinv_solve(a, e[:, None] if vec else e, cfg, key)
     return (x[:, 0] if vec else x).astype(out), rank, cond

@@ -511,3 +511,24 @@ def test_gn_residual_of_a_zero_target_is_zero_or_inf(x64, key):
     jd = jax.jvp(lambda q: g.revmlp_apply(q, f, x), (p,), (d1,))[1]
     np.testing.assert_allclose(g.gn_residual(p, f, x, d1, eps),
                                np.linalg.norm(jd - eps) / np.linalg.norm(eps), rtol=1e-12)
+
+
+@pytest.mark.parametrize("solver", ["gram", "svd"])
+@pytest.mark.parametrize("a_dtype", [jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("e_dtype", [jnp.float32, jnp.float64])
+def test_half_precision_a_with_wider_e(x64, solver, a_dtype, e_dtype):
+    """A half-precision ``a`` is factorised in float32 whatever ``e``'s dtype (a bfloat16 ``a``
+    with a float32 ``e`` reached eigh/svd in bfloat16: NotImplementedError).  Checked against
+    numpy's float64 least squares on the rounded ``a`` (min-norm, ``a`` of full row rank)."""
+    a = jax.random.normal(jax.random.key(0), (4, 6), jnp.float32).astype(a_dtype)
+    e = jax.random.normal(jax.random.key(1), (4, 2), jnp.float32).astype(e_dtype)
+    x, rank, _ = g.pinv_solve(a, e, g.PinvConfig(solver=solver))
+    ref = np.linalg.lstsq(np.asarray(a, np.float64), np.asarray(e, np.float64), rcond=None)[0]
+    assert int(rank) == 4
+    assert x.dtype == jnp.result_type(a_dtype, e_dtype)
+    err = np.linalg.norm(np.asarray(x, np.float64) - ref) / np.linalg.norm(ref)
+    assert err < 1e-2
+    # one right-hand side, too
+    xv, _, _ = g.pinv_solve(a, e[:, 0], g.PinvConfig(solver=solver))
+    np.testing.assert_allclose(np.asarray(xv, np.float64), ref[:, 0], rtol=1e-2,
+                               atol=1e-2 * np.abs(ref[:, 0]).max())
