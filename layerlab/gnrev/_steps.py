@@ -107,7 +107,7 @@ def gn_step(
       ``TrainStep(init, step)``; ``step`` is a ``jax.tree_util.Partial`` binding the
       bottlenecks and the readout, so ``loop.fit`` passes them as inputs of its compiled chunk
       (one program for every net of the same shapes and settings, e.g. the seeds of a study);
-      metrics ``loss``, ``accuracy``, ``min_rank`` (smallest rank
+      metrics ``loss``, ``accuracy``, ``min_rank`` (float32, smallest rank
       of all pseudo-inverses, compare to the batch size), ``max_cond``, ``update_norm`` and
       optionally ``residual``, ``loss_after``, ``loss_change_pct``.
 
@@ -243,7 +243,8 @@ def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, ba
     new = jax.tree.map(lambda p, d: p - lr * (d + wd * p), params, delta)
     metrics = {
         "loss": val,
-        "min_rank": jnp.min(info.rank).astype(val.dtype),
+        # float32 whatever the params dtype: bfloat16 rounds ranks above 256 (301 -> 300)
+        "min_rank": jnp.min(info.rank).astype(jnp.float32),
         "max_cond": jnp.max(info.cond),
         "update_norm": optax.tree.norm(delta),
     }

@@ -244,3 +244,23 @@ def test_gn_step_checks_its_settings_at_construction_and_warns_at_the_call(key):
     with pytest.warns(UserWarning, match="rank bound") as rec:
         jax.eval_shape(gn.step, gn.init(p), (x, labels), key)  # warns at trace time
     assert [r.filename for r in rec] == [__file__]
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_min_rank_metric_is_exact_above_256_in_half_precision(dtype):
+    """``min_rank`` is logged in float32 whatever the params dtype: in bfloat16 (8 significant
+    bits) a rank of 301 was logged as 300.0.  The true rank is n = 301 (full row rank,
+    n <= d' + 1 = 601), as gn_direction's int32 GNInfo reports it."""
+    p, f = g.revmlp_init(jax.random.key(0), 16, 1, bottleneck=600, dtype=dtype)
+    P = g.readout_init(jax.random.key(1), 16, 4, dtype=dtype)
+    n = 301
+    x = jax.random.normal(jax.random.key(2), (n, 16), dtype)
+    lab = jnp.arange(n) % 4
+    cfg = g.PinvConfig(solver="svd", rtol=1e-4, atol=0.0)
+    gn = g.gn_step(f, P, pinv=cfg)
+    _, m = gn.step(gn.init(p), (x, lab), jax.random.key(0))
+    assert m["min_rank"].dtype == jnp.float32
+    eps = g.output_target(g.revmlp_apply(p, f, x) @ P, lab) @ P.T
+    _, info = g.gn_direction(p, f, x, eps.astype(dtype), pinv=cfg, return_info=True)
+    assert int(np.min(np.asarray(info.rank))) == n
+    assert float(m["min_rank"]) == n
