@@ -170,7 +170,10 @@ def pinv_solve(
     (``n <= k``) or ``AᵀA`` with ``eigh`` and uses ``A⁺ = Aᵀ U diag(φ/s) Uᵀ``; singular values
     below ``10 sqrt(eps) s_1`` are always dropped there, since squaring loses them.
     ``solver="svd"`` uses a thin SVD of ``A`` (slower, more accurate); ``solver="rsvd"`` a
-    randomized SVD (:class:`PinvConfig`).  Every factorisation comes from ``layerlab._linalg``:
+    randomized SVD (:class:`PinvConfig`).  Both SVD solvers drop, for ``"truncate"`` and
+    ``"noise"``, singular values ``s <= max(n, k) eps s_1`` (numerically zero; numpy's
+    ``pinv`` default), so ``rtol=0, atol=0`` means "no truncation beyond that floor" and
+    matches ``numpy.linalg.pinv``.  Every factorisation comes from ``layerlab._linalg``:
     under ``vmap`` on CPU it runs one matrix at a time, because two concurrent batched LAPACK
     calls (the two Gram ``eigh`` of a block, vmapped over a learning-rate sweep) deadlock
     XLA:CPU's 2-thread intra-op pool (jaxlib 0.10.2; docs/gnrev.md).  The ``"gram"`` solver is
@@ -230,14 +233,18 @@ def _pinv_solve(a, e, cfg: PinvConfig, key):
         a = a + cfg.noise_scale * jnp.std(a) * jax.random.normal(key, a.shape, a.dtype)
     n, k = a.shape
     eps = float(jnp.finfo(a.dtype).eps)
+    # numerical-zero floor of the SVD solvers (numpy.linalg.pinv's: max(n, k) eps s_1), a
+    # minimum cutoff of the plain pseudo-inverses ("truncate", "noise") whatever rtol/atol;
+    # far below the default rtol = 1%, so it only acts for rtol, atol ~ 0
+    svd_floor = 0.0 if method == "damp" else max(n, k) * eps
     if solver == "svd":
         u, s, wt = thin_svd(a)
-        phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
+        phi, rank, cond = _filter(s, method, rtol, atol, damping, svd_floor)
         return wt.T @ (phi[:, None] * (u.T @ e)), rank, cond
     if solver == "rsvd":
         sketch = jax.random.key(0) if key is None else jax.random.fold_in(key, 1)
         u, s, wt = _randomized_svd(a, cfg, sketch)
-        phi, rank, cond = _filter(s, method, rtol, atol, damping, 0.0)
+        phi, rank, cond = _filter(s, method, rtol, atol, damping, svd_floor)
         return wt.T @ (phi[:, None] * (u.T @ e)), rank, cond
     floor = 10.0 * np.sqrt(eps)
     if n <= k:

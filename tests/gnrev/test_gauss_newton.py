@@ -532,3 +532,27 @@ def test_half_precision_a_with_wider_e(x64, solver, a_dtype, e_dtype):
     xv, _, _ = g.pinv_solve(a, e[:, 0], g.PinvConfig(solver=solver))
     np.testing.assert_allclose(np.asarray(xv, np.float64), ref[:, 0], rtol=1e-2,
                                atol=1e-2 * np.abs(ref[:, 0]).max())
+
+
+@pytest.mark.parametrize("solver", ["svd", "rsvd"])
+def test_svd_solvers_drop_numerically_zero_singular_values_at_rtol_zero(x64, solver):
+    """``rtol=0, atol=0`` with an SVD solver is numpy's pinv (floor ``max(n, k) eps s_1``): a
+    rank-3 ``A`` [5, 8] with two singular values ~1e-17 s_1 kept them (rank 5, their
+    inverses ~1e16 swamped the solution).  Against ``numpy.linalg.pinv`` in float64."""
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    w, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    a = u @ np.diag([1.0, 0.5, 0.1, 1e-17, 3e-18]) @ w[:, :5].T
+    e = rng.normal(size=(5, 3))
+    x, rank, _ = g.pinv_solve(jnp.asarray(a), jnp.asarray(e),
+                              g.PinvConfig(rtol=0.0, atol=0.0, solver=solver))
+    ref = np.linalg.pinv(a, rtol=8 * np.finfo(np.float64).eps) @ e
+    assert int(rank) == 3
+    np.testing.assert_allclose(np.asarray(x), ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+    # the floor sits far below the default rtol = 1%: the default truncation is unchanged
+    s = np.array([1.0, 0.5, 0.1, 0.02, 0.005])
+    a2 = u @ np.diag(s) @ w[:, :5].T
+    x2, r2, _ = g.pinv_solve(jnp.asarray(a2), jnp.asarray(e), g.PinvConfig(solver=solver))
+    assert int(r2) == 4
+    ref2 = w[:, :4] @ np.diag(1 / s[:4]) @ u[:, :4].T @ e
+    np.testing.assert_allclose(np.asarray(x2), ref2, rtol=1e-10, atol=1e-10 * np.abs(ref2).max())
