@@ -15,6 +15,7 @@ from ._gauss_newton import COMBINE as COMBINE
 from ._gauss_newton import PINV_METHODS as PINV_METHODS
 from ._gauss_newton import PINV_SOLVERS as PINV_SOLVERS
 from ._gauss_newton import GNInfo as GNInfo
+from ._gauss_newton import GramFloorWarning as GramFloorWarning
 from ._gauss_newton import PinvConfig as PinvConfig
 from ._gauss_newton import gn_direction as gn_direction
 from ._gauss_newton import gn_residual as gn_residual
@@ -41,6 +42,7 @@ from ._steps import with_loss_after as with_loss_after
 __all__ = [
     "COMBINE",
     "GNInfo",
+    "GramFloorWarning",
     "INITS",
     "PINV_METHODS",
     "PINV_SOLVERS",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -39,6 +40,7 @@ from ._revmlp import (
     _check_x,
     _frozen_xs,
     _params_dim,
+    _user_stacklevel,
     check_rank_bounds,
     revmlp_apply,
 )
@@ -46,6 +48,7 @@ from ._revmlp import (
 __all__ = [
     "COMBINE",
     "GNInfo",
+    "GramFloorWarning",
     "PINV_METHODS",
     "PINV_SOLVERS",
     "PinvConfig",
@@ -110,6 +113,42 @@ class PinvConfig:
                 self, name, check_int(getattr(self, name), f"PinvConfig.{name}", min_value=0))
 
 
+class GramFloorWarning(UserWarning):
+    """The ``"gram"`` solver cannot honour the requested regularisation (see
+    :func:`pinv_solve`): it always drops ``s <= 10 sqrt(eps) s_1``."""
+
+
+def _gram_floor(dtype) -> float:
+    """Relative floor ``10 sqrt(eps)`` of the Gram solver for the factorisation dtype of a
+    ``dtype`` system (half precision is factorised in float32)."""
+    dt = jnp.dtype(dtype)
+    if jnp.finfo(dt).bits < 32:
+        dt = jnp.dtype(jnp.float32)
+    return 10.0 * float(np.sqrt(float(jnp.finfo(dt).eps)))
+
+
+def _warn_gram_floor(cfg: PinvConfig, dtype, fn: str) -> None:
+    """Warn when ``cfg`` asks the ``"gram"`` solver for a regularisation its floor overrides:
+    ``method="damp"`` (the dropped small singular values are those damping weights most) or
+    ``method="truncate"`` with ``rtol`` below the floor.  Static (config and dtype only)."""
+    if cfg.solver != "gram":
+        return
+    floor = _gram_floor(dtype)
+    name = jnp.dtype(dtype).name
+    if cfg.method == "damp":
+        what = (f"PinvConfig(method='damp', damping={cfg.damping:g}) needs every singular "
+                f"value, but the Gram solver drops s <= {floor:.3g} s_1 in {name} (squaring "
+                "loses them), so the result is not the damped inverse 1/(s + damping s_1)")
+    elif cfg.method == "truncate" and cfg.rtol < floor:
+        what = (f"PinvConfig(rtol={cfg.rtol:g}) is below the Gram solver's floor {floor:.3g} "
+                f"(10 sqrt(eps) in {name}): singular values between {cfg.rtol:g} s_1 and "
+                f"{floor:.3g} s_1 are dropped anyway, so the truncation is coarser than requested")
+    else:
+        return
+    warnings.warn(f"{fn}: {what}; use PinvConfig(..., solver='svd') to get the "
+                  "requested regularisation.", GramFloorWarning, stacklevel=_user_stacklevel())
+
+
 class GNInfo(NamedTuple):
     """Diagnostics of one Gauss–Newton direction.
 
@@ -168,7 +207,10 @@ def pinv_solve(
 
     ``solver="gram"`` (default, fast) diagonalises the smaller Gram matrix ``A Aᵀ``
     (``n <= k``) or ``AᵀA`` with ``eigh`` and uses ``A⁺ = Aᵀ U diag(φ/s) Uᵀ``; singular values
-    below ``10 sqrt(eps) s_1`` are always dropped there, since squaring loses them.
+    below ``10 sqrt(eps) s_1`` (3.45e-3 s_1 in float32, 1.5e-7 s_1 in float64) are always
+    dropped there, since squaring loses them.  That overrides ``method="damp"`` and any
+    ``rtol`` below the floor; such a config warns (:class:`GramFloorWarning`, eagerly and
+    once per call or trace) and should use ``solver="svd"``.
     ``solver="svd"`` uses a thin SVD of ``A`` (slower, more accurate); ``solver="rsvd"`` a
     randomized SVD (:class:`PinvConfig`).  Both SVD solvers drop, for ``"truncate"`` and
     ``"noise"``, singular values ``s <= max(n, k) eps s_1`` (numerically zero; numpy's
@@ -201,6 +243,12 @@ def pinv_solve(
     References:
       App. K of Buffelli et al. 2024 (pseudo-inverse regularisations).
     """
+    return _solve(a, e, config, key, warn=True)
+
+
+def _solve(a, e, config, key, *, warn: bool):
+    """:func:`pinv_solve`; ``warn=False`` skips the :class:`GramFloorWarning` (its caller
+    warned once already)."""
     cfg = PinvConfig() if config is None else config
     if not isinstance(cfg, PinvConfig):
         raise TypeError(f"pinv_solve: config must be a PinvConfig, got {type(cfg).__name__}.")
@@ -217,9 +265,16 @@ def pinv_solve(
         a = a.astype(jnp.float32)
     if jnp.issubdtype(e.dtype, jnp.floating) and jnp.finfo(e.dtype).bits < 32:
         e = e.astype(jnp.float32)
+    if warn:
+        _warn_gram_floor(cfg, a.dtype, "pinv_solve")
     vec = e.ndim == 1  # one right-hand side: solve it as a column, return a vector
     x, rank, cond = _pinv_solve(a, e[:, None] if vec else e, cfg, key)
     return (x[:, 0] if vec else x).astype(out), rank, cond
+
+
+def _block_solve(a, e, cfg: PinvConfig, key):
+    """:func:`pinv_solve` inside :func:`gn_direction` (inputs checked and warned there)."""
+    return _solve(a, e, cfg, key, warn=False)
 
 
 def _pinv_solve(a, e, cfg: PinvConfig, key):
@@ -398,6 +453,7 @@ def gn_direction(
                              f"{tuple(x.shape)}, got {tuple(y.shape)}.")
     cfg = _check_pinv(pinv, fn)
     check_choice(combine, "combine", COMBINE, fn=fn)
+    _warn_gram_floor(cfg, dtype, fn)
     if cfg.method == "noise" and key is None:
         raise ValueError("gn_direction: PinvConfig(method='noise') needs "
                          "key=jax.random.key(...).")
@@ -428,13 +484,13 @@ def gn_direction(
         k1 = k2 = None
         if k is not None:
             k1, k2 = k[0], k[1]
-        d1, r1, c1 = pinv_solve(A1, e1, cfg, key=k1)
+        d1, r1, c1 = _block_solve(A1, e1, cfg, k1)
         # correction: jvp of x2_ℓ w.r.t. W1_ℓ along d1, = (σ'(z2) ⊙ (δx1 V2)) W2
         dx1 = A1 @ d1
         z2 = yc[:, :h] if f["v2"] is None else yc[:, :h] @ f["v2"]
         dz2 = dx1 if f["v2"] is None else dx1 @ f["v2"]
         cdx = _act_jvp(z2, dz2, f["linear"], act) @ p["w2"]
-        d2, r2, c2 = pinv_solve(A2, e2 - cdx, cfg, key=k2)
+        d2, r2, c2 = _block_solve(A2, e2 - cdx, cfg, k2)
         out = {
             "w1": d1[:-1] / share,
             "b1": d1[-1] / share,
