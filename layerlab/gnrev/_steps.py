@@ -15,7 +15,7 @@ import numpy as np
 import optax
 
 from layerlab import probes
-from layerlab._checks import check_array, check_choice, check_number
+from layerlab._checks import check_array, check_choice, check_number, is_concrete
 from layerlab.loop import TrainState, TrainStep, optax_step
 
 from ._gauss_newton import (
@@ -89,7 +89,9 @@ def gn_step(
 
     Args:
       frozen: :class:`RevMLPFrozen` (fixed bottlenecks).
-      readout: ``[d, C]`` fixed orthonormal projection (:func:`readout_init`).
+      readout: ``[d, C]`` fixed orthonormal projection (:func:`readout_init`); a concrete
+        one whose ``PᵀP`` deviates from ``I`` by more than ``max(1e-5, 10 eps)`` is refused
+        (ValueError).
       learning_rate: ``α`` (default in ``init``).
       weight_decay: ``λ`` (default in ``init``); decoupled, added to the GN direction.
       loss: ``"ce"`` or ``"mse"``.
@@ -131,6 +133,7 @@ def gn_step(
       Eqs. (5), (19), Prop. 4.4 of Buffelli et al. 2024.
     """
     readout = _check_readout(frozen, readout, "gn_step")
+    _check_orthonormal(readout, "gn_step")
     check_number(learning_rate, "learning_rate", fn="gn_step", min_value=0.0, lo_open=True,
                  what="a step size; a negative one ascends the loss")
     check_number(weight_decay, "weight_decay", fn="gn_step", min_value=0.0)
@@ -178,6 +181,30 @@ def _check_readout(frozen: RevMLPFrozen, readout, fn: str) -> jax.Array:
                 f"(frozen.v1 has shape {tuple(frozen.v1.shape)}), got {tuple(readout.shape)}; "
                 f"make it with readout_init(key, {d}, C).")
     return readout
+
+
+def _check_orthonormal(readout, fn: str) -> None:
+    """Eager only: ``readout`` has orthonormal columns, ``PᵀP = I_C``.
+
+    The GN target ``ε Pᵀ`` moves the logits by ``ε`` only then: a ``2 P`` readout took the
+    step ``4 α`` while the residual certificate (body space) still read ~1e-14.  Tolerance
+    ``max(1e-5, 10 eps)`` of the readout's dtype (a bfloat16 :func:`readout_init` is the float32
+    one rounded).  A traced readout is not checked.
+    """
+    if not is_concrete(readout):
+        return
+    pn = np.asarray(readout, dtype=np.float64)
+    if not np.all(np.isfinite(pn)):
+        return  # reported as non-finite by the step's checks / NaN propagates
+    dev = float(np.max(np.abs(pn.T @ pn - np.eye(pn.shape[1])), initial=0.0))
+    tol = max(1e-5, 10.0 * float(jnp.finfo(readout.dtype).eps))
+    if dev > tol:
+        d, c = pn.shape
+        raise ValueError(
+            f"{fn}: readout must have orthonormal columns (readoutᵀ readout = I_{c}), got "
+            f"max |readoutᵀ readout - I| = {dev:.3g} (tolerance {tol:.3g}); the GN target "
+            f"ε readoutᵀ then does not move the logits by ε.  Make it with "
+            f"readout_init(key, {d}, {c}) (or orthonormalise it: Q of jnp.linalg.qr).")
 
 
 def _check_readout_params(readout, params: dict, fn: str) -> None:

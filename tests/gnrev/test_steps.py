@@ -233,7 +233,7 @@ def test_gn_step_checks_its_settings_at_construction_and_warns_at_the_call(key):
     x = jax.random.normal(jax.random.key(2), (8, 6))  # n = 8 > d' + 1 = 4: inexact, warns
     labels = jnp.arange(8) % 2
     p0, f0 = g.revmlp_init(key, 6, 2)  # no bottleneck: the width is checked at the step
-    gn0 = g.gn_step(f0, jnp.ones((4, 2)))
+    gn0 = g.gn_step(f0, g.readout_init(jax.random.key(1), 4, 2))  # orthonormal, d = 4
     with pytest.raises(ValueError, match=r"^gn_step: readout must have shape \(6, C\)"):
         gn0.step(gn0.init(p0), (x, labels), key)
     with jax.enable_x64(True):
@@ -266,3 +266,25 @@ def test_min_rank_metric_is_exact_above_256_in_half_precision(dtype):
     _, info = g.gn_direction(p, f, x, eps.astype(dtype), pinv=cfg, return_info=True)
     assert int(np.min(np.asarray(info.rank))) == n
     assert float(m["min_rank"]) == n
+
+
+def test_gn_step_refuses_a_readout_without_orthonormal_columns():
+    """``PᵀP = I`` is what makes the body target ``ε Pᵀ`` move the logits by ``ε``: a ``2 P``
+    readout was accepted, its step was 4α on the logits and the residual still read ~1e-14.
+    The deviation is measured in numpy float64 (2P: 3; a Gaussian P: O(sqrt(d)))."""
+    p, f = g.revmlp_init(jax.random.key(0), 8, 2, bottleneck=16)
+    P = g.readout_init(jax.random.key(1), 8, 3)
+    Pn = np.asarray(P, np.float64)
+    assert np.max(np.abs(Pn.T @ Pn - np.eye(3))) < 1e-5
+    g.gn_step(f, P)  # accepted
+    g.gn_step(f, P.astype(jnp.bfloat16))  # the float32 readout rounded: accepted
+    gauss = jax.random.normal(jax.random.key(2), (8, 3))
+    for bad in (2 * P, gauss):
+        bn = np.asarray(bad, np.float64)
+        dev = np.max(np.abs(bn.T @ bn - np.eye(3)))
+        assert dev > 0.5
+        with pytest.raises(ValueError, match=rf"gn_step: readout must have orthonormal columns"
+                                             rf".*= {dev:.3g}.*readout_init\(key, 8, 3\)"):
+            g.gn_step(f, bad)
+    # traced readouts are not checked (the step still runs)
+    jax.jit(lambda r: g.gn_step(f, r).init(p).step)(P)
