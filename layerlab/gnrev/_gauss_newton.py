@@ -74,7 +74,7 @@ class PinvConfig:
       method: ``"truncate"`` (drop ``s <= max(rtol s_1, atol)``; §5 and App. K, the paper's
         default), ``"damp"`` (``1/(s + damping s_1)``, App. K) or ``"noise"`` (add Gaussian
         noise of std ``noise_scale * std(A)`` to ``A`` first, App. K; needs a key).
-      rtol, atol: truncation tolerances (paper §5: 1% and 1e-5).
+      rtol, atol: truncation tolerances (paper §5: 1% and 1e-5); ``0 <= rtol < 1``.
       damping: relative damping (App. K: 1% of ``s_1``).
       noise_scale: relative noise std (App. K: 10% of ``std(A)``).
       solver: ``"gram"`` (``eigh`` of the smaller Gram matrix; default, fastest),
@@ -108,6 +108,10 @@ class PinvConfig:
                     and np.isfinite(v) and v >= 0):
                 raise ValueError(f"PinvConfig.{name} must be a finite real number >= 0 (a Python "
                                  f"or numpy scalar), got {v!r}")
+        if self.rtol >= 1:  # s > rtol s_1 >= s_1 keeps nothing: a zero direction
+            raise ValueError(f"PinvConfig.rtol must be < 1 (a fraction of the largest singular "
+                             f"value; rtol >= 1 drops every one), got {self.rtol!r}; the paper "
+                             "uses 0.01.")
         for name in ("rank", "oversample", "power_iters"):  # stored as Python ints
             object.__setattr__(
                 self, name, check_int(getattr(self, name), f"PinvConfig.{name}", min_value=0))
@@ -254,6 +258,9 @@ def _solve(a, e, config, key, *, warn: bool):
         raise TypeError(f"pinv_solve: config must be a PinvConfig, got {type(cfg).__name__}.")
     a = check_array(a, "a", fn="pinv_solve", ndim=2, kind="float")
     e = check_array(e, "e", fn="pinv_solve", ndim=(1, 2), kind="real")
+    if a.size == 0:
+        raise ValueError(f"pinv_solve: a must have at least one row and one column, got shape "
+                         f"{tuple(a.shape)}.")
     if e.shape[0] != a.shape[0]:
         raise ValueError(
             f"pinv_solve: e must have one row per row of a (a has shape {tuple(a.shape)}: "

@@ -15,7 +15,13 @@ import numpy as np
 import optax
 
 from layerlab import probes
-from layerlab._checks import check_array, check_choice, check_number, is_concrete
+from layerlab._checks import (
+    check_array,
+    check_choice,
+    check_finite,
+    check_number,
+    is_concrete,
+)
 from layerlab.loop import TrainState, TrainStep, optax_step
 
 from ._gauss_newton import (
@@ -259,10 +265,18 @@ def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, ba
                          f"got x {jnp.shape(x)} and labels {jnp.shape(labels)}.")
     params = state.params
     _check_readout_params(readout, params, "gn_step")
+    # eager only (no-ops under jit): name the parameters, not gn_direction's target
+    check_finite(params, "state.params", fn="gn_step",
+                 hint="the parameters diverged (learning_rate too large?) or were initialised "
+                      "non-finite; restart from finite parameters.")
     y = revmlp_apply(params, frozen, x)
     logits = y @ readout
     val = loss_value(logits, labels, loss=loss)
     eps = output_target(logits, labels, loss=loss, target=target) @ readout.T
+    check_finite(eps, "the output-space target ε Pᵀ", fn="gn_step",
+                 hint="the forward pass produced non-finite outputs from finite parameters "
+                      "(overflow, or non-finite inputs x); check x, rescale the inputs or lower "
+                      "the learning rate.")
     delta, info = gn_direction(params, frozen, x, eps, y=y, pinv=pinv, combine=combine,
                                key=key, return_info=True)
     lr = state.hparams["learning_rate"]

@@ -603,3 +603,16 @@ def test_gram_solver_warns_when_it_cannot_honour_the_config(key):
         g.gn_direction(p, f, x, x)  # default config: no warning
         g.pinv_solve(a, jnp.ones(6, jnp.float32))
         g.pinv_solve(a, jnp.ones(6, jnp.float32), g.PinvConfig(rtol=1e-2, atol=0.0))
+
+
+def test_pinv_config_refuses_rtol_of_one_and_pinv_solve_an_empty_matrix():
+    """``rtol >= 1`` keeps no singular value (a zero direction) and was accepted; an empty
+    ``a`` reached the factorisation (raw error)."""
+    for bad in (1.0, 5.0):
+        with pytest.raises(ValueError, match=r"PinvConfig\.rtol must be < 1.*got " + str(bad)):
+            g.PinvConfig(rtol=bad)
+    assert g.PinvConfig(rtol=0.999).rtol == 0.999
+    for shape in [(0, 3), (3, 0)]:
+        with pytest.raises(ValueError, match=r"^pinv_solve: a must have at least one row and "
+                                             rf"one column, got shape \({shape[0]}, {shape[1]}\)"):
+            g.pinv_solve(jnp.zeros(shape), jnp.zeros((shape[0], 2)))

@@ -288,3 +288,20 @@ def test_gn_step_refuses_a_readout_without_orthonormal_columns():
             g.gn_step(f, bad)
     # traced readouts are not checked (the step still runs)
     jax.jit(lambda r: g.gn_step(f, r).init(p).step)(P)
+
+
+def test_gn_step_non_finite_messages_name_the_params_and_the_forward_pass():
+    """NaN parameters were reported as "gn_direction: target has ... non-finite ... clean the
+    data"; now the step names ``state.params``, and an overflowing forward pass (finite
+    parameters scaled by 1e20: the body output overflows) names the forward pass."""
+    p, f = g.revmlp_init(jax.random.key(0), 8, 2, bottleneck=16)
+    P = g.readout_init(jax.random.key(1), 8, 3)
+    x = jax.random.normal(jax.random.key(2), (6, 8))
+    lab = jnp.arange(6) % 3
+    gn = g.gn_step(f, P)
+    pn = {**p, "w1": p["w1"].at[0, 0, 0].set(jnp.nan)}
+    with pytest.raises(ValueError, match=r"^gn_step: state\.params has 1 non-finite .*diverged"):
+        gn.step(gn.init(pn), (x, lab), jax.random.key(0))
+    with pytest.raises(ValueError, match=r"^gn_step: .*target ε Pᵀ has .*forward pass"):
+        gn.step(gn.init({**p, "w1": p["w1"] * 1e20, "w2": p["w2"] * 1e20}), (x, lab),
+                jax.random.key(0))
