@@ -10,10 +10,6 @@ import pytest
 
 from layerlab.gnrev import experiments as ex
 
-# EXACT_PINV (rtol=1e-3, Gram solver) is below the Gram floor 3.45e-3 in float32: its
-# GramFloorWarning is expected here (the experiments' numbers are unchanged by it)
-pytestmark = pytest.mark.filterwarnings("ignore::layerlab.gnrev.GramFloorWarning")
-
 
 def test_lr_sweep_rules_pick_by_a_brute_force_rerun(key):
     """One vmapped sweep = separate runs per rate; rules pick the documented rate."""
