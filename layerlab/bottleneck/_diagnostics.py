@@ -169,6 +169,16 @@ def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
             "mean_gain": jnp.stack(gain)}
 
 
+def _checked_inputs(params: Params, x, rel_tol, activation, fn: str):
+    """The shared checks of the rank diagnostics (``x``, ``params`` and their fit, ``rel_tol``
+    >= 0, finite ``params``) and the activation resolved; returns ``(x, activation)``."""
+    x = check_x(x, fn)
+    check_params(params, x.shape[1], fn)
+    check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
+    check_params_finite(params, fn)
+    return x, as_activation(activation, fn)
+
+
 def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
                         activation: Activation = jax.nn.relu, rel_tol: float = 1e-2,
                         centre: bool = True) -> dict:
@@ -189,12 +199,7 @@ def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 7 and Corollary 8.
     """
-    fn = "representation_dims"
-    x = check_x(x, fn)
-    check_params(params, x.shape[1], fn)
-    check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
-    check_params_finite(params, fn)
-    activation = as_activation(activation, fn)
+    x, activation = _checked_inputs(params, x, rel_tol, activation, "representation_dims")
     Zs = _phi(from_mlp_params(params, beta), x.T, beta, activation)  # paper A: [n_l, N]
     er, nr = [], []
     for Z in Zs:
@@ -255,12 +260,7 @@ def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 3 (R^(1) >= log pseudo-determinant of the Jacobian on the data).
     """
-    fn = "jacobian_stats"
-    x = check_x(x, fn)
-    check_params(params, x.shape[1], fn)
-    check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
-    check_params_finite(params, fn)
-    activation = as_activation(activation, fn)
+    x, activation = _checked_inputs(params, x, rel_tol, activation, "jacobian_stats")
     Ws = from_mlp_params(params, beta)
 
     def one(xi):
