@@ -532,3 +532,32 @@ def test_fewer_seeds_or_widths_make_a_reduced_record():
     assert dx._fig6_scale(f6, [Row]) == "paper"
     assert dx._fig6_scale(dataclasses.replace(f6, filters=(2, 6)), [Row]) == "reduced"
     assert dx._fig6_scale(dataclasses.replace(f6, seeds=1), [Row]) == "reduced"
+
+
+def test_dgl_random_spread_summary_is_the_distribution_by_hand():
+    mod = importlib.import_module("reproduce._dgl_random_spread")
+    vals = [90.0, 91.0, 92.0, 93.0, 94.0, 95.0, 96.0, 97.0]
+    s = mod.summarise(vals, paper=92.5, tol=1.0)
+    assert s["mean"] == pytest.approx(93.5) and s["std"] == pytest.approx(np.sqrt(6.0))
+    assert s["paper_percentile"] == pytest.approx(100 * 3 / 8)       # 90, 91, 92 <= 92.5
+    assert s["p_single_within_tol"] == pytest.approx(2 / 8)          # 92 and 93
+    assert s["paper_z"] == pytest.approx(-1.0 / np.sqrt(6.0))
+    assert s["p_single_at_least_as_far"] == pytest.approx(6 / 8)     # all but 93 and 94
+    # a 3-run mean within 1 of 92.5: brute force over all 8^3 ordered triples
+    import itertools
+    p = np.mean([abs(np.mean(t) - 92.5) <= 1.0 for t in itertools.product(vals, repeat=3)])
+    assert s["p_mean3_within_tol"] == pytest.approx(p, abs=0.015)
+    assert mod._keys("both", 7) == (7, 7) and mod._keys("init", 7) == (0, 7)
+    assert mod._keys("split", 7) == (7, 0)
+
+
+def test_dgl_random_spread_seed0_is_the_table1_records_random_cell():
+    """Seed 0 of the spread is the run the record holds (same split, init key and readout)."""
+    from layerlab import data
+    mod = importlib.import_module("reproduce._dgl_random_spread")
+    try:
+        got = mod.random_cell("bmnist-2x20", 0, 0, ["he/ridge"])["he/ridge"]
+    except data.DatasetNotFoundError as e:
+        pytest.skip(f"needs MNIST: {e}")
+    want = json.loads((REPO / "results/dgl/table1_parts/bmnist-2x20_seed0.json").read_text())
+    assert got == pytest.approx(want["random"]["test"], abs=0.01)
