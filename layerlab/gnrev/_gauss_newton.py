@@ -584,12 +584,17 @@ def _as_targets(labels, num_outputs, dtype, *, fn, loss=None):
         # eager only: labels in [0, C) (one_hot would give an all-zero row otherwise)
         check_labels(labels, num_outputs, "labels", fn=fn)
         return jax.nn.one_hot(labels, num_outputs, dtype=dtype)
+    shape = tuple(labels.shape)  # as passed: a real [n] vector is read as [n, 1] below
     if labels.ndim == 1:
         labels = labels[:, None]
     if labels.ndim != 2 or labels.shape[1] != num_outputs:
+        hint = ("; a real [n] vector is one target per sample (a one-output readout): for "
+                "class indices pass integers, e.g. labels.astype(jnp.int32)"
+                if len(shape) == 1 else "")
         raise ValueError(
-            f"{fn}: labels must be [n, {num_outputs}] real targets (one column per readout "
-            f"output) or [n] integer labels, got shape {tuple(labels.shape)}."
+            f"{fn}: labels must be [n] integer class labels or [n, {num_outputs}] real targets "
+            f"(one column per readout output), got shape {shape} and dtype "
+            f"{labels.dtype}{hint}."
         )
     y = labels.astype(dtype)
     if loss == "ce":
@@ -678,10 +683,11 @@ def output_target(
 
     Args:
       logits: ``[n, C]`` network outputs (after the readout).
-      labels: ``[n]`` int class labels, or ``[n, C]`` / ``[n]`` real targets.  For
-        ``loss="ce"`` real targets must be probability rows (non-negative, summing to 1:
-        one-hot or soft labels), else the gradient ``softmax(f) − y`` is wrong; checked
-        eagerly (ValueError), not under ``jit`` (the caller's requirement there).
+      labels: ``[n]`` int class labels, or ``[n, C]`` real targets (a real ``[n]`` vector
+        is ``[n, 1]``: one output only, ``C = 1``).  For ``loss="ce"`` real targets must be
+        probability rows (non-negative, summing to 1: one-hot or soft labels), else the
+        gradient ``softmax(f) − y`` is wrong; checked eagerly (ValueError), not under
+        ``jit`` (the caller's requirement there).
       loss: ``"ce"`` (softmax cross-entropy) or ``"mse"`` (squared error).
       target: ``"gradient"`` (Eq. 5, the authors' choice) or ``"newton"`` (Eq. 19).
 
@@ -712,8 +718,9 @@ def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax
 
     Args:
       logits: ``[n, C]``.
-      labels: ``[n]`` int labels or ``[n, C]``/``[n]`` real targets (for ``"ce"``:
-        probability rows, checked eagerly as in :func:`output_target`).
+      labels: ``[n]`` int labels or ``[n, C]`` real targets (a real ``[n]`` vector only for
+        ``C = 1``; for ``"ce"``: probability rows, checked eagerly as in
+        :func:`output_target`).
       loss: ``"ce"`` or ``"mse"``.
 
     Returns:

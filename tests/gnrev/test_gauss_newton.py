@@ -463,7 +463,9 @@ def test_target_messages_name_the_function():
     logits = jnp.ones((3, 2))
     with pytest.raises(ValueError, match=r"output_target: integer labels must have shape"):
         g.output_target(logits, jnp.ones((3, 2), jnp.int32))
-    with pytest.raises(ValueError, match=r"loss_value: labels must be \[n, 2\] real targets"):
+    with pytest.raises(ValueError, match=r"loss_value: labels must be \[n\] integer class "
+                                         r"labels or \[n, 2\] real targets .*got shape "
+                                         r"\(3, 3\) and dtype float32\.$"):
         g.loss_value(logits, jnp.ones((3, 3)))
     with pytest.raises(ValueError,
                        match=r"output_target: labels must be integer class labels in \[0, 2\)"):
@@ -472,6 +474,32 @@ def test_target_messages_name_the_function():
         g.output_target(logits, jnp.array([0, 1, 1]), target="foo")
     with pytest.raises(ValueError, match=r"output_target: loss must be one of"):
         g.output_target(logits, jnp.array([0, 1, 1]), loss="hinge")
+
+
+def test_float_label_vector_names_what_came_and_what_is_accepted():
+    """Float class indices [n] were read as [n, 1] targets and the error named shape (n, 1),
+    a shape the caller never passed; it now names the shape and dtype passed and the two
+    accepted forms.  A real [n] vector stays valid for a one-output readout."""
+    logits = jnp.array([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 3.0]])
+    y = jnp.array([0.0, 1.0, 2.0])
+    for call, fn in ((lambda: g.output_target(logits, y), "output_target"),
+                     (lambda: g.loss_value(logits, y), "loss_value"),
+                     (lambda: g.loss_value(logits, y, loss="mse"), "loss_value")):
+        with pytest.raises(ValueError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"{fn}: labels must be [n] integer class labels or [n, 3] real "
+                              "targets"), msg
+        assert "got shape (3,) and dtype float32" in msg and "astype(jnp.int32)" in msg, msg
+        assert "(3, 1)" not in msg, msg
+    # the advice works: the same values as integers are the one-hot targets
+    np.testing.assert_allclose(g.output_target(logits, y.astype(jnp.int32)),
+                               jax.nn.softmax(logits, axis=-1) - jnp.eye(3), atol=1e-6)
+    # one output: a real [n] vector is the [n, 1] target column
+    f1 = logits[:, :1]
+    np.testing.assert_allclose(g.loss_value(f1, y, loss="mse"),
+                               0.5 * np.mean((np.asarray(f1[:, 0]) - np.asarray(y)) ** 2),
+                               rtol=1e-6)
 
 
 def test_gn_residual_checks_its_arguments(key):
