@@ -30,7 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from layerlab._checks import check_array, check_choice, check_int, check_labels, is_concrete
+from layerlab._checks import (
+    check_array,
+    check_choice,
+    check_int,
+    check_key,
+    check_labels,
+    is_concrete,
+)
 from layerlab._linalg import eigh, qr, thin_svd
 
 from ._revmlp import (
@@ -246,7 +253,7 @@ def pinv_solve(
     References:
       App. K of Buffelli et al. 2024 (pseudo-inverse regularisations).
     """
-    return _solve(a, e, config, key, warn=True)
+    return _solve(a, e, config, check_key(key, fn="pinv_solve", allow_none=True), warn=True)
 
 
 def _solve(a, e, config, key, *, warn: bool):
@@ -358,6 +365,7 @@ def regularized_pinv(
     Returns ``(a_pinv, rank, cond)``.
     """
     a = check_array(a, "a", fn="regularized_pinv", ndim=2, kind="float")
+    key = check_key(key, fn="regularized_pinv", allow_none=True)
     return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), config, key=key)
 
 
@@ -459,6 +467,7 @@ def gn_direction(
                              f"{tuple(x.shape)}, got {tuple(y.shape)}.")
     cfg = _check_pinv(pinv, fn)
     check_choice(combine, "combine", COMBINE, fn=fn)
+    key = check_key(key, fn=fn, allow_none=True)
     _warn_gram_floor(cfg, dtype, fn)
     if cfg.method == "noise" and key is None:
         raise ValueError("gn_direction: PinvConfig(method='noise') needs "

@@ -650,3 +650,32 @@ def test_pinv_config_refuses_rtol_of_one_and_pinv_solve_an_empty_matrix():
         with pytest.raises(ValueError, match=r"^pinv_solve: a must have at least one row and "
                                              rf"one column, got shape \({shape[0]}, {shape[1]}\)"):
             g.pinv_solve(jnp.zeros(shape), jnp.zeros((shape[0], 2)))
+
+
+def test_key_is_checked_in_every_solver_entry_point(key):
+    """key=3 with a noise / rsvd pinv reached jax.random and gave its raw "invalid PRNG key
+    data" error; every public function that takes a key now names it, accepts typed and
+    legacy uint32[2] keys alike (same draws) and still takes None where none is needed."""
+    p, f = g.revmlp_init(key, 4, 2, bottleneck=8)
+    x = jax.random.normal(jax.random.key(1), (4, 4))
+    eps = jax.random.normal(jax.random.key(2), (4, 4))
+    a = jax.random.normal(jax.random.key(3), (4, 6))
+    noise, rsvd = g.PinvConfig(method="noise"), g.PinvConfig(solver="rsvd", rank=2, oversample=0)
+    calls = {
+        "pinv_solve": lambda k, c: g.pinv_solve(a, eps, c, key=k)[0],
+        "regularized_pinv": lambda k, c: g.regularized_pinv(a, c, key=k)[0],
+        "gn_direction": lambda k, c: g.gn_direction(p, f, x, eps, pinv=c, key=k)["w1"],
+    }
+    raw = jax.random.PRNGKey(7)
+    for fn, call in calls.items():
+        for cfg in (noise, rsvd, None):  # also when the key would go unused
+            with pytest.raises(TypeError, match=rf"^{fn}: key must be a PRNG key "
+                                                r"\(jax.random.key\(seed\)\), got int 3\.$"):
+                call(3, cfg)
+        np.testing.assert_array_equal(call(raw, noise), call(jax.random.wrap_key_data(raw),
+                                                             noise))
+        assert not np.array_equal(call(raw, noise), call(jax.random.PRNGKey(8), noise))
+        np.testing.assert_array_equal(call(None, None), call(raw, None))
+    # traced keys pass (static check), under jit as eagerly
+    out = jax.jit(lambda k: calls["pinv_solve"](k, noise))(jax.random.wrap_key_data(raw))
+    np.testing.assert_allclose(out, calls["pinv_solve"](raw, noise), rtol=1e-5, atol=1e-6)
