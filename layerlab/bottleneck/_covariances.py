@@ -21,6 +21,7 @@ from jax.typing import ArrayLike
 from layerlab._checks import check_array, check_number
 from layerlab.bottleneck._layout import (
     as_float,
+    check_beta,
     check_reps,
     check_scalar,
     check_x,
@@ -131,6 +132,7 @@ def covariances(Zs: Sequence[Array], x: ArrayLike, *, beta: ArrayLike = 1.0,
     References:
       (A) Section 3.2, Proposition 3.
     """
+    check_beta(beta, "covariances")
     fn = "covariances"
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
