@@ -153,6 +153,7 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
     check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0,
                  what="a regulariser; a negative one flips attraction and repulsion")
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)

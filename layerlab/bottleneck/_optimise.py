@@ -70,6 +70,7 @@ def representation_step(x: ArrayLike, cost: Callable, optimizer: optax.GradientT
     fn = "representation_step"
     check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     X, C = x.T, col_cost(cost, fn)  # paper A's columns inside the step

@@ -259,6 +259,7 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
       computed in float32, as by ``_layout.as_float``), the default float for an integer one,
       ``A``'s dtype otherwise.
     """
+    check_scalar(ridge, "ridge", "tikhonov_pinv")
     check_number(ridge, "ridge", fn="tikhonov_pinv", min_value=0.0)
     A = check_array(A, "A", fn="tikhonov_pinv", ndim=2)
     return _tikhonov_pinv(as_float(A), ridge, _ridge_kind(ridge))
@@ -321,6 +322,7 @@ def weights_from_representations(Zs: Sequence[Array], x: ArrayLike, *, beta: Arr
     """
     check_beta(beta, "weights_from_representations")
     fn = "weights_from_representations"
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     activation = as_activation(activation, fn)
     x = check_x(x, fn)
@@ -387,6 +389,7 @@ def representation_loss(Zs: Sequence[Array], x: ArrayLike, *, cost: Cost, lam: A
     check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0,
                  what="a regulariser; a negative one rewards large weights")
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
