@@ -267,14 +267,18 @@ def promote_float(*xs: Any) -> list[jax.Array]:
     return [a.astype(dt) for a in arrs]
 
 
-def check_key(key: Any, name: str = "key", *, fn: str | None = None):
+def check_key(key: Any, name: str = "key", *, fn: str | None = None,
+              allow_none: bool = False):
     """A single PRNG key: a typed key of shape ``()`` (``jax.random.key``) or raw key data,
-    a ``uint32`` vector (the legacy ``jax.random.PRNGKey``).  Returns ``key`` unchanged.
+    a ``uint32`` vector (the legacy ``jax.random.PRNGKey``).  Returns ``key`` unchanged
+    (``None`` when ``allow_none``: an optional key).
 
     Static (also under ``jit``): reads only the dtype and shape.  An integer seed is refused
     with a ``TypeError`` saying to wrap it in ``jax.random.key``.
     """
     where = _where(fn)
+    if key is None and allow_none:
+        return None
     dt = getattr(key, "dtype", None)
     if dt is None or not hasattr(key, "shape"):
         raise TypeError(f"{where}{name} must be a PRNG key (jax.random.key(seed)), got "

@@ -114,6 +114,11 @@ def test_check_key_single_typed_or_raw_keys():
     # static: under vmap and jit a traced key passes
     out = jax.vmap(lambda kk: jax.random.normal(C.check_key(kk)))(jax.random.split(k, 2))
     assert out.shape == (2,)
+    # an optional key: None passes with allow_none, anything else is still checked
+    assert C.check_key(None, fn="f", allow_none=True) is None
+    assert C.check_key(k, allow_none=True) is k
+    with pytest.raises(TypeError, match=r"^f: key must be a PRNG key .*int 3"):
+        C.check_key(3, fn="f", allow_none=True)
 
 
 def test_check_float_dtype_refuses_an_array_or_a_number_in_place_of_a_dtype():

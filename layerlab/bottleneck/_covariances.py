@@ -21,6 +21,7 @@ from jax.typing import ArrayLike
 from layerlab._checks import check_array, check_number
 from layerlab.bottleneck._layout import (
     as_float,
+    check_beta,
     check_reps,
     check_scalar,
     check_x,
@@ -91,6 +92,7 @@ def psd_pinv(K: Array, ridge: ArrayLike = 0.0) -> Array:
       as by ``_layout.as_float``), the default float for an integer one, ``K``'s dtype
       otherwise.
     """
+    check_scalar(ridge, "ridge", "psd_pinv")
     check_number(ridge, "ridge", fn="psd_pinv", min_value=0.0)
     K = check_array(K, "K", fn="psd_pinv", ndim=2)
     if K.shape[0] != K.shape[1]:
@@ -131,6 +133,7 @@ def covariances(Zs: Sequence[Array], x: ArrayLike, *, beta: ArrayLike = 1.0,
     References:
       (A) Section 3.2, Proposition 3.
     """
+    check_beta(beta, "covariances")
     fn = "covariances"
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)
@@ -182,5 +185,6 @@ def covariance_loss(K: Sequence[Array], K_sigma: Sequence[Array], Z_L: Array, *,
                          f"{Z_L.shape}.")
     check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     return _covariance_loss(K, K_sigma, Z_L.T, col_cost(cost, fn), lam, ridge)

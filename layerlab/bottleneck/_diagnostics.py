@@ -32,6 +32,7 @@ from layerlab._checks import check_int, check_number
 from layerlab._linalg import svdvals
 from layerlab.bottleneck._layout import (
     Params,
+    check_beta,
     check_params,
     check_params_finite,
     check_x,
@@ -65,6 +66,7 @@ def layer_singular_values(params: Params, *, include_bias: bool = False,
       list of ``L`` arrays ``[min(n_l, n_{l-1})]`` (``[min(n_l, n_{l-1} + 1)]`` with
       ``include_bias``), descending.
     """
+    check_beta(beta, "layer_singular_values")
     check_params_finite(params, "layer_singular_values")
     return probes.singular_values(_layer_mats(params, include_bias, beta))
 
@@ -92,6 +94,7 @@ def layer_counts_near_one(params: Params, *, tol: float = 0.25,
     References:
       (B) Theorem 6.
     """
+    check_beta(beta, "layer_counts_near_one")
     check_params_finite(params, "layer_counts_near_one")
     mats = _layer_mats(params, include_bias, beta)
     return jnp.stack([_finite_or_nan(probes.count_near_one(s, tol), W)
@@ -143,6 +146,7 @@ def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
     References:
       (B) Theorem 6; docs/bottleneck.md (``b_structure``: the offset direction).
     """
+    check_beta(beta, "centred_weight_counts")
     fn = "centred_weight_counts"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
@@ -199,6 +203,7 @@ def representation_dims(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 7 and Corollary 8.
     """
+    check_beta(beta, "representation_dims")
     x, activation = _checked_inputs(params, x, rel_tol, activation, "representation_dims")
     Zs = _phi(from_mlp_params(params, beta), x.T, beta, activation)  # paper A: [n_l, N]
     er, nr = [], []
@@ -234,6 +239,7 @@ def network_fn(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (A) Section 2 (the network function ``f_W``).
     """
+    check_beta(beta, "network_fn")
     x = check_x(x, "network_fn")
     check_params(params, x.shape[1], "network_fn")
     return _network_fn_paper(from_mlp_params(params, beta), x, beta,
@@ -260,6 +266,7 @@ def jacobian_stats(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 3 (R^(1) >= log pseudo-determinant of the Jacobian on the data).
     """
+    check_beta(beta, "jacobian_stats")
     x, activation = _checked_inputs(params, x, rel_tol, activation, "jacobian_stats")
     Ws = from_mlp_params(params, beta)
 
@@ -321,6 +328,7 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorem 7 / Corollary 8 (NTK of order L).
     """
+    check_beta(beta, "ntk_trace")
     fn = "ntk_trace"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
@@ -355,6 +363,7 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     References:
       (B) Theorems 3, 6, 7 and Corollary 8.
     """
+    check_beta(beta, "bottleneck_diagnostics")
     x = check_x(x, "bottleneck_diagnostics")
     check_params(params, x.shape[1], "bottleneck_diagnostics")
     check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0, lo_open=True)

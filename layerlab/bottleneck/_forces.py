@@ -22,7 +22,14 @@ from jax.typing import ArrayLike
 
 from layerlab._checks import check_array, check_int, check_number
 from layerlab._linalg import eigh
-from layerlab.bottleneck._layout import as_float, check_reps, check_scalar, check_x, cols
+from layerlab.bottleneck._layout import (
+    as_float,
+    check_beta,
+    check_reps,
+    check_scalar,
+    check_x,
+    cols,
+)
 from layerlab.bottleneck._representations import (
     Activation,
     _augment,
@@ -141,10 +148,12 @@ def forces(Zs: Sequence[Array], x: ArrayLike, *, lam: ArrayLike, beta: ArrayLike
     References:
       (A) Section 3.1 (item 4) and Figure 1.
     """
+    check_beta(beta, "forces")
     fn = "forces"
     check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0,
                  what="a regulariser; a negative one flips attraction and repulsion")
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)

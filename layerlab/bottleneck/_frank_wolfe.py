@@ -35,6 +35,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from layerlab._checks import check_finite, check_int, check_number
+from layerlab.bottleneck._layout import check_scalar
 
 
 def _inner(Ks: np.ndarray, Y: np.ndarray, lam: float, ridge: float):
@@ -140,6 +141,7 @@ def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: fl
     Y = np.ascontiguousarray(y.T)  # paper A's columns from here on (C order: same BLAS calls)
     check_number(lam, "lam", fn=fn, min_value=0.0, lo_open=True, what="a regulariser")
     check_int(iters, "iters", fn=fn, min_value=1)
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     check_number(tol, "tol", fn=fn, min_value=0.0)
     check_number(prune, "prune", fn=fn, min_value=0.0)

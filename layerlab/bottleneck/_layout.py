@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite, is_concrete, promote_float
+from layerlab._checks import check_array, check_finite, check_number, is_concrete, promote_float
 
 Array = jax.Array
 Params = Sequence[dict]
@@ -56,6 +56,7 @@ def from_mlp_layer(p: dict, beta: ArrayLike = 1.0) -> Array:
     References:
       (A) Section 2 (``Z_l = W_l Z_{l-1}^sigma``).
     """
+    check_beta(beta, "from_mlp_layer")
     beta = jnp.asarray(beta)  # traceable: jit / vmap / grad over beta
     zero = beta == 0
     inv = jnp.where(zero, 0.0, 1.0 / jnp.where(zero, 1.0, beta))
@@ -66,12 +67,14 @@ def from_mlp_layer(p: dict, beta: ArrayLike = 1.0) -> Array:
 def from_mlp_params(params: Params, beta: ArrayLike = 1.0) -> list[Array]:
     """Paper A's weights ``[W_1, ..., W_L]`` of ``layerlab.nets`` params (:func:`from_mlp_layer`
     on each layer)."""
+    check_beta(beta, "from_mlp_params")
     return [from_mlp_layer(p, beta) for p in params]
 
 
 def to_mlp_params(weights: Sequence[Array], beta: ArrayLike = 1.0) -> list[dict]:
     """``layerlab.nets`` params of paper A's weights ``W_l`` ``[n_l, n_{l-1} + 1]``: the inverse of
     :func:`from_mlp_params` (``w = W[:, :-1]^T``, ``b = beta W[:, -1]``)."""
+    check_beta(beta, "to_mlp_params")
     return [{"w": W[:, :-1].T, "b": beta * W[:, -1]} for W in weights]
 
 
@@ -93,6 +96,7 @@ def weight_norm_sq(params: Params, *, beta: ArrayLike = 1.0) -> Array:
     References:
       (A) Section 2.1 (``L_lambda(W) = C(Z_L) + lambda ||W||^2``).
     """
+    check_beta(beta, "weight_norm_sq")
     return sum(jnp.sum(W * W) for W in from_mlp_params(params, beta))
 
 
@@ -193,8 +197,23 @@ def col_cost(cost: Callable[[Array], Array], fn: str = "cost") -> Callable[[Arra
     return C
 
 
-def check_scalar(v, name: str, fn: str) -> None:
-    """``v`` is a scalar (static: its shape only; a traced scalar under ``vmap`` passes)."""
+def check_scalar(v, name: str, fn: str, what: str = "") -> None:
+    """``v`` is a scalar (static: its shape only; a traced scalar under ``vmap`` passes).
+    ``what`` says in the message why (e.g. one value shared by every layer)."""
     if np.ndim(v) != 0:   # (np: a Python list too; a tracer has .ndim)
-        raise ValueError(f"{fn}: {name} must be a scalar, got shape {tuple(np.shape(v))}; "
-                         f"vmap over the values to evaluate several.")
+        extra = f" ({what})" if what else ""
+        raise ValueError(f"{fn}: {name} must be a scalar{extra}, got shape "
+                         f"{tuple(np.shape(v))}; vmap over the values to evaluate several.")
+
+
+def check_beta(beta, fn: str) -> None:
+    """The amount of bias ``beta``: a real scalar (static shape check, so a per-layer vector
+    is refused under ``jit``/``vmap`` too) and finite (eager only).
+
+    Paper A has one ``beta`` for the whole net: the bias row ``beta 1^T`` of every
+    ``Z_l^sigma``, and with it the covariances ``K_l^sigma = sigma(Z_l) sigma(Z_l)^T +
+    beta^2 1 1^T`` and the norm ``||b_l||^2 / beta^2``.  A vector used to broadcast against
+    the samples or the biases: a raw broadcasting error, or (``from_mlp_params``,
+    ``weight_norm_sq``, ``augment``) silently a matrix of the wrong shape."""
+    check_scalar(beta, "beta", fn, what="paper A's one amount of bias, shared by every layer")
+    check_number(beta, "beta", fn=fn, what="the amount of bias")

@@ -20,7 +20,14 @@ from jax.typing import ArrayLike
 
 from layerlab import loop
 from layerlab._checks import check_number
-from layerlab.bottleneck._layout import check_reps, check_scalar, check_x, col_cost, cols
+from layerlab.bottleneck._layout import (
+    check_beta,
+    check_reps,
+    check_scalar,
+    check_x,
+    col_cost,
+    cols,
+)
 from layerlab.bottleneck._representations import (
     Activation,
     _phi,
@@ -59,9 +66,11 @@ def representation_step(x: ArrayLike, cost: Callable, optimizer: optax.GradientT
     References:
       (A) Proposition 1.
     """
+    check_beta(beta, "representation_step")
     fn = "representation_step"
     check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, what="a regulariser")
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     X, C = x.T, col_cost(cost, fn)  # paper A's columns inside the step

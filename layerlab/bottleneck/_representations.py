@@ -30,6 +30,7 @@ from layerlab._checks import check_array, check_number, is_traced, nonnegative_o
 from layerlab.bottleneck._layout import (
     Params,
     as_float,
+    check_beta,
     check_params,
     check_reps,
     check_scalar,
@@ -230,6 +231,7 @@ def augment(Z: Array, beta: ArrayLike) -> Array:
     References:
       (A) Section 2 (``Z_l^sigma``, transposed).
     """
+    check_beta(beta, "augment")
     Z = check_array(Z, "Z", fn="augment", ndim=2)
     ones = jnp.ones((Z.shape[0], 1), Z.dtype)
     return jnp.concatenate([Z, beta * ones], axis=1)
@@ -257,6 +259,7 @@ def tikhonov_pinv(A: Array, ridge: ArrayLike = 0.0) -> Array:
       computed in float32, as by ``_layout.as_float``), the default float for an integer one,
       ``A``'s dtype otherwise.
     """
+    check_scalar(ridge, "ridge", "tikhonov_pinv")
     check_number(ridge, "ridge", fn="tikhonov_pinv", min_value=0.0)
     A = check_array(A, "A", fn="tikhonov_pinv", ndim=2)
     return _tikhonov_pinv(as_float(A), ridge, _ridge_kind(ridge))
@@ -285,6 +288,7 @@ def representations(params: Params, x: ArrayLike, *, beta: ArrayLike = 1.0,
     References:
       (A) Section 2 and the map Phi of Proposition 1.
     """
+    check_beta(beta, "representations")
     fn = "representations"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
@@ -316,7 +320,9 @@ def weights_from_representations(Zs: Sequence[Array], x: ArrayLike, *, beta: Arr
       (A) Proposition 1 (the map Psi; Phi o Psi = id on the admissible set
       ``Im Z_{l+1} subset Im Z_l^sigma``, column spaces in rows).
     """
+    check_beta(beta, "weights_from_representations")
     fn = "weights_from_representations"
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     activation = as_activation(activation, fn)
     x = check_x(x, fn)
@@ -345,6 +351,7 @@ def weight_loss(params: Params, x: ArrayLike, *, cost: Cost, lam: ArrayLike, bet
     References:
       (A) Section 2.1.
     """
+    check_beta(beta, "weight_loss")
     fn = "weight_loss"
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
@@ -377,10 +384,12 @@ def representation_loss(Zs: Sequence[Array], x: ArrayLike, *, cost: Cost, lam: A
     References:
       (A) Proposition 1.
     """
+    check_beta(beta, "representation_loss")
     fn = "representation_loss"
     check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0,
                  what="a regulariser; a negative one rewards large weights")
+    check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     x = check_x(x, fn)
     Zs = check_reps(Zs, x.shape[0], fn)

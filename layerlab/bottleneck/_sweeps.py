@@ -31,7 +31,7 @@ from layerlab._checks import (
     check_same_length,
     promote_float,
 )
-from layerlab.bottleneck._layout import Params, from_mlp_params
+from layerlab.bottleneck._layout import Params, check_beta, from_mlp_params
 from layerlab.bottleneck._representations import Activation, _phi, as_activation
 from layerlab.data._targets import as_targets
 
@@ -130,6 +130,7 @@ def masked_loss(params: Params, batch: tuple[ArrayLike, ArrayLike], *,
     References:
       (A) Section 2.1.
     """
+    check_beta(beta, "masked_loss")
     x, y = batch
     Ws = from_mlp_params(masked_weights(params, hparams["masks"]), beta)
     Z_L = _phi(Ws, x.T, beta, as_activation(activation, "masked_loss"))[-1]
@@ -141,6 +142,7 @@ def masked_loss(params: Params, batch: tuple[ArrayLike, ArrayLike], *,
 def sweep_step(cost: Callable, optimizer: optax.GradientTransformation, *, beta: ArrayLike = 1.0,
                activation: Activation = jax.nn.relu) -> loop.TrainStep:
     """``layerlab.loop.optax_step`` on :func:`masked_loss` with masks and lambda in hparams."""
+    check_beta(beta, "sweep_step")
     def loss_fn(params, batch, hparams):
         return masked_loss(params, batch, hparams=hparams, cost=cost, beta=beta,
                            activation=activation)
@@ -176,6 +178,7 @@ def polish_step(cost: Callable, *, beta: ArrayLike = 1.0,
       Nocedal & Wright, Numerical Optimization (1999), Algorithms 7.4-7.5 (L-BFGS) and 3.5-3.6
       (zoom line search).
     """
+    check_beta(beta, "polish_step")
     optimizer = optax.lbfgs()
 
     def init(params, hparams=None) -> loop.TrainState:
@@ -270,6 +273,7 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
       ``layerlab.nets`` layout).  A run that diverges in the GD phase ends as NaN (it does not
       stop the others, nor does the polish).
     """
+    check_beta(beta, "width_sweep")
     fn = "width_sweep"
     activation = as_activation(activation, fn)   # one cached step per name / equal partial
     x = check_array(x, "x", fn=fn, ndim=2, kind="real", min_rows=1, finite=True)

@@ -30,7 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from layerlab._checks import check_array, check_choice, check_int, check_labels, is_concrete
+from layerlab._checks import (
+    check_array,
+    check_choice,
+    check_int,
+    check_key,
+    check_labels,
+    is_concrete,
+)
 from layerlab._linalg import eigh, qr, thin_svd
 
 from ._revmlp import (
@@ -246,7 +253,7 @@ def pinv_solve(
     References:
       App. K of Buffelli et al. 2024 (pseudo-inverse regularisations).
     """
-    return _solve(a, e, config, key, warn=True)
+    return _solve(a, e, config, check_key(key, fn="pinv_solve", allow_none=True), warn=True)
 
 
 def _solve(a, e, config, key, *, warn: bool):
@@ -358,6 +365,7 @@ def regularized_pinv(
     Returns ``(a_pinv, rank, cond)``.
     """
     a = check_array(a, "a", fn="regularized_pinv", ndim=2, kind="float")
+    key = check_key(key, fn="regularized_pinv", allow_none=True)
     return pinv_solve(a, jnp.eye(a.shape[0], dtype=a.dtype), config, key=key)
 
 
@@ -459,6 +467,7 @@ def gn_direction(
                              f"{tuple(x.shape)}, got {tuple(y.shape)}.")
     cfg = _check_pinv(pinv, fn)
     check_choice(combine, "combine", COMBINE, fn=fn)
+    key = check_key(key, fn=fn, allow_none=True)
     _warn_gram_floor(cfg, dtype, fn)
     if cfg.method == "noise" and key is None:
         raise ValueError("gn_direction: PinvConfig(method='noise') needs "
@@ -584,12 +593,17 @@ def _as_targets(labels, num_outputs, dtype, *, fn, loss=None):
         # eager only: labels in [0, C) (one_hot would give an all-zero row otherwise)
         check_labels(labels, num_outputs, "labels", fn=fn)
         return jax.nn.one_hot(labels, num_outputs, dtype=dtype)
+    shape = tuple(labels.shape)  # as passed: a real [n] vector is read as [n, 1] below
     if labels.ndim == 1:
         labels = labels[:, None]
     if labels.ndim != 2 or labels.shape[1] != num_outputs:
+        hint = ("; a real [n] vector is one target per sample (a one-output readout): for "
+                "class indices pass integers, e.g. labels.astype(jnp.int32)"
+                if len(shape) == 1 else "")
         raise ValueError(
-            f"{fn}: labels must be [n, {num_outputs}] real targets (one column per readout "
-            f"output) or [n] integer labels, got shape {tuple(labels.shape)}."
+            f"{fn}: labels must be [n] integer class labels or [n, {num_outputs}] real targets "
+            f"(one column per readout output), got shape {shape} and dtype "
+            f"{labels.dtype}{hint}."
         )
     y = labels.astype(dtype)
     if loss == "ce":
@@ -678,10 +692,11 @@ def output_target(
 
     Args:
       logits: ``[n, C]`` network outputs (after the readout).
-      labels: ``[n]`` int class labels, or ``[n, C]`` / ``[n]`` real targets.  For
-        ``loss="ce"`` real targets must be probability rows (non-negative, summing to 1:
-        one-hot or soft labels), else the gradient ``softmax(f) − y`` is wrong; checked
-        eagerly (ValueError), not under ``jit`` (the caller's requirement there).
+      labels: ``[n]`` int class labels, or ``[n, C]`` real targets (a real ``[n]`` vector
+        is ``[n, 1]``: one output only, ``C = 1``).  For ``loss="ce"`` real targets must be
+        probability rows (non-negative, summing to 1: one-hot or soft labels), else the
+        gradient ``softmax(f) − y`` is wrong; checked eagerly (ValueError), not under
+        ``jit`` (the caller's requirement there).
       loss: ``"ce"`` (softmax cross-entropy) or ``"mse"`` (squared error).
       target: ``"gradient"`` (Eq. 5, the authors' choice) or ``"newton"`` (Eq. 19).
 
@@ -712,8 +727,9 @@ def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax
 
     Args:
       logits: ``[n, C]``.
-      labels: ``[n]`` int labels or ``[n, C]``/``[n]`` real targets (for ``"ce"``:
-        probability rows, checked eagerly as in :func:`output_target`).
+      labels: ``[n]`` int labels or ``[n, C]`` real targets (a real ``[n]`` vector only for
+        ``C = 1``; for ``"ce"``: probability rows, checked eagerly as in
+        :func:`output_target`).
       loss: ``"ce"`` or ``"mse"``.
 
     Returns:

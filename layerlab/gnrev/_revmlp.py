@@ -153,6 +153,7 @@ def revmlp_init(
       Eqs. (14)–(15) of Buffelli et al. 2024.
     """
     fn = "revmlp_init"
+    key = _checks.check_key(key, fn=fn)
     dim = _checks.check_int(dim, "dim", fn=fn)
     if dim % 2 != 0 or dim < 2:
         raise ValueError(
@@ -431,6 +432,7 @@ def readout_init(key: jax.Array, dim: int, num_outputs: int,
     References:
       Authors' code of Buffelli et al. 2024 (fixed QR projection to the logits).
     """
+    key = _checks.check_key(key, fn="readout_init")
     dim = _checks.check_int(dim, "dim", fn="readout_init", min_value=1)
     num_outputs = _checks.check_int(num_outputs, "num_outputs", fn="readout_init", min_value=1)
     dtype = _checks.check_float_dtype(dtype, "dtype", fn="readout_init")

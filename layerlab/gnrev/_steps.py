@@ -19,6 +19,7 @@ from layerlab._checks import (
     check_array,
     check_choice,
     check_finite,
+    check_key,
     check_number,
     is_concrete,
 )
@@ -265,6 +266,7 @@ def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, ba
                          f"got x {jnp.shape(x)} and labels {jnp.shape(labels)}.")
     params = state.params
     _check_readout_params(readout, params, "gn_step")
+    key = check_key(key, fn="gn_step", allow_none=True)  # used by the noise / rsvd pinvs
     # eager only (no-ops under jit): name the parameters, not gn_direction's target
     check_finite(params, "state.params", fn="gn_step",
                  hint="the parameters diverged (learning_rate too large?) or were initialised "

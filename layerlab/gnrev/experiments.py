@@ -54,6 +54,7 @@ from jax.typing import ArrayLike
 
 from layerlab import data as lldata
 from layerlab import probes
+from layerlab._checks import check_key
 from layerlab._plotting import subplots
 from layerlab.kernels import empirical_ntk
 from layerlab.loop import (
@@ -314,7 +315,7 @@ def make_model(key: jax.Array, dim: int, depth: int, num_outputs: int, *,
 
     The same ``key`` gives the same ``V``, readout and (for equal ``first_linear``) ``W``.
     """
-    k1, k2 = jax.random.split(key)
+    k1, k2 = jax.random.split(check_key(key, fn="make_model"))
     params, frozen = revmlp_init(k1, dim, depth, bottleneck=bottleneck,
                                  first_linear=first_linear, init=init, w_scale=w_scale)
     return params, frozen, readout_init(k2, dim, num_outputs)
@@ -449,6 +450,7 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     (a run that blows up to 1e3x and later recovers has diverged on the way) and ended below its
     initial value.  Returns ``{"lrs", "final", "stable", "best", "loss" [T, R], ...}``.
     """
+    key = check_key(key, fn="lr_sweep")
     lrs = np.asarray(arm.lrs, np.float32)
     ts = augment_step(_make_step(arm, frozen, readout, loss=loss, loss_after=False), augment,
                       image_shape)
@@ -680,6 +682,7 @@ def run_fig1(cfg: FullBatchConfig, *, key: jax.Array, progress: bool = True,
     1-seed run's seeds; ``wall_s`` is then the sum of every piece's own time (kept with it),
     so it counts the work, not the calls.
     """
+    key = check_key(key, fn="run_fig1")  # before the data are loaded
     t0 = time.perf_counter()
     prep = load_classification(cfg.dataset, cfg.n_train, cfg.n_test, data_dir=data_dir)
     dim = prep.x_train.shape[1]
@@ -1109,7 +1112,7 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     with more seeds reuses a fewer-seed run's sweeps and finished seeds (seed keys are
     ``fold_in(key, s)``); its ``wall_s`` then counts only the new work.
     """
-    kd = repr(jax.random.key_data(key).tolist())
+    kd = repr(jax.random.key_data(check_key(key, fn="run_minibatch")).tolist())
     fp = _fingerprint(cfg, kd)
     cache = None if cache_dir is None else pathlib.Path(cache_dir) / f"minibatch_{fp}.pkl"
     if cache is not None and cache.exists():
@@ -1910,7 +1913,7 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
     t0 = time.perf_counter()
     rows, claims, curves = [], [], {}
     replaced_all: dict[str, dict] = {}
-    kd = repr(jax.random.key_data(key).tolist()) + _APPM_PIECES
+    kd = repr(jax.random.key_data(check_key(key, fn="run_appM")).tolist()) + _APPM_PIECES
     done = None if checkpoint_dir is None else (
         pathlib.Path(checkpoint_dir)
         / f"appM_{_fingerprint(dataclasses.replace(cfg, seeds=0, scale_note=''), kd)}")

@@ -63,8 +63,11 @@ class Inspectable(NamedTuple):
         Default: :func:`named_weights` (parameter leaves with ``ndim >= 2``, not ``bias``),
         each kernel of rank > 2 split into inputs and outputs by the shape of its sibling
         ``bias`` where there is one (``[d, heads, head_dim]`` with a ``[heads, head_dim]``
-        bias as ``[d, heads head_dim]``).  The linen and NNX adapters set it: the trainable
-        parameters only, split by the modules' own output shapes.
+        bias as ``[d, heads head_dim]``), and a kernel whose bias has its leading axes
+        (``[L, d_in, d_out]`` with an ``[L, d_out]`` bias: stacked layers) split into
+        ``<name>/0 ..``.  A list of kernels under one name is reported as ``<name>/i``.  The
+        linen and NNX adapters set it: the trainable parameters only, split by the modules'
+        own output shapes.
       top_variances: ``top_variances(params) -> {layer name: LayerVariances}``, the fan-in
         variances ``[D + 1]`` of the network above each representation (mean-field, Sec. V of
         Ben-David & Ringel 2019), or ``None``; layers without an entry use the configured
@@ -145,15 +148,18 @@ def _weight_matrices(params: Any, out_axes: Mapping[str, int] | None = None,
 
     ``stacks`` maps module paths to the leading axes ``[L...]`` their parameters are stacked
     on (repeated blocks: ``nn.scan``, ``nnx.vmap``); a kernel there is ``L`` kernels, named
-    ``<name>/0 .. <name>/{L-1}``, each read as above.
+    ``<name>/0 .. <name>/{L-1}``, each read as above.  Elsewhere (plain params, e.g. through
+    :func:`from_features`) a kernel whose sibling ``bias`` has its leading axes (a ``[L,
+    d_in, d_out]`` kernel with an ``[L, d_out]`` bias) is split the same way: a layer's bias
+    has the output shape only, so those axes stack layers (:func:`_bias_lead`).
     """
     leaves = _named_leaves(params)
     out = {}
     for name, w in named_weights(params).items():
         parent = name.rpartition("/")[0]
         b = leaves.get(f"{parent}/bias" if parent else "bias")
-        lead = _stack_lead(parent, stacks)
         shape = tuple(jnp.shape(w))
+        lead = _stack_lead(parent, stacks) or _bias_lead(shape, b)
         if lead and shape[:len(lead)] == lead and len(shape) >= len(lead) + 2:
             b_ok = b is not None and tuple(jnp.shape(b))[:len(lead)] == lead
             for idx in np.ndindex(*lead):
@@ -162,6 +168,48 @@ def _weight_matrices(params: Any, out_axes: Mapping[str, int] | None = None,
         else:
             out[name] = _as_map(w, b, (out_axes or {}).get(parent))
     return out
+
+
+def _weight_entries(ws: Any) -> dict[str, jax.Array]:
+    """The output of an :attr:`Inspectable.weights` function as ``{name: kernel}``: a list or
+    tuple of kernels under one name (the blocks of a stack) becomes ``name/0 .. name/{L-1}``.
+    Every kernel must be an array of rank >= 2 (``[fan_in, fan_out]``, or ``[..., fan_out]``
+    read as ``[prod(...), fan_out]``): anything else is refused naming the entry."""
+    if not isinstance(ws, Mapping):
+        raise TypeError(f"weights: weights(params) must return a dict {{name: kernel}}, got "
+                        f"{type(ws).__name__}.")
+    out: dict[str, jax.Array] = {}
+    for name, w in ws.items():
+        items = (list(enumerate(w)) if isinstance(w, (list, tuple)) else [(None, w)])
+        for i, wi in items:
+            key = str(name) if i is None else f"{name}/{i}"
+            if not hasattr(wi, "shape") or len(wi.shape) < 2:
+                got = (f"shape {tuple(wi.shape)}" if hasattr(wi, "shape")
+                       else f"a {type(wi).__name__}")
+                raise ValueError(
+                    f"weights: weights(params)[{key!r}] must be a kernel array of rank >= 2 "
+                    f"([fan_in, fan_out]; a list of such kernels for stacked blocks), got "
+                    f"{got}.")
+            out[key] = wi
+    return out
+
+
+def _bias_lead(shape: tuple[int, ...], b: jax.Array | None) -> tuple[int, ...] | None:
+    """The stacked leading axes ``[L...]`` of a kernel of ``shape`` that its bias ``b`` shows:
+    ``b`` is ``[L..., out...]`` with ``[L...]`` the kernel's first axes and ``[out...]`` its
+    last, and is not itself the kernel's trailing shape (a ``DenseGeneral`` bias ``[heads,
+    head_dim]`` of a ``[d, heads, head_dim]`` kernel); at least two axes stay per layer.
+    ``None`` otherwise (no bias, or an ordinary one)."""
+    if b is None:
+        return None
+    bs = tuple(jnp.shape(b))
+    if len(bs) < 2 or len(bs) > len(shape) - 1 or shape[-len(bs):] == bs:
+        return None
+    for j in range(1, len(bs)):
+        if bs[:j] == shape[:j] and bs[j:] == shape[len(shape) - len(bs) + j:] \
+                and len(shape) - j >= 2:
+            return bs[:j]
+    return None
 
 
 def _as_map(w: jax.Array, b: jax.Array | None, k: int | None) -> jax.Array:
@@ -277,7 +325,11 @@ def from_features(
       features: per-layer representations of a batch, samples as rows.
       apply: optional model outputs ``(params, x) -> [n, k]`` (for the NTK diagnostics).
       weights: optional ``params -> {name: kernel}`` (default: :func:`named_weights`, read as
-        described under :attr:`Inspectable.weights`).
+        described under :attr:`Inspectable.weights`; a kernel ``[L, d_in, d_out]`` whose
+        ``bias`` is ``[L, d_out]`` is ``L`` layers' kernels, ``<name>/0 .. <name>/{L-1}``).
+        A custom function returns stacked blocks as a list of kernels under one name
+        (reported as ``<name>/i``): a bare ``[L, d_in, d_out]`` array is read as one
+        ``[L d_in, d_out]`` map, like a convolution's kernel.
     """
     if not callable(features):
         raise TypeError(

@@ -45,7 +45,7 @@ from jax.typing import DTypeLike
 from layerlab import dgl, kernels, probes
 from layerlab._checks import check_choice, check_int, check_labels, check_number
 from layerlab._linalg import qr, svdvals
-from layerlab.inspect._models import FeaturesFn, Inspectable, _weight_matrices
+from layerlab.inspect._models import FeaturesFn, Inspectable, _weight_entries, _weight_matrices
 from layerlab.probes._cka import _centre_columns
 
 __all__ = [
@@ -627,7 +627,8 @@ def layer_report(
     spectra: tuple = ()
     wnames: tuple = ()
     if weight_values:
-        ws = model.weights(params) if model.weights else _weight_matrices(params)
+        ws = _weight_entries(model.weights(params)) if model.weights else \
+            _weight_matrices(params)
         wnames = tuple(ws)
         sv = probes.singular_values(dict(enumerate(ws.values())))
         spectra = tuple(sv[i] for i in range(len(wnames)))

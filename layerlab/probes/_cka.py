@@ -388,6 +388,8 @@ def _centre_scaled(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     invariant): divided by ``max|x|`` before centring (``1e30``-sized inputs do not overflow)
     and by the largest centred entry after it (a small variation beside a large offset
     column does not underflow in the sums of squares of products)."""
+    # not _scale.py's powers of two: dividing by the max rounds, and linear_cka / rbf_cka (and
+    # the committed records) would move in the last bits; the minibatch sums use _scale.py
     scale = jnp.max(jnp.abs(x))
     xc, const = _centre_columns(x / jnp.where(scale > 0, scale, 1.0))
     spread = jnp.max(jnp.abs(xc))
@@ -428,12 +430,29 @@ def _rbf_cka_core(x, y, sigma_frac):
 
 
 # ----------------------------------------------------------------------- minibatch CKA
-class MinibatchCKAState(NamedTuple):
-    """Running sums of unbiased HSIC over minibatches (all scalars)."""
+_NO_SCALE = -(1 << 20)  # the exponent of "no minibatch with variation yet": below any float's
 
-    xy: jax.Array  # sum_b HSIC_1(K_b, L_b)
-    xx: jax.Array  # sum_b HSIC_1(K_b, K_b)
-    yy: jax.Array  # sum_b HSIC_1(L_b, L_b)
+
+class MinibatchCKAState(NamedTuple):
+    """Running sums of unbiased HSIC over minibatches (all scalars), kept in float range.
+
+    The linear-kernel sums are stored divided by exact powers of two, ``2^{-4 ex}`` etc.,
+    where ``ex`` (``ey``) is the largest binary exponent of a centred ``x`` (``y``) entry seen
+    so far (``_scale.exponent``): every minibatch's features are multiplied by ``2^{-ex}``
+    before their HSIC terms are taken, and the sums are rescaled when ``ex`` grows.  Powers
+    of two are exact, so every minibatch keeps its weight and :func:`minibatch_cka_value`
+    (in which the factors cancel) is unchanged, but float32 features of 1e10 or 1e-12 no
+    longer overflow or underflow (HSIC scales as the 4th power of the features).  The RBF
+    kernel is scale free (``ex = ey`` stay unused).
+    """
+
+    xy: jax.Array  # sum_b HSIC_1(K_b, L_b) 2^{-2 ex - 2 ey}
+    xx: jax.Array  # sum_b HSIC_1(K_b, K_b) 2^{-4 ex}
+    yy: jax.Array  # sum_b HSIC_1(L_b, L_b) 2^{-4 ey}
+    # int32 exponents; minibatch_cka_init sets _NO_SCALE (no minibatch yet); a state built
+    # by hand from three sums has ex = ey = 0: sums as they are
+    ex: jax.Array | int = 0
+    ey: jax.Array | int = 0
 
 
 def minibatch_cka_init(dtype: DTypeLike = jnp.float32) -> MinibatchCKAState:
@@ -446,7 +465,8 @@ def minibatch_cka_init(dtype: DTypeLike = jnp.float32) -> MinibatchCKAState:
     """
     dtype = check_float_dtype(dtype, "dtype", fn="minibatch_cka_init")
     z = jnp.zeros((), dtype)
-    return MinibatchCKAState(z, z, z)
+    e = jnp.full((), _NO_SCALE, jnp.int32)
+    return MinibatchCKAState(z, z, z, e, e)
 
 
 def minibatch_cka_update(
@@ -461,9 +481,10 @@ def minibatch_cka_update(
     rounding level are zeroed (as in :func:`linear_cka`); a minibatch on which a
     representation is constant adds exactly 0 to every sum it enters.
 
-    With ``kernel="linear"`` the minibatch is not rescaled (the sums must weight every
-    minibatch alike): in float32 keep features between ~1e-9 and ~1e8 in size (rescale all
-    minibatches by one factor), or use :func:`minibatch_cka`, which rescales the stack.
+    With ``kernel="linear"`` the features are multiplied by a power of two kept in the state
+    (the largest binary exponent seen so far, :class:`MinibatchCKAState`), so the sums weight
+    every minibatch alike and float32 features of any size neither overflow nor underflow
+    (they did from ~1e8 and ~1e-9 on).
 
     The HSIC terms are computed in float32 or wider (the wider of ``x``'s and ``y``'s) and
     added in the wider of that and the state's dtype; the returned state has the dtypes of
@@ -476,8 +497,18 @@ def minibatch_cka_update(
         raise ValueError(
             f"minibatch_cka_update: kernel must be 'linear' or 'rbf', got {kernel!r}."
         )
-    (x, x_const), (y, y_const) = _centre_columns(x), _centre_columns(y)
+    # centred at the scale 2^-ax (2^-ay); bx (by): exponent of the largest centred entry
+    (x, x_const, ax, bx), (y, y_const, ay, by) = _centre_exponent(x), _centre_exponent(y)
+    ex, ey = state.ex, state.ey
     if kernel == "linear":
+        # the running exponents: the largest seen so far; the old sums are rescaled to them
+        # (exactly, or to 0 when negligible) and this minibatch's features brought there
+        ex_new, ey_new = jnp.maximum(ex, bx), jnp.maximum(ey, by)
+        x, y = times_pow2(x, ax - ex_new), times_pow2(y, ay - ey_new)
+        dx, dy = ex_new - ex, ey_new - ey
+        state = MinibatchCKAState(_rescaled(state.xy, -2 * (dx + dy)),
+                                  _rescaled(state.xx, -4 * dx), _rescaled(state.yy, -4 * dy))
+        ex, ey = ex_new, ey_new
         k1, k2 = x @ x.T, y @ y.T
     else:  # a constant minibatch has a zero median distance (0/0 bandwidth): zeroed below
         # (the median-bandwidth kernel is invariant to rescaling each minibatch)
@@ -492,7 +523,27 @@ def minibatch_cka_update(
         _add_kept(state.xy, unbiased_hsic(k1, k2)),
         _add_kept(state.xx, unbiased_hsic(k1, k1)),
         _add_kept(state.yy, unbiased_hsic(k2, k2)),
+        jnp.asarray(ex, jnp.int32), jnp.asarray(ey, jnp.int32),
     )
+
+
+def _centre_exponent(x: jax.Array):
+    """``(xc, const, a, b)``: :func:`_centre_columns` of ``x 2^{-a}``, ``a = exponent(x)``
+    (huge entries do not overflow in the column means; exact: the centred values are those
+    of ``x`` times ``2^{-a}``), whether it is constant, and ``b`` the binary exponent of the
+    largest centred entry of ``x`` itself (``_NO_SCALE`` when every centred entry is 0)."""
+    a = exponent(x)
+    xc, const = _centre_columns(times_pow2(x, -a))
+    b = jnp.where(jnp.max(jnp.abs(xc)) == 0, _NO_SCALE, exponent(xc) + a)
+    return xc, const, a, b.astype(jnp.int32)
+
+
+def _rescaled(acc, k):
+    """A running sum times ``2^k`` in its own dtype (exact, or 0 when negligible); computed
+    in float32 or wider (``times_pow2`` builds float32/float64 powers only)."""
+    acc = jnp.asarray(acc)  # (a hand-built state may hold Python numbers)
+    wide = jnp.promote_types(acc.dtype, jnp.float32)
+    return times_pow2(acc.astype(wide), k).astype(acc.dtype)
 
 
 def _add_kept(acc, term):
@@ -586,10 +637,9 @@ def _minibatch_nan_cause(xs, ys, kernel: str) -> str:
 
 @functools.partial(jax.jit, static_argnames="kernel")
 def _minibatch_cka_core(xs, ys, *, kernel):
-    # CKA is invariant to rescaling xs or ys as a whole (one factor for every minibatch, or
-    # the sums would weight the minibatches differently): in float32 the HSIC terms of
-    # 1e-10 x underflowed (CKA 0.0 for 0.323) and of 1e9 x overflowed (NaN)
-    xs, ys = unit_scaled(xs), unit_scaled(ys)
+    # no rescaling of the stack here: minibatch_cka_update keeps its sums in range itself
+    # (in float32 the HSIC terms of 1e-10 x once underflowed, CKA 0.0 for 0.323, and of 1e9 x
+    # overflowed, NaN), by the same exact powers of two a stack-wide factor would apply
 
     def body(state, xy):
         return minibatch_cka_update(state, xy[0], xy[1], kernel=kernel), None

@@ -99,3 +99,50 @@ def test_integer_and_half_precision_inputs_are_promoted(key):
         Zs = bn.representations(p, x)
         assert Zs[0].dtype == jnp.float32
         np.testing.assert_allclose(Zs[-1], nets.mlp_apply(p, xf), rtol=1e-6)
+
+
+def test_a_per_layer_beta_is_refused_naming_beta(key):
+    """Paper A has one amount of bias beta for the net.  A vector beta (one per layer) gave
+    a raw broadcasting error, or silently a wrong result: from_mlp_params built [5, 6] and
+    [2, 10] "W_l" matrices (b / beta broadcast into 3 columns) and weight_norm_sq summed
+    them.  Every public function now refuses it statically (also under jit), and a traced
+    scalar beta (vmap over values) still works and matches the per-value calls."""
+    params = nets.mlp_init(key, [3, 5, 2], init="he", b_std=0.3)
+    x = jax.random.normal(jax.random.key(1), (4, 3))
+    Zs = bn.representations(params, x)
+    bv = jnp.array([1.0, 0.5, 2.0])
+    calls = {
+        "from_mlp_layer": lambda b: bn.from_mlp_layer(params[0], b),
+        "from_mlp_params": lambda b: bn.from_mlp_params(params, b),
+        "to_mlp_params": lambda b: bn.to_mlp_params(bn.from_mlp_params(params), b),
+        "weight_norm_sq": lambda b: bn.weight_norm_sq(params, beta=b),
+        "augment": lambda b: bn.augment(Zs[0], b),
+        "representations": lambda b: bn.representations(params, x, beta=b),
+        "weights_from_representations": lambda b: bn.weights_from_representations(Zs, x, beta=b),
+        "covariances": lambda b: bn.covariances(Zs, x, beta=b),
+        "forces": lambda b: bn.forces(Zs, x, lam=0.1, beta=b),
+        "network_fn": lambda b: bn.network_fn(params, x, beta=b),
+        "layer_singular_values": lambda b: bn.layer_singular_values(params, include_bias=True,
+                                                                    beta=b),
+        "masked_loss": lambda b: bn.masked_loss(
+            params, (x, jnp.zeros((4, 2))), cost=bn.mse_cost, beta=b,
+            hparams={"masks": jnp.ones((1, 5)), "lam": jnp.asarray(0.1)}),
+        "sweep_step": lambda b: bn.sweep_step(bn.mse_cost, None, beta=b),
+    }
+    for fn, call in calls.items():
+        for bad in (bv, [1.0, 0.5]):
+            with pytest.raises(ValueError, match=rf"^{fn}: beta must be a scalar \(paper A's "
+                                                 r"one amount of bias, shared by every layer\), "
+                                                 rf"got shape \({len(bad)},\)"):
+                call(bad)
+        if fn != "sweep_step":
+            with pytest.raises(ValueError, match=rf"^{fn}: beta must be a scalar"):
+                jax.jit(call)(bv)  # static: refused at trace time as well
+    with pytest.raises(ValueError, match=r"^weight_norm_sq: beta must be finite"):
+        bn.weight_norm_sq(params, beta=float("nan"))
+    # a scalar beta vmapped over values is the per-value result
+    betas = jnp.array([0.5, 2.0])
+    got = jax.vmap(lambda b: bn.weight_norm_sq(params, beta=b))(betas)
+    want = [float(bn.weight_norm_sq(params, beta=float(b))) for b in betas]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert want[0] != pytest.approx(want[1])

@@ -308,3 +308,35 @@ def test_vector_lam_and_per_sample_cost_are_refused_but_vmap_over_lam_works(key)
         np.testing.assert_allclose(v, float(bn.representation_loss(Zs, x, cost=cost, lam=lam)),
                                    rtol=1e-6)
         np.testing.assert_allclose(v, float(cost(Zs[-1])) + lam * reg, rtol=1e-4)
+
+
+def test_a_vector_ridge_is_refused_naming_ridge(key):
+    """ridge is one Tikhonov parameter for every pseudo-inverse.  A vector (one per layer)
+    gave raw broadcasting errors, and tikhonov_pinv of a [6, 3] matrix silently added
+    diag(ridge) to A^T A (a per-column regulariser, not rho I): now refused statically."""
+    params = nets.mlp_init(key, [3, 4, 2])
+    x = jax.random.normal(jax.random.key(1), (6, 3))
+    Zs = bn.representations(params, x)
+    rv = jnp.array([0.1, 0.2, 0.3])
+    cost = lambda z: jnp.mean(z ** 2)  # noqa: E731
+    calls = {
+        "tikhonov_pinv": lambda r: bn.tikhonov_pinv(x, r),
+        "psd_pinv": lambda r: bn.psd_pinv(x @ x.T, r),
+        "weights_from_representations": lambda r: bn.weights_from_representations(Zs, x,
+                                                                                   ridge=r),
+        "representation_loss": lambda r: bn.representation_loss(Zs, x, cost=cost, lam=0.1,
+                                                                 ridge=r),
+        "forces": lambda r: bn.forces(Zs, x, lam=0.1, ridge=r),
+        "representation_step": lambda r: bn.representation_step(x, cost, None, lam=0.1,
+                                                                ridge=r),
+        "frank_wolfe_shallow": lambda r: bn.frank_wolfe_shallow(np.eye(3), 0.1, ridge=r),
+    }
+    for fn, call in calls.items():
+        with pytest.raises(ValueError, match=rf"^{fn}: ridge must be a scalar, got shape "
+                                             r"\(3,\)"):
+            call(rv)
+    # the scalar ridge is the Tikhonov inverse A^T (A A^T + rho I)^-1 (n > m: the Gram of A^T)
+    xn = np.asarray(x, np.float64)
+    np.testing.assert_allclose(bn.tikhonov_pinv(x, 0.2),
+                               np.linalg.solve(xn.T @ xn + 0.2 * np.eye(3), xn.T),
+                               rtol=1e-4, atol=1e-5)

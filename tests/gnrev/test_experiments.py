@@ -972,3 +972,31 @@ def test_appJ_selects_the_decay_on_validation_and_compares_it_with_none():
         run.pop("eval_val_loss", None)             # a record without a validation split
     rec = ex.run_variants(cfg, "appJ", key=None, result=res)
     assert [c for c in rec.claims if "across strengths" in c.claim]
+
+
+def test_experiment_entry_points_name_a_bad_key(tmp_path):
+    """key=3 gave JAX's raw "invalid PRNG key data" error, in run_fig1 / run_appM only after
+    the data were loaded (or, with no data, a missing-data error hid it); the key is now
+    checked first and named.  A legacy uint32[2] key builds the typed key's model."""
+    msg = r"key must be a PRNG key \(jax.random.key\(seed\)\), got int 3\.$"
+    with pytest.raises(TypeError, match="^make_model: " + msg):
+        ex.make_model(3, 8, 1, 3, bottleneck=8, first_linear=False)
+    raw = jax.random.PRNGKey(2)
+    jax.tree.map(np.testing.assert_array_equal,
+                 jax.tree.leaves(ex.make_model(raw, 8, 1, 3, bottleneck=8, first_linear=False)),
+                 jax.tree.leaves(ex.make_model(jax.random.wrap_key_data(raw), 8, 1, 3,
+                                               bottleneck=8, first_linear=False)))
+    params, frozen, P = ex.make_model(raw, 8, 1, 3, bottleneck=8, first_linear=False)
+    data = (jnp.ones((4, 8)), jnp.arange(4) % 3)
+    with pytest.raises(TypeError, match="^lr_sweep: " + msg):
+        ex.lr_sweep(ex.Arm("sgd", optax.sgd, (0.1,)), params, frozen, P, data, steps=1,
+                    batch_size=None, rule="progress", key=3)
+    empty = str(tmp_path)  # no data sets here: the key must be refused before loading them
+    with pytest.raises(TypeError, match="^run_fig1: " + msg):
+        ex.run_fig1(ex.FullBatchConfig(), key=3, data_dir=empty)
+    with pytest.raises(TypeError, match="^run_minibatch: " + msg):
+        ex.run_minibatch(ex.MinibatchConfig(), key=3, data_dir=empty, cache_dir=empty)
+    with pytest.raises(TypeError, match="^run_minibatch: " + msg):  # the views run it
+        ex.run_fig2(ex.MinibatchConfig(), key=3, data_dir=empty)
+    with pytest.raises(TypeError, match="^run_appM: " + msg):
+        ex.run_appM(ex.RegressionConfig(), key=3, data_dir=empty)

@@ -463,7 +463,9 @@ def test_target_messages_name_the_function():
     logits = jnp.ones((3, 2))
     with pytest.raises(ValueError, match=r"output_target: integer labels must have shape"):
         g.output_target(logits, jnp.ones((3, 2), jnp.int32))
-    with pytest.raises(ValueError, match=r"loss_value: labels must be \[n, 2\] real targets"):
+    with pytest.raises(ValueError, match=r"loss_value: labels must be \[n\] integer class "
+                                         r"labels or \[n, 2\] real targets .*got shape "
+                                         r"\(3, 3\) and dtype float32\.$"):
         g.loss_value(logits, jnp.ones((3, 3)))
     with pytest.raises(ValueError,
                        match=r"output_target: labels must be integer class labels in \[0, 2\)"):
@@ -472,6 +474,32 @@ def test_target_messages_name_the_function():
         g.output_target(logits, jnp.array([0, 1, 1]), target="foo")
     with pytest.raises(ValueError, match=r"output_target: loss must be one of"):
         g.output_target(logits, jnp.array([0, 1, 1]), loss="hinge")
+
+
+def test_float_label_vector_names_what_came_and_what_is_accepted():
+    """Float class indices [n] were read as [n, 1] targets and the error named shape (n, 1),
+    a shape the caller never passed; it now names the shape and dtype passed and the two
+    accepted forms.  A real [n] vector stays valid for a one-output readout."""
+    logits = jnp.array([[2.0, 0.0, -1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 3.0]])
+    y = jnp.array([0.0, 1.0, 2.0])
+    for call, fn in ((lambda: g.output_target(logits, y), "output_target"),
+                     (lambda: g.loss_value(logits, y), "loss_value"),
+                     (lambda: g.loss_value(logits, y, loss="mse"), "loss_value")):
+        with pytest.raises(ValueError) as err:
+            call()
+        msg = str(err.value)
+        assert msg.startswith(f"{fn}: labels must be [n] integer class labels or [n, 3] real "
+                              "targets"), msg
+        assert "got shape (3,) and dtype float32" in msg and "astype(jnp.int32)" in msg, msg
+        assert "(3, 1)" not in msg, msg
+    # the advice works: the same values as integers are the one-hot targets
+    np.testing.assert_allclose(g.output_target(logits, y.astype(jnp.int32)),
+                               jax.nn.softmax(logits, axis=-1) - jnp.eye(3), atol=1e-6)
+    # one output: a real [n] vector is the [n, 1] target column
+    f1 = logits[:, :1]
+    np.testing.assert_allclose(g.loss_value(f1, y, loss="mse"),
+                               0.5 * np.mean((np.asarray(f1[:, 0]) - np.asarray(y)) ** 2),
+                               rtol=1e-6)
 
 
 def test_gn_residual_checks_its_arguments(key):
@@ -622,3 +650,32 @@ def test_pinv_config_refuses_rtol_of_one_and_pinv_solve_an_empty_matrix():
         with pytest.raises(ValueError, match=r"^pinv_solve: a must have at least one row and "
                                              rf"one column, got shape \({shape[0]}, {shape[1]}\)"):
             g.pinv_solve(jnp.zeros(shape), jnp.zeros((shape[0], 2)))
+
+
+def test_key_is_checked_in_every_solver_entry_point(key):
+    """key=3 with a noise / rsvd pinv reached jax.random and gave its raw "invalid PRNG key
+    data" error; every public function that takes a key now names it, accepts typed and
+    legacy uint32[2] keys alike (same draws) and still takes None where none is needed."""
+    p, f = g.revmlp_init(key, 4, 2, bottleneck=8)
+    x = jax.random.normal(jax.random.key(1), (4, 4))
+    eps = jax.random.normal(jax.random.key(2), (4, 4))
+    a = jax.random.normal(jax.random.key(3), (4, 6))
+    noise, rsvd = g.PinvConfig(method="noise"), g.PinvConfig(solver="rsvd", rank=2, oversample=0)
+    calls = {
+        "pinv_solve": lambda k, c: g.pinv_solve(a, eps, c, key=k)[0],
+        "regularized_pinv": lambda k, c: g.regularized_pinv(a, c, key=k)[0],
+        "gn_direction": lambda k, c: g.gn_direction(p, f, x, eps, pinv=c, key=k)["w1"],
+    }
+    raw = jax.random.PRNGKey(7)
+    for fn, call in calls.items():
+        for cfg in (noise, rsvd, None):  # also when the key would go unused
+            with pytest.raises(TypeError, match=rf"^{fn}: key must be a PRNG key "
+                                                r"\(jax.random.key\(seed\)\), got int 3\.$"):
+                call(3, cfg)
+        np.testing.assert_array_equal(call(raw, noise), call(jax.random.wrap_key_data(raw),
+                                                             noise))
+        assert not np.array_equal(call(raw, noise), call(jax.random.PRNGKey(8), noise))
+        np.testing.assert_array_equal(call(None, None), call(raw, None))
+    # traced keys pass (static check), under jit as eagerly
+    out = jax.jit(lambda k: calls["pinv_solve"](k, noise))(jax.random.wrap_key_data(raw))
+    np.testing.assert_allclose(out, calls["pinv_solve"](raw, noise), rtol=1e-5, atol=1e-6)

@@ -269,3 +269,19 @@ def test_revmlp_init_w_scale_is_traceable(init):
     assert bool(jnp.all(jnp.isnan(bad["w1"])))
     with pytest.raises(ValueError, match="w_scale must be a positive factor"):
         g.revmlp_init(key, w_scale=0.0, **kw)
+
+
+@pytest.mark.parametrize("fn,init", [("revmlp_init", lambda k: g.revmlp_init(k, 4, 2,
+                                                                           bottleneck=6)),
+                                     ("readout_init", lambda k: g.readout_init(k, 4, 2))])
+def test_key_must_be_a_prng_key_typed_or_legacy(fn, init):
+    """key=3 (a seed, not a key) gave JAX's "invalid PRNG key data ... Got 3", naming neither
+    the function nor the argument; a legacy uint32[2] key gives the typed key's draws."""
+    for bad in (3, None, jnp.zeros(2)):
+        with pytest.raises(TypeError, match=rf"^{fn}: key must be a PRNG key "
+                                            r"\(jax.random.key\(seed\)\), got "):
+            init(bad)
+    raw = jax.random.PRNGKey(3)
+    typed = jax.random.wrap_key_data(raw)
+    jax.tree.map(np.testing.assert_array_equal, jax.tree.leaves(init(raw)),
+                 jax.tree.leaves(init(typed)))

@@ -305,3 +305,26 @@ def test_gn_step_non_finite_messages_name_the_params_and_the_forward_pass():
     with pytest.raises(ValueError, match=r"^gn_step: .*target ε Pᵀ has .*forward pass"):
         gn.step(gn.init({**p, "w1": p["w1"] * 1e20, "w2": p["w2"] * 1e20}), (x, lab),
                 jax.random.key(0))
+
+
+def test_gn_step_checks_the_step_key():
+    """step(state, batch, key=3) with a noise pinv reached jax.random (its raw "invalid PRNG
+    key data"); it now names gn_step's key, typed and legacy keys give the same step, and a
+    step whose pinv needs no key still takes None."""
+    p, f = g.revmlp_init(jax.random.key(0), 8, 2, bottleneck=16)
+    P = g.readout_init(jax.random.key(1), 8, 3)
+    x = jax.random.normal(jax.random.key(2), (6, 8))
+    lab = jnp.arange(6) % 3
+    noisy = g.gn_step(f, P, pinv=g.PinvConfig(method="noise"))
+    for gn in (noisy, g.gn_step(f, P)):
+        with pytest.raises(TypeError, match=r"^gn_step: key must be a PRNG key "
+                                            r"\(jax.random.key\(seed\)\), got int 3\.$"):
+            gn.step(gn.init(p), (x, lab), 3)
+    raw = jax.random.PRNGKey(5)
+    a, _ = noisy.step(noisy.init(p), (x, lab), raw)
+    b, _ = noisy.step(noisy.init(p), (x, lab), jax.random.wrap_key_data(raw))
+    jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
+    plain = g.gn_step(f, P)
+    c, _ = plain.step(plain.init(p), (x, lab), None)
+    d, _ = plain.step(plain.init(p), (x, lab), raw)
+    jax.tree.map(np.testing.assert_array_equal, c.params, d.params)

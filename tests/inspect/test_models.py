@@ -689,3 +689,50 @@ def test_unrecognised_stacked_axis_error_names_it():
                        r"leading axis of size 3 may be a stacked layer axis"):
         inspect.layer_report(stacked, None, x,
                              config=inspect.InspectConfig(diagnostics=("stable_rank",)))
+
+
+def test_from_features_stacked_kernels_are_split_per_layer():
+    """Plain params holding three layers stacked, kernel [3, 6, 6] and bias [3, 6]: the
+    default weights read them as one [18, 6] map (s_1 15.62 where the layers have 3.86,
+    9.71, 13.90), and a custom weights= list of kernels failed in jnp.stack.  The bias shows
+    the stack, so the kernel is split into blocks/kernel/i as the nn.scan path does; a list
+    from weights= is reported as name/i; a bias-less stack is still one map (documented)."""
+    L, d = 3, 6
+    k = jax.random.split(jax.random.key(0), 3)
+    K = jax.random.normal(k[0], (L, d, d)) * jnp.array([1.0, 2.0, 3.0])[:, None, None]
+    params = {"blocks": {"kernel": K, "bias": jnp.zeros((L, d))},
+              "head": {"kernel": jax.random.normal(k[1], (d, 2)), "bias": jnp.zeros(2)}}
+
+    def feats(p, x):
+        h, out = x, {}
+        for i in range(L):
+            h = jax.nn.relu(h @ p["blocks"]["kernel"][i] + p["blocks"]["bias"][i][None, :])
+            out[f"blocks/{i}"] = h
+        out["head"] = h @ p["head"]["kernel"]
+        return out
+
+    x = jax.random.normal(k[2], (N, d))
+    cfg = inspect.InspectConfig(diagnostics=("spectral_norm",))
+    s1 = [np.linalg.svd(np.asarray(K[i], np.float64), compute_uv=False)[0] for i in range(L)]
+    s1_head = np.linalg.svd(np.asarray(params["head"]["kernel"]), compute_uv=False)[0]
+    names = tuple(f"blocks/kernel/{i}" for i in range(L)) + ("head/kernel",)
+    for model in (inspect.from_features(feats),
+                  inspect.from_features(feats, weights=lambda p: {
+                      "blocks/kernel": list(p["blocks"]["kernel"]),
+                      "head/kernel": p["head"]["kernel"]})):
+        rep = _report(model, params, x, config=cfg)
+        assert rep.weights == names
+        np.testing.assert_allclose(rep.weight_values["spectral_norm"], [*s1, s1_head],
+                                   rtol=1e-5)
+    np.testing.assert_allclose(s1, [3.857, 9.708, 13.904], atol=1e-3)
+    # no bias: nothing shows the stack, read as one map; a DenseGeneral-like [d, h, k] kernel
+    # with its [h, k] bias stays one [d, h k] map (the bias is the output shape)
+    from layerlab.inspect._models import _weight_matrices
+    assert _weight_matrices({"blocks": {"kernel": K}})["blocks/kernel"].shape == (L * d, d)
+    dg = _weight_matrices({"q": {"kernel": jnp.ones((6, 2, 3)), "bias": jnp.ones((2, 3))}})
+    assert {n: a.shape for n, a in dg.items()} == {"q/kernel": (6, 6)}
+    # entries that are not kernels are refused, naming the entry
+    bad = inspect.from_features(feats, weights=lambda p: {"head/bias": p["head"]["bias"]})
+    with pytest.raises(ValueError, match=r"^weights: weights\(params\)\['head/bias'\] must be "
+                                         r"a kernel array of rank >= 2 .*got shape \(2,\)\.$"):
+        inspect.layer_report(bad, params, x, config=cfg)

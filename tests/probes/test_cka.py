@@ -452,7 +452,8 @@ def test_minibatch_cka_update_keeps_a_bfloat16_state_in_a_scan():
     y = np.tanh(x[..., :3] @ rng.normal(size=(3, 3))) + 0.3 * rng.normal(size=(8, 16, 3))
     xs, ys = jnp.asarray(x, jnp.bfloat16), jnp.asarray(y, jnp.bfloat16)
     s = jax.jit(_scan_minibatch_cka)(P.minibatch_cka_init(jnp.bfloat16), xs, ys)
-    assert all(leaf.dtype == jnp.bfloat16 for leaf in s)
+    assert all(leaf.dtype == jnp.bfloat16 for leaf in s[:3])  # the sums
+    assert s.ex.dtype == s.ey.dtype == jnp.int32  # their exponents
     want = _np_minibatch_cka(np.asarray(xs, np.float64), np.asarray(ys, np.float64),
                              lambda a: a @ a.T)
     assert 0.2 < want < 0.95
@@ -465,11 +466,13 @@ def test_minibatch_cka_update_keeps_a_float32_state_fed_float64_data(x64):
     x = rng.normal(size=(6, 20, 5))
     y = x[..., :2] @ rng.normal(size=(2, 4)) + 0.5 * rng.normal(size=(6, 20, 4))
     s = jax.jit(_scan_minibatch_cka)(P.minibatch_cka_init(jnp.float32), x, y)
-    assert all(leaf.dtype == jnp.float32 for leaf in s)
+    assert all(leaf.dtype == jnp.float32 for leaf in s[:3])  # the sums
+    assert s.ex.dtype == s.ey.dtype == jnp.int32  # their exponents
     want = _np_minibatch_cka(x, y, lambda a: a @ a.T)
     np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=1e-6)
     s64 = jax.jit(_scan_minibatch_cka)(P.minibatch_cka_init(jnp.float64), x, y)
-    assert all(leaf.dtype == jnp.float64 for leaf in s64)
+    assert all(leaf.dtype == jnp.float64 for leaf in s64[:3])  # the sums
+    assert s64.ex.dtype == s64.ey.dtype == jnp.int32  # their exponents
     np.testing.assert_allclose(float(P.minibatch_cka_value(s64)), want, rtol=1e-12)
     np.testing.assert_allclose(float(P.minibatch_cka(x, y)), want, rtol=1e-12)
 
@@ -738,3 +741,54 @@ def test_kernel_change_rate_zero_k_prev_refused_and_scale_safe():
         P.kernel_change_rate(z, k1.astype(np.float32))
     assert np.isposinf(float(jax.jit(P.kernel_change_rate)(z, k1.astype(np.float32))))
     assert np.isnan(float(jax.jit(P.kernel_change_rate)(z, z)))
+
+
+@pytest.mark.parametrize("sx,sy", [(1e10, 1.0), (1e-12, 1.0), (1e8, 1e-9), (1e15, 1e-20)])
+def test_minibatch_cka_update_linear_keeps_float32_sums_in_range(sx, sy):
+    """The streaming linear update was not rescaled (minibatch_cka rescaled its stack): in
+    float32, HSIC of features of 1e10 overflowed (NaN) and of 1e-12 underflowed (CKA 0.0),
+    already from 1e8 / 1e-9 (xx * yy overflowed or underflowed in minibatch_cka_value).
+    The float64 numpy value of the same minibatches is the reference, at every scale, and a
+    later minibatch far larger or smaller than the first keeps its weight."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 16, 5))
+    y = x[..., :3] @ rng.normal(size=(3, 4)) + 0.5 * rng.normal(size=(4, 16, 4))
+    want = _np_minibatch_cka(x, y, lambda a: a @ a.T)
+    assert 0.3 < want < 0.9
+    xs, ys = (x * sx).astype(np.float32), (y * sy).astype(np.float32)
+    s = P.minibatch_cka_init()
+    for a, b in zip(xs, ys):
+        s = P.minibatch_cka_update(s, a, b)
+    assert all(np.isfinite(float(v)) and float(v) != 0.0 for v in s[:3])
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=1e-5)
+    s = jax.jit(_scan_minibatch_cka)(P.minibatch_cka_init(), xs, ys)  # traced: the same
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=1e-5)
+    np.testing.assert_allclose(float(P.minibatch_cka(xs, ys)), want, rtol=1e-5)
+    # minibatches of very different sizes: each weighs as its values say (the small ones'
+    # terms are negligible next to the large ones', not rescaled to count alike)
+    w = np.array([1.0, 1e6, 1e-6, 1.0])[:, None, None]
+    want_w = _np_minibatch_cka(x * w, y, lambda a: a @ a.T)
+    s = P.minibatch_cka_init()
+    for a, b in zip((x * w * sx).astype(np.float32), ys):
+        s = P.minibatch_cka_update(s, a, b)
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want_w, rtol=1e-5)
+    assert abs(want_w - want) > 1e-3  # (the weighting matters)
+
+
+def test_minibatch_cka_state_built_from_three_sums_holds_them_unscaled():
+    """A state built by hand from three sums (the fields before the exponents) reads them
+    as they are (ex = ey = 0): continuing from the true sums of the first minibatches gives
+    the value of the whole stream."""
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(3, 12, 4))
+    y = np.tanh(x @ rng.normal(size=(4, 3))) + 0.3 * rng.normal(size=(3, 12, 3))
+    want = _np_minibatch_cka(x, y, lambda a: a @ a.T)
+
+    def hs(a, b):
+        return _np_unbiased_hsic(a @ a.T, b @ b.T)
+
+    s = P.MinibatchCKAState(hs(x[0], y[0]), hs(x[0], x[0]), hs(y[0], y[0]))
+    for a, b in zip(x[1:].astype(np.float32), y[1:].astype(np.float32)):
+        s = P.minibatch_cka_update(s, a, b)
+    np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=1e-5)
+    assert float(P.minibatch_cka_value(P.MinibatchCKAState(0.0, 0.0, 0.0))) == 0.0
