@@ -984,3 +984,141 @@ def test_trace_time_caches_of_helper_modules_and_object_keys_do_not_refuse_a_res
     soft = []
     assert fingerprint_diff(saved, {"walk": 4, "step": ["b"], "step_v3": ["b"]}, soft)
     assert soft == []
+
+
+# ------------------------------------------------------------------ pinned fingerprints
+# Steps of the kinds long runs resume from (the gnrev mini-batch GN / Adam / SGD steps as
+# run_minibatch builds them, dgl's and dmn's steps, and the user's plain functions, closures,
+# partials and Partials).  Their fingerprints are saved in the checkpoints of those runs:
+# the digests below were computed by the code before the user-class entries were added
+# (commit ba21c46) and MUST NOT CHANGE without a migration (an old checkpoint whose
+# fingerprint differs is refused, and a paper-scale run could not resume).
+
+
+def _pin_plain(state, batch, key):
+    return state, {"loss": _loss(state.params, batch)}
+
+
+def _pin_closure(lr, feat):
+    def step(state, batch, key):
+        return state, {"loss": lr * _loss(state.params, batch) + jnp.sum(feat)}
+    return step
+
+
+def _pin_with_lr(lr, state, batch, key, *, scale=1.0):
+    return state, {"loss": scale * lr * _loss(state.params, batch)}
+
+
+def _pin_with_arr(arr, state, batch, key):
+    return state, {"loss": _loss(state.params, batch) + jnp.sum(arr)}
+
+
+def _pinned_fingerprints() -> dict[str, dict]:
+    import functools
+
+    from layerlab.dgl import experiments as dgl_ex
+    from layerlab.dmn import DMNConfig
+    from layerlab.dmn import experiments as dmn_ex
+    from layerlab.gnrev import experiments as gn_ex
+    from layerlab.loop._checkpoint import run_fingerprint
+
+    key_data = jax.random.key_data(jax.random.key(1))
+
+    def det(tree):  # arrays set from their index alone: initialisers' rounding differs
+        # with XLA's flags (the test session compiles at optimisation level 0)
+        def f(a):
+            if not isinstance(a, (jax.Array, np.ndarray)) or a.dtype.kind != "f":
+                return a
+            return jnp.asarray(((np.arange(a.size) % 7 - 3) / 8).reshape(a.shape), a.dtype)
+        return jax.tree_util.tree_map(f, tree)
+
+    def fp(step, state, data, eval_fn=None, n=None):
+        n = len(jax.tree_util.tree_leaves(data)[0]) if n is None else n
+        return run_fingerprint(step=step, state=state, data=data, key_data=key_data, total=8,
+                               batch_size=4, n=n, runs=None, data_runs_axis=False,
+                               eval_every=None if eval_fn is None else 2, eval_fn=eval_fn,
+                               key_impl=jax.random.key_impl(jax.random.key(1)))
+
+    out = {}
+    # gnrev: run_minibatch's arms (_train_arm: _make_step, augment_step, _init_state)
+    xg = np.linspace(-1, 1, 6 * 16, dtype=np.float32).reshape(6, 16)
+    yg = np.arange(6, dtype=np.int32) % 3
+    params, frozen, _ = det(gn_ex.make_model(jax.random.key(0), 16, 2, 3, bottleneck=4,
+                                             first_linear=False))
+    P = jnp.eye(16, 3)  # an orthonormal readout
+    ev = jax.tree_util.Partial(gn_ex._arm_eval_metrics, frozen, P, xg, yg, xg[:4], yg[:4])
+    arms = (gn_ex.Arm("gn", gn_ex.GaussNewton(pinv=gn_ex.EXACT_PINV, first_linear=False),
+                      (0.1,)),
+            gn_ex.Arm("adam", optax.adam, (1e-3,)), gn_ex.Arm("sgd", optax.sgd, (0.1,)))
+    for arm in arms:
+        for aug, shape in ((None, None), ("random_resized_crop", (4, 2, 2))):
+            ts = gn_ex.augment_step(gn_ex._make_step(arm, frozen, P, loss="ce",
+                                                     loss_after=True), aug, shape)
+            st = gn_ex._init_state(arm, ts, params, arm.lrs[0])
+            out[f"gnrev_{arm.name}_{aug}"] = fp(ts.step, st, (xg, yg), ev)
+    # dgl: the cached end-to-end and DGL layer steps over a grid of runs
+    dp = {"w": jnp.ones((3, 2)) * 0.5, "b": jnp.zeros(2)}
+    ts = dgl_ex._e2e_step("adam")
+    st, _ = dgl_ex._grid_states(ts, dp, (1e-3, 1e-2), (0.0,))
+    out["dgl_e2e_adam"] = fp(ts.step, st, (X, Y[:, :1]))
+    ts = dgl_ex._dgl_step(0.1)
+    st, _ = dgl_ex._grid_states(ts, dp, (1e-3,), (0.0, 1e-4), {"w_var": 1.0, "b_var": 0.1})
+    out["dgl_layer"] = fp(ts.step, st, (X, Y[:, :1]))
+    # dmn: a network and its classifier step, as train_and_evaluate builds them
+    net, ts = dmn_ex._net_and_step("c2,m,de2", 2, DMNConfig(), optax.adam(1e-3))
+    xd = np.linspace(0, 1, 4 * 16, dtype=np.float32).reshape(4, 4, 4, 1)
+    yd = np.array([0, 1, 0, 1], np.int32)
+    st = ts.init(det(net.init_head(jax.random.key(2), xd)))
+    out["dmn_classifier"] = fp(ts.step, st, (xd, yd))
+    # the user's own steps: a function, a closure, a partial, a Partial, an optax_step
+    st = TS.init(_params())
+    out["plain"] = fp(_pin_plain, st, (X, Y))
+    out["closure"] = fp(_pin_closure(0.5, jnp.arange(32.0)), st, (X, Y))
+    out["partial"] = fp(functools.partial(_pin_with_lr, 0.1, scale=2.0), st, (X, Y))
+    out["Partial"] = fp(jax.tree_util.Partial(_pin_with_arr, jnp.arange(20.0)), st, (X, Y))
+    out["optax_step"] = fp(loop.optax_step(_loss, optax.adam(1e-3)).step, st, (X, Y),
+                           functools.partial(_val_mse, X, Y))
+    return out
+
+
+def _digest(fp: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# sha256 of each fingerprint's JSON (as the checkpoint meta holds it), computed at ba21c46
+PINNED = {
+    "gnrev_gn_None": "8b40ce495aac0ffa",
+    "gnrev_gn_random_resized_crop": "3eba73efcc80606e",
+    "gnrev_adam_None": "d497882afaaef5e6",
+    "gnrev_adam_random_resized_crop": "5077942eeab5e95b",
+    "gnrev_sgd_None": "75ed22b886a9bf7b",
+    "gnrev_sgd_random_resized_crop": "8f33d6e34ef7aac9",
+    "dgl_e2e_adam": "112ee287a8c5b8d7",
+    "dgl_layer": "dca3e7fdd80e83e5",
+    "dmn_classifier": "cbe5693bbd92787d",
+    "plain": "314d1172d87b048a",
+    "closure": "54f8659828bb69f2",
+    "partial": "8b5ad536285c5f66",
+    "Partial": "48254d945f69e2c0",
+    "optax_step": "ea929abe98767ef4",
+}
+
+
+@pytest.mark.skipif(sys.version_info[:2] != (3, 11),
+                    reason="the user steps' code digests hash CPython 3.11 bytecode")
+def test_fingerprints_of_layerlab_and_plain_steps_are_pinned():
+    """The fingerprints of layerlab's own steps (gnrev GN / Adam / SGD with and without
+    augmentation, dgl, dmn) and of plain functions, closures, partials and Partials are
+    byte-identical to those of ba21c46, so the checkpoints of long runs still resume.  These
+    digests must not change without a migration of the saved fingerprints."""
+    got = {name: _digest(f) for name, f in _pinned_fingerprints().items()}
+    assert got == PINNED
+    for f in _pinned_fingerprints().values():  # no user-class entries for these steps
+        assert not {"step_objects", "eval_fn_objects"} & set(f)
+
+
+if __name__ == "__main__":  # prints the digests (run with the code the pins come from)
+    for name, f in _pinned_fingerprints().items():
+        print(f"    {name!r}: {_digest(f)!r},")
