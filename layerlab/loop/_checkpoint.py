@@ -34,6 +34,7 @@ import socket
 import sys
 import time
 import traceback
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -198,7 +199,7 @@ _MISSING = object()
 
 def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
                      mode: str | None = None, root: str = "step",
-                     memo: dict | None = None) -> list[str]:
+                     memo: dict | None = None, objects: list[str] | None = None) -> list[str]:
     """Names and hyper-parameters reachable from ``fn``: function qualnames with a digest of
     their code, the Python scalars/short strings/arrays captured by closures, defaults and
     the module globals a function reads (e.g. an optax learning rate, a regularisation
@@ -223,6 +224,24 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
 
     ``memo`` (``id -> (array, digest)``) shares array hashes between the walks of one
     fingerprint.
+
+    ``objects`` (a list, filled when given; the v4 walk only): the entries of the user's own
+    objects the walk reaches (instances of classes defined outside the standard library,
+    installed packages and layerlab, :func:`_is_user_class`), which the list returned does
+    not hold (it is what older versions saved, so their checkpoints still compare equal):
+
+    * of a user dataclass (a flax ``nn.Module`` too), whose fields the returned list holds:
+      the code digest, closure, defaults and globals of every method defined on its class and
+      on its user-defined bases (a changed ``__call__``, or a global it reads), and their
+      other class attributes;
+    * of any other user object (a callable object, ``obj.step``'s ``obj``, a settings
+      object): its class's qualname, its instance attributes (by the rules above: scalars,
+      strings, arrays, nested functions and objects), its methods and class attributes.
+
+    Those of a bound method's ``__self__`` come under ``<label>.<self>``.  They are walked
+    after everything else (an object the returned list reaches is not listed again) with
+    their own ``limit``.  Classes of layerlab, of installed packages and of the standard
+    library add nothing here (their code is versioned).
     """
     mode = "legacy" if legacy else (mode or "v4")
     if mode not in ("legacy", "v3", "v4"):
@@ -232,6 +251,8 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
     seen: set[int] = set()
     memo = {} if memo is None else memo
     over = {"n": 0, "visits": 0, "stopped": False, "h": hashlib.sha256()}
+    user_objects = v4 and objects is not None
+    pending: list[tuple[str, Any, int, str]] = []  # user objects, walked after the rest
 
     if legacy:  # the entries of checkpoints saved before 2026-11-29 (compared on resume)
         limit = 200
@@ -303,6 +324,8 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
             emit(f"{label}:{type(obj).__qualname__}")
             for fld in dataclasses.fields(obj)[:per_container]:
                 visit(getattr(obj, fld.name, None), depth + 1, f"{label}.{fld.name}")
+            if user_objects and _is_user_class(type(obj)):
+                pending.append(("class", type(obj), depth, label))
             return
         func = getattr(obj, "func", None)
         if func is not None and hasattr(obj, "keywords"):  # functools.partial
@@ -310,6 +333,10 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
             visit(obj.args, depth + 1, f"{label}.args")
             visit(obj.keywords, depth + 1, f"{label}.keywords")
             return
+        if user_objects and isinstance(obj, types.MethodType):  # obj.method: obj's entries
+            owner = obj.__self__
+            if not isinstance(owner, type) and _is_user_class(type(owner)):
+                pending.append(("self", owner, depth, f"{label}.<self>"))
         wrapped = getattr(obj, "__wrapped__", None)
         if wrapped is not None and callable(obj):
             visit(wrapped, depth + 1, label)
@@ -354,6 +381,48 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
                         follow(v, chain, depth + 1,
                                f"{label}.{name}" if deref else f"{label}.<global {name}")
             return
+        if user_objects and not isinstance(obj, type) and _is_user_class(type(obj)):
+            pending.append(("object", obj, depth, label))
+
+    def visit_object(kind, obj, depth, label):
+        """The entries of a user object (``objects``): see the docstring."""
+        if kind == "self":  # not seen by the main walk: walked as any user object
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            kind = "class" if dataclasses.is_dataclass(obj) else "object"
+            if kind == "class":
+                emit(f"{label}:{type(obj).__qualname__}")
+                for fld in dataclasses.fields(obj):
+                    visit(getattr(obj, fld.name, None), depth + 1, f"{label}.{fld.name}")
+        if kind == "object":
+            emit(f"{label}:<object {type(obj).__qualname__}>")
+            attrs = getattr(obj, "__dict__", None)
+            attrs = dict(attrs) if isinstance(attrs, dict) else {}
+            for c in type(obj).__mro__:
+                for name in getattr(c, "__dict__", {}).get("__slots__", ()) or ():
+                    if isinstance(name, str) and name not in attrs:
+                        attrs[name] = _static_slot(obj, c, name)
+            for name in sorted(attrs, key=str):
+                if attrs[name] is not _MISSING:
+                    visit(attrs[name], depth + 1, f"{label}.{name}")
+        cls = obj if isinstance(obj, type) else type(obj)
+        fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
+            else set()
+        for c in cls.__mro__:
+            if c is object or not _is_user_class(c):
+                continue
+            for name, v in sorted(vars(c).items(), key=lambda kv: str(kv[0])):
+                fns = _class_functions(v)
+                for i, f in enumerate(fns):
+                    if not _generated(f, c):
+                        visit(f, depth + 1, f"{label}.<method {c.__qualname__}.{name}"
+                              + (f"[{i}]>" if i else ">"))
+                if not fns and not isinstance(v, type) and isinstance(name, str) \
+                        and not name.startswith("_") and name not in fields:
+                    # a class attribute (not a dataclass field's default: the instance's
+                    # field is listed; not a private one: flax keeps its internals there)
+                    visit(v, depth + 1, f"{label}.<class {c.__qualname__}>.{name}")
 
     def follow(obj, chain, depth, label):
         """Visit what ``obj.a.b...`` reads, through user modules, classes and namespaces."""
@@ -375,6 +444,17 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
         out.append(f"{root}:<{over['n']} more entries #{over['h'].hexdigest()[:12]}>")
     if over["stopped"]:
         out.append(f"{root}:<walk stopped after {_MAX_VISITS} objects>")
+    if user_objects and pending:
+        main = out
+        out = objects  # emit() writes here now (visit and emit read `out` when called)
+        over.update(n=0, visits=0, stopped=False, h=hashlib.sha256())
+        while pending and not full() and not over["stopped"]:
+            visit_object(*pending.pop(0))
+        if over["n"]:
+            out.append(f"{root}:<{over['n']} more entries #{over['h'].hexdigest()[:12]}>")
+        if over["stopped"]:
+            out.append(f"{root}:<walk stopped after {_MAX_VISITS} objects>")
+        out = main
     return out
 
 
@@ -459,11 +539,48 @@ def _is_user_class(cls) -> bool:
     return _is_user_module(sys.modules.get(getattr(cls, "__module__", None) or ""))
 
 
+def _class_functions(v) -> list:
+    """The functions a class attribute holds: a function, a static or class method's,
+    a property's getter, setter and deleter, a ``cached_property``'s function."""
+    import functools
+
+    if isinstance(v, (staticmethod, classmethod)):
+        v = v.__func__
+    if isinstance(v, property):
+        return [f for f in (v.fget, v.fset, v.fdel) if f is not None]
+    if isinstance(v, functools.cached_property):
+        return [v.func]
+    return [v] if hasattr(v, "__code__") or hasattr(v, "__wrapped__") else []
+
+
+def _generated(f, cls) -> bool:
+    """A method ``dataclasses`` (or flax's dataclass transform) wrote for ``cls``
+    (``__init__``, ``__eq__``, ``__repr__`` under its wrapper, ...): compiled from a string,
+    decided by the fields, in a class whose module has a file."""
+    for _ in range(10):
+        inner = getattr(f, "__wrapped__", None)
+        if inner is None:
+            break
+        f = inner
+    code = getattr(f, "__code__", None)
+    return (code is not None and code.co_filename == "<string>"
+            and isinstance(getattr(sys.modules.get(cls.__module__), "__file__", None), str))
+
+
+def _static_slot(obj, cls, name):
+    """The value of slot ``name`` of ``obj`` (``_MISSING`` if unset), without running user
+    code."""
+    d = vars(cls).get(name)
+    try:
+        return d.__get__(obj, cls) if hasattr(d, "__get__") else _MISSING
+    except AttributeError:
+        return _MISSING
+
+
 def _is_namespace(obj) -> bool:
     """Something whose attributes are settings: a user module or class, an instance of a user
     class, or a ``SimpleNamespace`` / ``argparse.Namespace``."""
     import argparse
-    import types
 
     if isinstance(obj, types.ModuleType):
         return _is_user_module(obj)
@@ -551,9 +668,17 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     which state it returns); ``eval_fn`` described as ``step`` is (its code, the
     settings and arrays it captures or binds: they decide the saved evaluation history and,
     with early stopping, where the run stops); the key's implementation (``rbg`` and
-    ``unsafe_rbg`` keys hold the same data).
+    ``unsafe_rbg`` keys hold the same data).  ``step_objects`` / ``eval_fn_objects`` (only
+    when there are some): the user's own objects reached from ``step`` / ``eval_fn`` -- the
+    methods' code and the attributes of a flax module or dataclass defined in the user's code,
+    of a callable object, of ``obj`` in a bound method ``obj.step`` (see the ``objects``
+    argument of :func:`_closure_scalars`).  A step built from layerlab's own code and
+    configs, a plain function, closure, ``partial`` or ``Partial`` has none: its fingerprint
+    is the one earlier versions saved.
     """
     memo: dict[int, tuple] = {}
+    step_objects: list[str] = []
+    eval_objects: list[str] = []
     fp = {
         "version": FINGERPRINT_VERSION,
         "total": int(total),
@@ -566,7 +691,7 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         "state_leaves": _leaf_specs(state),
         "state_hash": content_hash(state),
         "walk": WALK_VERSION,
-        "step": _closure_scalars(step, memo=memo),
+        "step": _closure_scalars(step, memo=memo, objects=step_objects),
         # the same walk as older versions did it, for their checkpoints only
         "step_v3": _closure_scalars(step, mode="v3", memo=memo),
         "step_legacy": _closure_scalars(step, legacy=True),
@@ -575,8 +700,8 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     }
     if is_traced_partial(step):  # its bound arrays are program inputs: hashed like the data
         fp["step_bound_hash"] = content_hash((step.args, step.keywords))
-    fp["eval_fn"] = None if eval_fn is None else _closure_scalars(eval_fn, root="eval_fn",
-                                                                  memo=memo)
+    fp["eval_fn"] = None if eval_fn is None else _closure_scalars(
+        eval_fn, root="eval_fn", memo=memo, objects=eval_objects)
     if eval_fn is not None:  # the v3 walk beside it: which differences are the v4 walk's alone
         fp["eval_fn_v3"] = _closure_scalars(eval_fn, root="eval_fn", mode="v3", memo=memo)
     fp["key_impl"] = None if key_impl is None else str(key_impl)
@@ -589,6 +714,12 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         "min_delta": float(es.min_delta), "restore_best": bool(es.restore_best),
         "eval_every": None if eval_every is None else int(eval_every),
         "eval_at_start": bool(eval_at_start)}
+    # added 2026-11-29 (audit 3), only where there are some: the fingerprints of every other
+    # step are those of earlier versions, so their checkpoints resume
+    if step_objects:
+        fp["step_objects"] = step_objects
+    if eval_objects:
+        fp["eval_fn_objects"] = eval_objects
     return fp
 
 
@@ -610,10 +741,14 @@ _COMPAT_KEYS = ("walk", "step_v3", "step_legacy", "eval_fn_v3")  # how to compar
 # entries added later (audit 2 of 2026-11-29: eval_fn, key_impl; after it, the same day:
 # eval_every without early stopping): a checkpoint saved before has none (not compared on them)
 _LATER_KEYS = ("eval_fn", "key_impl", "eval_every")
+# present only when the step / eval_fn reaches the user's own objects (audit 3, 2026-11-29); a
+# checkpoint saved before has none: not comparable (the caller warns), never a refusal
+_OBJECT_KEYS = ("step_objects", "eval_fn_objects")
 
 
 def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
-                     soft: list[str] | None = None) -> list[str]:
+                     soft: list[str] | None = None,
+                     unchecked: list[str] | None = None) -> list[str]:
     """Human-readable differences ``key: saved X, now Y`` (lists: the differing entries).
 
     ``soft`` (a list, filled when given): differences of the step / ``eval_fn`` walk that are
@@ -622,11 +757,24 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
     warns) instead of refusing the resume: what the v4 walk adds also reaches trace-time
     caches (a helper's memo dict filled while the step is traced holds what the process
     traced before ``fit``), which differ between two processes of one script.
+
+    ``unchecked`` (a list, filled when given): the ``step_objects`` / ``eval_fn_objects``
+    keys ``now`` has and ``saved`` lacks: a checkpoint of a version that did not fingerprint
+    the user's objects (before audit 3, 2026-11-29), which cannot be compared on them (the
+    caller warns).  Differences of those keys otherwise refuse, as the step's do.
     """
     lines = []
+    for k in _OBJECT_KEYS:  # saved, but this run reaches no user object
+        if k in saved and k not in now:
+            lines.append(f"{k}: saved {_short(saved[k][:3])}, now <absent> (the step or "
+                         "eval_fn no longer reaches the user's own objects)")
     for k, v in now.items():
         s = saved.get(k, "<absent>")
         if s == v or (v is None and k not in saved):  # a key added later, unused here
+            continue
+        if k in _OBJECT_KEYS and k not in saved:
+            if unchecked is not None:
+                unchecked.append(k)
             continue
         if k in _COMPAT_KEYS or (k in _LATER_KEYS and k not in saved):
             continue
@@ -1059,7 +1207,7 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         elif saved.get("version") == 2:  # version 3 lists dataclass fields of the step's
             # closure and hashes a Partial step's bound arrays: a version-2 step entry cannot
             # be compared, everything else can
-            skip = ("version", "step", "step_bound_hash")
+            skip = ("version", "step", "step_bound_hash", *_OBJECT_KEYS)
             saved = {k: v for k, v in saved.items() if k not in skip}
             now = {k: v for k, v in fingerprint.items() if k not in skip}
             warnings.warn(
@@ -1068,7 +1216,16 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
                 "equal; data, initial state, key and lengths are checked.",
                 UserWarning, stacklevel=4)
         soft: list[str] = []
-        diff = fingerprint_diff(saved, now, soft)
+        unchecked: list[str] = []
+        diff = fingerprint_diff(saved, now, soft, unchecked)
+        if unchecked and not diff:
+            warnings.warn(
+                f"fit: {ckpt.directory} was written by an older layerlab, which did not "
+                "fingerprint the methods and attributes of the user's own objects that the "
+                f"step or eval_fn reaches ({', '.join(unchecked)}: a flax module or dataclass "
+                "of the user's code, a callable object, obj of obj.step): they cannot be "
+                "compared with this run's and are assumed equal; everything else is checked.",
+                UserWarning, stacklevel=4)
         if soft and not diff:
             warnings.warn(
                 f"fit: resuming {ckpt.directory} although settings read through helper "

@@ -757,7 +757,8 @@ def test_changed_metric_names_are_refused_on_resume_before_training(killed, monk
     KeyError after the whole run, on every rerun; a removed one dropped its column)."""
     from layerlab.loop import _checkpoint
 
-    monkeypatch.setattr(_checkpoint, "fingerprint_diff", lambda saved, now, soft=None: [])
+    monkeypatch.setattr(_checkpoint, "fingerprint_diff",
+                        lambda saved, now, soft=None, unchecked=None: [])
     calls = []
 
     def renamed(state, batch, key):
@@ -984,6 +985,119 @@ def test_trace_time_caches_of_helper_modules_and_object_keys_do_not_refuse_a_res
     soft = []
     assert fingerprint_diff(saved, {"walk": 4, "step": ["b"], "step_v3": ["b"]}, soft)
     assert soft == []
+
+
+class _SGDObject:
+    """A callable step object of the user's code (its rate an instance attribute)."""
+
+    momentum = 0.0  # a class attribute the code reads
+
+    def __init__(self, lr):
+        self.lr = lr
+
+    def __call__(self, state, batch, key):
+        return self.step(state, batch, key)
+
+    def step(self, state, batch, key):
+        loss, g = jax.value_and_grad(_loss)(state.params, batch)
+        params = jax.tree_util.tree_map(lambda p, d: p - self.lr * (1 + self.momentum) * d,
+                                        state.params, g)
+        return state._replace(params=params, step=state.step + 1), {"loss": loss}
+
+
+_FLAX_MODEL = """
+import flax.linen as nn
+ACT = "relu"
+
+class MLP(nn.Module):
+    width: int = 4
+
+    @nn.compact
+    def __call__(self, x):
+        h = nn.Dense(self.width)(x)
+        h = {act}
+        return nn.Dense(1)(h)
+"""
+
+
+def test_user_objects_methods_and_attributes_are_in_the_fingerprint(tmp_path, monkeypatch):
+    """The methods' code and the settings of the user's own objects decide the result: a flax
+    module whose ``__call__`` changed (relu -> tanh) or reads another global, a callable
+    object or a bound method ``obj.step`` whose ``obj`` has another rate or class attribute
+    are refused on resume (each resumed silently from the old checkpoint: only a dataclass's
+    fields and the method's code were fingerprinted).  The same objects resume; a checkpoint
+    saved before these entries existed resumes with a warning."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mods = {}
+    for name, act in (("fp_mlp_relu", "nn.relu(h) if ACT == 'relu' else nn.tanh(h)"),
+                      ("fp_mlp_tanh", "nn.tanh(h) if ACT == 'relu' else nn.relu(h)")):
+        (tmp_path / f"{name}.py").write_text(_FLAX_MODEL.format(act=act))
+        mods[name] = importlib.import_module(name)
+
+    def flax_fit(mod, ck, **kw):
+        model = mod.MLP()
+
+        def loss(p, b):
+            return jnp.mean((model.apply(p, b[0]) - b[1]) ** 2)
+
+        ts = loop.optax_step(loss, optax.sgd(0.05))
+        return loop.fit(ts.step, ts.init(model.init(jax.random.key(0), X)), (X, Y),
+                        key=jax.random.key(1), steps=4, batch_size=2, chunk_size=2,
+                        progress=False, checkpoint_dir=str(ck), checkpoint_every=2, **kw)
+
+    relu, tanh = mods["fp_mlp_relu"], mods["fp_mlp_tanh"]
+    with pytest.raises(_Preempted):
+        flax_fit(relu, tmp_path / "flax", callback=_stop_at_2)
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"step_objects: saved .*<method MLP\.__call__>:MLP\.__call__#"):
+        flax_fit(tanh, tmp_path / "flax")
+    monkeypatch.setattr(relu, "ACT", "tanh")  # the same code reading another global
+    with pytest.raises(CheckpointMismatchError, match=r"<global ACT>='relu'\"\], now"):
+        flax_fit(relu, tmp_path / "flax")
+    monkeypatch.setattr(relu, "ACT", "relu")
+    flax_fit(relu, tmp_path / "flax")  # the same module resumes
+
+    def obj_fit(step, ck, **kw):
+        ckw = {} if ck is None else dict(checkpoint_dir=str(ck), checkpoint_every=2)
+        return loop.fit(step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=4,
+                        batch_size=2, chunk_size=2, progress=False, **ckw, **kw)
+
+    for kind, make in (("callable", _SGDObject), ("method", lambda lr: _SGDObject(lr).step)):
+        ck = tmp_path / kind
+        with pytest.raises(_Preempted):
+            obj_fit(make(0.1), ck, callback=_stop_at_2)
+        label = "step" if kind == "callable" else r"step\.<self>"
+        with pytest.raises(CheckpointMismatchError,
+                           match=rf"step_objects: saved \['{label}\.lr=0\.1'\], "
+                                 rf"now \['{label}\.lr=0\.0'\]"):
+            obj_fit(make(0.0), ck)
+        monkeypatch.setattr(_SGDObject, "momentum", 0.5)
+        with pytest.raises(CheckpointMismatchError, match=r"<class _SGDObject>\.momentum=0\.0"):
+            obj_fit(make(0.1), ck)
+        monkeypatch.setattr(_SGDObject, "momentum", 0.0)
+        state, _ = obj_fit(make(0.1), ck)  # the same object's settings: resumes
+        _same(state, obj_fit(make(0.1), None)[0])
+
+    def older(fp):  # a checkpoint written before the user's objects were fingerprinted
+        del fp["step_objects"]
+
+    with pytest.raises(_Preempted):
+        obj_fit(_SGDObject(0.1), tmp_path / "older", callback=_stop_at_2)
+    _rewrite_fingerprints(tmp_path / "older", older)
+    with pytest.warns(UserWarning, match=r"did not fingerprint the methods and attributes "
+                                         r"of the user's own objects .*step_objects"):
+        obj_fit(_SGDObject(0.0), tmp_path / "older")
+
+
+class _Preempted(Exception):
+    pass
+
+
+def _stop_at_2(t, state, metrics):
+    if t == 2:
+        raise _Preempted
 
 
 # ------------------------------------------------------------------ pinned fingerprints
