@@ -8,12 +8,17 @@ Layout of a checkpoint directory::
     <dir>/history.jsonl        the training history, one JSON line per chunk / evaluation,
                                appended at every save (never rewritten, except once on resume
                                to drop rows newer than the step resumed from)
+    <dir>/history.jsonl.kept-<ns>  a copy of history.jsonl made before a resume that fell back
+                               past newer steps dropped their rows (read when a skipped step
+                               restores again)
     <dir>/.layerlab.lock       {"pid", "host", "start"} of the process writing the directory
 
 * **Fallback**: :meth:`Checkpointer.resume` tries the steps newest first; a step whose meta,
   history rows or arrays do not restore is skipped with a :class:`CheckpointFallbackWarning`
-  naming it and the step resumed from.  Nothing is deleted; a skipped step directory is
-  renamed ``<step>.unrestorable-<time>`` only when the resumed run reaches that step again.
+  naming it and the step resumed from.  Nothing is deleted: a skipped step directory is
+  renamed ``<step>.unrestorable-<time>`` only when the resumed run reaches that step again,
+  and the history rows of the skipped steps are first copied to ``history.jsonl.kept-<ns>``,
+  so a skipped step that restores later (a file server back) resumes with its rows.
 * **Fingerprint**: everything that changes the result (see :func:`run_fingerprint`); a
   different one is refused with :class:`CheckpointMismatchError` listing saved vs now.
 * **Lock**: one writer per directory (process 0 of a multi-process run); a second one gets
@@ -58,6 +63,7 @@ __all__ = [
 
 LOCK_NAME = ".layerlab.lock"
 HISTORY_NAME = "history.jsonl"
+KEPT_HISTORY = HISTORY_NAME + ".kept-"  # + time.time_ns(): copies made before a fallback
 FINGERPRINT_VERSION = 3
 
 
@@ -1052,12 +1058,14 @@ class Checkpointer:
         return self.restore_arrays(step, arrays_like), self.read_meta(step)
 
     # ------------------------------------------------------------------ history file
-    def read_history_lines(self) -> list[dict]:
-        """Parsed lines of ``history.jsonl`` (a torn last line is ignored)."""
-        if not os.path.exists(self._history_path):
+    def read_history_lines(self, path: str | None = None) -> list[dict]:
+        """Parsed lines of ``history.jsonl`` (or of ``path``, a kept copy; a torn last line
+        is ignored)."""
+        path = self._history_path if path is None else path
+        if not os.path.exists(path):
             return []
         out = []
-        with open(self._history_path) as f:
+        with open(path) as f:
             lines = f.read().split("\n")
         for i, line in enumerate(lines):
             if not line.strip():
@@ -1066,10 +1074,31 @@ class Checkpointer:
                 out.append(json.loads(line))
             except ValueError:
                 if i < len(lines) - 2:  # not the last (possibly torn) line
-                    raise ValueError(
-                        f"{self._history_path}: line {i + 1} is not valid JSON"
-                    ) from None
+                    raise ValueError(f"{path}: line {i + 1} is not valid JSON") from None
         return out
+
+    def kept_histories(self) -> list[str]:
+        """Paths of the kept copies of ``history.jsonl``, newest first."""
+        names = [n for n in os.listdir(self.directory)
+                 if n.startswith(KEPT_HISTORY) and n[len(KEPT_HISTORY):].isdigit()]
+        names.sort(key=lambda n: int(n[len(KEPT_HISTORY):]), reverse=True)
+        return [os.path.join(self.directory, n) for n in names]
+
+    def keep_history(self) -> str | None:
+        """Copy ``history.jsonl`` to ``history.jsonl.kept-<time_ns>`` (written to a temporary
+        name, fsynced, renamed) before a resume drops rows of it; the copy's path (``None``
+        for a process that does not write)."""
+        if not self.writer or not os.path.exists(self._history_path):
+            return None
+        import shutil
+
+        dst = os.path.join(self.directory, f"{KEPT_HISTORY}{time.time_ns()}")
+        tmp = dst + ".tmp"
+        shutil.copyfile(self._history_path, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+        return dst
 
     def rewrite_history(self, records: list[dict]) -> None:
         if not self.writer:
@@ -1193,6 +1222,32 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         records_error = None
     except (OSError, ValueError) as e:
         all_records, records_error = None, f"{type(e).__name__}: {e}"
+    kept: list[tuple[str, list[dict] | None]] | None = None  # read when first needed
+
+    def rows_for(s: int) -> tuple[list[dict], str | None]:
+        """The rows of step ``s`` from history.jsonl, else from the newest kept copy holding
+        them (with its path)."""
+        nonlocal kept
+        try:
+            if all_records is None:
+                raise ValueError(records_error)
+            return _history_upto(all_records, s)[0], None
+        except ValueError as e:
+            first = e
+        if kept is None:
+            kept = []
+            for path in ckpt.kept_histories():
+                try:
+                    kept.append((path, ckpt.read_history_lines(path)))
+                except (OSError, ValueError):
+                    continue
+        for path, recs in kept:
+            try:
+                return _history_upto(recs, s)[0], path
+            except ValueError:
+                continue
+        raise first
+
     for s in steps:
         try:
             meta = ckpt.read_meta(s)
@@ -1241,12 +1296,11 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
                 "checkpoint_dir."
             )
         try:
+            source = None
             if "history" in meta:  # format of layerlab <= 0.1: the whole history in the meta
                 records = None
-            elif all_records is None:
-                raise ValueError(records_error)
             else:
-                records, _ = _history_upto(all_records, s)
+                records, source = rows_for(s)
         except Exception as e:
             failures.append((s, f"history rows missing ({_short(str(e), 160)})"))
             continue
@@ -1261,11 +1315,25 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
             failures.append((s, f"arrays do not restore ({type(e).__name__}: "
                                 f"{_short(str(e), 160)})"))
             continue
+        # the caller rewrites history.jsonl with `records`: keep a copy first when that drops
+        # rows of it (a fallback past newer steps, or rows taken from a kept copy), so a
+        # skipped step that restores later still has its rows
+        copy = None
+        if (failures or source is not None) and all_records and records is not None:
+            now = {json.dumps(r, sort_keys=True) for r in records}
+            if any(json.dumps(r, sort_keys=True) not in now for r in all_records):
+                copy = ckpt.keep_history()
         if failures:
+            where = (f"copied to {os.path.basename(copy)}" if copy is not None else
+                     f"kept in a copy {KEPT_HISTORY}<time> (by process 0)"
+                     if not ckpt.writer else "left in place")
             warnings.warn(
                 f"fit: checkpoint step(s) {[f for f, _ in failures]} in {ckpt.directory} do not "
                 f"restore ({'; '.join(f'step {f}: {why}' for f, why in failures)}); resuming "
-                f"from step {s} instead. Nothing was deleted.",
+                f"from step {s} instead. Nothing was deleted: the skipped step directories "
+                "stay (moved aside to <step>.unrestorable-<time> when this run reaches them "
+                f"again) and the history rows past step {s} are {where}, so a skipped step "
+                "that restores later still resumes.",
                 CheckpointFallbackWarning, stacklevel=3,
             )
             for f, _ in failures:

@@ -160,6 +160,40 @@ def test_corrupt_latest_step_falls_back_and_ends_identical(killed, reference, ho
     assert len(aside) == 1 and (killed / "6").is_dir()
 
 
+def test_a_skipped_step_that_restores_later_resumes_with_its_history(killed, reference):
+    """A step that does not restore for a while (a file server's hiccup) is skipped, and the
+    history rows past the step resumed from are copied to ``history.jsonl.kept-<ns>`` before
+    ``history.jsonl`` is cut back: when the step is readable again the next run resumes from
+    it, with its rows, and ends as an uninterrupted run.  (The rows were truncated away, so
+    the step could never be resumed again although the warning said nothing was deleted.)"""
+    import shutil
+
+    full = (killed / HISTORY_NAME).read_text()
+    shutil.move(killed / "6", killed.parent / "6-away")
+    (killed / "6").mkdir()                        # unreadable for now
+    st = TS.init(_params())
+    kw = dict(key=jax.random.key(1), steps=8, batch_size=4, progress=False,
+              checkpoint_dir=str(killed), checkpoint_every=2, max_to_keep=10)
+    with pytest.warns(CheckpointFallbackWarning,
+                      match=r"step\(s\) \[6\].*from step 4 instead\. Nothing was deleted: .*"
+                            r"history rows past step 4 are copied to history\.jsonl\.kept-"):
+        with pytest.raises(RuntimeError, match="preempted"):  # stops before reaching step 6
+            loop.fit(TS.step, st, (X, Y), chunk_size=1, callback=_stop_at(5), **kw)
+    kept = [p for p in killed.iterdir() if p.name.startswith(HISTORY_NAME + ".kept-")]
+    assert len(kept) == 1 and kept[0].read_text() == full
+    assert (killed / HISTORY_NAME).read_text() != full  # cut back to step 4's rows
+
+    shutil.rmtree(killed / "6")
+    shutil.move(killed.parent / "6-away", killed / "6")   # readable again
+    calls = []
+    state, hist = loop.fit(TS.step, st, (X, Y), chunk_size=2,
+                           callback=lambda t, s, m: calls.append(t), **kw)
+    assert calls == [8]  # resumed from step 6, without a warning
+    _same(state, reference[0])
+    np.testing.assert_array_equal(hist["step"], np.arange(8))
+    np.testing.assert_array_equal(hist["train"]["loss"], reference[1]["train"]["loss"])
+    assert len([p for p in killed.iterdir() if p.name.startswith(HISTORY_NAME + ".kept")]) == 1
+
 def test_no_step_restores(killed):
     for s in ("2", "4", "6"):
         _corrupt_meta_garbage(killed / s)
