@@ -14,12 +14,15 @@ runs) or under the ignored ``scratch/`` folder (everything else).  The schema::
 
 ``holds`` of a row is ``abs(ours - paper) <= tol`` (``None`` when the paper has no number or
 ours was not run).  Every number is finite (the file is strict JSON: no ``NaN`` or
-``Infinity``, anywhere); ``null`` is allowed where the schema says so (``ours``, ``paper``,
-``tol``, ``spread``, ``holds``, ``wall_s``, ``git``).  ``seeds`` is an integer, ``>= 1`` for a
-row that ran (``ours`` set) and ``>= 0`` for one that did not; ``name``, ``unit``, ``note``,
-``claim`` and ``evidence`` are strings; ``artifact`` is a plain name (no ``/``).  A record is
-checked by :func:`validate_record` when written and when loaded.  This module imports neither
-JAX nor numpy at import time, so scripts can use it before their heavy imports.
+``Infinity``, anywhere): a NaN or infinity in a row, ``wall_s``, ``config`` or ``extra`` is
+refused when the record is written, naming its field (``config.grid[1][1]``; those in
+``config`` / ``extra`` were written as ``null`` / ``1e308`` before 2026-11-29); ``null`` is
+allowed where the schema says so (``ours``, ``paper``, ``tol``, ``spread``, ``holds``,
+``wall_s``, ``git``) and anywhere in ``config`` / ``extra``.  ``seeds`` is an integer, ``>= 1``
+for a row that ran (``ours`` set) and ``>= 0`` for one that did not; ``name``, ``unit``,
+``note``, ``claim`` and ``evidence`` are strings; ``artifact`` is a plain name (no ``/``).  A
+record is checked by :func:`validate_record` when written and when loaded.  This module imports
+neither JAX nor numpy at import time, so scripts can use it before their heavy imports.
 """
 from __future__ import annotations
 
@@ -191,6 +194,14 @@ class Record:
         # reassigned: check both again, so that a NaN or infinity names its field here
         # instead of becoming null / 1e308 (to_jsonable) or failing in json.dumps
         wall_s = _opt_number(self.wall_s, "wall_s", f"Record {self.artifact!r}", nonneg=True)
+        for name in ("config", "extra"):  # the same for the free-form parts: NaN and +-inf
+            # became null / +-1e308 there, silently (a diverged value read as a number)
+            bad = _first_nonfinite(getattr(self, name), name)
+            if bad is not None:
+                raise ValueError(
+                    f"Record {self.artifact!r}: {bad[0]} must be finite, got {bad[1]} (the "
+                    "record is strict JSON: a NaN was written as null and an infinity as "
+                    "1e308); store None where there is no number, or leave the value out")
         rows = [dataclasses.replace(r) for r in self.rows]
         claims = [dataclasses.replace(c) for c in self.claims]
         d = {
@@ -209,6 +220,42 @@ class Record:
         if self.extra:
             d["extra"] = to_jsonable(self.extra)
         return d
+
+
+def _first_nonfinite(obj: Any, path: str, depth: int = 0) -> tuple[str, float] | None:
+    """``(path, value)`` of the first NaN or infinity in ``obj`` as :func:`to_jsonable` walks
+    it (dataclasses, mappings, lists, tuples, floats, numpy / JAX arrays and scalars), else
+    ``None``."""
+    if depth > 100:
+        return None
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else (path, obj)
+    if isinstance(obj, (bool, int, str, bytes)) or obj is None:
+        return None
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = dataclasses.asdict(obj)
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if (bad := _first_nonfinite(v, f"{path}.{k}", depth + 1)) is not None:
+                return bad
+        return None
+    if isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            if (bad := _first_nonfinite(v, f"{path}[{i}]", depth + 1)) is not None:
+                return bad
+        return None
+    if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy / jax arrays and scalars
+        if getattr(obj.dtype, "kind", "f") not in "fc":
+            return None
+        v = obj.tolist()
+        if isinstance(v, (float, complex)):
+            ok = math.isfinite(v.real) and math.isfinite(v.imag) if isinstance(v, complex) \
+                else math.isfinite(v)
+            return None if ok else (path, v)
+        return _first_nonfinite(v, path, depth + 1)
+    if isinstance(obj, complex):
+        return None if math.isfinite(obj.real) and math.isfinite(obj.imag) else (path, obj)
+    return None
 
 
 def row_from_values(name: str, values: Sequence[float], *, paper: float | None = None,

@@ -3,7 +3,6 @@ Row / Claim / Record refuse at construction, and the edge cases they accept."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -186,10 +185,34 @@ def test_record_refuses_an_artifact_that_is_not_a_plain_name(artifact):
 
 def test_a_written_record_is_strict_json(tmp_path):
     rec = _record()
-    rec.extra["curves"] = [1.0, NAN, INF]  # to_jsonable writes null / 1e308 for these
+    rec.extra["curves"] = [1.0, 1e300, -0.0]
     p = write_record(rec, tmp_path)
     text = p.read_text()
     assert "NaN" not in text and "Infinity" not in text
     d = load_record(p)
-    assert d["extra"]["curves"][1] is None and math.isfinite(d["extra"]["curves"][2])
+    assert d["extra"]["curves"] == [1.0, 1e300, -0.0]
     assert d == json.loads(text)
+
+
+@pytest.mark.parametrize(("where", "value", "path"), [
+    ("config", {"lr": NAN}, "config.lr"),
+    ("config", {"clip": INF}, "config.clip"),
+    ("config", {"arr": np.array([1.0, np.nan], np.float32)}, r"config.arr\[1\]"),
+    ("config", {"grid": [[0.1, 0.0], [0.3, -INF]]}, r"config.grid\[1\]\[1\]"),
+    ("extra", {"final_loss": np.float32("inf")}, "extra.final_loss"),
+    ("extra", {"curves": {"gn": {"loss": np.array([[1.0, 2.0], [np.nan, 3.0]])}}},
+     r"extra.curves.gn.loss\[1\]\[0\]"),
+    ("extra", {"z": complex(1.0, INF)}, "extra.z"),
+])
+def test_non_finite_config_and_extra_values_are_refused_naming_the_field(tmp_path, where,
+                                                                         value, path):
+    """A NaN or infinity in ``config`` / ``extra`` is refused naming its path (as ``wall_s``
+    and rows are); it was written as null / 1e308, a diverged value read back as a number."""
+    rec = Record("dgl", "x", "t", "reduced", **{"config": {}, where: value})
+    with pytest.raises(ValueError, match=rf"Record 'x': {path} must be finite, got "
+                                         r"[-a-z0-9+()j.]*(nan|inf)"):
+        write_record(rec, tmp_path)
+    assert not list(tmp_path.iterdir())
+    ok = Record("dgl", "x", "t", "reduced", {"n": np.int64(3), "x": np.float32(0.5),
+                                             "keys": np.arange(3), "none": None})
+    assert write_record(ok, tmp_path).exists()
