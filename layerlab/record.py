@@ -441,19 +441,53 @@ def write_record(record: Record, out_dir: str | os.PathLike, *,
 
     Adds ``machine``, ``versions`` and ``git``.  ``out_dir`` is usually
     ``results/<paper>`` (paper-scale runs) or ``scratch/<paper>`` (everything else);
-    ``stem`` defaults to ``record.artifact``.
+    ``stem`` defaults to ``record.artifact`` and is a plain file name (no ``/``, not ``..``).
+    The JSON goes to a uniquely named temporary file in ``out_dir``, is fsynced and renamed
+    over the target, so a crash leaves the old file or the new one, and two writers of one
+    folder do not share a temporary file.
     """
+    import tempfile
+
+    name = record.artifact if stem is None else stem
+    if not isinstance(name, str) or not name or name in (".", "..") or "\0" in name \
+            or any(sep and sep in name for sep in ("/", os.sep, os.altsep)):
+        raise ValueError(f"write_record: stem must be a plain file name (no path separator, "
+                         f"not '.' or '..'; the record goes into out_dir), got {stem!r}")
     d = record.to_dict()
     d["machine"] = machine_info()
     d["versions"] = versions()
     d["git"] = _git()
     validate_record(d)
+    text = json.dumps(d, indent=2, allow_nan=False) + "\n"
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{record.artifact if stem is None else stem}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(d, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    path = out / f"{name}.json"
+    with tempfile.NamedTemporaryFile("w", dir=out, prefix=f".{name}.", suffix=".json.tmp",
+                                     delete=False) as f:
+        tmp = f.name
+        try:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        except BaseException:
+            f.close()
+            os.unlink(tmp)
+            raise
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    try:  # the rename itself survives a crash once the folder is synced (POSIX)
+        fd = os.open(out, os.O_RDONLY)
+    except OSError:
+        return path
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return path
 
 

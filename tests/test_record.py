@@ -3,6 +3,7 @@ Row / Claim / Record refuse at construction, and the edge cases they accept."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -216,3 +217,35 @@ def test_non_finite_config_and_extra_values_are_refused_naming_the_field(tmp_pat
     ok = Record("dgl", "x", "t", "reduced", {"n": np.int64(3), "x": np.float32(0.5),
                                              "keys": np.arange(3), "none": None})
     assert write_record(ok, tmp_path).exists()
+
+
+@pytest.mark.parametrize("stem", ["../escaped", "a/b", "<tmp>/abs", "..", ".", "", 3])
+def test_write_record_refuses_a_stem_that_is_not_a_plain_name(tmp_path, stem):
+    """``stem`` names a file in ``out_dir``: ``../escaped`` wrote outside it."""
+    out = tmp_path / "out"
+    stem = stem.replace("<tmp>", str(tmp_path)) if isinstance(stem, str) else stem
+    with pytest.raises(ValueError, match=r"write_record: stem must be a plain file name .*"
+                                         rf"got {re.escape(repr(stem))}"):
+        write_record(_record(), out, stem=stem)
+    assert not (tmp_path / "escaped.json").exists() and not out.exists()
+
+
+def test_write_record_uses_a_unique_fsynced_temporary_file_beside_the_target(tmp_path,
+                                                                           monkeypatch):
+    """The JSON is written to a temporary file of its own in ``out_dir`` (it was the fixed
+    ``<stem>.json.tmp``, shared by two writers of one record), fsynced, then renamed."""
+    import os
+
+    replaced, synced = [], []
+    real_replace, real_fsync = os.replace, os.fsync
+    monkeypatch.setattr(os, "replace", lambda a, b: (replaced.append((a, b)),
+                                                      real_replace(a, b))[1])
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    p1 = write_record(_record(), tmp_path, stem="same")
+    p2 = write_record(_record(), tmp_path, stem="same")
+    assert p1 == p2 == tmp_path / "same.json" and load_record(p1)["artifact"] == "x"
+    (a1, b1), (a2, b2) = replaced
+    assert a1 != a2 and os.path.dirname(a1) == os.path.dirname(a2) == str(tmp_path)
+    assert b1 == b2 == tmp_path / "same.json"
+    assert len(synced) >= 2  # the file (and the folder) before and after each rename
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["same.json"]  # no temporary left
