@@ -121,6 +121,24 @@ def _as_key(key):
     )
 
 
+def _check_hashable(fn, name: str) -> None:
+    """``fn`` (``step`` / ``eval_fn``) can be a static argument of ``jax.jit``: hashable."""
+    if fn is None:
+        return
+    try:
+        hash(fn)
+    except TypeError as e:
+        raise TypeError(
+            f"fit: {name} must be hashable (the compiled program is cached on it), got a "
+            f"{type(fn).__name__} that is not ({e}); a dataclass with eq=True and not frozen "
+            "has no hash, and a frozen one with array fields cannot hash them.  Pass a "
+            "function or a functools.partial of one (settings bound as Python values), or a "
+            "jax.tree_util.Partial (arrays bound as inputs of the program): e.g. "
+            f"functools.partial(type(obj).__call__, obj) for {name}=obj, or declare the class "
+            "with @dataclasses.dataclass(eq=False)."
+        ) from None
+
+
 def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn, eval_every,
                    chunk_size, checkpoint_dir, checkpoint_every, max_to_keep, early_stopping,
                    check_finite, runs, data_runs_axis, callback,
@@ -200,6 +218,8 @@ def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn
         )
     if eval_fn is not None and not callable(eval_fn):
         raise TypeError(f"fit: eval_fn must be callable, got {type(eval_fn).__name__}.")
+    for name, fn in (("step", step), ("eval_fn", eval_fn)):
+        _check_hashable(fn, name)
     if callback is not None and not callable(callback):
         raise TypeError(f"fit: callback must be callable, got {type(callback).__name__}.")
     if eval_every is not None and eval_fn is None:

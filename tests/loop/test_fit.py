@@ -732,6 +732,47 @@ def test_max_to_keep_without_checkpoint_dir_is_refused(key, tmp_path):
         assert float(st) == 2.0
 
 
+def test_an_unhashable_step_or_eval_fn_is_refused_naming_it(key):
+    """A dataclass with ``__call__`` (``eq=True``: no hash) or a frozen one with an array
+    field gave jax's "Non-hashable static arguments are not supported" from inside the
+    compiled chunk; now a TypeError naming the argument and what to pass instead.  The
+    suggested ``functools.partial`` of the same object trains."""
+    import dataclasses
+    import functools
+
+    @dataclasses.dataclass
+    class Step:
+        lr: float
+
+        def __call__(self, w, b, k):
+            loss, g = jax.value_and_grad(lambda w: jnp.mean((b[0] * w - b[1]) ** 2))(w)
+            return w - self.lr * g, {"loss": loss}
+
+    @dataclasses.dataclass(frozen=True)
+    class ArrayStep:
+        lr: jax.Array
+        __call__ = Step.__call__
+
+    @dataclasses.dataclass
+    class Eval:
+        def __call__(self, w):
+            return {"w": w}
+
+    x = jnp.linspace(-1, 1, 8)[:, None]
+    data = (x, 3 * x)
+    kw = dict(key=key, steps=4, batch_size=4, progress=False)
+    hint = r"Pass a function or a functools\.partial of one .* or a jax\.tree_util\.Partial"
+    for bad in (Step(0.1), ArrayStep(jnp.float32(0.1))):
+        with pytest.raises(TypeError, match=rf"^fit: step must be hashable .*got a "
+                                            rf"{type(bad).__name__} that is not .*{hint}"):
+            loop.fit(bad, jnp.zeros(()), data, **kw)
+    with pytest.raises(TypeError, match=rf"^fit: eval_fn must be hashable .*got a Eval .*{hint}"):
+        loop.fit(functools.partial(Step.__call__, Step(0.1)), jnp.zeros(()), data,
+                 eval_fn=Eval(), eval_every=2, **kw)
+    w, hist = loop.fit(functools.partial(Step.__call__, Step(0.1)), jnp.zeros(()), data,
+                       eval_fn=functools.partial(Eval.__call__, Eval()), eval_every=2, **kw)
+    assert 0.0 < float(w) < 3.0 and hist["eval_step"].tolist() == [2, 4]
+
 _HALF_HINT = (r"The state holds float16 leaves: a likely cause is the optimiser's eps \(optax's "
               r"Adam default 1e-8 rounds to 0 in float16, so the first update divides by "
               r"zero\): pass eps >= ~1e-4")
