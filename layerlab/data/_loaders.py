@@ -21,6 +21,7 @@ from layerlab.data import _synthetic
 from layerlab.data._dataset import Dataset, DatasetNotFoundError
 from layerlab.data._transforms import (
     balanced_subset,
+    check_seed,
     random_subset,
     select_classes,
     train_val_split,
@@ -412,6 +413,9 @@ _SPLIT_IDS = {"train": 1, "val": 2, "test": 3}
 
 
 def _canonical(name: str) -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"load: name must be a dataset name (a string), one of "
+                        f"{', '.join(DATASETS)}; got {name!r}.")
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in _REGISTRY:
         raise ValueError(f"Unknown dataset {name!r}; known: {', '.join(DATASETS)}.")
@@ -605,7 +609,9 @@ def load(
             raise ValueError(f"{key!r} is a regression task: classes/balanced do not apply.")
         if source != "auto":
             raise ValueError(f"{key!r} is synthetic: source={source!r} does not apply.")
-        return _load_synthetic(key, split, n, seed, opts)
+        # generated in float32 (JAX's default), returned in dtype (it was ignored)
+        return _finish(_load_synthetic(key, split, n, seed, opts), None, dtype)
+    seed = check_seed(seed, "load")
     ds, x_div = _load_raw(key, split, data_dir, source, dict(opts), verify)
     if classes is not None:
         ds = select_classes(ds, classes)
@@ -668,12 +674,18 @@ def dgl_protocol(
     Returns:
       :class:`DGLSplits` ``(train, val, test)``.
     """
+    if not isinstance(name, str):
+        raise TypeError(f"dgl_protocol: name must be a protocol name (a string): MNIST10k, "
+                        f"CIFAR10_10k or BMNIST2k; got {name!r}.")
     try:
         base, classes, default_n = _DGL[name.lower()]
     except KeyError:
         raise ValueError(
             f"Unknown DGL protocol {name!r}; known: MNIST10k, CIFAR10_10k, BMNIST2k."
         ) from None
+    n_train = check_int(n_train, "n_train", fn="dgl_protocol", min_value=1, allow_none=True)
+    n_val = check_int(n_val, "n_val", fn="dgl_protocol", min_value=0, allow_none=True)
+    seed = check_seed(seed, "dgl_protocol")
     n_train = default_n if n_train is None else n_train
     n_val = n_train if n_val is None else n_val
     full, x_div = _load_raw(base, "train", data_dir, "auto", {}, verify)

@@ -236,7 +236,18 @@ def per_class_counts(n: int, num_classes: int) -> np.ndarray:
     return counts
 
 
-def _rng(seed) -> np.random.Generator:
+def check_seed(seed, fn: str):
+    """The seed of a random subset or split, checked: an integer ``>= 0`` (numpy's
+    ``default_rng``), a jax key (typed, or a raw ``uint32[2]``) or a numpy array of
+    non-negative integers (``default_rng`` entropy); returned as given (an integer as ``int``)."""
+    if isinstance(seed, (jax.Array, np.ndarray)) and np.ndim(seed) > 0 or (
+            isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key)):
+        return seed
+    return check_int(seed, "seed", fn=fn, min_value=0)
+
+
+def _rng(seed, fn: str = "random_subset") -> np.random.Generator:
+    seed = check_seed(seed, fn)
     if isinstance(seed, jax.Array):
         # a typed or raw jax key: derive a host seed from it deterministically
         data = (
@@ -277,7 +288,7 @@ def random_subset(ds: Dataset, n: int, seed: int | jax.Array = 0) -> Dataset:
     """
     if not 0 <= n <= len(ds):
         raise ValueError(f"random_subset: n={n} but {ds.name!r}/{ds.split} has {len(ds)} samples.")
-    idx = np.sort(_rng(seed).permutation(len(ds))[:n])
+    idx = np.sort(_rng(seed, "random_subset").permutation(len(ds))[:n])
     return ds.subset(idx)
 
 
@@ -295,7 +306,7 @@ def balanced_subset(ds: Dataset, n: int, seed: int | jax.Array = 0) -> Dataset:
             f"balanced_subset: n = {n} is below the {ds.num_classes} classes, so no subset of "
             "it is label-balanced; ask for at least one sample per class, or pass "
             "balanced=False for a uniform random subset.")
-    rng = _rng(seed)
+    rng = _rng(seed, "balanced_subset")
     perms = _class_perms(ds, rng)
     counts = per_class_counts(n, ds.num_classes)
     _need(ds, perms, counts, "balanced_subset")
@@ -328,9 +339,9 @@ def train_val_split(
         as :func:`balanced_subset`), or a class with fewer than ``n_train/C + n_val/C``
         samples.
     """
-    if n_train < 0 or n_val < 0:
-        raise ValueError(f"train_val_split: sizes must be >= 0, got {n_train}, {n_val}.")
-    rng = _rng(seed)
+    n_train = check_int(n_train, "n_train", fn="train_val_split", min_value=0)
+    n_val = check_int(n_val, "n_val", fn="train_val_split", min_value=0)
+    rng = _rng(seed, "train_val_split")
     if balanced:
         perms = _class_perms(ds, rng)
         for name, k in (("n_train", n_train), ("n_val", n_val)):

@@ -78,3 +78,16 @@ def test_load_synthetic_accepts_a_key_as_seed():
         D.load("teacher", n=10.0)
     with pytest.raises(ValueError, match=r"^load: n must be >= 1, got 0\.$"):
         D.load("latent", n=0)
+
+
+@pytest.mark.parametrize("name", ["teacher", "latent"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, jax.numpy.bfloat16])
+def test_load_returns_synthetic_tasks_in_the_asked_dtype(name, dtype):
+    """``load("teacher" | "latent", dtype=...)`` ignored ``dtype`` (always float32); the
+    values are the float32 task's, cast."""
+    ref = D.load(name, n=8, seed=2)
+    ds = D.load(name, n=8, seed=2, dtype=dtype)
+    assert ds.x.dtype == np.dtype(dtype) and ds.y.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(ds.x, ref.x.astype(dtype))
+    np.testing.assert_array_equal(ds.y, ref.y.astype(dtype))
+    assert ref.x.dtype == ref.y.dtype == np.float32

@@ -268,3 +268,43 @@ def test_select_classes_refuses_non_integer_labels():
         D.select_classes(ds, (True, 2))
     sub = D.select_classes(ds, (np.int64(2), jnp.asarray(0)))  # numpy / 0-d jax integers
     np.testing.assert_array_equal(sub.y, D.select_classes(ds, (2, 0)).y)
+
+
+@pytest.mark.parametrize(("call", "err", "msg"), [
+    (lambda: D.dgl_protocol("BMNIST2k", n_train=20.0), TypeError,
+     r"^dgl_protocol: n_train must be an integer, got float 20\.0"),
+    (lambda: D.dgl_protocol("BMNIST2k", n_train="20"), TypeError,
+     r"^dgl_protocol: n_train must be an integer, got a string '20'"),
+    (lambda: D.dgl_protocol("BMNIST2k", n_train=-2), ValueError,
+     r"^dgl_protocol: n_train must be >= 1, got -2"),
+    (lambda: D.dgl_protocol("BMNIST2k", n_train=20, n_val=2.5), TypeError,
+     r"^dgl_protocol: n_val must be an integer, got float 2\.5"),
+    (lambda: D.dgl_protocol("BMNIST2k", seed=1.5), TypeError,
+     r"^dgl_protocol: seed must be an integer, got float 1\.5"),
+    (lambda: D.dgl_protocol(None), TypeError, r"^dgl_protocol: name must be a protocol name"),
+    (lambda: D.load("digits", n=10, seed=-1), ValueError, r"^load: seed must be >= 0, got -1"),
+    (lambda: D.load("digits", n=10, seed=1.5), TypeError,
+     r"^load: seed must be an integer, got float 1\.5"),
+    (lambda: D.load("digits", n=10, seed="a"), TypeError,
+     r"^load: seed must be an integer, got a string 'a'"),
+    (lambda: D.load(None), TypeError,
+     r"^load: name must be a dataset name \(a string\), one of digits, .*; got None"),
+    (lambda: D.train_val_split(_toy(), "6", 3), TypeError,
+     r"^train_val_split: n_train must be an integer, got a string '6'"),
+    (lambda: D.random_subset(_toy(), 5, seed=-3), ValueError,
+     r"^random_subset: seed must be >= 0, got -3"),
+])
+def test_bad_sizes_seeds_and_names_are_refused_naming_the_argument(call, err, msg):
+    """They gave numpy's / Python's errors without the argument (``SeedSequence expects int``,
+    ``slice indices must be integers``, ``'<' not supported``, ``'NoneType' object has no
+    attribute 'lower'``); the size checks run before any file is read."""
+    with pytest.raises(err, match=msg):
+        call()
+
+
+def test_seeds_of_every_accepted_kind_still_draw_subsets():
+    ref = D.load("digits", n=10, seed=3)
+    for seed in (np.int64(3), jnp.asarray(3), np.uint8(3)):
+        np.testing.assert_array_equal(D.load("digits", n=10, seed=seed).y, ref.y)
+    for seed in (jax.random.key(3), jax.random.PRNGKey(3), np.array([1, 2], np.uint32)):
+        assert len(D.load("digits", n=10, seed=seed).y) == 10
