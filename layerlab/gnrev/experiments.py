@@ -1434,8 +1434,12 @@ def run_fig2(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
     # the instability rule's evidence (§5.2; ``run_unstable``): each kept run's climb, and the
     # GN step's certificate per epoch (medians over the epoch's steps, mean over seeds)
     spe = res["steps_per_epoch"]
+    # an infinite climb (a non-finite loss, or one that never dropped and ends above its
+    # start) is written "inf", as fit's history does: the record is strict JSON, and it
+    # refuses an infinity (it was written as 1e308)
     stability = {a: {"lr": v["lr"], "replaced_lrs": v.get("diverged_lrs") or [],
-                     "loss_climb": [loss_climb(r["loss"], cfg.epochs) for r in v["seeds"]]}
+                     "loss_climb": [c if np.isfinite(c) else "inf" for c in (
+                         loss_climb(r["loss"], cfg.epochs) for r in v["seeds"])]}
                  for a, v in res["arms"].items()}
     for a, v in res["arms"].items():
         for k in ("update_norm", "residual", "min_rank"):
