@@ -34,7 +34,7 @@ from layerlab.dmn._density import (
     fix_signs,
     select_filters,
 )
-from layerlab.dmn._spec import Layer, format_spec
+from layerlab.dmn._spec import Layer, check_layers, format_spec
 
 SIGNS = ("mean", "max_abs", "none")
 
@@ -315,6 +315,7 @@ def build_dmn(
     References:
       Eqs. (15), (19)-(24) and Table 2 of Dehmamy et al., arXiv:1703.04757.
     """
+    layers = check_layers(layers, fn="build_dmn", head=False)
     x = np.asarray(x)
     if not np.issubdtype(x.dtype, np.floating) or x.dtype.itemsize < 4:
         x = x.astype(np.float32)  # integer pixels; float16 (no half-precision LAPACK eigh)
@@ -350,7 +351,6 @@ def build_dmn(
             f"among the {x.shape[0]} images used{frac}: class(es) {shown}. Their density "
             "matrices are zero and give no filters; use more data, a larger input_fraction "
             "or frac_sampling='stratified'.", UserWarning, stacklevel=2)
-    layers = tuple(layers)
     _check_layer_sizes(layers, x.shape[1:], k=config.patch, padding=config.padding.upper(),
                        patches=config.patches)
     params: list = []

@@ -144,9 +144,15 @@ def test_bnw_normalises_per_image_column_as_keras_axis_minus1_on_channels_first(
     assert format_spec(parse_spec("d3,m,bnw,de2")) == "d3,m,bnw,de2"
     with pytest.raises(ValueError, match="DMN layers must come before"):
         split_spec(parse_spec("bnw,d3,de2"))
-    net = L.make_network("c3,de5,bnw,de2", 2, L.DMNConfig())
+    # after a dense layer: refused by the spec grammar, and by a Head made by hand
+    with pytest.raises(ValueError, match=r"parse_spec: layer 2 \(bnw\) of 'c3,de5,bnw,de2' "
+                                         r"needs \[N, H, W, C\] maps but comes after the dense "
+                                         r"layer 1 \(de5\)"):
+        L.make_network("c3,de5,bnw,de2", 2, L.DMNConfig())
+    head = L.Head(layers=(L.Layer("conv", 3), L.Layer("dense", 5), L.Layer("bn_col"),
+                          L.Layer("dense", 2)))
     with pytest.raises(ValueError, match=r"bnw normalises per image column.*\[N, H, W, C\]"):
-        net.head.init(jax.random.key(0), jnp.zeros((2, 4, 4, 1)))
+        head.init(jax.random.key(0), jnp.zeros((2, 4, 4, 1)))
 
 
 def test_build_dmn_warns_on_channels_first_images():
