@@ -359,3 +359,80 @@ def test_input_noise_amplitude_is_traceable():
     assert bool(jnp.all(jnp.isnan(jax.jit(lambda a: add_input_noise(key, x, a))(-0.1))))
     x8 = jnp.ones((2, 3), jnp.uint8)
     assert jax.jit(lambda a: add_input_noise(key, x8, a))(0.5).dtype == jnp.float32
+
+
+def test_non_finite_images_are_refused_eagerly_and_give_nan_features_under_jit(key):
+    """NaN images passed unchecked: XLA's CPU max-pool drops a NaN for batches of about 40
+    and more, so a NaN image became finite (zero) features and a finite, wrong accuracy.
+    Eagerly the image arrays are now refused naming the function and argument; under jit
+    (no check possible) every sample with a non-finite pixel gets all-NaN features."""
+    rng = np.random.default_rng(0)
+    x = rng.random((48, 8, 8, 1)).astype(np.float32)
+    y = np.arange(48) % 3
+    net = L.make_network("d3,m,de3", 3)
+    p, _ = net.build(key, x, y, jit=False)
+    xv = x.copy()
+    xv[:24] = np.nan
+    xv[30, 2, 3, 0] = np.inf
+    bad = np.zeros(48, bool)
+    bad[:24] = bad[30] = True
+    msg = rf"dmn_apply: x has {24 * 64 + 1} non-finite \(NaN/Inf\) entries out of 3072"
+    with pytest.raises(ValueError, match=msg):
+        net.features(p, xv)
+    v = net.init_head(key, net.features(p, x[:2]))
+    with pytest.raises(ValueError, match=msg):
+        net.apply({"dmn": p, "head": v}, xv)
+    with pytest.raises(ValueError, match=r"dmn_conv_apply: x has .* non-finite"):
+        L.dmn_conv_apply(p[0]["w"], jnp.asarray(xv))
+    with pytest.raises(ValueError, match=r"dmn_dense_apply: x has 1 non-finite"):
+        L.dmn_dense_apply(jnp.ones((64, 2)), xv[30:31])
+    f = np.asarray(jax.jit(net.features)(p, xv)).reshape(48, -1)
+    assert np.isnan(f[bad]).all()
+    np.testing.assert_array_equal(f[~bad], np.asarray(net.features(p, x[~bad])).reshape(-1, 48))
+    logits = np.asarray(jax.jit(net.apply)({"dmn": p, "head": v}, xv))
+    assert np.isnan(logits[bad]).all() and np.isfinite(logits[~bad]).all()
+
+
+def test_dmn_apply_and_back_project_check_params_against_layers():
+    """Params not aligned with the layers gave zip()'s "argument 2 is shorter than argument
+    1" or a TypeError on None; now the entry and the layer are named."""
+    rng = np.random.default_rng(0)
+    k = jnp.asarray(rng.normal(size=(3, 3, 2, 4)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(2, 6, 6, 2)), jnp.float32)
+    prefix = L.parse_spec("d4,m,de3")[:2]
+    for fn, call in (("dmn_apply", lambda ps: L.dmn_apply(ps, prefix, x)),
+                     ("back_project", lambda ps: L.back_project(ps, prefix))):
+        with pytest.raises(ValueError, match=rf"{fn}: params has 1 entries but layers 'd4,m' "
+                                             r"has 2: one per layer"):
+            call([{"w": k}])
+        with pytest.raises(ValueError, match=rf"{fn}: params\[0\] \(layer 0, d4\) must be "
+                                             r"\{'w': kernel\}, got None"):
+            call([None, {"w": k}])
+        with pytest.raises(ValueError, match=rf"{fn}: params\[1\] \(layer 1, m\) must be None"):
+            call([{"w": k}, {"w": k}])
+        with pytest.raises(ValueError, match=rf"{fn}: params\[0\] \(layer 0, d4\): w must have "
+                                             r"rank 4 \(\[k, k, C, F\]\), got shape \(3, 3, 2\)"):
+            call([{"w": k[..., 0]}, None])
+    np.testing.assert_array_equal(L.dmn_apply([{"w": k}, {}], prefix, x),
+                                  L.dmn_apply([{"w": k}, None], prefix, x))
+
+
+def test_padding_is_checked_by_name():
+    """``dmn_conv_apply(padding="full")`` reached lax.conv's own error; now the function and
+    argument are named.  Any case of SAME/VALID is accepted (as conv3x3 and DMNConfig)."""
+    rng = np.random.default_rng(0)
+    k = jnp.asarray(rng.normal(size=(3, 3, 2, 4)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(2, 6, 6, 2)), jnp.float32)
+    with pytest.raises(ValueError, match=r"dmn_conv_apply: padding must be 'SAME' or 'VALID' "
+                                         r"\(any case\), got 'full'"):
+        L.dmn_conv_apply(k, x, padding="full")
+    with pytest.raises(TypeError, match=r"dmn_conv_apply: padding must be .* got int 1"):
+        L.dmn_conv_apply(k, x, padding=1)
+    with pytest.raises(ValueError, match=r"dmn_apply: padding must be .* got 'vaild'"):
+        L.dmn_apply([{"w": k}], L.parse_spec("d4,de3")[:1], x, padding="vaild")
+    with pytest.raises(ValueError, match=r"dmn_conv_apply: kernel must be \[k, k, C, F\]"):
+        L.dmn_conv_apply(k[..., 0], x)
+    for a, b in (("same", "SAME"), ("Valid", "VALID")):
+        np.testing.assert_array_equal(L.dmn_conv_apply(k, x, padding=a),
+                                      L.dmn_conv_apply(k, x, padding=b))
+    assert L.dmn_conv_apply(k, x, padding="valid").shape == (2, 4, 4, 4)
