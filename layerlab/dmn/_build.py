@@ -190,14 +190,18 @@ class DMNConfig:
 
 
 class BuildInfo(NamedTuple):
-    """Per DMN layer: filters kept, their eigenvalues and source classes, input dim, and
-    the full per-class spectra (``spectra[j]`` ``[C, d]``, for the energy view)."""
+    """Per DMN layer ``j``: filters kept (``widths``), their eigenvalues (``eigvals``), source
+    classes (``sources``), input dim, the full per-class spectra (``spectra[j]`` ``[C, d]``,
+    descending; ``[1, d]`` for naive PCA) and each kept filter's rank in its class spectrum
+    (``indices``): ``spectra[j][sources[j][f], indices[j][f]] == eigvals[j][f]``.  The
+    per-class energy of each filter is :func:`filter_energies`."""
 
     widths: list
     eigvals: list
     sources: list
     input_dims: list
     spectra: list | None = None
+    indices: list | None = None
 
 
 def _layer_inputs(below_params, xc, *, below, kind, k, padding, activation, patches):
@@ -354,7 +358,7 @@ def build_dmn(
     _check_layer_sizes(layers, x.shape[1:], k=config.patch, padding=config.padding.upper(),
                        patches=config.patches)
     params: list = []
-    info = BuildInfo([], [], [], [], [])
+    info = BuildInfo([], [], [], [], [], [])
     k = config.patch
     padding = config.padding.upper()
     first_dmn = True
@@ -414,6 +418,7 @@ def build_dmn(
         info.widths.append(int(f.w.shape[1]))
         info.eigvals.append(f.eigvals.tolist())
         info.sources.append(f.source.tolist())
+        info.indices.append(f.index.tolist())
         info.input_dims.append(int(d))
         info.spectra.append(np.asarray(lam))
         first_dmn = False
