@@ -436,3 +436,41 @@ def test_padding_is_checked_by_name():
         np.testing.assert_array_equal(L.dmn_conv_apply(k, x, padding=a),
                                       L.dmn_conv_apply(k, x, padding=b))
     assert L.dmn_conv_apply(k, x, padding="valid").shape == (2, 4, 4, 4)
+
+
+def test_dmn_config_checks_types_and_options_that_would_be_ignored():
+    """within_class="yes" was accepted (truthy), cutoff="0.9" raised a raw str/float
+    comparison error, pca="naive" silently ignored a cutoff, and a var_fraction tuple longer
+    than the DMN layers silently dropped its extra entries."""
+    with pytest.raises(TypeError, match=r"DMNConfig\.within_class must be a bool; got str 'yes'"):
+        L.DMNConfig(within_class="yes")
+    with pytest.raises(TypeError, match=r"DMNConfig\.cutoff must be a number in \(0, 1\] or "
+                                        r"None; got str '0\.9'"):
+        L.DMNConfig(cutoff="0.9")
+    with pytest.raises(TypeError, match=r"DMNConfig\.input_fraction must be a number in "
+                                        r"\(0, 1\]; got str '1'"):
+        L.DMNConfig(input_fraction="1")
+    with pytest.raises(ValueError, match=r"DMNConfig\.cutoff=0\.5 has no effect with "
+                                         r"DMNConfig\.pca='naive'.*cutoff=None"):
+        L.DMNConfig(pca="naive", cutoff=0.5)
+    with pytest.raises(ValueError, match=r"DMNConfig\.cutoff=0\.3 has no effect"):
+        L.DMNConfig.authors(pca="naive", cutoff=0.3)
+    # what the presets and the committed naive records carry, and the cutoff that acts
+    assert L.DMNConfig.authors(pca="naive").cutoff == 0.9
+    assert L.DMNConfig.paper(pca="naive", cutoff=None).cutoff is None
+    assert L.DMNConfig(pca="naive_first", cutoff=0.5).cutoff == 0.5
+    assert L.DMNConfig(within_class=np.bool_(True)).within_class is True
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(12, 6, 6, 1)).astype(np.float32)
+    y = np.arange(12) % 2
+    cfg = L.DMNConfig(var_fraction=(0.9, 0.5, 0.1))
+    with pytest.raises(ValueError, match=r"build_dmn: DMNConfig\.var_fraction has 3 entries "
+                                         r"\(0\.9, 0\.5, 0\.1\) but the prefix 'd3,m' has 1 "
+                                         r"DMN layer"):
+        L.make_network("d3,m,de2", 2, cfg).build(jax.random.key(0), x, y, jit=False)
+    # as many as (or fewer than) the DMN layers; a ConvNet builds nothing and ignores it
+    _, info = L.make_network("d3,m,d2,de2", 2, L.DMNConfig(var_fraction=(0.9, 0.5))).build(
+        jax.random.key(0), x, y, jit=False)
+    assert len(info.widths) == 2
+    assert L.make_network("c3,m,de2", 2, cfg).build(jax.random.key(0), x, y)[0] == []
