@@ -35,6 +35,7 @@ from layerlab.dmn._density import (
     streaming_class_density_matrices as streaming_class_density_matrices,
 )
 from layerlab.dmn._filters import back_project as back_project
+from layerlab.dmn._filters import filter_energies as filter_energies
 from layerlab.dmn._filters import plot_energies as plot_energies
 from layerlab.dmn._filters import plot_filters as plot_filters
 from layerlab.dmn._head import Conv3x3 as Conv3x3
@@ -89,6 +90,7 @@ __all__ = [
     "eigenvalue_fluctuations",
     "eq18_variance",
     "filter_correlation",
+    "filter_energies",
     "fix_signs",
     "format_spec",
     "grid_patches",

@@ -9,8 +9,29 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from layerlab._checks import check_int, promote_float
-from layerlab.dmn._spec import Layer, format_spec
+from layerlab._checks import check_finite, check_int, is_concrete, promote_float
+from layerlab.dmn._spec import Layer, check_layers, format_spec
+
+PADDINGS = ("SAME", "VALID")
+
+
+def _check_padding(padding: Any, fn: str) -> str:
+    """``"SAME"`` or ``"VALID"`` in any case (as ``conv3x3`` and ``extract_patches`` take
+    it); returned upper-case."""
+    if not isinstance(padding, str):
+        raise TypeError(f"{fn}: padding must be 'SAME' or 'VALID' (any case), got "
+                        f"{type(padding).__name__} {padding!r}.")
+    if padding.upper() not in PADDINGS:
+        raise ValueError(f"{fn}: padding must be 'SAME' or 'VALID' (any case), got "
+                         f"{padding!r}.")
+    return padding.upper()
+
+
+def _check_images_finite(x: Any, fn: str) -> None:
+    """Eager only: no NaN/inf in the input images (a NaN image would otherwise reach the
+    classifier as features that pooling may have turned finite)."""
+    check_finite(x, "x", fn=fn, hint="a NaN or inf pixel has no meaningful features; clean "
+                 "or impute the images first.")
 
 
 def _check_poolable(shape: Sequence[int], where: str) -> None:
@@ -35,6 +56,11 @@ def max_pool_2x2(x: jax.Array) -> jax.Array:
     share the gradient equally instead of sending it to the first maximum; after a ReLU the
     gradient at 0 is 0 either way.  Maps smaller than 2x2 raise ``ValueError`` (they would
     pool to an empty map).
+
+    NaN: XLA's CPU max-reduction does not always propagate NaN (for batches of about 40
+    images and more a NaN in a window can give that window's largest finite value), and this
+    function does not guard against it: :func:`dmn_apply` (the DMN features) refuses
+    non-finite images eagerly and gives NaN features for them under ``jit``.
     """
     if x.ndim < 3:
         raise ValueError(f"max_pool_2x2: x must be [..., H, W, C]; got shape {x.shape}.")
@@ -122,9 +148,24 @@ def dmn_conv_apply(
     Returns:
       ``[N, H', W', F]`` (or ``[H', W', F]``) in the dtype of ``x``.
 
+    Raises:
+      ValueError: ``x`` holds NaN or inf (eager calls only; under ``jit`` such a pixel gives
+        NaN outputs), a bad ``padding`` or shapes.
+
     References:
       Sec. "Convolutional DMN" of Dehmamy et al., arXiv:1703.04757.
     """
+    fn = "dmn_conv_apply"
+    padding = _check_padding(padding, fn)
+    _check_images_finite(x, fn)
+    return _conv_apply(kernel, x, padding, activation)
+
+
+def _conv_apply(kernel, x, padding, activation):
+    """``dmn_conv_apply`` without the argument checks (``padding`` upper-case)."""
+    if jnp.ndim(kernel) != 4:
+        raise ValueError(f"dmn_conv_apply: kernel must be [k, k, C, F] (HWIO), got shape "
+                         f"{tuple(jnp.shape(kernel))}.")
     single = x.ndim == 3
     xb = x[None] if single else x
     if xb.ndim != 4 or xb.shape[-1] != kernel.shape[2]:
@@ -135,7 +176,7 @@ def dmn_conv_apply(
     if not jnp.issubdtype(xb.dtype, jnp.floating):  # uint8 images: filters must stay real
         xb = promote_float(xb, kernel)[0]
     y = jax.lax.conv_general_dilated(
-        xb, kernel.astype(xb.dtype), (1, 1), padding.upper(),
+        xb, kernel.astype(xb.dtype), (1, 1), padding,
         dimension_numbers=("NHWC", "HWIO", "NHWC"),
     )
     y = _activate(y, activation)
@@ -146,7 +187,14 @@ def dmn_dense_apply(w: jax.Array, x: jax.Array, *, activation: str = "relu") -> 
     """Dense DMN layer ``sigma(flatten(x) @ W)``: ``W [D, F]``, ``x [N, ...]`` -> ``[N, F]``.
 
     ``x`` is a batch: its leading axis is the sample axis and each sample flattens to ``D``
-    features (for one sample pass ``x[None]``)."""
+    features (for one sample pass ``x[None]``).  NaN or inf in ``x`` raises ``ValueError``
+    (eager calls only; under ``jit`` it gives NaN outputs)."""
+    _check_images_finite(x, "dmn_dense_apply")
+    return _dense_apply(w, x, activation)
+
+
+def _dense_apply(w, x, activation):
+    """``dmn_dense_apply`` without the finiteness check."""
     if jnp.ndim(w) != 2:
         raise ValueError(f"dmn_dense_apply: w must be a [D, F] kernel, got shape "
                          f"{jnp.shape(w)}.")
@@ -214,27 +262,88 @@ def dmn_apply(
 
     Returns:
       The prefix's output features (``[N, H', W', F]`` or ``[N, F]``).
+
+    Raises:
+      ValueError: ``x`` holds NaN or inf (eager calls: the argument is named; under ``jit``
+        the check cannot run and every sample with a non-finite pixel gets all-NaN features,
+        also where a max-pool would have dropped the NaN), ``params`` do not match
+        ``layers`` (one entry per layer), a bad ``padding`` or layer list.
     """
+    fn = "dmn_apply"
+    layers = check_layers(layers, fn=fn, head=False)
+    _check_params(params, layers, fn)
+    padding = _check_padding(padding, fn)
+    _check_images_finite(x, fn)
     if any(lay.kind == "dmn_conv" for lay in layers) and jnp.ndim(x) != 4:
         raise ValueError(
             f"dmn_apply: x must be a batch of images [N, H, W, C]; got shape {jnp.shape(x)}. "
             "For one image pass x[None] (under jax.vmap over images: vmap a function of "
             "x[None] and take [0]; the per-sample standardisation needs the batch axis).")
+    # traced (the eager check above cannot run): XLA's CPU max-pool can drop a NaN (a window's
+    # finite maximum), so a sample with a non-finite pixel is set to NaN at the end
+    bad = _non_finite_rows(x) if any(lay.kind == "pool" for lay in layers) else None
     last = max((i for i, lay in enumerate(layers) if lay.kind != "pool"), default=-1)
     for i, (lay, p) in enumerate(zip(layers, params, strict=True)):
         if lay.kind == "dmn_conv":
-            x = dmn_conv_apply(p["w"], x, padding=padding, activation=activation)
+            x = _conv_apply(p["w"], x, padding, activation)
         elif lay.kind == "dmn_dense":
-            x = dmn_dense_apply(p["w"], x, activation=activation)
+            x = _dense_apply(p["w"], x, activation)
         elif lay.kind == "pool":
             if x.ndim >= 3:
                 _check_poolable(x.shape, f"dmn_apply: layer {i} ({format_spec([lay])})")
             x = max_pool_2x2(x)
         else:
-            raise ValueError(f"{lay.kind!r} is not a closed-form layer.")
+            raise ValueError(f"{fn}: layer {i} ({format_spec([lay])}) of "
+                             f"{format_spec(layers)!r} is not a closed-form layer (d, dd, m).")
         if i == last:
             x = standardize_features(x, standardize)
-    return x
+    return _nan_rows(x, bad)
+
+
+def _non_finite_rows(x: Any) -> jax.Array | None:
+    """Traced float ``x [N, ...]``: ``[N]`` True where a sample has a NaN/inf entry; None when
+    ``x`` is concrete (checked eagerly instead) or not float."""
+    if is_concrete(x) or jnp.ndim(x) < 1 or not jnp.issubdtype(jnp.result_type(x), jnp.inexact):
+        return None
+    x = jnp.asarray(x)
+    return ~jnp.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+
+
+def _nan_rows(y: jax.Array, bad: jax.Array | None) -> jax.Array:
+    """``y`` with the samples flagged by ``_non_finite_rows`` set to NaN (unchanged if None)."""
+    if bad is None:
+        return y
+    return jnp.where(bad.reshape((-1,) + (1,) * (y.ndim - 1)), jnp.nan, y)
+
+
+def _check_params(params: Any, layers: Sequence[Layer], fn: str) -> None:
+    """One parameter entry per layer: ``{"w": kernel}`` (rank 4 for ``d``, rank 2 for
+    ``dd``) for DMN layers, ``None`` (or ``{}``) for pools."""
+    spec = format_spec(layers)
+    if isinstance(params, (str, bytes, dict)) or not isinstance(params, Sequence):
+        raise TypeError(f"{fn}: params must be a list with one entry per layer of {spec!r} "
+                        f"(as build_dmn returns), got {type(params).__name__}.")
+    if len(params) != len(layers):
+        raise ValueError(
+            f"{fn}: params has {len(params)} entries but layers {spec!r} has {len(layers)}: "
+            "one per layer ({'w': kernel} for d/dd, None for m), as build_dmn returns them "
+            "for the same prefix.")
+    for i, (lay, p) in enumerate(zip(layers, params)):
+        where = f"{fn}: params[{i}] (layer {i}, {format_spec([lay])})"
+        if lay.kind == "pool":
+            if not (p is None or isinstance(p, dict) and not p):
+                raise ValueError(f"{where} must be None (a pool has no parameters), got "
+                                 f"{type(p).__name__}; are params and layers aligned?")
+        elif lay.kind in ("dmn_conv", "dmn_dense"):
+            want = 4 if lay.kind == "dmn_conv" else 2
+            if not isinstance(p, dict) or "w" not in p:
+                raise ValueError(f"{where} must be {{'w': kernel}}, got "
+                                 f"{'None' if p is None else type(p).__name__}; are params "
+                                 "and layers aligned?")
+            if jnp.ndim(p["w"]) != want:
+                raise ValueError(f"{where}: w must have rank {want} "
+                                 f"({'[k, k, C, F]' if want == 4 else '[D, F]'}), got shape "
+                                 f"{tuple(jnp.shape(p['w']))}.")
 
 
 def grid_patches(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:

@@ -34,9 +34,10 @@ from layerlab.dmn._density import (
     fix_signs,
     select_filters,
 )
-from layerlab.dmn._spec import Layer, format_spec
+from layerlab.dmn._spec import Layer, check_layers, format_spec
 
 SIGNS = ("mean", "max_abs", "none")
+_DEFAULT_CUTOFF = 0.9  # DMNConfig.cutoff's default (and both presets')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +57,16 @@ class DMNConfig:
       var_fraction: per-class variance fraction selecting the candidates ("Var."); None =
         fixed-count mode; a tuple (a list is stored as a tuple) gives one value per DMN
         layer (the last one repeats; a ``None`` entry makes that layer fixed-count).
-      cutoff: de-duplication threshold ("Cutoff"); None disables.
+      cutoff: de-duplication threshold ("Cutoff"), a number in ``(0, 1]``; None disables.
+        Not used by ``pca="naive"`` (one class-blind spectrum: nothing to de-duplicate across
+        classes, as the authors' ``TruncatedSVD`` mode): there only None or the default 0.9
+        (what the presets and the committed records carry) are accepted, another value
+        raises ``ValueError``.
       threshold: ``"crossing"`` (keep the eigenvector that crosses Var) or ``"below"``
         (cumulative energy <= Var, the authors'); see ``num_components``.
       correlation: duplicate measure, ``"cosine"`` or ``"pearson"`` (the authors').
-      within_class: compare candidates with kept filters of their own class too (authors).
+      within_class: compare candidates with kept filters of their own class too (authors);
+        a bool.
       order: ``"eigenvalue"`` (global, by eigenvalue) or ``"class"`` (class by class).
       rho_norm: ``"total"`` (``rho_c`` divided by the total number of samples, eq. 15) or
         ``"class"`` (by the class's own count, the authors'); matters for ``order=
@@ -91,7 +97,7 @@ class DMNConfig:
 
     pca: str = "class"
     var_fraction: float | tuple | None = None
-    cutoff: float | None = 0.9
+    cutoff: float | None = _DEFAULT_CUTOFF
     threshold: str = "crossing"
     correlation: str = "cosine"
     within_class: bool = False
@@ -146,8 +152,27 @@ class DMNConfig:
                                 f"{type(v).__name__}).")
             if not 0.0 < v <= 1.0:  # NaN fails too
                 raise ValueError(f"{want}; got {self.var_fraction!r}.")
+        for name, none_ok in (("cutoff", True), ("input_fraction", False)):
+            v = getattr(self, name)
+            if v is None and none_ok:
+                continue
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, np.floating,
+                                                                     np.integer)):
+                raise TypeError(f"DMNConfig.{name} must be a number in (0, 1]"
+                                f"{' or None' if none_ok else ''}; got {type(v).__name__} "
+                                f"{v!r}.")
         if self.cutoff is not None and not 0.0 < self.cutoff <= 1.0:
             raise ValueError(f"DMNConfig.cutoff must be in (0, 1] or None; got {self.cutoff}.")
+        if self.pca == "naive" and self.cutoff is not None and self.cutoff != _DEFAULT_CUTOFF:
+            raise ValueError(
+                f"DMNConfig.cutoff={self.cutoff} has no effect with DMNConfig.pca='naive': naive "
+                "PCA keeps the top eigenvectors of one class-blind spectrum (no duplicates "
+                "across classes to drop). Pass cutoff=None (or leave the default "
+                f"{_DEFAULT_CUTOFF}), or pca='class' / 'naive_first' for a cutoff that acts.")
+        if not isinstance(self.within_class, (bool, np.bool_)):
+            raise TypeError(f"DMNConfig.within_class must be a bool; got "
+                            f"{type(self.within_class).__name__} {self.within_class!r}.")
+        object.__setattr__(self, "within_class", bool(self.within_class))
         if not 0.0 < self.input_fraction <= 1.0:
             raise ValueError(f"DMNConfig.input_fraction must be in (0, 1]; got "
                              f"{self.input_fraction}.")
@@ -190,14 +215,18 @@ class DMNConfig:
 
 
 class BuildInfo(NamedTuple):
-    """Per DMN layer: filters kept, their eigenvalues and source classes, input dim, and
-    the full per-class spectra (``spectra[j]`` ``[C, d]``, for the energy view)."""
+    """Per DMN layer ``j``: filters kept (``widths``), their eigenvalues (``eigvals``), source
+    classes (``sources``), input dim, the full per-class spectra (``spectra[j]`` ``[C, d]``,
+    descending; ``[1, d]`` for naive PCA) and each kept filter's rank in its class spectrum
+    (``indices``): ``spectra[j][sources[j][f], indices[j][f]] == eigvals[j][f]``.  The
+    per-class energy of each filter is :func:`filter_energies`."""
 
     widths: list
     eigvals: list
     sources: list
     input_dims: list
     spectra: list | None = None
+    indices: list | None = None
 
 
 def _layer_inputs(below_params, xc, *, below, kind, k, padding, activation, patches):
@@ -315,6 +344,14 @@ def build_dmn(
     References:
       Eqs. (15), (19)-(24) and Table 2 of Dehmamy et al., arXiv:1703.04757.
     """
+    layers = check_layers(layers, fn="build_dmn", head=False)
+    n_dmn = sum(lay.kind in ("dmn_conv", "dmn_dense") for lay in layers)
+    if isinstance(config.var_fraction, tuple) and n_dmn and len(config.var_fraction) > n_dmn:
+        raise ValueError(
+            f"build_dmn: DMNConfig.var_fraction has {len(config.var_fraction)} entries "
+            f"{config.var_fraction} but the prefix {format_spec(layers)!r} has {n_dmn} DMN "
+            f"layer(s): give at most one per DMN layer (the last one repeats for deeper "
+            "layers); the extra entries would never be used.")
     x = np.asarray(x)
     if not np.issubdtype(x.dtype, np.floating) or x.dtype.itemsize < 4:
         x = x.astype(np.float32)  # integer pixels; float16 (no half-precision LAPACK eigh)
@@ -334,7 +371,8 @@ def build_dmn(
         raise ValueError(f"y must have shape ({x.shape[0]},); got {y.shape}.")
     y = check_labels(y, num_classes, fn="build_dmn", xp="np")  # an outside label: no class
     if not np.all(np.isfinite(x)):
-        raise ValueError("x contains NaN or inf; clean the data before building DMN layers.")
+        raise ValueError("build_dmn: x contains NaN or inf; clean the data before building DMN "
+                         "layers.")
     if config.input_fraction < 1.0:
         idx = data_fraction_indices(key, y, config.input_fraction,
                                     sampling=config.frac_sampling)
@@ -350,11 +388,10 @@ def build_dmn(
             f"among the {x.shape[0]} images used{frac}: class(es) {shown}. Their density "
             "matrices are zero and give no filters; use more data, a larger input_fraction "
             "or frac_sampling='stratified'.", UserWarning, stacklevel=2)
-    layers = tuple(layers)
     _check_layer_sizes(layers, x.shape[1:], k=config.patch, padding=config.padding.upper(),
                        patches=config.patches)
     params: list = []
-    info = BuildInfo([], [], [], [], [])
+    info = BuildInfo([], [], [], [], [], [])
     k = config.patch
     padding = config.padding.upper()
     first_dmn = True
@@ -414,6 +451,7 @@ def build_dmn(
         info.widths.append(int(f.w.shape[1]))
         info.eigvals.append(f.eigvals.tolist())
         info.sources.append(f.source.tolist())
+        info.indices.append(f.index.tolist())
         info.input_dims.append(int(d))
         info.spectra.append(np.asarray(lam))
         first_dmn = False

@@ -52,6 +52,16 @@ def _check_hy(h, y, num_classes, fn="class_density_matrices"):
     check_labels(y, num_classes, "y", fn=fn)
 
 
+def _check_samples(h, fn):
+    """At least one sample: ``rho = (1/N) sum ...`` of no samples is 0/0 (NaN).  Static (the
+    shape), so it holds under ``jit`` too; the running sums (``density_init`` ...
+    ``density_finalize``) are the route for a possibly empty stream."""
+    if h.shape[0] == 0:
+        raise ValueError(f"{fn}: h must hold at least one sample (N >= 1), got shape "
+                         f"{tuple(h.shape)}: the density matrix (1/N) sum_i h_i h_i^T of no "
+                         "samples is undefined.")
+
+
 def _check_mask(mask, n, fn):
     """``[n]`` real sample weights (static check: shape and kind)."""
     return check_array(mask, "mask", fn=fn, ndim=1, shape=(n,), kind="real")
@@ -69,7 +79,9 @@ def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.
     .. math::  \\rho_c = \\frac{1}{N} \\sum_{i=1}^{N} [y_i = c]\\, h_i h_i^\\top
 
     Args:
-      h: ``[N, d]`` layer inputs (features or flattened patches).
+      h: ``[N, d]`` layer inputs (features or flattened patches), ``N >= 1`` (no samples
+        raise ``ValueError``: ``rho`` would be 0/0; the running sums of ``density_init`` ...
+        ``density_finalize`` give zeros for an empty stream).
       y: ``[N]`` integer class labels in ``[0, num_classes)`` (checked eagerly: a label
         outside that range raises ``ValueError``; under ``jit`` it would contribute to no
         class).
@@ -83,10 +95,12 @@ def class_density_matrices(h: jax.Array, y: jax.Array, num_classes: int) -> jax.
       Eq. (15) of Dehmamy, Rohani & Katsaggelos, "Separation of time scales and direct
       computation of weights in deep neural networks", arXiv:1703.04757.
     """
-    h = check_array(h, "h", kind="real")
+    fn = "class_density_matrices"
+    h = check_array(h, "h", fn=fn, kind="real")
     (h,) = promote_float(h)  # integer pixels would overflow
-    y = check_array(y, "y", kind=None)
+    y = check_array(y, "y", fn=fn, kind=None)
     _check_hy(h, y, num_classes)
+    _check_samples(h, fn)
     onehot = jax.nn.one_hot(y, num_classes, dtype=h.dtype)  # [N, C]
     return _weighted_outer(onehot, h) / h.shape[0]
 
@@ -108,7 +122,7 @@ def naive_density_matrix(h: jax.Array) -> jax.Array:
     .. math::  \\rho = \\frac{1}{N} \\sum_{i=1}^{N} h_i h_i^\\top = \\sum_c \\rho_c
 
     Args:
-      h: ``[N, d]`` layer inputs.
+      h: ``[N, d]`` layer inputs, ``N >= 1``.
 
     Returns:
       ``[d, d]`` uncentred second-moment matrix.
@@ -116,9 +130,11 @@ def naive_density_matrix(h: jax.Array) -> jax.Array:
     References:
       Eq. (15) of Dehmamy et al., arXiv:1703.04757 (summed over classes: "naive" DMN).
     """
-    h = check_array(h, "h", kind="real")
+    fn = "naive_density_matrix"
+    h = check_array(h, "h", fn=fn, kind="real")
     if h.ndim != 2:
-        raise ValueError(f"h must have shape (N, d); got shape {h.shape}.")
+        raise ValueError(f"{fn}: h must have shape (N, d); got shape {h.shape}.")
+    _check_samples(h, fn)
     (h,) = promote_float(h)  # integer pixels would overflow
     return h.T @ h / h.shape[0]
 
@@ -273,7 +289,7 @@ def streaming_class_density_matrices(
     zero-padded and masked.  Equal (to rounding) to ``class_density_matrices(h, y, C)``.
 
     Args:
-      h: ``[N, d]`` inputs.
+      h: ``[N, d]`` inputs, ``N >= 1``.
       y: ``[N]`` integer labels.
       num_classes: ``C``.
       chunk_size: samples per scan step (static).
@@ -289,6 +305,7 @@ def streaming_class_density_matrices(
     (h,) = promote_float(h)  # integer pixels would overflow (and the scan carry is float)
     y = check_array(y, "y", fn=fn, kind=None)
     _check_hy(h, y, num_classes, fn)
+    _check_samples(h, fn)
     chunk_size = check_int(chunk_size, "chunk_size", fn=fn, min_value=1)
     n, d = h.shape
     n_chunks = -(-n // chunk_size)
@@ -366,6 +383,7 @@ def sharded_class_density_matrices(
     (h,) = promote_float(h)  # integer pixels would overflow in the products
     y = check_array(y, "y", fn=fn, kind=None)
     _check_hy(h, y, num_classes, fn)
+    _check_samples(h, fn)
     size = mesh.shape[axis_name]
     if h.shape[0] % size:
         raise ValueError(
@@ -592,11 +610,13 @@ def select_filters(
     Args:
       eigvals: ``[C, d]`` (or ``[d]``) eigenvalues, each row descending.
       eigvecs: ``[C, d, d]`` (or ``[d, d]``) unit eigenvectors in columns.
-      num_filters: maximum number of filters to keep (the architecture token's width).
+      num_filters: maximum number of filters to keep (the architecture token's width), an
+        integer ``>= 1``.
       var_fraction: per-class fraction of variance (trace) to keep, in ``(0, 1]`` ("Var.").
       cutoff: correlation above which a candidate counts as a duplicate ("Cutoff"); None
         disables de-duplication.
-      threshold: ``"crossing"`` or ``"below"`` (see ``num_components``).
+      threshold: ``"crossing"`` or ``"below"`` (see ``num_components``); checked also
+        without ``var_fraction`` (the class order's cap uses it).
       correlation: ``"cosine"`` or ``"pearson"``.
       within_class: also compare candidates with kept filters of their own class.
       order: ``"eigenvalue"`` or ``"class"``.
@@ -618,10 +638,13 @@ def select_filters(
         raise ValueError(
             f"eigvecs must be [C, d, d] matching eigvals [C, d]; got {vec.shape} and {lam.shape}."
         )
+    fn = "select_filters"
     if num_filters is None and var_fraction is None:
-        raise ValueError("give num_filters, var_fraction, or both.")
-    if num_filters is not None and num_filters < 1:
-        raise ValueError(f"num_filters must be >= 1; got {num_filters}.")
+        raise ValueError(f"{fn}: give num_filters, var_fraction, or both.")
+    num_filters = check_int(num_filters, "num_filters", fn=fn, min_value=1, allow_none=True)
+    if threshold not in THRESHOLD_RULES:  # used by the class order's cap even without Var
+        raise ValueError(f"{fn}: threshold must be one of {THRESHOLD_RULES}; got "
+                         f"{threshold!r}.")
     if cutoff is not None and not 0.0 < cutoff <= 1.0:
         raise ValueError(f"cutoff must be in (0, 1] or None; got {cutoff}.")
     if correlation not in CORRELATIONS:

@@ -13,9 +13,12 @@ from typing import Any
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_int
 from layerlab._plotting import subplots
+from layerlab.dmn._apply import _check_params
+from layerlab.dmn._build import BuildInfo
 from layerlab.dmn._density import energies
-from layerlab.dmn._spec import Layer
+from layerlab.dmn._spec import Layer, check_layers
 
 
 def back_project(
@@ -42,8 +45,11 @@ def back_project(
     Returns:
       ``[K, K, C_image, F_last]`` float64 kernels (``K = k`` for one layer).
     """
+    fn = "back_project"
     if pooling not in ("stride", "ignore"):
-        raise ValueError(f"pooling must be 'stride' or 'ignore'; got {pooling!r}.")
+        raise ValueError(f"{fn}: pooling must be 'stride' or 'ignore'; got {pooling!r}.")
+    layers = check_layers(layers, fn=fn, head=False)
+    _check_params(params, layers, fn)
     eff = None
     stride = 1  # accumulated stride between the image and the current layer's input
     for lay, p in zip(layers, params, strict=True):
@@ -52,7 +58,7 @@ def back_project(
                 stride *= 2
             continue
         if lay.kind != "dmn_conv":
-            raise ValueError(f"back_project handles conv DMN layers and pools; got {lay.kind!r}.")
+            raise ValueError(f"{fn} handles conv DMN layers and pools; got {lay.kind!r}.")
         k2 = np.asarray(p["w"], np.float64)  # [k, k, F_prev, F]
         if eff is None:  # the first layer; after leading pools its taps are `stride` apart
             k = k2.shape[0]
@@ -68,7 +74,7 @@ def back_project(
                     "xycf,fo->xyco", eff, k2[a, b])
         eff = out
     if eff is None:
-        raise ValueError("the prefix has no convolutional DMN layer.")
+        raise ValueError(f"{fn}: the prefix has no convolutional DMN layer.")
     return eff
 
 
@@ -82,8 +88,15 @@ def plot_filters(kernel: ArrayLike, path: str | os.PathLike, *,
     left alone."""
     w = np.asarray(kernel, np.float64)
     if w.ndim != 4:
-        raise ValueError(f"kernel must be [k, k, C, F]; got shape {w.shape}.")
+        raise ValueError(f"plot_filters: kernel must be [k, k, C, F]; got shape {w.shape}.")
     f = w.shape[3]
+    if energies_ is not None:
+        energies_ = np.asarray(energies_, np.float64)
+        if energies_.shape != (f,):
+            raise ValueError(f"plot_filters: energies_ must hold one energy per filter, shape "
+                             f"({f},) for a kernel of shape {w.shape}; got shape "
+                             f"{energies_.shape} (filter_energies(info, j) gives them for "
+                             "the j-th DMN layer).")
     cols = int(np.ceil(np.sqrt(f)))
     rows = int(np.ceil(f / cols))
     fig, axs = subplots(rows, cols, figsize=(1.3 * cols, 1.4 * rows + 0.4), squeeze=False)
@@ -124,3 +137,40 @@ def plot_energies(spectra: ArrayLike, path: str | os.PathLike, *, title: str = "
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def filter_energies(info: BuildInfo, layer: int = 0) -> np.ndarray:
+    """The energy of each kept filter of a built DMN layer in its own class spectrum.
+
+    .. math::  E_f = -\\log \\frac{\\lambda_f}{\\operatorname{tr} \\rho_{c_f}}
+       = -\\log \\frac{\\lambda_f}{\\sum_b \\lambda_{c_f, b}}
+
+    where ``c_f`` is the class the filter came from (``info.sources``) and ``lambda_f`` its
+    eigenvalue in that class's spectrum (``info.spectra[layer][c_f, info.indices[layer][f]]``):
+    the authors' energy ``-log(lambda / sum lambda)`` of each class spectrum (what
+    :func:`plot_energies` draws), read at the kept filters.  Normalising the kept eigenvalues
+    by their own sum across classes (``energies(info.eigvals[layer])``) is another number.
+
+    Args:
+      info: the ``BuildInfo`` of ``build_dmn`` (``Network.build``).
+      layer: which DMN layer (0-based, counting DMN layers only, as ``info.widths``).
+
+    Returns:
+      ``[F]`` float64 energies, in the order of the layer's filters (``params[i]["w"][...,
+      f]``); naive PCA (one spectrum) normalises by the trace of the class-blind ``rho``.
+
+    References:
+      SI Fig. 7 of Dehmamy et al., arXiv:1703.04757; the authors' ``viz_filters`` energies.
+    """
+    fn = "filter_energies"
+    if not isinstance(info, BuildInfo):
+        raise TypeError(f"{fn}: info must be the BuildInfo of build_dmn, got "
+                        f"{type(info).__name__}.")
+    if info.spectra is None or info.indices is None:
+        raise ValueError(f"{fn}: info has no spectra/indices (a BuildInfo made by hand); "
+                         "build_dmn records both.")
+    layer = check_int(layer, "layer", fn=fn, min_value=0, max_value=len(info.widths) - 1)
+    lam = np.atleast_2d(np.asarray(info.spectra[layer], np.float64))
+    src = np.asarray(info.sources[layer], np.int64)
+    idx = np.asarray(info.indices[layer], np.int64)
+    return energies(lam)[src, idx]

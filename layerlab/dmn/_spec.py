@@ -31,9 +31,12 @@ back-propagation (eqs. 25-26).
 """
 from __future__ import annotations
 
+import numbers
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 _TOKEN = re.compile(r"^(dd|de|d|c)(\d+)$")
 
@@ -48,10 +51,78 @@ class Layer(NamedTuple):
 
 _KINDS = {"d": "dmn_conv", "dd": "dmn_dense", "c": "conv", "de": "dense"}
 _NAMES = {v: k for k, v in _KINDS.items()} | {"pool": "m", "bn": "bn", "bn_col": "bnw"}
+_WIDE = ("dmn_conv", "dmn_dense", "conv", "dense")  # kinds with a width (filters/units)
+#: kinds that need [N, H, W, C] maps: nothing of these may follow a dense layer (dd, de),
+#: whose output is flat [N, F]
+_SPATIAL = ("dmn_conv", "pool", "conv", "bn_col")
+_FLAT = ("dmn_dense", "dense")
+
+
+def _token(lay: Layer) -> str:
+    return _NAMES[lay.kind] + (str(lay.width) if lay.width else "")
+
+
+def check_layers(layers: Sequence, spec: object = None, *, fn: str = "parse_spec",
+                 head: bool = True) -> tuple[Layer, ...]:
+    """Validate parsed layers; return them as ``Layer`` tuples (widths as ``int``).
+
+    One rule set for architecture strings and lists: every entry a ``Layer(kind, width)``
+    (or a ``(kind, width)`` / ``(kind,)`` tuple) of a known kind; ``d``/``dd``/``c``/``de``
+    widths an integer ``>= 1``, ``m``/``bn``/``bnw`` without a width; no spatial layer
+    (``d``, ``m``, ``c``, ``bnw``: they need ``[N, H, W, C]`` maps) after a dense one (``dd``,
+    ``de``: flat ``[N, F]`` output); with ``head`` (a whole network) the last layer is the
+    classifier ``de<K>``.  ``head=False`` checks a closed-form prefix (``build_dmn``,
+    ``dmn_apply``).  Errors name ``fn``, the layer's position and the spec.
+    """
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise TypeError(f"{fn}: the layers must be a sequence of Layer(kind, width), got "
+                        f"{type(layers).__name__} {repr(layers)[:80]}.")
+    layers = list(layers)
+    shown = repr(spec if spec is not None else layers)
+    out = []
+    for i, t in enumerate(layers):
+        if isinstance(t, (str, bytes)) or not isinstance(t, (tuple, list)) \
+                or not 1 <= len(t) <= 2:
+            raise TypeError(
+                f"{fn}: layer {i} of {shown} must be a Layer(kind, width) or a (kind, width) "
+                f"tuple, got {t!r}. Pass the architecture as one string (\"d6,m,de10\") or "
+                "as Layer tuples.")
+        kind, width = t[0], (t[1] if len(t) == 2 else 0)
+        if kind not in _NAMES:
+            raise ValueError(f"{fn}: layer {i} of {shown} has unknown kind {kind!r}; known "
+                             f"kinds: {tuple(_NAMES)}.")
+        if isinstance(width, (bool, np.bool_)) or not isinstance(width, (numbers.Integral,
+                                                                        np.integer)):
+            raise TypeError(f"{fn}: layer {i} ({kind!r}) of {shown} must have an integer "
+                            f"width, got {width!r}.")
+        width = int(width)
+        if kind in _WIDE and width < 1:
+            raise ValueError(f"{fn}: layer {i} ({kind!r}) of {shown} must have width >= 1 "
+                             f"(filters or units), got {width}.")
+        if kind not in _WIDE and width != 0:
+            raise ValueError(f"{fn}: layer {i} ({kind!r}) of {shown} takes no width (it is "
+                             f"{_NAMES[kind]!r}), got width {width}.")
+        out.append(Layer(kind, width))
+    if head and (not out or out[-1].kind != "dense"):
+        raise ValueError(f"{fn}: architecture {shown} must end with the classifier "
+                         "de<num_classes>.")
+    flat = next((i for i, lay in enumerate(out) if lay.kind in _FLAT), None)
+    if flat is not None:
+        for j in range(flat + 1, len(out)):
+            if out[j].kind in _SPATIAL:
+                raise ValueError(
+                    f"{fn}: layer {j} ({_token(out[j])}) of {shown} needs [N, H, W, C] maps "
+                    f"but comes after the dense layer {flat} ({_token(out[flat])}), whose "
+                    "output is flat [N, F]; put d/m/c/bnw layers before dd/de layers.")
+    return tuple(out)
 
 
 def parse_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:
     """Parse an architecture string such as ``"d15, m, c80, m, de10"``.
+
+    Strings and lists of ``Layer`` are checked by the same rules (:func:`check_layers`):
+    known kinds, widths ``>= 1``, no ``d``/``m``/``c``/``bnw`` after a dense layer
+    (``dd``/``de``), the last layer the classifier ``de<K>``.
 
     Args:
       spec: comma-separated tokens (see the module docstring) or already-parsed layers.
@@ -60,7 +131,7 @@ def parse_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:
       A tuple of ``Layer``.
     """
     if not isinstance(spec, str):
-        return tuple(Layer(*t) for t in spec)
+        return check_layers(spec, fn="parse_spec")
     out = []
     for tok in spec.replace(" ", "").lower().split(","):
         if tok == "m":
@@ -78,14 +149,12 @@ def parse_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:
                     "(dense)."
                 )
             out.append(Layer(_KINDS[m.group(1)], int(m.group(2))))
-    if not out or out[-1].kind != "dense":
-        raise ValueError(f"architecture {spec!r} must end with the classifier de<num_classes>.")
-    return tuple(out)
+    return check_layers(out, spec, fn="parse_spec")
 
 
 def format_spec(layers: Sequence[Layer]) -> str:
     """Inverse of ``parse_spec``: ``(Layer('dmn_conv', 6), Layer('pool'), ...) -> "d6,m,..."``."""
-    return ",".join(_NAMES[lay.kind] + (str(lay.width) if lay.width else "") for lay in layers)
+    return ",".join(_token(lay) for lay in layers)
 
 
 def convnet_spec(spec: str | Sequence[Layer]) -> tuple[Layer, ...]:

@@ -19,7 +19,7 @@ import optax.tree
 from jax.typing import ArrayLike
 
 from layerlab import probes
-from layerlab._checks import check_array, promote_float
+from layerlab._checks import check_array, check_int, promote_float
 from layerlab._types import PyTree
 
 
@@ -35,7 +35,7 @@ def layer_spectra(weights: Sequence, *, top: int = 1) -> tuple[jax.Array, jax.Ar
     Args:
       weights: ``L`` matrices ``[d_{k-1}, d_k]`` (or ``{"w": ...}`` layer dicts, as made by
         ``layerlab.nets.mlp_init``), in the order applied.
-      top: how many leading singular values to keep (``<=`` the smallest width).
+      top: how many leading singular values to keep, an integer in ``[1, smallest width]``.
 
     Returns:
       ``(s [L, top], p [L, top])``.
@@ -43,11 +43,14 @@ def layer_spectra(weights: Sequence, *, top: int = 1) -> tuple[jax.Array, jax.Ar
     References:
       Eqs. (10)-(12) and Fig. 2 of Dehmamy et al., arXiv:1703.04757.
     """
+    fn = "layer_spectra"
+    top = check_int(top, "top", fn=fn, min_value=1)
     mats = [w["w"] if isinstance(w, dict) else w for w in weights]
     s = probes.singular_values(list(mats))
     p = probes.product_singular_values(mats, convention="row", suffix=True)
     if top > min(min(m.shape) for m in mats):
-        raise ValueError(f"top={top} exceeds the smallest layer width.")
+        raise ValueError(f"{fn}: top={top} exceeds the smallest layer width "
+                         f"{min(min(m.shape) for m in mats)}.")
     return jnp.stack([v[:top] for v in s]), jnp.stack([v[:top] for v in p])
 
 
@@ -61,7 +64,9 @@ def distance_to_final(snapshots: Sequence, final: Sequence[PyTree], *,
     Args:
       snapshots: ``T`` parameter snapshots, each a sequence of ``L`` per-layer pytrees.
       final: the final parameters (a sequence of ``L`` per-layer pytrees).
-      relative: divide by ``||w_k(T)||`` (``probes.tree_relative_change``).
+      relative: divide by ``||w_k(T)||`` (``probes.tree_relative_change``; undefined, and
+        refused, for a layer whose final weights are all zero).  Without it a zero final
+        layer gives ``||w_k(t)||``.
 
     Returns:
       ``[T, L]`` numpy array.
@@ -69,14 +74,35 @@ def distance_to_final(snapshots: Sequence, final: Sequence[PyTree], *,
     References:
       Fig. 5 of Dehmamy et al., arXiv:1703.04757.
     """
+    # a layer whose final weights are all zero: no relative change, but the absolute distance
+    # is ||w_k(t) - 0|| (computed directly; the other layers keep the scaled route)
+    zero = [not relative and all(not np.any(np.asarray(leaf))
+                                 for leaf in jax.tree_util.tree_leaves(b)) for b in final]
     out = np.zeros((len(snapshots), len(final)))
     for t, snap in enumerate(snapshots):
         if len(snap) != len(final):
-            raise ValueError(f"snapshot {t} has {len(snap)} layers, final has {len(final)}.")
+            raise ValueError(f"distance_to_final: snapshot {t} has {len(snap)} layers, final "
+                             f"has {len(final)}.")
         for k, (a, b) in enumerate(zip(snap, final)):
+            if zero[k]:
+                out[t, k] = _zero_final_distance(a, b, t, k)
+                continue
             rel = float(probes.tree_relative_change(a, b))
             out[t, k] = rel if relative else rel * float(optax.tree.norm(b))
     return out
+
+
+def _zero_final_distance(a: PyTree, b: PyTree, t: int, k: int) -> float:
+    """``||a - b||`` for an all-zero ``b`` of the same layout, in float64."""
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if ta != tb or [np.shape(x) for x in la] != [np.shape(x) for x in lb]:
+        raise ValueError(f"distance_to_final: layer {k} of snapshot {t} has structure {ta} "
+                         f"with leaf shapes {[np.shape(x) for x in la]}, the final layer "
+                         f"{tb} with {[np.shape(x) for x in lb]}.")
+    return float(np.sqrt(sum(np.sum(np.square(np.asarray(x, np.float64) -
+                                               np.asarray(y, np.float64)))
+                             for x, y in zip(la, lb))))
 
 
 def eq18_variance(eigvals: ArrayLike, n: ArrayLike, dn: ArrayLike) -> jax.Array:
@@ -115,9 +141,9 @@ def eigenvalue_fluctuations(
     Args:
       key: PRNG key.
       h: ``[M, d]`` samples, ``M >= n + dn``.
-      n: ``N``.
-      dn: ``dN``.
-      num_draws: number of random orderings.
+      n: ``N``, an integer ``>= 1`` (``rho(N)`` of no samples is undefined).
+      dn: ``dN``, an integer ``>= 1`` (samples added).
+      num_draws: number of random orderings, an integer ``>= 1``.
 
     Returns:
       ``(lam [num_draws, d], dlam [num_draws, d])``: ``lambda(N)`` and ``delta lambda``.
@@ -126,6 +152,9 @@ def eigenvalue_fluctuations(
       Eq. (18) and Fig. 3 of Dehmamy et al., arXiv:1703.04757.
     """
     fn = "eigenvalue_fluctuations"
+    n = check_int(n, "n", fn=fn, min_value=1)
+    dn = check_int(dn, "dn", fn=fn, min_value=1)
+    num_draws = check_int(num_draws, "num_draws", fn=fn, min_value=1)
     h = check_array(h, "h", fn=fn, kind="real")
     (h,) = promote_float(h)  # integer pixels would overflow (or wrap, uint8) in h^T h
     if h.ndim != 2 or h.shape[0] < n + dn:

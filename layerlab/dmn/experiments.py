@@ -39,6 +39,7 @@ import optax
 from jax.typing import ArrayLike
 
 from layerlab import loop, nets, probes
+from layerlab._checks import check_finite
 from layerlab._plotting import subplots
 from layerlab.data import DatasetNotFoundError, extract_patches, load
 from layerlab.data._targets import as_labels
@@ -128,7 +129,8 @@ def train_and_evaluate(
       spec: architecture string (``"d6,m,de10"``, ``"c6,m,de10"``, ...).
       x_train: ``[N, H, W, C]`` training images; ``y_train`` ``[N]`` integer labels in
         ``[0, num_classes)`` (or ``[N, num_classes]`` one-hot rows).
-      x_val: ``[M, H, W, C]`` validation images; ``y_val`` ``[M]`` labels.
+      x_val: ``[M, H, W, C]`` validation images; ``y_val`` ``[M]`` labels.  NaN or inf in
+        ``x_train`` or ``x_val`` raises ``ValueError`` naming the argument.
       num_classes: ``C``.
       key: PRNG key (input noise, data fraction, head init, data order).
       config: how DMN layers are built.
@@ -165,6 +167,12 @@ def train_and_evaluate(
       ``train_curve_n``; ``(epoch, None)`` for an epoch restored without it, as ``curve``) and
       ``resumed_from_epoch`` (0 unless resumed from ``checkpoint_dir``).
     """
+    # NaN/inf images: the training images would reach build_dmn's own check only after the
+    # input noise; validation images were never checked, and XLA's CPU max-pool can turn a
+    # NaN image into finite features (a finite, wrong val_acc)
+    for name, xs in (("x_train", x_train), ("x_val", x_val)):
+        check_finite(xs, name, fn="train_and_evaluate",
+                     hint="clean or drop those images; a NaN image has no accuracy to score.")
     y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train),
                         fn="train_and_evaluate")
     y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val), fn="train_and_evaluate")

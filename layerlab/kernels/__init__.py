@@ -7,12 +7,16 @@ Native (no neural-tangents needed):
   gradient-safe (finite derivatives on the diagonal and for nearly parallel inputs);
 * :func:`empirical_ntk` -- finite-width NTK :math:`J J^\\top` from VJPs and JVPs.
 
+``empirical_ntk_fn`` and ``empirical_kernel_fn`` are neural-tangents' own, behind a check of
+``implementation``: 1 and 2 work on this JAX, ``AUTO`` (0) and 3 are refused with a
+``ValueError`` (neural-tangents 0.6.5 fails on them: ``KeyError: 0`` in its FLOP count,
+``linearize()``'s ``has_aux``).
+
 neural-tangents 0.6.5, imported through :mod:`layerlab._nt_compat` (aliases for names
 JAX moved, TensorFlow-only ``experimental`` subpackage not loaded):
 
 * ``nt`` -- the ``neural_tangents`` module itself;
-* ``stax``, ``predict``, ``empirical_ntk_fn``, ``empirical_kernel_fn``,
-  ``monte_carlo_kernel_fn``, ``Kernel``, ``batch``.
+* ``stax``, ``predict``, ``monte_carlo_kernel_fn``, ``Kernel``, ``batch``.
 
 Never ``import neural_tangents`` directly in layerlab code; import from here.  The
 neural-tangents names are loaded lazily, on first access, so importing ``layerlab`` or any
@@ -26,10 +30,11 @@ from ._closed_form import erf_ntk as erf_ntk
 from ._closed_form import fc_kernels as fc_kernels
 from ._closed_form import relu_nngp as relu_nngp
 from ._closed_form import relu_ntk as relu_ntk
+from ._empirical import empirical_kernel_fn as empirical_kernel_fn
 from ._empirical import empirical_ntk as empirical_ntk
+from ._empirical import empirical_ntk_fn as empirical_ntk_fn
 
-_NT_NAMES = ("stax", "predict", "empirical_ntk_fn", "empirical_kernel_fn",
-             "monte_carlo_kernel_fn", "Kernel", "batch")
+_NT_NAMES = ("stax", "predict", "monte_carlo_kernel_fn", "Kernel", "batch")
 
 
 def __getattr__(name: str):

@@ -22,7 +22,7 @@ References:
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -31,7 +31,7 @@ from jax.typing import ArrayLike
 
 from layerlab._checks import check_array
 
-__all__ = ["empirical_ntk"]
+__all__ = ["empirical_ntk", "empirical_ntk_fn", "empirical_kernel_fn"]
 
 _METHODS = ("ntk_vp", "jacobian")
 
@@ -175,3 +175,82 @@ def empirical_ntk(
         return jnp.sum(cols.reshape(n2, k, n1), axis=1).T  # [j, b, i] -> [i, j]
     cols = cols.reshape(n2, k, n1, k)  # [j, b, i, a]
     return jnp.transpose(cols, (2, 0, 3, 1))
+
+
+# ------------------------------------------------------------------ neural-tangents wrappers
+# neural-tangents 0.6.5's implementations of the empirical NTK on this JAX: 1 (Jacobian
+# contraction) and 2 (NTK-vector products) work; AUTO (0) picks the cheapest of 1-3 from
+# XLA's cost analysis, which JAX now returns as a dict (``cost_analysis()[0]`` raises
+# ``KeyError: 0`` inside nt's ``_get_flops``), and 3 (structured derivatives) fails inside
+# nt (``linearize() got multiple values for argument 'has_aux'``).
+_NT_WORKING = (1, 2)
+_NT_BROKEN = {
+    0: "AUTO (0) picks the cheapest implementation from XLA's cost analysis, which this JAX "
+       "returns as a dict: neural-tangents 0.6.5 fails inside _get_flops with KeyError: 0 (and "
+       "its candidate 3 fails too)",
+    3: "STRUCTURED_DERIVATIVES (3) fails inside neural-tangents 0.6.5 on this JAX with "
+       "'linearize() got multiple values for argument has_aux'",
+}
+
+
+def _nt_implementation(implementation: Any, fn: str) -> int:
+    """The implementation as an int in ``_NT_WORKING``; AUTO and 3 refused by name."""
+    if isinstance(implementation, bool) or not isinstance(implementation, numbers.Integral):
+        raise TypeError(f"{fn}: implementation must be an NtkImplementation or an int in "
+                        f"{_NT_WORKING}, got {type(implementation).__name__} "
+                        f"{implementation!r}.")
+    value = int(implementation)  # NtkImplementation is an IntEnum
+    if value in _NT_BROKEN:
+        raise ValueError(
+            f"{fn}: implementation={implementation!r} is not supported: {_NT_BROKEN[value]}. "
+            "Pass implementation=1 (JACOBIAN_CONTRACTION, the default) or 2 "
+            "(NTK_VECTOR_PRODUCTS), or use layerlab.kernels.empirical_ntk.")
+    if value not in _NT_WORKING:
+        raise ValueError(f"{fn}: implementation must be 1 (JACOBIAN_CONTRACTION) or 2 "
+                         f"(NTK_VECTOR_PRODUCTS), got {implementation!r}.")
+    return value
+
+
+def empirical_ntk_fn(
+    f: Callable,
+    trace_axes: int | Sequence[int] = (-1,),
+    diagonal_axes: int | Sequence[int] = (),
+    vmap_axes: Any = None,
+    implementation: Any = 1,
+    **kwargs: Any,
+) -> Callable:
+    """neural-tangents' ``empirical_ntk_fn``, with the implementations that work here.
+
+    The same function and arguments as ``neural_tangents.empirical_ntk_fn`` (0.6.5), except
+    ``implementation``: 1 (``NtkImplementation.JACOBIAN_CONTRACTION``, the default) and 2
+    (``NTK_VECTOR_PRODUCTS``) are passed on; ``AUTO`` (0) and 3 (``STRUCTURED_DERIVATIVES``)
+    raise ``ValueError`` here, before neural-tangents fails on this JAX (``KeyError: 0`` in
+    its FLOP count; ``linearize()``'s ``has_aux``).  neural-tangents is imported on the first
+    call.  Note: ``trace_axes=(-1,)`` gives the *mean* over the output axis, where
+    :func:`empirical_ntk` with ``trace=True`` gives the sum.
+    """
+    from layerlab._nt_compat import import_neural_tangents
+
+    impl = _nt_implementation(implementation, "empirical_ntk_fn")
+    return import_neural_tangents().empirical_ntk_fn(
+        f, trace_axes=trace_axes, diagonal_axes=diagonal_axes, vmap_axes=vmap_axes,
+        implementation=impl, **kwargs)
+
+
+def empirical_kernel_fn(
+    f: Callable,
+    trace_axes: int | Sequence[int] = (-1,),
+    diagonal_axes: int | Sequence[int] = (),
+    vmap_axes: Any = None,
+    implementation: Any = 1,
+    **kwargs: Any,
+) -> Callable:
+    """neural-tangents' ``empirical_kernel_fn`` (NNGP and NTK), with the NTK implementations
+    that work here: as :func:`empirical_ntk_fn`, ``implementation`` 1 or 2; ``AUTO`` (0) and
+    3 raise ``ValueError``."""
+    from layerlab._nt_compat import import_neural_tangents
+
+    impl = _nt_implementation(implementation, "empirical_kernel_fn")
+    return import_neural_tangents().empirical_kernel_fn(
+        f, trace_axes=trace_axes, diagonal_axes=diagonal_axes, vmap_axes=vmap_axes,
+        implementation=impl, **kwargs)

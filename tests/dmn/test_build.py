@@ -144,9 +144,15 @@ def test_bnw_normalises_per_image_column_as_keras_axis_minus1_on_channels_first(
     assert format_spec(parse_spec("d3,m,bnw,de2")) == "d3,m,bnw,de2"
     with pytest.raises(ValueError, match="DMN layers must come before"):
         split_spec(parse_spec("bnw,d3,de2"))
-    net = L.make_network("c3,de5,bnw,de2", 2, L.DMNConfig())
+    # after a dense layer: refused by the spec grammar, and by a Head made by hand
+    with pytest.raises(ValueError, match=r"parse_spec: layer 2 \(bnw\) of 'c3,de5,bnw,de2' "
+                                         r"needs \[N, H, W, C\] maps but comes after the dense "
+                                         r"layer 1 \(de5\)"):
+        L.make_network("c3,de5,bnw,de2", 2, L.DMNConfig())
+    head = L.Head(layers=(L.Layer("conv", 3), L.Layer("dense", 5), L.Layer("bn_col"),
+                          L.Layer("dense", 2)))
     with pytest.raises(ValueError, match=r"bnw normalises per image column.*\[N, H, W, C\]"):
-        net.head.init(jax.random.key(0), jnp.zeros((2, 4, 4, 1)))
+        head.init(jax.random.key(0), jnp.zeros((2, 4, 4, 1)))
 
 
 def test_build_dmn_warns_on_channels_first_images():
@@ -353,3 +359,118 @@ def test_input_noise_amplitude_is_traceable():
     assert bool(jnp.all(jnp.isnan(jax.jit(lambda a: add_input_noise(key, x, a))(-0.1))))
     x8 = jnp.ones((2, 3), jnp.uint8)
     assert jax.jit(lambda a: add_input_noise(key, x8, a))(0.5).dtype == jnp.float32
+
+
+def test_non_finite_images_are_refused_eagerly_and_give_nan_features_under_jit(key):
+    """NaN images passed unchecked: XLA's CPU max-pool drops a NaN for batches of about 40
+    and more, so a NaN image became finite (zero) features and a finite, wrong accuracy.
+    Eagerly the image arrays are now refused naming the function and argument; under jit
+    (no check possible) every sample with a non-finite pixel gets all-NaN features."""
+    rng = np.random.default_rng(0)
+    x = rng.random((48, 8, 8, 1)).astype(np.float32)
+    y = np.arange(48) % 3
+    net = L.make_network("d3,m,de3", 3)
+    p, _ = net.build(key, x, y, jit=False)
+    xv = x.copy()
+    xv[:24] = np.nan
+    xv[30, 2, 3, 0] = np.inf
+    bad = np.zeros(48, bool)
+    bad[:24] = bad[30] = True
+    msg = rf"dmn_apply: x has {24 * 64 + 1} non-finite \(NaN/Inf\) entries out of 3072"
+    with pytest.raises(ValueError, match=msg):
+        net.features(p, xv)
+    v = net.init_head(key, net.features(p, x[:2]))
+    with pytest.raises(ValueError, match=msg):
+        net.apply({"dmn": p, "head": v}, xv)
+    with pytest.raises(ValueError, match=r"dmn_conv_apply: x has .* non-finite"):
+        L.dmn_conv_apply(p[0]["w"], jnp.asarray(xv))
+    with pytest.raises(ValueError, match=r"dmn_dense_apply: x has 1 non-finite"):
+        L.dmn_dense_apply(jnp.ones((64, 2)), xv[30:31])
+    f = np.asarray(jax.jit(net.features)(p, xv)).reshape(48, -1)
+    assert np.isnan(f[bad]).all()
+    np.testing.assert_array_equal(f[~bad], np.asarray(net.features(p, x[~bad])).reshape(-1, 48))
+    logits = np.asarray(jax.jit(net.apply)({"dmn": p, "head": v}, xv))
+    assert np.isnan(logits[bad]).all() and np.isfinite(logits[~bad]).all()
+
+
+def test_dmn_apply_and_back_project_check_params_against_layers():
+    """Params not aligned with the layers gave zip()'s "argument 2 is shorter than argument
+    1" or a TypeError on None; now the entry and the layer are named."""
+    rng = np.random.default_rng(0)
+    k = jnp.asarray(rng.normal(size=(3, 3, 2, 4)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(2, 6, 6, 2)), jnp.float32)
+    prefix = L.parse_spec("d4,m,de3")[:2]
+    for fn, call in (("dmn_apply", lambda ps: L.dmn_apply(ps, prefix, x)),
+                     ("back_project", lambda ps: L.back_project(ps, prefix))):
+        with pytest.raises(ValueError, match=rf"{fn}: params has 1 entries but layers 'd4,m' "
+                                             r"has 2: one per layer"):
+            call([{"w": k}])
+        with pytest.raises(ValueError, match=rf"{fn}: params\[0\] \(layer 0, d4\) must be "
+                                             r"\{'w': kernel\}, got None"):
+            call([None, {"w": k}])
+        with pytest.raises(ValueError, match=rf"{fn}: params\[1\] \(layer 1, m\) must be None"):
+            call([{"w": k}, {"w": k}])
+        with pytest.raises(ValueError, match=rf"{fn}: params\[0\] \(layer 0, d4\): w must have "
+                                             r"rank 4 \(\[k, k, C, F\]\), got shape \(3, 3, 2\)"):
+            call([{"w": k[..., 0]}, None])
+    np.testing.assert_array_equal(L.dmn_apply([{"w": k}, {}], prefix, x),
+                                  L.dmn_apply([{"w": k}, None], prefix, x))
+
+
+def test_padding_is_checked_by_name():
+    """``dmn_conv_apply(padding="full")`` reached lax.conv's own error; now the function and
+    argument are named.  Any case of SAME/VALID is accepted (as conv3x3 and DMNConfig)."""
+    rng = np.random.default_rng(0)
+    k = jnp.asarray(rng.normal(size=(3, 3, 2, 4)), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(2, 6, 6, 2)), jnp.float32)
+    with pytest.raises(ValueError, match=r"dmn_conv_apply: padding must be 'SAME' or 'VALID' "
+                                         r"\(any case\), got 'full'"):
+        L.dmn_conv_apply(k, x, padding="full")
+    with pytest.raises(TypeError, match=r"dmn_conv_apply: padding must be .* got int 1"):
+        L.dmn_conv_apply(k, x, padding=1)
+    with pytest.raises(ValueError, match=r"dmn_apply: padding must be .* got 'vaild'"):
+        L.dmn_apply([{"w": k}], L.parse_spec("d4,de3")[:1], x, padding="vaild")
+    with pytest.raises(ValueError, match=r"dmn_conv_apply: kernel must be \[k, k, C, F\]"):
+        L.dmn_conv_apply(k[..., 0], x)
+    for a, b in (("same", "SAME"), ("Valid", "VALID")):
+        np.testing.assert_array_equal(L.dmn_conv_apply(k, x, padding=a),
+                                      L.dmn_conv_apply(k, x, padding=b))
+    assert L.dmn_conv_apply(k, x, padding="valid").shape == (2, 4, 4, 4)
+
+
+def test_dmn_config_checks_types_and_options_that_would_be_ignored():
+    """within_class="yes" was accepted (truthy), cutoff="0.9" raised a raw str/float
+    comparison error, pca="naive" silently ignored a cutoff, and a var_fraction tuple longer
+    than the DMN layers silently dropped its extra entries."""
+    with pytest.raises(TypeError, match=r"DMNConfig\.within_class must be a bool; got str 'yes'"):
+        L.DMNConfig(within_class="yes")
+    with pytest.raises(TypeError, match=r"DMNConfig\.cutoff must be a number in \(0, 1\] or "
+                                        r"None; got str '0\.9'"):
+        L.DMNConfig(cutoff="0.9")
+    with pytest.raises(TypeError, match=r"DMNConfig\.input_fraction must be a number in "
+                                        r"\(0, 1\]; got str '1'"):
+        L.DMNConfig(input_fraction="1")
+    with pytest.raises(ValueError, match=r"DMNConfig\.cutoff=0\.5 has no effect with "
+                                         r"DMNConfig\.pca='naive'.*cutoff=None"):
+        L.DMNConfig(pca="naive", cutoff=0.5)
+    with pytest.raises(ValueError, match=r"DMNConfig\.cutoff=0\.3 has no effect"):
+        L.DMNConfig.authors(pca="naive", cutoff=0.3)
+    # what the presets and the committed naive records carry, and the cutoff that acts
+    assert L.DMNConfig.authors(pca="naive").cutoff == 0.9
+    assert L.DMNConfig.paper(pca="naive", cutoff=None).cutoff is None
+    assert L.DMNConfig(pca="naive_first", cutoff=0.5).cutoff == 0.5
+    assert L.DMNConfig(within_class=np.bool_(True)).within_class is True
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(size=(12, 6, 6, 1)).astype(np.float32)
+    y = np.arange(12) % 2
+    cfg = L.DMNConfig(var_fraction=(0.9, 0.5, 0.1))
+    with pytest.raises(ValueError, match=r"build_dmn: DMNConfig\.var_fraction has 3 entries "
+                                         r"\(0\.9, 0\.5, 0\.1\) but the prefix 'd3,m' has 1 "
+                                         r"DMN layer"):
+        L.make_network("d3,m,de2", 2, cfg).build(jax.random.key(0), x, y, jit=False)
+    # as many as (or fewer than) the DMN layers; a ConvNet builds nothing and ignores it
+    _, info = L.make_network("d3,m,d2,de2", 2, L.DMNConfig(var_fraction=(0.9, 0.5))).build(
+        jax.random.key(0), x, y, jit=False)
+    assert len(info.widths) == 2
+    assert L.make_network("c3,m,de2", 2, cfg).build(jax.random.key(0), x, y)[0] == []

@@ -337,3 +337,39 @@ def test_density_eigh_of_half_precision_is_computed_in_float32(dtype):
     np.testing.assert_allclose(np.asarray(lam), lam_ref[:, ::-1], rtol=1e-5, atol=1e-6)
     overlap = np.abs(np.einsum("cia,cia->ca", np.asarray(vec, np.float64), vec_ref[:, :, ::-1]))
     np.testing.assert_allclose(overlap, 1.0, atol=1e-4)
+
+
+@pytest.mark.parametrize("order", ["eigenvalue", "class"])
+def test_select_filters_checks_threshold_and_num_filters_always(order):
+    """threshold was checked only through num_components, i.e. with var_fraction: a typo
+    ("bogus") in the fixed-count mode acted like "below" under the class order; num_filters=2.5
+    kept 3 filters.  Both are checked on every call now."""
+    lam = np.array([[0.6, 0.3, 0.1], [0.5, 0.45, 0.05]])
+    vec = np.stack([np.eye(3), np.eye(3)[:, [1, 0, 2]]])
+    with pytest.raises(ValueError, match=r"select_filters: threshold must be one of "
+                                         r"\('crossing', 'below'\); got 'bogus'"):
+        D.select_filters(lam, vec, num_filters=2, threshold="bogus", order=order, cutoff=None)
+    for bad, err, match in ((2.5, TypeError, r"num_filters must be an integer, got float 2\.5"),
+                            (True, TypeError, r"num_filters must be an integer, got bool"),
+                            (0, ValueError, r"num_filters must be >= 1, got 0")):
+        with pytest.raises(err, match=rf"select_filters: {match}"):
+            D.select_filters(lam, vec, num_filters=bad, order=order, cutoff=None)
+    f = D.select_filters(lam, vec, num_filters=np.int64(2), order=order, cutoff=None)
+    assert f.w.shape == (3, 2)
+
+
+def test_density_matrices_of_no_samples_are_refused():
+    """N = 0 gave 0/0 = NaN density matrices (class_density_matrices, naive_density_matrix);
+    the one-shot estimators now refuse it by name (a static check, also under jit)."""
+    h, y = np.zeros((0, 2)), np.zeros(0, int)
+    msg = r"h must hold at least one sample \(N >= 1\), got shape \(0, 2\)"
+    with pytest.raises(ValueError, match=rf"class_density_matrices: {msg}"):
+        D.class_density_matrices(h, y, 2)
+    with pytest.raises(ValueError, match=rf"class_density_matrices: {msg}"):
+        jax.jit(D.class_density_matrices, static_argnums=2)(h, y, 2)
+    with pytest.raises(ValueError, match=rf"naive_density_matrix: {msg}"):
+        D.naive_density_matrix(h)
+    with pytest.raises(ValueError, match=rf"streaming_class_density_matrices: {msg}"):
+        D.streaming_class_density_matrices(h, y, 2, chunk_size=4)
+    # the running sums keep their guard: an empty stream is zero, not NaN
+    np.testing.assert_array_equal(D.density_finalize(D.density_init(2, 2)), np.zeros((2, 2, 2)))

@@ -1503,3 +1503,23 @@ def test_merging_a_committed_merged_record_again_keeps_its_rows_claims_and_cost(
     assert [(c["claim"], c["holds"], c["evidence"]) for c in again["claims"]] == [
         (c["claim"], c["holds"], c["evidence"]) for c in d["claims"]]
     assert again["extra"].get("cost") == d["extra"].get("cost")
+
+
+@pytest.mark.parametrize("spec", ["d3,m,de10", "c3,m,de10"])
+def test_non_finite_images_are_refused_before_anything_runs(spec):
+    """NaN validation images were never checked: the DMN features of a NaN image could come
+    out finite (XLA's CPU max-pool drops NaN for batches of 40 and more), so val_acc was a
+    finite, wrong number.  Both image arrays are now checked first, by name."""
+    tr = load("digits", n=120, seed=0)
+    x, y = np.asarray(tr.x), np.asarray(tr.y)
+    xv = x[:40].copy()
+    xv[:20] = np.nan
+    with pytest.raises(ValueError, match=r"train_and_evaluate: x_val has 1280 non-finite "
+                                         r"\(NaN/Inf\) entries out of 2560"):
+        train_and_evaluate(spec, x, y, xv, y[:40], 10, key=jax.random.key(0), epochs=1,
+                           progress=False)
+    xt = x.copy()
+    xt[5, 1, 1, 0] = np.inf
+    with pytest.raises(ValueError, match=r"train_and_evaluate: x_train has 1 non-finite"):
+        train_and_evaluate(spec, xt, y, x[:40], y[:40], 10, key=jax.random.key(0), epochs=1,
+                           progress=False)

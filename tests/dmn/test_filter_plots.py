@@ -53,6 +53,15 @@ def test_plot_filters_rejects_a_kernel_that_is_not_4d(tmp_path):
         plot_filters(np.zeros((3, 3, 2)), tmp_path / "x.png")
 
 
+
+def test_plot_filters_needs_one_energy_per_filter(tmp_path):
+    """Fewer energies than filters raised IndexError mid-drawing (more were ignored)."""
+    for e in ([1.0], [1.0, 2.0, 3.0]):
+        with pytest.raises(ValueError, match=r"plot_filters: energies_ must hold one energy per "
+                                             rf"filter, shape \(2,\) .*got shape \({len(e)},\)"):
+            plot_filters(np.zeros((3, 3, 1, 2)), tmp_path / "x.png", energies_=e)
+    assert not (tmp_path / "x.png").exists()
+
 def test_plot_energies_draws_minus_log_normalised_spectra(tmp_path, kept_figures):
     lam = np.array([[4.0, 3.0, 1.0], [6.0, 1.5, 0.5]])
     plot_energies(lam, tmp_path / "e.png", title="spectra")

@@ -31,6 +31,43 @@ def test_energies_are_minus_log_normalised_eigenvalues():
     assert np.isinf(D.energies(lam)[0, 3])
 
 
+
+@pytest.mark.parametrize("pca", ["class", "naive"])
+def test_filter_energies_are_each_filters_energy_in_its_own_class_spectrum(key, x64, pca):
+    """docs/dmn.md drew the filters with ``energies(info.eigvals[0])``: the kept eigenvalues
+    normalised by their own sum across classes, not by each class's trace as the authors'
+    energy ``-log(lambda / sum lambda)`` of a class spectrum is.  ``filter_energies`` (from
+    ``BuildInfo.indices``) is checked against ``-log(w_f^T S_c w_f / tr S_c)`` of the kept
+    filter ``w_f`` and the second moments ``S_c`` of its class's patches, by numpy."""
+    rng = np.random.default_rng(5)
+    n = 24
+    y = np.arange(n) % 3
+    x = rng.uniform(size=(n, 6, 6, 1))  # classes differ in structure
+    x[y == 1, :, :3] *= 0.2
+    x[y == 2] += np.linspace(0, 1, 6)[None, None, :, None]
+    cfg = L.DMNConfig(padding="SAME", pca=pca)
+    params, info = L.build_dmn(key, (L.Layer("dmn_conv", 5),), x, y, 3, cfg)
+    w = np.asarray(params[0]["w"]).reshape(9, -1)
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    pats = np.stack([xp[:, r:r + 3, c:c + 3, 0].reshape(n, 9) for r in range(6)
+                     for c in range(6)], axis=1)  # [n, 36, 9], (a, b) order as the kernel
+    groups = [y == c for c in range(3)] if pca == "class" else [np.ones(n, bool)]
+    S = np.stack([np.einsum("npi,npj->ij", pats[g], pats[g]) for g in groups])
+    src = np.asarray(info.sources[0])
+    want = np.array([-np.log(w[:, f] @ S[c] @ w[:, f] / np.trace(S[c]))
+                     for f, c in enumerate(src)])
+    got = L.filter_energies(info, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    lam = np.asarray(info.spectra[0])
+    np.testing.assert_array_equal(lam[src, info.indices[0]], info.eigvals[0])
+    if pca == "class":  # the old recipe is another number when filters come from 2+ classes
+        assert len(set(src.tolist())) > 1
+        assert not np.allclose(D.energies(info.eigvals[0]), want, rtol=1e-3)
+    with pytest.raises(ValueError, match=r"filter_energies: layer must be <= 0, got 1"):
+        L.filter_energies(info, 1)
+    with pytest.raises(TypeError, match=r"filter_energies: info must be the BuildInfo"):
+        L.filter_energies(info._asdict(), 0)
+
 def test_correlation_measures_equal_numpy():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=9), rng.normal(size=9) + 0.5

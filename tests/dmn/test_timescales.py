@@ -89,3 +89,55 @@ def test_eigenvalue_fluctuations_promotes_integer_samples():
                                     num_draws=2)
     np.testing.assert_allclose(got[0], ref[0], rtol=1e-6)
     np.testing.assert_allclose(got[1], ref[1], rtol=1e-5, atol=1e-2)
+
+
+def test_eigenvalue_fluctuations_checks_its_counts():
+    """n=0 gave NaN eigenvalues (rho of no samples) and n=-3 negative ones (h[:-3] rows
+    divided by -3); now the counts are checked by name."""
+    h = np.random.default_rng(0).normal(size=(10, 3))
+    key = jax.random.key(0)
+    for kw, err, match in (
+        (dict(n=0, dn=2, num_draws=2), ValueError, r"eigenvalue_fluctuations: n must be >= 1, "
+                                                   r"got 0"),
+        (dict(n=-3, dn=2, num_draws=2), ValueError, r"n must be >= 1, got -3"),
+        (dict(n=3, dn=0, num_draws=2), ValueError, r"dn must be >= 1, got 0"),
+        (dict(n=3, dn=-2, num_draws=2), ValueError, r"dn must be >= 1, got -2"),
+        (dict(n=3, dn=2, num_draws=0), ValueError, r"num_draws must be >= 1, got 0"),
+        (dict(n=2.5, dn=2, num_draws=1), TypeError, r"n must be an integer, got float 2\.5"),
+    ):
+        with pytest.raises(err, match=match):
+            T.eigenvalue_fluctuations(key, h, **kw)
+    lam, dlam = T.eigenvalue_fluctuations(key, h, n=np.int64(3), dn=1, num_draws=1)
+    assert lam.shape == dlam.shape == (1, 3) and bool((lam >= -1e-6).all())
+
+
+def test_distance_to_a_zero_final_layer_is_the_norm_of_the_snapshot():
+    """An all-zero final layer (e.g. a zero-initialised bias that ends at zero) raised in the
+    absolute mode, whose distance ||w(t) - 0|| is defined; the relative one still refuses."""
+    rng = np.random.default_rng(2)
+    final = [{"w": rng.normal(size=(3, 2)), "b": np.ones(2)},
+             {"w": np.zeros((2, 2), np.float32), "b": np.zeros(2, np.float32)}]
+    snaps = [[{"w": f["w"] + t * rng.normal(size=f["w"].shape),
+               "b": f["b"] + t * rng.normal(size=2)} for f in final] for t in range(3)]
+    d = T.distance_to_final(snaps, final)
+    for t in range(3):
+        for k in range(2):
+            diff = np.concatenate([(snaps[t][k][n] - final[k][n]).ravel() for n in ("b", "w")])
+            np.testing.assert_allclose(d[t, k], np.linalg.norm(diff), rtol=1e-6)
+    assert d[0, 1] == 0.0 and d[2, 1] > 0
+    with pytest.raises(ValueError, match="a0 has norm 0"):
+        T.distance_to_final(snaps, final, relative=True)
+    with pytest.raises(ValueError, match=r"distance_to_final: layer 1 of snapshot 0 has "
+                                         r"structure"):
+        T.distance_to_final([[snaps[0][0], {"w": np.zeros((2, 2))}]], final)
+
+
+def test_layer_spectra_checks_top():
+    ws = [np.eye(3), np.eye(3)[:, :2]]
+    for top, err, match in ((-1, ValueError, r"layer_spectra: top must be >= 1, got -1"),
+                            (0, ValueError, r"layer_spectra: top must be >= 1, got 0"),
+                            (1.5, TypeError, r"layer_spectra: top must be an integer"),
+                            (3, ValueError, r"layer_spectra: top=3 exceeds the smallest layer "
+                                            r"width 2")):
+        with pytest.raises(err, match=match):
+            T.layer_spectra(ws, top=top)

@@ -495,6 +495,38 @@ def test_empirical_ntk_matches_dense_jacobian_and_neural_tangents(x64):
     np.testing.assert_allclose(3 * nt_tr(x1, x2, params), ref_tr, rtol=1e-10, atol=1e-12)
 
 
+
+def test_empirical_ntk_fn_refuses_the_implementations_that_fail_inside_neural_tangents(x64):
+    """``implementation=NtkImplementation.AUTO`` raised ``KeyError: 0`` inside
+    neural-tangents' ``_get_flops`` (JAX's cost analysis is now a dict), and 3 fails in its
+    ``linearize`` call: both are refused by name before neural-tangents runs; 1 and 2 (as
+    enum members too) still equal the dense-Jacobian NTK, through empirical_kernel_fn too."""
+    from layerlab.kernels import empirical_kernel_fn, nt
+
+    apply_fn, params = _small_net()
+    x1, x2 = _inputs()
+    impl = nt.NtkImplementation
+    for fn in (empirical_ntk_fn, empirical_kernel_fn):
+        name = fn.__name__
+        for bad in (impl.AUTO, 0):
+            with pytest.raises(ValueError, match=rf"{name}: implementation=.* is not supported: "
+                                                 r"AUTO \(0\) .*KeyError: 0.*Pass "
+                                                 r"implementation=1"):
+                fn(apply_fn, implementation=bad)
+        with pytest.raises(ValueError, match=rf"{name}: implementation=.* STRUCTURED_DERIVATIVES"):
+            fn(apply_fn, implementation=impl.STRUCTURED_DERIVATIVES)
+        with pytest.raises(ValueError, match=rf"{name}: implementation must be 1 .* got 7"):
+            fn(apply_fn, implementation=7)
+        with pytest.raises(TypeError, match=rf"{name}: implementation must be .* got float"):
+            fn(apply_fn, implementation=1.0)
+    ref = _dense_jacobian_ntk(apply_fn, params, x1, x2)
+    for ok in (impl.JACOBIAN_CONTRACTION, impl.NTK_VECTOR_PRODUCTS, 2):
+        got = empirical_ntk_fn(apply_fn, trace_axes=(), implementation=ok)(x1, x2, params)
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+        got = empirical_kernel_fn(apply_fn, trace_axes=(), implementation=ok)(x1, x2, "ntk",
+                                                                             params)
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-12)
+
 @pytest.mark.parametrize("trace", [True, False])
 def test_empirical_ntk_chunked_columns_match_the_jacobian_method(x64, trace):
     """Every chunking of the column map (one column at a time, a chunk that does not divide
