@@ -95,11 +95,9 @@ def summarise(vals, paper: float, *, tol: float = TOL, rng_seed: int = 0) -> dic
 
 
 def plot(res: dict, rows, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from layerlab._plotting import subplots
 
-    fig, axes = plt.subplots(1, len(rows), figsize=(5.5 * len(rows), 3.8), squeeze=False)
+    fig, axes = subplots(1, len(rows), figsize=(5.5 * len(rows), 3.8), squeeze=False)
     for ax, row in zip(axes[0], rows):
         paper = ex.ROWS[row][3][2]
         for v, c in (("he/ridge", "C0"), ("he/iterative", "C1")):
@@ -116,7 +114,6 @@ def plot(res: dict, rows, path: pathlib.Path) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None):
