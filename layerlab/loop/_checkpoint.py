@@ -243,6 +243,10 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
     * of any other user object (a callable object, ``obj.step``'s ``obj``, a settings
       object): its class's qualname, its instance attributes (by the rules above: scalars,
       strings, arrays, nested functions and objects), its methods and class attributes.
+      Of the step's own object (the callable object passed, ``obj`` of ``obj.step``), only
+      the instance attributes its methods read as ``self.<attr>`` (:func:`_self_reads`;
+      all of them when a method uses ``self`` otherwise, e.g. passes it on): bookkeeping
+      the step never reads (``self.started = time.time()``) does not refuse a resume.
 
     Those of a bound method's ``__self__`` come under ``<label>.<self>``.  They are walked
     after everything else (an object the returned list reaches is not listed again) with
@@ -392,6 +396,9 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
 
     def visit_object(kind, obj, depth, label):
         """The entries of a user object (``objects``): see the docstring."""
+        # the step's own object (``obj.step``'s ``obj``, a callable step object): only the
+        # attributes its methods read (None: a method uses ``self`` whole, so all of them)
+        reads = _self_reads(type(obj)) if kind == "self" or depth == 0 else None
         if kind == "self":  # not seen by the main walk: walked as any user object
             if id(obj) in seen:
                 return
@@ -410,7 +417,7 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
                     if isinstance(name, str) and name not in attrs:
                         attrs[name] = _static_slot(obj, c, name)
             for name in sorted(attrs, key=str):
-                if attrs[name] is not _MISSING:
+                if attrs[name] is not _MISSING and (reads is None or name in reads):
                     visit(attrs[name], depth + 1, f"{label}.{name}")
         cls = obj if isinstance(obj, type) else type(obj)
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
@@ -654,6 +661,54 @@ def _attr_chains(code, depth: int = 0, out: dict | None = None) -> dict[tuple, l
             if hasattr(k, "co_code"):
                 _attr_chains(k, depth + 1, out)
     return out
+
+
+_SELF_LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF")
+
+
+def _self_reads(cls: type) -> set[str] | None:
+    """The attribute names the methods of ``cls`` (and of its user-defined bases, their
+    nested functions included) read from ``self`` (``self.lr``, ``self.step(...)``; not
+    those only written, ``self.started = time.time()``),
+    or ``None`` when one uses ``self`` otherwise (passes it on, ``vars(self)``,
+    ``getattr(self, name)``, ``self.n += 1``): then any attribute may be read."""
+    names: set[str] = set()
+
+    def scan(code, me, depth=0) -> bool:
+        ins = list(dis.get_instructions(code))
+        for j, i in enumerate(ins):
+            if i.opname not in _SELF_LOADS or i.argval != me:
+                continue
+            nxt = ins[j + 1] if j + 1 < len(ins) else None
+            if nxt is not None and nxt.opname in _ATTR_OPS and isinstance(nxt.argval, str):
+                names.add(nxt.argval)
+            elif nxt is None or nxt.opname not in ("STORE_ATTR", "DELETE_ATTR"):
+                return False
+        for k in code.co_consts:
+            if hasattr(k, "co_code") and me in k.co_freevars + k.co_varnames:
+                if depth >= 20 or not scan(k, me, depth + 1):
+                    return False
+        return True
+
+    for c in cls.__mro__:
+        if c is object or not _is_user_class(c):
+            continue
+        for v in vars(c).values():
+            if isinstance(v, (staticmethod, classmethod)):
+                continue
+            for f in _class_functions(v):
+                for _ in range(10):  # under decorators' wrappers
+                    f = getattr(f, "__wrapped__", None) or f
+                code = getattr(f, "__code__", None)
+                if code is None:
+                    return None  # an opaque callable: assume it reads anything
+                if code.co_argcount < 1:  # ``def f(*args)``: self is args[0]
+                    if code.co_flags & 0x04:  # CO_VARARGS
+                        return None
+                    continue
+                if not scan(code, code.co_varnames[0]):
+                    return None
+    return names
 
 
 def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,

@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -1270,3 +1271,55 @@ def test_fingerprints_of_layerlab_and_plain_steps_are_pinned():
 if __name__ == "__main__":  # prints the digests (run with the code the pins come from)
     for name, f in _pinned_fingerprints().items():
         print(f"    {name!r}: {_digest(f)!r},")
+
+
+class _TimedSGD(_SGDObject):
+    """``_SGDObject`` with bookkeeping its methods never read."""
+
+    def __init__(self, lr):
+        super().__init__(lr)
+        self.started = time.time()
+
+
+class _PassesSelf(_SGDObject):
+    """A step object whose method hands ``self`` on: any attribute may be read."""
+
+    def __init__(self, lr, tag):
+        super().__init__(lr)
+        self.tag = tag
+
+    def __call__(self, state, batch, key):
+        return _SGDObject.step(_describe(self), state, batch, key)
+
+
+def _describe(obj):
+    return obj
+
+
+def test_only_attributes_the_step_object_reads_are_fingerprinted(tmp_path):
+    """An attribute of the step's object that its methods never read (a start time) does not
+    refuse a resume (it did: every instance attribute was fingerprinted); the rate it reads
+    still does, and an object that passes ``self`` on keeps all its attributes."""
+    from layerlab.loop._checkpoint import _self_reads
+
+    assert _self_reads(_TimedSGD) == {"lr", "momentum", "step"}
+    assert _self_reads(_PassesSelf) is None
+
+    def obj_fit(step, ck, **kw):
+        return loop.fit(step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=4,
+                        batch_size=2, chunk_size=2, progress=False, checkpoint_dir=str(ck),
+                        checkpoint_every=2, **kw)
+
+    for make in (_TimedSGD, lambda lr: _TimedSGD(lr).step):
+        ck = tmp_path / f"timed{id(make)}"
+        with pytest.raises(_Preempted):
+            obj_fit(make(0.1), ck, callback=_stop_at_2)
+        time.sleep(0.01)
+        with pytest.raises(CheckpointMismatchError, match=r"lr=0\.1'\], now \[.*lr=0\.0'"):
+            obj_fit(make(0.0), ck)
+        obj_fit(make(0.1), ck)  # another start time: resumes
+    ck = tmp_path / "passes"
+    with pytest.raises(_Preempted):
+        obj_fit(_PassesSelf(0.1, "a"), ck, callback=_stop_at_2)
+    with pytest.raises(CheckpointMismatchError, match=r"step\.tag='a'"):
+        obj_fit(_PassesSelf(0.1, "b"), ck)
