@@ -9,8 +9,8 @@ Layout of a checkpoint directory::
                                appended at every save (never rewritten, except once on resume
                                to drop rows newer than the step resumed from)
     <dir>/history.jsonl.kept-<ns>  a copy of history.jsonl made before a resume that fell back
-                               past newer steps dropped their rows (read when a skipped step
-                               restores again)
+                               past newer steps dropped their rows, or rewrote a history.jsonl
+                               that did not parse (read when a skipped step restores again)
     <dir>/.layerlab.lock       {"pid", "host", "start"} of the process writing the directory
 
 * **Fallback**: :meth:`Checkpointer.resume` tries the steps newest first; a step whose meta,
@@ -27,6 +27,7 @@ Layout of a checkpoint directory::
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import gc
@@ -1141,17 +1142,24 @@ class Checkpointer:
 
     def keep_history(self) -> str | None:
         """Copy ``history.jsonl`` to ``history.jsonl.kept-<time_ns>`` (written to a temporary
-        name, fsynced, renamed) before a resume drops rows of it; the copy's path (``None``
-        for a process that does not write)."""
+        name, fsynced, renamed; the file itself renamed when it cannot be read) before a
+        resume drops rows of it; the copy's path (``None`` for a process that does not write
+        or when there is no history.jsonl)."""
         if not self.writer or not os.path.exists(self._history_path):
             return None
         import shutil
 
         dst = os.path.join(self.directory, f"{KEPT_HISTORY}{time.time_ns()}")
         tmp = dst + ".tmp"
-        shutil.copyfile(self._history_path, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            shutil.copyfile(self._history_path, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except OSError:  # not readable: renamed aside instead (rewrite_history makes a new one)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            os.replace(self._history_path, dst)
+            return dst
         os.replace(tmp, dst)
         return dst
 
@@ -1373,15 +1381,23 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         # the caller rewrites history.jsonl with `records`: keep a copy first when that drops
         # rows of it (a fallback past newer steps, or rows taken from a kept copy), so a
         # skipped step that restores later still has its rows
+        # (history.jsonl unreadable, ``all_records`` None: it may hold rows of newer steps
+        # that no kept copy has, so it is always kept)
         copy = None
-        if (failures or source is not None) and all_records and records is not None:
-            now = {json.dumps(r, sort_keys=True) for r in records}
-            if any(json.dumps(r, sort_keys=True) not in now for r in all_records):
+        if failures or source is not None:
+            if all_records is None:
                 copy = ckpt.keep_history()
+            elif records is not None:
+                now = {json.dumps(r, sort_keys=True) for r in records}
+                if any(json.dumps(r, sort_keys=True) not in now for r in all_records):
+                    copy = ckpt.keep_history()
         if failures:
-            where = (f"copied to {os.path.basename(copy)}" if copy is not None else
+            where = (f"copied to {os.path.basename(copy)} before {HISTORY_NAME} is rewritten"
+                     if copy is not None else
                      f"kept in a copy {KEPT_HISTORY}<time> (by process 0)"
-                     if not ckpt.writer else "left in place")
+                     if not ckpt.writer else
+                     f"not kept ({HISTORY_NAME} holds none past step {s}, so rewriting it "
+                     "drops nothing)")
             warnings.warn(
                 f"fit: checkpoint step(s) {[f for f, _ in failures]} in {ckpt.directory} do not "
                 f"restore ({'; '.join(f'step {f}: {why}' for f, why in failures)}); resuming "
@@ -1393,6 +1409,16 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
             )
             for f, _ in failures:
                 ckpt.mark_unrestorable(f)
+        elif all_records is None and source is not None:
+            warnings.warn(
+                f"fit: {ckpt.directory}/{HISTORY_NAME} is unreadable ({records_error}); "
+                f"resuming from step {s} with the history rows of "
+                f"{os.path.basename(source)}. " + (
+                    f"{HISTORY_NAME} was copied to {os.path.basename(copy)} before being "
+                    "rewritten." if copy is not None else
+                    f"Process 0 keeps {HISTORY_NAME} in a copy {KEPT_HISTORY}<time>."),
+                CheckpointFallbackWarning, stacklevel=3,
+            )
         return s, arrays, meta, records
     raise CheckpointCorruptError(
         f"fit: no checkpoint in {ckpt.directory} restores: "

@@ -1323,3 +1323,28 @@ def test_only_attributes_the_step_object_reads_are_fingerprinted(tmp_path):
         obj_fit(_PassesSelf(0.1, "a"), ck, callback=_stop_at_2)
     with pytest.raises(CheckpointMismatchError, match=r"step\.tag='a'"):
         obj_fit(_PassesSelf(0.1, "b"), ck)
+
+
+@pytest.mark.parametrize("skipped", [True, False])
+def test_an_unreadable_history_is_kept_before_it_is_rewritten(killed, skipped):
+    """When history.jsonl does not parse and the rows come from a kept copy, history.jsonl
+    (which may hold rows of newer steps that no copy has) is copied aside before the resume
+    rewrites it, and the warning names the copy (no copy was made, the warning said the rows
+    were "left in place" and the rewrite overwrote them)."""
+    path = killed / HISTORY_NAME
+    lines = path.read_text().splitlines()
+    upto = 2 if skipped else 3  # rows of steps <= 3 (step 6 then skipped) or <= 5
+    (killed / f"{HISTORY_NAME}.kept-1").write_text("\n".join(lines[:upto]) + "\n")
+    lines[0] = lines[0][:-3]  # garbled, not the last line: the file does not parse
+    garbled = "\n".join(lines) + "\n"
+    path.write_text(garbled)
+    want = (r"step\(s\) \[6\].*history rows past step 4 are copied to "
+            r"history\.jsonl\.kept-\d+ before history\.jsonl is rewritten" if skipped else
+            r"history\.jsonl is unreadable .*resuming from step 6 with the history rows of "
+            r"history\.jsonl\.kept-1\. history\.jsonl was copied to history\.jsonl\.kept-\d+")
+    with pytest.warns(CheckpointFallbackWarning) as rec:
+        _run(killed)
+    assert any(re.search(want, str(w.message)) for w in rec), [str(w.message) for w in rec]
+    kept = [p for p in killed.iterdir()
+            if p.name.startswith(HISTORY_NAME + ".kept-") and p.name != f"{HISTORY_NAME}.kept-1"]
+    assert len(kept) == 1 and kept[0].read_text() == garbled
