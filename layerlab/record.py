@@ -222,6 +222,21 @@ class Record:
         return d
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it for other threads where Linux lets
+    (``/proc/self/status``); else set and restored at once."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _first_nonfinite(obj: Any, path: str, depth: int = 0) -> tuple[str, float] | None:
     """``(path, value)`` of the first NaN or infinity in ``obj`` as :func:`to_jsonable` walks
     it (dataclasses, mappings, lists, tuples, floats, numpy / JAX arrays and scalars), else
@@ -474,6 +489,9 @@ def write_record(record: Record, out_dir: str | os.PathLike, *,
             os.unlink(tmp)
             raise
     try:
+        # mkstemp made it 0600, and os.replace keeps that: a record is read by others,
+        # like any file this process creates (0666 less the umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -249,3 +249,18 @@ def test_write_record_uses_a_unique_fsynced_temporary_file_beside_the_target(tmp
     assert b1 == b2 == tmp_path / "same.json"
     assert len(synced) >= 2  # the file (and the folder) before and after each rename
     assert sorted(q.name for q in tmp_path.iterdir()) == ["same.json"]  # no temporary left
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_a_written_record_has_the_mode_of_a_new_file(tmp_path, mask):
+    """The record is ``0666`` less the umask like any file the process creates: the
+    temporary file's ``0600`` was kept by the rename (others could not read a record)."""
+    import os
+    import stat
+
+    old = os.umask(mask)
+    try:
+        p = write_record(_record(), tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o666 & ~mask
