@@ -260,9 +260,19 @@ def _first_nonfinite(obj: Any, path: str, depth: int = 0) -> tuple[str, float] |
                 return bad
         return None
     if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy / jax arrays and scalars
-        if getattr(obj.dtype, "kind", "f") not in "fc":
-            return None
-        v = obj.tolist()
+        if getattr(obj.dtype, "kind", "f") in "fc":
+            v = obj.tolist()
+        else:  # bfloat16 and the other ml_dtypes floats are of kind "V"
+            import jax.numpy as jnp
+            import numpy as np
+
+            try:
+                inexact = jnp.issubdtype(obj.dtype, jnp.inexact)
+            except TypeError:
+                inexact = False
+            if not inexact:
+                return None
+            v = np.asarray(obj).astype(np.float32).tolist()
         if isinstance(v, (float, complex)):
             ok = math.isfinite(v.real) and math.isfinite(v.imag) if isinstance(v, complex) \
                 else math.isfinite(v)

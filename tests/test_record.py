@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -204,6 +205,8 @@ def test_a_written_record_is_strict_json(tmp_path):
     ("extra", {"curves": {"gn": {"loss": np.array([[1.0, 2.0], [np.nan, 3.0]])}}},
      r"extra.curves.gn.loss\[1\]\[0\]"),
     ("extra", {"z": complex(1.0, INF)}, "extra.z"),
+    ("extra", {"c": np.array([1.0, np.nan], ml_dtypes.bfloat16)}, r"extra.c\[1\]"),
+    ("extra", {"c": np.array([INF], ml_dtypes.float8_e5m2)}, r"extra.c\[0\]"),
 ])
 def test_non_finite_config_and_extra_values_are_refused_naming_the_field(tmp_path, where,
                                                                          value, path):
