@@ -222,6 +222,21 @@ class Record:
         return d
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it for other threads where Linux lets
+    (``/proc/self/status``); else set and restored at once."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _first_nonfinite(obj: Any, path: str, depth: int = 0) -> tuple[str, float] | None:
     """``(path, value)`` of the first NaN or infinity in ``obj`` as :func:`to_jsonable` walks
     it (dataclasses, mappings, lists, tuples, floats, numpy / JAX arrays and scalars), else
@@ -245,9 +260,19 @@ def _first_nonfinite(obj: Any, path: str, depth: int = 0) -> tuple[str, float] |
                 return bad
         return None
     if hasattr(obj, "tolist") and hasattr(obj, "dtype"):  # numpy / jax arrays and scalars
-        if getattr(obj.dtype, "kind", "f") not in "fc":
-            return None
-        v = obj.tolist()
+        if getattr(obj.dtype, "kind", "f") in "fc":
+            v = obj.tolist()
+        else:  # bfloat16 and the other ml_dtypes floats are of kind "V"
+            import jax.numpy as jnp
+            import numpy as np
+
+            try:
+                inexact = jnp.issubdtype(obj.dtype, jnp.inexact)
+            except TypeError:
+                inexact = False
+            if not inexact:
+                return None
+            v = np.asarray(obj).astype(np.float32).tolist()
         if isinstance(v, (float, complex)):
             ok = math.isfinite(v.real) and math.isfinite(v.imag) if isinstance(v, complex) \
                 else math.isfinite(v)
@@ -474,6 +499,9 @@ def write_record(record: Record, out_dir: str | os.PathLike, *,
             os.unlink(tmp)
             raise
     try:
+        # mkstemp made it 0600, and os.replace keeps that: a record is read by others,
+        # like any file this process creates (0666 less the umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -204,6 +205,8 @@ def test_a_written_record_is_strict_json(tmp_path):
     ("extra", {"curves": {"gn": {"loss": np.array([[1.0, 2.0], [np.nan, 3.0]])}}},
      r"extra.curves.gn.loss\[1\]\[0\]"),
     ("extra", {"z": complex(1.0, INF)}, "extra.z"),
+    ("extra", {"c": np.array([1.0, np.nan], ml_dtypes.bfloat16)}, r"extra.c\[1\]"),
+    ("extra", {"c": np.array([INF], ml_dtypes.float8_e5m2)}, r"extra.c\[0\]"),
 ])
 def test_non_finite_config_and_extra_values_are_refused_naming_the_field(tmp_path, where,
                                                                          value, path):
@@ -249,3 +252,18 @@ def test_write_record_uses_a_unique_fsynced_temporary_file_beside_the_target(tmp
     assert b1 == b2 == tmp_path / "same.json"
     assert len(synced) >= 2  # the file (and the folder) before and after each rename
     assert sorted(q.name for q in tmp_path.iterdir()) == ["same.json"]  # no temporary left
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_a_written_record_has_the_mode_of_a_new_file(tmp_path, mask):
+    """The record is ``0666`` less the umask like any file the process creates: the
+    temporary file's ``0600`` was kept by the rename (others could not read a record)."""
+    import os
+    import stat
+
+    old = os.umask(mask)
+    try:
+        p = write_record(_record(), tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o666 & ~mask

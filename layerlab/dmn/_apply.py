@@ -279,9 +279,10 @@ def dmn_apply(
             f"dmn_apply: x must be a batch of images [N, H, W, C]; got shape {jnp.shape(x)}. "
             "For one image pass x[None] (under jax.vmap over images: vmap a function of "
             "x[None] and take [0]; the per-sample standardisation needs the batch axis).")
-    # traced (the eager check above cannot run): XLA's CPU max-pool can drop a NaN (a window's
-    # finite maximum), so a sample with a non-finite pixel is set to NaN at the end
-    bad = _non_finite_rows(x) if any(lay.kind == "pool" for lay in layers) else None
+    # traced (the eager check above cannot run): a sample with a non-finite pixel is set to
+    # NaN at the end, with or without a pool (XLA's CPU max-pool can drop a NaN, a window's
+    # finite maximum; without one a NaN pixel only reaches the outputs it touches)
+    bad = _non_finite_rows(x)
     last = max((i for i, lay in enumerate(layers) if lay.kind != "pool"), default=-1)
     for i, (lay, p) in enumerate(zip(layers, params, strict=True)):
         if lay.kind == "dmn_conv":

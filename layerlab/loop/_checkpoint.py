@@ -9,8 +9,8 @@ Layout of a checkpoint directory::
                                appended at every save (never rewritten, except once on resume
                                to drop rows newer than the step resumed from)
     <dir>/history.jsonl.kept-<ns>  a copy of history.jsonl made before a resume that fell back
-                               past newer steps dropped their rows (read when a skipped step
-                               restores again)
+                               past newer steps dropped their rows, or rewrote a history.jsonl
+                               that did not parse (read when a skipped step restores again)
     <dir>/.layerlab.lock       {"pid", "host", "start"} of the process writing the directory
 
 * **Fallback**: :meth:`Checkpointer.resume` tries the steps newest first; a step whose meta,
@@ -27,6 +27,7 @@ Layout of a checkpoint directory::
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import dis
 import gc
@@ -243,6 +244,10 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
     * of any other user object (a callable object, ``obj.step``'s ``obj``, a settings
       object): its class's qualname, its instance attributes (by the rules above: scalars,
       strings, arrays, nested functions and objects), its methods and class attributes.
+      Of the step's own object (the callable object passed, ``obj`` of ``obj.step``), only
+      the instance attributes its methods read as ``self.<attr>`` (:func:`_self_reads`;
+      all of them when a method uses ``self`` otherwise, e.g. passes it on): bookkeeping
+      the step never reads (``self.started = time.time()``) does not refuse a resume.
 
     Those of a bound method's ``__self__`` come under ``<label>.<self>``.  They are walked
     after everything else (an object the returned list reaches is not listed again) with
@@ -392,6 +397,9 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
 
     def visit_object(kind, obj, depth, label):
         """The entries of a user object (``objects``): see the docstring."""
+        # the step's own object (``obj.step``'s ``obj``, a callable step object): only the
+        # attributes its methods read (None: a method uses ``self`` whole, so all of them)
+        reads = _self_reads(type(obj)) if kind == "self" or depth == 0 else None
         if kind == "self":  # not seen by the main walk: walked as any user object
             if id(obj) in seen:
                 return
@@ -410,7 +418,7 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
                     if isinstance(name, str) and name not in attrs:
                         attrs[name] = _static_slot(obj, c, name)
             for name in sorted(attrs, key=str):
-                if attrs[name] is not _MISSING:
+                if attrs[name] is not _MISSING and (reads is None or name in reads):
                     visit(attrs[name], depth + 1, f"{label}.{name}")
         cls = obj if isinstance(obj, type) else type(obj)
         fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) \
@@ -654,6 +662,54 @@ def _attr_chains(code, depth: int = 0, out: dict | None = None) -> dict[tuple, l
             if hasattr(k, "co_code"):
                 _attr_chains(k, depth + 1, out)
     return out
+
+
+_SELF_LOADS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF")
+
+
+def _self_reads(cls: type) -> set[str] | None:
+    """The attribute names the methods of ``cls`` (and of its user-defined bases, their
+    nested functions included) read from ``self`` (``self.lr``, ``self.step(...)``; not
+    those only written, ``self.started = time.time()``),
+    or ``None`` when one uses ``self`` otherwise (passes it on, ``vars(self)``,
+    ``getattr(self, name)``, ``self.n += 1``): then any attribute may be read."""
+    names: set[str] = set()
+
+    def scan(code, me, depth=0) -> bool:
+        ins = list(dis.get_instructions(code))
+        for j, i in enumerate(ins):
+            if i.opname not in _SELF_LOADS or i.argval != me:
+                continue
+            nxt = ins[j + 1] if j + 1 < len(ins) else None
+            if nxt is not None and nxt.opname in _ATTR_OPS and isinstance(nxt.argval, str):
+                names.add(nxt.argval)
+            elif nxt is None or nxt.opname not in ("STORE_ATTR", "DELETE_ATTR"):
+                return False
+        for k in code.co_consts:
+            if hasattr(k, "co_code") and me in k.co_freevars + k.co_varnames:
+                if depth >= 20 or not scan(k, me, depth + 1):
+                    return False
+        return True
+
+    for c in cls.__mro__:
+        if c is object or not _is_user_class(c):
+            continue
+        for v in vars(c).values():
+            if isinstance(v, (staticmethod, classmethod)):
+                continue
+            for f in _class_functions(v):
+                for _ in range(10):  # under decorators' wrappers
+                    f = getattr(f, "__wrapped__", None) or f
+                code = getattr(f, "__code__", None)
+                if code is None:
+                    return None  # an opaque callable: assume it reads anything
+                if code.co_argcount < 1:  # ``def f(*args)``: self is args[0]
+                    if code.co_flags & 0x04:  # CO_VARARGS
+                        return None
+                    continue
+                if not scan(code, code.co_varnames[0]):
+                    return None
+    return names
 
 
 def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
@@ -1086,17 +1142,24 @@ class Checkpointer:
 
     def keep_history(self) -> str | None:
         """Copy ``history.jsonl`` to ``history.jsonl.kept-<time_ns>`` (written to a temporary
-        name, fsynced, renamed) before a resume drops rows of it; the copy's path (``None``
-        for a process that does not write)."""
+        name, fsynced, renamed; the file itself renamed when it cannot be read) before a
+        resume drops rows of it; the copy's path (``None`` for a process that does not write
+        or when there is no history.jsonl)."""
         if not self.writer or not os.path.exists(self._history_path):
             return None
         import shutil
 
         dst = os.path.join(self.directory, f"{KEPT_HISTORY}{time.time_ns()}")
         tmp = dst + ".tmp"
-        shutil.copyfile(self._history_path, tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
+        try:
+            shutil.copyfile(self._history_path, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        except OSError:  # not readable: renamed aside instead (rewrite_history makes a new one)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            os.replace(self._history_path, dst)
+            return dst
         os.replace(tmp, dst)
         return dst
 
@@ -1318,15 +1381,23 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         # the caller rewrites history.jsonl with `records`: keep a copy first when that drops
         # rows of it (a fallback past newer steps, or rows taken from a kept copy), so a
         # skipped step that restores later still has its rows
+        # (history.jsonl unreadable, ``all_records`` None: it may hold rows of newer steps
+        # that no kept copy has, so it is always kept)
         copy = None
-        if (failures or source is not None) and all_records and records is not None:
-            now = {json.dumps(r, sort_keys=True) for r in records}
-            if any(json.dumps(r, sort_keys=True) not in now for r in all_records):
+        if failures or source is not None:
+            if all_records is None:
                 copy = ckpt.keep_history()
+            elif records is not None:
+                now = {json.dumps(r, sort_keys=True) for r in records}
+                if any(json.dumps(r, sort_keys=True) not in now for r in all_records):
+                    copy = ckpt.keep_history()
         if failures:
-            where = (f"copied to {os.path.basename(copy)}" if copy is not None else
+            where = (f"copied to {os.path.basename(copy)} before {HISTORY_NAME} is rewritten"
+                     if copy is not None else
                      f"kept in a copy {KEPT_HISTORY}<time> (by process 0)"
-                     if not ckpt.writer else "left in place")
+                     if not ckpt.writer else
+                     f"not kept ({HISTORY_NAME} holds none past step {s}, so rewriting it "
+                     "drops nothing)")
             warnings.warn(
                 f"fit: checkpoint step(s) {[f for f, _ in failures]} in {ckpt.directory} do not "
                 f"restore ({'; '.join(f'step {f}: {why}' for f, why in failures)}); resuming "
@@ -1338,6 +1409,16 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
             )
             for f, _ in failures:
                 ckpt.mark_unrestorable(f)
+        elif all_records is None and source is not None:
+            warnings.warn(
+                f"fit: {ckpt.directory}/{HISTORY_NAME} is unreadable ({records_error}); "
+                f"resuming from step {s} with the history rows of "
+                f"{os.path.basename(source)}. " + (
+                    f"{HISTORY_NAME} was copied to {os.path.basename(copy)} before being "
+                    "rewritten." if copy is not None else
+                    f"Process 0 keeps {HISTORY_NAME} in a copy {KEPT_HISTORY}<time>."),
+                CheckpointFallbackWarning, stacklevel=3,
+            )
         return s, arrays, meta, records
     raise CheckpointCorruptError(
         f"fit: no checkpoint in {ckpt.directory} restores: "

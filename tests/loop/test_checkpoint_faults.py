@@ -13,6 +13,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -1270,3 +1271,80 @@ def test_fingerprints_of_layerlab_and_plain_steps_are_pinned():
 if __name__ == "__main__":  # prints the digests (run with the code the pins come from)
     for name, f in _pinned_fingerprints().items():
         print(f"    {name!r}: {_digest(f)!r},")
+
+
+class _TimedSGD(_SGDObject):
+    """``_SGDObject`` with bookkeeping its methods never read."""
+
+    def __init__(self, lr):
+        super().__init__(lr)
+        self.started = time.time()
+
+
+class _PassesSelf(_SGDObject):
+    """A step object whose method hands ``self`` on: any attribute may be read."""
+
+    def __init__(self, lr, tag):
+        super().__init__(lr)
+        self.tag = tag
+
+    def __call__(self, state, batch, key):
+        return _SGDObject.step(_describe(self), state, batch, key)
+
+
+def _describe(obj):
+    return obj
+
+
+def test_only_attributes_the_step_object_reads_are_fingerprinted(tmp_path):
+    """An attribute of the step's object that its methods never read (a start time) does not
+    refuse a resume (it did: every instance attribute was fingerprinted); the rate it reads
+    still does, and an object that passes ``self`` on keeps all its attributes."""
+    from layerlab.loop._checkpoint import _self_reads
+
+    assert _self_reads(_TimedSGD) == {"lr", "momentum", "step"}
+    assert _self_reads(_PassesSelf) is None
+
+    def obj_fit(step, ck, **kw):
+        return loop.fit(step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=4,
+                        batch_size=2, chunk_size=2, progress=False, checkpoint_dir=str(ck),
+                        checkpoint_every=2, **kw)
+
+    for make in (_TimedSGD, lambda lr: _TimedSGD(lr).step):
+        ck = tmp_path / f"timed{id(make)}"
+        with pytest.raises(_Preempted):
+            obj_fit(make(0.1), ck, callback=_stop_at_2)
+        time.sleep(0.01)
+        with pytest.raises(CheckpointMismatchError, match=r"lr=0\.1'\], now \[.*lr=0\.0'"):
+            obj_fit(make(0.0), ck)
+        obj_fit(make(0.1), ck)  # another start time: resumes
+    ck = tmp_path / "passes"
+    with pytest.raises(_Preempted):
+        obj_fit(_PassesSelf(0.1, "a"), ck, callback=_stop_at_2)
+    with pytest.raises(CheckpointMismatchError, match=r"step\.tag='a'"):
+        obj_fit(_PassesSelf(0.1, "b"), ck)
+
+
+@pytest.mark.parametrize("skipped", [True, False])
+def test_an_unreadable_history_is_kept_before_it_is_rewritten(killed, skipped):
+    """When history.jsonl does not parse and the rows come from a kept copy, history.jsonl
+    (which may hold rows of newer steps that no copy has) is copied aside before the resume
+    rewrites it, and the warning names the copy (no copy was made, the warning said the rows
+    were "left in place" and the rewrite overwrote them)."""
+    path = killed / HISTORY_NAME
+    lines = path.read_text().splitlines()
+    upto = 2 if skipped else 3  # rows of steps <= 3 (step 6 then skipped) or <= 5
+    (killed / f"{HISTORY_NAME}.kept-1").write_text("\n".join(lines[:upto]) + "\n")
+    lines[0] = lines[0][:-3]  # garbled, not the last line: the file does not parse
+    garbled = "\n".join(lines) + "\n"
+    path.write_text(garbled)
+    want = (r"step\(s\) \[6\].*history rows past step 4 are copied to "
+            r"history\.jsonl\.kept-\d+ before history\.jsonl is rewritten" if skipped else
+            r"history\.jsonl is unreadable .*resuming from step 6 with the history rows of "
+            r"history\.jsonl\.kept-1\. history\.jsonl was copied to history\.jsonl\.kept-\d+")
+    with pytest.warns(CheckpointFallbackWarning) as rec:
+        _run(killed)
+    assert any(re.search(want, str(w.message)) for w in rec), [str(w.message) for w in rec]
+    kept = [p for p in killed.iterdir()
+            if p.name.startswith(HISTORY_NAME + ".kept-") and p.name != f"{HISTORY_NAME}.kept-1"]
+    assert len(kept) == 1 and kept[0].read_text() == garbled
