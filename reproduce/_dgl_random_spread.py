@@ -47,10 +47,13 @@ def _keys(design: str, seed: int) -> tuple[int, int]:
     return {"both": (seed, seed), "init": (0, seed), "split": (seed, 0)}[design]
 
 
-def random_cell(row: str, split_seed: int, init_seed: int, variants, cfg=None, cache=None):
-    """Test accuracy (%) of the Random column of ``row`` for one (split, init) pair, per variant.
+def random_cell(row: str, split_seed: int, init_seed: int, variants, cfg=None, cache=None,
+                with_info: bool = False):
+    """Test accuracy (%) of the Random column of ``row`` for one (split, init) pair, per variant
+    (``"he/ridge"`` ...); with ``with_info`` each entry is ``{"test": acc, **readout info}``.
 
-    ``cache`` (a dict) keeps the prepared data per split seed across calls.
+    ``cache`` (a dict) keeps the prepared data per split seed across calls.  The net and its
+    frozen features are built once per init scheme and shared by that scheme's readouts.
     """
     cfg = cfg or ex.Table1Config.paper()
     dataset, L, width, _ = ex.ROWS[row]
@@ -63,17 +66,23 @@ def random_cell(row: str, split_seed: int, init_seed: int, variants, cfg=None, c
     x, y, _ = d["train"]
     xv, yv, _ = d["val"]
     xt, _, lt = d["test"]
+    # the same key chain as run_table1: fold_in(key(0), seed), then the first of 4 splits
     k_init, _, k_lego, _ = jax.random.split(jax.random.fold_in(jax.random.key(0), init_seed), 4)
     sizes = [x.shape[1]] + [width] * L + [d["num_classes"]]
+    hid = jax.jit(lambda p, x: ex.hidden_representations(p, x)[-1])
+    nets_by_init = {}
     out = {}
     for v in variants:
         init, readout = v.split("/")
-        p0 = nets.mlp_init(k_init, sizes, init=init)
-        hid = jax.jit(lambda p, x: ex.hidden_representations(p, x)[-1])
-        h, hv, ht = hid(p0, x), hid(p0, xv), hid(p0, xt)
+        if init not in nets_by_init:
+            p0 = nets.mlp_init(k_init, sizes, init=init)
+            nets_by_init[init] = (p0, hid(p0, x), hid(p0, xv), hid(p0, xt))
+        p0, h, hv, ht = nets_by_init[init]
         c = ex.Table1Config.paper(readout=readout, init=init)
-        head, _ = ex._readout(c, kind, h, y, hv, yv, p0[-1], jax.random.fold_in(k_lego, 11), False)
-        out[v] = 100.0 * float(probes.accuracy(ht @ head["w"] + head["b"][None, :], lt))
+        head, info = ex._readout(c, kind, h, y, hv, yv, p0[-1], jax.random.fold_in(k_lego, 11),
+                                 False)
+        acc = 100.0 * float(probes.accuracy(ht @ head["w"] + head["b"][None, :], lt))
+        out[v] = {"test": acc, **info} if with_info else acc
     return out
 
 

@@ -14,11 +14,10 @@ import json
 import pathlib
 import time
 
-import jax
 import numpy as np
 
-from layerlab import nets, probes
 from layerlab.dgl import experiments as ex
+from reproduce._dgl_random_spread import random_cell
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -34,32 +33,16 @@ def main(argv=None):
     res = json.loads(out_path.read_text()) if out_path.exists() else {}
     t_all = time.perf_counter()
     for row in ex.select_rows(args.rows):
-        dataset, L, width, paper = ex.ROWS[row]
-        kind = "sgd" if dataset == "BMNIST2k" else "adam"
         for seed in range(args.seeds):
             tag = f"{row} seed {seed}"
             if tag in res:
                 continue
             t0 = time.perf_counter()
-            d = ex.prepare_row_data(dataset, cfg.n_train(dataset), seed)
-            x, y, _ = d["train"]
-            xv, yv, _ = d["val"]
-            xt, _, lt = d["test"]
-            # the same key chain as run_table1: fold_in(key(0), seed), then the first of 4 splits
-            k_init, _, k_lego, _ = jax.random.split(jax.random.fold_in(jax.random.key(0), seed), 4)
-            sizes = [x.shape[1]] + [width] * L + [d["num_classes"]]
-            entry = {}
-            for init in ("he", "torch"):
-                p0 = nets.mlp_init(k_init, sizes, init=init)
-                hid = jax.jit(lambda p, x: ex.hidden_representations(p, x)[-1])
-                h, hv, ht = hid(p0, x), hid(p0, xv), hid(p0, xt)
-                for readout in ("ridge", "iterative"):
-                    c = ex.Table1Config.paper(readout=readout, init=init)
-                    head, info = ex._readout(c, kind, h, y, hv, yv, p0[-1],
-                                             jax.random.fold_in(k_lego, 11), False)
-                    acc = 100.0 * float(probes.accuracy(ht @ head["w"] + head["b"], lt))
-                    entry[f"{init}/{readout}"] = {"test": acc, **info}
-                    print(f"{tag} {init:5s} {readout:9s} Random test {acc:.2f}", flush=True)
+            variants = [f"{i}/{r}" for i in ("he", "torch") for r in ("ridge", "iterative")]
+            entry = random_cell(row, seed, seed, variants, cfg, with_info=True)
+            for v, e in entry.items():
+                print(f"{tag} {v.split('/')[0]:5s} {v.split('/')[1]:9s} Random test "
+                      f"{e['test']:.2f}", flush=True)
             entry["wall_s"] = time.perf_counter() - t0
             res[tag] = entry
             out_path.parent.mkdir(parents=True, exist_ok=True)
