@@ -35,6 +35,7 @@ from layerlab.bottleneck._layout import (
     check_beta,
     check_params,
     check_params_finite,
+    check_scalar,
     check_x,
     cols,
     from_mlp_params,
@@ -95,6 +96,8 @@ def layer_counts_near_one(params: Params, *, tol: float = 0.25,
       (B) Theorem 6.
     """
     check_beta(beta, "layer_counts_near_one")
+    check_scalar(tol, "tol", "layer_counts_near_one")
+    check_number(tol, "tol", fn="layer_counts_near_one", min_value=0.0, lo_open=True)
     check_params_finite(params, "layer_counts_near_one")
     mats = _layer_mats(params, include_bias, beta)
     return jnp.stack([_finite_or_nan(probes.count_near_one(s, tol), W)
@@ -153,7 +156,9 @@ def centred_weight_counts(params: Params, x: ArrayLike, *, tol: float = 0.25,
     if len(params) < 2:
         raise ValueError(f"{fn}: params must have at least 2 layers (layer 1 is skipped: its "
                          f"input x is not a representation); got {len(params)}.")
+    check_scalar(tol, "tol", fn)
     check_number(tol, "tol", fn=fn, min_value=0.0, lo_open=True)
+    check_scalar(dominant_above, "dominant_above", fn)
     check_number(dominant_above, "dominant_above", fn=fn, min_value=0.0)
     check_params_finite(params, fn)
     activation = as_activation(activation, fn)
@@ -178,6 +183,7 @@ def _checked_inputs(params: Params, x, rel_tol, activation, fn: str):
     >= 0, finite ``params``) and the activation resolved; returns ``(x, activation)``."""
     x = check_x(x, fn)
     check_params(params, x.shape[1], fn)
+    check_scalar(rel_tol, "rel_tol", fn)
     check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
     check_params_finite(params, fn)
     return x, as_activation(activation, fn)
@@ -366,7 +372,9 @@ def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_beta(beta, "bottleneck_diagnostics")
     x = check_x(x, "bottleneck_diagnostics")
     check_params(params, x.shape[1], "bottleneck_diagnostics")
+    check_scalar(tol, "tol", "bottleneck_diagnostics")
     check_number(tol, "tol", fn="bottleneck_diagnostics", min_value=0.0, lo_open=True)
+    check_scalar(rel_tol, "rel_tol", "bottleneck_diagnostics")
     check_number(rel_tol, "rel_tol", fn="bottleneck_diagnostics", min_value=0.0)
     check_params_finite(params, "bottleneck_diagnostics")
     activation = as_activation(activation, "bottleneck_diagnostics")  # one static argument

@@ -143,6 +143,7 @@ def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: fl
     check_int(iters, "iters", fn=fn, min_value=1)
     check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
+    check_scalar(tol, "tol", fn)
     check_number(tol, "tol", fn=fn, min_value=0.0)
     check_number(prune, "prune", fn=fn, min_value=0.0)
     lam, ridge, tol, prune = float(lam), float(ridge), float(tol), float(prune)
@@ -235,8 +236,11 @@ def cp_rank_lower_bound(A: ArrayLike, *, rel_tol: float = 1e-6, zero_tol: float 
       Rank_cp(K^sigma - beta^2 11^T)`` for ReLU (Section 4.1).
     """
     fn = "cp_rank_lower_bound"
+    check_scalar(rel_tol, "rel_tol", fn)
     check_number(rel_tol, "rel_tol", fn=fn, min_value=0.0)
+    check_scalar(zero_tol, "zero_tol", fn)
     check_number(zero_tol, "zero_tol", fn=fn, min_value=0.0)
+    check_scalar(rank_rtol, "rank_rtol", fn)
     check_number(rank_rtol, "rank_rtol", fn=fn, min_value=0.0, allow_none=True)
     A = np.asarray(A)
     in_dtype = A.dtype

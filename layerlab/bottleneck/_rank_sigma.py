@@ -24,6 +24,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from layerlab._checks import check_finite, check_number
+from layerlab.bottleneck._layout import check_scalar
 from layerlab.bottleneck._representations import Activation, as_activation
 
 Array = jax.Array
@@ -120,6 +121,7 @@ def rank_sigma_bounds(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
     """
     fn = "rank_sigma_bounds"
     activation = as_activation(activation, fn)
+    check_scalar(tol, "tol", fn)
     check_number(tol, "tol", fn=fn, min_value=0.0)
     Zc = _as_neurons(Z, fn)
     n, N = Zc.shape
@@ -162,6 +164,7 @@ def caratheodory_reduce(Z: ArrayLike, *, activation: Activation = jax.nn.relu,
     """
     fn = "caratheodory_reduce"
     activation = as_activation(activation, fn)
+    check_scalar(tol, "tol", fn)
     check_number(tol, "tol", fn=fn, min_value=0.0)
     Zc = _as_neurons(Z, fn)
     if not _positively_homogeneous(Zc, _activate64(Zc, activation), activation):

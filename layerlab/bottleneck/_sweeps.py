@@ -31,7 +31,7 @@ from layerlab._checks import (
     check_same_length,
     promote_float,
 )
-from layerlab.bottleneck._layout import Params, check_beta, from_mlp_params
+from layerlab.bottleneck._layout import Params, check_beta, check_scalar, from_mlp_params
 from layerlab.bottleneck._representations import Activation, _phi, as_activation
 from layerlab.data._targets import as_targets
 
@@ -214,6 +214,7 @@ def plateau_start(widths: Sequence[int], losses: Sequence[float], *, rel_tol: fl
     check_same_length(("widths", widths), ("losses", losses), fn="plateau_start")
     if len(widths) == 0:
         raise ValueError("plateau_start: widths and losses are empty.")
+    check_scalar(rel_tol, "rel_tol", "plateau_start")
     check_number(rel_tol, "rel_tol", fn="plateau_start", min_value=0.0)
     losses = check_array(losses, "losses", fn="plateau_start", ndim=1, kind="real", xp="np")
     losses = np.asarray(losses, dtype=np.float64)

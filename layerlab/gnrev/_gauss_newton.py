@@ -735,11 +735,16 @@ def loss_value(logits: jax.Array, labels: jax.Array, *, loss: str = "ce") -> jax
     Returns:
       scalar.
     """
-    logits = check_array(logits, "logits", fn="loss_value", ndim=2, kind="float")
-    check_choice(loss, "loss", ("ce", "mse"), fn="loss_value")
-    y = _as_targets(labels, logits.shape[1], logits.dtype, fn="loss_value", loss=loss)
+    return _loss_value(logits, labels, loss=loss, fn="loss_value")
+
+
+def _loss_value(logits, labels, *, loss, fn):
+    """:func:`loss_value`, its errors naming ``fn`` (the public function the user called)."""
+    logits = check_array(logits, "logits", fn=fn, ndim=2, kind="float")
+    check_choice(loss, "loss", ("ce", "mse"), fn=fn)
+    y = _as_targets(labels, logits.shape[1], logits.dtype, fn=fn, loss=loss)
     if y.shape[0] != logits.shape[0]:
-        raise ValueError(f"loss_value: labels have {y.shape[0]} rows but logits "
+        raise ValueError(f"{fn}: labels have {y.shape[0]} rows but logits "
                          f"{logits.shape[0]}; pass one label per sample.")
     if loss == "mse":
         return 0.5 * jnp.mean(jnp.sum((logits - y) ** 2, axis=-1))

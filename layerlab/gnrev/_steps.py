@@ -29,6 +29,7 @@ from ._gauss_newton import (
     COMBINE,
     PinvConfig,
     _check_pinv,
+    _loss_value,
     gn_direction,
     gn_residual,
     loss_value,
@@ -57,7 +58,7 @@ def revmlp_loss(params: dict, frozen: RevMLPFrozen, readout: jax.Array,
     """
     x, labels = batch
     logits = revmlp_logits(params, frozen, readout, x)
-    val = loss_value(logits, labels, loss=loss)
+    val = _loss_value(logits, labels, loss=loss, fn="revmlp_loss")
     if _has_classes(labels, logits):
         return val, {"accuracy": probes.accuracy(logits, labels)}
     return val, {}
@@ -273,7 +274,7 @@ def _gn_update(frozen: RevMLPFrozen, readout, opts: tuple, state: TrainState, ba
                       "non-finite; restart from finite parameters.")
     y = revmlp_apply(params, frozen, x)
     logits = y @ readout
-    val = loss_value(logits, labels, loss=loss)
+    val = _loss_value(logits, labels, loss=loss, fn="gn_step")
     eps = output_target(logits, labels, loss=loss, target=target) @ readout.T
     check_finite(eps, "the output-space target ε Pᵀ", fn="gn_step",
                  hint="the forward pass produced non-finite outputs from finite parameters "

@@ -65,7 +65,10 @@ class Inspectable(NamedTuple):
         ``bias`` where there is one (``[d, heads, head_dim]`` with a ``[heads, head_dim]``
         bias as ``[d, heads head_dim]``), and a kernel whose bias has its leading axes
         (``[L, d_in, d_out]`` with an ``[L, d_out]`` bias: stacked layers) split into
-        ``<name>/0 ..``.  A list of kernels under one name is reported as ``<name>/i``.  The
+        ``<name>/0 ..``.  A list of kernels under one name is reported as ``<name>/i``.  (A
+        stacked ``[L, d_in, d_out]`` kernel *without* a bias cannot be told from a 1-D
+        convolution's ``[k, c_in, c_out]`` and is read as the latter, one ``[L d_in, d_out]``
+        matrix: pass ``weights=`` returning ``{name: list(kernel)}`` to split it.)  The
         linen and NNX adapters set it: the trainable parameters only, split by the modules'
         own output shapes.
       top_variances: ``top_variances(params) -> {layer name: LayerVariances}``, the fan-in

@@ -155,6 +155,10 @@ class InspectConfig:
                     "report); leave it None for all of features' layers.")
         if self.conv not in _CONV:
             raise ValueError(f"InspectConfig: conv must be one of {_CONV}, got {self.conv!r}.")
+        for name in ("ridge_rel", "eps_rel", "near_one_tol"):
+            if np.ndim(getattr(self, name)) != 0:
+                raise ValueError(f"InspectConfig: {name} must be a scalar, got shape "
+                                 f"{np.shape(getattr(self, name))}.")
         check_number(self.ridge_rel, "ridge_rel", fn="InspectConfig", min_value=0.0)
         check_number(self.eps_rel, "eps_rel", fn="InspectConfig", min_value=0.0, lo_open=True)
         check_number(self.near_one_tol, "near_one_tol", fn="InspectConfig", min_value=0.0,

@@ -146,3 +146,39 @@ def test_a_per_layer_beta_is_refused_naming_beta(key):
     want = [float(bn.weight_norm_sq(params, beta=float(b))) for b in betas]
     np.testing.assert_allclose(got, want, rtol=1e-6)
     assert want[0] != pytest.approx(want[1])
+
+
+def test_vector_tolerances_are_refused_naming_them(key):
+    """A tolerance is one number.  A vector ``tol``/``rel_tol`` used to broadcast against the
+    singular values (a per-value comparison, silently a different count) or to fail inside
+    ``float()`` with numpy's message; every bottleneck function taking one now names it."""
+    params = nets.mlp_init(key, [3, 5, 4, 2], init="he", b_std=0.3)
+    x = jax.random.normal(jax.random.key(1), (6, 3))
+    Z = bn.representations(params, x)[1]
+    K = np.asarray(Z @ Z.T)
+    y = np.asarray(jax.random.normal(jax.random.key(2), (6, 2)))
+    v = [0.1, 0.2]
+    calls = {
+        "layer_counts_near_one": ("tol", lambda t: bn.layer_counts_near_one(params, tol=t)),
+        "centred_weight_counts": ("tol", lambda t: bn.centred_weight_counts(params, x, tol=t)),
+        "representation_dims": ("rel_tol", lambda t: bn.representation_dims(params, x,
+                                                                            rel_tol=t)),
+        "jacobian_stats": ("rel_tol", lambda t: bn.jacobian_stats(params, x, rel_tol=t)),
+        "bottleneck_diagnostics": ("rel_tol", lambda t: bn.bottleneck_diagnostics(
+            params, x, rel_tol=t)),
+        "cp_rank_lower_bound": ("zero_tol", lambda t: bn.cp_rank_lower_bound(K, zero_tol=t)),
+        "frank_wolfe_shallow": ("tol", lambda t: bn.frank_wolfe_shallow(y, 0.1, iters=1,
+                                                                         tol=t)),
+        "rank_sigma_bounds": ("tol", lambda t: bn.rank_sigma_bounds(Z, tol=t)),
+        "caratheodory_reduce": ("tol", lambda t: bn.caratheodory_reduce(Z, tol=t)),
+        "plateau_start": ("rel_tol", lambda t: bn.plateau_start([1, 2, 3], [3.0, 1.0, 1.0],
+                                                                rel_tol=t)),
+    }
+    for fn, (name, call) in calls.items():
+        with pytest.raises(ValueError, match=rf"^{fn}: {name} must be a scalar, got shape "
+                                             r"\(2,\)"):
+            call(v)
+    # the scalar path is unchanged: layer_counts_near_one against a direct count
+    s = [np.linalg.svd(np.asarray(p["w"]), compute_uv=False) for p in params]
+    want = [np.sum(np.abs(si - 1.0) < 0.4) for si in s]
+    np.testing.assert_array_equal(bn.layer_counts_near_one(params, tol=0.4), want)

@@ -234,6 +234,10 @@ def test_config_checked_when_made():
             (dict(near_one_tol=0.0), ValueError, r"InspectConfig: near_one_tol must be > 0"),
             (dict(eps_rel=0.0), ValueError, r"InspectConfig: eps_rel must be > 0"),
             (dict(ridge_rel=-1.0), ValueError, r"InspectConfig: ridge_rel must be >= 0"),
+            (dict(near_one_tol=[0.1, 0.2]), ValueError,
+             r"InspectConfig: near_one_tol must be a scalar, got shape \(2,\)"),
+            (dict(eps_rel=np.ones(3)), ValueError,
+             r"InspectConfig: eps_rel must be a scalar, got shape \(3,\)"),
             (dict(num_classes=3.0), TypeError, r"InspectConfig: num_classes must be an int"),
             (dict(top=inspect.TopNetwork(depth=-1)), ValueError, r"top.depth must be >= 0"),
     ):

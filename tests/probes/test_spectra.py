@@ -66,6 +66,10 @@ def test_effective_rank_stable_rank_participation(x64):
     np.testing.assert_allclose(float(P.participation_ratio(jnp.array([3.0, 1.0]))), 16 / 10)
     assert int(P.count_near_one(jnp.array([1.05, 0.5, 0.97, 1.2]), tol=0.1)) == 2
     np.testing.assert_array_equal(P.count_near_one(jnp.array([[1.0, 0.0], [1.0, 1.01]])), [1, 2])
+    # a [k] tol was compared value by value (silently): refused, naming tol
+    with pytest.raises(ValueError, match=r"^count_near_one: tol must be a scalar, got "
+                                         r"shape \(2,\)"):
+        P.count_near_one(jnp.array([1.05, 1.3]), tol=jnp.array([0.1, 0.01]))
 
 
 def test_effective_rank_jit_and_vmap():
