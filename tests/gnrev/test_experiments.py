@@ -996,7 +996,11 @@ def test_experiment_entry_points_name_a_bad_key(tmp_path):
         ex.run_fig1(ex.FullBatchConfig(), key=3, data_dir=empty)
     with pytest.raises(TypeError, match="^run_minibatch: " + msg):
         ex.run_minibatch(ex.MinibatchConfig(), key=3, data_dir=empty, cache_dir=empty)
-    with pytest.raises(TypeError, match="^run_minibatch: " + msg):  # the views run it
-        ex.run_fig2(ex.MinibatchConfig(), key=3, data_dir=empty)
+    # the views that run run_minibatch name themselves (they said run_minibatch)
+    for view in ("run_fig2", "run_fig3", "run_fig4", "run_appG", "run_appH"):
+        with pytest.raises(TypeError, match=f"^{view}: " + msg):
+            getattr(ex, view)(ex.MinibatchConfig(), key=3, data_dir=empty)
+    with pytest.raises(TypeError, match="^run_variants: " + msg):
+        ex.run_variants(ex.MinibatchConfig(), "appJ", key=3, data_dir=empty)
     with pytest.raises(TypeError, match="^run_appM: " + msg):
         ex.run_appM(ex.RegressionConfig(), key=3, data_dir=empty)

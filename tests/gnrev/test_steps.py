@@ -213,6 +213,11 @@ def test_public_api_edges_regression_targets_and_checks():
     labels = jnp.arange(16) % 3
     with pytest.raises(ValueError, match="one row per input row"):
         gn.step(gn.init(params), (x, labels[:3]), key)
+    # label errors raised by the loss name the step the user called (they said loss_value)
+    with pytest.raises(ValueError, match=r"^gn_step: integer labels must have shape \(n,\)"):
+        gn.step(gn.init(params), (x, labels[:, None]), key)
+    with pytest.raises(ValueError, match=r"^revmlp_loss: integer labels must have shape"):
+        g.revmlp_loss(params, frozen, jnp.eye(8)[:, :3], (x, labels[:, None]))
 
 
 def test_gn_step_checks_its_settings_at_construction_and_warns_at_the_call(key):
