@@ -75,6 +75,25 @@ def test_max_pool_equals_window_loop_and_flax():
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=1e-6)
 
 
+def test_max_pool_propagates_nan_under_jit():
+    """A NaN in a window gives NaN for that window only, eagerly and under jit.  The reshape
+    and jnp.max form returned the window's largest finite value under jit on CPU (XLA's
+    max-reduction), here for every batch size tried (8, 40, 128 maps)."""
+    for n in (8, 40):
+        x = np.array(jax.random.normal(jax.random.key(n), (n, 8, 8, 3)))
+        x[3, 5, 6, 2] = np.nan                      # window (2, 3) of map 3, channel 2
+        want = np.array(L.max_pool_2x2(np.nan_to_num(x, nan=-np.inf)))
+        want[3, 2, 3, 2] = np.nan
+        for f in (L.max_pool_2x2, jax.jit(L.max_pool_2x2)):
+            np.testing.assert_array_equal(np.asarray(f(x)), want)
+    # ties split the gradient as jnp.maximum does: 2 or 4 equal values equally, 3 as 1/4,1/4,1/2
+    t = jnp.array([[1.0, 1.0], [1.0, 0.0]]).reshape(1, 2, 2, 1)
+    g = jax.grad(lambda z: jnp.sum(L.max_pool_2x2(z)))(t)
+    np.testing.assert_array_equal(np.asarray(g).ravel(), [0.25, 0.25, 0.5, 0.0])
+    g4 = jax.grad(lambda z: jnp.sum(L.max_pool_2x2(z)))(jnp.ones((1, 2, 2, 1)))
+    np.testing.assert_array_equal(np.asarray(g4).ravel(), [0.25] * 4)
+
+
 def test_head_conv_has_nn_conv_parameters_and_values():
     x = jax.random.normal(jax.random.key(3), (4, 10, 10, 3))
     net = L.make_network("c6,m,c5,m,de10", 10, L.DMNConfig.paper())
