@@ -177,19 +177,27 @@ def test_ntk_trace_is_the_per_sample_jacobian_norm(key, x64, activation):
     from layerlab.bottleneck._diagnostics import _network_fn_paper
 
     B, beta = 13, 0.5
-    stack = jax.vmap(lambda k: nets.mlp_init(k, [3, 6, 5, 2], init="he", b_std=0.2,
-                                             dtype=jnp.float64))(jax.random.split(key, 2))
-    params = jax.tree.map(lambda a: a[0], stack)
+
+    @jax.jit  # the setup and the dense reference as programs (eagerly, op by op: ~5 s)
+    def setup(keys, x):
+        stack = jax.vmap(lambda k: nets.mlp_init(k, [3, 6, 5, 2], init="he", b_std=0.2,
+                                                 dtype=jnp.float64))(keys)
+        params = jax.tree.map(lambda a: a[0], stack)
+        Ws = bn.from_mlp_params(params, beta)
+        dense = kernels.empirical_ntk(lambda W, v: _network_fn_paper(W, v, beta, activation),
+                                      Ws, x)
+        return stack, params, jax.tree.map(lambda a: a[1], stack), Ws, jnp.mean(jnp.diag(dense))
+
     x = jax.random.normal(jax.random.fold_in(key, 1), (B, 3), jnp.float64)
-    Ws = bn.from_mlp_params(params, beta)
-    dense = kernels.empirical_ntk(lambda W, v: _network_fn_paper(W, v, beta, activation), Ws, x)
-    ref_dense = float(jnp.mean(jnp.diag(dense)))
+    stack, params, params_1, Ws, ref_dense = setup(jax.random.split(key, 2), x)
+    ref_dense = float(ref_dense)
     brute = 0.0
-    # d f(x_i) / d W_l for W_l = [w_l^T, b_l / beta], one sample at a time (compiled once)
+    # d f(x_i) / d W_l for W_l = [w_l^T, b_l / beta], one sample at a time (compiled once),
+    # squared and summed in numpy
     jac = jax.jit(jax.jacrev(lambda W, xi: bn.network_fn(
         bn.to_mlp_params(W, beta), xi[None], beta=beta, activation=activation)[0]))
-    for i in range(B):
-        brute += sum(float(jnp.sum(j ** 2)) for j in jac(Ws, x[i]))
+    for xi in np.asarray(x):
+        brute += sum(float(np.sum(np.asarray(j) ** 2)) for j in jac(Ws, xi))
     brute /= B
     np.testing.assert_allclose(ref_dense, brute, rtol=1e-12)   # the two references agree
     got = bn.ntk_trace(params, x, beta=beta, activation=activation)
@@ -201,8 +209,8 @@ def test_ntk_trace_is_the_per_sample_jacobian_norm(key, x64, activation):
     vm = jax.jit(jax.vmap(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation)))(stack)
     np.testing.assert_allclose(float(vm[0]), brute, rtol=1e-10)
     np.testing.assert_allclose(
-        float(vm[1]), float(bn.ntk_trace(jax.tree.map(lambda a: a[1], stack), x, beta=beta,
-                                         activation=activation)), rtol=1e-12)
+        float(vm[1]), float(bn.ntk_trace(params_1, x, beta=beta, activation=activation)),
+        rtol=1e-12)
     d = bn.bottleneck_diagnostics(params, x, beta=beta, activation=activation)
     np.testing.assert_allclose(float(d["ntk_trace"]), brute, rtol=1e-10)
     jaxpr = jax.make_jaxpr(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation))(params)
