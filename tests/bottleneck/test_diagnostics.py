@@ -74,14 +74,11 @@ def test_centred_weight_counts_against_numpy(key, x64):
     keys = jax.random.split(key, 4)
     x = jax.random.normal(jax.random.fold_in(key, 1), (30, 5), jnp.float64)
     f = lambda p: bn.centred_weight_counts(p, x, tol=tol, dominant_above=dom_above)  # noqa: E731
-
-    @jax.jit  # the nets, jit(vmap) over them and the first one alone, in one program
-    def run(keys):
-        stack = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he", b_std=0.3,
-                                                 dtype=jnp.float64))(keys)
-        return stack, jax.vmap(f)(stack), f(jax.tree.map(lambda a: a[0], stack))
-
-    stack, runs, one = jax.device_get(run(keys))
+    # the nets drawn in one program and sliced on the host (eagerly, ~20 small programs)
+    stack = jax.device_get(jax.jit(jax.vmap(lambda k: nets.mlp_init(
+        k, sizes, init="he", b_std=0.3, dtype=jnp.float64)))(keys))
+    runs = jax.device_get(jax.jit(jax.vmap(f))(stack))
+    one = jax.device_get(jax.jit(f)(jax.tree.map(lambda a: a[0], stack)))
     for r in range(len(keys)):
         params = jax.tree.map(lambda a, r=r: a[r], stack)
         cnt, dom, gain, s = _np_centred_weight_counts(params, x, tol, dom_above)
