@@ -138,30 +138,40 @@ def test_mlp_init_scales_are_traceable(key):
     # arguments of the compiled draws): the eager calls' parameters, to the one rounding of
     # the per-layer std taken in float32 instead of Python floats
     sizes = [4, 8, 2]
+    inits = ("glorot", "he", "ntk", "normal", "torch")
     scales = np.array([0.25, 0.5, 1.0, 1 / np.sqrt(3), 2.0], np.float32)
-    for init in ("glorot", "he", "ntk", "normal", "torch"):
-        got = jax.vmap(lambda s, init=init: nets.mlp_init(key, sizes, init=init, w_std=s))(
-            jnp.asarray(scales))
-        jitted = jax.jit(lambda s, init=init: nets.mlp_init(key, sizes, init=init, w_std=s))
-        for i, s in enumerate(scales):
-            want = nets.mlp_init(key, sizes, init=init, w_std=float(s))
-            one = jitted(s)
-            for lw, lg, lj in zip(want, got, one):
+    b_scales = np.array([0.0, 0.1, 0.5], np.float32)
+
+    def draws(s):  # every init at one traced weight scale, and both scales traced at once
+        out = {init: nets.mlp_init(key, sizes, init=init, w_std=s) for init in inits}
+        out["both"] = nets.mlp_init(key, sizes, w_std=s, b_std=s)
+        return out
+
+    # vmap (under jit) and jit, each one program for every init (eagerly, each init's
+    # batched draws and the scale arithmetic compiled apart: ~40 programs)
+    got = jax.device_get(jax.jit(jax.vmap(draws))(scales))
+    jitted = jax.jit(draws)
+    for i, s in enumerate(scales):
+        one = jax.device_get(jitted(s))
+        for init in inits:
+            want = jax.device_get(nets.mlp_init(key, sizes, init=init, w_std=float(s)))
+            for lw, lg, lj in zip(want, got[init], one[init]):
                 # (torch: w = u 2a - a, the std's rounding is absolute there)
                 tol = dict(rtol=3e-7, atol=3e-7 * float(np.max(np.abs(lw["w"]))))
                 np.testing.assert_allclose(lg["w"][i], lw["w"], **tol)
                 np.testing.assert_allclose(lj["w"], lw["w"], **tol)
                 np.testing.assert_array_equal(lj["b"], lw["b"])
-    b_scales = jnp.asarray([0.0, 0.1, 0.5])
-    got = jax.vmap(lambda s: nets.mlp_init(key, sizes, b_std=s))(b_scales)
+    # (eager vmap: inside a jit the weights' draws may round differently in the last bit)
+    got_b = jax.device_get(jax.vmap(lambda s: nets.mlp_init(key, sizes, b_std=s))(b_scales))
     for i, s in enumerate(b_scales):
-        want = nets.mlp_init(key, sizes, b_std=float(s))
-        for lw, lg in zip(want, got):
+        want = jax.device_get(nets.mlp_init(key, sizes, b_std=float(s)))
+        for lw, lg in zip(want, got_b):
             np.testing.assert_array_equal(lg["w"][i], lw["w"])
             np.testing.assert_allclose(lg["b"][i], lw["b"], rtol=3e-7, atol=0)
     # a traced invalid scale cannot raise: NaN parameters, not a finite wrong init
-    bad = jax.jit(lambda s: nets.mlp_init(key, sizes, w_std=s, b_std=s))(-1.0)
-    assert all(bool(jnp.all(jnp.isnan(layer["w"]))) for layer in bad)
+    bad = jax.device_get(jitted(np.float32(-1.0)))
+    assert all(np.all(np.isnan(layer["w"])) for init in bad for layer in bad[init])
+    assert all(np.all(np.isnan(layer["b"])) for layer in bad["both"])
     with pytest.raises(ValueError, match="b_std must be 0"):
         jax.jit(lambda s: nets.mlp_init(key, sizes, init="torch", b_std=s))(0.0)
 

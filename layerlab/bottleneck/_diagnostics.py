@@ -324,7 +324,9 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
 
     Args:
       params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
-      beta, activation: as in :func:`representations`.
+      beta, activation: as in :func:`representations`.  Compiled once per shapes,
+        activation and ``chunk_size``: pass the activation by name or as the same function
+        object (a fresh ``lambda`` per call compiles anew), as for :func:`forces`.
       chunk_size: ``None`` (all samples in one ``vmap``) or the number of samples whose
         Jacobians are held at once (``jax.lax.map`` over chunks).
 
@@ -340,8 +342,16 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], fn)
     chunk_size = check_int(chunk_size, "chunk_size", fn=fn, min_value=1, allow_none=True)
     check_params_finite(params, fn)
-    return _ntk_trace_paper(from_mlp_params(params, beta), x, beta,
-                            as_activation(activation, fn), chunk_size)
+    return _ntk_trace_jit(params, x, beta, activation=as_activation(activation, fn),
+                          chunk_size=chunk_size)
+
+
+@functools.partial(jax.jit, static_argnames=("activation", "chunk_size"))
+def _ntk_trace_jit(params, x, beta, *, activation, chunk_size):
+    """:func:`ntk_trace` as one program per shapes, activation and chunk size (eagerly, its
+    per-sample Jacobians were compiled op by op: ~85 programs for a 3-layer net); under an
+    outer ``jit``/``vmap`` it is inlined as before."""
+    return _ntk_trace_paper(from_mlp_params(params, beta), x, beta, activation, chunk_size)
 
 
 def bottleneck_diagnostics(params: Params, x: Array, *, beta: ArrayLike = 1.0,

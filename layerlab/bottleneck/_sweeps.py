@@ -182,7 +182,13 @@ def polish_step(cost: Callable, *, beta: ArrayLike = 1.0,
     optimizer = optax.lbfgs()
 
     def init(params, hparams=None) -> loop.TrainState:
-        return loop.TrainState(params, optimizer.init(params), jnp.zeros((), jnp.int32), hparams)
+        # optax's zoom line search starts its info (num_linesearch_steps, decrease_error,
+        # curvature_error) as weakly typed scalars; as loop.fit's scan carry they made lax.scan
+        # trace the step twice (the second pass with the carry's types promoted to the step's
+        # outputs, the same dtypes): the line search's trace is most of a polish's compile
+        opt_state = jax.tree.map(lambda a: jax.lax.convert_element_type(a, a.dtype),
+                                 optimizer.init(params))
+        return loop.TrainState(params, opt_state, jnp.zeros((), jnp.int32), hparams)
 
     def step(state: loop.TrainState, batch, key):
         dtype = jnp.real(jax.tree.leaves(state.params)[0]).dtype

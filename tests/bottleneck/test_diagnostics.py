@@ -27,9 +27,14 @@ def test_diagnostics_on_constructed_rank_k_net(key, x64):
     # dF/dW_l contributes ||P||_F^2-type terms: Tr Theta(x, x) = sum_l (||P x||^2 + beta^2 ...)
     # check it against a brute-force Jacobian instead (with respect to the nets params w, b:
     # for beta = 1 the same kernel as paper A's W_l = [w_l^T, b_l])
-    J = jax.jacrev(lambda W: bn.network_fn(W, x[:1], activation=ident)[0])(Ws)
-    brute = sum(float(jnp.sum(j ** 2)) for j in jax.tree.leaves(J))
-    np.testing.assert_allclose(bn.ntk_trace(Ws, x[:1], activation=ident), brute, rtol=1e-9)
+    @jax.jit  # both in one program (eagerly, op by op: ~50 programs)
+    def ntk_and_jacobian(W, v):
+        J = jax.jacrev(lambda W: bn.network_fn(W, v, activation=ident)[0])(W)
+        return bn.ntk_trace(W, v, activation=ident), J
+
+    ntk, J = ntk_and_jacobian(Ws, x[:1])
+    brute = sum(float(np.sum(np.asarray(j) ** 2)) for j in jax.tree.leaves(J))
+    np.testing.assert_allclose(ntk, brute, rtol=1e-9)
 
 
 def test_jacobian_stats_against_finite_differences(key, x64):
@@ -67,12 +72,13 @@ def test_centred_weight_counts_against_numpy(key, x64):
     and a stack of nets under jit(vmap)."""
     sizes, tol, dom_above = [5, 8, 7, 8, 3], 0.3, 0.6
     keys = jax.random.split(key, 4)
-    stack = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he", b_std=0.3,
-                                             dtype=jnp.float64))(keys)
     x = jax.random.normal(jax.random.fold_in(key, 1), (30, 5), jnp.float64)
     f = lambda p: bn.centred_weight_counts(p, x, tol=tol, dominant_above=dom_above)  # noqa: E731
-    runs = jax.jit(jax.vmap(f))(stack)
-    one = jax.jit(f)(jax.tree.map(lambda a: a[0], stack))
+    # the nets drawn in one program and sliced on the host (eagerly, ~20 small programs)
+    stack = jax.device_get(jax.jit(jax.vmap(lambda k: nets.mlp_init(
+        k, sizes, init="he", b_std=0.3, dtype=jnp.float64)))(keys))
+    runs = jax.device_get(jax.jit(jax.vmap(f))(stack))
+    one = jax.device_get(jax.jit(f)(jax.tree.map(lambda a: a[0], stack)))
     for r in range(len(keys)):
         params = jax.tree.map(lambda a, r=r: a[r], stack)
         cnt, dom, gain, s = _np_centred_weight_counts(params, x, tol, dom_above)
@@ -119,16 +125,22 @@ def test_symmetry_task_depends_on_two_statistics(key, x64):
     ds, info = bn.symmetry_task(key, 64, d=6, steps=5, noise=0.0, return_info=True)
     assert ds.x.shape == (64, 6) and ds.y.shape == (64, 5)
     # noise-free: rotating w_0 about the e axis leaves the targets unchanged
-    w = jnp.asarray(ds.x[0], jnp.float64)
-    R = jnp.eye(6).at[1:3, 1:3].set(jnp.array([[0.0, -1.0], [1.0, 0.0]]))
-    M = jnp.outer(info["e"], info["e"])
+    w = np.asarray(ds.x[0], np.float64)
+    R = np.eye(6)
+    R[1:3, 1:3] = [[0.0, -1.0], [1.0, 0.0]]
+    M = np.outer(info["e"], info["e"])
     g = jax.grad(bn.symmetry_objective)
-    def traj(w):
+
+    @jax.jit  # the 5 steps in one program (eagerly, each step's ops compiled apart)
+    def objectives(w):
         out = []
         for _ in range(5):
             w = w - 0.02 * g(w, M)
-            out.append(np.log(float(bn.symmetry_objective(w, M))))
-        return np.array(out)
+            out.append(bn.symmetry_objective(w, M))
+        return jnp.stack(out)
+
+    def traj(w):
+        return np.log(np.asarray(objectives(w), np.float64))
     np.testing.assert_allclose(traj(w), ds.y[0], rtol=1e-5)
     np.testing.assert_allclose(traj(R @ w), traj(w), rtol=1e-10)
     with pytest.raises(ValueError, match=r"symmetry_task: n must be >= 1, got 0"):
@@ -177,19 +189,27 @@ def test_ntk_trace_is_the_per_sample_jacobian_norm(key, x64, activation):
     from layerlab.bottleneck._diagnostics import _network_fn_paper
 
     B, beta = 13, 0.5
-    stack = jax.vmap(lambda k: nets.mlp_init(k, [3, 6, 5, 2], init="he", b_std=0.2,
-                                             dtype=jnp.float64))(jax.random.split(key, 2))
-    params = jax.tree.map(lambda a: a[0], stack)
+
+    @jax.jit  # the setup and the dense reference as programs (eagerly, op by op: ~5 s)
+    def setup(keys, x):
+        stack = jax.vmap(lambda k: nets.mlp_init(k, [3, 6, 5, 2], init="he", b_std=0.2,
+                                                 dtype=jnp.float64))(keys)
+        params = jax.tree.map(lambda a: a[0], stack)
+        Ws = bn.from_mlp_params(params, beta)
+        dense = kernels.empirical_ntk(lambda W, v: _network_fn_paper(W, v, beta, activation),
+                                      Ws, x)
+        return stack, params, jax.tree.map(lambda a: a[1], stack), Ws, jnp.mean(jnp.diag(dense))
+
     x = jax.random.normal(jax.random.fold_in(key, 1), (B, 3), jnp.float64)
-    Ws = bn.from_mlp_params(params, beta)
-    dense = kernels.empirical_ntk(lambda W, v: _network_fn_paper(W, v, beta, activation), Ws, x)
-    ref_dense = float(jnp.mean(jnp.diag(dense)))
+    stack, params, params_1, Ws, ref_dense = setup(jax.random.split(key, 2), x)
+    ref_dense = float(ref_dense)
     brute = 0.0
-    # d f(x_i) / d W_l for W_l = [w_l^T, b_l / beta], one sample at a time (compiled once)
+    # d f(x_i) / d W_l for W_l = [w_l^T, b_l / beta], one sample at a time (compiled once),
+    # squared and summed in numpy
     jac = jax.jit(jax.jacrev(lambda W, xi: bn.network_fn(
         bn.to_mlp_params(W, beta), xi[None], beta=beta, activation=activation)[0]))
-    for i in range(B):
-        brute += sum(float(jnp.sum(j ** 2)) for j in jac(Ws, x[i]))
+    for xi in np.asarray(x):
+        brute += sum(float(np.sum(np.asarray(j) ** 2)) for j in jac(Ws, xi))
     brute /= B
     np.testing.assert_allclose(ref_dense, brute, rtol=1e-12)   # the two references agree
     got = bn.ntk_trace(params, x, beta=beta, activation=activation)
@@ -201,8 +221,8 @@ def test_ntk_trace_is_the_per_sample_jacobian_norm(key, x64, activation):
     vm = jax.jit(jax.vmap(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation)))(stack)
     np.testing.assert_allclose(float(vm[0]), brute, rtol=1e-10)
     np.testing.assert_allclose(
-        float(vm[1]), float(bn.ntk_trace(jax.tree.map(lambda a: a[1], stack), x, beta=beta,
-                                         activation=activation)), rtol=1e-12)
+        float(vm[1]), float(bn.ntk_trace(params_1, x, beta=beta, activation=activation)),
+        rtol=1e-12)
     d = bn.bottleneck_diagnostics(params, x, beta=beta, activation=activation)
     np.testing.assert_allclose(float(d["ntk_trace"]), brute, rtol=1e-10)
     jaxpr = jax.make_jaxpr(lambda p: bn.ntk_trace(p, x, beta=beta, activation=activation))(params)

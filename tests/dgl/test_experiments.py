@@ -82,27 +82,31 @@ def test_full_n_and_minibatch_dgl_estimators(x64):
     h, y, layer, wv, bv = _layer_problem()
     eps = 0.05
     f = lambda p, hh, yy: ex._layer_dgl(p, hh, yy, wv, bv, eps)  # noqa: E731
-    # compiled once each (op-by-op dispatch of these small float64 graphs cost ~15 s)
-    jf, jg = jax.jit(f), jax.jit(jax.grad(f))
-    full = float(jf(layer, h, y))
+    # value and gradient in one program (op-by-op dispatch of these small float64 graphs cost
+    # ~15 s; tracing the DGL once per program, not once for each)
+    jvg = jax.jit(jax.value_and_grad(f))
+    full, g_full = jvg(layer, h, y)
+    full = float(full)
     np.testing.assert_allclose(full, _brute_per_sample_dgl(layer, h, y, wv, bv, eps), rtol=1e-9)
-    g_full = jg(layer, h, y)
     n = h.shape[0]
     gaps, coss = [], []
-    on_subsets = jax.jit(jax.vmap(lambda s: (jf(layer, h[s], y[s]), jg(layer, h[s], y[s]))))
+    on_subsets = jax.jit(jax.vmap(lambda s: jvg(layer, h[s], y[s])))
     for B in (4, 6, 8):
-        subs = jnp.asarray(list(itertools.combinations(range(n), B)))
-        vals, grads = on_subsets(subs)
-        vals = np.asarray(vals)
-        g_mean = jax.tree_util.tree_map(lambda a: jnp.mean(a, axis=0), grads)
+        subs = np.asarray(list(itertools.combinations(range(n), B)))
+        n_subs = len(subs)
+        if B == 4:  # what the training loop's random batches average to (Monte Carlo),
+            # evaluated with the subsets in one program
+            idx = jax.jit(jax.vmap(lambda k: jax.random.permutation(k, n)[:B]))(
+                jax.random.split(jax.random.key(0), 3000))
+            subs = np.concatenate([subs, np.asarray(idx)])
+        vals, grads = jax.device_get(on_subsets(jnp.asarray(subs)))
+        vals, mc = vals[:n_subs], vals[n_subs:]
+        g_mean = jax.tree_util.tree_map(lambda a: np.mean(a[:n_subs], axis=0), grads)
         flat = lambda t: np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(t)])  # noqa: E731
         a, b = flat(g_mean), flat(g_full)
         coss.append(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
         gaps.append(vals.mean() - full)
-        if B == 4:  # what the training loop's random batches average to (Monte Carlo)
-            key = jax.random.key(0)
-            idx = jax.vmap(lambda k: jax.random.permutation(k, n)[:B])(jax.random.split(key, 3000))
-            mc = np.asarray(jax.jit(jax.vmap(lambda i: jf(layer, h[i], y[i])))(idx))
+        if B == 4:
             assert abs(mc.mean() - vals.mean()) < 4 * vals.std() / np.sqrt(len(mc))
     # B = N: the mini-batch estimator is the full-N DGL, value and gradient
     assert abs(gaps[-1]) < 1e-12 and coss[-1] > 1 - 1e-12

@@ -265,10 +265,16 @@ def test_min_rank_metric_is_exact_above_256_in_half_precision(dtype):
     lab = jnp.arange(n) % 4
     cfg = g.PinvConfig(solver="svd", rtol=1e-4, atol=0.0)
     gn = g.gn_step(f, P, pinv=cfg)
-    _, m = gn.step(gn.init(p), (x, lab), jax.random.key(0))
+
+    @jax.jit  # the step and its reference in one program (eagerly, op by op: ~65 programs)
+    def step_and_direction(p, x, lab):
+        _, m = gn.step(gn.init(p), (x, lab), jax.random.key(0))
+        eps = g.output_target(g.revmlp_apply(p, f, x) @ P, lab) @ P.T
+        _, info = g.gn_direction(p, f, x, eps.astype(dtype), pinv=cfg, return_info=True)
+        return m, info
+
+    m, info = step_and_direction(p, x, lab)
     assert m["min_rank"].dtype == jnp.float32
-    eps = g.output_target(g.revmlp_apply(p, f, x) @ P, lab) @ P.T
-    _, info = g.gn_direction(p, f, x, eps.astype(dtype), pinv=cfg, return_info=True)
     assert int(np.min(np.asarray(info.rank))) == n
     assert float(m["min_rank"]) == n
 
@@ -326,10 +332,16 @@ def test_gn_step_checks_the_step_key():
                                             r"\(jax.random.key\(seed\)\), got int 3\.$"):
             gn.step(gn.init(p), (x, lab), 3)
     raw = jax.random.PRNGKey(5)
-    a, _ = noisy.step(noisy.init(p), (x, lab), raw)
-    b, _ = noisy.step(noisy.init(p), (x, lab), jax.random.wrap_key_data(raw))
-    jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
     plain = g.gn_step(f, P)
-    c, _ = plain.step(plain.init(p), (x, lab), None)
-    d, _ = plain.step(plain.init(p), (x, lab), raw)
-    jax.tree.map(np.testing.assert_array_equal, c.params, d.params)
+
+    @jax.jit  # the four steps in one program (eagerly, each op compiled apart: ~80 programs)
+    def four_steps(p):
+        a, _ = noisy.step(noisy.init(p), (x, lab), raw)
+        b, _ = noisy.step(noisy.init(p), (x, lab), jax.random.wrap_key_data(raw))
+        c, _ = plain.step(plain.init(p), (x, lab), None)
+        d, _ = plain.step(plain.init(p), (x, lab), raw)
+        return a.params, b.params, c.params, d.params
+
+    a, b, c, d = four_steps(p)
+    jax.tree.map(np.testing.assert_array_equal, a, b)
+    jax.tree.map(np.testing.assert_array_equal, c, d)
