@@ -556,9 +556,12 @@ class AFig2Config:
 
     @classmethod
     def smoke(cls) -> AFig2Config:
+        # polish_steps=1: one L-BFGS step (with its zoom line search) per sweep, one chunk;
+        # the L-BFGS state starts weakly typed and is not after a chunk, so a longer polish
+        # compiled its program (the run's largest) twice per sweep
         return cls(mnist_n=40, mnist_test_n=40, mnist_widths=(2, 4), teacher_n=40,
                    teacher_test_n=40, teacher_widths=(2, 4), teacher_seeds=2, adam_steps=20,
-                   gd_steps=10, polish_steps=10)
+                   gd_steps=10, polish_steps=1)
 
 
 _A_FIG2_PARTS = ("mnist", "teacher")
