@@ -1245,7 +1245,11 @@ class BStructureConfig:
 
     @classmethod
     def smoke(cls) -> BStructureConfig:
-        return cls(ks=(1, 2), depths=(3, 4), n=32, dim=6, width=8, seeds=1, adam_steps=20,
+        # one k: a second one only repeats the depth loop (same code and shapes, every program
+        # traced and compiled again); k = lr_k = 2, so the learning-rate part reuses its data;
+        # dim = width: one weight shape; seeds = len(lr_gd_lrs) = 2: the learning-rate runs
+        # have the depth-3 runs' shapes (both share their eager programs)
+        return cls(ks=(2,), depths=(3, 4), n=32, dim=8, width=8, seeds=2, adam_steps=20,
                    gd_steps=5, lr_depth=3, lr_gd_steps=10, n_diag=8)
 
 
