@@ -1581,8 +1581,10 @@ class BMinimaConfig:
 
     @classmethod
     def smoke(cls) -> BMinimaConfig:
-        return cls(depths=(3, 4), seeds=2, n=32, dim=6, width=8, adam_steps=20, gd_steps=5,
-                   n_diag=8, n_test=16)
+        # dim = width and n_test = n: one weight shape, and the test inputs are drawn by the
+        # training draw's compiled programs
+        return cls(depths=(3, 4), seeds=2, n=32, dim=8, width=8, adam_steps=20, gd_steps=5,
+                   n_diag=8, n_test=32)
 
 
 def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
