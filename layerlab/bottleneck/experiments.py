@@ -1445,7 +1445,8 @@ class BSymmetryConfig:
 
     @classmethod
     def smoke(cls) -> BSymmetryConfig:
-        return cls(n=40, d=4, steps_T=3, depth=4, width=8, seeds=1, adam_steps=20, gd_steps=5,
+        # d = steps_T = width: every weight matrix has one shape (shared eager programs)
+        return cls(n=40, d=8, steps_T=8, depth=4, width=8, seeds=1, adam_steps=20, gd_steps=5,
                    n_diag=8)
 
 
