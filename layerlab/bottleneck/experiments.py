@@ -556,9 +556,12 @@ class AFig2Config:
 
     @classmethod
     def smoke(cls) -> AFig2Config:
+        # polish_steps=1: one L-BFGS step (with its zoom line search) per sweep, one chunk;
+        # the L-BFGS state starts weakly typed and is not after a chunk, so a longer polish
+        # compiled its program (the run's largest) twice per sweep
         return cls(mnist_n=40, mnist_test_n=40, mnist_widths=(2, 4), teacher_n=40,
                    teacher_test_n=40, teacher_widths=(2, 4), teacher_seeds=2, adam_steps=20,
-                   gd_steps=10, polish_steps=10)
+                   gd_steps=10, polish_steps=1)
 
 
 _A_FIG2_PARTS = ("mnist", "teacher")
@@ -1242,7 +1245,11 @@ class BStructureConfig:
 
     @classmethod
     def smoke(cls) -> BStructureConfig:
-        return cls(ks=(1, 2), depths=(3, 4), n=32, dim=6, width=8, seeds=1, adam_steps=20,
+        # one k: a second one only repeats the depth loop (same code and shapes, every program
+        # traced and compiled again); k = lr_k = 2, so the learning-rate part reuses its data;
+        # dim = width: one weight shape; seeds = len(lr_gd_lrs) = 2: the learning-rate runs
+        # have the depth-3 runs' shapes (both share their eager programs)
+        return cls(ks=(2,), depths=(3, 4), n=32, dim=8, width=8, seeds=2, adam_steps=20,
                    gd_steps=5, lr_depth=3, lr_gd_steps=10, n_diag=8)
 
 
@@ -1438,7 +1445,8 @@ class BSymmetryConfig:
 
     @classmethod
     def smoke(cls) -> BSymmetryConfig:
-        return cls(n=40, d=4, steps_T=3, depth=4, width=8, seeds=1, adam_steps=20, gd_steps=5,
+        # d = steps_T = width: every weight matrix has one shape (shared eager programs)
+        return cls(n=40, d=8, steps_T=8, depth=4, width=8, seeds=1, adam_steps=20, gd_steps=5,
                    n_diag=8)
 
 
@@ -1574,8 +1582,10 @@ class BMinimaConfig:
 
     @classmethod
     def smoke(cls) -> BMinimaConfig:
-        return cls(depths=(3, 4), seeds=2, n=32, dim=6, width=8, adam_steps=20, gd_steps=5,
-                   n_diag=8, n_test=16)
+        # dim = width and n_test = n: one weight shape, and the test inputs are drawn by the
+        # training draw's compiled programs
+        return cls(depths=(3, 4), seeds=2, n=32, dim=8, width=8, adam_steps=20, gd_steps=5,
+                   n_diag=8, n_test=32)
 
 
 def run_b_minima(config: BMinimaConfig, *, key: Array, progress: bool = True,
