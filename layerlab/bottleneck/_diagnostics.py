@@ -326,7 +326,9 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
       params: ``layerlab.nets`` params.  x: ``[B, n_0]`` (rows are samples).
       beta, activation: as in :func:`representations`.  Compiled once per shapes,
         activation and ``chunk_size``: pass the activation by name or as the same function
-        object (a fresh ``lambda`` per call compiles anew), as for :func:`forces`.
+        object (a fresh ``lambda`` per call compiles anew, and the compile cache keeps each
+        such function and what it captures alive), as for :func:`forces`; an unhashable
+        callable runs eagerly, op by op.
       chunk_size: ``None`` (all samples in one ``vmap``) or the number of samples whose
         Jacobians are held at once (``jax.lax.map`` over chunks).
 
@@ -342,8 +344,12 @@ def ntk_trace(params: Params, x: Array, *, beta: ArrayLike = 1.0,
     check_params(params, x.shape[1], fn)
     chunk_size = check_int(chunk_size, "chunk_size", fn=fn, min_value=1, allow_none=True)
     check_params_finite(params, fn)
-    return _ntk_trace_jit(params, x, beta, activation=as_activation(activation, fn),
-                          chunk_size=chunk_size)
+    act = as_activation(activation, fn)
+    try:
+        hash(act)
+    except TypeError:  # an unhashable callable cannot be a static argument: the eager route
+        return _ntk_trace_paper(from_mlp_params(params, beta), x, beta, act, chunk_size)
+    return _ntk_trace_jit(params, x, beta, activation=act, chunk_size=chunk_size)
 
 
 @functools.partial(jax.jit, static_argnames=("activation", "chunk_size"))

@@ -139,12 +139,14 @@ def frank_wolfe_shallow(y: ArrayLike, lam: float, *, iters: int = 100, ridge: fl
         raise ValueError(f"{fn}: y must be [N, n_out] (rows are samples); got "
                          f"shape {y.shape}.")
     Y = np.ascontiguousarray(y.T)  # paper A's columns from here on (C order: same BLAS calls)
+    check_scalar(lam, "lam", fn)
     check_number(lam, "lam", fn=fn, min_value=0.0, lo_open=True, what="a regulariser")
     check_int(iters, "iters", fn=fn, min_value=1)
     check_scalar(ridge, "ridge", fn)
     check_number(ridge, "ridge", fn=fn, min_value=0.0)
     check_scalar(tol, "tol", fn)
     check_number(tol, "tol", fn=fn, min_value=0.0)
+    check_scalar(prune, "prune", fn)
     check_number(prune, "prune", fn=fn, min_value=0.0)
     lam, ridge, tol, prune = float(lam), float(ridge), float(tol), float(prune)
     N = Y.shape[1]

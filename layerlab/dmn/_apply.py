@@ -62,7 +62,7 @@ def max_pool_2x2(x: jax.Array) -> jax.Array:
     NaN propagates: a NaN in a window gives NaN for that window, eagerly and under ``jit``
     (the elementwise maximum propagates NaN; XLA's CPU max-*reduction*, which the earlier
     reshape form and ``reduce_window`` use, can drop it and return the window's largest
-    finite value -- seen here for batches from 8 images up).
+    finite value -- seen here for batches of 8, 40 and 128 maps).
     """
     if x.ndim < 3:
         raise ValueError(f"max_pool_2x2: x must be [..., H, W, C]; got shape {x.shape}.")
@@ -269,7 +269,7 @@ def dmn_apply(
     Raises:
       ValueError: ``x`` holds NaN or inf (eager calls: the argument is named; under ``jit``
         the check cannot run and every sample with a non-finite pixel gets all-NaN features,
-        also where a max-pool would have dropped the NaN), ``params`` do not match
+        also where a NaN would not reach every output), ``params`` do not match
         ``layers`` (one entry per layer), a bad ``padding`` or layer list.
     """
     fn = "dmn_apply"
@@ -283,8 +283,8 @@ def dmn_apply(
             "For one image pass x[None] (under jax.vmap over images: vmap a function of "
             "x[None] and take [0]; the per-sample standardisation needs the batch axis).")
     # traced (the eager check above cannot run): a sample with a non-finite pixel is set to
-    # NaN at the end, with or without a pool (XLA's CPU max-pool can drop a NaN, a window's
-    # finite maximum; without one a NaN pixel only reaches the outputs it touches)
+    # NaN at the end (a NaN pixel only reaches the outputs it touches; max_pool_2x2 keeps it
+    # within its window)
     bad = _non_finite_rows(x)
     last = max((i for i, lay in enumerate(layers) if lay.kind != "pool"), default=-1)
     for i, (lay, p) in enumerate(zip(layers, params, strict=True)):

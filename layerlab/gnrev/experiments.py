@@ -1399,7 +1399,7 @@ def run_fig2(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """Fig. 2: training loss, test loss and test accuracy per epoch, GN vs Adam vs SGD."""
-    if result is None:  # named here, not as run_minibatch's
+    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
         check_key(key, fn="run_fig2")
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -1525,7 +1525,7 @@ def run_fig3(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """Fig. 3: % change of each mini-batch's loss across its own update."""
-    if result is None:  # named here, not as run_minibatch's
+    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
         check_key(key, fn="run_fig3")
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -1597,7 +1597,7 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """Fig. 4: NTK rate of change / similarity to init; CKA of first, middle, last block."""
-    if result is None:  # named here, not as run_minibatch's
+    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
         check_key(key, fn="run_fig4")
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -1699,7 +1699,7 @@ def run_appG(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """App. G (Fig. 9): cosine of every half-layer's weights with their initial values."""
-    if result is None:  # named here, not as run_minibatch's
+    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
         check_key(key, fn="run_appG")
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -1748,7 +1748,7 @@ def run_appH(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """App. H: CKA with init for every block (Fig. 10) and GN-vs-Adam/SGD CKA (Fig. 11)."""
-    if result is None:  # named here, not as run_minibatch's
+    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
         check_key(key, fn="run_appH")
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)
@@ -2237,7 +2237,7 @@ def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progres
     """Fig. 5 / Apps. E, F, I, J, K: training/test curves of GN variants next to Adam."""
     if artifact not in VARIANTS:
         raise ValueError(f"artifact must be one of {VARIANTS}, got {artifact!r}")
-    if result is None:  # named here, not as run_minibatch's
+    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
         check_key(key, fn="run_variants")
     res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
                                   cache_dir=cache_dir, data_dir=data_dir)

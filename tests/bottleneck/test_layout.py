@@ -178,6 +178,18 @@ def test_vector_tolerances_are_refused_naming_them(key):
         with pytest.raises(ValueError, match=rf"^{fn}: {name} must be a scalar, got shape "
                                              r"\(2,\)"):
             call(v)
+    for name, kw in (("lam", dict(lam=v)), ("prune", dict(lam=0.1, prune=v))):
+        with pytest.raises(ValueError, match=rf"^frank_wolfe_shallow: {name} must be a scalar"):
+            bn.frank_wolfe_shallow(y, iters=1, **kw)
+    # ntk_trace: an unhashable activation cannot be jit's static argument: the eager route
+    class Unhashable:
+        __hash__ = None
+
+        def __call__(self, z):
+            return jax.nn.relu(z)
+
+    np.testing.assert_allclose(bn.ntk_trace(params, x, activation=Unhashable()),
+                               bn.ntk_trace(params, x), rtol=1e-5)
     # the scalar path is unchanged: layer_counts_near_one against a direct count
     s = [np.linalg.svd(np.asarray(p["w"]), compute_uv=False) for p in params]
     want = [np.sum(np.abs(si - 1.0) < 0.4) for si in s]

@@ -78,7 +78,7 @@ def test_max_pool_equals_window_loop_and_flax():
 def test_max_pool_propagates_nan_under_jit():
     """A NaN in a window gives NaN for that window only, eagerly and under jit.  The reshape
     and jnp.max form returned the window's largest finite value under jit on CPU (XLA's
-    max-reduction), here for every batch size tried (8, 40, 128 maps)."""
+    max-reduction), for every batch size tried (8, 40, 128 maps)."""
     for n in (8, 40):
         x = np.array(jax.random.normal(jax.random.key(n), (n, 8, 8, 3)))
         x[3, 5, 6, 2] = np.nan                      # window (2, 3) of map 3, channel 2
