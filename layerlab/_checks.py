@@ -360,6 +360,15 @@ def check_int(
     return v
 
 
+def check_scalar(v, name: str, fn: str, what: str = "") -> None:
+    """``v`` is a scalar (static: its shape only; a traced scalar under ``vmap`` passes).
+    ``what`` says in the message why (e.g. one value shared by every layer)."""
+    if np.ndim(v) != 0:   # (np: a Python list too; a tracer has .ndim)
+        extra = f" ({what})" if what else ""
+        raise ValueError(f"{fn}: {name} must be a scalar{extra}, got shape "
+                         f"{tuple(np.shape(v))}; vmap over the values to evaluate several.")
+
+
 def check_number(
     v: Any,
     name: str,

@@ -33,7 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite, check_number, is_concrete, promote_float
+from layerlab._checks import (  # check_scalar: re-exported, the bottleneck modules import it here
+    check_array,
+    check_finite,
+    check_number,
+    check_scalar,
+    is_concrete,
+    promote_float,
+)
 
 Array = jax.Array
 Params = Sequence[dict]
@@ -195,15 +202,6 @@ def col_cost(cost: Callable[[Array], Array], fn: str = "cost") -> Callable[[Arra
         return c
 
     return C
-
-
-def check_scalar(v, name: str, fn: str, what: str = "") -> None:
-    """``v`` is a scalar (static: its shape only; a traced scalar under ``vmap`` passes).
-    ``what`` says in the message why (e.g. one value shared by every layer)."""
-    if np.ndim(v) != 0:   # (np: a Python list too; a tracer has .ndim)
-        extra = f" ({what})" if what else ""
-        raise ValueError(f"{fn}: {name} must be a scalar{extra}, got shape "
-                         f"{tuple(np.shape(v))}; vmap over the values to evaluate several.")
 
 
 def check_beta(beta, fn: str) -> None:

@@ -43,7 +43,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from layerlab import dgl, kernels, probes
-from layerlab._checks import check_choice, check_int, check_labels, check_number
+from layerlab._checks import check_choice, check_int, check_labels, check_number, check_scalar
 from layerlab._linalg import qr, svdvals
 from layerlab.inspect._models import FeaturesFn, Inspectable, _weight_entries, _weight_matrices
 from layerlab.probes._cka import _centre_columns
@@ -156,9 +156,7 @@ class InspectConfig:
         if self.conv not in _CONV:
             raise ValueError(f"InspectConfig: conv must be one of {_CONV}, got {self.conv!r}.")
         for name in ("ridge_rel", "eps_rel", "near_one_tol"):
-            if np.ndim(getattr(self, name)) != 0:
-                raise ValueError(f"InspectConfig: {name} must be a scalar, got shape "
-                                 f"{np.shape(getattr(self, name))}.")
+            check_scalar(getattr(self, name), name, "InspectConfig")
         check_number(self.ridge_rel, "ridge_rel", fn="InspectConfig", min_value=0.0)
         check_number(self.eps_rel, "eps_rel", fn="InspectConfig", min_value=0.0, lo_open=True)
         check_number(self.near_one_tol, "near_one_tol", fn="InspectConfig", min_value=0.0,

@@ -12,7 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from layerlab._checks import check_array, check_finite, check_number, is_concrete, promote_float
+from layerlab._checks import (
+    check_array,
+    check_finite,
+    check_number,
+    check_scalar,
+    is_concrete,
+    promote_float,
+)
 from layerlab._linalg import svdvals
 from layerlab._types import PyTree
 from layerlab.probes._scale import unit_scaled
@@ -226,7 +233,6 @@ def count_near_one(s: ArrayLike, tol: float = 0.1) -> jax.Array:
     if s.ndim == 0:
         raise ValueError("count_near_one: s must be singular values [k] (or [..., k]), got a "
                          "scalar (shape ()).")
-    if np.ndim(tol) != 0:  # a [k] tol would be compared value by value, silently
-        raise ValueError(f"count_near_one: tol must be a scalar, got shape {np.shape(tol)}.")
+    check_scalar(tol, "tol", "count_near_one")  # a [k] tol compared value by value
     check_number(tol, "tol", fn="count_near_one", min_value=0.0, lo_open=True)
     return jnp.sum(jnp.abs(s - 1.0) < tol, axis=-1)
