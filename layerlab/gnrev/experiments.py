@@ -1394,15 +1394,23 @@ def _cert_rows(cfg, res) -> list[Row]:
     return rows
 
 
+def _minibatch_result(fn: str, cfg: MinibatchConfig, result: dict[str, Any] | None, *,
+                      key: jax.Array, **kw: Any) -> dict[str, Any]:
+    """The views' run: ``result`` when given, else :func:`run_minibatch`'s, its key checked
+    first and named as the view ``fn`` the user called."""
+    if result:
+        return result
+    check_key(key, fn=fn)
+    return run_minibatch(cfg, key=key, **kw)
+
+
 def run_fig2(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              checkpoint_dir: str | os.PathLike | None = None,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """Fig. 2: training loss, test loss and test accuracy per epoch, GN vs Adam vs SGD."""
-    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
-        check_key(key, fn="run_fig2")
-    res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
-                                  cache_dir=cache_dir, data_dir=data_dir)
+    res = _minibatch_result("run_fig2", cfg, result, key=key, progress=progress,
+                            checkpoint_dir=checkpoint_dir, cache_dir=cache_dir, data_dir=data_dir)
     rows, claims, curves = [], [], {}
     for a in res["arms"]:
         tl, ta = _stack(res, a, "eval_test_loss"), _stack(res, a, "eval_test_accuracy")
@@ -1525,10 +1533,8 @@ def run_fig3(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """Fig. 3: % change of each mini-batch's loss across its own update."""
-    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
-        check_key(key, fn="run_fig3")
-    res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
-                                  cache_dir=cache_dir, data_dir=data_dir)
+    res = _minibatch_result("run_fig3", cfg, result, key=key, progress=progress,
+                            checkpoint_dir=checkpoint_dir, cache_dir=cache_dir, data_dir=data_dir)
     rows, curves = [], {}
     for a in res["arms"]:
         pe = _epoch_mean(res, a, "loss_change_pct")  # [S, E]
@@ -1597,10 +1603,8 @@ def run_fig4(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """Fig. 4: NTK rate of change / similarity to init; CKA of first, middle, last block."""
-    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
-        check_key(key, fn="run_fig4")
-    res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
-                                  cache_dir=cache_dir, data_dir=data_dir)
+    res = _minibatch_result("run_fig4", cfg, result, key=key, progress=progress,
+                            checkpoint_dir=checkpoint_dir, cache_dir=cache_dir, data_dir=data_dir)
     L = cfg.depth
     blocks = {"first": 0, "middle": (L - 1) // 2, "last": L - 1}
     # with fewer than 3 blocks "middle" (and with 1, "last") is the first block again: one
@@ -1699,10 +1703,8 @@ def run_appG(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """App. G (Fig. 9): cosine of every half-layer's weights with their initial values."""
-    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
-        check_key(key, fn="run_appG")
-    res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
-                                  cache_dir=cache_dir, data_dir=data_dir)
+    res = _minibatch_result("run_appG", cfg, result, key=key, progress=progress,
+                            checkpoint_dir=checkpoint_dir, cache_dir=cache_dir, data_dir=data_dir)
     rows, claims, curves, fin = [], [], {}, {}
     for a in res["arms"]:
         wc = _stack(res, a, "w_cos")  # [S, E+1, L, 2]
@@ -1748,10 +1750,8 @@ def run_appH(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
              cache_dir: str | os.PathLike | None = None, data_dir: str | os.PathLike | None = None,
              result: dict[str, Any] | None = None) -> Record:
     """App. H: CKA with init for every block (Fig. 10) and GN-vs-Adam/SGD CKA (Fig. 11)."""
-    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
-        check_key(key, fn="run_appH")
-    res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
-                                  cache_dir=cache_dir, data_dir=data_dir)
+    res = _minibatch_result("run_appH", cfg, result, key=key, progress=progress,
+                            checkpoint_dir=checkpoint_dir, cache_dir=cache_dir, data_dir=data_dir)
     L = cfg.depth
     rows, claims, curves = [], [], {"init": {}, "pair": {}}
     fin = {}
@@ -2237,10 +2237,8 @@ def run_variants(cfg: MinibatchConfig, artifact: str, *, key: jax.Array, progres
     """Fig. 5 / Apps. E, F, I, J, K: training/test curves of GN variants next to Adam."""
     if artifact not in VARIANTS:
         raise ValueError(f"artifact must be one of {VARIANTS}, got {artifact!r}")
-    if not result:  # named here, not as run_minibatch's (as `result or run_minibatch`)
-        check_key(key, fn="run_variants")
-    res = result or run_minibatch(cfg, key=key, progress=progress, checkpoint_dir=checkpoint_dir,
-                                  cache_dir=cache_dir, data_dir=data_dir)
+    res = _minibatch_result("run_variants", cfg, result, key=key, progress=progress,
+                            checkpoint_dir=checkpoint_dir, cache_dir=cache_dir, data_dir=data_dir)
     rows, claims, curves, fin = [], [], {}, {}
     for a in res["arms"]:
         tr = _stack(res, a, "eval_train_loss_full")
