@@ -296,8 +296,12 @@ _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 
 def parse_idx(buf: bytes, what: str = "idx data") -> np.ndarray:
     """Decode an idx byte string (header ``0 0 dtype ndim``, big-endian sizes, data)."""
     if len(buf) < 4 or buf[0] != 0 or buf[1] != 0 or buf[2] not in _IDX_DTYPES:
-        raise ValueError(f"{what} is not an idx file (bad magic number {buf[:4]!r}).")
+        raise ValueError(f"{what} is not an idx file (bad magic number {buf[:4]!r})")
     ndim = buf[3]
+    if len(buf) < 4 + 4 * ndim:
+        raise ValueError(
+            f"{what}: the header declares {ndim} dimensions ({4 + 4 * ndim} header bytes) but "
+            f"the file holds {len(buf)} bytes; it is truncated or not an idx file")
     shape = struct.unpack(f">{ndim}I", buf[4 : 4 + 4 * ndim])
     dtype = np.dtype(_IDX_DTYPES[buf[2]])
     count = int(np.prod(shape, dtype=np.int64))
@@ -305,7 +309,7 @@ def parse_idx(buf: bytes, what: str = "idx data") -> np.ndarray:
     if len(buf) - offset != count * dtype.itemsize:
         raise ValueError(
             f"{what}: header says shape {shape} ({count * dtype.itemsize} bytes of data) but the "
-            f"file holds {len(buf) - offset}; the file is truncated or corrupt."
+            f"file holds {len(buf) - offset}; the file is truncated or corrupt"
         )
     return (
         np.frombuffer(buf, dtype, count=count, offset=offset)
@@ -320,9 +324,9 @@ def _read_idx(path: str, mtime: int, size: int) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             return _readonly(parse_idx(f.read(), path))
-    except (EOFError, gzip.BadGzipFile, zlib_error, ValueError) as e:
+    except (EOFError, gzip.BadGzipFile, zlib_error, ValueError, struct.error) as e:
         raise corrupt_error(path, f"not a readable idx{' (gzip)' if opener is gzip.open else ''} "
-                                  f"file: {type(e).__name__}: {e}") from e
+                                  f"file: {type(e).__name__}: {str(e).rstrip('.')}") from e
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:

@@ -385,3 +385,19 @@ def test_format_errors_of_csvs_and_npz_are_corrupt_file_errors(tmp_path):
         "'y_train_coarse' (it has ['x_train', 'y_train', 'x_test', 'y_test']), needed for "
         "label_mode='coarse'.\nTo fix: delete it and re-fetch the dataset: python -m "
         f"layerlab.data download cifar100 --data-dir {tmp_path}.")
+
+
+def test_idx_with_a_short_header_is_a_corrupt_error_naming_the_file(tmp_path):
+    """A header declaring more dimensions than the file has bytes raised a bare struct.error."""
+    p = tmp_path / "short.idx"
+    p.write_bytes(b"\x00\x00\x08\x01\x00\x00")  # 1 dimension, 2 of its 4 size bytes
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.read_idx(p)
+    assert str(p) in str(e.value) and "declares 1 dimensions" in str(e.value)
+    d = tmp_path / "mnist"
+    _write_mnist(d, n_train=3, n_test=2)
+    lab = d / "train-labels-idx1-ubyte.gz"
+    lab.write_bytes(gzip.compress(b"\x00\x00\x08\xff"))  # 255 dimensions
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("mnist", data_dir=tmp_path, verify=False)
+    assert str(lab) in str(e.value) and "mnist --data-dir" in str(e.value)
