@@ -401,3 +401,118 @@ def test_idx_with_a_short_header_is_a_corrupt_error_naming_the_file(tmp_path):
     with pytest.raises(D.DatasetCorruptError) as e:
         D.load("mnist", data_dir=tmp_path, verify=False)
     assert str(lab) in str(e.value) and "mnist --data-dir" in str(e.value)
+
+
+def test_mnist_float_labels_are_refused_not_truncated(tmp_path):
+    """An idx label file of type 0x0D (float32) was truncated to integers (3.5 -> 3)."""
+    d = tmp_path / "mnist"
+    _write_mnist(d, n_train=4, n_test=2)
+    y = np.array([3.5, 1.0, 2.0, 0.0], ">f4")
+    lab = d / "train-labels-idx1-ubyte.gz"
+    lab.write_bytes(gzip.compress(bytes([0, 0, 0x0D, 1]) + struct.pack(">I", 4) + y.tobytes()))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("mnist", data_dir=tmp_path, verify=False)
+    assert str(lab) in str(e.value) and "integer labels" in str(e.value) and "float32" in str(
+        e.value)
+
+
+def _c100_files(n=3, **over):
+    d = {b"data": np.zeros((n, 3072), np.uint8), b"fine_labels": [1] * n,
+         b"coarse_labels": [0] * n}
+    d.update(over)
+    return {"train": pickle.dumps(d), "test": pickle.dumps(d)}
+
+
+@pytest.mark.parametrize("labels", [[3.7, 1.0, 2.0], [3.0, 1.0, 2.0], ["3", "1", "2"],
+                                    [True, False, True]])
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar_pickle_labels_must_be_integers(tmp_path, labels, tar):
+    """Float or string labels in a CIFAR pickle were cast to int64 (3.7 -> 3, "3" -> 3)."""
+    _write_files(tmp_path, "cifar-100-python", "cifar-100-python.tar.gz",
+                 _c100_files(fine_labels=labels), tar)
+    with pytest.raises(D.DatasetCorruptError, match="'fine_labels' should be integer labels"):
+        D.load("cifar100", data_dir=tmp_path, verify=False)
+    d10 = tmp_path / "c10"
+    files = {f"data_batch_{i}": pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                               b"labels": [1, 2, 3]}) for i in range(1, 6)}
+    files["test_batch"] = pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                        b"labels": labels})
+    _write_files(d10, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, tar)
+    assert len(D.load("cifar10", data_dir=d10, verify=False)) == 15
+    with pytest.raises(D.DatasetCorruptError, match="'labels' should be integer labels") as e:
+        D.load("cifar10", "test", data_dir=d10, verify=False)
+    where = d10 / "cifar-10-python.tar.gz" if tar else d10 / "cifar-10-batches-py" / "test_batch"
+    assert str(where) in str(e.value)
+
+
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar10_batches_with_mismatched_label_counts(tmp_path, tar):
+    """Batches of 3 images with 2 and 4 labels (5 x 3 in all) were concatenated and misaligned
+    silently; CIFAR-100's mismatch was a generic Dataset error naming no file."""
+    files = {}
+    for i, k in enumerate([2, 4, 3, 3, 3], 1):
+        files[f"data_batch_{i}"] = pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                                 b"labels": [i] * k})
+    _write_files(tmp_path, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, tar)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar10", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert "'data' holds 3 images but 'labels' holds 2 labels" in msg, msg
+    if tar:
+        assert str(tmp_path / "cifar-10-python.tar.gz") in msg
+        assert "member cifar-10-batches-py/data_batch_1" in msg
+    else:
+        assert str(tmp_path / "cifar-10-batches-py" / "data_batch_1") in msg
+    _write_files(tmp_path / "c100", "cifar-100-python", "cifar-100-python.tar.gz",
+                 _c100_files(fine_labels=[1, 2]), tar)
+    with pytest.raises(D.DatasetCorruptError, match="'fine_labels' holds 2 labels") as e:
+        D.load("cifar100", data_dir=tmp_path / "c100", verify=False)
+    assert "cifar100 --data-dir" in str(e.value)
+
+
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar_pickle_format_errors_name_the_file_read(tmp_path, tar):
+    """A pickle without fine_labels, or with data not [n, 3072], raised a plain ValueError
+    (no re-fetch hint) naming <dir>/cifar-100-python/train even when it was read from the
+    tarball."""
+    c = tmp_path / "a"
+    files = _c100_files()
+    files["train"] = pickle.dumps({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0] * 3})
+    _write_files(c, "cifar-100-python", "cifar-100-python.tar.gz", files, tar)
+    with pytest.raises(D.DatasetCorruptError, match="no 'fine_labels' entry") as e:
+        D.load("cifar100", data_dir=c, verify=False)
+    read = c / ("cifar-100-python.tar.gz" if tar else "cifar-100-python/train")
+    assert f"Dataset file {read} is damaged" in str(e.value)
+    assert ("member cifar-100-python/train" in str(e.value)) == tar
+    c = tmp_path / "b"
+    _write_files(c, "cifar-100-python", "cifar-100-python.tar.gz",
+                 _c100_files(data=np.zeros((3, 3, 32, 32), np.uint8)), tar)
+    with pytest.raises(D.DatasetCorruptError, match=r"should be uint8 of shape \[n, 3072\]") as e:
+        D.load("cifar100", "test", data_dir=c, verify=False)
+    read = c / ("cifar-100-python.tar.gz" if tar else "cifar-100-python/test")
+    assert f"Dataset file {read} is damaged" in str(e.value)
+    assert "python -m layerlab.data download cifar100" in str(e.value)
+
+
+def test_class_name_count_must_match_the_classes(tmp_path):
+    """An npz with 2 fine_label_names for 100 classes loaded, and classes=(0, 5) then failed
+    with a raw IndexError; the same for a meta pickle."""
+    (tmp_path / "cifar100").mkdir()
+    npz = tmp_path / "cifar100" / "cifar100.npz"
+    x = np.zeros((4, 32, 32, 3), np.uint8)
+    np.savez(npz, x_train=x, y_train=np.array([0, 5, 0, 5]), x_test=x[:2],
+             y_test=np.array([0, 5]), fine_label_names=np.array(["a", "b"]))
+    for kw in ({}, {"classes": (0, 5)}):
+        with pytest.raises(D.DatasetCorruptError) as e:
+            D.load("cifar100", data_dir=tmp_path, verify=False, **kw)
+        assert str(npz) in str(e.value)
+        assert "fine_label_names holds 2 class names, expected 100" in str(e.value)
+    files = _c100_files()
+    files["meta"] = pickle.dumps({b"fine_label_names": [b"a"] * 10,
+                                  b"coarse_label_names": [b"c"] * 20})
+    _write_files(tmp_path / "p", "cifar-100-python", "cifar-100-python.tar.gz", files, False)
+    with pytest.raises(D.DatasetCorruptError, match="holds 10 class names, expected 100") as e:
+        D.load("cifar100", data_dir=tmp_path / "p", verify=False)
+    assert str(tmp_path / "p" / "cifar-100-python" / "meta") in str(e.value)
+    coarse = D.load("cifar100", data_dir=tmp_path / "p", verify=False, label_mode="coarse")
+    assert coarse.class_names == ("c",) * 20
