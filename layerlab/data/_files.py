@@ -617,28 +617,41 @@ def decode_names(names) -> tuple[str, ...]:
 # -------------------------------------------------------------------------------- csv
 @functools.lru_cache(maxsize=8)
 def _read_csv(path: str, mtime: int, size: int, delimiter: str, member: str | None):
+    where = _member_prefix(member)
     try:
         if member is None:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:  # (-sig: drops a byte-order mark)
                 text = f.read()
         else:
             with zipfile.ZipFile(path) as z:
-                text = z.read(member).decode("utf-8")
+                text = z.read(member).decode("utf-8-sig")
     except (UnicodeDecodeError, zipfile.BadZipFile, KeyError, EOFError, zlib_error) as e:
         raise corrupt_error(path, f"not a readable {'zip archive' if member else 'text CSV'}: "
                                   f"{type(e).__name__}: {e}") from e
     header, _, body = text.partition("\n")
     names = tuple(c.strip().strip('"') for c in header.strip().split(delimiter))
-    try:
-        values = np.loadtxt(io.StringIO(body), delimiter=delimiter, dtype=np.float64, ndmin=2)
+    if not body.strip():
+        raise corrupt_error(path, where + ("it has a header line but no data rows"
+                                           if header.strip() else "it is empty"))
+    try:  # comments=None: a line starting with '#' is an error, not silently dropped
+        values = np.loadtxt(io.StringIO(body), delimiter=delimiter, dtype=np.float64, ndmin=2,
+                            comments=None)
     except ValueError as e:
-        raise corrupt_error(path, f"{member + ' is ' if member else ''}not a numeric CSV: {e}"
-                            ) from e
+        raise corrupt_error(path, f"{where}not a numeric CSV ({str(e).rstrip('.')}; numpy "
+                                  "counts rows from 0 after the header line)") from e
     if values.shape[1] != len(names):
         raise corrupt_error(
-            path, f"header has {len(names)} columns but rows have {values.shape[1]}; "
+            path, f"{where}header has {len(names)} columns but rows have {values.shape[1]}; "
             f"wrong delimiter ({delimiter!r} expected)?"
         )
+    finite = np.isfinite(values)
+    if not finite.all():
+        r, c = np.argwhere(~finite)[0]
+        lines = [i for i, line in enumerate(body.split("\n")) if line.rstrip("\r")]
+        raise corrupt_error(
+            path, f"{where}non-finite value {values[r, c]} in data row {r + 1} (line "
+            f"{lines[r] + 2} of the file), column {c + 1} ({names[c]!r}); "
+            f"{int(finite.size - finite.sum())} non-finite values in all")
     return names, _readonly(values)
 
 

@@ -516,3 +516,61 @@ def test_class_name_count_must_match_the_classes(tmp_path):
     assert str(tmp_path / "p" / "cifar-100-python" / "meta") in str(e.value)
     coarse = D.load("cifar100", data_dir=tmp_path / "p", verify=False, label_mode="coarse")
     assert coarse.class_names == ("c",) * 20
+
+
+def _sc_text(n=10, seed=2):
+    """A small superconductivity train.csv (82 columns ending critical_temp): text, values."""
+    text, vals = _superconduct_csv(np.random.default_rng(seed), n)
+    return text.split("\n"), vals
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_non_finite_csv_values_are_corrupt_errors_naming_row_and_column(tmp_path, bad):
+    """NaN/inf in a UCI CSV loaded silently (superconductivity has no checksum; winequality
+    with verify=False): the error names the file, the row and the column."""
+    lines, _ = _sc_text()
+    cells = lines[3].split(",")
+    cells[5] = bad
+    lines[3] = ",".join(cells)
+    (tmp_path / "superconductivity").mkdir()
+    sc = tmp_path / "superconductivity" / "train.csv"
+    sc.write_text("\n".join(lines))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("superconductivity", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert str(sc) in msg and "data row 3 (line 4 of the file), column 6 ('f5')" in msg, msg
+    assert "python -m layerlab.data download superconductivity" in msg
+    d = tmp_path / "wine_quality"
+    d.mkdir()
+    wq = d / "winequality-red.csv"
+    wq.write_text(";".join(f'"c{i}"' for i in range(11)) + ';"quality"\n'
+                  + "1;" * 11 + "5\n" + "2;" * 5 + bad + ";" + "2;" * 5 + "6\n")
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("winequality", variant="red", data_dir=tmp_path, verify=False)
+    assert str(wq) in str(e.value) and "data row 2 (line 3 of the file), column 6 ('c5')" in str(
+        e.value)
+
+
+def test_csv_comment_lines_header_only_and_byte_order_mark(tmp_path):
+    """A line starting with '#' was dropped silently (np.loadtxt's default comments); a
+    header-only file gave "wrong delimiter?" and a numpy warning; a UTF-8 BOM stayed in the
+    first column name."""
+    (tmp_path / "superconductivity").mkdir()
+    sc = tmp_path / "superconductivity" / "train.csv"
+    lines, vals = _sc_text()
+    lines[4] = "#" + lines[4]
+    sc.write_text("\n".join(lines))
+    with pytest.raises(D.DatasetCorruptError, match="not a numeric CSV") as e:
+        D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
+    assert str(sc) in str(e.value) and "'#" in str(e.value)
+    lines, vals = _sc_text()
+    sc.write_text(lines[0] + "\n")
+    D.clear_cache()
+    with pytest.raises(D.DatasetCorruptError) as e:  # (warnings are errors here)
+        D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
+    assert "it has a header line but no data rows" in str(e.value)
+    assert "delimiter" not in str(e.value)
+    sc.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
+    al = D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
+    assert al.feature_names[0] == "f0"
+    np.testing.assert_allclose(al.y, vals[:, 81], rtol=1e-6)
