@@ -100,7 +100,7 @@ def _wine(split, roots, data_dir):
     from sklearn.datasets import load_wine
 
     d = load_wine()
-    x, y = _holdout(split, d.data.astype(np.float32), d.target.astype(np.int32))
+    x, y = _holdout(split, d.data, d.target.astype(np.int32))  # (dtype: at the end, in load)
     return _Raw(x, y, 3, tuple(d.target_names), None, tuple(d.feature_names))
 
 
@@ -298,14 +298,9 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
         xs.append(x)
         ys.append(y)
         names = cols[:-1] + (("is_red",) if color_feature else ())
-    return _Raw(
-        np.concatenate(xs).astype(np.float32),
-        np.concatenate(ys).astype(np.float32),
-        0,
-        None,
-        None,
-        names,
-    )
+    # float64 as read: load's dtype is applied once, at the end (float32 here rounded
+    # dtype=float64 requests)
+    return _Raw(np.concatenate(xs), np.concatenate(ys), 0, None, None, names)
 
 
 def _superconductivity(split, roots, data_dir):
@@ -333,7 +328,7 @@ def _superconductivity(split, roots, data_dir):
             f"ending {cols[-1:]}" + (f" in member {member}" if member else ""),
             "superconductivity")
     x, y = _holdout(split, v[:, :-1], v[:, -1])
-    return _Raw(x.astype(np.float32), y.astype(np.float32), 0, None, None, cols[:-1])
+    return _Raw(x, y, 0, None, None, cols[:-1])
 
 
 # ------------------------------------------------------------------------------ tfds
@@ -465,11 +460,17 @@ def _load_raw_inner(name, split, data_dir, source, opts) -> tuple[Dataset, float
     return ds, raw.x_div
 
 
+def _own(a, dtype) -> np.ndarray:
+    """``a`` in ``dtype``, never a read-only view of the cached file arrays."""
+    out = np.asarray(a, dtype=dtype)
+    return out if out.flags.writeable else out.copy()
+
+
 def _finish(ds: Dataset, x_div, dtype) -> Dataset:
-    x = np.asarray(ds.x, dtype=dtype)
+    x = _own(ds.x, dtype)
     if x_div is not None:
         x /= np.asarray(x_div, dtype)
-    y = np.asarray(ds.y, np.int32 if ds.is_classification else dtype)
+    y = _own(ds.y, np.int32 if ds.is_classification else dtype)
     return ds.replace(x=x, y=y)
 
 

@@ -574,3 +574,37 @@ def test_csv_comment_lines_header_only_and_byte_order_mark(tmp_path):
     al = D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
     assert al.feature_names[0] == "f0"
     np.testing.assert_allclose(al.y, vals[:, 81], rtol=1e-6)
+
+
+def test_float64_loads_keep_the_file_s_precision(tmp_path):
+    """winequality / superconductivity (and the embedded wine) went through float32 before
+    load's dtype: dtype=np.float64 returned float32-rounded values."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "superconductivity").mkdir()
+    header = ",".join([f"f{i}" for i in range(81)] + ["critical_temp"])
+    v = rng.uniform(0, 100, (6, 82))
+    lines = [header] + [",".join(repr(float(a)) for a in row) for row in v]
+    (tmp_path / "superconductivity" / "train.csv").write_text("\n".join(lines) + "\n")
+    al = D.load("superconductivity", "all", data_dir=tmp_path, verify=False, dtype=np.float64)
+    assert al.x.dtype == np.float64 and al.y.dtype == np.float64
+    np.testing.assert_array_equal(al.x, v[:, :81])
+    np.testing.assert_array_equal(al.y, v[:, 81])
+    al.x[0, 0] = -1.0  # writeable, and not the cached file array
+    again = D.load("superconductivity", "all", data_dir=tmp_path, verify=False, dtype=np.float64)
+    assert again.x[0, 0] == v[0, 0]
+    d = tmp_path / "wine_quality"
+    d.mkdir()
+    w = rng.uniform(0, 10, (5, 12))
+    (d / "winequality-red.csv").write_text(
+        ";".join(f'"c{i}"' for i in range(11)) + ';"quality"\n'
+        + "\n".join(";".join(repr(float(a)) for a in row) for row in w))
+    red = D.load("winequality", "all", variant="red", data_dir=tmp_path, verify=False,
+                 dtype=np.float64)
+    np.testing.assert_array_equal(red.x, w[:, :11])
+    np.testing.assert_array_equal(red.y, w[:, 11])
+    f32 = D.load("winequality", "all", variant="red", data_dir=tmp_path, verify=False)
+    assert f32.x.dtype == np.float32
+    np.testing.assert_array_equal(f32.x, w[:, :11].astype(np.float32))
+    from sklearn.datasets import load_wine
+
+    np.testing.assert_array_equal(D.load("wine", "all", dtype=np.float64).x, load_wine().data)
