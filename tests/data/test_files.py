@@ -608,3 +608,26 @@ def test_float64_loads_keep_the_file_s_precision(tmp_path):
     from sklearn.datasets import load_wine
 
     np.testing.assert_array_equal(D.load("wine", "all", dtype=np.float64).x, load_wine().data)
+
+
+@pytest.mark.parametrize("as_zip", [False, True])
+def test_superconductivity_row_count_is_checked(tmp_path, monkeypatch, as_zip):
+    """UCI's train.csv has 21263 rows (what the download checks; no checksum is published):
+    load did not check it, so a short or cut file loaded silently.  verify=False skips it."""
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path / "cache"))
+    text, _ = _superconduct_csv(np.random.default_rng(2))
+    if as_zip:
+        path = tmp_path / "superconduct.zip"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("train.csv", text)
+    else:
+        (tmp_path / "superconductivity").mkdir()
+        path = tmp_path / "superconductivity" / "train.csv"
+        path.write_text(text)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("superconductivity", "test", data_dir=tmp_path)
+    msg = str(e.value)
+    assert f"Dataset file {path} is damaged" in msg
+    assert "it has 10 data rows, the official file has 21263" in msg
+    assert ("member train.csv" in msg) == as_zip
+    assert len(D.load("superconductivity", "all", data_dir=tmp_path, verify=False)) == 10
