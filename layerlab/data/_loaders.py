@@ -21,6 +21,7 @@ from layerlab.data import _synthetic
 from layerlab.data._dataset import Dataset, DatasetNotFoundError
 from layerlab.data._transforms import (
     balanced_subset,
+    check_classes,
     check_seed,
     random_subset,
     select_classes,
@@ -60,7 +61,11 @@ def holdout_mask(n: int) -> np.ndarray:
     Sample ``i`` (in file order) is a test sample iff ``i % 5 == 4``: a fixed 80/20 split
     that needs no random generator, and is stratified for files sorted by class (``wine``)
     or roughly interleaved (``digits``, the UCI CSVs).
+
+    Args:
+      n: number of samples, an integer ``>= 0``.
     """
+    n = check_int(n, "n", fn="holdout_mask", min_value=0)
     return np.arange(n) % 5 == 4
 
 
@@ -616,6 +621,8 @@ def load(
         # generated in float32 (JAX's default), returned in dtype (it was ignored)
         return _finish(_load_synthetic(key, split, n, seed, opts), None, dtype)
     seed = check_seed(seed, "load")
+    if classes is not None:
+        classes = check_classes(classes, "load")
     ds, x_div = _load_raw(key, split, data_dir, source, dict(opts), verify)
     if classes is not None:
         ds = select_classes(ds, classes)
