@@ -572,8 +572,9 @@ def load(
       dtype: float dtype of ``x`` (and of regression targets).
       verify: check every standard file (recognised by name) against its published
         checksum on first use (the verdict is cached by path, size and mtime; see
-        docs/data.md). ``False`` skips only the checksums (e.g. for small files written in
-        the official formats); format, shape and label-range checks always run.
+        docs/data.md; superconductivity, which has no published checksum: its row count).
+        ``False`` skips only those (e.g. for small files written in the official formats);
+        format, shape, integer-label, label-range and finite-value checks always run.
       **opts: dataset options: ``cifar100``: ``label_mode="fine"|"coarse"``;
         ``winequality``: ``variant="both"|"red"|"white"``, ``color_feature=False``;
         ``teacher``: ``widths, activation, noise, w_std, b_std`` (:func:`teacher`);
