@@ -9,6 +9,8 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
+from layerlab._checks import check_int
+
 __all__ = ["Dataset", "DatasetNotFoundError"]
 
 
@@ -104,6 +106,7 @@ class Dataset:
 
     def take(self, n: int) -> Dataset:
         """The first ``n`` samples (no shuffling; see :func:`balanced_subset` for a random one)."""
+        n = check_int(n, "n", fn="Dataset.take", min_value=0)
         if not 0 <= n <= len(self):
             raise ValueError(f"take({n}) on a dataset of {len(self)} samples.")
         return self.replace(x=self.x[:n], y=self.y[:n])

@@ -85,6 +85,108 @@ def first_existing(candidates: Iterable[pathlib.Path], looked: list[str]) -> pat
     return None
 
 
+# ----------------------------------------------------------------------------- lookup
+# Where ``load`` finds each dataset's files, and so what ``python -m layerlab.data verify``
+# checks: one finder per dataset, returning what it found (or ``None``) and appending
+# every place it tried to ``looked``.
+CIFAR10_BATCHES = {"train": tuple(f"data_batch_{i}" for i in range(1, 6)),
+                   "test": ("test_batch",)}
+
+
+def find_mnist(roots: Sequence[pathlib.Path], prefix: str,
+               looked: list[str]) -> tuple[pathlib.Path, pathlib.Path] | None:
+    """``(images, labels)`` idx files of ``prefix`` (``"train"`` or ``"t10k"``): in
+    ``<root>/mnist``, ``<root>/MNIST/raw`` (torchvision) or ``<root>``, gzipped or not."""
+    for root in roots:
+        for d in (root / "mnist", root / "MNIST" / "raw", root):
+            pair = []
+            for kind in ("images-idx3", "labels-idx1"):
+                cands = [
+                    d / f"{prefix}-{kind}-ubyte.gz",
+                    d / f"{prefix}-{kind}-ubyte",
+                    d / f"{prefix}-{kind.replace('-', '.')}-ubyte",
+                ]
+                pair.append(next((c for c in cands if c.is_file()), None))
+            looked.append(f"{d}/{prefix}-{{images-idx3,labels-idx1}}-ubyte[.gz]")
+            if all(pair):
+                return pair[0], pair[1]
+    return None
+
+
+def find_cifar(roots: Sequence[pathlib.Path], short: str, folder: str, tarball: str,
+               files: Sequence[str], looked: list[str]) -> tuple[str, pathlib.Path] | None:
+    """The first of ``<base>/<short>.npz`` (``("npz", file)``), the extracted pickles
+    ``<base>/<folder>/<files>`` (``("dir", folder)``) and the tarball (``("tar", file)``),
+    for ``<base>`` in ``<root>/<short>``, ``<root>``."""
+    for root in roots:
+        for base in (root / short, root):
+            npz, d, tar = base / f"{short}.npz", base / folder, base / tarball
+            looked += [str(npz), f"{d}/{{{','.join(files)}}}", str(tar)]
+            if npz.is_file():
+                return "npz", npz
+            if all((d / f).is_file() for f in files):
+                return "dir", d
+            if tar.is_file():
+                return "tar", tar
+    return None
+
+
+def find_winequality(roots: Sequence[pathlib.Path], color: str,
+                     looked: list[str]) -> pathlib.Path | None:
+    """``winequality-<color>.csv`` in ``<root>/wine_quality``, ``winequality``,
+    ``wine+quality`` or ``<root>``."""
+    fname = f"winequality-{color}.csv"
+    return first_existing((d / fname for root in roots for d in (
+        root / "wine_quality", root / "winequality", root / "wine+quality", root)), looked)
+
+
+def find_superconductivity(roots: Sequence[pathlib.Path], looked: list[str]
+                           ) -> tuple[pathlib.Path, str | None] | None:
+    """``(file, zip member or None)``: a loose ``train.csv`` in
+    ``<root>/superconductivity`` or ``<root>/superconduct``, else ``superconduct.zip`` there
+    or in ``<root>``."""
+    for root in roots:
+        subdirs = (root / "superconductivity", root / "superconduct")
+        cands = [(d / "train.csv", None) for d in subdirs]
+        cands += [(d / "superconduct.zip", "train.csv") for d in (*subdirs, root)]
+        for path, member in cands:
+            looked.append(str(path) + (f" (member {member})" if member else ""))
+            if path.is_file():
+                return path, member
+    return None
+
+
+def dataset_files(name: str, split: str, roots: Sequence[pathlib.Path], **opts
+                  ) -> tuple[list[pathlib.Path] | None, list[str]]:
+    """The files ``load(name, split, **opts)`` reads from ``roots`` (``None`` when they are
+    missing) and every place looked.  ``opts``: ``variant`` for winequality
+    (``"red"``/``"white"``/``"both"``)."""
+    looked: list[str] = []
+    if name == "mnist":
+        pair = find_mnist(roots, "train" if split == "train" else "t10k", looked)
+        return (None if pair is None else list(pair)), looked
+    if name in ("cifar10", "cifar100"):
+        if name == "cifar10":
+            folder, tarball, files = ("cifar-10-batches-py", "cifar-10-python.tar.gz",
+                                      CIFAR10_BATCHES[split])
+        else:
+            folder, tarball, files = "cifar-100-python", "cifar-100-python.tar.gz", (split,)
+        found = find_cifar(roots, name, folder, tarball, files, looked)
+        if found is None:
+            return None, looked
+        kind, path = found
+        return ([path / f for f in files] if kind == "dir" else [path]), looked
+    if name == "winequality":
+        colors = ("red", "white") if opts.get("variant", "both") == "both" else (
+            opts["variant"],)
+        paths = [find_winequality(roots, c, looked) for c in colors]
+        return (None if None in paths else paths), looked
+    if name == "superconductivity":
+        found = find_superconductivity(roots, looked)
+        return (None if found is None else [found[0]]), looked
+    raise ValueError(f"dataset_files: {name!r} is not read from files.")
+
+
 def not_found_error(
     name: str, looked: Sequence[str], expected: Sequence[str], how: str, data_dir=None
 ) -> DatasetNotFoundError:
@@ -296,8 +398,12 @@ _IDX_DTYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 
 def parse_idx(buf: bytes, what: str = "idx data") -> np.ndarray:
     """Decode an idx byte string (header ``0 0 dtype ndim``, big-endian sizes, data)."""
     if len(buf) < 4 or buf[0] != 0 or buf[1] != 0 or buf[2] not in _IDX_DTYPES:
-        raise ValueError(f"{what} is not an idx file (bad magic number {buf[:4]!r}).")
+        raise ValueError(f"{what} is not an idx file (bad magic number {buf[:4]!r})")
     ndim = buf[3]
+    if len(buf) < 4 + 4 * ndim:
+        raise ValueError(
+            f"{what}: the header declares {ndim} dimensions ({4 + 4 * ndim} header bytes) but "
+            f"the file holds {len(buf)} bytes; it is truncated or not an idx file")
     shape = struct.unpack(f">{ndim}I", buf[4 : 4 + 4 * ndim])
     dtype = np.dtype(_IDX_DTYPES[buf[2]])
     count = int(np.prod(shape, dtype=np.int64))
@@ -305,7 +411,7 @@ def parse_idx(buf: bytes, what: str = "idx data") -> np.ndarray:
     if len(buf) - offset != count * dtype.itemsize:
         raise ValueError(
             f"{what}: header says shape {shape} ({count * dtype.itemsize} bytes of data) but the "
-            f"file holds {len(buf) - offset}; the file is truncated or corrupt."
+            f"file holds {len(buf) - offset}; the file is truncated or corrupt"
         )
     return (
         np.frombuffer(buf, dtype, count=count, offset=offset)
@@ -320,9 +426,9 @@ def _read_idx(path: str, mtime: int, size: int) -> np.ndarray:
     try:
         with opener(path, "rb") as f:
             return _readonly(parse_idx(f.read(), path))
-    except (EOFError, gzip.BadGzipFile, zlib_error, ValueError) as e:
+    except (EOFError, gzip.BadGzipFile, zlib_error, ValueError, struct.error) as e:
         raise corrupt_error(path, f"not a readable idx{' (gzip)' if opener is gzip.open else ''} "
-                                  f"file: {type(e).__name__}: {e}") from e
+                                  f"file: {type(e).__name__}: {str(e).rstrip('.')}") from e
 
 
 def read_idx(path: str | os.PathLike) -> np.ndarray:
@@ -397,7 +503,7 @@ def _unpickle(data: bytes, what: str) -> dict:
     except Exception as e:  # noqa: BLE001 - re-raised with the file name
         raise ValueError(f"{what} is not a readable CIFAR python pickle: {e}") from e
     if not isinstance(d, dict):
-        raise ValueError(f"{what}: expected a pickled dict, got {type(d).__name__}.")
+        raise ValueError(f"{what}: expected a pickled dict, got {type(d).__name__}")
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in d.items()}
 
 
@@ -439,21 +545,69 @@ def read_cifar_pickle(path, member: str | None = None) -> dict:
     return _read_member(*_stamp(pathlib.Path(path)), member)
 
 
-def cifar_images(d: dict, what: str) -> np.ndarray:
-    """``b"data"`` rows ``[n, 3072]`` (channel-major CHW) -> ``[n, 32, 32, 3]`` uint8 HWC."""
-    data = np.asarray(d.get("data"))
+def _member_prefix(member: str | None) -> str:
+    return f"member {member}: " if member else ""
+
+
+def cifar_images(d: dict, path, dataset: str, member: str | None = None) -> np.ndarray:
+    """``b"data"`` rows ``[n, 3072]`` (channel-major CHW) -> ``[n, 32, 32, 3]`` uint8 HWC.
+
+    Raises :class:`DatasetCorruptError` naming ``path`` (and the tarball ``member``)."""
+    where = _member_prefix(member)
+    if "data" not in d:
+        raise corrupt_error(path, f"{where}no 'data' entry (keys: {sorted(d)})", dataset)
+    data = np.asarray(d["data"])
     if data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
-        raise ValueError(
-            f"{what}: 'data' should be uint8 of shape [n, 3072], "
-            f"got {data.dtype}{list(data.shape)}."
-        )
+        raise corrupt_error(path, f"{where}'data' should be uint8 of shape [n, 3072], got "
+                                  f"{data.dtype}{list(data.shape)}", dataset)
     return data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
 
 
-def cifar_labels(d: dict, key: str, what: str) -> np.ndarray:
+def cifar_labels(d: dict, key: str, num_classes: int, path, dataset: str,
+                 member: str | None = None) -> np.ndarray:
+    """The labels ``d[key]`` as an integer ``[n]`` array in ``[0, num_classes)``.
+
+    Labels must be stored as integers: floats (even integer-valued ones) and strings are
+    refused, never truncated.  Raises :class:`DatasetCorruptError` naming ``path`` (and the
+    tarball ``member``)."""
+    where = _member_prefix(member)
     if key not in d:
-        raise ValueError(f"{what}: no {key!r} entry (keys: {sorted(d)}).")
-    return np.asarray(d[key], dtype=np.int64)
+        raise corrupt_error(path, f"{where}no {key!r} entry (keys: {sorted(d)})", dataset)
+    try:
+        y = np.asarray(d[key])
+    except ValueError as e:  # a ragged list
+        raise corrupt_error(path, f"{where}{key!r} is not a flat list of labels ({e})",
+                            dataset) from e
+    if y.ndim == 1 and y.size == 0:
+        y = y.astype(np.int64)  # (an empty list reads as float64)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer):
+        raise corrupt_error(path, f"{where}{key!r} should be integer labels [n], got "
+                                  f"{y.dtype}{list(y.shape)} (first values "
+                                  f"{y.ravel()[:3].tolist()})", dataset)
+    check_labels(y, num_classes, path, dataset, what=f"{where}{key}")
+    return y
+
+
+def cifar_batch(d: dict, key: str, num_classes: int, path, dataset: str,
+                member: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(images [n, 32, 32, 3] uint8, labels [n])`` of one CIFAR pickle, checked: the format
+    (:func:`cifar_images`, :func:`cifar_labels`) and as many labels as images."""
+    x = cifar_images(d, path, dataset, member)
+    y = cifar_labels(d, key, num_classes, path, dataset, member)
+    if len(x) != len(y):
+        raise corrupt_error(path, f"{_member_prefix(member)}'data' holds {len(x)} images but "
+                                  f"{key!r} holds {len(y)} labels", dataset)
+    return x, y
+
+
+def check_names(names: tuple[str, ...] | None, num_classes: int, path, dataset: str,
+                what: str) -> tuple[str, ...] | None:
+    """``names`` unchanged when ``None`` or of length ``num_classes``, else
+    :class:`DatasetCorruptError` naming ``path``."""
+    if names is not None and len(names) != num_classes:
+        raise corrupt_error(path, f"{what} holds {len(names)} class names, expected "
+                                  f"{num_classes} (one per class)", dataset)
+    return names
 
 
 def decode_names(names) -> tuple[str, ...]:
@@ -463,28 +617,41 @@ def decode_names(names) -> tuple[str, ...]:
 # -------------------------------------------------------------------------------- csv
 @functools.lru_cache(maxsize=8)
 def _read_csv(path: str, mtime: int, size: int, delimiter: str, member: str | None):
+    where = _member_prefix(member)
     try:
         if member is None:
-            with open(path, encoding="utf-8") as f:
+            with open(path, encoding="utf-8-sig") as f:  # (-sig: drops a byte-order mark)
                 text = f.read()
         else:
             with zipfile.ZipFile(path) as z:
-                text = z.read(member).decode("utf-8")
+                text = z.read(member).decode("utf-8-sig")
     except (UnicodeDecodeError, zipfile.BadZipFile, KeyError, EOFError, zlib_error) as e:
         raise corrupt_error(path, f"not a readable {'zip archive' if member else 'text CSV'}: "
                                   f"{type(e).__name__}: {e}") from e
     header, _, body = text.partition("\n")
     names = tuple(c.strip().strip('"') for c in header.strip().split(delimiter))
-    try:
-        values = np.loadtxt(io.StringIO(body), delimiter=delimiter, dtype=np.float64, ndmin=2)
+    if not body.strip():
+        raise corrupt_error(path, where + ("it has a header line but no data rows"
+                                           if header.strip() else "it is empty"))
+    try:  # comments=None: a line starting with '#' is an error, not silently dropped
+        values = np.loadtxt(io.StringIO(body), delimiter=delimiter, dtype=np.float64, ndmin=2,
+                            comments=None)
     except ValueError as e:
-        raise corrupt_error(path, f"{member + ' is ' if member else ''}not a numeric CSV: {e}"
-                            ) from e
+        raise corrupt_error(path, f"{where}not a numeric CSV ({str(e).rstrip('.')}; numpy "
+                                  "counts rows from 0 after the header line)") from e
     if values.shape[1] != len(names):
         raise corrupt_error(
-            path, f"header has {len(names)} columns but rows have {values.shape[1]}; "
+            path, f"{where}header has {len(names)} columns but rows have {values.shape[1]}; "
             f"wrong delimiter ({delimiter!r} expected)?"
         )
+    finite = np.isfinite(values)
+    if not finite.all():
+        r, c = np.argwhere(~finite)[0]
+        lines = [i for i, line in enumerate(body.split("\n")) if line.rstrip("\r")]
+        raise corrupt_error(
+            path, f"{where}non-finite value {values[r, c]} in data row {r + 1} (line "
+            f"{lines[r] + 2} of the file), column {c + 1} ({names[c]!r}); "
+            f"{int(finite.size - finite.sum())} non-finite values in all")
     return names, _readonly(values)
 
 

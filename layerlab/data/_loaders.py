@@ -21,6 +21,7 @@ from layerlab.data import _synthetic
 from layerlab.data._dataset import Dataset, DatasetNotFoundError
 from layerlab.data._transforms import (
     balanced_subset,
+    check_classes,
     check_seed,
     random_subset,
     select_classes,
@@ -60,7 +61,11 @@ def holdout_mask(n: int) -> np.ndarray:
     Sample ``i`` (in file order) is a test sample iff ``i % 5 == 4``: a fixed 80/20 split
     that needs no random generator, and is stratified for files sorted by class (``wine``)
     or roughly interleaved (``digits``, the UCI CSVs).
+
+    Args:
+      n: number of samples, an integer ``>= 0``.
     """
+    n = check_int(n, "n", fn="holdout_mask", min_value=0)
     return np.arange(n) % 5 == 4
 
 
@@ -100,49 +105,39 @@ def _wine(split, roots, data_dir):
     from sklearn.datasets import load_wine
 
     d = load_wine()
-    x, y = _holdout(split, d.data.astype(np.float32), d.target.astype(np.int32))
+    x, y = _holdout(split, d.data, d.target.astype(np.int32))  # (dtype: at the end, in load)
     return _Raw(x, y, 3, tuple(d.target_names), None, tuple(d.feature_names))
 
 
 # ------------------------------------------------------------------------------ files
 def _mnist(split, roots, data_dir):
-    prefix = "train" if split == "train" else "t10k"
     looked: list[str] = []
-    for root in roots:
-        for d in (root / "mnist", root / "MNIST" / "raw", root):
-            pair = []
-            for kind in ("images-idx3", "labels-idx1"):
-                cands = [
-                    d / f"{prefix}-{kind}-ubyte.gz",
-                    d / f"{prefix}-{kind}-ubyte",
-                    d / f"{prefix}-{kind.replace('-', '.')}-ubyte",
-                ]
-                pair.append(next((c for c in cands if c.is_file()), None))
-            looked.append(f"{d}/{prefix}-{{images-idx3,labels-idx1}}-ubyte[.gz]")
-            if all(pair):
-                for p in pair:
-                    _verify(p, "mnist")
-                x, y = F.read_idx(pair[0]), F.read_idx(pair[1])
-                if x.ndim != 3 or x.shape[1:] != (28, 28) or x.dtype != np.uint8:
-                    raise F.corrupt_error(pair[0], f"expected uint8 images [n, 28, 28], got "
-                                                   f"{x.dtype}{list(x.shape)}", "mnist")
-                if y.ndim != 1 or len(x) != len(y):
-                    raise F.corrupt_error(pair[1], f"expected {len(x)} labels [n] to match "
-                                                   f"{pair[0].name}, got {list(y.shape)}", "mnist")
-                F.check_labels(y, 10, pair[1], "mnist")
-                return _Raw(x[..., None], y.astype(np.int32), 10, _DIGIT_NAMES, 255.0)
-    raise F.not_found_error(
-        "mnist",
-        looked,
-        [
-            "<dir>/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz,",
-            "            t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz",
-            "(or the same four files directly in <dir>, gzipped or not)",
-        ],
-        "the four original idx files from http://yann.lecun.com/exdb/mnist/ (mirror: "
-        "https://ossci-datasets.s3.amazonaws.com/mnist/).",
-        data_dir,
-    )
+    pair = F.find_mnist(roots, "train" if split == "train" else "t10k", looked)
+    if pair is None:
+        raise F.not_found_error(
+            "mnist",
+            looked,
+            [
+                "<dir>/mnist/train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz,",
+                "            t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz",
+                "(or the same four files directly in <dir>, gzipped or not)",
+            ],
+            "the four original idx files from http://yann.lecun.com/exdb/mnist/ (mirror: "
+            "https://ossci-datasets.s3.amazonaws.com/mnist/).",
+            data_dir,
+        )
+    for p in pair:
+        _verify(p, "mnist")
+    x, y = F.read_idx(pair[0]), F.read_idx(pair[1])
+    if x.ndim != 3 or x.shape[1:] != (28, 28) or x.dtype != np.uint8:
+        raise F.corrupt_error(pair[0], f"expected uint8 images [n, 28, 28], got "
+                                       f"{x.dtype}{list(x.shape)}", "mnist")
+    if y.ndim != 1 or len(x) != len(y) or not np.issubdtype(y.dtype, np.integer):
+        raise F.corrupt_error(pair[1], f"expected {len(x)} integer labels [n] (idx type 0x08, "
+                                       f"unsigned bytes) to match {pair[0].name}, got "
+                                       f"{y.dtype}{list(y.shape)}", "mnist")
+    F.check_labels(y, 10, pair[1], "mnist")
+    return _Raw(x[..., None], y.astype(np.int32), 10, _DIGIT_NAMES, 255.0)
 
 
 def _check_npz_labels(npz, y, n, num, key, dataset):
@@ -152,65 +147,86 @@ def _check_npz_labels(npz, y, n, num, key, dataset):
     F.check_labels(y, num, npz, dataset, what=key)
 
 
-def _cifar_dirs(roots, short, folder, tarball):
-    for root in roots:
-        for base in (root / short, root):
-            yield base / f"{short}.npz", base / folder, base / tarball
+def _npz_images(npz, split, dataset):
+    x = F.read_npz_key(npz, f"x_{split}")
+    if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
+        raise F.corrupt_error(npz, f"x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
+                                   f"{x.dtype}{list(x.shape)}", dataset)
+    return x
 
 
-def _read_batches(path_dir, tar, folder, files, what):
-    if path_dir is not None:
-        return [F.read_cifar_pickle(path_dir / f) for f in files]
-    return [F.read_cifar_pickle(tar, f"{folder}/{f}") for f in files]
+def _npz_names(npz, key, num, dataset):
+    if key not in F.npz_keys(npz):
+        return None
+    return F.check_names(F.decode_names(F.read_npz_key(npz, key)), num, npz, dataset, key)
+
+
+def _pickle_batches(kind, path, folder, files, label_key, num, dataset):
+    """Images and labels of the CIFAR pickles ``files`` (loose in the folder ``path``, or
+    members of the tarball ``path``), each batch checked on its own (errors name its file)."""
+    xs, ys = [], []
+    for f in files:
+        if kind == "dir":
+            _verify(path / f, dataset)
+            b = F.read_cifar_pickle(path / f)
+            x, y = F.cifar_batch(b, label_key, num, path / f, dataset)
+        else:
+            b = F.read_cifar_pickle(path, f"{folder}/{f}")
+            x, y = F.cifar_batch(b, label_key, num, path, dataset, f"{folder}/{f}")
+        xs.append(x)
+        ys.append(y)
+    return np.concatenate(xs), np.concatenate(ys).astype(np.int32)
+
+
+def _pickle_names(kind, path, folder, meta, key, num, dataset):
+    """Class names from the meta pickle, ``None`` when it is absent or unreadable; a list of
+    the wrong length is an error naming the file."""
+    try:
+        if kind == "dir":
+            where, member = path / meta, None
+            d = F.read_cifar_pickle(where)
+        else:
+            where, member = path, f"{folder}/{meta}"
+            d = F.read_cifar_pickle(path, member)
+        names = F.decode_names(d[key])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return F.check_names(names, num, where, dataset,
+                         (f"member {member}: " if member else "") + repr(key))
 
 
 def _cifar10(split, roots, data_dir):
     looked: list[str] = []
     folder = "cifar-10-batches-py"
-    files = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
-    for npz, d, tar in _cifar_dirs(roots, "cifar10", folder, "cifar-10-python.tar.gz"):
-        looked += [str(npz), f"{d}/{{{','.join(files)}}}", str(tar)]
-        if npz.is_file():
-            x = F.read_npz_key(npz, f"x_{split}")
-            y = F.read_npz_key(npz, f"y_{split}")
-            names = F.read_npz_key(npz, "label_names") if "label_names" in F.npz_keys(npz) else None
-            if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
-                raise F.corrupt_error(
-                    npz, f"x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
-                    f"{x.dtype}{list(x.shape)}", "cifar10"
-                )
-            _check_npz_labels(npz, y, len(x), 10, f"y_{split}", "cifar10")
-            y = y.astype(np.int32)
-            return _Raw(x, y, 10, None if names is None else F.decode_names(names), 255.0)
-        has_dir = all((d / f).is_file() for f in files)
-        if has_dir or tar.is_file():
-            for p in [d / f for f in files] if has_dir else [tar]:
-                _verify(p, "cifar10")
-            batches = _read_batches(d if has_dir else None, tar, folder, files, "cifar10")
-            x = np.concatenate([F.cifar_images(b, f"{d}") for b in batches])
-            y = np.concatenate([F.cifar_labels(b, "labels", f"{d}") for b in batches])
-            F.check_labels(y, 10, d if has_dir else tar, "cifar10")
-            y = y.astype(np.int32)
-            names = None
-            try:
-                meta = _read_batches(d if has_dir else None, tar, folder, ["batches.meta"], "")[0]
-                names = F.decode_names(meta["label_names"])
-            except (OSError, ValueError, KeyError):
-                pass
-            return _Raw(x, y, 10, names, 255.0)
-    raise F.not_found_error(
-        "cifar10",
-        looked,
-        [
-            "<dir>/cifar10/cifar10.npz  (x_train [50000,32,32,3] uint8 HWC, y_train, x_test, "
-            "y_test[, label_names]), or",
-            "<dir>/[cifar10/]cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} "
-            "(official python pickles), or",
-            "<dir>/[cifar10/]cifar-10-python.tar.gz (the official tarball, not extracted)",
-        ],
-        f"the python version from {_CIFAR10_URL} (https://www.cs.toronto.edu/~kriz/cifar.html).",
-        data_dir,
-    )
+    files = F.CIFAR10_BATCHES[split]
+    found = F.find_cifar(roots, "cifar10", folder, "cifar-10-python.tar.gz", files, looked)
+    if found is None:
+        raise F.not_found_error(
+            "cifar10",
+            looked,
+            [
+                "<dir>/cifar10/cifar10.npz  (x_train [50000,32,32,3] uint8 HWC, y_train, x_test, "
+                "y_test[, label_names]), or",
+                "<dir>/[cifar10/]cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} "
+                "(official python pickles), or",
+                "<dir>/[cifar10/]cifar-10-python.tar.gz (the official tarball, not extracted)",
+            ],
+            f"the python version from {_CIFAR10_URL} "
+            "(https://www.cs.toronto.edu/~kriz/cifar.html).",
+            data_dir,
+        )
+    kind, path = found
+    if kind == "npz":
+        x = _npz_images(path, split, "cifar10")
+        y = F.read_npz_key(path, f"y_{split}")
+        _check_npz_labels(path, y, len(x), 10, f"y_{split}", "cifar10")
+        names = _npz_names(path, "label_names", 10, "cifar10")
+        return _Raw(x, y.astype(np.int32), 10, names, 255.0)
+    if kind == "tar":
+        _verify(path, "cifar10")
+    x, y = _pickle_batches(kind, path, folder, files, "labels", 10, "cifar10")
+    names = _pickle_names(kind, path, folder, "batches.meta", "label_names", 10, "cifar10")
+    return _Raw(x, y, 10, names, 255.0)
 
 
 def _cifar100(split, roots, data_dir, label_mode="fine"):
@@ -219,53 +235,51 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
     looked: list[str] = []
     folder = "cifar-100-python"
     num = 100 if label_mode == "fine" else 20
-    for npz, d, tar in _cifar_dirs(roots, "cifar100", folder, "cifar-100-python.tar.gz"):
-        looked += [str(npz), f"{d}/{{{split},meta}}", str(tar)]
-        if npz.is_file():
-            keys = F.npz_keys(npz)
-            ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
-            if ykey not in keys:
-                raise F.corrupt_error(npz, f"it has no array {ykey!r} (it has {keys}), needed "
-                                           f"for label_mode={label_mode!r}", "cifar100")
-            x = F.read_npz_key(npz, f"x_{split}")
-            y = F.read_npz_key(npz, ykey)
-            if x.ndim != 4 or x.shape[1:] != (32, 32, 3) or x.dtype != np.uint8:
-                raise F.corrupt_error(
-                    npz, f"x_{split} should be uint8 [n, 32, 32, 3] (HWC), got "
-                    f"{x.dtype}{list(x.shape)}", "cifar100"
-                )
-            _check_npz_labels(npz, y, len(x), num, ykey, "cifar100")
-            y = y.astype(np.int32)
-            nkey = f"{label_mode}_label_names"
-            names = F.decode_names(F.read_npz_key(npz, nkey)) if nkey in keys else None
-            return _Raw(x, y, num, names, 255.0)
-        has_dir = (d / split).is_file()
-        if has_dir or tar.is_file():
-            _verify(d / split if has_dir else tar, "cifar100")
-            b = _read_batches(d if has_dir else None, tar, folder, [split], "cifar100")[0]
-            x = F.cifar_images(b, str(d / split))
-            y = F.cifar_labels(b, f"{label_mode}_labels", str(d / split))
-            F.check_labels(y, num, d / split if has_dir else tar, "cifar100")
-            y = y.astype(np.int32)
-            names = None
-            try:
-                meta = _read_batches(d if has_dir else None, tar, folder, ["meta"], "")[0]
-                names = F.decode_names(meta[f"{label_mode}_label_names"])
-            except (OSError, ValueError, KeyError):
-                pass
-            return _Raw(x, y, num, names, 255.0)
-    raise F.not_found_error(
-        "cifar100",
-        looked,
-        [
-            "<dir>/[cifar100/]cifar-100-python/{train, test, meta} (official python pickles), or",
-            "<dir>/[cifar100/]cifar-100-python.tar.gz (the official tarball), or",
-            "<dir>/cifar100/cifar100.npz (x_train, y_train, x_test, y_test with fine labels"
-            "[, y_train_coarse, y_test_coarse, fine_label_names, coarse_label_names])",
-        ],
-        f"the python version from {_CIFAR100_URL} (https://www.cs.toronto.edu/~kriz/cifar.html).",
-        data_dir,
-    )
+    found = F.find_cifar(roots, "cifar100", folder, "cifar-100-python.tar.gz", (split,), looked)
+    if found is None:
+        raise F.not_found_error(
+            "cifar100",
+            looked,
+            [
+                "<dir>/[cifar100/]cifar-100-python/{train, test, meta} (official python "
+                "pickles), or",
+                "<dir>/[cifar100/]cifar-100-python.tar.gz (the official tarball), or",
+                "<dir>/cifar100/cifar100.npz (x_train, y_train, x_test, y_test with fine labels"
+                "[, y_train_coarse, y_test_coarse, fine_label_names, coarse_label_names])",
+            ],
+            f"the python version from {_CIFAR100_URL} "
+            "(https://www.cs.toronto.edu/~kriz/cifar.html).",
+            data_dir,
+        )
+    kind, path = found
+    nkey = f"{label_mode}_label_names"
+    if kind == "npz":
+        keys = F.npz_keys(path)
+        ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
+        if ykey not in keys:
+            raise F.corrupt_error(path, f"it has no array {ykey!r} (it has {keys}), needed "
+                                        f"for label_mode={label_mode!r}", "cifar100")
+        x = _npz_images(path, split, "cifar100")
+        y = F.read_npz_key(path, ykey)
+        _check_npz_labels(path, y, len(x), num, ykey, "cifar100")
+        names = _npz_names(path, nkey, num, "cifar100")
+        return _Raw(x, y.astype(np.int32), num, names, 255.0)
+    if kind == "tar":
+        _verify(path, "cifar100")
+    x, y = _pickle_batches(kind, path, folder, (split,), f"{label_mode}_labels", num,
+                           "cifar100")
+    names = _pickle_names(kind, path, folder, "meta", nkey, num, "cifar100")
+    return _Raw(x, y, num, names, 255.0)
+
+
+def _check_rows(path, member, n, expected, dataset):
+    """The row count of a whole file (before the holdout split), as the download checks it:
+    the stand-in for a checksum where none is published (so ``verify=False`` skips it)."""
+    if n != expected:
+        raise F.corrupt_error(path, (f"member {member}: " if member else "") +
+                              f"it has {n} data rows, the official file has {expected} (no "
+                              "checksum is published, the row count is checked instead; "
+                              "verify=False skips it)", dataset)
 
 
 def _winequality(split, roots, data_dir, variant="both", color_feature=False):
@@ -274,13 +288,7 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
         raise ValueError(f"winequality: variant must be 'red', 'white' or 'both', got {variant!r}.")
     xs, ys, looked, names = [], [], [], None
     for color in variants[variant]:
-        fname = f"winequality-{color}.csv"
-        cands = [
-            d / fname
-            for root in roots
-            for d in (root / "wine_quality", root / "winequality", root / "wine+quality", root)
-        ]
-        path = F.first_existing(cands, looked)
+        path = F.find_winequality(roots, color, looked)
         if path is None:
             raise F.not_found_error(
                 "winequality",
@@ -305,46 +313,41 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
         xs.append(x)
         ys.append(y)
         names = cols[:-1] + (("is_red",) if color_feature else ())
-    return _Raw(
-        np.concatenate(xs).astype(np.float32),
-        np.concatenate(ys).astype(np.float32),
-        0,
-        None,
-        None,
-        names,
-    )
+    # float64 as read: load's dtype is applied once, at the end (float32 here rounded
+    # dtype=float64 requests)
+    return _Raw(np.concatenate(xs), np.concatenate(ys), 0, None, None, names)
 
 
 def _superconductivity(split, roots, data_dir):
     looked: list[str] = []
-    for root in roots:
-        subdirs = (root / "superconductivity", root / "superconduct")
-        cands = [(d / "train.csv", None) for d in subdirs]
-        cands += [(d / "superconduct.zip", "train.csv") for d in (*subdirs, root)]
-        for path, member in cands:
-            looked.append(str(path) + (f" (member {member})" if member else ""))
-            if not path.is_file():
-                continue
-            _verify(path, "superconductivity")
-            cols, v = F.read_csv(path, ",", member)
-            if v.shape[1] != 82 or cols[-1] != "critical_temp":
-                raise F.corrupt_error(
-                    path, f"expected 81 features and a final 'critical_temp' column "
-                    f"(UCI superconductivity train.csv), got {len(cols)} columns "
-                    f"ending {cols[-1:]}" + (f" in member {member}" if member else ""),
-                    "superconductivity")
-            x, y = _holdout(split, v[:, :-1], v[:, -1])
-            return _Raw(x.astype(np.float32), y.astype(np.float32), 0, None, None, cols[:-1])
-    raise F.not_found_error(
-        "superconductivity",
-        looked,
-        [
-            "<dir>/superconductivity/train.csv (UCI, 21263 rows: 81 features + critical_temp), or",
-            "<dir>/[superconductivity/]superconduct.zip (the UCI download, not extracted)",
-        ],
-        "https://archive.ics.uci.edu/dataset/464/superconductivty+data (UCI's spelling).",
-        data_dir,
-    )
+    found = F.find_superconductivity(roots, looked)
+    if found is None:
+        raise F.not_found_error(
+            "superconductivity",
+            looked,
+            [
+                "<dir>/superconductivity/train.csv (UCI, 21263 rows: 81 features + "
+                "critical_temp), or",
+                "<dir>/[superconductivity/]superconduct.zip (the UCI download, not extracted)",
+            ],
+            "https://archive.ics.uci.edu/dataset/464/superconductivty+data (UCI's spelling).",
+            data_dir,
+        )
+    path, member = found
+    _verify(path, "superconductivity")
+    cols, v = F.read_csv(path, ",", member)
+    if v.shape[1] != 82 or cols[-1] != "critical_temp":
+        raise F.corrupt_error(
+            path, f"expected 81 features and a final 'critical_temp' column "
+            f"(UCI superconductivity train.csv), got {len(cols)} columns "
+            f"ending {cols[-1:]}" + (f" in member {member}" if member else ""),
+            "superconductivity")
+    if _VERIFY.get():  # no checksum is published: the row count stands in for it
+        from layerlab.data import _download
+
+        _check_rows(path, member, len(v), _download.SUPERCONDUCT_ROWS, "superconductivity")
+    x, y = _holdout(split, v[:, :-1], v[:, -1])
+    return _Raw(x, y, 0, None, None, cols[:-1])
 
 
 # ------------------------------------------------------------------------------ tfds
@@ -476,11 +479,17 @@ def _load_raw_inner(name, split, data_dir, source, opts) -> tuple[Dataset, float
     return ds, raw.x_div
 
 
+def _own(a, dtype) -> np.ndarray:
+    """``a`` in ``dtype``, never a read-only view of the cached file arrays."""
+    out = np.asarray(a, dtype=dtype)
+    return out if out.flags.writeable else out.copy()
+
+
 def _finish(ds: Dataset, x_div, dtype) -> Dataset:
-    x = np.asarray(ds.x, dtype=dtype)
+    x = _own(ds.x, dtype)
     if x_div is not None:
         x /= np.asarray(x_div, dtype)
-    y = np.asarray(ds.y, np.int32 if ds.is_classification else dtype)
+    y = _own(ds.y, np.int32 if ds.is_classification else dtype)
     return ds.replace(x=x, y=y)
 
 
@@ -563,8 +572,9 @@ def load(
       dtype: float dtype of ``x`` (and of regression targets).
       verify: check every standard file (recognised by name) against its published
         checksum on first use (the verdict is cached by path, size and mtime; see
-        docs/data.md). ``False`` skips only the checksums (e.g. for small files written in
-        the official formats); format, shape and label-range checks always run.
+        docs/data.md; superconductivity, which has no published checksum: its row count).
+        ``False`` skips only those (e.g. for small files written in the official formats);
+        format, shape, integer-label, label-range and finite-value checks always run.
       **opts: dataset options: ``cifar100``: ``label_mode="fine"|"coarse"``;
         ``winequality``: ``variant="both"|"red"|"white"``, ``color_feature=False``;
         ``teacher``: ``widths, activation, noise, w_std, b_std`` (:func:`teacher`);
@@ -612,6 +622,8 @@ def load(
         # generated in float32 (JAX's default), returned in dtype (it was ignored)
         return _finish(_load_synthetic(key, split, n, seed, opts), None, dtype)
     seed = check_seed(seed, "load")
+    if classes is not None:
+        classes = check_classes(classes, "load")
     ds, x_div = _load_raw(key, split, data_dir, source, dict(opts), verify)
     if classes is not None:
         ds = select_classes(ds, classes)

@@ -7,7 +7,7 @@ Dataset transforms (subsets and splits) work on the host on :class:`Dataset` obj
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
@@ -227,10 +227,8 @@ def per_class_counts(n: int, num_classes: int) -> np.ndarray:
     Returns:
       ``[C]`` int counts summing to ``n``.
     """
-    if n < 0 or num_classes < 1:
-        raise ValueError(
-            f"per_class_counts: need n >= 0 and num_classes >= 1, got {n}, {num_classes}."
-        )
+    n = check_int(n, "n", fn="per_class_counts", min_value=0)
+    num_classes = check_int(num_classes, "num_classes", fn="per_class_counts", min_value=1)
     counts = np.full(num_classes, n // num_classes, dtype=np.int64)
     counts[: n % num_classes] += 1
     return counts
@@ -238,10 +236,20 @@ def per_class_counts(n: int, num_classes: int) -> np.ndarray:
 
 def check_seed(seed, fn: str):
     """The seed of a random subset or split, checked: an integer ``>= 0`` (numpy's
-    ``default_rng``), a jax key (typed, or a raw ``uint32[2]``) or a numpy array of
-    non-negative integers (``default_rng`` entropy); returned as given (an integer as ``int``)."""
-    if isinstance(seed, (jax.Array, np.ndarray)) and np.ndim(seed) > 0 or (
-            isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key)):
+    ``default_rng``), a jax key (typed, or a raw ``uint32[2]``) or an array of non-negative
+    integers (``default_rng`` entropy); returned as given (an integer as ``int``).  A float
+    array is refused (its values would be truncated to integers)."""
+    if isinstance(seed, jax.Array) and jnp.issubdtype(seed.dtype, jax.dtypes.prng_key):
+        return seed
+    if isinstance(seed, (jax.Array, np.ndarray)) and np.ndim(seed) > 0:
+        if not jnp.issubdtype(seed.dtype, jnp.integer):
+            raise TypeError(
+                f"{fn}: seed must be an integer, a jax key (jax.random.key) or an array of "
+                f"non-negative integers; got an array of dtype {seed.dtype} and shape "
+                f"{tuple(seed.shape)} (its values would be truncated).")
+        if is_concrete(seed) and seed.size and int(np.min(np.asarray(seed))) < 0:
+            raise ValueError(f"{fn}: seed must hold non-negative integers, got values down to "
+                             f"{int(np.min(np.asarray(seed)))}.")
         return seed
     return check_int(seed, "seed", fn=fn, min_value=0)
 
@@ -286,6 +294,7 @@ def random_subset(ds: Dataset, n: int, seed: int | jax.Array = 0) -> Dataset:
       n: subset size.
       seed: int seed (numpy ``default_rng``) or a jax key.
     """
+    n = check_int(n, "n", fn="random_subset", min_value=0)
     if not 0 <= n <= len(ds):
         raise ValueError(f"random_subset: n={n} but {ds.name!r}/{ds.split} has {len(ds)} samples.")
     idx = np.sort(_rng(seed, "random_subset").permutation(len(ds))[:n])
@@ -301,6 +310,7 @@ def balanced_subset(ds: Dataset, n: int, seed: int | jax.Array = 0) -> Dataset:
       n: total subset size.
       seed: int seed (numpy ``default_rng``) or a jax key.
     """
+    n = check_int(n, "n", fn="balanced_subset", min_value=0)
     if 0 < n < ds.num_classes:
         raise ValueError(
             f"balanced_subset: n = {n} is below the {ds.num_classes} classes, so no subset of "
@@ -374,6 +384,17 @@ def _is_integer(c) -> bool:
     return dtype is not None and np.ndim(c) == 0 and np.issubdtype(dtype, np.integer)
 
 
+def check_classes(classes, fn: str) -> list:
+    """``classes`` as a list: a sequence of labels or class names.  A single label or name
+    (``7``, or ``"17"``, which would be read character by character) is refused."""
+    if isinstance(classes, (str, bytes)) or not isinstance(classes, Iterable) or getattr(
+            classes, "ndim", 1) == 0:
+        raise TypeError(
+            f"{fn}: classes must be a sequence of class labels or names, e.g. (1, 7); got "
+            f"{type(classes).__name__} {classes!r} (for a single class pass ({classes!r},)).")
+    return list(classes)
+
+
 def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True) -> Dataset:
     """Keep only the samples of ``classes`` (e.g. digits ``(1, 7)``).
 
@@ -387,7 +408,7 @@ def select_classes(ds: Dataset, classes: Sequence[Any], *, relabel: bool = True)
     if not ds.is_classification:
         raise ValueError(f"select_classes: {ds.name!r} is a regression dataset.")
     labels = []
-    for c in classes:
+    for c in check_classes(classes, "select_classes"):
         if isinstance(c, str):
             if not ds.class_names or c not in ds.class_names:
                 raise ValueError(

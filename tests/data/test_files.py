@@ -385,3 +385,249 @@ def test_format_errors_of_csvs_and_npz_are_corrupt_file_errors(tmp_path):
         "'y_train_coarse' (it has ['x_train', 'y_train', 'x_test', 'y_test']), needed for "
         "label_mode='coarse'.\nTo fix: delete it and re-fetch the dataset: python -m "
         f"layerlab.data download cifar100 --data-dir {tmp_path}.")
+
+
+def test_idx_with_a_short_header_is_a_corrupt_error_naming_the_file(tmp_path):
+    """A header declaring more dimensions than the file has bytes raised a bare struct.error."""
+    p = tmp_path / "short.idx"
+    p.write_bytes(b"\x00\x00\x08\x01\x00\x00")  # 1 dimension, 2 of its 4 size bytes
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.read_idx(p)
+    assert str(p) in str(e.value) and "declares 1 dimensions" in str(e.value)
+    d = tmp_path / "mnist"
+    _write_mnist(d, n_train=3, n_test=2)
+    lab = d / "train-labels-idx1-ubyte.gz"
+    lab.write_bytes(gzip.compress(b"\x00\x00\x08\xff"))  # 255 dimensions
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("mnist", data_dir=tmp_path, verify=False)
+    assert str(lab) in str(e.value) and "mnist --data-dir" in str(e.value)
+
+
+def test_mnist_float_labels_are_refused_not_truncated(tmp_path):
+    """An idx label file of type 0x0D (float32) was truncated to integers (3.5 -> 3)."""
+    d = tmp_path / "mnist"
+    _write_mnist(d, n_train=4, n_test=2)
+    y = np.array([3.5, 1.0, 2.0, 0.0], ">f4")
+    lab = d / "train-labels-idx1-ubyte.gz"
+    lab.write_bytes(gzip.compress(bytes([0, 0, 0x0D, 1]) + struct.pack(">I", 4) + y.tobytes()))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("mnist", data_dir=tmp_path, verify=False)
+    assert str(lab) in str(e.value) and "integer labels" in str(e.value) and "float32" in str(
+        e.value)
+
+
+def _c100_files(n=3, **over):
+    d = {b"data": np.zeros((n, 3072), np.uint8), b"fine_labels": [1] * n,
+         b"coarse_labels": [0] * n}
+    d.update(over)
+    return {"train": pickle.dumps(d), "test": pickle.dumps(d)}
+
+
+@pytest.mark.parametrize("labels", [[3.7, 1.0, 2.0], [3.0, 1.0, 2.0], ["3", "1", "2"],
+                                    [True, False, True]])
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar_pickle_labels_must_be_integers(tmp_path, labels, tar):
+    """Float or string labels in a CIFAR pickle were cast to int64 (3.7 -> 3, "3" -> 3)."""
+    _write_files(tmp_path, "cifar-100-python", "cifar-100-python.tar.gz",
+                 _c100_files(fine_labels=labels), tar)
+    with pytest.raises(D.DatasetCorruptError, match="'fine_labels' should be integer labels"):
+        D.load("cifar100", data_dir=tmp_path, verify=False)
+    d10 = tmp_path / "c10"
+    files = {f"data_batch_{i}": pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                               b"labels": [1, 2, 3]}) for i in range(1, 6)}
+    files["test_batch"] = pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                        b"labels": labels})
+    _write_files(d10, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, tar)
+    assert len(D.load("cifar10", data_dir=d10, verify=False)) == 15
+    with pytest.raises(D.DatasetCorruptError, match="'labels' should be integer labels") as e:
+        D.load("cifar10", "test", data_dir=d10, verify=False)
+    where = d10 / "cifar-10-python.tar.gz" if tar else d10 / "cifar-10-batches-py" / "test_batch"
+    assert str(where) in str(e.value)
+
+
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar10_batches_with_mismatched_label_counts(tmp_path, tar):
+    """Batches of 3 images with 2 and 4 labels (5 x 3 in all) were concatenated and misaligned
+    silently; CIFAR-100's mismatch was a generic Dataset error naming no file."""
+    files = {}
+    for i, k in enumerate([2, 4, 3, 3, 3], 1):
+        files[f"data_batch_{i}"] = pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                                 b"labels": [i] * k})
+    _write_files(tmp_path, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, tar)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar10", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert "'data' holds 3 images but 'labels' holds 2 labels" in msg, msg
+    if tar:
+        assert str(tmp_path / "cifar-10-python.tar.gz") in msg
+        assert "member cifar-10-batches-py/data_batch_1" in msg
+    else:
+        assert str(tmp_path / "cifar-10-batches-py" / "data_batch_1") in msg
+    _write_files(tmp_path / "c100", "cifar-100-python", "cifar-100-python.tar.gz",
+                 _c100_files(fine_labels=[1, 2]), tar)
+    with pytest.raises(D.DatasetCorruptError, match="'fine_labels' holds 2 labels") as e:
+        D.load("cifar100", data_dir=tmp_path / "c100", verify=False)
+    assert "cifar100 --data-dir" in str(e.value)
+
+
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar_pickle_format_errors_name_the_file_read(tmp_path, tar):
+    """A pickle without fine_labels, or with data not [n, 3072], raised a plain ValueError
+    (no re-fetch hint) naming <dir>/cifar-100-python/train even when it was read from the
+    tarball."""
+    c = tmp_path / "a"
+    files = _c100_files()
+    files["train"] = pickle.dumps({b"data": np.zeros((3, 3072), np.uint8), b"labels": [0] * 3})
+    _write_files(c, "cifar-100-python", "cifar-100-python.tar.gz", files, tar)
+    with pytest.raises(D.DatasetCorruptError, match="no 'fine_labels' entry") as e:
+        D.load("cifar100", data_dir=c, verify=False)
+    read = c / ("cifar-100-python.tar.gz" if tar else "cifar-100-python/train")
+    assert f"Dataset file {read} is damaged" in str(e.value)
+    assert ("member cifar-100-python/train" in str(e.value)) == tar
+    c = tmp_path / "b"
+    _write_files(c, "cifar-100-python", "cifar-100-python.tar.gz",
+                 _c100_files(data=np.zeros((3, 3, 32, 32), np.uint8)), tar)
+    with pytest.raises(D.DatasetCorruptError, match=r"should be uint8 of shape \[n, 3072\]") as e:
+        D.load("cifar100", "test", data_dir=c, verify=False)
+    read = c / ("cifar-100-python.tar.gz" if tar else "cifar-100-python/test")
+    assert f"Dataset file {read} is damaged" in str(e.value)
+    assert "python -m layerlab.data download cifar100" in str(e.value)
+
+
+def test_class_name_count_must_match_the_classes(tmp_path):
+    """An npz with 2 fine_label_names for 100 classes loaded, and classes=(0, 5) then failed
+    with a raw IndexError; the same for a meta pickle."""
+    (tmp_path / "cifar100").mkdir()
+    npz = tmp_path / "cifar100" / "cifar100.npz"
+    x = np.zeros((4, 32, 32, 3), np.uint8)
+    np.savez(npz, x_train=x, y_train=np.array([0, 5, 0, 5]), x_test=x[:2],
+             y_test=np.array([0, 5]), fine_label_names=np.array(["a", "b"]))
+    for kw in ({}, {"classes": (0, 5)}):
+        with pytest.raises(D.DatasetCorruptError) as e:
+            D.load("cifar100", data_dir=tmp_path, verify=False, **kw)
+        assert str(npz) in str(e.value)
+        assert "fine_label_names holds 2 class names, expected 100" in str(e.value)
+    files = _c100_files()
+    files["meta"] = pickle.dumps({b"fine_label_names": [b"a"] * 10,
+                                  b"coarse_label_names": [b"c"] * 20})
+    _write_files(tmp_path / "p", "cifar-100-python", "cifar-100-python.tar.gz", files, False)
+    with pytest.raises(D.DatasetCorruptError, match="holds 10 class names, expected 100") as e:
+        D.load("cifar100", data_dir=tmp_path / "p", verify=False)
+    assert str(tmp_path / "p" / "cifar-100-python" / "meta") in str(e.value)
+    coarse = D.load("cifar100", data_dir=tmp_path / "p", verify=False, label_mode="coarse")
+    assert coarse.class_names == ("c",) * 20
+
+
+def _sc_text(n=10, seed=2):
+    """A small superconductivity train.csv (82 columns ending critical_temp): text, values."""
+    text, vals = _superconduct_csv(np.random.default_rng(seed), n)
+    return text.split("\n"), vals
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf"])
+def test_non_finite_csv_values_are_corrupt_errors_naming_row_and_column(tmp_path, bad):
+    """NaN/inf in a UCI CSV loaded silently (superconductivity has no checksum; winequality
+    with verify=False): the error names the file, the row and the column."""
+    lines, _ = _sc_text()
+    cells = lines[3].split(",")
+    cells[5] = bad
+    lines[3] = ",".join(cells)
+    (tmp_path / "superconductivity").mkdir()
+    sc = tmp_path / "superconductivity" / "train.csv"
+    sc.write_text("\n".join(lines))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("superconductivity", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert str(sc) in msg and "data row 3 (line 4 of the file), column 6 ('f5')" in msg, msg
+    assert "python -m layerlab.data download superconductivity" in msg
+    d = tmp_path / "wine_quality"
+    d.mkdir()
+    wq = d / "winequality-red.csv"
+    wq.write_text(";".join(f'"c{i}"' for i in range(11)) + ';"quality"\n'
+                  + "1;" * 11 + "5\n" + "2;" * 5 + bad + ";" + "2;" * 5 + "6\n")
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("winequality", variant="red", data_dir=tmp_path, verify=False)
+    assert str(wq) in str(e.value) and "data row 2 (line 3 of the file), column 6 ('c5')" in str(
+        e.value)
+
+
+def test_csv_comment_lines_header_only_and_byte_order_mark(tmp_path):
+    """A line starting with '#' was dropped silently (np.loadtxt's default comments); a
+    header-only file gave "wrong delimiter?" and a numpy warning; a UTF-8 BOM stayed in the
+    first column name."""
+    (tmp_path / "superconductivity").mkdir()
+    sc = tmp_path / "superconductivity" / "train.csv"
+    lines, vals = _sc_text()
+    lines[4] = "#" + lines[4]
+    sc.write_text("\n".join(lines))
+    with pytest.raises(D.DatasetCorruptError, match="not a numeric CSV") as e:
+        D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
+    assert str(sc) in str(e.value) and "'#" in str(e.value)
+    lines, vals = _sc_text()
+    sc.write_text(lines[0] + "\n")
+    D.clear_cache()
+    with pytest.raises(D.DatasetCorruptError) as e:  # (warnings are errors here)
+        D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
+    assert "it has a header line but no data rows" in str(e.value)
+    assert "delimiter" not in str(e.value)
+    sc.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode())
+    al = D.load("superconductivity", "all", data_dir=tmp_path, verify=False)
+    assert al.feature_names[0] == "f0"
+    np.testing.assert_allclose(al.y, vals[:, 81], rtol=1e-6)
+
+
+def test_float64_loads_keep_the_file_s_precision(tmp_path):
+    """winequality / superconductivity (and the embedded wine) went through float32 before
+    load's dtype: dtype=np.float64 returned float32-rounded values."""
+    rng = np.random.default_rng(5)
+    (tmp_path / "superconductivity").mkdir()
+    header = ",".join([f"f{i}" for i in range(81)] + ["critical_temp"])
+    v = rng.uniform(0, 100, (6, 82))
+    lines = [header] + [",".join(repr(float(a)) for a in row) for row in v]
+    (tmp_path / "superconductivity" / "train.csv").write_text("\n".join(lines) + "\n")
+    al = D.load("superconductivity", "all", data_dir=tmp_path, verify=False, dtype=np.float64)
+    assert al.x.dtype == np.float64 and al.y.dtype == np.float64
+    np.testing.assert_array_equal(al.x, v[:, :81])
+    np.testing.assert_array_equal(al.y, v[:, 81])
+    al.x[0, 0] = -1.0  # writeable, and not the cached file array
+    again = D.load("superconductivity", "all", data_dir=tmp_path, verify=False, dtype=np.float64)
+    assert again.x[0, 0] == v[0, 0]
+    d = tmp_path / "wine_quality"
+    d.mkdir()
+    w = rng.uniform(0, 10, (5, 12))
+    (d / "winequality-red.csv").write_text(
+        ";".join(f'"c{i}"' for i in range(11)) + ';"quality"\n'
+        + "\n".join(";".join(repr(float(a)) for a in row) for row in w))
+    red = D.load("winequality", "all", variant="red", data_dir=tmp_path, verify=False,
+                 dtype=np.float64)
+    np.testing.assert_array_equal(red.x, w[:, :11])
+    np.testing.assert_array_equal(red.y, w[:, 11])
+    f32 = D.load("winequality", "all", variant="red", data_dir=tmp_path, verify=False)
+    assert f32.x.dtype == np.float32
+    np.testing.assert_array_equal(f32.x, w[:, :11].astype(np.float32))
+    from sklearn.datasets import load_wine
+
+    np.testing.assert_array_equal(D.load("wine", "all", dtype=np.float64).x, load_wine().data)
+
+
+@pytest.mark.parametrize("as_zip", [False, True])
+def test_superconductivity_row_count_is_checked(tmp_path, monkeypatch, as_zip):
+    """UCI's train.csv has 21263 rows (what the download checks; no checksum is published):
+    load did not check it, so a short or cut file loaded silently.  verify=False skips it."""
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path / "cache"))
+    text, _ = _superconduct_csv(np.random.default_rng(2))
+    if as_zip:
+        path = tmp_path / "superconduct.zip"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("train.csv", text)
+    else:
+        (tmp_path / "superconductivity").mkdir()
+        path = tmp_path / "superconductivity" / "train.csv"
+        path.write_text(text)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("superconductivity", "test", data_dir=tmp_path)
+    msg = str(e.value)
+    assert f"Dataset file {path} is damaged" in msg
+    assert "it has 10 data rows, the official file has 21263" in msg
+    assert ("member train.csv" in msg) == as_zip
+    assert len(D.load("superconductivity", "all", data_dir=tmp_path, verify=False)) == 10

@@ -308,3 +308,35 @@ def test_seeds_of_every_accepted_kind_still_draw_subsets():
         np.testing.assert_array_equal(D.load("digits", n=10, seed=seed).y, ref.y)
     for seed in (jax.random.key(3), jax.random.PRNGKey(3), np.array([1, 2], np.uint32)):
         assert len(D.load("digits", n=10, seed=seed).y) == 10
+
+
+@pytest.mark.parametrize("call,err,msg", [
+    (lambda ds: D.holdout_mask(2.5), TypeError, "holdout_mask: n must be an integer, got float"),
+    (lambda ds: D.holdout_mask(-3), ValueError, "holdout_mask: n must be >= 0, got -3"),
+    (lambda ds: D.random_subset(ds, 2.5), TypeError, "random_subset: n must be an integer"),
+    (lambda ds: D.random_subset(ds, 2.0), TypeError, "random_subset: n must be an integer"),
+    (lambda ds: D.balanced_subset(ds, 25.9), TypeError, "balanced_subset: n must be an int"),
+    (lambda ds: D.balanced_subset(ds, True), TypeError, "balanced_subset: n must be an int"),
+    (lambda ds: D.per_class_counts(2.5, 10), TypeError, "per_class_counts: n must be an int"),
+    (lambda ds: D.per_class_counts(5, 2.0), TypeError,
+     "per_class_counts: num_classes must be an integer"),
+    (lambda ds: ds.take(2.5), TypeError, "Dataset.take: n must be an integer"),
+    (lambda ds: D.select_classes(ds, 1), TypeError,
+     r"select_classes: classes must be a sequence of class labels or names, e\.g\. \(1, 7\); "
+     r"got int 1 \(for a single class pass \(1,\)\)"),
+    (lambda ds: D.select_classes(ds, "ab"), TypeError, "got str 'ab'"),
+    (lambda ds: D.load("digits", classes=7), TypeError, "load: classes must be a sequence"),
+    (lambda ds: D.load("digits", classes="17"), TypeError, "load: classes must be a sequence"),
+    (lambda ds: D.random_subset(ds, 5, jnp.array([0.3, 0.9])), TypeError,
+     r"random_subset: seed must be .* got an array of dtype float32"),
+    (lambda ds: D.load("digits", n=5, seed=np.array([0.3, 0.9])), TypeError,
+     "load: seed must be .* dtype float64"),
+    (lambda ds: D.load("digits", n=5, seed=np.array([2, -1])), ValueError,
+     "load: seed must hold non-negative integers"),
+])
+def test_sizes_classes_and_array_seeds_are_checked_naming_the_argument(call, err, msg):
+    """holdout_mask(2.5) / (-3) were accepted; a float n failed deep in a slice ("slice
+    indices must be integers") naming no argument; classes=7 gave "'int' object is not
+    iterable" and classes="17" was read as ('1', '7'); a float array seed was truncated."""
+    with pytest.raises(err, match=msg):
+        call(_toy())

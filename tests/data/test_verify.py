@@ -3,8 +3,10 @@
 import dataclasses
 import gzip
 import hashlib
+import pickle
 import shutil
 import struct
+import zipfile
 
 import numpy as np
 import pytest
@@ -188,3 +190,74 @@ def test_shared_copies_match_the_registry(shared_data, tmp_path, monkeypatch):
         _damage(dst, lambda b: b[:-1] + bytes([b[-1] ^ 1]))
         with pytest.raises(D.DatasetCorruptError, match="ec29112dd5afa0611ce80d1b7f02629c"):
             D.verify_file(dst)
+
+
+def _verify_cli(capsys, *args):
+    from layerlab.data import __main__ as cli
+
+    rc = cli.main(["verify", *args])
+    return rc, capsys.readouterr().out
+
+
+def test_verify_finds_files_where_load_finds_them(tmp_path, monkeypatch, capsys):
+    """`verify` only looked for the download layout under one directory: a loose
+    superconductivity train.csv, <dir>/superconduct.zip and an extracted cifar-100-python/
+    folder (all read by load) were reported missing (exit 1)."""
+    from layerlab.data import _download
+
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(_download, "SUPERCONDUCT_ROWS", 4)
+    header = ",".join([f"f{i}" for i in range(81)] + ["critical_temp"])
+    text = header + "\n" + ("1.5," * 81 + "29\n") * 4
+    loose = tmp_path / "loose"
+    (loose / "superconductivity").mkdir(parents=True)
+    (loose / "superconductivity" / "train.csv").write_text(text)
+    rc, out = _verify_cli(capsys, "superconductivity", "--data-dir", str(loose))
+    assert rc == 0, out
+    assert "superconductivity all: 4 samples read" in out
+    zipped = tmp_path / "zipped"
+    zipped.mkdir()
+    with zipfile.ZipFile(zipped / "superconduct.zip", "w") as z:
+        z.writestr("train.csv", text)
+    rc, out = _verify_cli(capsys, "superconductivity", "--data-dir", str(zipped))
+    assert rc == 0 and f"ok       {zipped / 'superconduct.zip'}" in out, out
+    # extracted CIFAR-100 pickles (their md5s unpinned: these are not the official files)
+    monkeypatch.setattr(_registry, "FILES", tuple(
+        dataclasses.replace(s, md5=None) if s.path.startswith("cifar100/cifar-100-python/")
+        else s for s in _registry.FILES))
+    c = tmp_path / "c100" / "cifar100" / "cifar-100-python"
+    c.mkdir(parents=True)
+    for split, n in (("train", 5), ("test", 3)):
+        (c / split).write_bytes(pickle.dumps({b"data": np.zeros((n, 3072), np.uint8),
+                                             b"fine_labels": [7] * n}))
+    rc, out = _verify_cli(capsys, "cifar100", "--data-dir", str(tmp_path / "c100"))
+    assert rc == 0, out
+    assert "cifar100 train: 5 samples read" in out and "cifar100 test: 3 samples read" in out
+    # a damaged file is still caught, by load's own checks, naming it
+    (c / "test").write_bytes(pickle.dumps({b"data": np.zeros((3, 3072), np.uint8),
+                                          b"fine_labels": [7.5] * 3}))
+    rc, out = _verify_cli(capsys, "cifar100", "--data-dir", str(tmp_path / "c100"))
+    assert rc == 1 and f"Dataset file {c / 'test'} is damaged" in out, out
+
+
+def test_verify_searches_load_s_path(tmp_path, monkeypatch, capsys):
+    """Without --data-dir, `verify` looked only in the first $LAYERLAB_DATA entry (else
+    ./data); load searches every entry, ./data and <repo>/../shared/data."""
+    monkeypatch.setenv("LAYERLAB_CACHE", str(tmp_path / "cache"))
+    wq = tmp_path / "second" / "wine_quality"
+    wq.mkdir(parents=True)
+    header = ";".join(f'"c{i}"' for i in range(11)) + ';"quality"\n'
+    for color in ("red", "white"):
+        (wq / f"winequality-{color}.csv").write_text(header + "1;" * 11 + "5\n")
+    specs = tuple(dataclasses.replace(s, md5=None, sha256=None, size=None)
+                  if s.dataset == "winequality" else s for s in _registry.FILES)
+    monkeypatch.setattr(_registry, "FILES", specs)
+    monkeypatch.setenv("LAYERLAB_DATA", f"{tmp_path / 'first'}:{tmp_path / 'second'}")
+    monkeypatch.chdir(tmp_path)
+    rc, out = _verify_cli(capsys, "winequality")
+    assert rc == 0, out
+    assert "winequality red: 1 samples read" in out and "winequality white: 1" in out
+    monkeypatch.setenv("LAYERLAB_DATA", str(tmp_path / "first"))
+    rc, out = _verify_cli(capsys, "winequality")
+    assert rc == 1 and "missing  winequality red: looked for" in out
+    assert str(tmp_path / "first" / "wine_quality" / "winequality-red.csv") in out
