@@ -50,7 +50,7 @@ from ._kernels import (
     sample_relu_outputs,
     top_kernel,
 )
-from ._lego import hidden_representations, mse_loss
+from ._lego import _hidden_representations, _relu_layer, hidden_representations, mse_loss
 from ._loss import dgl_loss
 from ._protocol import DGL_DATASETS, dgl_protocol
 
@@ -399,9 +399,6 @@ def _acc_pct(params, x, labels) -> float:
     return 100.0 * float(_accuracy(params, x, labels))
 
 
-# the drivers' eager calls of the library maths, one compiled program per shape each
-_mf_variances = jax.jit(mf_variances)
-_hidden_representations = jax.jit(hidden_representations)
 
 
 def _monitor_metrics(xm, ym, eps_rel, state):
@@ -588,7 +585,8 @@ class _StepCache:
         if self.path is None or not (self.path / f"{name}.json").exists():
             return None
         with np.load(self.path / f"{name}.npz") as z:
-            leaves = [jnp.asarray(z[f"a{i}"]) for i in range(len(z.files))]
+            # device_put, not jnp.asarray: no program compiled per leaf shape
+            leaves = [jax.device_put(z[f"a{i}"]) for i in range(len(z.files))]
         tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
         return tree, json.loads((self.path / f"{name}.json").read_text())
 
@@ -605,11 +603,6 @@ class _StepCache:
         tj = self.path / f"{name}.json.tmp"
         tj.write_text(json.dumps(to_jsonable(info)))
         tj.replace(self.path / f"{name}.json")
-
-
-@jax.jit
-def _relu_layer(layer, h):
-    return jax.nn.relu(h @ layer["w"] + layer["b"][None, :])
 
 
 def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, wds=None,
@@ -686,7 +679,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     xt, _, lt = d["test"]
     acc = _acc_pct
     e2e["test"] = acc(pe, xt, lt)
-    v = _mf_variances(pe)
+    v = mf_variances(pe)
     t0 = time.perf_counter()
     pl, h, hv, layers = _lego(k_lego, p0, d, v, cfg, batch=cfg.dgl_batch, progress=progress,
                               desc=f"{row} s{seed} LEGO", cache=cache)
@@ -1028,7 +1021,7 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
         res["_e2e"] = {"test": acc(pe, xt, lt), "random_test": acc(pr, xt, lt),
                        "lr": info["lr"], "wd": info["wd"]}
         path.write_text(json.dumps(to_jsonable_(res), indent=1))
-    v_mf = _mf_variances(pe)
+    v_mf = mf_variances(pe)
     for name, over in variants.items():
         if name in res:
             continue
