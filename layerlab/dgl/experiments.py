@@ -247,9 +247,10 @@ def _head_mse(head, h, y):
 
 @jax.jit
 def _ridge_head(h_tr, y_tr, h_va, y_va, ridge_rel):
-    """One ridge of :func:`classifier_on_val`: ``(head, validation MSE [])``; ``ridge_rel`` a
-    traced scalar, so every ridge (and LEGO's and Random's features, both ``[N, d]``) runs
-    one compiled program (op by op it was ~25 small programs)."""
+    """One ridge of :func:`classifier_on_val`: the closed-form head on ``h_tr [N, d]``,
+    ``y_tr [N, C]`` and its MSE on ``h_va [M, d]``, ``y_va [M, C]``: ``({"w": [d, C],
+    "b": [C]}, [])``.  ``ridge_rel`` is a traced scalar, so every ridge (and LEGO's and
+    Random's features, both ``[N, d]``) runs one compiled program (op by op: ~25)."""
     head = _ridge_fit(h_tr, y_tr, ridge_rel)
     return head, _head_mse(head, h_va, y_va)
 
@@ -268,7 +269,7 @@ def classifier_on_val(h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array, y_va: j
     """
     best = None
     for r in ridges:
-        head, v = _ridge_head(h_tr, y_tr, h_va, y_va, np.asarray(r, h_tr.dtype))
+        head, v = _ridge_head(h_tr, y_tr, h_va, y_va, float(r))  # weak-typed, traced
         v = float(v)
         if best is None or v < best[2]:
             best = (head, float(r), v)
