@@ -213,6 +213,13 @@ def mf_variances(params: Sequence[dict]) -> LayerVariances:
       Sec. V ("MF") and Fig. 1 of Ben-David & Ringel (2019).
     """
     _check_mlp_params(params, "params", fn="mf_variances")
+    return _mf_variances_core([{"w": p["w"], "b": p["b"]} for p in params])
+
+
+# One jitted program per net shape (the checks stay eager, before the call): called eagerly
+# its ~5 primitives per layer were compiled and dispatched one by one.
+@jax.jit
+def _mf_variances_core(params):
     w = jnp.stack([p["w"].shape[0] * jnp.mean(p["w"] ** 2) for p in params])
     b = jnp.stack([jnp.mean(p["b"] ** 2) for p in params])
     return LayerVariances(w, b)

@@ -137,6 +137,10 @@ def hidden_representations(params: Sequence[dict[str, jax.Array]], x: jax.Array)
     return [x, *hidden]
 
 
+# one program per net and input shape (op by op, ~4 primitives per layer)
+_hidden_representations = jax.jit(hidden_representations)
+
+
 def train_end_to_end(
     key: jax.Array,
     params: Sequence[dict[str, jax.Array]],
@@ -319,6 +323,13 @@ def _fit_classifier_core(h, y, ridge_rel):
     return {"w": W[:d], "b": W[d]}
 
 
+@jax.jit
+def _relu_layer(layer, h):
+    """A frozen ReLU layer's output ``relu(h W + b)``: ``h [N, d_prev]`` -> ``[N, d]``; one
+    program per shape (op by op it was four)."""
+    return jax.nn.relu(h @ layer["w"] + layer["b"][None, :])
+
+
 def lego(
     key: jax.Array,
     params_init: Sequence[dict],
@@ -386,7 +397,7 @@ def lego(
             sub, params[i], h, y, top, cfg, progress=progress, desc=f"DGL layer {i + 1}/{L}"
         )
         hists.append(hist)
-        h = jax.nn.relu(h @ params[i]["w"] + params[i]["b"][None, :])
+        h = _relu_layer(params[i], h)
     params[L] = fit_classifier(h, y, ridge_rel=cfg.ridge_rel)
     return params, hists
 
@@ -398,7 +409,7 @@ def random_features(params_init: Sequence[dict], x: jax.Array, y: ArrayLike, *,
     ``y``: ``[N]`` integer labels or ``[N, C]`` targets, as in :func:`lego`."""
     params = [dict(p) for p in params_init]
     y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0], fn="random_features")
-    h = hidden_representations(params, x)[-1]
+    h = _hidden_representations(params, x)[-1]
     params[-1] = fit_classifier(h, y, ridge_rel=ridge_rel)
     return params
 

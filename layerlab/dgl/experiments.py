@@ -50,7 +50,7 @@ from ._kernels import (
     sample_relu_outputs,
     top_kernel,
 )
-from ._lego import hidden_representations, mse_loss
+from ._lego import _hidden_representations, _relu_layer, hidden_representations, mse_loss
 from ._loss import dgl_loss
 from ._protocol import DGL_DATASETS, dgl_protocol
 
@@ -245,6 +245,16 @@ def _head_mse(head, h, y):
     return jnp.mean(jnp.sum((h @ head["w"] + head["b"][None, :] - y) ** 2, axis=-1))
 
 
+@jax.jit
+def _ridge_head(h_tr, y_tr, h_va, y_va, ridge_rel):
+    """One ridge of :func:`classifier_on_val`: the closed-form head on ``h_tr [N, d]``,
+    ``y_tr [N, C]`` and its MSE on ``h_va [M, d]``, ``y_va [M, C]``: ``({"w": [d, C],
+    "b": [C]}, [])``.  ``ridge_rel`` is a traced scalar, so every ridge (and LEGO's and
+    Random's features, both ``[N, d]``) runs one compiled program (op by op: ~25)."""
+    head = _ridge_fit(h_tr, y_tr, ridge_rel)
+    return head, _head_mse(head, h_va, y_va)
+
+
 def classifier_on_val(h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array, y_va: jax.Array,
                       ridges: Sequence[float]) -> tuple[dict, float, float]:
     """Step 5: the MSE-optimal linear classifier (closed form) with the ridge that gives the
@@ -259,8 +269,8 @@ def classifier_on_val(h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array, y_va: j
     """
     best = None
     for r in ridges:
-        head = _ridge_fit(h_tr, y_tr, r)
-        v = float(_head_mse(head, h_va, y_va))
+        head, v = _ridge_head(h_tr, y_tr, h_va, y_va, float(r))  # weak-typed, traced
+        v = float(v)
         if best is None or v < best[2]:
             best = (head, float(r), v)
     return best
@@ -291,7 +301,7 @@ def classifier_iterative(h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array, y_va
     b = min(batch, n)
     st, _ = fit(ts.step, states, (h_tr, y_tr), key=key, steps=epochs * (n // b), batch_size=b,
                 runs=True, progress=progress, desc="readout", check_finite=False)
-    val = np.asarray(jax.vmap(lambda p: mse_loss(p, (h_va, y_va)))(st.params))
+    val = np.asarray(_grid_val_mse(st.params, h_va, y_va))
     val = np.where(np.isfinite(val), val, np.inf)
     i = int(np.argmin(val))
     return _take(st.params, i)[0], {"lr": grid[i][0], "wd": grid[i][1],
@@ -345,22 +355,51 @@ def _dgl_step(eps_rel: float):
     return optax_step(loss, opt, with_hparams=True)
 
 
-def _grid_states(ts, params, lrs, wds, extra=None):
-    """One TrainState per (lr, wd) pair, stacked on a leading runs axis."""
-    grid = [(lr, wd) for lr in lrs for wd in wds]
-    lr_a = jnp.asarray([g[0] for g in grid], jnp.float32)
-    wd_a = jnp.asarray([g[1] for g in grid], jnp.float32)
-
+@functools.partial(jax.jit, static_argnums=0)
+def _grid_init(ts, params, lr_a, wd_a, extra):
+    """``ts.init`` per (lr, wd) pair: ``lr_a``, ``wd_a`` ``[R]`` -> states stacked ``[R, ...]``
+    (``ts``, from the cached step factories, is the static part of the compile key)."""
     def one(lr, wd):
-        s = ts.init(params, {"wd": wd, **(extra or {})})
+        s = ts.init(params, {"wd": wd, **extra})
         hp = dict(s.opt_state.hyperparams, learning_rate=lr)
         return s._replace(opt_state=s.opt_state._replace(hyperparams=hp))
 
-    return jax.vmap(one)(lr_a, wd_a), grid
+    return jax.vmap(one)(lr_a, wd_a)
 
 
+def _grid_states(ts, params, lrs, wds, extra=None):
+    """One TrainState per (lr, wd) pair, stacked on a leading runs axis (one compiled
+    program per step kind and shapes)."""
+    grid = [(lr, wd) for lr in lrs for wd in wds]
+    lr_a = np.asarray([g[0] for g in grid], np.float32)
+    wd_a = np.asarray([g[1] for g in grid], np.float32)
+    return _grid_init(ts, params, lr_a, wd_a, dict(extra or {})), grid
+
+
+@jax.jit
 def _take(tree, i):
+    """Entry ``i`` (a traced index: one program per tree shape) of every leaf ``[R, ...]``."""
     return jax.tree_util.tree_map(lambda a: a[i], tree)
+
+
+@jax.jit
+def _grid_val_mse(params, x, y):
+    """:func:`mse_loss` of every run of stacked ``params`` ``[R, ...]`` on ``(x, y)``:
+    ``[R]``."""
+    return jax.vmap(lambda p: mse_loss(p, (x, y)))(params)
+
+
+@jax.jit
+def _accuracy(params, x, labels):
+    """Test accuracy (fraction, ``[]``) of the MLP ``params`` on ``x [N, D]``, ``labels [N]``:
+    one program per net shape instead of ~15 eager ones."""
+    return probes.accuracy(nets.mlp_apply(params, x), labels)
+
+
+def _acc_pct(params, x, labels) -> float:
+    return 100.0 * float(_accuracy(params, x, labels))
+
+
 
 
 def _monitor_metrics(xm, ym, eps_rel, state):
@@ -399,7 +438,7 @@ def _end_to_end(key, p0, d, kind, lrs, wds, *, epochs, batch, monitor_n, monitor
     st, hist = fit(ts.step, states, (x, y), key=key, steps=steps, batch_size=b, runs=True,
                    progress=progress, desc=desc, check_finite=False, **kw)
     xv, yv, _ = d["val"]
-    val = np.asarray(jax.vmap(lambda p: mse_loss(p, (xv, yv)))(st.params))
+    val = np.asarray(_grid_val_mse(st.params, xv, yv))
     val = np.where(np.isfinite(val), val, np.inf)
     i = int(np.argmin(val))
     out = {"grid": grid, "val_mse": val.tolist(), "lr": grid[i][0], "wd": grid[i][1],
@@ -414,6 +453,17 @@ def _val_dgl_metrics(h_sub, y_sub, w_var, b_var, eps_rel, state):
     """Mean DGL of ``state.params`` over the validation subsets ``h_sub [S, m, d]``."""
     return {"val_dgl": jnp.mean(jax.vmap(
         lambda hs, ys: _layer_dgl(state.params, hs, ys, w_var, b_var, eps_rel))(h_sub, y_sub))}
+
+
+@functools.partial(jax.jit, static_argnames=("subsets", "size"))
+def _val_subsets(key, h_va, y_va, *, subsets, size):
+    """``subsets`` random validation subsets of ``size`` points each (permutations drawn from
+    ``fold_in(fold_in(key, 7), j)``): ``(h [S, size, d], y [S, size, C])``, one program (the
+    data are its inputs, not constants)."""
+    kv = jax.random.fold_in(key, 7)
+    idx = jnp.stack([jax.random.permutation(jax.random.fold_in(kv, j), h_va.shape[0])[:size]
+                     for j in range(subsets)])
+    return h_va[idx], y_va[idx]
 
 
 def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Table1Config,
@@ -436,13 +486,9 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     n, nv = h_tr.shape[0], h_va.shape[0]
     bs = None if batch is None or batch >= n else int(batch)
     vb = nv if bs is None else min(bs, nv)
-    kv = jax.random.fold_in(key, 7)
-    idx = jnp.stack([jax.random.permutation(jax.random.fold_in(kv, j), nv)[:vb]
-                     for j in range(max(1, cfg.val_subsets))])
-
-    # gathered once, eagerly: inside the jitted eval a gather of a constant by constant
+    # gathered once, before fit: inside the jitted eval a gather of a constant by constant
     # indices is constant-folded by XLA at every compile (seconds at [20, 1000, 784])
-    h_sub, y_sub = h_va[idx], y_va[idx]
+    h_sub, y_sub = _val_subsets(key, h_va, y_va, subsets=max(1, cfg.val_subsets), size=vb)
 
     # a Partial of a module-level function: the validation subsets are traced inputs, so
     # every layer run with these shapes reuses one compiled evaluation
@@ -540,7 +586,8 @@ class _StepCache:
         if self.path is None or not (self.path / f"{name}.json").exists():
             return None
         with np.load(self.path / f"{name}.npz") as z:
-            leaves = [jnp.asarray(z[f"a{i}"]) for i in range(len(z.files))]
+            # device_put, not jnp.asarray: no program compiled per leaf shape
+            leaves = [jax.device_put(z[f"a{i}"]) for i in range(len(z.files))]
         tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
         return tree, json.loads((self.path / f"{name}.json").read_text())
 
@@ -559,10 +606,6 @@ class _StepCache:
         tj.replace(self.path / f"{name}.json")
 
 
-def _relu_layer(layer, h):
-    return jax.nn.relu(h @ layer["w"] + layer["b"][None, :])
-
-
 def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, wds=None,
           steps=None, progress, desc, cache: _StepCache | None = None, tag: str = "lego"):
     x, y, _ = d["train"]
@@ -571,6 +614,9 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
     params = [dict(p) for p in p0]
     h, hv, layers = x, xv, []
     cache = cache or _StepCache(None)
+    # sliced on the host, put on the device as they are (jnp.asarray of a host array
+    # compiles a program per shape; device_put does not)
+    w_var, b_var = np.asarray(v.w_var), np.asarray(v.b_var)
     for i in range(L):
         key, sub = jax.random.split(key)
         lr_i = (lrs[i],) if lrs is not None else cfg.dgl_lrs
@@ -583,7 +629,8 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
                 steps or cfg.dgl_steps, cfg.dgl_evals, cfg.val_subsets, batch, list(lr_i),
                 list(wd_i), cfg.eps_rel])
             params[i], info = _dgl_layer_grid(
-                sub, params[i], h, y, hv, yv, v.w_var[i + 1:], v.b_var[i + 1:], cfg,
+                sub, params[i], h, y, hv, yv, jax.device_put(w_var[i + 1:]),
+                jax.device_put(b_var[i + 1:]), cfg,
                 batch=batch, lrs=lr_i, wds=wd_i, steps=steps or cfg.dgl_steps,
                 evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}",
                 checkpoint_dir=fit_dir)
@@ -631,7 +678,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
         e2e["wall_s"] = time.perf_counter() - t0
         cache.save("end_to_end", pe, e2e)
     xt, _, lt = d["test"]
-    acc = lambda p, xx, ll: 100.0 * float(probes.accuracy(nets.mlp_apply(p, xx), ll))  # noqa: E731
+    acc = _acc_pct
     e2e["test"] = acc(pe, xt, lt)
     v = mf_variances(pe)
     t0 = time.perf_counter()
@@ -642,8 +689,8 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     pl[-1] = head
     lego = {"test": acc(pl, xt, lt), **rinfo, "layers": layers,
             "wall_s": time.perf_counter() - t0}
-    h0 = hidden_representations(p0, x)[-1]
-    h0v = hidden_representations(p0, d["val"][0])[-1]
+    h0 = _hidden_representations(p0, x)[-1]
+    h0v = _hidden_representations(p0, d["val"][0])[-1]
     head_r, rinfo_r = _readout(cfg, kind, h0, y, h0v, d["val"][1], p0[-1], k_read, progress)
     pr = [dict(p) for p in p0]
     pr[-1] = head_r
@@ -683,7 +730,7 @@ def _full_n_comparison(cfg: Table1Config, row: str, key, p0, d, v: LayerVariance
         hd, _ = _readout(cfg, kind, hf, y, hfv, d["val"][1], p0[-1],
                          jax.random.fold_in(key, 11), progress)
         pf[-1] = hd
-        acc = 100.0 * float(probes.accuracy(nets.mlp_apply(pf, xt), lt))
+        acc = _acc_pct(pf, xt, lt)
         cmp[name] = {"test": acc, "batch": batch,
                      "dgl_wall_s": sum(li["wall_s"] for li in lay),
                      "steps": cfg.full_n_steps or cfg.dgl_steps,
@@ -953,7 +1000,7 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
     k_init, k_e2e, k_lego = jax.random.split(key, 3)
     sizes = lambda w: [x.shape[1]] + [w] * L + [d["num_classes"]]  # noqa: E731
     p0 = nets.mlp_init(k_init, sizes(cfg.width(row)), init=cfg.init)
-    acc = lambda p, xx, ll: 100.0 * float(probes.accuracy(nets.mlp_apply(p, xx), ll))  # noqa: E731
+    acc = _acc_pct
     ck = path.with_suffix(".e2e.npz")
     if ck.exists():
         with np.load(ck) as z:
@@ -967,8 +1014,8 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
                                eps_rel=cfg.eps_rel, progress=progress, desc="ablation e2e")
         np.savez(ck, **{f"w{i}": np.asarray(p["w"]) for i, p in enumerate(pe)},
                  **{f"b{i}": np.asarray(p["b"]) for i, p in enumerate(pe)})
-        h0 = hidden_representations(p0, x)[-1]
-        h0v = hidden_representations(p0, d["val"][0])[-1]
+        h0 = _hidden_representations(p0, x)[-1]
+        h0v = _hidden_representations(p0, d["val"][0])[-1]
         hr, _, _ = classifier_on_val(h0, y, h0v, d["val"][1], cfg.ridges)
         pr = [dict(p) for p in p0]
         pr[-1] = hr
