@@ -25,6 +25,7 @@ driver works on paper A's view ``from_mlp_params``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ import numpy as np
 import optax
 
 from layerlab import data, loop, nets
-from layerlab._checks import promote_float
+from layerlab._checks import as_device_array, promote_float
 from layerlab._plotting import subplots
 from layerlab.bottleneck._covariances import covariances
 from layerlab.bottleneck._cprank import bipartite_matrix, identity_inputs_loss_lower_bound
@@ -896,10 +897,11 @@ def remark4_check(lam: float = 0.1, a1: float | None = None, eps: float = 1e-2) 
         r = np.sqrt(1 - lam)
         a1 = r / np.sqrt(2) if a1 is None else a1
         a2 = np.sqrt(r ** 2 - a1 ** 2)
-        v = jnp.array([a1, a2, a1, a2])
-        end = jnp.array([r, 0.0, r, 0.0])
-        pert = jnp.array([r, -eps, r, eps])
-        out = jax.device_get(_remark4_parts(v, end, pert, jnp.asarray(lam, jnp.float64)))
+        v = as_device_array(np.array([a1, a2, a1, a2], np.float64))  # no program per array
+        end = as_device_array(np.array([r, 0.0, r, 0.0]))
+        pert = as_device_array(np.array([r, -eps, r, eps]))
+        out = jax.device_get(_remark4_parts(v, end, pert, as_device_array(np.asarray(
+            lam, np.float64))))
         loss_v, loss_end, loss_pert, g, H, gam_v, gam_end, gam_pert = out
         same = max(float(np.abs(a - b).max()) for a, b in zip(gam_v, gam_end))
         shift = max(float(np.abs(a - b).max()) for a, b in zip(gam_end, gam_pert))
@@ -992,16 +994,14 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
         # weight-space full-batch GD at width N(N+1) (Caratheodory: enough for the optimum)
         width = N * (N + 1)
         with jax.enable_x64(True):
-            x = jnp.eye(N)
-            y = jnp.asarray(B)
+            x = as_device_array(np.eye(N))  # from host: no program per shape
+            y = as_device_array(B)
             sizes = [N, width, N]
             R = cfg.gd_seeds
-            W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(
-                jax.random.split(jax.random.fold_in(key, N), R))
-            W0 = jax.tree.map(lambda a: a.astype(jnp.float64), W0)
-            hp = {"masks": jnp.ones((R, 1, width)), "lam": jnp.full((R,), cfg.lam)}
             ts = sweep_step(mse_cost, optax.sgd(cfg.gd_lr), beta=0.0)
-            st = jax.vmap(ts.init)(W0, hp)
+            hp = {"masks": as_device_array(np.ones((R, 1, width))),
+                  "lam": as_device_array(np.full((R,), cfg.lam))}
+            st = _a_rank_gd_init(key, hp, N=N, sizes=tuple(sizes), init_fn=ts.init)
             vstep = jax.vmap(ts.step, in_axes=(0, None, None))
 
             def step(s, b, k, vstep=vstep, x=x, y=y):
@@ -1009,17 +1009,18 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
 
             n_chunks = max(1, cfg.gd_steps // cfg.gd_chunk)
             st, times, ms = run_chunked(step, st, n_chunks, cfg.gd_chunk)
-            gd_loss = np.array([np.asarray(m["loss"][-1]) for m in ms])  # [chunks, R]
-            Zs = jax.vmap(lambda p: representations(p, x, beta=0.0)[0])(st.params)  # [R, N, n_1]
-            cps = [cp_rank_lower_bound(np.maximum(np.asarray(z), 0) @ np.maximum(
-                np.asarray(z), 0).T, rel_tol=cfg.cp_rel_tol, zero_tol=cfg.cp_rel_tol)["lower"]
-                for z in Zs]
+            gd_loss = np.array([np.asarray(m["loss"])[-1] for m in ms])  # [chunks, R]
+            Zs = np.asarray(_first_reps_beta0(st.params, x))  # [R, N, n_1]
+            cps = [cp_rank_lower_bound(np.maximum(z, 0) @ np.maximum(z, 0).T,
+                                       rel_tol=cfg.cp_rel_tol, zero_tol=cfg.cp_rel_tol)["lower"]
+                   for z in Zs]
         best = int(np.argmin(gd_loss[-1]))
         gd_step_s = float(np.median(times)) / cfg.gd_chunk / R
         fw_it_s = float(np.median(np.diff(np.concatenate([[0.0], fw["time_s"]]))))
         # the width plateau itself: widths 1 .. N^2/4 + 2 masked in one program (Adam)
         widths = list(range(1, N * N // 4 + 3))
-        sw = width_sweep(jax.random.fold_in(key, 50 + N), jnp.eye(N), jnp.asarray(B, jnp.float32),
+        sw = width_sweep(jax.random.fold_in(key, 50 + N), np.eye(N, dtype=np.float32),
+                         np.asarray(B, np.float32),
                          widths=widths, depth=2, cost=mse_cost, lam=cfg.lam,
                          seeds=cfg.gd_seeds, adam_steps=cfg.sweep_steps, adam_lr=1e-2, beta=0.0,
                          progress=progress, desc=f"B_{N} widths")
@@ -1100,6 +1101,27 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
                        "N values, lambda and budgets are ours", extra={"result": out})
 
 
+@functools.partial(jax.jit, static_argnames=("N", "sizes", "init_fn"))
+def _a_rank_gd_init(key: Array, hp: dict, *, N: int, sizes: tuple[int, ...],
+                    init_fn: Callable) -> loop.TrainState:
+    """:func:`run_a_rank`'s GD runs at the start, one program per ``N``: ``R`` He inits of
+    ``sizes`` from ``fold_in(key, N)`` (float64) and ``init_fn`` of each with its ``hp`` (leaves
+    ``[R, ...]``); eagerly every fold-in, split, cast and optimizer-state zero was its own
+    program."""
+    R = hp["lam"].shape[0]
+    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(
+        jax.random.split(jax.random.fold_in(key, N), R))
+    W0 = jax.tree.map(lambda a: a.astype(jnp.float64), W0)
+    return jax.vmap(init_fn)(W0, hp)
+
+
+@jax.jit
+def _first_reps_beta0(params: Sequence[dict], x: Array) -> Array:
+    """``Z_1`` ``[R, N, n_1]`` of bias-free (``beta = 0``) runs ``params`` (leaves ``[R, ...]``)
+    on ``x`` ``[N, n_0]``, as one program."""
+    return jax.vmap(lambda p: representations(p, x, beta=0.0)[0])(params)
+
+
 def _a_rank_scale(cfg: ARankConfig) -> str:
     """``"paper"`` when ``cfg`` has the paper configuration's sizes and at least its budgets
     (Frank-Wolfe iterations, GD steps and random starts, sweep and L^r steps); fewer
@@ -1114,25 +1136,34 @@ def _a_rank_scale(cfg: ARankConfig) -> str:
 def _lr_vs_weights(cfg: ARankConfig, key: Array) -> dict:
     """Projected Adam on L^r (``representation_step``) vs Adam on the weights, same init."""
     ds = data.teacher(jax.random.fold_in(key, 5), cfg.lr_n, (10, 10, 10, 3))
-    x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
+    x, y = as_device_array(ds.x), as_device_array(ds.y)
     cost = lambda Z: mse_cost(Z, y)  # noqa: E731
     sizes = [x.shape[1], cfg.lr_width, cfg.lr_width, y.shape[1]]
-    W0 = nets.mlp_init(jax.random.fold_in(key, 6), sizes, init="he")
     chunk = max(1, min(100, cfg.lr_steps))
     n = max(1, cfg.lr_steps // chunk)
     wstep = sweep_step(mse_cost, optax.adam(cfg.lr_rate))
-    hp = {"masks": jnp.ones((2, cfg.lr_width)), "lam": jnp.asarray(cfg.lam * 10)}
-    _, tw, mw = run_chunked(lambda s, b, k: wstep.step(s, (x, y), jax.random.key(0)),
-                            wstep.init(W0, hp), n, chunk)
+    hp = {"masks": as_device_array(np.ones((2, cfg.lr_width), np.float32)),
+          "lam": jnp.asarray(cfg.lam * 10)}
     rstep = representation_step(x, cost, optax.adam(cfg.lr_rate), lam=cfg.lam * 10,
                                 ridge=cfg.lr_ridge)
-    _, tr, mr = run_chunked(rstep.step, rstep.init(representations(W0, x)), n, chunk)
+
+    @jax.jit
+    def starts(key):  # one program: eagerly each draw, zero and matmul was its own
+        W0 = nets.mlp_init(jax.random.fold_in(key, 6), sizes, init="he")
+        return (wstep.init(W0, hp), rstep.init(representations(W0, x)),
+                weight_loss(W0, x, cost=cost, lam=cfg.lam * 10))
+
+    w_start, r_start, initial = starts(key)
+    _, tw, mw = run_chunked(lambda s, b, k: wstep.step(s, (x, y), jax.random.key(0)),
+                            w_start, n, chunk)
+    _, tr, mr = run_chunked(rstep.step, r_start, n, chunk)
+    mw, mr = jax.device_get((mw, mr))  # host: no eager indexing program per chunk shape
     return {"steps": (np.arange(n) + 1) * chunk,
             "weight": [float(m["loss"][-1]) for m in mw],
             "representation": [float(m["weight_loss"][-1]) for m in mr],
             "final": {"weight": float(mw[-1]["loss"][-1]),
                       "representation": float(mr[-1]["weight_loss"][-1])},
-            "initial": float(weight_loss(W0, x, cost=cost, lam=cfg.lam * 10)),
+            "initial": float(initial),
             "step_s": {"weight": float(np.median(tw)) / chunk,
                        "representation": float(np.median(tr)) / chunk}}
 
