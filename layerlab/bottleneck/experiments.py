@@ -167,20 +167,28 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
     (final Euclidean gradient norm), ``loss``, iteration counts and messages.
     """
     import scipy.optimize
-    from jax.flatten_util import ravel_pytree
 
-    p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
-    flat, unravel = ravel_pytree(p64)
+    # flattened on host (ravel_pytree's order and layout): eagerly its reshape / concatenate
+    # and the unflattening's split / reshape were one program per leaf shape
+    leaves, treedef = jax.tree.flatten(params)
+    leaves = [np.asarray(a, np.float64) for a in leaves]
+    shapes = [a.shape for a in leaves]
+    cuts = np.cumsum([a.size for a in leaves])[:-1].tolist()
+
+    def unravel(v):
+        parts = jnp.split(v, cuts) if cuts else [v]
+        return jax.tree.unflatten(treedef, [u.reshape(sh) for u, sh in zip(parts, shapes)])
+
     f = lambda v: loss(unravel(v))  # noqa: E731
     vg = jax.jit(jax.value_and_grad(f))
     hvp = jax.jit(lambda v, t: jax.jvp(jax.grad(f), (v,), (t,))[1])
 
     def fun(v):
-        val, g = vg(jnp.asarray(v))
+        val, g = vg(as_device_array(np.asarray(v, np.float64)))
         return float(val), np.asarray(g, np.float64)
 
     info: dict[str, Any] = {}
-    x = np.asarray(flat, np.float64)
+    x = np.concatenate([a.ravel() for a in leaves])
     if lbfgs_iters > 0:
         r = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
                                     options={"maxiter": lbfgs_iters, "gtol": gtol * 1e-2,
@@ -196,7 +204,7 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
             val, g = fun(x)
             if np.linalg.norm(g) <= gtol:
                 break
-            H = np.asarray(hess(jnp.asarray(x)), np.float64)
+            H = np.asarray(hess(as_device_array(x)), np.float64)
             w, V = np.linalg.eigh((H + H.T) / 2)
             while True:
                 step = -V @ ((V.T @ g) / (np.abs(w) + mu))
@@ -209,7 +217,9 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
     elif newton_iters > 0 and info["grad_norm_after_lbfgs"] > gtol:
         r = scipy.optimize.minimize(
             fun, x, jac=True, method="trust-krylov",
-            hessp=lambda v, t: np.asarray(hvp(jnp.asarray(v), jnp.asarray(t)), np.float64),
+            hessp=lambda v, t: np.asarray(hvp(as_device_array(np.asarray(v, np.float64)),
+                                              as_device_array(np.asarray(t, np.float64))),
+                                          np.float64),
             options={"maxiter": newton_iters, "gtol": gtol})
         if np.linalg.norm(fun(r.x)[1]) < info["grad_norm_after_lbfgs"]:
             x = r.x
@@ -217,7 +227,7 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
                     newton_message=str(r.message))
     val, g = fun(x)
     info.update(loss=val, grad_norm=float(np.linalg.norm(g)), max_abs_grad=float(np.abs(g).max()))
-    return unravel(jnp.asarray(x)), info
+    return jax.jit(unravel)(as_device_array(x)), info
 
 
 def run_chunked(step: Callable, state: Any, n_chunks: int, chunk: int) -> tuple[Any, list, list]:
@@ -270,25 +280,23 @@ def _train_runs(x, y, sizes, lam, keys, *, cost=mse_cost, activation=jax.nn.relu
     R = len(keys)
     depth = len(sizes) - 1
     width = sizes[1]
-    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jnp.stack(keys))
-    W0 = jax.tree.map(lambda a: a.astype(x.dtype), W0)
-    hp = {"masks": jnp.ones((R, depth - 1, width), x.dtype), "lam": jnp.full((R,), lam, x.dtype)}
-    params, hist = W0, None
-    kf = jax.random.fold_in(keys[0], 12345)
+    dt = np.dtype(x.dtype)
+    hp = {"masks": as_device_array(np.ones((R, depth - 1, width), dt)),  # from host: no program
+          "lam": as_device_array(np.full((R,), lam, dt))}
+    params, kf = _he_inits(list(keys), sizes=tuple(sizes), dtype=dt)
+    hist = None
     if adam_steps > 0:
         sched = optax.cosine_decay_schedule(adam_lr, adam_steps, alpha=1e-2)
         ts = sweep_step(cost, optax.adam(sched), beta=beta, activation=activation)
-        st, hist = loop.fit(ts.step, jax.vmap(ts.init)(params, hp), (x, y), key=kf,
+        st, hist = loop.fit(ts.step, _runs_init(params, hp, init_fn=ts.init), (x, y), key=kf,
                             steps=adam_steps, runs=True, progress=progress,
                             desc=f"{desc} (adam)", checkpoint_dir=_sub(checkpoint_dir, "adam"))
         params = st.params
     if gd_steps > 0:
-        lrs = jnp.asarray(np.broadcast_to(np.asarray(gd_lrs, np.float64), (R,)), x.dtype)
+        lrs = as_device_array(np.broadcast_to(np.asarray(gd_lrs, np.float64), (R,)).astype(dt))
         opt = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
         ts = sweep_step(cost, opt, beta=beta, activation=activation)
-        st = jax.vmap(ts.init)(params, hp)
-        st = st._replace(opt_state=st.opt_state._replace(
-            hyperparams={**st.opt_state.hyperparams, "learning_rate": lrs}))
+        st = _runs_init(params, hp, init_fn=ts.init, learning_rates=lrs)
         st, h2 = loop.fit(ts.step, st, (x, y), key=jax.random.fold_in(kf, 1), steps=gd_steps,
                           runs=True, progress=progress, desc=f"{desc} (gd)", check_finite=False,
                           checkpoint_dir=_sub(checkpoint_dir, "gd"))
@@ -300,6 +308,26 @@ def _train_runs(x, y, sizes, lam, keys, *, cost=mse_cost, activation=jax.nn.relu
         return optax.tree.norm(g)
 
     return params, hist, np.asarray(jax.jit(jax.vmap(gn))(params, hp)), hp
+
+
+@functools.partial(jax.jit, static_argnames=("sizes", "dtype"))
+def _he_inits(keys: list, *, sizes: tuple[int, ...], dtype) -> tuple[list[dict], Array]:
+    """:func:`_train_runs`'s start as one program: He inits of ``sizes`` from each of ``keys``
+    (leaves ``[R, ...]`` in ``dtype``) and the data key ``fold_in(keys[0], 12345)``."""
+    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jnp.stack(keys))
+    return jax.tree.map(lambda a: a.astype(dtype), W0), jax.random.fold_in(keys[0], 12345)
+
+
+@functools.partial(jax.jit, static_argnames="init_fn")
+def _runs_init(params: list[dict], hp: dict, *, init_fn: Callable,
+               learning_rates: Array | None = None) -> loop.TrainState:
+    """``init_fn`` vmapped over the runs (leaves ``[R, ...]``) as one program; with
+    ``learning_rates`` ``[R]`` put in the state of an ``optax.inject_hyperparams`` optimizer."""
+    st = jax.vmap(init_fn)(params, hp)
+    if learning_rates is None:
+        return st
+    return st._replace(opt_state=st.opt_state._replace(
+        hyperparams={**st.opt_state.hyperparams, "learning_rate": learning_rates}))
 
 
 # ============================================================================ A, Fig. 1
@@ -349,14 +377,30 @@ class AFig1Config:
                    smooth_width=8, lbfgs_iters=30, newton_iters=2)
 
 
+@jax.jit
+def _first_run(tree: Any) -> Any:
+    """Every leaf's first run (``a[0]``) as one program (eagerly, one slice per shape)."""
+    return jax.tree.map(lambda a: a[0], tree)
+
+
+# paper A's view and back (exact: beta = 1), one program per shapes instead of ~4 ops per layer
+_from_mlp_jit = jax.jit(from_mlp_params)
+_to_mlp_jit = jax.jit(to_mlp_params)
+
+
+@functools.partial(jax.jit, static_argnames="sizes")
+def _he_init64(key: Array, *, sizes: tuple[int, ...]) -> list[dict]:
+    """``nets.mlp_init(key, sizes, init="he")`` cast to float64, as one program."""
+    return jax.tree.map(lambda w: w.astype(jnp.float64), nets.mlp_init(key, sizes, init="he"))
+
+
 def _relu_smooth_net(cfg, x, y, act, width, key, progress, ckpt, desc, lam, lr):
     sizes = [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]]
-    params, hist, gn, hp = _train_runs(jnp.asarray(x), jnp.asarray(y), sizes, lam, [key],
+    xx, yy = as_device_array(x), as_device_array(y)
+    params, hist, gn, hp = _train_runs(xx, yy, sizes, lam, [key],
                                        activation=act, gd_steps=cfg.gd_steps, gd_lrs=lr,
                                        progress=progress, checkpoint_dir=ckpt, desc=desc)
-    W = jax.tree.map(lambda a: a[0], params)
-    hp1 = jax.tree.map(lambda a: a[0], hp)
-    xx, yy = jnp.asarray(x), jnp.asarray(y)
+    W, hp1 = _first_run((params, hp))
     loss = lambda p: masked_loss(p, (xx, yy), hparams=hp1, cost=mse_cost,  # noqa: E731
                                  activation=act)[0]
     return W, float(gn[0]), loss, hist
@@ -388,22 +432,21 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
                                                  _sub(checkpoint_dir, part), part, lam,
                                                  cfg.smooth_gd_lr if part == "smooth"
                                                  else cfg.gd_lr)
-            stats = jax.jit(lambda p, r, act=act, x=jnp.asarray(x), lam=lam: force_stats(
+            stats = jax.jit(lambda p, r, act=act, x=as_device_array(x), lam=lam: force_stats(
                 p, x, lam=lam, ridge=r, activation=act)[2])
             ridge = 0.0 if part == "smooth" else cfg.ridge
             st_gd = stats(W, ridge)
             # polish paper A's view [W_1, ..., W_L] (beta = 1, exact round trip): the flattened
             # vector, hence L-BFGS's arithmetic, is the one of the committed records
             Wc, info = polish_second_order(lambda Wc: loss(to_mlp_params(Wc)),
-                                           from_mlp_params(W), lbfgs_iters=cfg.lbfgs_iters,
+                                           _from_mlp_jit(W), lbfgs_iters=cfg.lbfgs_iters,
                                            newton_iters=cfg.newton_iters,
                                            gtol=cfg.target_grad_norm * 1e-2)
-            Wp = to_mlp_params(Wc)
+            Wp = _to_mlp_jit(Wc)
             st_p = stats(Wp, ridge)
-            init = nets.mlp_init(jax.random.fold_in(key, len(part)),
-                                 [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]],
-                                 init="he")
-            st_0 = stats(jax.tree.map(lambda w: w.astype(jnp.float64), init), ridge)
+            init = _he_init64(jax.random.fold_in(key, len(part)), sizes=tuple(
+                [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]]))
+            st_0 = stats(init, ridge)
             res[part] = {
                 "activation": act_name, "N": x.shape[0], "width": width, "ridge": ridge,
                 "lam": lam, "n_0": x.shape[1],
@@ -472,6 +515,10 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
     return rec
 
 
+_representations_jit = jax.jit(representations, static_argnames=("beta", "activation"))
+_forces_plot = jax.jit(forces, static_argnames=("lam", "beta", "activation", "ridge"))
+
+
 def plot_a_fig1(record: Record, path: str | os.PathLike) -> None:
     """Hidden representations (the samples on their top-2 PCs) with attraction/repulsion arrows
     (needs the record returned by :func:`run_a_fig1`, which carries the parameters)."""
@@ -482,10 +529,10 @@ def plot_a_fig1(record: Record, path: str | os.PathLike) -> None:
         for row, part in enumerate(["smooth", "relu"]):
             r = res[part]
             act = _act(r["activation"])
-            x = jnp.asarray(record.arrays[part]["x"])
-            params = jax.tree.map(jnp.asarray, record.arrays[part]["params"])
-            Zs = representations(params, x, activation=act)
-            F = forces(Zs, x, lam=r["lam"], activation=act, ridge=r["ridge"])
+            x = as_device_array(record.arrays[part]["x"])
+            params = jax.tree.map(as_device_array, record.arrays[part]["params"])
+            Zs = _representations_jit(params, x, activation=act)
+            F = _forces_plot(Zs, x, lam=r["lam"], activation=act, ridge=r["ridge"])
             for l in range(min(2, len(Zs) - 1)):  # noqa: E741
                 ax = axes[row, l]
                 Z = np.asarray(Zs[l])                                  # [N, n_l]

@@ -433,7 +433,7 @@ class ChunkLauncher:
         reuses the trace)."""
         t_to = self._end(t_from)
         with _step_errors():
-            out = _chunk_shapes(state, jnp.asarray(t_from, jnp.int32), self._data,
+            out = _chunk_shapes(state, np.asarray(t_from, np.int32), self._data,
                                 self._data_key, self._step_keys, *self._perm,
                                 length=t_to - t_from, **self._static)
         return out[1], t_to - t_from
@@ -445,7 +445,7 @@ class ChunkLauncher:
         t_to = self._end(t_from)
         with _step_errors():
             new, metrics, self._perm[0], self._perm[1], ok = _run_chunk(
-                state, jnp.asarray(t_from, jnp.int32), self._data, self._data_key,
+                state, np.asarray(t_from, np.int32), self._data, self._data_key,
                 self._step_keys, *self._perm, length=t_to - t_from, **self._static)
         return InFlight(t_from, t_to, state, new, metrics, ok)
 
