@@ -321,13 +321,13 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
                            desc=f"{desc} (adam)", checkpoint_dir=ck("adam"))
     if gd_steps > 0:
         gd = _phase_step("gd", cost, beta, activation, gd_lr)
-        state = jax.vmap(gd.init)(state.params, hparams)
+        state = _runs_init(state.params, hparams, init_fn=gd.init)
         state, _ = loop.fit(gd.step, state, (x, y), key=k_gd, steps=gd_steps, runs=True,
                             progress=progress, desc=f"{desc} (gd)", check_finite=False,
                             checkpoint_dir=ck("gd"))
     if polish_steps > 0:
         polish = _phase_step("polish", cost, beta, activation)
-        state = jax.vmap(polish.init)(state.params, hparams)
+        state = _runs_init(state.params, hparams, init_fn=polish.init)
         state, _ = loop.fit(polish.step, state, (x, y), key=jax.random.fold_in(k_gd, 1),
                             steps=polish_steps, runs=True, progress=progress,
                             desc=f"{desc} (polish)", check_finite=False,
@@ -356,6 +356,13 @@ def _sweep_start(key, hparams, *, sizes, init, w_std, init_fn):
     inits = jax.vmap(lambda k: nets.mlp_init(k, sizes, init=init, w_std=w_std))(
         jax.random.split(k_init, hparams["lam"].shape[0]))
     return jax.vmap(init_fn)(inits, hparams), k_fit, k_gd
+
+
+@functools.partial(jax.jit, static_argnames="init_fn")
+def _runs_init(params, hparams, *, init_fn):
+    """``init_fn`` vmapped over the runs axis as one program per (shapes, phase step): eagerly
+    every zero of the optimizer state (L-BFGS: a dozen) was its own program."""
+    return jax.vmap(init_fn)(params, hparams)
 
 
 def _final_values(params, hparams, x, y, *, cost, beta, activation):

@@ -637,8 +637,8 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
     if "mnist" in cfg.parts:
         tr = data.load("mnist", n=cfg.mnist_n, balanced=True, seed=0, data_dir=data_dir)
         te = data.load("mnist", "test", n=cfg.mnist_test_n, seed=0, data_dir=data_dir)
-        x, y = jnp.asarray(data.flatten(tr.x)), jnp.asarray(tr.y, jnp.int32)
-        xt, yt = jnp.asarray(data.flatten(te.x)), jnp.asarray(te.y, jnp.int32)
+        x, y = as_device_array(data.flatten(tr.x)), jnp.asarray(tr.y, jnp.int32)
+        xt, yt = as_device_array(data.flatten(te.x)), jnp.asarray(te.y, jnp.int32)
         for i, lam in enumerate(cfg.mnist_lams):
             r = width_sweep(jax.random.fold_in(key, i), x, y, widths=cfg.mnist_widths,
                             depth=cfg.depth, cost=cross_entropy_cost, lam=lam,
@@ -650,14 +650,15 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
             out[f"mnist lam={lam:g}"] = _sweep_summary(r, xt, yt, cross_entropy_cost, cfg)
     if "teacher" in cfg.parts:
         tr, te = _a_fig2_teacher_data(cfg, key)
-        x, y = jnp.asarray(tr.x), jnp.asarray(tr.y)
+        x, y = as_device_array(tr.x), as_device_array(tr.y)
         r = width_sweep(jax.random.fold_in(key, 7), x, y, widths=cfg.teacher_widths,
                         depth=cfg.depth, cost=mse_cost, lam=cfg.teacher_lam,
                         seeds=cfg.teacher_seeds, adam_steps=cfg.adam_steps, adam_lr=cfg.adam_lr,
                         gd_steps=cfg.gd_steps, gd_lr=cfg.teacher_gd_lr,
                         polish_steps=cfg.polish_steps, progress=progress, desc="teacher",
                         checkpoint_dir=_sub(checkpoint_dir, "teacher"))
-        out["teacher"] = _sweep_summary(r, jnp.asarray(te.x), jnp.asarray(te.y), mse_cost, cfg)
+        out["teacher"] = _sweep_summary(r, as_device_array(te.x), as_device_array(te.y),
+                                        mse_cost, cfg)
         out["teacher"]["target_variance"] = float(np.var(np.asarray(tr.y)))
     wall = time.perf_counter() - t0
     if merge_into is not None:
@@ -882,15 +883,22 @@ def merge_a_fig2(record_path: str | os.PathLike, out: dict[str, dict], config: A
     return rec
 
 
+@functools.partial(jax.jit, static_argnames="cost")
+def _test_costs(params: list[dict], masks: Array, xt: Array, yt: Array, *,
+                cost: Callable) -> Array:
+    """``cost`` ``[R]`` of each masked run (``params`` leaves and ``masks`` ``[R, ...]``) on
+    the test set ``(xt [M, n_0], yt)``: one program per shapes and cost (the test set an
+    argument, not constants of a program compiled per sweep)."""
+    return jax.vmap(lambda p, m: cost(representations(masked_weights(p, m), xt)[-1], yt))(
+        params, masks)
+
+
 def _sweep_summary(r, xt, yt, cost, cfg) -> dict:
     W, S = r["loss"].shape
     best_seed = r["best_seed"]
 
-    def test_cost(p, m):
-        return cost(representations(masked_weights(p, m), xt)[-1], yt)
-
     masks = width_masks(np.repeat(r["widths"], S), max(r["widths"]), cfg.depth - 1)
-    tc = np.asarray(jax.jit(jax.vmap(test_cost))(r["state"].params, masks)).reshape(W, S)
+    tc = np.asarray(_test_costs(r["state"].params, masks, xt, yt, cost=cost)).reshape(W, S)
     idx = (np.arange(W), best_seed)
     return {"widths": r["widths"], "loss": r["loss"], "cost": r["cost"], "reg": r["reg"],
             "grad_norm": r["grad_norm"], "best": r["best"],
