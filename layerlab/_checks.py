@@ -273,7 +273,7 @@ def promote_float(*xs: Any) -> list[jax.Array]:
     """The arrays in one float dtype: the widest of theirs and float32 (integer or half-precision
     inputs are computed in float32, float64 stays float64).  Integer arguments must never
     truncate real ones nor overflow in products (uint8 pixels, int32 features)."""
-    arrs = [jnp.asarray(x) for x in xs]
+    arrs = [as_device_array(x) for x in xs]
     dt = jnp.result_type(*(a.dtype for a in arrs), jnp.float32)
     return [a.astype(dt) for a in arrs]
 
