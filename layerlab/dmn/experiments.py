@@ -102,6 +102,24 @@ def _jitted(fn):
     return jax.jit(fn)
 
 
+@functools.lru_cache(maxsize=128)
+def _jitted_head_init(init_head, init_state):
+    """``init_state(init_head(key, feats))`` as one program (eagerly, ~40 ops)."""
+    return jax.jit(lambda key, feats: init_state(init_head(key, feats)))
+
+
+@jax.jit
+def _train_keys(key):
+    """:func:`train_and_evaluate`'s keys: ``split(key, 4)`` (noise, build, init, fit) and the
+    noise key split in two (training, validation inputs), as one program."""
+    k_noise, k_build, k_init, k_fit = jax.random.split(key, 4)
+    return (k_noise, k_build, k_init, k_fit, *jax.random.split(k_noise))
+
+
+# labels checked by train_and_evaluate: the accuracy as one program per shape
+_accuracy_jit = jax.jit(probes.accuracy)
+
+
 def train_and_evaluate(
     spec: str,
     x_train: ArrayLike,
@@ -175,7 +193,7 @@ def train_and_evaluate(
     y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train),
                         fn="train_and_evaluate")
     y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val), fn="train_and_evaluate")
-    k_noise, k_build, k_init, k_fit = jax.random.split(key, 4)
+    k_noise, k_build, k_init, k_fit, kn_tr, kn_val = _train_keys(key)
     spec = spec if isinstance(spec, str) else format_spec(spec)
     opt = _adam(lr) if optimizer is None else optimizer
     net, ts = _net_and_step(spec, num_classes, config, opt)
@@ -183,20 +201,20 @@ def train_and_evaluate(
     y_val = np.asarray(y_val)
     t0 = time.perf_counter()
     if net.prefix:
-        kn_tr, kn_val = jax.random.split(k_noise)
-        x_train = np.asarray(net.prepare(kn_tr, x_train))
-        x_val = np.asarray(net.prepare(kn_val, x_val))
+        prepare = _jitted(net.prepare)  # one program per shape (eagerly: draw, scale, add)
+        x_train = np.asarray(prepare(kn_tr, x_train))
+        x_val = np.asarray(prepare(kn_val, x_val))
     dmn_params, info = net.build(k_build, x_train, y_train)
     t_build = time.perf_counter() - t0
     feat = _jitted(net.features)
     f_tr = map_batches(lambda xb: feat(dmn_params, xb), x_train) if net.prefix else x_train
     f_val = map_batches(lambda xb: feat(dmn_params, xb), x_val) if net.prefix else x_val
     t_feat = time.perf_counter() - t0 - t_build
-    state = ts.init(net.init_head(k_init, f_tr[:2]))
+    state = _jitted_head_init(net.init_head, ts.init)(k_init, f_tr[:2])
     predict = _jitted(net.head_apply)
 
     def score(variables, f, y):  # accuracy on a whole split, logits chunk by chunk
-        return float(probes.accuracy(map_batches(lambda fb: predict(variables, fb), f), y))
+        return float(_accuracy_jit(map_batches(lambda fb: predict(variables, fb), f), y))
 
     curve: list = []
     bs = min(batch_size, f_tr.shape[0])
