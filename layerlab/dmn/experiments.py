@@ -116,10 +116,6 @@ def _train_keys(key):
     return (k_noise, k_build, k_init, k_fit, *jax.random.split(k_noise))
 
 
-# labels checked by train_and_evaluate: the accuracy as one program per shape
-_accuracy_jit = jax.jit(probes.accuracy)
-
-
 def train_and_evaluate(
     spec: str,
     x_train: ArrayLike,
@@ -214,7 +210,7 @@ def train_and_evaluate(
     predict = _jitted(net.head_apply)
 
     def score(variables, f, y):  # accuracy on a whole split, logits chunk by chunk
-        return float(_accuracy_jit(map_batches(lambda fb: predict(variables, fb), f), y))
+        return float(probes.accuracy(map_batches(lambda fb: predict(variables, fb), f), y))
 
     curve: list = []
     bs = min(batch_size, f_tr.shape[0])
