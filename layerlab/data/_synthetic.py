@@ -87,9 +87,13 @@ def teacher(
         w_std = float(np.sqrt(2.0)) if activation in ("relu", jax.nn.relu) else 1.0
     if n < 1:
         raise ValueError(f"teacher: n must be >= 1, got {n}.")
-    params, x, y = _teacher_draw(key, x_key, n=int(n), widths=tuple(widths),
-                                 act=act, noise=float(noise), w_std=float(w_std),
-                                 b_std=float(b_std))
+    static = dict(n=n, widths=tuple(widths), act=act, noise=noise, w_std=w_std, b_std=b_std)
+    try:  # one compiled program per setting; else (an unhashable or array setting) op by op
+        hash(tuple(static.values()))
+        draw = _teacher_draw
+    except TypeError:
+        draw = _teacher_draw.__wrapped__
+    params, x, y = draw(key, x_key, **static)
     ds = Dataset(np.asarray(x, np.float32), np.asarray(y, np.float32), 0, "teacher", split)
     return (ds, params) if return_params else ds
 
@@ -98,7 +102,7 @@ def teacher(
 def _teacher_draw(key, x_key, *, n, widths, act, noise, w_std, b_std):
     """:func:`teacher`'s draws as one program per (n, widths, activation, scales): the teacher's
     params, ``x`` ``[n, d_0]`` and ``y`` ``[n, d_L]``.  Eagerly each split, normal, matmul and
-    add was its own program.  The scales are static (``mlp_init`` sees Python floats): the
+    add was its own program.  The settings are static (``mlp_init`` sees Python floats): the
     default teacher (ReLU, no noise, zero biases) in float32 gets the eager draws' bits; with
     noise, bias draws or float64 an entry may differ by a rounding."""
     k_teacher, k_default = jax.random.split(key)
