@@ -227,7 +227,9 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
                     newton_message=str(r.message))
     val, g = fun(x)
     info.update(loss=val, grad_norm=float(np.linalg.norm(g)), max_abs_grad=float(np.abs(g).max()))
-    return jax.jit(unravel)(as_device_array(x)), info
+    parts = np.split(np.asarray(x, np.float64), cuts) if cuts else [np.asarray(x, np.float64)]
+    return jax.tree.unflatten(treedef, [as_device_array(u.reshape(sh))  # on host: exact
+                                        for u, sh in zip(parts, shapes)]), info
 
 
 def run_chunked(step: Callable, state: Any, n_chunks: int, chunk: int) -> tuple[Any, list, list]:
@@ -377,10 +379,9 @@ class AFig1Config:
                    smooth_width=8, lbfgs_iters=30, newton_iters=2)
 
 
-@jax.jit
 def _first_run(tree: Any) -> Any:
-    """Every leaf's first run (``a[0]``) as one program (eagerly, one slice per shape)."""
-    return jax.tree.map(lambda a: a[0], tree)
+    """Every leaf's first run (``a[0]``), sliced on host (eagerly, one program per shape)."""
+    return jax.tree.map(lambda a: as_device_array(np.asarray(a)[0]), tree)
 
 
 # paper A's view and back (exact: beta = 1), one program per shapes instead of ~4 ops per layer
