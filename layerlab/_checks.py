@@ -37,6 +37,7 @@ __all__ = [
     "NonFiniteResultError",
     "is_traced",
     "is_concrete",
+    "as_device_array",
     "check_array",
     "check_finite",
     "check_labels",
@@ -106,6 +107,16 @@ _KINDS = {
 # --------------------------------------------------------------------------- arrays
 
 
+def as_device_array(x: Any) -> jax.Array:
+    """``jnp.asarray(x)`` without a compiled program for a numpy array: ``jax.device_put`` (the
+    same dtype, weak type and placement; JAX >= 0.10 lifts a numpy array into ``jnp.asarray`` by
+    an identity program, compiled once per shape and dtype).  Anything else goes through
+    ``jnp.asarray``."""
+    if type(x) is np.ndarray and x.dtype.kind in "biufc":
+        return jax.device_put(x)
+    return jnp.asarray(x)
+
+
 def check_array(
     x: Any,
     name: str,
@@ -151,7 +162,7 @@ def check_array(
         arr = x
     else:
         try:
-            arr = np.asarray(x) if xp == "np" else jnp.asarray(x)
+            arr = (np.asarray(x) if xp == "np" else as_device_array(x))
         except (TypeError, ValueError) as e:
             raise TypeError(f"{where}{name} must be an array, got {_describe(x)} ({e}).") from e
         if arr.dtype == object:
@@ -262,7 +273,7 @@ def promote_float(*xs: Any) -> list[jax.Array]:
     """The arrays in one float dtype: the widest of theirs and float32 (integer or half-precision
     inputs are computed in float32, float64 stays float64).  Integer arguments must never
     truncate real ones nor overflow in products (uint8 pixels, int32 features)."""
-    arrs = [jnp.asarray(x) for x in xs]
+    arrs = [as_device_array(x) for x in xs]
     dt = jnp.result_type(*(a.dtype for a in arrs), jnp.float32)
     return [a.astype(dt) for a in arrs]
 

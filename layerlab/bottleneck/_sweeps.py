@@ -25,6 +25,7 @@ from jax.typing import ArrayLike
 
 from layerlab import loop, nets
 from layerlab._checks import (
+    as_device_array,
     check_array,
     check_int,
     check_number,
@@ -77,7 +78,7 @@ def width_masks(widths: Sequence[int], max_width: int, n_hidden: int) -> Array:
     widths = np.asarray([check_int(w, f"widths[{i}]", fn=fn, min_value=1, max_value=max_width)
                          for i, w in enumerate(np.asarray(widths).tolist())], dtype=np.int64)
     m = (np.arange(max_width)[None, :] < widths[:, None]).astype(np.float32)
-    return jnp.asarray(np.repeat(m[:, None, :], n_hidden, axis=1))
+    return as_device_array(np.repeat(m[:, None, :], n_hidden, axis=1))
 
 
 def masked_weights(params: Sequence[dict], masks: Array) -> list[dict]:
@@ -308,13 +309,11 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
     R = len(widths) * seeds
     run_widths = np.repeat(widths, seeds)
     masks = width_masks(run_widths, max_width, depth - 1)
-    hparams = {"masks": masks, "lam": jnp.full((R,), lam, x.dtype)}  # x is float: lam too
-    k_init, k_fit, k_gd = jax.random.split(key, 3)
-    inits = jax.vmap(lambda k: nets.mlp_init(k, sizes, init=init, w_std=w_std))(
-        jax.random.split(k_init, R))
-
+    hparams = {"masks": masks,  # x is float: lam too
+               "lam": as_device_array(np.full((R,), lam, np.dtype(x.dtype)))}
     adam = _phase_step("adam", cost, beta, activation, adam_lr, adam_steps, lr_decay)
-    state = jax.vmap(adam.init)(inits, hparams)
+    state, k_fit, k_gd = _sweep_start(key, hparams, sizes=tuple(sizes), init=init, w_std=w_std,
+                                      init_fn=adam.init)
     ck = (lambda name: None) if checkpoint_dir is None else (
         lambda name: os.path.join(os.fspath(checkpoint_dir), name))
     state, hist = loop.fit(adam.step, state, (x, y), key=k_fit, steps=adam_steps,
@@ -322,13 +321,13 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
                            desc=f"{desc} (adam)", checkpoint_dir=ck("adam"))
     if gd_steps > 0:
         gd = _phase_step("gd", cost, beta, activation, gd_lr)
-        state = jax.vmap(gd.init)(state.params, hparams)
+        state = _runs_init(state.params, hparams, init_fn=gd.init)
         state, _ = loop.fit(gd.step, state, (x, y), key=k_gd, steps=gd_steps, runs=True,
                             progress=progress, desc=f"{desc} (gd)", check_finite=False,
                             checkpoint_dir=ck("gd"))
     if polish_steps > 0:
         polish = _phase_step("polish", cost, beta, activation)
-        state = jax.vmap(polish.init)(state.params, hparams)
+        state = _runs_init(state.params, hparams, init_fn=polish.init)
         state, _ = loop.fit(polish.step, state, (x, y), key=jax.random.fold_in(k_gd, 1),
                             steps=polish_steps, runs=True, progress=progress,
                             desc=f"{desc} (polish)", check_finite=False,
@@ -345,6 +344,25 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
             "grad_norm": np.asarray(gn).reshape(shape),
             "best": np.min(safe, axis=1), "best_seed": np.argmin(safe, axis=1),
             "history": hist, "state": state}
+
+
+@functools.partial(jax.jit, static_argnames=("sizes", "init", "w_std", "init_fn"))
+def _sweep_start(key, hparams, *, sizes, init, w_std, init_fn):
+    """:func:`width_sweep`'s keys and first state as one program per (sizes, init, w_std,
+    phase step): ``R`` inits of ``sizes`` (``R`` = ``hparams["lam"]`` ``[R]``) and
+    ``init_fn`` of each with its hparams.  Eagerly every split, draw and optimizer-state zero
+    was its own program.  Returns ``(state, k_fit, k_gd)``."""
+    k_init, k_fit, k_gd = jax.random.split(key, 3)
+    inits = jax.vmap(lambda k: nets.mlp_init(k, sizes, init=init, w_std=w_std))(
+        jax.random.split(k_init, hparams["lam"].shape[0]))
+    return jax.vmap(init_fn)(inits, hparams), k_fit, k_gd
+
+
+@functools.partial(jax.jit, static_argnames="init_fn")
+def _runs_init(params, hparams, *, init_fn):
+    """``init_fn`` vmapped over the runs axis as one program per (shapes, phase step): eagerly
+    every zero of the optimizer state (L-BFGS: a dozen) was its own program."""
+    return jax.vmap(init_fn)(params, hparams)
 
 
 def _final_values(params, hparams, x, y, *, cost, beta, activation):

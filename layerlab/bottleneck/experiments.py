@@ -25,6 +25,7 @@ driver works on paper A's view ``from_mlp_params``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ import numpy as np
 import optax
 
 from layerlab import data, loop, nets
-from layerlab._checks import promote_float
+from layerlab._checks import as_device_array, promote_float
 from layerlab._plotting import subplots
 from layerlab.bottleneck._covariances import covariances
 from layerlab.bottleneck._cprank import bipartite_matrix, identity_inputs_loss_lower_bound
@@ -166,20 +167,28 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
     (final Euclidean gradient norm), ``loss``, iteration counts and messages.
     """
     import scipy.optimize
-    from jax.flatten_util import ravel_pytree
 
-    p64 = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
-    flat, unravel = ravel_pytree(p64)
+    # flattened on host (ravel_pytree's order and layout): eagerly its reshape / concatenate
+    # and the unflattening's split / reshape were one program per leaf shape
+    leaves, treedef = jax.tree.flatten(params)
+    leaves = [np.asarray(a, np.float64) for a in leaves]
+    shapes = [a.shape for a in leaves]
+    cuts = np.cumsum([a.size for a in leaves])[:-1].tolist()
+
+    def unravel(v):
+        parts = jnp.split(v, cuts) if cuts else [v]
+        return jax.tree.unflatten(treedef, [u.reshape(sh) for u, sh in zip(parts, shapes)])
+
     f = lambda v: loss(unravel(v))  # noqa: E731
     vg = jax.jit(jax.value_and_grad(f))
     hvp = jax.jit(lambda v, t: jax.jvp(jax.grad(f), (v,), (t,))[1])
 
     def fun(v):
-        val, g = vg(jnp.asarray(v))
+        val, g = vg(as_device_array(np.asarray(v, np.float64)))
         return float(val), np.asarray(g, np.float64)
 
     info: dict[str, Any] = {}
-    x = np.asarray(flat, np.float64)
+    x = np.concatenate([a.ravel() for a in leaves])
     if lbfgs_iters > 0:
         r = scipy.optimize.minimize(fun, x, jac=True, method="L-BFGS-B",
                                     options={"maxiter": lbfgs_iters, "gtol": gtol * 1e-2,
@@ -195,7 +204,7 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
             val, g = fun(x)
             if np.linalg.norm(g) <= gtol:
                 break
-            H = np.asarray(hess(jnp.asarray(x)), np.float64)
+            H = np.asarray(hess(as_device_array(x)), np.float64)
             w, V = np.linalg.eigh((H + H.T) / 2)
             while True:
                 step = -V @ ((V.T @ g) / (np.abs(w) + mu))
@@ -208,7 +217,9 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
     elif newton_iters > 0 and info["grad_norm_after_lbfgs"] > gtol:
         r = scipy.optimize.minimize(
             fun, x, jac=True, method="trust-krylov",
-            hessp=lambda v, t: np.asarray(hvp(jnp.asarray(v), jnp.asarray(t)), np.float64),
+            hessp=lambda v, t: np.asarray(hvp(as_device_array(np.asarray(v, np.float64)),
+                                              as_device_array(np.asarray(t, np.float64))),
+                                          np.float64),
             options={"maxiter": newton_iters, "gtol": gtol})
         if np.linalg.norm(fun(r.x)[1]) < info["grad_norm_after_lbfgs"]:
             x = r.x
@@ -216,7 +227,9 @@ def polish_second_order(loss: Callable[[Any], Array], params: Any, *, lbfgs_iter
                     newton_message=str(r.message))
     val, g = fun(x)
     info.update(loss=val, grad_norm=float(np.linalg.norm(g)), max_abs_grad=float(np.abs(g).max()))
-    return unravel(jnp.asarray(x)), info
+    parts = np.split(np.asarray(x, np.float64), cuts) if cuts else [np.asarray(x, np.float64)]
+    return jax.tree.unflatten(treedef, [as_device_array(u.reshape(sh))  # on host: exact
+                                        for u, sh in zip(parts, shapes)]), info
 
 
 def run_chunked(step: Callable, state: Any, n_chunks: int, chunk: int) -> tuple[Any, list, list]:
@@ -269,25 +282,23 @@ def _train_runs(x, y, sizes, lam, keys, *, cost=mse_cost, activation=jax.nn.relu
     R = len(keys)
     depth = len(sizes) - 1
     width = sizes[1]
-    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jnp.stack(keys))
-    W0 = jax.tree.map(lambda a: a.astype(x.dtype), W0)
-    hp = {"masks": jnp.ones((R, depth - 1, width), x.dtype), "lam": jnp.full((R,), lam, x.dtype)}
-    params, hist = W0, None
-    kf = jax.random.fold_in(keys[0], 12345)
+    dt = np.dtype(x.dtype)
+    hp = {"masks": as_device_array(np.ones((R, depth - 1, width), dt)),  # from host: no program
+          "lam": as_device_array(np.full((R,), lam, dt))}
+    params, kf = _he_inits(list(keys), sizes=tuple(sizes), dtype=dt)
+    hist = None
     if adam_steps > 0:
         sched = optax.cosine_decay_schedule(adam_lr, adam_steps, alpha=1e-2)
         ts = sweep_step(cost, optax.adam(sched), beta=beta, activation=activation)
-        st, hist = loop.fit(ts.step, jax.vmap(ts.init)(params, hp), (x, y), key=kf,
+        st, hist = loop.fit(ts.step, _runs_init(params, hp, init_fn=ts.init), (x, y), key=kf,
                             steps=adam_steps, runs=True, progress=progress,
                             desc=f"{desc} (adam)", checkpoint_dir=_sub(checkpoint_dir, "adam"))
         params = st.params
     if gd_steps > 0:
-        lrs = jnp.asarray(np.broadcast_to(np.asarray(gd_lrs, np.float64), (R,)), x.dtype)
+        lrs = as_device_array(np.broadcast_to(np.asarray(gd_lrs, np.float64), (R,)).astype(dt))
         opt = optax.inject_hyperparams(optax.sgd)(learning_rate=1.0)
         ts = sweep_step(cost, opt, beta=beta, activation=activation)
-        st = jax.vmap(ts.init)(params, hp)
-        st = st._replace(opt_state=st.opt_state._replace(
-            hyperparams={**st.opt_state.hyperparams, "learning_rate": lrs}))
+        st = _runs_init(params, hp, init_fn=ts.init, learning_rates=lrs)
         st, h2 = loop.fit(ts.step, st, (x, y), key=jax.random.fold_in(kf, 1), steps=gd_steps,
                           runs=True, progress=progress, desc=f"{desc} (gd)", check_finite=False,
                           checkpoint_dir=_sub(checkpoint_dir, "gd"))
@@ -299,6 +310,26 @@ def _train_runs(x, y, sizes, lam, keys, *, cost=mse_cost, activation=jax.nn.relu
         return optax.tree.norm(g)
 
     return params, hist, np.asarray(jax.jit(jax.vmap(gn))(params, hp)), hp
+
+
+@functools.partial(jax.jit, static_argnames=("sizes", "dtype"))
+def _he_inits(keys: list, *, sizes: tuple[int, ...], dtype) -> tuple[list[dict], Array]:
+    """:func:`_train_runs`'s start as one program: He inits of ``sizes`` from each of ``keys``
+    (leaves ``[R, ...]`` in ``dtype``) and the data key ``fold_in(keys[0], 12345)``."""
+    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jnp.stack(keys))
+    return jax.tree.map(lambda a: a.astype(dtype), W0), jax.random.fold_in(keys[0], 12345)
+
+
+@functools.partial(jax.jit, static_argnames="init_fn")
+def _runs_init(params: list[dict], hp: dict, *, init_fn: Callable,
+               learning_rates: Array | None = None) -> loop.TrainState:
+    """``init_fn`` vmapped over the runs (leaves ``[R, ...]``) as one program; with
+    ``learning_rates`` ``[R]`` put in the state of an ``optax.inject_hyperparams`` optimizer."""
+    st = jax.vmap(init_fn)(params, hp)
+    if learning_rates is None:
+        return st
+    return st._replace(opt_state=st.opt_state._replace(
+        hyperparams={**st.opt_state.hyperparams, "learning_rate": learning_rates}))
 
 
 # ============================================================================ A, Fig. 1
@@ -348,14 +379,29 @@ class AFig1Config:
                    smooth_width=8, lbfgs_iters=30, newton_iters=2)
 
 
+def _first_run(tree: Any) -> Any:
+    """Every leaf's first run (``a[0]``), sliced on host (eagerly, one program per shape)."""
+    return jax.tree.map(lambda a: as_device_array(np.asarray(a)[0]), tree)
+
+
+# paper A's view and back (exact: beta = 1), one program per shapes instead of ~4 ops per layer
+_from_mlp_jit = jax.jit(from_mlp_params)
+_to_mlp_jit = jax.jit(to_mlp_params)
+
+
+@functools.partial(jax.jit, static_argnames="sizes")
+def _he_init64(key: Array, *, sizes: tuple[int, ...]) -> list[dict]:
+    """``nets.mlp_init(key, sizes, init="he")`` cast to float64, as one program."""
+    return jax.tree.map(lambda w: w.astype(jnp.float64), nets.mlp_init(key, sizes, init="he"))
+
+
 def _relu_smooth_net(cfg, x, y, act, width, key, progress, ckpt, desc, lam, lr):
     sizes = [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]]
-    params, hist, gn, hp = _train_runs(jnp.asarray(x), jnp.asarray(y), sizes, lam, [key],
+    xx, yy = as_device_array(x), as_device_array(y)
+    params, hist, gn, hp = _train_runs(xx, yy, sizes, lam, [key],
                                        activation=act, gd_steps=cfg.gd_steps, gd_lrs=lr,
                                        progress=progress, checkpoint_dir=ckpt, desc=desc)
-    W = jax.tree.map(lambda a: a[0], params)
-    hp1 = jax.tree.map(lambda a: a[0], hp)
-    xx, yy = jnp.asarray(x), jnp.asarray(y)
+    W, hp1 = _first_run((params, hp))
     loss = lambda p: masked_loss(p, (xx, yy), hparams=hp1, cost=mse_cost,  # noqa: E731
                                  activation=act)[0]
     return W, float(gn[0]), loss, hist
@@ -387,22 +433,21 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
                                                  _sub(checkpoint_dir, part), part, lam,
                                                  cfg.smooth_gd_lr if part == "smooth"
                                                  else cfg.gd_lr)
-            stats = jax.jit(lambda p, r, act=act, x=jnp.asarray(x), lam=lam: force_stats(
+            stats = jax.jit(lambda p, r, act=act, x=as_device_array(x), lam=lam: force_stats(
                 p, x, lam=lam, ridge=r, activation=act)[2])
             ridge = 0.0 if part == "smooth" else cfg.ridge
             st_gd = stats(W, ridge)
             # polish paper A's view [W_1, ..., W_L] (beta = 1, exact round trip): the flattened
             # vector, hence L-BFGS's arithmetic, is the one of the committed records
             Wc, info = polish_second_order(lambda Wc: loss(to_mlp_params(Wc)),
-                                           from_mlp_params(W), lbfgs_iters=cfg.lbfgs_iters,
+                                           _from_mlp_jit(W), lbfgs_iters=cfg.lbfgs_iters,
                                            newton_iters=cfg.newton_iters,
                                            gtol=cfg.target_grad_norm * 1e-2)
-            Wp = to_mlp_params(Wc)
+            Wp = _to_mlp_jit(Wc)
             st_p = stats(Wp, ridge)
-            init = nets.mlp_init(jax.random.fold_in(key, len(part)),
-                                 [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]],
-                                 init="he")
-            st_0 = stats(jax.tree.map(lambda w: w.astype(jnp.float64), init), ridge)
+            init = _he_init64(jax.random.fold_in(key, len(part)), sizes=tuple(
+                [x.shape[1]] + [width] * (cfg.depth - 1) + [y.shape[1]]))
+            st_0 = stats(init, ridge)
             res[part] = {
                 "activation": act_name, "N": x.shape[0], "width": width, "ridge": ridge,
                 "lam": lam, "n_0": x.shape[1],
@@ -471,6 +516,10 @@ def run_a_fig1(config: AFig1Config, *, key: Array, progress: bool = True,
     return rec
 
 
+_representations_jit = jax.jit(representations, static_argnames=("beta", "activation"))
+_forces_plot = jax.jit(forces, static_argnames=("lam", "beta", "activation", "ridge"))
+
+
 def plot_a_fig1(record: Record, path: str | os.PathLike) -> None:
     """Hidden representations (the samples on their top-2 PCs) with attraction/repulsion arrows
     (needs the record returned by :func:`run_a_fig1`, which carries the parameters)."""
@@ -481,10 +530,10 @@ def plot_a_fig1(record: Record, path: str | os.PathLike) -> None:
         for row, part in enumerate(["smooth", "relu"]):
             r = res[part]
             act = _act(r["activation"])
-            x = jnp.asarray(record.arrays[part]["x"])
-            params = jax.tree.map(jnp.asarray, record.arrays[part]["params"])
-            Zs = representations(params, x, activation=act)
-            F = forces(Zs, x, lam=r["lam"], activation=act, ridge=r["ridge"])
+            x = as_device_array(record.arrays[part]["x"])
+            params = jax.tree.map(as_device_array, record.arrays[part]["params"])
+            Zs = _representations_jit(params, x, activation=act)
+            F = _forces_plot(Zs, x, lam=r["lam"], activation=act, ridge=r["ridge"])
             for l in range(min(2, len(Zs) - 1)):  # noqa: E741
                 ax = axes[row, l]
                 Z = np.asarray(Zs[l])                                  # [N, n_l]
@@ -589,8 +638,8 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
     if "mnist" in cfg.parts:
         tr = data.load("mnist", n=cfg.mnist_n, balanced=True, seed=0, data_dir=data_dir)
         te = data.load("mnist", "test", n=cfg.mnist_test_n, seed=0, data_dir=data_dir)
-        x, y = jnp.asarray(data.flatten(tr.x)), jnp.asarray(tr.y, jnp.int32)
-        xt, yt = jnp.asarray(data.flatten(te.x)), jnp.asarray(te.y, jnp.int32)
+        x, y = as_device_array(data.flatten(tr.x)), jnp.asarray(tr.y, jnp.int32)
+        xt, yt = as_device_array(data.flatten(te.x)), jnp.asarray(te.y, jnp.int32)
         for i, lam in enumerate(cfg.mnist_lams):
             r = width_sweep(jax.random.fold_in(key, i), x, y, widths=cfg.mnist_widths,
                             depth=cfg.depth, cost=cross_entropy_cost, lam=lam,
@@ -602,14 +651,15 @@ def run_a_fig2(config: AFig2Config, *, key: Array, progress: bool = True,
             out[f"mnist lam={lam:g}"] = _sweep_summary(r, xt, yt, cross_entropy_cost, cfg)
     if "teacher" in cfg.parts:
         tr, te = _a_fig2_teacher_data(cfg, key)
-        x, y = jnp.asarray(tr.x), jnp.asarray(tr.y)
+        x, y = as_device_array(tr.x), as_device_array(tr.y)
         r = width_sweep(jax.random.fold_in(key, 7), x, y, widths=cfg.teacher_widths,
                         depth=cfg.depth, cost=mse_cost, lam=cfg.teacher_lam,
                         seeds=cfg.teacher_seeds, adam_steps=cfg.adam_steps, adam_lr=cfg.adam_lr,
                         gd_steps=cfg.gd_steps, gd_lr=cfg.teacher_gd_lr,
                         polish_steps=cfg.polish_steps, progress=progress, desc="teacher",
                         checkpoint_dir=_sub(checkpoint_dir, "teacher"))
-        out["teacher"] = _sweep_summary(r, jnp.asarray(te.x), jnp.asarray(te.y), mse_cost, cfg)
+        out["teacher"] = _sweep_summary(r, as_device_array(te.x), as_device_array(te.y),
+                                        mse_cost, cfg)
         out["teacher"]["target_variance"] = float(np.var(np.asarray(tr.y)))
     wall = time.perf_counter() - t0
     if merge_into is not None:
@@ -834,15 +884,22 @@ def merge_a_fig2(record_path: str | os.PathLike, out: dict[str, dict], config: A
     return rec
 
 
+@functools.partial(jax.jit, static_argnames="cost")
+def _test_costs(params: list[dict], masks: Array, xt: Array, yt: Array, *,
+                cost: Callable) -> Array:
+    """``cost`` ``[R]`` of each masked run (``params`` leaves and ``masks`` ``[R, ...]``) on
+    the test set ``(xt [M, n_0], yt)``: one program per shapes and cost (the test set an
+    argument, not constants of a program compiled per sweep)."""
+    return jax.vmap(lambda p, m: cost(representations(masked_weights(p, m), xt)[-1], yt))(
+        params, masks)
+
+
 def _sweep_summary(r, xt, yt, cost, cfg) -> dict:
     W, S = r["loss"].shape
     best_seed = r["best_seed"]
 
-    def test_cost(p, m):
-        return cost(representations(masked_weights(p, m), xt)[-1], yt)
-
     masks = width_masks(np.repeat(r["widths"], S), max(r["widths"]), cfg.depth - 1)
-    tc = np.asarray(jax.jit(jax.vmap(test_cost))(r["state"].params, masks)).reshape(W, S)
+    tc = np.asarray(_test_costs(r["state"].params, masks, xt, yt, cost=cost)).reshape(W, S)
     idx = (np.arange(W), best_seed)
     return {"widths": r["widths"], "loss": r["loss"], "cost": r["cost"], "reg": r["reg"],
             "grad_norm": r["grad_norm"], "best": r["best"],
@@ -896,10 +953,11 @@ def remark4_check(lam: float = 0.1, a1: float | None = None, eps: float = 1e-2) 
         r = np.sqrt(1 - lam)
         a1 = r / np.sqrt(2) if a1 is None else a1
         a2 = np.sqrt(r ** 2 - a1 ** 2)
-        v = jnp.array([a1, a2, a1, a2])
-        end = jnp.array([r, 0.0, r, 0.0])
-        pert = jnp.array([r, -eps, r, eps])
-        out = jax.device_get(_remark4_parts(v, end, pert, jnp.asarray(lam, jnp.float64)))
+        v = as_device_array(np.array([a1, a2, a1, a2], np.float64))  # no program per array
+        end = as_device_array(np.array([r, 0.0, r, 0.0]))
+        pert = as_device_array(np.array([r, -eps, r, eps]))
+        out = jax.device_get(_remark4_parts(v, end, pert, as_device_array(np.asarray(
+            lam, np.float64))))
         loss_v, loss_end, loss_pert, g, H, gam_v, gam_end, gam_pert = out
         same = max(float(np.abs(a - b).max()) for a, b in zip(gam_v, gam_end))
         shift = max(float(np.abs(a - b).max()) for a, b in zip(gam_end, gam_pert))
@@ -992,16 +1050,14 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
         # weight-space full-batch GD at width N(N+1) (Caratheodory: enough for the optimum)
         width = N * (N + 1)
         with jax.enable_x64(True):
-            x = jnp.eye(N)
-            y = jnp.asarray(B)
+            x = as_device_array(np.eye(N))  # from host: no program per shape
+            y = as_device_array(B)
             sizes = [N, width, N]
             R = cfg.gd_seeds
-            W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(
-                jax.random.split(jax.random.fold_in(key, N), R))
-            W0 = jax.tree.map(lambda a: a.astype(jnp.float64), W0)
-            hp = {"masks": jnp.ones((R, 1, width)), "lam": jnp.full((R,), cfg.lam)}
             ts = sweep_step(mse_cost, optax.sgd(cfg.gd_lr), beta=0.0)
-            st = jax.vmap(ts.init)(W0, hp)
+            hp = {"masks": as_device_array(np.ones((R, 1, width))),
+                  "lam": as_device_array(np.full((R,), cfg.lam))}
+            st = _a_rank_gd_init(key, hp, N=N, sizes=tuple(sizes), init_fn=ts.init)
             vstep = jax.vmap(ts.step, in_axes=(0, None, None))
 
             def step(s, b, k, vstep=vstep, x=x, y=y):
@@ -1009,17 +1065,18 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
 
             n_chunks = max(1, cfg.gd_steps // cfg.gd_chunk)
             st, times, ms = run_chunked(step, st, n_chunks, cfg.gd_chunk)
-            gd_loss = np.array([np.asarray(m["loss"][-1]) for m in ms])  # [chunks, R]
-            Zs = jax.vmap(lambda p: representations(p, x, beta=0.0)[0])(st.params)  # [R, N, n_1]
-            cps = [cp_rank_lower_bound(np.maximum(np.asarray(z), 0) @ np.maximum(
-                np.asarray(z), 0).T, rel_tol=cfg.cp_rel_tol, zero_tol=cfg.cp_rel_tol)["lower"]
-                for z in Zs]
+            gd_loss = np.array([np.asarray(m["loss"])[-1] for m in ms])  # [chunks, R]
+            Zs = np.asarray(_first_reps_beta0(st.params, x))  # [R, N, n_1]
+            cps = [cp_rank_lower_bound(np.maximum(z, 0) @ np.maximum(z, 0).T,
+                                       rel_tol=cfg.cp_rel_tol, zero_tol=cfg.cp_rel_tol)["lower"]
+                   for z in Zs]
         best = int(np.argmin(gd_loss[-1]))
         gd_step_s = float(np.median(times)) / cfg.gd_chunk / R
         fw_it_s = float(np.median(np.diff(np.concatenate([[0.0], fw["time_s"]]))))
         # the width plateau itself: widths 1 .. N^2/4 + 2 masked in one program (Adam)
         widths = list(range(1, N * N // 4 + 3))
-        sw = width_sweep(jax.random.fold_in(key, 50 + N), jnp.eye(N), jnp.asarray(B, jnp.float32),
+        sw = width_sweep(jax.random.fold_in(key, 50 + N), np.eye(N, dtype=np.float32),
+                         np.asarray(B, np.float32),
                          widths=widths, depth=2, cost=mse_cost, lam=cfg.lam,
                          seeds=cfg.gd_seeds, adam_steps=cfg.sweep_steps, adam_lr=1e-2, beta=0.0,
                          progress=progress, desc=f"B_{N} widths")
@@ -1100,6 +1157,27 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
                        "N values, lambda and budgets are ours", extra={"result": out})
 
 
+@functools.partial(jax.jit, static_argnames=("N", "sizes", "init_fn"))
+def _a_rank_gd_init(key: Array, hp: dict, *, N: int, sizes: tuple[int, ...],
+                    init_fn: Callable) -> loop.TrainState:
+    """:func:`run_a_rank`'s GD runs at the start, one program per ``N``: ``R`` He inits of
+    ``sizes`` from ``fold_in(key, N)`` (float64) and ``init_fn`` of each with its ``hp`` (leaves
+    ``[R, ...]``); eagerly every fold-in, split, cast and optimizer-state zero was its own
+    program."""
+    R = hp["lam"].shape[0]
+    W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(
+        jax.random.split(jax.random.fold_in(key, N), R))
+    W0 = jax.tree.map(lambda a: a.astype(jnp.float64), W0)
+    return jax.vmap(init_fn)(W0, hp)
+
+
+@jax.jit
+def _first_reps_beta0(params: Sequence[dict], x: Array) -> Array:
+    """``Z_1`` ``[R, N, n_1]`` of bias-free (``beta = 0``) runs ``params`` (leaves ``[R, ...]``)
+    on ``x`` ``[N, n_0]``, as one program."""
+    return jax.vmap(lambda p: representations(p, x, beta=0.0)[0])(params)
+
+
 def _a_rank_scale(cfg: ARankConfig) -> str:
     """``"paper"`` when ``cfg`` has the paper configuration's sizes and at least its budgets
     (Frank-Wolfe iterations, GD steps and random starts, sweep and L^r steps); fewer
@@ -1114,25 +1192,34 @@ def _a_rank_scale(cfg: ARankConfig) -> str:
 def _lr_vs_weights(cfg: ARankConfig, key: Array) -> dict:
     """Projected Adam on L^r (``representation_step``) vs Adam on the weights, same init."""
     ds = data.teacher(jax.random.fold_in(key, 5), cfg.lr_n, (10, 10, 10, 3))
-    x, y = jnp.asarray(ds.x), jnp.asarray(ds.y)
+    x, y = as_device_array(ds.x), as_device_array(ds.y)
     cost = lambda Z: mse_cost(Z, y)  # noqa: E731
     sizes = [x.shape[1], cfg.lr_width, cfg.lr_width, y.shape[1]]
-    W0 = nets.mlp_init(jax.random.fold_in(key, 6), sizes, init="he")
     chunk = max(1, min(100, cfg.lr_steps))
     n = max(1, cfg.lr_steps // chunk)
     wstep = sweep_step(mse_cost, optax.adam(cfg.lr_rate))
-    hp = {"masks": jnp.ones((2, cfg.lr_width)), "lam": jnp.asarray(cfg.lam * 10)}
-    _, tw, mw = run_chunked(lambda s, b, k: wstep.step(s, (x, y), jax.random.key(0)),
-                            wstep.init(W0, hp), n, chunk)
+    hp = {"masks": as_device_array(np.ones((2, cfg.lr_width), np.float32)),
+          "lam": jnp.asarray(cfg.lam * 10)}
     rstep = representation_step(x, cost, optax.adam(cfg.lr_rate), lam=cfg.lam * 10,
                                 ridge=cfg.lr_ridge)
-    _, tr, mr = run_chunked(rstep.step, rstep.init(representations(W0, x)), n, chunk)
+
+    @jax.jit
+    def starts(key):  # one program: eagerly each draw, zero and matmul was its own
+        W0 = nets.mlp_init(jax.random.fold_in(key, 6), sizes, init="he")
+        return (wstep.init(W0, hp), rstep.init(representations(W0, x)),
+                weight_loss(W0, x, cost=cost, lam=cfg.lam * 10))
+
+    w_start, r_start, initial = starts(key)
+    _, tw, mw = run_chunked(lambda s, b, k: wstep.step(s, (x, y), jax.random.key(0)),
+                            w_start, n, chunk)
+    _, tr, mr = run_chunked(rstep.step, r_start, n, chunk)
+    mw, mr = jax.device_get((mw, mr))  # host: no eager indexing program per chunk shape
     return {"steps": (np.arange(n) + 1) * chunk,
             "weight": [float(m["loss"][-1]) for m in mw],
             "representation": [float(m["weight_loss"][-1]) for m in mr],
             "final": {"weight": float(mw[-1]["loss"][-1]),
                       "representation": float(mr[-1]["weight_loss"][-1])},
-            "initial": float(weight_loss(W0, x, cost=cost, lam=cfg.lam * 10)),
+            "initial": float(initial),
             "step_s": {"weight": float(np.median(tw)) / chunk,
                        "representation": float(np.median(tr)) / chunk}}
 

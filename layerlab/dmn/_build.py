@@ -26,6 +26,7 @@ from layerlab.dmn._density import (
     CORRELATIONS,
     ORDERS,
     THRESHOLD_RULES,
+    DensityState,
     data_fraction_indices,
     density_eigh,
     density_init,
@@ -295,6 +296,26 @@ def _signs(vec, means, rule):
     return vec
 
 
+def _spectrum(state: DensityState, *, naive: bool, class_norm: bool,
+              signs: str) -> tuple[jax.Array, jax.Array]:
+    """A DMN layer's eigenvalues ``[C', d]`` and sign-fixed eigenvectors ``[C', d, d]`` from
+    its accumulated densities: one pooled ``rho`` (``naive``, ``C' = 1``) or one per class
+    (normalised by the class count with ``class_norm``, else by all samples)."""
+    if naive:
+        rho = state.outer.sum(0, keepdims=True) / jnp.maximum(state.n, 1.0)
+        means = state.total.sum(0, keepdims=True) / jnp.maximum(state.n, 1.0)
+    else:
+        denom = state.count if class_norm else state.n[None]
+        rho = state.outer / jnp.maximum(denom, 1.0)[:, None, None]
+        means = state.total / jnp.maximum(state.count, 1.0)[:, None]
+    lam, vec = density_eigh(rho)
+    return lam, _signs(vec, means, signs)
+
+
+# build_dmn(jit=True): one program per layer shape and rule (eagerly, ~15 ops each)
+_spectrum_jit = jax.jit(_spectrum, static_argnames=("naive", "class_norm", "signs"))
+
+
 def build_dmn(
     key: jax.Array,
     layers: Sequence[Layer],
@@ -422,15 +443,8 @@ def build_dmn(
                 mc = np.concatenate([mc, np.zeros(pad, dtype)])
             state = upd(state, below_params, xc, yc, mc)
         naive = config.pca == "naive" or (config.pca == "naive_first" and first_dmn)
-        if naive:
-            rho = state.outer.sum(0, keepdims=True) / jnp.maximum(state.n, 1.0)
-            means = state.total.sum(0, keepdims=True) / jnp.maximum(state.n, 1.0)
-        else:
-            denom = state.count if config.rho_norm == "class" else state.n[None]
-            rho = state.outer / jnp.maximum(denom, 1.0)[:, None, None]
-            means = state.total / jnp.maximum(state.count, 1.0)[:, None]
-        lam, vec = density_eigh(rho)
-        vec = _signs(vec, means, config.signs)
+        lam, vec = (_spectrum_jit if jit else _spectrum)(
+            state, naive=naive, class_norm=config.rho_norm == "class", signs=config.signs)
         f = select_filters(
             lam, vec, num_filters=lay.width, var_fraction=config.layer_var(j_dmn),
             cutoff=None if naive else config.cutoff, threshold=config.threshold,

@@ -183,12 +183,13 @@ def density_init(num_classes: int, d: int, dtype: DTypeLike = jnp.float32) -> De
     num_classes = check_int(num_classes, "num_classes", fn=fn, min_value=1)
     d = check_int(d, "d", fn=fn, min_value=1)
     dtype = _check_sum_dtype(dtype, fn)
-    return DensityState(
-        outer=jnp.zeros((num_classes, d, d), dtype),
-        total=jnp.zeros((num_classes, d), dtype),
-        count=jnp.zeros((num_classes,), dtype),
-        n=jnp.zeros((), dtype),
-    )
+    def zeros(shape):  # from host, no program per shape (jnp.zeros where it would warn)
+        if jax.dtypes.canonicalize_dtype(dtype) != dtype:
+            return jnp.zeros(shape, dtype)
+        return jax.device_put(np.zeros(shape, dtype))
+
+    return DensityState(outer=zeros((num_classes, d, d)), total=zeros((num_classes, d)),
+                        count=zeros((num_classes,)), n=zeros(()))
 
 
 def density_update(

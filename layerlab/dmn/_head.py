@@ -11,7 +11,13 @@ import numpy as np
 import optax
 
 from layerlab import loop, probes
-from layerlab._checks import check_number, is_concrete, nonnegative_or_nan, promote_float
+from layerlab._checks import (
+    as_device_array,
+    check_number,
+    is_concrete,
+    nonnegative_or_nan,
+    promote_float,
+)
 from layerlab.dmn._apply import (
     _check_poolable,
     conv3x3,
@@ -24,7 +30,7 @@ from layerlab.dmn._spec import Layer, format_spec, parse_spec, split_spec
 
 def _float_input(x: jax.typing.ArrayLike) -> jax.Array:
     """``x`` as a float array: integer (uint8 pixels) or bool to float32, floats unchanged."""
-    x = jnp.asarray(x)
+    x = as_device_array(x)
     return x if jnp.issubdtype(x.dtype, jnp.floating) else promote_float(x)[0]
 
 

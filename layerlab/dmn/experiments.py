@@ -33,13 +33,12 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.typing import ArrayLike
 
 from layerlab import loop, nets, probes
-from layerlab._checks import check_finite
+from layerlab._checks import as_device_array, check_finite
 from layerlab._plotting import subplots
 from layerlab.data import DatasetNotFoundError, extract_patches, load
 from layerlab.data._targets import as_labels
@@ -101,6 +100,20 @@ def _adam(lr):
 @functools.lru_cache(maxsize=128)
 def _jitted(fn):
     return jax.jit(fn)
+
+
+@functools.lru_cache(maxsize=128)
+def _jitted_head_init(init_head, init_state):
+    """``init_state(init_head(key, feats))`` as one program (eagerly, ~40 ops)."""
+    return jax.jit(lambda key, feats: init_state(init_head(key, feats)))
+
+
+@jax.jit
+def _train_keys(key):
+    """:func:`train_and_evaluate`'s keys: ``split(key, 4)`` (noise, build, init, fit) and the
+    noise key split in two (training, validation inputs), as one program."""
+    k_noise, k_build, k_init, k_fit = jax.random.split(key, 4)
+    return (k_noise, k_build, k_init, k_fit, *jax.random.split(k_noise))
 
 
 def train_and_evaluate(
@@ -176,7 +189,7 @@ def train_and_evaluate(
     y_train = as_labels(y_train, num_classes, name="y_train", n=len(x_train),
                         fn="train_and_evaluate")
     y_val = as_labels(y_val, num_classes, name="y_val", n=len(x_val), fn="train_and_evaluate")
-    k_noise, k_build, k_init, k_fit = jax.random.split(key, 4)
+    k_noise, k_build, k_init, k_fit, kn_tr, kn_val = _train_keys(key)
     spec = spec if isinstance(spec, str) else format_spec(spec)
     opt = _adam(lr) if optimizer is None else optimizer
     net, ts = _net_and_step(spec, num_classes, config, opt)
@@ -184,16 +197,16 @@ def train_and_evaluate(
     y_val = np.asarray(y_val)
     t0 = time.perf_counter()
     if net.prefix:
-        kn_tr, kn_val = jax.random.split(k_noise)
-        x_train = np.asarray(net.prepare(kn_tr, x_train))
-        x_val = np.asarray(net.prepare(kn_val, x_val))
+        prepare = _jitted(net.prepare)  # one program per shape (eagerly: draw, scale, add)
+        x_train = np.asarray(prepare(kn_tr, x_train))
+        x_val = np.asarray(prepare(kn_val, x_val))
     dmn_params, info = net.build(k_build, x_train, y_train)
     t_build = time.perf_counter() - t0
     feat = _jitted(net.features)
     f_tr = map_batches(lambda xb: feat(dmn_params, xb), x_train) if net.prefix else x_train
     f_val = map_batches(lambda xb: feat(dmn_params, xb), x_val) if net.prefix else x_val
     t_feat = time.perf_counter() - t0 - t_build
-    state = ts.init(net.init_head(k_init, f_tr[:2]))
+    state = _jitted_head_init(net.init_head, ts.init)(k_init, f_tr[:2])
     predict = _jitted(net.head_apply)
 
     def score(variables, f, y):  # accuracy on a whole split, logits chunk by chunk
@@ -1983,6 +1996,16 @@ def _pool3(x):
     return nn.max_pool(x, (3, 3), strides=(3, 3)).reshape(x.shape[0], -1)
 
 
+_pool3_jit = jax.jit(_pool3)  # one program per shape (eagerly: the pool and the reshape)
+
+
+@functools.partial(jax.jit, static_argnames="sizes")
+def _fig2_init(key, *, sizes):
+    """``(He init of sizes, fit key)`` from ``split(key)``, as one program."""
+    k_init, k_fit = jax.random.split(key)
+    return nets.mlp_init(k_init, sizes, init="he"), k_fit
+
+
 def _spectra_eval_metrics(xte, yte, state):
     """Top singular value of every W(k) and of the products above it, and test accuracy."""
     L = len(state.params)
@@ -1995,9 +2018,8 @@ def _spectra_eval_metrics(xte, yte, state):
 def _timescales_fig2(cfg, tr, te, key, progress):
     """Top singular values of every W(k) and of the products above it during SGD."""
     sizes = [81, *cfg.mlp_widths, tr.num_classes]
-    k_init, k_fit = jax.random.split(key)
-    params = nets.mlp_init(k_init, sizes, init="he")
-    xtr, xte = _pool3(jnp.asarray(tr.x)), _pool3(jnp.asarray(te.x))
+    params, k_fit = _fig2_init(key, sizes=tuple(sizes))
+    xtr, xte = _pool3_jit(tr.x), _pool3_jit(te.x)
     L = len(sizes) - 1
 
     def loss_fn(p, batch):
@@ -2005,7 +2027,7 @@ def _timescales_fig2(cfg, tr, te, key, progress):
         return optax.softmax_cross_entropy_with_integer_labels(nets.mlp_apply(p, x), y).mean()
 
     # a Partial of arrays: the test set is an input of the compiled evaluation, not a constant
-    eval_fn = jax.tree_util.Partial(_spectra_eval_metrics, xte, jnp.asarray(te.y))
+    eval_fn = jax.tree_util.Partial(_spectra_eval_metrics, xte, as_device_array(te.y))
 
     ts = loop.optax_step(loss_fn, optax.sgd(cfg.lr))
     spe = xtr.shape[0] // cfg.batch_size
@@ -2021,7 +2043,7 @@ def _timescales_fig5(cfg, tr, key, progress):
     """Per-layer ``||w(t) - w(T)|| / ||w(T)||`` of :class:`Fig5CNN` trained with SGD."""
     model = Fig5CNN(num_classes=tr.num_classes)
     k_init, k_fit = jax.random.split(key)
-    params = model.init(k_init, tr.x[:1])["params"]
+    params = jax.jit(model.init)(k_init, tr.x[:1])["params"]  # one program, not ~40 ops
 
     def loss_fn(p, batch):
         x, y = batch
@@ -2052,11 +2074,14 @@ def _timescales_fig5(cfg, tr, key, progress):
             "steps_to_20pct": t20, "final_loss": float(hist["train"]["loss"][-1])}
 
 
+_eq18_jit = jax.jit(eq18_variance, static_argnames=("n", "dn"))
+
+
 def _timescales_fig3(cfg, tr, key):
     """``std(delta lambda) / dN`` against ``lambda / N`` for 5x5 patches (25 dims), eq. 18."""
     pt = np.asarray(extract_patches(tr.x[: cfg.fig3_images], 5)).reshape(-1, 25)
     rng = np.random.default_rng(0)
-    pool = jnp.asarray(pt[rng.choice(pt.shape[0], min(cfg.fig3_pool, pt.shape[0]),
+    pool = as_device_array(pt[rng.choice(pt.shape[0], min(cfg.fig3_pool, pt.shape[0]),
                                      replace=False)])
     fn = jax.jit(eigenvalue_fluctuations, static_argnames=("n", "dn", "num_draws"))
     rows = []
@@ -2065,7 +2090,7 @@ def _timescales_fig3(cfg, tr, key):
         lam, dlam = fn(jax.random.fold_in(key, n), pool, n=n, dn=dn, num_draws=cfg.fig3_draws)
         lam_m = np.asarray(lam).mean(0)
         rows.append({"n": n, "dn": dn, "lam": lam_m, "std_dlam": np.asarray(dlam).std(0),
-                     "eq18_std": np.sqrt(np.asarray(eq18_variance(lam_m, n, dn)))})
+                     "eq18_std": np.sqrt(np.asarray(_eq18_jit(lam_m, n=n, dn=dn)))})
     x = np.concatenate([r["lam"] / r["n"] for r in rows])
     y = np.concatenate([r["std_dlam"] / r["dn"] for r in rows])
     ok = (x > 0) & (y > 0)

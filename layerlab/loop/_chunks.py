@@ -384,6 +384,15 @@ class InFlight(NamedTuple):
     state_ok: jax.Array
 
 
+@partial(jax.jit, static_argnames="R")
+def _launch_keys(key, *, R):
+    """``(data_key, step_keys)``: ``key`` split in two, the second into ``R`` run keys
+    (``R = None``: kept whole); one program per ``R`` (eagerly each split and unpacking was
+    one)."""
+    data_key, step_key = jax.random.split(key)
+    return data_key, (step_key if R is None else jax.random.split(step_key, R))
+
+
 class ChunkLauncher:
     """Dispatches the chunks of one ``fit`` call in order (asynchronously: nothing is read back).
 
@@ -398,9 +407,8 @@ class ChunkLauncher:
     def __init__(self, step, data, key, *, total, chunk, intervals, batch_size, steps_per_epoch,
                  n, runs, data_runs_axis, batch_sharding, state_sharding, check_state, R=None,
                  ragged=False):
-        data_key, step_key = jax.random.split(key)
+        data_key, self._step_keys = _launch_keys(key, R=R if runs else None)
         self._data, self._data_key = data, data_key
-        self._step_keys = jax.random.split(step_key, R) if runs else step_key
         self._period = [chunk, *intervals]
         self._chunk, self._ragged = chunk, ragged
         self.total = total
@@ -408,8 +416,9 @@ class ChunkLauncher:
                             n=n, runs=runs, data_runs_axis=data_runs_axis,
                             batch_sharding=batch_sharding, state_sharding=state_sharding,
                             check_state=check_state)
-        self._perm = [jnp.zeros((1 if batch_size is None else n,), jnp.int32),
-                      jnp.asarray(-1, jnp.int32)]  # last drawn permutation and its epoch
+        # last drawn permutation and its epoch, from host (no eager program per shape)
+        self._perm = [jax.device_put(np.zeros((1 if batch_size is None else n,), np.int32)),
+                      jax.device_put(np.asarray(-1, np.int32))]
 
     def _end(self, t_from: int) -> int:
         t_to = min([_ceil_to(t_from, k) for k in self._period] + [self.total])
@@ -424,7 +433,7 @@ class ChunkLauncher:
         reuses the trace)."""
         t_to = self._end(t_from)
         with _step_errors():
-            out = _chunk_shapes(state, jnp.asarray(t_from, jnp.int32), self._data,
+            out = _chunk_shapes(state, np.asarray(t_from, np.int32), self._data,
                                 self._data_key, self._step_keys, *self._perm,
                                 length=t_to - t_from, **self._static)
         return out[1], t_to - t_from
@@ -436,7 +445,7 @@ class ChunkLauncher:
         t_to = self._end(t_from)
         with _step_errors():
             new, metrics, self._perm[0], self._perm[1], ok = _run_chunk(
-                state, jnp.asarray(t_from, jnp.int32), self._data, self._data_key,
+                state, np.asarray(t_from, np.int32), self._data, self._data_key,
                 self._step_keys, *self._perm, length=t_to - t_from, **self._static)
         return InFlight(t_from, t_to, state, new, metrics, ok)
 

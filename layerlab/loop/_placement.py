@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from layerlab._checks import as_device_array
+
 
 def _expand_sharding(sharding, tree, what):
     """A single sharding -> one per leaf; a pytree of shardings must match ``tree``."""
@@ -63,8 +65,8 @@ class Placement(NamedTuple):
 
 def _on_device(tree):
     """Every leaf as a ``jax.Array`` on the default device (``jax.Array`` leaves kept)."""
-    return jax.tree_util.tree_map(lambda a: a if isinstance(a, jax.Array) else jnp.asarray(a),
-                                  tree)
+    return jax.tree_util.tree_map(
+        lambda a: a if isinstance(a, jax.Array) else as_device_array(a), tree)
 
 
 def place_bound(tree, mesh):
