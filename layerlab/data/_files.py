@@ -57,6 +57,10 @@ __all__ = [
 ]
 
 
+# ``<repo>/../shared/data``: the project's verified copies next to a source checkout
+SIBLING_DATA = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
 def data_roots(data_dir: str | os.PathLike | None = None) -> list[pathlib.Path]:
     """Directories searched for dataset files, in order.
 
@@ -70,9 +74,8 @@ def data_roots(data_dir: str | os.PathLike | None = None) -> list[pathlib.Path]:
         pathlib.Path(p).expanduser() for p in os.environ.get(ENV_VAR, "").split(os.pathsep) if p
     ]
     roots.append(pathlib.Path.cwd() / "data")
-    sibling = pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
-    if sibling.is_dir() and sibling not in roots:
-        roots.append(sibling)
+    if SIBLING_DATA.is_dir() and SIBLING_DATA not in roots:
+        roots.append(SIBLING_DATA)
     return roots
 
 

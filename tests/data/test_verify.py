@@ -254,6 +254,8 @@ def test_verify_searches_load_s_path(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(_registry, "FILES", specs)
     monkeypatch.setenv("LAYERLAB_DATA", f"{tmp_path / 'first'}:{tmp_path / 'second'}")
     monkeypatch.chdir(tmp_path)
+    # the checkout's sibling ../shared/data holds the real wine files: out of this search
+    monkeypatch.setattr(_files, "SIBLING_DATA", tmp_path / "no_shared_data")
     rc, out = _verify_cli(capsys, "winequality")
     assert rc == 0, out
     assert "winequality red: 1 samples read" in out and "winequality white: 1" in out
