@@ -513,7 +513,10 @@ def from_linen(
 
     Returns:
       :class:`Inspectable`; ``params`` is the linen variables dict (``{"params": ...}``; a bare
-      params tree is wrapped).
+      params tree is wrapped).  Its ``"intermediates"`` collection, if any (values sown by an
+      earlier call, as in variables rebuilt from ``apply(..., mutable=True)``), is ignored:
+      the adapter captures into that collection (the one ``capture_intermediates`` writes,
+      not configurable) afresh on every call.
     """
     import flax.linen as nn
 
@@ -542,7 +545,12 @@ def from_linen(
         return next_fun(*args, **kwargs)
 
     def _vars(params):
-        return params if isinstance(params, Mapping) and "params" in params else {"params": params}
+        """The linen variables to run on: a bare params tree wrapped; without the
+        "intermediates" collection (values sown by an earlier call, e.g. variables rebuilt
+        from ``apply(..., mutable=True)``), which the adapter captures into afresh."""
+        if not (isinstance(params, Mapping) and "params" in params):
+            return {"params": params}
+        return {c: v for c, v in params.items() if c != "intermediates"}
 
     def stacks_of(params):
         """Module paths whose parameters carry leading axes the module does not see: blocks

@@ -736,3 +736,32 @@ def test_from_features_stacked_kernels_are_split_per_layer():
     with pytest.raises(ValueError, match=r"^weights: weights\(params\)\['head/bias'\] must be "
                                          r"a kernel array of rank >= 2 .*got shape \(2,\)\.$"):
         inspect.layer_report(bad, params, x, config=cfg)
+
+
+def test_linen_variables_with_stale_intermediates_are_ignored():
+    """``_, new = m.apply(v, x, train=True, mutable=True)`` returns the "intermediates" the
+    model sowed too; variables rebuilt from it gave the stale value as an extra layer and
+    renamed the real one ('act/0', 'Dense_0', 'act/1', 'Dense_1').  The adapter drops that
+    collection (the one it captures into) from the variables it runs on."""
+    class BNSow(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            h = nn.BatchNorm(use_running_average=not train)(nn.Dense(6)(x))
+            self.sow("intermediates", "act", nn.relu(h))
+            return nn.Dense(3)(nn.relu(h))
+
+    x = jax.random.normal(jax.random.key(3), (N, 5))
+    model = BNSow()
+    v = model.init(jax.random.key(4), x)
+    _, new = jax.jit(lambda v: model.apply(v, x, train=True, mutable=True))(v)
+    stale = {"params": v["params"], **new}
+    assert set(stale) == {"params", "batch_stats", "intermediates"}
+    clean = {"params": v["params"], "batch_stats": new["batch_stats"]}
+    cfg = inspect.InspectConfig(diagnostics=("effective_rank",))
+    for kw in (None, {"train": True, "mutable": ["batch_stats"]}):
+        insp = inspect.from_linen(model, apply_kwargs=kw)
+        got, want = (_report(insp, w, x, config=cfg) for w in (stale, clean))
+        assert got.layers == want.layers == ("Dense_0", "act", "Dense_1")
+        np.testing.assert_array_equal(got.layer_values["effective_rank"],
+                                      want.layer_values["effective_rank"])
+        np.testing.assert_array_equal(*(jax.jit(insp.apply)(w, x) for w in (stale, clean)))
