@@ -621,7 +621,11 @@ def from_nnx(
     Values the model sowed in an earlier call (``nnx.Intermediate``) are dropped from the
     module and from every ``state`` passed (an ``nnx.State`` or a plain dict such as
     ``nnx.to_pure_dict(nnx.state(model))``: there, every entry the model's own state lacks),
-    so ``nnx.state(model)`` works before and after the model has been called.
+    so ``nnx.state(model)`` works before and after the model has been called.  Every other
+    entry of the model's state must be there: the ``params`` of ``graphdef, params, rest =
+    nnx.split(model, nnx.Param, ...)`` alone (no BatchNorm statistics, RNG state) is refused
+    with a ``ValueError`` naming the missing entries, not completed from the model as built
+    (whose statistics may be untrained): pass ``nnx.merge_state(params, rest)``.
 
     Weights: the ``nnx.Param`` kernels (not biases, not sown values or BatchNorm statistics)
     as the linear maps they apply, ``[fan_in, fan_out]``: a ``LinearGeneral`` kernel
@@ -648,6 +652,8 @@ def from_nnx(
     nnx.pop(clean, nnx.Intermediate)
     graphdef, clean_state = nnx.split(clean)
     clean_pure = nnx.to_pure_dict(clean_state)
+    clean_types = {"/".join(map(str, path)): type(v).__name__
+                   for path, v in nnx.to_flat_state(clean_state)}
     pick = _output_picker(output, "from_nnx")
     layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
     module_paths, layer_paths = set(), set()
@@ -689,6 +695,8 @@ def from_nnx(
             raise TypeError(
                 "params: from_nnx's params is the model's nnx.State, not the module: pass "
                 "nnx.state(model) (or nnx.split(model)[1]).")
+        if isinstance(state, Mapping):  # nnx.State or a pure dict: every entry there?
+            _check_complete(state, clean_pure, clean_types)
         if not isinstance(state, nnx.State):
             # a pure dict (to_pure_dict, an orbax restore): typed through the graph (the NTK
             # needs to know which leaves are nnx.Param), without the entries of sown values
@@ -776,6 +784,41 @@ def _warn_shadowed(sown: Sequence[str], module_paths: set, layer_paths: set,
                     f"nnx.capture stores it in place of that module's captured outputs, so the "
                     f"layers {lost} are not reported (the sown value is).  Rename the sow to "
                     "report both.", stacklevel=4)
+
+
+def _missing(tree: Any, like: Any, prefix: str = "") -> list[str]:
+    """The ``/``-joined leaf paths of ``like`` (nested mappings) that ``tree`` lacks (keys
+    compared as strings, as :func:`_restrict`)."""
+    if not isinstance(like, Mapping):
+        return []
+    have = {str(k): v for k, v in tree.items()} if isinstance(tree, Mapping) else {}
+    out: list[str] = []
+    for k, v in like.items():
+        path = f"{prefix}{k}"
+        if str(k) in have:
+            out += _missing(have[str(k)], v, f"{path}/")
+        elif isinstance(v, Mapping):
+            out += _missing({}, v, f"{path}/")
+        else:
+            out.append(path)
+    return out
+
+
+def _check_complete(state: Mapping, clean_pure: Mapping, types: Mapping[str, str]) -> None:
+    """``from_nnx``'s ``params`` must hold every entry of the model's state: a state split
+    off as ``nnx.split(model, nnx.Param, ...)[1]`` lacks BatchNorm statistics and RNG state,
+    which are not filled from the model as built (its statistics may be untrained)."""
+    miss = _missing(state, clean_pure)
+    if not miss:
+        return
+    shown = ", ".join(f"{p!r} ({types.get(p, '?')})" for p in miss[:6])
+    more = f", ... {len(miss) - 6} more" if len(miss) > 6 else ""
+    raise ValueError(
+        f"params: the state lacks {len(miss)} of the model's {len(types)} entries ({shown}"
+        f"{more}): from_nnx's params is the model's full state, not only its nnx.Param "
+        "leaves (as split off by graphdef, params, rest = nnx.split(model, nnx.Param, ...)); "
+        "the rest is not taken from the model as built, whose BatchNorm statistics may be "
+        "untrained.  Pass the full state: nnx.state(model), or nnx.merge_state(params, rest).")
 
 
 def _restrict(tree: Any, like: Any) -> Any:

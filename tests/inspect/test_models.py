@@ -765,3 +765,26 @@ def test_linen_variables_with_stale_intermediates_are_ignored():
         np.testing.assert_array_equal(got.layer_values["effective_rank"],
                                       want.layer_values["effective_rank"])
         np.testing.assert_array_equal(*(jax.jit(insp.apply)(w, x) for w in (stale, clean)))
+
+
+def test_nnx_param_only_state_is_refused_naming_params():
+    """``graphdef, params, rest = nnx.split(m, nnx.Param, ...)`` and ``params`` passed: a raw
+    'Incorrect number of leaves' from inside nnx.merge.  Filling the rest from the model as
+    built could use its untrained BatchNorm statistics, so it is an error naming params, the
+    missing entries and the fix."""
+    m = NNXBNDrop(nnx.Rngs(0))
+    m.eval()
+    insp = inspect.from_nnx(m)
+    _, params, rest = nnx.split(m, nnx.Param, ...)
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    msg = (r"^params: the state lacks 4 of the model's 10 entries \('bn/mean' \(BatchStat\), "
+           r"'bn/var' \(BatchStat\), 'drop/rngs/count' \(RngCount\), 'drop/rngs/key' "
+           r"\(RngKey\)\).*nnx\.state\(model\).*nnx\.merge_state\(params, rest\)")
+    for p in (params, nnx.to_pure_dict(params)):
+        with pytest.raises(ValueError, match=msg):
+            insp.features(p, x)
+        with pytest.raises(ValueError, match=msg):
+            inspect.layer_report(insp, p, x,
+                                 config=inspect.InspectConfig(diagnostics=("stable_rank",)))
+    theta, _ = insp.trainable(nnx.merge_state(params, rest))  # what the message asks for
+    assert len(jax.tree.leaves(theta)) == 6
