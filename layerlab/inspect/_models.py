@@ -597,6 +597,7 @@ def from_nnx(
     *,
     capture: bool = True,
     output: Callable[[Any], jax.Array] | int | str | None = None,
+    call_kwargs: Mapping[str, Any] | None = None,
 ) -> Inspectable:
     """A flax NNX module: sown ``nnx.Intermediate`` values and its layers' outputs.
 
@@ -638,6 +639,11 @@ def from_nnx(
       output: for a model whose output is not one ``[n, k]`` array: the NTK diagnostics'
         output, as a key or index into it (``output=0`` of a tuple ``(logits, aux)``,
         ``output="logits"`` of a dict) or a callable ``out -> [n, k]``.
+      call_kwargs: keyword arguments of every model call, ``model(x, **call_kwargs)`` (the
+        counterpart of :func:`from_linen`'s ``apply_kwargs``), e.g. ``{"train": False}`` for
+        a ``__call__(self, x, train)``.  Plain values and arrays (held fixed); not NNX
+        objects such as an ``nnx.Rngs`` (mutable state the pure, jittable adapter cannot
+        update: give the model its ``rngs`` when it is built, they are then in its state).
 
     Returns:
       :class:`Inspectable` whose ``params`` is the ``nnx.State`` of ``nnx.split(model)``.
@@ -646,6 +652,7 @@ def from_nnx(
 
     if not isinstance(model, nnx.Module):
         raise TypeError(f"from_nnx: model must be an nnx.Module, got {type(model).__name__}.")
+    kw = _nnx_call_kwargs(call_kwargs, nnx)
     # values sown by an earlier call of the model are not part of its parameters: the graph
     # definition and every state passed later are taken without nnx.Intermediate
     clean = nnx.clone(model)
@@ -707,9 +714,10 @@ def from_nnx(
         state = params_only(state)
         mod = nnx.merge(graphdef, state, copy=True)  # never updates the caller's Variables
         if capture:
-            _, inter = nnx.capture(mod, nnx.Intermediate, method_outputs=nnx.Intermediate)(x)
+            _, inter = nnx.capture(mod, nnx.Intermediate,
+                                   method_outputs=nnx.Intermediate)(x, **kw)
         else:
-            _, inter = nnx.capture(mod, nnx.Intermediate)(x)
+            _, inter = nnx.capture(mod, nnx.Intermediate)(x, **kw)
         raw: dict[str, jax.Array] = {}
         calls: set[str] = set()  # names of captured method outputs (not sown values)
         _walk(inter, (), raw, calls)
@@ -720,7 +728,7 @@ def from_nnx(
 
     def apply(state, x):  # under capture, so sown values do not leak into the module
         mod = nnx.merge(graphdef, params_only(state), copy=True)
-        return pick(nnx.capture(mod, nnx.Intermediate)(x)[0])
+        return pick(nnx.capture(mod, nnx.Intermediate)(x, **kw)[0])
 
     def weights(state):  # the nnx.Param kernels only
         return _weight_matrices(nnx.filter_state(params_only(state), nnx.Param), out_axes,
@@ -732,6 +740,31 @@ def from_nnx(
 
     return Inspectable(features=_unstack(_in_call_order(raw_features), lambda _: stacks),
                        apply=apply, weights=weights, trainable=trainable)
+
+
+def _nnx_call_kwargs(call_kwargs: Any, nnx: Any) -> dict[str, Any]:
+    """``from_nnx``'s ``call_kwargs`` checked: a mapping of names to plain values (no NNX
+    object: an ``nnx.Rngs`` or module is state the adapter cannot update under ``jit``)."""
+    if call_kwargs is None:
+        return {}
+    if not isinstance(call_kwargs, Mapping) or not all(isinstance(k, str) for k in call_kwargs):
+        raise TypeError(
+            "from_nnx: call_kwargs must be a dict of keyword arguments for model(x, ...), e.g. "
+            f"{{'train': False}}; got {type(call_kwargs).__name__} {call_kwargs!r}.")
+    def is_node(a):
+        return isinstance(a, (nnx.Pytree, nnx.Variable))
+
+    for k, v in call_kwargs.items():
+        bad = next((a for a in jax.tree.leaves(v, is_leaf=is_node) if is_node(a)), None)
+        if bad is not None:
+            what = "an nnx.Rngs" if isinstance(bad, nnx.Rngs) else f"an NNX {type(bad).__name__}"
+            raise TypeError(
+                f"from_nnx: call_kwargs[{k!r}] is {what}: NNX objects hold mutable state "
+                "(RNG counters, variables) that the adapter's pure, jittable calls cannot "
+                "update.  Give the model its rngs when it is built (e.g. nnx.Dropout(rate, "
+                "rngs=rngs)): they are then part of its state; pass plain values or arrays "
+                "here.")
+    return dict(call_kwargs)
 
 
 def _nnx_stacked_axes(m: Any, nnx: Any) -> tuple[int, ...] | None:

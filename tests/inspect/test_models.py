@@ -788,3 +788,41 @@ def test_nnx_param_only_state_is_refused_naming_params():
                                  config=inspect.InspectConfig(diagnostics=("stable_rank",)))
     theta, _ = insp.trainable(nnx.merge_state(params, rest))  # what the message asks for
     assert len(jax.tree.leaves(theta)) == 6
+
+
+class NNXTrainArg(nnx.Module):
+    """A ``__call__(x, train)``: BatchNorm on the batch's statistics when ``train``."""
+
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(5, 8, rngs=rngs)
+        self.bn = nnx.BatchNorm(8, epsilon=1e-5, rngs=rngs)
+        self.l2 = nnx.Linear(8, 3, rngs=rngs)
+
+    def __call__(self, x, train):
+        h = self.bn(self.l1(x), use_running_average=not train)
+        self.sow(nnx.Intermediate, "bn", h)
+        return self.l2(jax.nn.relu(h))
+
+
+def test_nnx_call_kwargs_reach_the_model_call():
+    """from_nnx had no way to pass __call__ arguments (from_linen has apply_kwargs): a model
+    with ``__call__(self, x, train)`` failed with a raw TypeError.  call_kwargs= passes them
+    to every call (features, apply); the caller's state is not updated."""
+    m = NNXTrainArg(nnx.Rngs(0))
+    state = nnx.state(m)
+    before = jax.tree.map(np.asarray, nnx.to_pure_dict(state))
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    for train in (True, False):
+        insp = inspect.from_nnx(m, call_kwargs={"train": train})
+        f = jax.jit(insp.features)(state, x)
+        pre = np.asarray(f["l1"])
+        want = (pre - pre.mean(0)) / np.sqrt(pre.var(0) + 1e-5) if train else \
+            pre / np.sqrt(1 + 1e-5)  # running mean 0, var 1 at init
+        np.testing.assert_allclose(f["bn"], want, atol=1e-4)
+        np.testing.assert_allclose(jax.jit(insp.apply)(state, x), f["l2"], atol=1e-6)
+    jax.tree.map(np.testing.assert_array_equal, before,
+                 jax.tree.map(np.asarray, nnx.to_pure_dict(state)))
+    with pytest.raises(TypeError, match=r"^from_nnx: call_kwargs must be a dict"):
+        inspect.from_nnx(m, call_kwargs=(("train", True),))
+    with pytest.raises(TypeError, match=r"^from_nnx: call_kwargs\['rngs'\] is an nnx.Rngs"):
+        inspect.from_nnx(m, call_kwargs={"train": True, "rngs": nnx.Rngs(1)})
