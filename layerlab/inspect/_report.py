@@ -334,7 +334,8 @@ def _check_samples(x: jax.Array, y: Any) -> None:
             f"x: the probe batch has n = {n} samples (the rows of x, shape {tuple(x.shape)}), "
             f"but y has {ys[0]} (shape {ys}); x is [n, ...] with samples as rows.  One sample "
             f"x[i] lacks the batch axis: x[None] (the reports need n >= 2: a batch x[i:j]).")
-    raise ValueError(f"y: expected [n] labels or [n, C] targets with n = {n}, got {ys}.")
+    raise ValueError(f"y: expected [n] labels or [n, C] targets with n = {n}, got {ys} (n is "
+                     f"the rows of x, shape {tuple(x.shape)}: samples as rows).")
 
 
 def _one_sample_hint(x: jax.Array) -> str:
