@@ -513,7 +513,10 @@ def from_linen(
 
     Returns:
       :class:`Inspectable`; ``params`` is the linen variables dict (``{"params": ...}``; a bare
-      params tree is wrapped).
+      params tree is wrapped).  Its ``"intermediates"`` collection, if any (values sown by an
+      earlier call, as in variables rebuilt from ``apply(..., mutable=True)``), is ignored:
+      the adapter captures into that collection (the one ``capture_intermediates`` writes,
+      not configurable) afresh on every call.
     """
     import flax.linen as nn
 
@@ -542,7 +545,12 @@ def from_linen(
         return next_fun(*args, **kwargs)
 
     def _vars(params):
-        return params if isinstance(params, Mapping) and "params" in params else {"params": params}
+        """The linen variables to run on: a bare params tree wrapped; without the
+        "intermediates" collection (values sown by an earlier call, e.g. variables rebuilt
+        from ``apply(..., mutable=True)``), which the adapter captures into afresh."""
+        if not (isinstance(params, Mapping) and "params" in params):
+            return {"params": params}
+        return {c: v for c, v in params.items() if c != "intermediates"}
 
     def stacks_of(params):
         """Module paths whose parameters carry leading axes the module does not see: blocks
@@ -589,6 +597,7 @@ def from_nnx(
     *,
     capture: bool = True,
     output: Callable[[Any], jax.Array] | int | str | None = None,
+    call_kwargs: Mapping[str, Any] | None = None,
 ) -> Inspectable:
     """A flax NNX module: sown ``nnx.Intermediate`` values and its layers' outputs.
 
@@ -613,7 +622,11 @@ def from_nnx(
     Values the model sowed in an earlier call (``nnx.Intermediate``) are dropped from the
     module and from every ``state`` passed (an ``nnx.State`` or a plain dict such as
     ``nnx.to_pure_dict(nnx.state(model))``: there, every entry the model's own state lacks),
-    so ``nnx.state(model)`` works before and after the model has been called.
+    so ``nnx.state(model)`` works before and after the model has been called.  Every other
+    entry of the model's state must be there: the ``params`` of ``graphdef, params, rest =
+    nnx.split(model, nnx.Param, ...)`` alone (no BatchNorm statistics, RNG state) is refused
+    with a ``ValueError`` naming the missing entries, not completed from the model as built
+    (whose statistics may be untrained): pass ``nnx.merge_state(params, rest)``.
 
     Weights: the ``nnx.Param`` kernels (not biases, not sown values or BatchNorm statistics)
     as the linear maps they apply, ``[fan_in, fan_out]``: a ``LinearGeneral`` kernel
@@ -626,6 +639,11 @@ def from_nnx(
       output: for a model whose output is not one ``[n, k]`` array: the NTK diagnostics'
         output, as a key or index into it (``output=0`` of a tuple ``(logits, aux)``,
         ``output="logits"`` of a dict) or a callable ``out -> [n, k]``.
+      call_kwargs: keyword arguments of every model call, ``model(x, **call_kwargs)`` (the
+        counterpart of :func:`from_linen`'s ``apply_kwargs``), e.g. ``{"train": False}`` for
+        a ``__call__(self, x, train)``.  Plain values and arrays (held fixed); not NNX
+        objects such as an ``nnx.Rngs`` (mutable state the pure, jittable adapter cannot
+        update: give the model its ``rngs`` when it is built, they are then in its state).
 
     Returns:
       :class:`Inspectable` whose ``params`` is the ``nnx.State`` of ``nnx.split(model)``.
@@ -634,12 +652,15 @@ def from_nnx(
 
     if not isinstance(model, nnx.Module):
         raise TypeError(f"from_nnx: model must be an nnx.Module, got {type(model).__name__}.")
+    kw = _nnx_call_kwargs(call_kwargs, nnx)
     # values sown by an earlier call of the model are not part of its parameters: the graph
     # definition and every state passed later are taken without nnx.Intermediate
     clean = nnx.clone(model)
     nnx.pop(clean, nnx.Intermediate)
     graphdef, clean_state = nnx.split(clean)
     clean_pure = nnx.to_pure_dict(clean_state)
+    clean_types = {"/".join(map(str, path)): type(v).__name__
+                   for path, v in nnx.to_flat_state(clean_state)}
     pick = _output_picker(output, "from_nnx")
     layer_types = (nnx.Linear, nnx.LinearGeneral, nnx.Conv, nnx.ConvTranspose)
     module_paths, layer_paths = set(), set()
@@ -681,6 +702,8 @@ def from_nnx(
             raise TypeError(
                 "params: from_nnx's params is the model's nnx.State, not the module: pass "
                 "nnx.state(model) (or nnx.split(model)[1]).")
+        if isinstance(state, Mapping):  # nnx.State or a pure dict: every entry there?
+            _check_complete(state, clean_pure, clean_types)
         if not isinstance(state, nnx.State):
             # a pure dict (to_pure_dict, an orbax restore): typed through the graph (the NTK
             # needs to know which leaves are nnx.Param), without the entries of sown values
@@ -691,9 +714,10 @@ def from_nnx(
         state = params_only(state)
         mod = nnx.merge(graphdef, state, copy=True)  # never updates the caller's Variables
         if capture:
-            _, inter = nnx.capture(mod, nnx.Intermediate, method_outputs=nnx.Intermediate)(x)
+            _, inter = nnx.capture(mod, nnx.Intermediate,
+                                   method_outputs=nnx.Intermediate)(x, **kw)
         else:
-            _, inter = nnx.capture(mod, nnx.Intermediate)(x)
+            _, inter = nnx.capture(mod, nnx.Intermediate)(x, **kw)
         raw: dict[str, jax.Array] = {}
         calls: set[str] = set()  # names of captured method outputs (not sown values)
         _walk(inter, (), raw, calls)
@@ -704,7 +728,7 @@ def from_nnx(
 
     def apply(state, x):  # under capture, so sown values do not leak into the module
         mod = nnx.merge(graphdef, params_only(state), copy=True)
-        return pick(nnx.capture(mod, nnx.Intermediate)(x)[0])
+        return pick(nnx.capture(mod, nnx.Intermediate)(x, **kw)[0])
 
     def weights(state):  # the nnx.Param kernels only
         return _weight_matrices(nnx.filter_state(params_only(state), nnx.Param), out_axes,
@@ -716,6 +740,31 @@ def from_nnx(
 
     return Inspectable(features=_unstack(_in_call_order(raw_features), lambda _: stacks),
                        apply=apply, weights=weights, trainable=trainable)
+
+
+def _nnx_call_kwargs(call_kwargs: Any, nnx: Any) -> dict[str, Any]:
+    """``from_nnx``'s ``call_kwargs`` checked: a mapping of names to plain values (no NNX
+    object: an ``nnx.Rngs`` or module is state the adapter cannot update under ``jit``)."""
+    if call_kwargs is None:
+        return {}
+    if not isinstance(call_kwargs, Mapping) or not all(isinstance(k, str) for k in call_kwargs):
+        raise TypeError(
+            "from_nnx: call_kwargs must be a dict of keyword arguments for model(x, ...), e.g. "
+            f"{{'train': False}}; got {type(call_kwargs).__name__} {call_kwargs!r}.")
+    def is_node(a):
+        return isinstance(a, (nnx.Pytree, nnx.Variable))
+
+    for k, v in call_kwargs.items():
+        bad = next((a for a in jax.tree.leaves(v, is_leaf=is_node) if is_node(a)), None)
+        if bad is not None:
+            what = "an nnx.Rngs" if isinstance(bad, nnx.Rngs) else f"an NNX {type(bad).__name__}"
+            raise TypeError(
+                f"from_nnx: call_kwargs[{k!r}] is {what}: NNX objects hold mutable state "
+                "(RNG counters, variables) that the adapter's pure, jittable calls cannot "
+                "update.  Give the model its rngs when it is built (e.g. nnx.Dropout(rate, "
+                "rngs=rngs)): they are then part of its state; pass plain values or arrays "
+                "here.")
+    return dict(call_kwargs)
 
 
 def _nnx_stacked_axes(m: Any, nnx: Any) -> tuple[int, ...] | None:
@@ -768,6 +817,41 @@ def _warn_shadowed(sown: Sequence[str], module_paths: set, layer_paths: set,
                     f"nnx.capture stores it in place of that module's captured outputs, so the "
                     f"layers {lost} are not reported (the sown value is).  Rename the sow to "
                     "report both.", stacklevel=4)
+
+
+def _missing(tree: Any, like: Any, prefix: str = "") -> list[str]:
+    """The ``/``-joined leaf paths of ``like`` (nested mappings) that ``tree`` lacks (keys
+    compared as strings, as :func:`_restrict`)."""
+    if not isinstance(like, Mapping):
+        return []
+    have = {str(k): v for k, v in tree.items()} if isinstance(tree, Mapping) else {}
+    out: list[str] = []
+    for k, v in like.items():
+        path = f"{prefix}{k}"
+        if str(k) in have:
+            out += _missing(have[str(k)], v, f"{path}/")
+        elif isinstance(v, Mapping):
+            out += _missing({}, v, f"{path}/")
+        else:
+            out.append(path)
+    return out
+
+
+def _check_complete(state: Mapping, clean_pure: Mapping, types: Mapping[str, str]) -> None:
+    """``from_nnx``'s ``params`` must hold every entry of the model's state: a state split
+    off as ``nnx.split(model, nnx.Param, ...)[1]`` lacks BatchNorm statistics and RNG state,
+    which are not filled from the model as built (its statistics may be untrained)."""
+    miss = _missing(state, clean_pure)
+    if not miss:
+        return
+    shown = ", ".join(f"{p!r} ({types.get(p, '?')})" for p in miss[:6])
+    more = f", ... {len(miss) - 6} more" if len(miss) > 6 else ""
+    raise ValueError(
+        f"params: the state lacks {len(miss)} of the model's {len(types)} entries ({shown}"
+        f"{more}): from_nnx's params is the model's full state, not only its nnx.Param "
+        "leaves (as split off by graphdef, params, rest = nnx.split(model, nnx.Param, ...)); "
+        "the rest is not taken from the model as built, whose BatchNorm statistics may be "
+        "untrained.  Pass the full state: nnx.state(model), or nnx.merge_state(params, rest).")
 
 
 def _restrict(tree: Any, like: Any) -> Any:

@@ -29,6 +29,7 @@ from layerlab.inspect._report import (
     _as_model,
     _check_config,
     _check_reference,
+    _check_samples,
     _probe_batch,
     _targets,
     layer_report,
@@ -248,6 +249,7 @@ def monitor(
     _check_reference(reference)
     x = _probe_batch(x)
     y = None if y is None else jnp.asarray(y)
+    _check_samples(x, y)
     if y is not None and any(d in _NEEDS_Y for d in config.diagnostics):
         _targets(y, x.shape[0], config)  # bad targets raise here, not inside loop.fit
     return Monitor(model, x, y, reference, config, params_of, extra)

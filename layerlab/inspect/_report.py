@@ -321,6 +321,31 @@ def _check_probe_n(x: jax.typing.ArrayLike) -> None:
             f"ranks of centred representations), got shape {tuple(shape)}.")
 
 
+def _check_samples(x: jax.Array, y: Any) -> None:
+    """``y`` (if given) has the ``n = x.shape[0]`` samples of ``x``, checked before the model
+    runs.  A 1-D ``x`` of another ``n`` is blamed, as a single sample without its batch axis
+    (a 1-D ``x`` is a valid batch of one scalar per sample: not refused on its own)."""
+    ys = tuple(jnp.shape(y)) if y is not None else ()
+    n = x.shape[0]
+    if not ys or ys[0] == n:
+        return
+    if x.ndim == 1:
+        raise ValueError(
+            f"x: the probe batch has n = {n} samples (the rows of x, shape {tuple(x.shape)}), "
+            f"but y has {ys[0]} (shape {ys}); x is [n, ...] with samples as rows.  One sample "
+            f"x[i] lacks the batch axis: x[None] (the reports need n >= 2: a batch x[i:j]).")
+    raise ValueError(f"y: expected [n] labels or [n, C] targets with n = {n}, got {ys} (n is "
+                     f"the rows of x, shape {tuple(x.shape)}: samples as rows).")
+
+
+def _one_sample_hint(x: jax.Array) -> str:
+    """For an error about representations of a 1-D ``x``: it may be one sample."""
+    if x.ndim != 1:
+        return ""
+    return (f"  x has shape {tuple(x.shape)}: a single sample without its batch axis?  x is "
+            "[n, ...] with samples as rows: x[None] for one sample.")
+
+
 def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.ArrayLike, *,
                     config: InspectConfig = InspectConfig()) -> dict[str, jax.Array]:
     """Validated, reduced per-layer representations ``{name: [n, d]}`` of the probe batch.
@@ -381,6 +406,7 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
             raise ValueError(
                 f"features: representation {k!r} has shape {h.shape}; expected [n, ...] with "
                 f"n = {n} samples (the rows of x) and at least one feature axis.{hint}"
+                f"{_one_sample_hint(x)}"
             )
         if _is_concrete(h) and not bool(jnp.all(jnp.isfinite(h))):
             bad = int(np.size(h) - np.count_nonzero(np.isfinite(np.asarray(h))))
@@ -519,7 +545,9 @@ def layer_report(
       params: the model's parameters.
       x: ``[n, ...]`` probe batch (samples as rows).
       y: ``[n, C]`` targets or ``[n]`` integer labels (with ``config.num_classes``); needed
-        by ``dgl_linear``, ``dgl_nngp`` and ``ntk_target_alignment``.
+        by ``dgl_linear``, ``dgl_nngp`` and ``ntk_target_alignment``.  Its ``n`` is checked
+        against ``x``'s before the model runs (a 1-D ``x`` of another ``n`` is blamed: one
+        sample without its batch axis).
       reference: :func:`make_reference` output; needed by ``cka`` and ``ntk_alignment``
         (those are skipped when ``reference`` is ``None``).
       config: :class:`InspectConfig`.
@@ -560,15 +588,16 @@ def layer_report(
             "leave them out of InspectConfig.diagnostics."
         )
     _check_probe_n(x)
-    reps = representations(model, params, x, config=config)
-    names = tuple(reps)
+    _check_samples(x, y)
     n = x.shape[0]
-    if reference is not None and reference.representations:
+    if reference is not None and reference.representations:  # (before the model runs)
         got = {np.shape(v)[0] for v in reference.representations.values()}
         if got != {n}:
             raise ValueError(
                 f"reference: built on a probe batch of {sorted(got)} samples, but x has n = {n}; "
                 "pass make_reference(model, params, x) the same probe batch x as layer_report.")
+    reps = representations(model, params, x, config=config)
+    names = tuple(reps)
     Y = _targets(y, n, config) if any(d in _NEEDS_Y for d in diags) else None
     tops = model.top_variances(params) if (model.top_variances and "dgl_nngp" in diags) else {}
 

@@ -736,3 +736,93 @@ def test_from_features_stacked_kernels_are_split_per_layer():
     with pytest.raises(ValueError, match=r"^weights: weights\(params\)\['head/bias'\] must be "
                                          r"a kernel array of rank >= 2 .*got shape \(2,\)\.$"):
         inspect.layer_report(bad, params, x, config=cfg)
+
+
+def test_linen_variables_with_stale_intermediates_are_ignored():
+    """``_, new = m.apply(v, x, train=True, mutable=True)`` returns the "intermediates" the
+    model sowed too; variables rebuilt from it gave the stale value as an extra layer and
+    renamed the real one ('act/0', 'Dense_0', 'act/1', 'Dense_1').  The adapter drops that
+    collection (the one it captures into) from the variables it runs on."""
+    class BNSow(nn.Module):
+        @nn.compact
+        def __call__(self, x, train: bool = False):
+            h = nn.BatchNorm(use_running_average=not train)(nn.Dense(6)(x))
+            self.sow("intermediates", "act", nn.relu(h))
+            return nn.Dense(3)(nn.relu(h))
+
+    x = jax.random.normal(jax.random.key(3), (N, 5))
+    model = BNSow()
+    v = model.init(jax.random.key(4), x)
+    _, new = jax.jit(lambda v: model.apply(v, x, train=True, mutable=True))(v)
+    stale = {"params": v["params"], **new}
+    assert set(stale) == {"params", "batch_stats", "intermediates"}
+    clean = {"params": v["params"], "batch_stats": new["batch_stats"]}
+    cfg = inspect.InspectConfig(diagnostics=("effective_rank",))
+    for kw in (None, {"train": True, "mutable": ["batch_stats"]}):
+        insp = inspect.from_linen(model, apply_kwargs=kw)
+        got, want = (_report(insp, w, x, config=cfg) for w in (stale, clean))
+        assert got.layers == want.layers == ("Dense_0", "act", "Dense_1")
+        np.testing.assert_array_equal(got.layer_values["effective_rank"],
+                                      want.layer_values["effective_rank"])
+        np.testing.assert_array_equal(*(jax.jit(insp.apply)(w, x) for w in (stale, clean)))
+
+
+def test_nnx_param_only_state_is_refused_naming_params():
+    """``graphdef, params, rest = nnx.split(m, nnx.Param, ...)`` and ``params`` passed: a raw
+    'Incorrect number of leaves' from inside nnx.merge.  Filling the rest from the model as
+    built could use its untrained BatchNorm statistics, so it is an error naming params, the
+    missing entries and the fix."""
+    m = NNXBNDrop(nnx.Rngs(0))
+    m.eval()
+    insp = inspect.from_nnx(m)
+    _, params, rest = nnx.split(m, nnx.Param, ...)
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    msg = (r"^params: the state lacks 4 of the model's 10 entries \('bn/mean' \(BatchStat\), "
+           r"'bn/var' \(BatchStat\), 'drop/rngs/count' \(RngCount\), 'drop/rngs/key' "
+           r"\(RngKey\)\).*nnx\.state\(model\).*nnx\.merge_state\(params, rest\)")
+    for p in (params, nnx.to_pure_dict(params)):
+        with pytest.raises(ValueError, match=msg):
+            insp.features(p, x)
+        with pytest.raises(ValueError, match=msg):
+            inspect.layer_report(insp, p, x,
+                                 config=inspect.InspectConfig(diagnostics=("stable_rank",)))
+    theta, _ = insp.trainable(nnx.merge_state(params, rest))  # what the message asks for
+    assert len(jax.tree.leaves(theta)) == 6
+
+
+class NNXTrainArg(nnx.Module):
+    """A ``__call__(x, train)``: BatchNorm on the batch's statistics when ``train``."""
+
+    def __init__(self, rngs):
+        self.l1 = nnx.Linear(5, 8, rngs=rngs)
+        self.bn = nnx.BatchNorm(8, epsilon=1e-5, rngs=rngs)
+        self.l2 = nnx.Linear(8, 3, rngs=rngs)
+
+    def __call__(self, x, train):
+        h = self.bn(self.l1(x), use_running_average=not train)
+        self.sow(nnx.Intermediate, "bn", h)
+        return self.l2(jax.nn.relu(h))
+
+
+def test_nnx_call_kwargs_reach_the_model_call():
+    """from_nnx had no way to pass __call__ arguments (from_linen has apply_kwargs): a model
+    with ``__call__(self, x, train)`` failed with a raw TypeError.  call_kwargs= passes them
+    to every call (features, apply); the caller's state is not updated."""
+    m = NNXTrainArg(nnx.Rngs(0))
+    state = nnx.state(m)
+    before = jax.tree.map(np.asarray, nnx.to_pure_dict(state))
+    x = jax.random.normal(jax.random.key(0), (N, 5))
+    for train in (True, False):
+        insp = inspect.from_nnx(m, call_kwargs={"train": train})
+        f = jax.jit(insp.features)(state, x)
+        pre = np.asarray(f["l1"])
+        want = (pre - pre.mean(0)) / np.sqrt(pre.var(0) + 1e-5) if train else \
+            pre / np.sqrt(1 + 1e-5)  # running mean 0, var 1 at init
+        np.testing.assert_allclose(f["bn"], want, atol=1e-4)
+        np.testing.assert_allclose(jax.jit(insp.apply)(state, x), f["l2"], atol=1e-6)
+    jax.tree.map(np.testing.assert_array_equal, before,
+                 jax.tree.map(np.asarray, nnx.to_pure_dict(state)))
+    with pytest.raises(TypeError, match=r"^from_nnx: call_kwargs must be a dict"):
+        inspect.from_nnx(m, call_kwargs=(("train", True),))
+    with pytest.raises(TypeError, match=r"^from_nnx: call_kwargs\['rngs'\] is an nnx.Rngs"):
+        inspect.from_nnx(m, call_kwargs={"train": True, "rngs": nnx.Rngs(1)})

@@ -432,3 +432,29 @@ def test_tanh_mlp_does_not_get_the_relu_top_kernel(mlp_case):
     # He-initialised layers with zero biases, is close to the default one: both 1.165.)
     np.testing.assert_allclose(rep.layer_values["dgl_nngp"][1], 1.1611, rtol=1e-3)
     np.testing.assert_allclose(relu_mf[1], 0.8319, rtol=1e-3)
+
+
+def test_single_sample_x_without_batch_axis_blames_x(mlp_case):
+    """x[0] of shape (10,) with y [48]: the error was 'features: representation 'hidden_1' has
+    shape (16,); expected [n, ...] with n = 10 samples', after running the model.  Now x and
+    y's sample counts are compared first and a 1-D x is named as a sample without its batch
+    axis; a 1-D x stays valid (one scalar per sample), so without y it is the features error,
+    with the same hint."""
+    params, _, x, labels, _ = mlp_case
+
+    def not_run(p, xx):
+        raise AssertionError("the model ran")
+
+    cfg = inspect.InspectConfig(num_classes=3, diagnostics=("dgl_linear",))
+    msg = (r"^x: the probe batch has n = 10 samples \(the rows of x, shape \(10,\)\), but y "
+           r"has 48 \(shape \(48,\)\).*batch axis: x\[None\]")
+    with pytest.raises(ValueError, match=msg):
+        inspect.layer_report(inspect.from_features(not_run), params, x[0], labels, config=cfg)
+    with pytest.raises(ValueError, match=msg):
+        inspect.monitor(inspect.from_features(not_run), x[0], labels, config=cfg)
+    with pytest.raises(ValueError, match=r"^y: expected \[n\] labels .* n = 48, got \(5,\)"):
+        inspect.monitor(inspect.from_features(not_run), x, labels[:5], config=cfg)
+    with pytest.raises(ValueError, match=r"representation 'hidden_1' has shape \(16,\).*x has "
+                                         r"shape \(10,\): a single sample without its batch "
+                                         r"axis\? .*x\[None\]"):
+        inspect.representations(inspect.from_mlp(), params, x[0])
