@@ -326,8 +326,8 @@ def _check_inputs(x1, x2, diagonal, fn, names=("x1", "x2")):
     caller's names for ``x1``/``x2``, used in every message (``("h", "h2")`` for
     ``dgl.top_kernel``)."""
     a, b = names
-    x1 = check_array(x1, a, fn=fn, kind="real")
-    x2 = check_array(x2, b, fn=fn, kind="real", allow_none=True)
+    x1 = check_array(x1, a, fn=fn, kind="real_number")
+    x2 = check_array(x2, b, fn=fn, kind="real_number", allow_none=True)
     if x1.ndim != 2:
         raise ValueError(f"{fn}: {a} must be a [n1, d] array (rank 2; flatten images first), "
                          f"got shape {x1.shape}.")
@@ -351,7 +351,7 @@ def _check_inputs(x1, x2, diagonal, fn, names=("x1", "x2")):
 
 
 def _check_variance(name: str, v, depth: int, dtype, fn: str) -> jax.Array:
-    v = check_array(v, name, fn=fn, kind="real").astype(dtype)
+    v = check_array(v, name, fn=fn, kind="real_number").astype(dtype)
     if v.ndim == 0:
         v = jnp.broadcast_to(v, (depth + 1,))
     elif v.shape != (depth + 1,):

@@ -641,6 +641,20 @@ def test_clear_errors():
         empirical_ntk(lambda p, x: apply_fn(p, x)[None], params, x1)
 
 
+def test_bool_inputs_and_variances_are_refused_naming_the_argument():
+    """A bool array is a mask, not a number: w_var=True, relu_nngp(x > 0) were computed as
+    1.0 / 0.0 while depth=True is refused; now a TypeError naming the argument."""
+    x = jnp.ones((3, 2), jnp.float32)
+    kw = dict(depth=1, w_var=2.0, b_var=0.1)
+    for fn in (relu_nngp, erf_ntk):
+        for call, name in ((lambda: fn(x > 0, **kw), "x1"), (lambda: fn(x, x > 0, **kw), "x2"),
+                           (lambda: fn(x, depth=1, w_var=True, b_var=0.1), "w_var"),
+                           (lambda: fn(x, depth=1, w_var=2.0, b_var=[True, False]), "b_var")):
+            with pytest.raises(TypeError, match=rf"^{fn.__name__}: {name} must hold numeric "
+                                                r"\(integer or floating, not bool\)"):
+                call()
+
+
 @pytest.mark.parametrize("fn", [relu_nngp, relu_ntk, erf_nngp, erf_ntk, fc_kernels])
 def test_errors_start_with_the_public_function_and_name_the_argument(fn):
     """Each message starts with the function called (relu_nngp's said "fc_kernels: ..." or had
@@ -692,7 +706,8 @@ def test_every_input_message_uses_the_callers_names():
     for exc, want, args, kw in [
         (TypeError, r"h must be an array, got a string", ("abc",), {}),
         (TypeError, r"h2 must be an array, got a string", (x1, "abc"), {}),
-        (TypeError, r"h must hold real \(integer or floating\) values, got dtype complex64",
+        (TypeError, r"h must hold numeric \(integer or floating, not bool\) values, got dtype "
+         r"complex64",
          (x1.astype(jnp.complex64),), {}),
         (ValueError, r"h must be a \[n1, d\] array \(rank 2; flatten images first\), "
                      r"got shape \(5,\)", (x1[0],), {}),
