@@ -25,6 +25,7 @@ computed result that is NaN/Inf.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -101,6 +102,10 @@ _KINDS = {
     "numeric": ("numeric", lambda dt: jnp.issubdtype(dt, jnp.number) or dt == jnp.bool_),
     "real": ("real (integer or floating)", lambda dt: jnp.issubdtype(dt, jnp.integer)
              or jnp.issubdtype(dt, jnp.floating) or dt == jnp.bool_),
+    # numbers proper: a bool array (``x > 0``, ``w_var=True``) is a mask, not a quantity
+    "real_number": ("numeric (integer or floating, not bool)",
+                    lambda dt: jnp.issubdtype(dt, jnp.integer)
+                    or jnp.issubdtype(dt, jnp.floating)),
 }
 
 
@@ -137,7 +142,8 @@ def check_array(
     Static (also under ``jit``): ``x`` is array-like (not ``None``, not a string, not a dict),
     its rank is ``ndim`` (an int or a tuple of allowed ranks), its shape matches ``shape``
     (``None`` entries match anything), its dtype is of ``kind`` (``"float"``, ``"int"``,
-    ``"numeric"``, ``"real"`` or ``None`` for any) or among ``dtypes``, it has at least
+    ``"numeric"``, ``"real"`` (both with bool), ``"real_number"`` (integer or floating, no
+    bool) or ``None`` for any) or among ``dtypes``, it has at least
     ``min_size`` entries and ``min_rows`` rows (leading axis).
 
     Eager only: with ``finite=True``, no NaN/Inf entries (skipped on tracers).
@@ -285,7 +291,9 @@ def check_key(key: Any, name: str = "key", *, fn: str | None = None,
     (``None`` when ``allow_none``: an optional key).
 
     Static (also under ``jit``): reads only the dtype and shape.  An integer seed is refused
-    with a ``TypeError`` saying to wrap it in ``jax.random.key``.
+    with a ``TypeError`` saying to wrap it in ``jax.random.key``; raw key data whose length is
+    not the default PRNG implementation's key size (2 words for threefry2x32) with a
+    ``ValueError`` (``jax.random`` would read or reject it later, far from the call).
     """
     where = _where(fn)
     if key is None and allow_none:
@@ -300,9 +308,22 @@ def check_key(key: Any, name: str = "key", *, fn: str | None = None,
                              f"shape {tuple(key.shape)}.")
         return key
     if jnp.dtype(dt) == jnp.uint32 and key.ndim == 1:
+        size = _raw_key_size(str(jax.config.jax_default_prng_impl))
+        if key.shape[0] != size:
+            raise ValueError(f"{where}{name} is raw key data of shape {tuple(key.shape)}, but "
+                             f"the PRNG implementation "
+                             f"{jax.config.jax_default_prng_impl!r} uses {size} uint32 "
+                             f"words; make the key with jax.random.key(seed).")
         return key
     raise TypeError(f"{where}{name} must be a PRNG key (jax.random.key(seed)), got "
                     f"{_describe(key)}.")
+
+
+@functools.cache
+def _raw_key_size(impl: str) -> int:
+    """Length of the raw ``uint32`` key data of the PRNG implementation ``impl`` (the default
+    one's name, the cache key): 2 for threefry2x32, 4 for rbg.  Traced, not run."""
+    return int(jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape[-1])
 
 
 def check_float_dtype(dtype: Any, name: str = "dtype", *, fn: str | None = None):

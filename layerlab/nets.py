@@ -231,16 +231,31 @@ def mlp_apply(
             f"got {type(params).__name__}."
         )
     x = check_array(x, "x", fn="mlp_apply", kind="real", ndim=tuple(range(1, 8)))
-    d0 = params[0]["w"].shape[0]
-    for i in range(1, len(params)):  # static shapes: checked under jit too
-        prev, w = jnp.shape(params[i - 1]["w"]), jnp.shape(params[i]["w"])
-        if len(w) != 2 or w[0] != prev[-1]:
+    # every layer, layer 0 included (static shapes: checked under jit too): a hand-built layer
+    # with a 1-D w or a bias of the wrong length gave a silently wrong shape or a raw
+    # broadcasting error
+    for i, layer in enumerate(params):
+        if not (isinstance(layer, dict) and "w" in layer and "b" in layer):
+            got = sorted(map(str, layer)) if isinstance(layer, dict) else type(layer).__name__
+            raise TypeError(f"mlp_apply: params[{i}] (layer {i}) must be a dict {{'w': [d_in, "
+                            f"d_out], 'b': [d_out]}} as mlp_init builds, got {got}.")
+        w = check_array(layer["w"], f"params[{i}]['w'] (layer {i})", fn="mlp_apply", ndim=2,
+                        kind="real")
+        b = check_array(layer["b"], f"params[{i}]['b'] (layer {i})", fn="mlp_apply", ndim=1,
+                        kind="real")
+        if b.shape[0] != w.shape[1]:
+            raise ValueError(f"mlp_apply: params[{i}]['b'] (layer {i}) must have d_out = "
+                             f"{w.shape[1]} entries (the columns of its w {tuple(w.shape)}), "
+                             f"got shape {tuple(b.shape)}.")
+        prev = jnp.shape(params[i - 1]["w"]) if i else None
+        if i and w.shape[0] != prev[-1]:
             raise ValueError(
-                f"mlp_apply: layer {i} does not chain onto layer {i - 1}: its w has shape {w}, "
-                f"layer {i - 1}'s w {prev} outputs {prev[-1]} features; each layer's w must be "
-                "[d_in, d_out] with d_in the previous layer's d_out (as mlp_init(key, sizes) "
-                "builds them)."
+                f"mlp_apply: layer {i} does not chain onto layer {i - 1}: its w has shape "
+                f"{tuple(w.shape)}, layer {i - 1}'s w {prev} outputs {prev[-1]} features; each "
+                "layer's w must be [d_in, d_out] with d_in the previous layer's d_out (as "
+                "mlp_init(key, sizes) builds them)."
             )
+    d0 = jnp.shape(params[0]["w"])[0]
     if x.shape[-1] != d0:
         raise ValueError(
             f"mlp_apply: input has {x.shape[-1]} features (shape {x.shape}) but the first layer "

@@ -111,6 +111,11 @@ def test_check_key_single_typed_or_raw_keys():
             C.check_key(bad, fn="f")
     with pytest.raises(ValueError, match=r"^f: key must be a single PRNG key, .*\(3,\)"):
         C.check_key(jax.random.split(k, 3), fn="f")
+    # raw key data of the wrong length (jnp.array([1, 2, 3], uint32)): refused, named
+    for bad in (jnp.array([1, 2, 3], jnp.uint32), jnp.zeros(1, jnp.uint32)):
+        with pytest.raises(ValueError, match=r"^f: key is raw key data of shape \(\d,\), but "
+                                             r"the PRNG implementation 'threefry2x32' uses 2"):
+            C.check_key(bad, fn="f")
     # static: under vmap and jit a traced key passes
     out = jax.vmap(lambda kk: jax.random.normal(C.check_key(kk)))(jax.random.split(k, 2))
     assert out.shape == (2,)

@@ -72,6 +72,31 @@ def test_mlp_vmap_and_errors(key):
     np.testing.assert_array_equal(w16[0]["w"], nets.mlp_init(key, [3, 2], w_std=2.0)[0]["w"])
 
 
+def test_mlp_apply_checks_every_hand_built_layer_naming_it(key):
+    """Layer 0's w rank and every bias were unchecked: a 1-D w gave a silently wrong shape
+    (6,), a bias of the wrong length a raw broadcasting error.  Checked under jit too."""
+    p = nets.mlp_init(key, [4, 3, 2])
+    x = jnp.ones((6, 4))
+    bad = {
+        r"params\[0\]\['w'\] \(layer 0\) must have rank 2, got shape \(4,\)":
+            [{"w": jnp.ones(4), "b": jnp.ones(())}],
+        r"params\[0\]\['b'\] \(layer 0\) must have d_out = 3 .* got shape \(5,\)":
+            [{"w": p[0]["w"], "b": jnp.ones(5)}, p[1]],
+        r"params\[1\]\['b'\] \(layer 1\) must have d_out = 2 .* got shape \(3,\)":
+            [p[0], {"w": p[1]["w"], "b": jnp.ones(3)}],
+        r"params\[1\]\['b'\] \(layer 1\) must have rank 1":
+            [p[0], {"w": p[1]["w"], "b": jnp.ones((1, 2))}],
+    }
+    for msg, params in bad.items():
+        for f in (nets.mlp_apply, jax.jit(nets.mlp_apply)):
+            with pytest.raises(ValueError, match="^mlp_apply: " + msg):
+                f(params, x)
+    with pytest.raises(TypeError, match=r"^mlp_apply: params\[1\] \(layer 1\) must be a dict"):
+        nets.mlp_apply([p[0], (p[1]["w"], p[1]["b"])], x)
+    with pytest.raises(ValueError, match="^mlp_init: key is raw key data of shape \\(3,\\)"):
+        nets.mlp_init(jnp.array([1, 2, 3], jnp.uint32), [4, 3])
+
+
 def test_mlp_init_errors_name_mlp_init_and_the_argument(key):
     """A list b_std (a raw float() error), an int key (JAX's "invalid PRNG key data"), an
     integer dtype (JAX's normal-dtype error) are reported by mlp_init itself."""

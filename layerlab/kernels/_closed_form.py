@@ -326,8 +326,8 @@ def _check_inputs(x1, x2, diagonal, fn, names=("x1", "x2")):
     caller's names for ``x1``/``x2``, used in every message (``("h", "h2")`` for
     ``dgl.top_kernel``)."""
     a, b = names
-    x1 = check_array(x1, a, fn=fn, kind="real")
-    x2 = check_array(x2, b, fn=fn, kind="real", allow_none=True)
+    x1 = check_array(x1, a, fn=fn, kind="real_number")
+    x2 = check_array(x2, b, fn=fn, kind="real_number", allow_none=True)
     if x1.ndim != 2:
         raise ValueError(f"{fn}: {a} must be a [n1, d] array (rank 2; flatten images first), "
                          f"got shape {x1.shape}.")
@@ -351,7 +351,7 @@ def _check_inputs(x1, x2, diagonal, fn, names=("x1", "x2")):
 
 
 def _check_variance(name: str, v, depth: int, dtype, fn: str) -> jax.Array:
-    v = check_array(v, name, fn=fn, kind="real").astype(dtype)
+    v = check_array(v, name, fn=fn, kind="real_number").astype(dtype)
     if v.ndim == 0:
         v = jnp.broadcast_to(v, (depth + 1,))
     elif v.shape != (depth + 1,):
@@ -456,8 +456,9 @@ def fc_kernels(
     Symmetric kernels: pass ``x2=None`` (or omit it) for ``K(x1, x1)``.  Passing the same
     array twice, ``fc_kernels(x, x)``, is recognised only eagerly (the same Python object);
     under ``jit``/``vmap`` the two arguments are distinct tracers and it is computed as a
-    cross kernel, with a float32 error of ~3e-4 (at most 5e-4) relative near the diagonal
-    (ReLU at unit-scale inputs; the erf NTK's is ``O(eps * K^0)``, below).
+    cross kernel, with a float32 error near the diagonal that grows with depth: ~1e-4
+    relative per ReLU layer, at most ``2e-4 * depth`` (ReLU NTK at unit-scale inputs,
+    measured 3e-4 at depth 3, 9e-4 at depth 8; the erf NTK's is ``O(eps * K^0)``, below).
 
     Precision: ``x2=None`` (or ``x2`` the same array object as ``x1``, eagerly) gives exact
     diagonals.
@@ -466,6 +467,16 @@ def fc_kernels(
     1) and ``O(eps * K^0)`` for the erf NTK, whose ``1 + 2(k11 + k22) + 4 (k11 k22 - k12^2)``
     needs the first layer's Gram determinant, which cancels at ``O(eps K^2)`` (about 2 % at
     ``K^0 ~ 1e5``, inputs of raw pixel scale).  Standardise such inputs or use float64.
+
+    Gradients with respect to the inputs (ReLU NTK, float32): between nearly parallel inputs
+    the rounded cosine also corrupts the gradient of the factor ``pi - theta``, a cone in
+    ``x - x'`` with a finite slope.  Its relative error is about ``0.3 * depth * eps /
+    theta^2`` (``theta`` the angle of the pair at the input layer, ``eps = 1.2e-7``), at
+    most ``depth * eps / theta^2``: ~5e-6 at ``theta = 0.1``, 5e-4 at 0.01, 5e-2 at 1e-3
+    (depth 3); below ``theta ~ 1e-3`` the cone's part is lost, silently (40-80 % of the
+    gradient).  At exactly equal inputs, where the cone has no derivative, the gradient
+    returned is the smooth part's (the cone's contribution 0).  The ReLU NNGP and the erf
+    kernels keep ~1e-7.  For gradients at nearly parallel inputs use float64.
 
     Returns:
       ``FCKernel(nngp, ntk)``, each ``[n1, n2]`` (``[n]`` if ``diagonal``), with a leading
@@ -568,7 +579,10 @@ def _doc(kind: str, act: str) -> str:
       x2: ``[n2, d]`` inputs or ``None`` (``x2 = x1``, exact diagonal).  For the symmetric
         kernel pass ``None`` (or omit it): the same array passed twice is recognised only
         eagerly (the same object); under ``jit``/``vmap`` it is computed as a cross kernel,
-        with a float32 error of ~3e-4 (at most 5e-4) relative near the diagonal.
+        with a float32 error near the diagonal of ~1e-4 relative per ReLU layer (at most
+        ``2e-4 * depth``).  Float32 input gradients of the ReLU NTK between nearly parallel
+        inputs lose precision, up to all of the ``pi - theta`` cone's part below an angle of
+        ~1e-3 (bound in :func:`fc_kernels`); use float64 there.
       depth: number of {act} layers (int >= 0).
       w_var: weight variance, scalar or ``[depth + 1]`` (entry 0: input layer).
       b_var: bias variance, scalar or ``[depth + 1]``.
