@@ -122,6 +122,23 @@ def as_device_array(x: Any) -> jax.Array:
     return jnp.asarray(x)
 
 
+def jit_or_eager(jitted: Any, *args: Any, **static: Any) -> Any:
+    """``jitted(*args, **static)`` -- a ``jax.jit`` function whose keyword arguments are its
+    static ones -- or, when a static value cannot be hashed (an array, an unhashable
+    callable), its undecorated function run op by op, as before it was jitted.  Concrete 0-d
+    numbers among ``static`` are first made Python floats (hashable; one program per value).
+    """
+    static = {k: float(v) if (isinstance(v, (np.ndarray, np.generic, jax.Array))
+                              and np.ndim(v) == 0 and is_concrete(v)
+                              and jnp.issubdtype(jnp.result_type(v), jnp.floating)) else v
+              for k, v in static.items()}
+    try:
+        hash(tuple(static.values()))
+    except TypeError:
+        return jitted.__wrapped__(*args, **static)
+    return jitted(*args, **static)
+
+
 def check_array(
     x: Any,
     name: str,

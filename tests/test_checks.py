@@ -153,3 +153,23 @@ def test_check_float_dtype_refuses_integer_bool_complex_and_none():
         with pytest.raises(TypeError, match=rf"^f: dtype must be a floating-point dtype "
                                             rf"\(e\.g\. jnp\.float32\), got {what}\.$"):
             C.check_float_dtype(bad, fn="f")
+
+
+def test_jit_or_eager_floats_0d_scales_and_falls_back_on_unhashable():
+    import functools
+    calls = []
+
+    @functools.partial(jax.jit, static_argnames=("s", "f"))
+    def g(x, *, s, f):
+        calls.append(type(s))
+        return f(x) * s
+
+    x = jnp.arange(3.0)
+    np.testing.assert_array_equal(C.jit_or_eager(g, x, s=np.float32(2.0), f=jnp.sin),
+                                  jnp.sin(x) * 2.0)
+    assert calls == [float]  # traced once, with the 0-d array made a Python float
+    C.jit_or_eager(g, x, s=jnp.asarray(2.0), f=jnp.sin)
+    assert calls == [float]  # the same static value: the cached program
+    out = C.jit_or_eager(g, x, s=np.array([1.0, 2.0, 3.0]), f=jnp.sin)  # unhashable: eager
+    np.testing.assert_allclose(out, jnp.sin(x) * np.array([1.0, 2.0, 3.0]), rtol=1e-6)
+    assert calls[-1] is np.ndarray

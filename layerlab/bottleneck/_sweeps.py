@@ -30,6 +30,7 @@ from layerlab._checks import (
     check_int,
     check_number,
     check_same_length,
+    jit_or_eager,
     promote_float,
 )
 from layerlab.bottleneck._layout import Params, check_beta, check_scalar, from_mlp_params
@@ -312,8 +313,8 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
     hparams = {"masks": masks,  # x is float: lam too
                "lam": as_device_array(np.full((R,), lam, np.dtype(x.dtype)))}
     adam = _phase_step("adam", cost, beta, activation, adam_lr, adam_steps, lr_decay)
-    state, k_fit, k_gd = _sweep_start(key, hparams, sizes=tuple(sizes), init=init, w_std=w_std,
-                                      init_fn=adam.init)
+    state, k_fit, k_gd = jit_or_eager(_sweep_start, key, hparams, sizes=tuple(sizes),
+                                      init=init, w_std=w_std, init_fn=adam.init)
     ck = (lambda name: None) if checkpoint_dir is None else (
         lambda name: os.path.join(os.fspath(checkpoint_dir), name))
     state, hist = loop.fit(adam.step, state, (x, y), key=k_fit, steps=adam_steps,
@@ -359,10 +360,17 @@ def _sweep_start(key, hparams, *, sizes, init, w_std, init_fn):
 
 
 @functools.partial(jax.jit, static_argnames="init_fn")
-def _runs_init(params, hparams, *, init_fn):
-    """``init_fn`` vmapped over the runs axis as one program per (shapes, phase step): eagerly
-    every zero of the optimizer state (L-BFGS: a dozen) was its own program."""
-    return jax.vmap(init_fn)(params, hparams)
+def _runs_init(params: list[dict], hparams: dict, *, init_fn: Callable,
+               learning_rates: jax.Array | None = None) -> loop.TrainState:
+    """``init_fn`` vmapped over the runs axis (leaves ``[R, ...]``) as one program per
+    (shapes, phase step): eagerly every zero of the optimizer state (L-BFGS: a dozen) was its
+    own program.  With ``learning_rates`` ``[R]`` they are put in the state of an
+    ``optax.inject_hyperparams`` optimizer."""
+    st = jax.vmap(init_fn)(params, hparams)
+    if learning_rates is None:
+        return st
+    return st._replace(opt_state=st.opt_state._replace(
+        hyperparams={**st.opt_state.hyperparams, "learning_rate": learning_rates}))
 
 
 def _final_values(params, hparams, x, y, *, cost, beta, activation):

@@ -62,6 +62,7 @@ from layerlab.bottleneck._representations import (
     weight_loss,
 )
 from layerlab.bottleneck._sweeps import (
+    _runs_init,
     cross_entropy_cost,
     masked_loss,
     masked_weights,
@@ -318,18 +319,6 @@ def _he_inits(keys: list, *, sizes: tuple[int, ...], dtype) -> tuple[list[dict],
     (leaves ``[R, ...]`` in ``dtype``) and the data key ``fold_in(keys[0], 12345)``."""
     W0 = jax.vmap(lambda k: nets.mlp_init(k, sizes, init="he"))(jnp.stack(keys))
     return jax.tree.map(lambda a: a.astype(dtype), W0), jax.random.fold_in(keys[0], 12345)
-
-
-@functools.partial(jax.jit, static_argnames="init_fn")
-def _runs_init(params: list[dict], hp: dict, *, init_fn: Callable,
-               learning_rates: Array | None = None) -> loop.TrainState:
-    """``init_fn`` vmapped over the runs (leaves ``[R, ...]``) as one program; with
-    ``learning_rates`` ``[R]`` put in the state of an ``optax.inject_hyperparams`` optimizer."""
-    st = jax.vmap(init_fn)(params, hp)
-    if learning_rates is None:
-        return st
-    return st._replace(opt_state=st.opt_state._replace(
-        hyperparams={**st.opt_state.hyperparams, "learning_rate": learning_rates}))
 
 
 # ============================================================================ A, Fig. 1
@@ -1075,7 +1064,7 @@ def run_a_rank(config: ARankConfig, *, key: Array, progress: bool = True,
         fw_it_s = float(np.median(np.diff(np.concatenate([[0.0], fw["time_s"]]))))
         # the width plateau itself: widths 1 .. N^2/4 + 2 masked in one program (Adam)
         widths = list(range(1, N * N // 4 + 3))
-        sw = width_sweep(jax.random.fold_in(key, 50 + N), np.eye(N, dtype=np.float32),
+        sw = width_sweep(jax.random.fold_in(key, 50 + N), np.eye(N, dtype=jnp.result_type(float)),
                          np.asarray(B, np.float32),
                          widths=widths, depth=2, cost=mse_cost, lam=cfg.lam,
                          seeds=cfg.gd_seeds, adam_steps=cfg.sweep_steps, adam_lr=1e-2, beta=0.0,
@@ -1198,7 +1187,7 @@ def _lr_vs_weights(cfg: ARankConfig, key: Array) -> dict:
     chunk = max(1, min(100, cfg.lr_steps))
     n = max(1, cfg.lr_steps // chunk)
     wstep = sweep_step(mse_cost, optax.adam(cfg.lr_rate))
-    hp = {"masks": as_device_array(np.ones((2, cfg.lr_width), np.float32)),
+    hp = {"masks": as_device_array(np.ones((2, cfg.lr_width), jnp.result_type(float))),
           "lam": jnp.asarray(cfg.lam * 10)}
     rstep = representation_step(x, cost, optax.adam(cfg.lr_rate), lam=cfg.lam * 10,
                                 ridge=cfg.lr_ridge)

@@ -192,7 +192,7 @@ def _pickle_names(kind, path, folder, meta, key, num, dataset):
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return F.check_names(names, num, where, dataset,
-                         (f"member {member}: " if member else "") + repr(key))
+                         F._member_prefix(member) + repr(key))
 
 
 def _cifar10(split, roots, data_dir):
@@ -276,7 +276,7 @@ def _check_rows(path, member, n, expected, dataset):
     """The row count of a whole file (before the holdout split), as the download checks it:
     the stand-in for a checksum where none is published (so ``verify=False`` skips it)."""
     if n != expected:
-        raise F.corrupt_error(path, (f"member {member}: " if member else "") +
+        raise F.corrupt_error(path, F._member_prefix(member) +
                               f"it has {n} data rows, the official file has {expected} (no "
                               "checksum is published, the row count is checked instead; "
                               "verify=False skips it)", dataset)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from layerlab._checks import jit_or_eager
 from layerlab._types import PyTree
 from layerlab.data._dataset import Dataset
 from layerlab.nets import mlp_apply, mlp_init
@@ -87,24 +88,22 @@ def teacher(
         w_std = float(np.sqrt(2.0)) if activation in ("relu", jax.nn.relu) else 1.0
     if n < 1:
         raise ValueError(f"teacher: n must be >= 1, got {n}.")
-    static = dict(n=n, widths=tuple(widths), act=act, noise=noise, w_std=w_std, b_std=b_std)
-    try:  # one compiled program per setting; else (an unhashable or array setting) op by op
-        hash(tuple(static.values()))
-        draw = _teacher_draw
-    except TypeError:
-        draw = _teacher_draw.__wrapped__
-    params, x, y = draw(key, x_key, **static)
+    # one compiled program per (n, widths, activation, scales) -- the noise is traced: a sweep
+    # over it compiles once; else (an unhashable or array setting) op by op
+    params, x, y = jit_or_eager(_teacher_draw, key, x_key, noise, n=n, widths=tuple(widths),
+                                act=act, w_std=w_std, b_std=b_std)
     ds = Dataset(np.asarray(x, np.float32), np.asarray(y, np.float32), 0, "teacher", split)
     return (ds, params) if return_params else ds
 
 
-@functools.partial(jax.jit, static_argnames=("n", "widths", "act", "noise", "w_std", "b_std"))
-def _teacher_draw(key, x_key, *, n, widths, act, noise, w_std, b_std):
-    """:func:`teacher`'s draws as one program per (n, widths, activation, scales): the teacher's
-    params, ``x`` ``[n, d_0]`` and ``y`` ``[n, d_L]``.  Eagerly each split, normal, matmul and
-    add was its own program.  The settings are static (``mlp_init`` sees Python floats): the
-    default teacher (ReLU, no noise, zero biases) in float32 gets the eager draws' bits; with
-    noise, bias draws or float64 an entry may differ by a rounding."""
+@functools.partial(jax.jit, static_argnames=("n", "widths", "act", "w_std", "b_std"))
+def _teacher_draw(key, x_key, noise, *, n, widths, act, w_std, b_std):
+    """:func:`teacher`'s draws as one program per (n, widths, activation, scales), ``noise``
+    traced: the teacher's params, ``x`` ``[n, d_0]`` and ``y`` ``[n, d_L]``.  Eagerly each
+    split, normal, matmul and add was its own program.  The scales are static (``mlp_init``
+    sees Python floats): the default teacher (ReLU, no noise, zero biases) in float32 gets the
+    eager draws' bits; with noise, bias draws or float64 an entry may differ by a rounding
+    (XLA may fuse a multiply and an add that ran as two ops eagerly)."""
     k_teacher, k_default = jax.random.split(key)
     kx, ke = jax.random.split(k_default if x_key is None else x_key)
     params = mlp_init(k_teacher, widths, init="ntk", w_std=w_std, b_std=b_std)

@@ -186,3 +186,17 @@ def test_float_label_vector_is_refused_by_name():
     with pytest.raises(ValueError, match=msg):
         bn.width_sweep(jax.random.key(0), x, jnp.arange(4.0), widths=[1], depth=2,
                        cost=bn.mse_cost, lam=1e-2, progress=False)
+
+
+def test_width_sweep_takes_an_array_w_std(key):
+    """``w_std`` as a 0-d array (what ``nets.mlp_init`` takes) runs the same sweep as the
+    Python float; a static jit argument made it fail with "non-hashable static arguments"."""
+    x = jax.random.normal(key, (12, 3))
+    y = jax.random.normal(jax.random.fold_in(key, 1), (12, 2))
+    kw = dict(widths=[2], depth=2, cost=bn.mse_cost, lam=0.1, seeds=1, adam_steps=2,
+              gd_steps=0, polish_steps=0, progress=False)
+    a = bn.width_sweep(key, x, y, w_std=jnp.asarray(0.7), **kw)
+    b = bn.width_sweep(key, x, y, w_std=0.7, **kw)
+    np.testing.assert_array_equal(a["loss"], b["loss"])
+    c = bn.width_sweep(key, x, y, w_std=1.4, **kw)
+    assert not np.allclose(a["loss"], c["loss"])  # w_std does reach the init

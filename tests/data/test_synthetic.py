@@ -91,3 +91,22 @@ def test_load_returns_synthetic_tasks_in_the_asked_dtype(name, dtype):
     np.testing.assert_array_equal(ds.x, ref.x.astype(dtype))
     np.testing.assert_array_equal(ds.y, ref.y.astype(dtype))
     assert ref.x.dtype == ref.y.dtype == np.float32
+
+
+def test_teacher_noise_is_traced_and_array_scales_work(key):
+    """A sweep over the noise compiles one program (it was a static jit argument: one
+    compile, ~3 s, per value), and the noise enters as y = f(x) + noise * eps exactly; a 0-d
+    array scale is the same teacher as its Python float (an unhashable static argument made
+    jit fail)."""
+    from layerlab.data import _synthetic
+    base = D.teacher(key, 16, (3, 4, 2), noise=0.0, return_params=True)
+    n0 = _synthetic._teacher_draw._cache_size()
+    ys = [D.teacher(key, 16, (3, 4, 2), noise=s).y for s in (0.1, 0.2, 0.35)]
+    assert _synthetic._teacher_draw._cache_size() == n0
+    eps = (ys[1] - base[0].y) / 0.2  # the same draw: noise scales one fixed eps
+    np.testing.assert_allclose(ys[0], base[0].y + 0.1 * eps, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ys[2], base[0].y + 0.35 * eps, rtol=1e-5, atol=1e-5)
+    assert np.std(eps) > 0.5
+    arr = D.teacher(key, 16, (3, 4, 2), w_std=np.float32(1.5), b_std=jax.numpy.asarray(0.5))
+    flt = D.teacher(key, 16, (3, 4, 2), w_std=1.5, b_std=0.5)
+    np.testing.assert_array_equal(arr.y, flt.y)
