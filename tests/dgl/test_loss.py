@@ -517,3 +517,27 @@ def test_traced_negative_eps2_gives_nan_and_valid_eps2_the_eager_values(dtype):
         g = jax.grad(lambda e: dgl.dgl_loss(K, Y, eps2=e))
         np.testing.assert_allclose(jax.jit(g)(0.1), g(0.1), rtol=1e-5 if dtype == jnp.float32
                                    else 1e-12)
+
+
+def test_traced_asymmetric_kernel_gives_nan_not_its_lower_triangle_loss():
+    """Under jit an asymmetric K (eagerly the "K is not symmetric" ValueError) once gave a
+    finite loss: the Cholesky reads only the lower triangle (the loss of another matrix).
+    NaN now (value and gradient), at check_kernel's threshold; a
+    symmetric traced K keeps the eager value and gradient."""
+    H, Y = _data(22, 6, 3, 2)
+    K = np.asarray(_rbf(jnp.asarray(H, jnp.float32)))
+    bad = K + np.triu(np.full_like(K, 1.0), 1)
+
+    @jax.jit
+    def f(K):
+        return (dgl.dgl_loss(K, Y, eps2=0.1), jax.grad(dgl.dgl_loss)(K, Y, eps2=0.1),
+                dgl.loo_residuals(K, Y, eps2=0.1)[0])
+
+    for out in f(bad):
+        assert bool(jnp.all(jnp.isnan(out)))
+    with pytest.raises(ValueError, match=r"^dgl_loss: K is not symmetric"):
+        dgl.dgl_loss(bad, Y, eps2=0.1)
+    v, g, r = f(K)
+    np.testing.assert_allclose(v, dgl.dgl_loss(K, Y, eps2=0.1), rtol=1e-6)
+    np.testing.assert_allclose(r, dgl.loo_residuals(K, Y, eps2=0.1)[0], rtol=1e-5, atol=1e-6)
+    assert bool(jnp.all(jnp.isfinite(g)))
