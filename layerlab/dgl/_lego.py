@@ -45,7 +45,7 @@ from ._kernels import (
     mf_variances,
     top_kernel,
 )
-from ._loss import _as_2d_targets, _check_scalar, dgl_loss, integer_labels_error
+from ._loss import _as_2d_targets, _check_flag, _check_scalar, dgl_loss, integer_labels_error
 
 __all__ = [
     "LegoConfig",
@@ -95,6 +95,7 @@ class LegoConfig:
         check_number(self.eps_rel, "eps_rel", fn=fn, min_value=0.0,
                      what="a noise variance relative to the kernel's mean diagonal")
         check_number(self.ridge_rel, "ridge_rel", fn=fn, min_value=0.0)
+        _check_flag(self.variance, "variance", fn)
         check_number(self.adam_eps, "adam_eps", fn=fn, min_value=0.0,
                      what="AdamW's eps; float16 parameters need >= ~1e-4")
 
@@ -168,6 +169,7 @@ def train_end_to_end(
     Returns:
       ``(params, history)`` (history as returned by ``layerlab.loop.fit``).
     """
+    x = _check_net_and_input(params, x, fn="train_end_to_end")  # before y's row count
     y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0],
                    fn="train_end_to_end")
     ts = optax_step(mse_loss, optimizer)

@@ -29,6 +29,7 @@ from jax.scipy.linalg import solve_triangular
 from layerlab._checks import (
     check_array,
     check_int,
+    check_key,
     check_number,
     check_result_finite,
     is_concrete,
@@ -111,6 +112,21 @@ def _nan_if_asymmetric(K: jax.Array) -> jax.Array:
     gradient are unchanged otherwise (the traced half of the eager symmetry check)."""
     bad = jnp.max(jnp.abs(K - K.T)) > _SYM_RTOL * jnp.max(jnp.abs(K))
     return K + jnp.where(bad, jnp.nan, 0.0).astype(K.dtype)
+
+
+def _check_flag(v, name: str, fn: str) -> bool:
+    """``v`` is a bool (Python, numpy or a concrete 0-d bool array); returns it as ``bool``.
+    A string or number was taken by its truthiness (``variance="no"`` added the term) and a
+    traced flag failed with JAX's boolean-conversion error."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if (isinstance(v, (jax.Array, np.ndarray)) and v.dtype == bool and v.ndim == 0
+            and is_concrete(v)):
+        return bool(v)
+    kind = ("a traced value (the flag selects a term of the program: pass a Python bool, "
+            "static, e.g. through functools.partial or jit's static_argnames)"
+            if not is_concrete(v) else f"{type(v).__name__} {v!r}")
+    raise TypeError(f"{fn}: {name} must be a bool (True or False), got {kind}.")
 
 
 def _jitter(K: jax.Array) -> jax.Array:
@@ -385,7 +401,8 @@ def dgl_loss(
       K: ``[N, N]`` symmetric positive semi-definite kernel over the training points.
       Y: ``[N, C]`` targets (e.g. zero-mean one-hot) or ``[N]``.
       eps2: noise variance ``eps^2 >= 0`` added to the diagonal (scalar).
-      variance: add the leave-one-out predictive variance term (eqs. A4-A5).
+      variance: add the leave-one-out predictive variance term (eqs. A4-A5); a bool
+        (static: a string, number or traced flag is a ``TypeError``).
 
     Returns:
       Scalar loss.
@@ -411,6 +428,7 @@ def dgl_loss(
     Y = _as_2d_targets(Y, K.shape[0], fn="dgl_loss")
     _check_scalar(eps2, "eps2", "dgl_loss")
     check_number(eps2, "eps2", fn="dgl_loss", min_value=0.0, what="a noise variance")
+    variance = _check_flag(variance, "variance", "dgl_loss")
     dtype = jnp.result_type(K.dtype, Y.dtype, jnp.float32)
     K = K.astype(dtype)
     Y = Y.astype(dtype)
@@ -656,6 +674,7 @@ def dgl_minibatch(
     References:
       Eq. (3) of Ben-David & Ringel (2019); the subset estimator is ours (documented here).
     """
+    key = check_key(key, "key", fn="dgl_minibatch")
     H = check_array(H, "H", fn="dgl_minibatch", kind="real")  # a numpy H is indexed traced
     if H.ndim < 1:
         raise ValueError(f"dgl_minibatch: H must be [N, ...] representations; got {H.shape}.")

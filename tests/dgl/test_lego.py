@@ -337,3 +337,14 @@ def test_classifier_stage_checks_ridge_params_and_inputs():
     for f, msg in cases:
         with pytest.raises((ValueError, TypeError), match=msg):
             f()
+
+
+def test_train_end_to_end_checks_x_against_the_net():
+    """A transposed x once met "y must have 4 rows" (the message blamed y); x's width is
+    checked against the net first now."""
+    p0 = [{"w": np.ones((4, 2), np.float32), "b": np.zeros(2, np.float32)}]
+    x = np.ones((12, 4), np.float32)
+    with pytest.raises(ValueError, match=r"^train_end_to_end: x must have the net's d_in = 4 "
+                                         r"features .*got shape \(4, 12\)"):
+        dgl.train_end_to_end(jax.random.key(0), p0, x.T, np.arange(12) % 2,
+                             optimizer=None, steps=1, progress=False)
