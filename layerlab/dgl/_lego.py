@@ -45,7 +45,7 @@ from ._kernels import (
     mf_variances,
     top_kernel,
 )
-from ._loss import _as_2d_targets, _check_scalar, dgl_loss, integer_labels_error
+from ._loss import _as_2d_targets, _check_flag, _check_scalar, dgl_loss, integer_labels_error
 
 __all__ = [
     "LegoConfig",
@@ -95,6 +95,7 @@ class LegoConfig:
         check_number(self.eps_rel, "eps_rel", fn=fn, min_value=0.0,
                      what="a noise variance relative to the kernel's mean diagonal")
         check_number(self.ridge_rel, "ridge_rel", fn=fn, min_value=0.0)
+        _check_flag(self.variance, "variance", fn)
         check_number(self.adam_eps, "adam_eps", fn=fn, min_value=0.0,
                      what="AdamW's eps; float16 parameters need >= ~1e-4")
 
@@ -168,6 +169,7 @@ def train_end_to_end(
     Returns:
       ``(params, history)`` (history as returned by ``layerlab.loop.fit``).
     """
+    x = _check_net_and_input(params, x, fn="train_end_to_end")  # before y's row count
     y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0],
                    fn="train_end_to_end")
     ts = optax_step(mse_loss, optimizer)
@@ -280,6 +282,15 @@ def train_layer_dgl(
     return state.params, hist
 
 
+def _check_ridge(ridge_rel, *, fn: str) -> None:
+    """``ridge_rel`` is a scalar (static) that is finite and ``>= 0`` (eager): a negative
+    one gave a finite wrong classifier (or a singular system), a vector an opaque
+    broadcasting error."""
+    _check_scalar(ridge_rel, "ridge_rel", fn)
+    check_number(ridge_rel, "ridge_rel", fn=fn, min_value=0.0,
+                 what="a ridge relative to tr(H^T H) / d")
+
+
 def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> dict:
     r"""Step 4: the MSE-optimal linear classifier on frozen features (ridge, closed form).
 
@@ -291,7 +302,8 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
       h: ``[N, d]`` features.  y: ``[N, C]`` targets (integer labels ``[N]`` are refused:
         they would be regressed on as the numbers 0, 1, 2, ...; one-hot them first, e.g.
         ``layerlab.data.as_targets(y, C)``, as :func:`lego` and :func:`random_features`
-        do).  ridge_rel: relative ridge.
+        do).  h and y finite (checked eagerly).  ridge_rel: relative ridge, a scalar
+        ``>= 0``.
 
     Returns:
       ``{"w": [d, C], "b": [C]}``, in float32 or wider: integer features (uint8 pixels
@@ -299,8 +311,9 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
       half-precision solve) are promoted to float32 first (float64 stays float64), as by
       :func:`layerlab._checks.promote_float`.
     """
-    hc = check_array(h, "h", fn="fit_classifier", ndim=2, kind="real")
-    yc = check_array(y, "y", fn="fit_classifier", ndim=(1, 2), kind="real")
+    hc = check_array(h, "h", fn="fit_classifier", ndim=2, kind="real", finite=True)
+    yc = check_array(y, "y", fn="fit_classifier", ndim=(1, 2), kind="real", finite=True)
+    _check_ridge(ridge_rel, fn="fit_classifier")
     if yc.ndim == 1 and jnp.issubdtype(yc.dtype, jnp.integer):
         raise integer_labels_error(yc, "y", "fit_classifier: ")
     if yc.shape[0] != hc.shape[0]:
@@ -328,6 +341,20 @@ def _relu_layer(layer, h):
     """A frozen ReLU layer's output ``relu(h W + b)``: ``h [N, d_prev]`` -> ``[N, d]``; one
     program per shape (op by op it was four)."""
     return jax.nn.relu(h @ layer["w"] + layer["b"][None, :])
+
+
+def _check_net_and_input(params_init, x, *, fn: str) -> jax.Array:
+    """``params_init`` is an MLP (a list of chaining dense layers) and ``x`` a finite
+    ``[N, d_in]`` input of its width (eager checks: ``lego``, ``random_features``); returns
+    ``x`` as an array."""
+    x = check_array(x, "x", fn=fn, ndim=2, kind="real", finite=True)
+    _check_mlp_params(params_init, "params_init", fn=fn)
+    w0 = params_init[0]["w"]
+    if x.shape[1] != jnp.shape(w0)[0]:
+        raise ValueError(f"{fn}: x must have the net's d_in = {jnp.shape(w0)[0]} features (the "
+                         f"rows of params_init[0]['w'] {tuple(jnp.shape(w0))}), got shape "
+                         f"{tuple(x.shape)}; flatten images first (layerlab.data.flatten).")
+    return x
 
 
 def lego(
@@ -376,14 +403,8 @@ def lego(
     if not isinstance(cfg, LegoConfig):
         raise TypeError(f"lego: cfg must be a LegoConfig, got {type(cfg).__name__}.")
     key = check_key(key, "key", fn="lego")
-    x = check_array(x, "x", fn="lego", ndim=2, kind="real", finite=True)
-    _check_mlp_params(params_init, "params_init", fn="lego")
+    x = _check_net_and_input(params_init, x, fn="lego")
     params = [dict(p) for p in params_init]
-    d_in = jnp.shape(params[0]["w"])[0]
-    if x.shape[1] != d_in:
-        raise ValueError(f"lego: x must have the net's d_in = {d_in} features (the rows of "
-                         f"params_init[0]['w'] {tuple(jnp.shape(params[0]['w']))}), got shape "
-                         f"{tuple(x.shape)}; flatten images first (layerlab.data.flatten).")
     _check_variances(variances, len(params), fn="lego")
     y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0], fn="lego")
     y = check_array(y, "y", fn="lego", ndim=2, kind="real", finite=True)
@@ -406,7 +427,12 @@ def random_features(params_init: Sequence[dict], x: jax.Array, y: ArrayLike, *,
                     ridge_rel: float = 1e-4) -> list[dict[str, jax.Array]]:
     """Step 5 ("Random"): frozen random ReLU layers, MSE-optimal linear classifier.
 
-    ``y``: ``[N]`` integer labels or ``[N, C]`` targets, as in :func:`lego`."""
+    ``params_init``: MLP params (a list of ``{"w": [d_in, d_out], "b": [d_out]}`` that
+    chain).  ``x``: ``[N, d_in]`` (finite).  ``y``: ``[N]`` integer labels or ``[N, C]``
+    targets, as in :func:`lego`.  ``ridge_rel``: as in :func:`fit_classifier`.  All checked
+    eagerly, naming ``random_features``."""
+    x = _check_net_and_input(params_init, x, fn="random_features")
+    _check_ridge(ridge_rel, fn="random_features")
     params = [dict(p) for p in params_init]
     y = as_targets(y, _num_outputs(params), name="y", n=x.shape[0], fn="random_features")
     h = _hidden_representations(params, x)[-1]
@@ -432,6 +458,7 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float,
     Returns:
       ``eval_fn(state) -> dict`` of scalars.
     """
+    _check_scalar(eps_rel, "eps_rel", "monitor_fn")
     check_number(eps_rel, "eps_rel", fn="monitor_fn", min_value=0.0,
                  what="a noise variance relative to the kernel's mean diagonal")
 

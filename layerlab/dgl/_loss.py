@@ -8,7 +8,9 @@ Jitter policy (``dgl_loss``): the Cholesky factor of ``A = K + eps2 I`` is compu
 fails (any NaN: ``A`` is not numerically positive definite), it is recomputed *once* with the
 deterministic jitter ``tau * mean(diag(K)) + tiny`` added to the diagonal, where
 ``tau = 100 * finfo(dtype).eps`` (about 1.2e-5 in float32, 2.2e-14 in float64).  If that fails
-too, the loss is NaN.  NaN is what a jitted function can return; to get an *error*, call
+too, the loss is NaN; so is it when a traced ``K`` is not symmetric (``max|K - K^T| > 1e-4
+max|K|``, :func:`check_kernel`'s threshold: the Cholesky reads only the lower triangle).  NaN
+is what a jitted function can return; to get an *error*, call
 :func:`check_kernel` (host side) or call ``dgl_loss`` eagerly (outside ``jit``), which checks
 its concrete inputs (a host-side O(N^3) check) and raises a ``ValueError`` saying what was
 wrong.
@@ -27,6 +29,7 @@ from jax.scipy.linalg import solve_triangular
 from layerlab._checks import (
     check_array,
     check_int,
+    check_key,
     check_number,
     check_result_finite,
     is_concrete,
@@ -99,6 +102,33 @@ def _check_scalar(v, name: str, fn: str) -> None:
                          f"{tuple(jnp.shape(v))}.")
 
 
+_SYM_RTOL = 1e-4  # asymmetry allowed, relative to max |K| (check_kernel's threshold)
+
+
+def _nan_if_asymmetric(K: jax.Array) -> jax.Array:
+    """``K`` unchanged, or all NaN where it is asymmetric beyond :func:`check_kernel`'s
+    threshold (``max|K - K^T| > 1e-4 max|K|``): the Cholesky reads only the lower triangle,
+    so a traced asymmetric ``K`` gave a finite loss of another matrix.  Its value and
+    gradient are unchanged otherwise (the traced half of the eager symmetry check)."""
+    bad = jnp.max(jnp.abs(K - K.T)) > _SYM_RTOL * jnp.max(jnp.abs(K))
+    return K + jnp.where(bad, jnp.nan, 0.0).astype(K.dtype)
+
+
+def _check_flag(v, name: str, fn: str) -> bool:
+    """``v`` is a bool (Python, numpy or a concrete 0-d bool array); returns it as ``bool``.
+    A string or number was taken by its truthiness (``variance="no"`` added the term) and a
+    traced flag failed with JAX's boolean-conversion error."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if (isinstance(v, (jax.Array, np.ndarray)) and v.dtype == bool and v.ndim == 0
+            and is_concrete(v)):
+        return bool(v)
+    kind = ("a traced value (the flag selects a term of the program: pass a Python bool, "
+            "static, e.g. through functools.partial or jit's static_argnames)"
+            if not is_concrete(v) else f"{type(v).__name__} {v!r}")
+    raise TypeError(f"{fn}: {name} must be a bool (True or False), got {kind}.")
+
+
 def _jitter(K: jax.Array) -> jax.Array:
     tau = 100.0 * jnp.finfo(K.dtype).eps
     return tau * jnp.mean(jnp.abs(jnp.diagonal(K))) + jnp.finfo(K.dtype).tiny
@@ -141,7 +171,7 @@ def _check_kernel(K, eps2, Y, *, fn: str) -> None:
     _check_scalar(eps2, "eps2", fn)
     check_number(eps2, "eps2", fn=fn, min_value=0.0, what="a noise variance")
     scale = np.max(np.abs(K)) + 1e-30
-    if np.max(np.abs(K - K.T)) > 1e-4 * scale:
+    if np.max(np.abs(K - K.T)) > _SYM_RTOL * scale:
         raise ValueError(
             f"{fn}: K is not symmetric (max |K - K^T| = "
             f"{np.max(np.abs(K - K.T)):.3g}, scale {scale:.3g}); a kernel matrix must be."
@@ -371,7 +401,8 @@ def dgl_loss(
       K: ``[N, N]`` symmetric positive semi-definite kernel over the training points.
       Y: ``[N, C]`` targets (e.g. zero-mean one-hot) or ``[N]``.
       eps2: noise variance ``eps^2 >= 0`` added to the diagonal (scalar).
-      variance: add the leave-one-out predictive variance term (eqs. A4-A5).
+      variance: add the leave-one-out predictive variance term (eqs. A4-A5); a bool
+        (static: a string, number or traced flag is a ``TypeError``).
 
     Returns:
       Scalar loss.
@@ -397,11 +428,14 @@ def dgl_loss(
     Y = _as_2d_targets(Y, K.shape[0], fn="dgl_loss")
     _check_scalar(eps2, "eps2", "dgl_loss")
     check_number(eps2, "eps2", fn="dgl_loss", min_value=0.0, what="a noise variance")
+    variance = _check_flag(variance, "variance", "dgl_loss")
     dtype = jnp.result_type(K.dtype, Y.dtype, jnp.float32)
     K = K.astype(dtype)
     Y = Y.astype(dtype)
     if _is_concrete(K, Y, eps2):
         _check_kernel(K, float(eps2), Y, fn="dgl_loss")
+    else:  # traced: an asymmetric K gives NaN, not the loss of its lower triangle
+        K = _nan_if_asymmetric(K)
     # traced (a learned or swept eps2): a negative or non-finite value gives NaN, not a finite
     # wrong loss (eager: the ValueError above)
     eps2 = nonnegative_or_nan(jnp.asarray(eps2, dtype))
@@ -472,6 +506,8 @@ def loo_residuals(K: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
     check_number(eps2, "eps2", fn="loo_residuals", min_value=0.0, what="a noise variance")
     if _is_concrete(K, Y, eps2):
         _check_kernel(K, float(eps2), Y, fn="loo_residuals")
+    else:  # traced: an asymmetric K gives NaN (see dgl_loss)
+        K = _nan_if_asymmetric(K)
     return _loo_core(K, Y, nonnegative_or_nan(eps2))  # traced eps2 < 0: NaN
 
 
@@ -638,6 +674,7 @@ def dgl_minibatch(
     References:
       Eq. (3) of Ben-David & Ringel (2019); the subset estimator is ours (documented here).
     """
+    key = check_key(key, "key", fn="dgl_minibatch")
     H = check_array(H, "H", fn="dgl_minibatch", kind="real")  # a numpy H is indexed traced
     if H.ndim < 1:
         raise ValueError(f"dgl_minibatch: H must be [N, ...] representations; got {H.shape}.")

@@ -307,3 +307,44 @@ def test_layer_dgl_traced_negative_eps_rel_gives_nan():
     assert bool(jnp.isnan(f(-0.05)))
     np.testing.assert_allclose(f(0.05), dgl.layer_dgl(p1[0], x, y, top, eps_rel=0.05),
                                rtol=1e-6)
+
+
+def test_classifier_stage_checks_ridge_params_and_inputs():
+    """fit_classifier once fitted with a negative ridge_rel (a finite wrong classifier), met a
+    vector one with a broadcasting error and NaN features with a NaN classifier;
+    random_features met a malformed net with an AttributeError and a transposed x with "y
+    must have 4 rows"; monitor_fn met a vector eps_rel with dgl_loss's "eps2".  Each now
+    names the function and the argument, before any computation."""
+    x = np.ones((12, 4), np.float32)
+    y = np.eye(2, dtype=np.float32)[np.arange(12) % 2]
+    p0 = [{"w": np.ones((4, 3), np.float32), "b": np.zeros(3, np.float32)},
+          {"w": np.ones((3, 2), np.float32), "b": np.zeros(2, np.float32)}]
+    cases = [
+        (lambda: dgl.fit_classifier(x, y, ridge_rel=-1.0),
+         r"^fit_classifier: ridge_rel must be >= 0\.0 .*got -1\.0"),
+        (lambda: dgl.fit_classifier(x, y, ridge_rel=np.ones(2)),
+         r"^fit_classifier: ridge_rel must be a scalar \(0-d\), got shape \(2,\)"),
+        (lambda: dgl.fit_classifier(np.where(x > 0, np.nan, x), y),
+         r"^fit_classifier: h .*(NaN|finite)"),
+        (lambda: dgl.random_features(p0, x, y, ridge_rel=-1.0),
+         r"^random_features: ridge_rel must be >= 0\.0"),
+        (lambda: dgl.random_features(p0, x.T, np.arange(12) % 2),
+         r"^random_features: x must have the net's d_in = 4 features .*got shape \(4, 12\)"),
+        (lambda: dgl.random_features([{"w": 1}], x, y), r"^random_features: params_init\[0\]"),
+        (lambda: dgl.monitor_fn(x, y, eps_rel=np.ones(2)),
+         r"^monitor_fn: eps_rel must be a scalar \(0-d\)"),
+    ]
+    for f, msg in cases:
+        with pytest.raises((ValueError, TypeError), match=msg):
+            f()
+
+
+def test_train_end_to_end_checks_x_against_the_net():
+    """A transposed x once met "y must have 4 rows" (the message blamed y); x's width is
+    checked against the net first now."""
+    p0 = [{"w": np.ones((4, 2), np.float32), "b": np.zeros(2, np.float32)}]
+    x = np.ones((12, 4), np.float32)
+    with pytest.raises(ValueError, match=r"^train_end_to_end: x must have the net's d_in = 4 "
+                                         r"features .*got shape \(4, 12\)"):
+        dgl.train_end_to_end(jax.random.key(0), p0, x.T, np.arange(12) % 2,
+                             optimizer=None, steps=1, progress=False)

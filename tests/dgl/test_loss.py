@@ -517,3 +517,45 @@ def test_traced_negative_eps2_gives_nan_and_valid_eps2_the_eager_values(dtype):
         g = jax.grad(lambda e: dgl.dgl_loss(K, Y, eps2=e))
         np.testing.assert_allclose(jax.jit(g)(0.1), g(0.1), rtol=1e-5 if dtype == jnp.float32
                                    else 1e-12)
+
+
+def test_traced_asymmetric_kernel_gives_nan_not_its_lower_triangle_loss():
+    """Under jit an asymmetric K (eagerly the "K is not symmetric" ValueError) once gave a
+    finite loss: the Cholesky reads only the lower triangle (the loss of another matrix).
+    NaN now (value and gradient), at check_kernel's threshold; a
+    symmetric traced K keeps the eager value and gradient."""
+    H, Y = _data(22, 6, 3, 2)
+    K = np.asarray(_rbf(jnp.asarray(H, jnp.float32)))
+    bad = K + np.triu(np.full_like(K, 1.0), 1)
+
+    @jax.jit
+    def f(K):
+        return (dgl.dgl_loss(K, Y, eps2=0.1), jax.grad(dgl.dgl_loss)(K, Y, eps2=0.1),
+                dgl.loo_residuals(K, Y, eps2=0.1)[0])
+
+    for out in f(bad):
+        assert bool(jnp.all(jnp.isnan(out)))
+    with pytest.raises(ValueError, match=r"^dgl_loss: K is not symmetric"):
+        dgl.dgl_loss(bad, Y, eps2=0.1)
+    v, g, r = f(K)
+    np.testing.assert_allclose(v, dgl.dgl_loss(K, Y, eps2=0.1), rtol=1e-6)
+    np.testing.assert_allclose(r, dgl.loo_residuals(K, Y, eps2=0.1)[0], rtol=1e-5, atol=1e-6)
+    assert bool(jnp.all(jnp.isfinite(g)))
+
+
+def test_variance_flag_and_minibatch_key_are_checked():
+    """dgl_loss took variance="no" (or 2) by its truthiness, adding the variance term, and a
+    traced flag failed with JAX's boolean-conversion error; dgl_minibatch met an integer key
+    with JAX's "invalid PRNG key data".  Each is a TypeError naming the argument now; numpy
+    and 0-d array bools are still flags."""
+    H, Y = _data(23, 5, 2, 2)
+    K = H @ H.T + np.eye(5)
+    for bad, got in (("no", r"str 'no'"), (2, r"int 2"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=rf"^dgl_loss: variance must be a bool .*{got}"):
+            dgl.dgl_loss(K, Y, eps2=0.1, variance=bad)
+    with pytest.raises(TypeError, match=r"^dgl_loss: variance must be a bool .*traced"):
+        jax.jit(lambda v: dgl.dgl_loss(K, Y, eps2=0.1, variance=v))(True)
+    assert float(dgl.dgl_loss(K, Y, eps2=0.1, variance=np.bool_(True))) == float(
+        dgl.dgl_loss(K, Y, eps2=0.1, variance=jnp.array(True)))
+    with pytest.raises(TypeError, match=r"^dgl_minibatch: key must be"):
+        dgl.dgl_minibatch(0, H, Y, _rbf, batch_size=3, eps2=0.1)
