@@ -73,10 +73,11 @@ def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None)
         raise integer_labels_error(Y, name, where)
     if Y.ndim == 1:
         Y = Y[:, None]
-    if Y.ndim != 2 or Y.shape[0] != n:
+    if Y.ndim != 2 or Y.shape[0] != n or Y.shape[1] == 0:
         raise ValueError(
-            f"{where}{name} must have shape (N, C) or (N,) with N = {n} rows to match the kernel; "
-            f"got {Y.shape}. Pass one target row per training point (e.g. one-hot labels)."
+            f"{where}{name} must have shape (N, C) with C >= 1, or (N,), with N = {n} rows to "
+            f"match the kernel; got {Y.shape}. Pass one target row per training point (e.g. "
+            "one-hot labels)."
         )
     return Y
 
@@ -396,6 +397,9 @@ def dgl_loss(
     products.  Differentiable in ``K`` (hence in the representations that produce it), ``Y``
     and ``eps2``.  See the module docstring for the jitter policy (NaN under ``jit`` when
     ``K + eps2 I`` is not positive definite even with jitter; ``ValueError`` when eager).
+    Second derivatives: ``jax.hessian`` (forward over reverse) works; reverse over reverse
+    (``grad(grad(...))``) and pure forward mode (``jacfwd``) do not, as the gradient is a
+    ``custom_vjp``.
 
     Args:
       K: ``[N, N]`` symmetric positive semi-definite kernel over the training points.

@@ -559,3 +559,10 @@ def test_variance_flag_and_minibatch_key_are_checked():
         dgl.dgl_loss(K, Y, eps2=0.1, variance=jnp.array(True)))
     with pytest.raises(TypeError, match=r"^dgl_minibatch: key must be"):
         dgl.dgl_minibatch(0, H, Y, _rbf, batch_size=3, eps2=0.1)
+
+
+def test_zero_target_columns_are_refused():
+    """``Y`` ``[N, 0]`` has no targets: a loss of 0.0 would be silently meaningless."""
+    K = jnp.eye(3)
+    with pytest.raises(ValueError, match=r"dgl_loss: Y must have shape \(N, C\) with C >= 1"):
+        dgl.dgl_loss(K, jnp.ones((3, 0)), eps2=0.1)
