@@ -588,6 +588,30 @@ def test_gram_rbf_is_translation_invariant_in_float32(offset):
     assert np.all(np.diagonal(k0) == 1.0)
 
 
+def test_gram_rbf_median_bandwidth_is_scale_free_and_defined_on_constant_x():
+    """Median bandwidth: float32 rows of 1e-20 / 1e20 under/overflowed in the squared
+    distances (NaN kernels), a constant x gave a NaN kernel (0/0 bandwidth; every bandwidth
+    gives K = 1 there), and a zero median distance with distinct samples came back as NaN
+    without a word."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(8, 3)).astype(np.float32)
+    k1 = np.asarray(P.gram_rbf(x))
+    np.testing.assert_allclose(k1, _np_gram_rbf(x), rtol=0, atol=1e-6)
+    for scale in (1e-20, 1e20):
+        np.testing.assert_array_equal(np.asarray(P.gram_rbf(x * np.float32(scale))),
+                                      np.asarray(P.gram_rbf(x * np.float32(scale / 2 ** 60
+                                                            if scale > 1 else scale * 2 ** 60))))
+        np.testing.assert_allclose(np.asarray(P.gram_rbf(x * np.float32(scale))), k1,
+                                   rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(P.gram_rbf(np.full((8, 3), 2.5, np.float32))),
+                                  np.ones((8, 8), np.float32))
+    dup = np.repeat(x[:2], [7, 1], axis=0)  # 50 of 64 squared distances are 0
+    with pytest.raises(ValueError, match=r"^gram_rbf: x has a zero median pairwise distance"):
+        P.gram_rbf(dup)
+    np.testing.assert_allclose(np.asarray(P.gram_rbf(dup, sigma=1.0)),
+                               _np_gram_rbf(dup, sigma=1.0), rtol=0, atol=1e-6)
+
+
 def test_rbf_minibatch_cka_with_a_zero_bandwidth_minibatch_says_so():
     """3 of 4 samples equal in one minibatch: median distance 0, bandwidth 0, kernel 0/0.
     minibatch_cka returned NaN silently and minibatch_cka_update blamed the data ("K1 has
