@@ -85,7 +85,7 @@ def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
         difference; float64 stays float64).
 
     Returns:
-      scalar.
+      scalar; its gradient at ``a = a0`` is 0 (was NaN).
 
     Raises:
       ValueError: ``a0`` all zeros (eager calls; under ``jit`` the result is ``inf`` there,
@@ -103,4 +103,8 @@ def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
             "tree_relative_change: a0 has norm 0 (all leaves zero), so the relative change is "
             "undefined; use optax.tree.norm(optax.tree.sub(a, a0)) for the absolute change."
         )
-    return times_pow2(optax.tree.norm(_times_pow2(d, -ed)) / den, ed - e0)
+    # safe sqrt: sqrt'(0) = inf made the gradient at a = a0 (a penalty on the distance from
+    # init, at step 0) NaN; ||a - a0|| has the subgradient 0 there
+    sd = optax.tree.norm(_times_pow2(d, -ed), squared=True)
+    num = jnp.where(sd == 0, 0.0, jnp.sqrt(jnp.where(sd == 0, 1.0, sd)))
+    return times_pow2(num / den, ed - e0)
