@@ -187,3 +187,9 @@ def test_times_pow2_is_exact_or_overflows_for_any_exponent():
     # a subnormal result: exact, or 0 where the CPU flushes subnormals (XLA's default)
     assert float(times_pow2(jnp.float32(3.0), -130)) in (0.0, float(np.float32(3.0 * 2.0 ** -130)))
     assert float(times_pow2(jnp.float32(2.0 ** 100), -220)) == float(np.float32(2.0 ** -120))
+
+
+def test_count_near_one_refuses_a_non_finite_spectrum_eagerly():
+    """[1, NaN] counted 1: the NaN was silently left out of the count."""
+    with pytest.raises(ValueError, match=r"^count_near_one: s has 1 non-finite"):
+        P.count_near_one(jnp.array([1.0, jnp.nan]))
