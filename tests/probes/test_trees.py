@@ -161,3 +161,16 @@ def test_tree_relative_change_gradient_at_a_equal_a0_is_zero_not_nan():
     n0 = np.sqrt(1 + 4 + 0.25 + 9 + 0.0625)
     np.testing.assert_allclose(float(v), np.sqrt(5 * 0.25) / n0, rtol=1e-6)
     np.testing.assert_allclose(g["w"], np.full((2, 2), 0.5 / (np.sqrt(1.25) * n0)), rtol=1e-6)
+
+
+def test_tree_probes_name_a_complex_or_non_numeric_leaf():
+    """A complex leaf failed in a private helper ('_pow2: float32 or float64 expected, got
+    complex64'), naming neither the function nor the leaf."""
+    a = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+    bad = {"w": jnp.ones((2, 2)), "b": jnp.ones(2) * 1j}
+    with pytest.raises(TypeError, match=r"^tree_cosine_similarity: b\['b'\] must hold real"):
+        P.tree_cosine_similarity(a, bad)
+    with pytest.raises(TypeError, match=r"^tree_relative_change: a\['b'\] must hold real"):
+        P.tree_relative_change(bad, a)
+    with pytest.raises(TypeError, match=r"^tree_relative_change: a0\['b'\] must hold real"):
+        P.tree_relative_change(a, bad)
