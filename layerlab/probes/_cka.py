@@ -231,8 +231,9 @@ def center_gram(k: ArrayLike) -> jax.Array:
 
 
 def hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
-    r"""Biased HSIC estimator (Gretton et al. 2005), up to the constant :math:`1/(n-1)^2`:
-    :math:`\operatorname{tr}(K H L H)`, the quantity CKA normalises (Kornblith et al. 2019, eq. 3).
+    r"""Biased HSIC estimator (Gretton et al. 2005):
+    :math:`\operatorname{tr}(K H L H) / (n-1)^2`, the quantity CKA normalises (Kornblith et al.
+    2019, eq. 3).
 
     Args:
       k1, k2: ``[n, n]`` kernel matrices :math:`K, L`.
@@ -263,10 +264,8 @@ def unbiased_hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
     Returns:
       scalar.
     """
-    k1, k2 = _same_square(k1, k2, "unbiased_hsic")
+    k1, k2 = _same_square(k1, k2, "unbiased_hsic", min_n=4)  # (it divides by n (n - 3))
     n = k1.shape[0]
-    if n < 4:
-        raise ValueError(f"unbiased_hsic needs n >= 4 samples, got {n}.")
     eye = jnp.eye(n, dtype=bool)
     kt = jnp.where(eye, 0.0, k1)
     lt = jnp.where(eye, 0.0, k2)

@@ -391,6 +391,9 @@ def test_hsic_and_cka_need_two_samples_and_zero_kernels_give_zero():
         P.cka(jnp.ones((1, 1)), jnp.ones((1, 1)))
     with pytest.raises(ValueError, match=r"^cka: .* n >= 4 samples, got n = 3\.$"):
         P.cka(jnp.eye(3), jnp.eye(3), unbiased=True)
+    with pytest.raises(ValueError, match=r"^unbiased_hsic: K1 and K2 must be \[n, n\] kernels "
+                                         r"of n >= 4 samples, got n = 3\.$"):  # named neither
+        P.unbiased_hsic(jnp.eye(3), jnp.eye(3))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(30, 4)).astype(np.float32)
     k = x @ x.T
