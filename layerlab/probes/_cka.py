@@ -205,15 +205,16 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
         return _rbf_gram(_centred(x), sigma_frac, sigma)[0]
     # scale free: an exact power of two keeps the squared distances in range (1e-20 rows
     # underflowed to a zero median, 1e20 ones overflowed: NaN kernels)
-    xc = unit_scaled(_centred(x))
-    k, s2 = _rbf_gram(xc, sigma_frac)
-    flat = jnp.all(xc == 0)  # a constant x: every distance 0, K = 1 for any bandwidth
+    flat = jnp.all(x == x[:1])  # a constant x: every distance 0, K = 1 for any bandwidth
+    d2 = _sq_dists(unit_scaled(_centred(x)))
+    s2 = sigma_frac**2 * jnp.median(d2)
     if is_concrete(s2) and float(s2) == 0.0 and not bool(flat):  # eager only
         raise ValueError(
             f"gram_rbf: x has a zero median pairwise distance (more than half of its "
             f"{x.shape[0]}^2 squared distances are 0: most samples coincide), so the "
             "median-heuristic bandwidth is 0 and the kernel 0/0; pass sigma.")
-    return jnp.where(flat, 1.0, k)
+    # (the bandwidth 1 on a constant x keeps its gradient finite: 0, not NaN)
+    return jnp.where(flat, 1.0, jnp.exp(-d2 / (2.0 * jnp.where(flat, 1.0, s2))))
 
 
 def center_gram(k: ArrayLike) -> jax.Array:

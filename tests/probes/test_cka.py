@@ -606,8 +606,10 @@ def test_gram_rbf_median_bandwidth_is_scale_free_and_defined_on_constant_x():
                                                             if scale > 1 else scale * 2 ** 60))))
         np.testing.assert_allclose(np.asarray(P.gram_rbf(x * np.float32(scale))), k1,
                                    rtol=0, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(P.gram_rbf(np.full((8, 3), 2.5, np.float32))),
-                                  np.ones((8, 8), np.float32))
+    const = np.tile(x[:1], (8, 1))  # (its column means round: 0.1-like entries)
+    np.testing.assert_array_equal(np.asarray(P.gram_rbf(const)), np.ones((8, 8), np.float32))
+    g = jax.grad(lambda v: P.gram_rbf(v).sum())(const)
+    np.testing.assert_array_equal(g, np.zeros_like(g))
     dup = np.repeat(x[:2], [7, 1], axis=0)  # 50 of 64 squared distances are 0
     with pytest.raises(ValueError, match=r"^gram_rbf: x has a zero median pairwise distance"):
         P.gram_rbf(dup)
