@@ -189,7 +189,9 @@ def test_times_pow2_is_exact_or_overflows_for_any_exponent():
     assert float(times_pow2(jnp.float32(2.0 ** 100), -220)) == float(np.float32(2.0 ** -120))
 
 
-def test_count_near_one_refuses_a_non_finite_spectrum_eagerly():
+def test_count_near_one_refuses_a_non_finite_spectrum_and_compares_in_float32():
     """[1, NaN] counted 1: the NaN was silently left out of the count."""
     with pytest.raises(ValueError, match=r"^count_near_one: s has 1 non-finite"):
         P.count_near_one(jnp.array([1.0, jnp.nan]))
+    # tol was rounded to bf16 (0.2501 -> 0.25): |0.75 - 1| = 0.25 < 0.2501 went uncounted
+    assert int(P.count_near_one(jnp.asarray([0.75, 1.3], jnp.bfloat16), tol=0.2501)) == 1
