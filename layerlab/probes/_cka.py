@@ -176,6 +176,9 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
     median distance).  The distances are computed from the column-centred ``x``, so the
     kernel is translation invariant in floating point too (before 2026-11-29 float32 rows
     ``100 + 0.1 z`` were 0.18 off and ``1000 + 0.1 z`` NaN), and the diagonal is exactly 1.
+    With the median bandwidth the kernel is scale invariant, and ``x`` is first rescaled by an
+    exact power of two (``_scale.py``): float32 rows of 1e-20 or 1e20 give the scale-1 kernel
+    (their squared distances under/overflowed: NaN).
 
     Args:
       x: ``[n, ...]``.
@@ -183,7 +186,13 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
       sigma: absolute bandwidth (overrides ``sigma_frac``).
 
     Returns:
-      ``[n, n]``.
+      ``[n, n]``; with the median bandwidth, **all ones for a constant** ``x`` (every distance
+      is 0, so every bandwidth gives ``exp(0)``; as :func:`rbf_cka` uses it), where it was NaN.
+
+    Raises:
+      ValueError: (eager calls, median bandwidth) a zero median distance while some samples
+        differ (more than half of the ``n^2`` squared distances are 0): the bandwidth is 0 and
+        the kernel 0/0 (NaN under ``jit``); pass ``sigma``.
     """
     x = _features(x, "gram_rbf")
     _scalar(sigma, "sigma", "gram_rbf")
@@ -193,7 +202,19 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
                      what="a fraction of the median distance")
     else:
         check_number(sigma, "sigma", fn="gram_rbf", min_value=0.0, lo_open=True)
-    return _rbf_gram(_centred(x), sigma_frac, sigma)[0]
+        return _rbf_gram(_centred(x), sigma_frac, sigma)[0]
+    # scale free: an exact power of two keeps the squared distances in range (1e-20 rows
+    # underflowed to a zero median, 1e20 ones overflowed: NaN kernels)
+    flat = jnp.all(x == x[:1])  # a constant x: every distance 0, K = 1 for any bandwidth
+    d2 = _sq_dists(unit_scaled(_centred(x)))
+    s2 = sigma_frac**2 * jnp.median(d2)
+    if is_concrete(s2) and float(s2) == 0.0 and not bool(flat):  # eager only
+        raise ValueError(
+            f"gram_rbf: x has a zero median pairwise distance (more than half of its "
+            f"{x.shape[0]}^2 squared distances are 0: most samples coincide), so the "
+            "median-heuristic bandwidth is 0 and the kernel 0/0; pass sigma.")
+    # (the bandwidth 1 on a constant x keeps its gradient finite: 0, not NaN)
+    return jnp.where(flat, 1.0, jnp.exp(-d2 / (2.0 * jnp.where(flat, 1.0, s2))))
 
 
 def center_gram(k: ArrayLike) -> jax.Array:
@@ -211,8 +232,9 @@ def center_gram(k: ArrayLike) -> jax.Array:
 
 
 def hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
-    r"""Biased HSIC estimator (Gretton et al. 2005), up to the constant :math:`1/(n-1)^2`:
-    :math:`\operatorname{tr}(K H L H)`, the quantity CKA normalises (Kornblith et al. 2019, eq. 3).
+    r"""Biased HSIC estimator (Gretton et al. 2005):
+    :math:`\operatorname{tr}(K H L H) / (n-1)^2`, the quantity CKA normalises (Kornblith et al.
+    2019, eq. 3).
 
     Args:
       k1, k2: ``[n, n]`` kernel matrices :math:`K, L`.
@@ -243,10 +265,8 @@ def unbiased_hsic(k1: ArrayLike, k2: ArrayLike) -> jax.Array:
     Returns:
       scalar.
     """
-    k1, k2 = _same_square(k1, k2, "unbiased_hsic")
+    k1, k2 = _same_square(k1, k2, "unbiased_hsic", min_n=4)  # (it divides by n (n - 3))
     n = k1.shape[0]
-    if n < 4:
-        raise ValueError(f"unbiased_hsic needs n >= 4 samples, got {n}.")
     eye = jnp.eye(n, dtype=bool)
     kt = jnp.where(eye, 0.0, k1)
     lt = jnp.where(eye, 0.0, k2)

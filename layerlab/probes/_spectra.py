@@ -228,8 +228,17 @@ def count_near_one(s: ArrayLike, tol: float = 0.1) -> jax.Array:
 
     Returns:
       int array of shape ``s.shape[:-1]``.
+
+    Raises:
+      ValueError: (eager calls) a NaN/Inf entry: the spectrum of a diverged weight has no
+        count, where the NaN was silently left out of it (under ``jit`` it still is; an int
+        cannot be NaN: check the weights, as ``bottleneck.layer_counts_near_one`` does).
     """
     s = check_array(s, "s", fn="count_near_one", kind="real")
+    check_finite(s, "s", fn="count_near_one")  # eager only
+    # compared in float32 or wider: a Python tol is weakly typed and was rounded to a half-
+    # precision s's dtype (bf16 0.75 with tol 0.2501, rounded to 0.25, was not counted)
+    (s,) = promote_float(s)
     if s.ndim == 0:
         raise ValueError("count_near_one: s must be singular values [k] (or [..., k]), got a "
                          "scalar (shape ()).")

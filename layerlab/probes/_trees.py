@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax.tree
 
-from layerlab._checks import is_concrete, promote_float
+from layerlab._checks import check_array, is_concrete, promote_float
 from layerlab._types import PyTree
 from layerlab.probes._scale import exponent, times_pow2
 
@@ -25,11 +25,18 @@ def _check_same_layout(a, b, fn: str) -> None:
             )
 
 
-def _promoted(a, b):
+def _real_leaves(t, name: str, fn: str) -> list[jax.Array]:
+    """The leaves of ``t`` as arrays, each checked to hold real numbers (a complex leaf
+    failed in a private helper, ``_pow2: float32 or float64 expected``, naming neither)."""
+    return [check_array(x, f"{name}{jax.tree_util.keystr(path)}", fn=fn, kind="real")
+            for path, x in jax.tree_util.tree_leaves_with_path(t)]
+
+
+def _promoted(a, b, names: tuple[str, str], fn: str):
     """Both trees with every leaf in one float dtype: the widest of theirs and float32
     (:func:`layerlab._checks.promote_float`).  ``optax.tree.norm``/``vdot`` sum in the leaves'
     own dtype: float16 squares overflow past ~256, integer leaves overflow or wrap."""
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    la, lb = _real_leaves(a, names[0], fn), _real_leaves(b, names[1], fn)
     out = promote_float(*la, *lb)
     return (jax.tree.unflatten(jax.tree.structure(a), out[:len(la)]),
             jax.tree.unflatten(jax.tree.structure(b), out[len(la):]))
@@ -63,7 +70,7 @@ def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
       is 0, not NaN).  Under ``jit`` a NaN leaf gives NaN.
     """
     _check_same_layout(a, b, "tree_cosine_similarity")
-    a, b = _promoted(a, b)
+    a, b = _promoted(a, b, ("a", "b"), "tree_cosine_similarity")
     # scale invariant in each tree: rescaled by exact powers of two (float32 trees of 1e-20
     # entries had norm 0 and cosine 0; 1e20 ones NaN)
     a, b = _times_pow2(a, -_exponent(a)), _times_pow2(b, -_exponent(b))
@@ -85,14 +92,14 @@ def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
         difference; float64 stays float64).
 
     Returns:
-      scalar.
+      scalar; its gradient at ``a = a0`` is 0 (was NaN).
 
     Raises:
       ValueError: ``a0`` all zeros (eager calls; under ``jit`` the result is ``inf`` there,
         or NaN when ``a`` is zero too).
     """
     _check_same_layout(a, a0, "tree_relative_change")
-    a, a0 = _promoted(a, a0)
+    a, a0 = _promoted(a, a0, ("a", "a0"), "tree_relative_change")
     d = optax.tree.sub(a, a0)
     # each norm of a tree rescaled by an exact power of two, the ratio scaled back: float32
     # trees of 1e-20 entries had ||a0|| = 0 ("all leaves zero"), 1e20 ones inf / inf = NaN
@@ -103,4 +110,8 @@ def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
             "tree_relative_change: a0 has norm 0 (all leaves zero), so the relative change is "
             "undefined; use optax.tree.norm(optax.tree.sub(a, a0)) for the absolute change."
         )
-    return times_pow2(optax.tree.norm(_times_pow2(d, -ed)) / den, ed - e0)
+    # safe sqrt: sqrt'(0) = inf made the gradient at a = a0 (a penalty on the distance from
+    # init, at step 0) NaN; ||a - a0|| has the subgradient 0 there
+    sd = optax.tree.norm(_times_pow2(d, -ed), squared=True)
+    num = jnp.where(sd == 0, 0.0, jnp.sqrt(jnp.where(sd == 0, 1.0, sd)))
+    return times_pow2(num / den, ed - e0)

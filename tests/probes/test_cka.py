@@ -391,6 +391,9 @@ def test_hsic_and_cka_need_two_samples_and_zero_kernels_give_zero():
         P.cka(jnp.ones((1, 1)), jnp.ones((1, 1)))
     with pytest.raises(ValueError, match=r"^cka: .* n >= 4 samples, got n = 3\.$"):
         P.cka(jnp.eye(3), jnp.eye(3), unbiased=True)
+    with pytest.raises(ValueError, match=r"^unbiased_hsic: K1 and K2 must be \[n, n\] kernels "
+                                         r"of n >= 4 samples, got n = 3\.$"):  # named neither
+        P.unbiased_hsic(jnp.eye(3), jnp.eye(3))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(30, 4)).astype(np.float32)
     k = x @ x.T
@@ -586,6 +589,32 @@ def test_gram_rbf_is_translation_invariant_in_float32(offset):
         np.testing.assert_array_equal(k, k.T)
     k0 = np.asarray(P.gram_rbf((0.1 * rng.normal(size=(64, 32))).astype(np.float32)))
     assert np.all(np.diagonal(k0) == 1.0)
+
+
+def test_gram_rbf_median_bandwidth_is_scale_free_and_defined_on_constant_x():
+    """Median bandwidth: float32 rows of 1e-20 / 1e20 under/overflowed in the squared
+    distances (NaN kernels), a constant x gave a NaN kernel (0/0 bandwidth; every bandwidth
+    gives K = 1 there), and a zero median distance with distinct samples came back as NaN
+    without a word."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(8, 3)).astype(np.float32)
+    k1 = np.asarray(P.gram_rbf(x))
+    np.testing.assert_allclose(k1, _np_gram_rbf(x), rtol=0, atol=1e-6)
+    for scale in (1e-20, 1e20):
+        np.testing.assert_array_equal(np.asarray(P.gram_rbf(x * np.float32(scale))),
+                                      np.asarray(P.gram_rbf(x * np.float32(scale / 2 ** 60
+                                                            if scale > 1 else scale * 2 ** 60))))
+        np.testing.assert_allclose(np.asarray(P.gram_rbf(x * np.float32(scale))), k1,
+                                   rtol=0, atol=1e-6)
+    const = np.tile(x[:1], (8, 1))  # (its column means round: 0.1-like entries)
+    np.testing.assert_array_equal(np.asarray(P.gram_rbf(const)), np.ones((8, 8), np.float32))
+    g = jax.grad(lambda v: P.gram_rbf(v).sum())(const)
+    np.testing.assert_array_equal(g, np.zeros_like(g))
+    dup = np.repeat(x[:2], [7, 1], axis=0)  # 50 of 64 squared distances are 0
+    with pytest.raises(ValueError, match=r"^gram_rbf: x has a zero median pairwise distance"):
+        P.gram_rbf(dup)
+    np.testing.assert_allclose(np.asarray(P.gram_rbf(dup, sigma=1.0)),
+                               _np_gram_rbf(dup, sigma=1.0), rtol=0, atol=1e-6)
 
 
 def test_rbf_minibatch_cka_with_a_zero_bandwidth_minibatch_says_so():

@@ -187,3 +187,11 @@ def test_times_pow2_is_exact_or_overflows_for_any_exponent():
     # a subnormal result: exact, or 0 where the CPU flushes subnormals (XLA's default)
     assert float(times_pow2(jnp.float32(3.0), -130)) in (0.0, float(np.float32(3.0 * 2.0 ** -130)))
     assert float(times_pow2(jnp.float32(2.0 ** 100), -220)) == float(np.float32(2.0 ** -120))
+
+
+def test_count_near_one_refuses_a_non_finite_spectrum_and_compares_in_float32():
+    """[1, NaN] counted 1: the NaN was silently left out of the count."""
+    with pytest.raises(ValueError, match=r"^count_near_one: s has 1 non-finite"):
+        P.count_near_one(jnp.array([1.0, jnp.nan]))
+    # tol was rounded to bf16 (0.2501 -> 0.25): |0.75 - 1| = 0.25 < 0.2501 went uncounted
+    assert int(P.count_near_one(jnp.asarray([0.75, 1.3], jnp.bfloat16), tol=0.2501)) == 1

@@ -145,3 +145,32 @@ def test_tree_cosine_gradient_at_a_zero_tree_is_zero_not_nan(x64):
     cos = lambda v: v @ fb / (np.linalg.norm(v) * np.linalg.norm(fb))  # noqa: E731
     fd = np.array([(cos(fa + e) - cos(fa - e)) / 2e-6 for e in 1e-6 * np.eye(fa.size)])
     np.testing.assert_allclose(fg, fd, rtol=1e-7, atol=1e-10)
+
+
+def test_tree_relative_change_gradient_at_a_equal_a0_is_zero_not_nan():
+    """||a - a0|| at a = a0: sqrt'(0) = inf made the gradient NaN (a penalty on the distance
+    from init, at step 0, poisoned the update); 0, a subgradient, now; elsewhere unchanged."""
+    a0 = {"w": jnp.array([[1.0, -2.0], [0.5, 3.0]]), "b": jnp.array([0.25])}
+    a = jax.tree.map(lambda v: v + 0.5, a0)
+    f = jax.jit(jax.value_and_grad(P.tree_relative_change))
+    v, g = f(a0, a0)
+    assert float(v) == 0.0
+    for leaf in jax.tree.leaves(g):
+        np.testing.assert_array_equal(leaf, np.zeros_like(leaf))
+    v, g = f(a, a0)  # d/da ||a - a0|| / ||a0|| = (a - a0) / (||a - a0|| ||a0||)
+    n0 = np.sqrt(1 + 4 + 0.25 + 9 + 0.0625)
+    np.testing.assert_allclose(float(v), np.sqrt(5 * 0.25) / n0, rtol=1e-6)
+    np.testing.assert_allclose(g["w"], np.full((2, 2), 0.5 / (np.sqrt(1.25) * n0)), rtol=1e-6)
+
+
+def test_tree_probes_name_a_complex_or_non_numeric_leaf():
+    """A complex leaf failed in a private helper ('_pow2: float32 or float64 expected, got
+    complex64'), naming neither the function nor the leaf."""
+    a = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
+    bad = {"w": jnp.ones((2, 2)), "b": jnp.ones(2) * 1j}
+    with pytest.raises(TypeError, match=r"^tree_cosine_similarity: b\['b'\] must hold real"):
+        P.tree_cosine_similarity(a, bad)
+    with pytest.raises(TypeError, match=r"^tree_relative_change: a\['b'\] must hold real"):
+        P.tree_relative_change(bad, a)
+    with pytest.raises(TypeError, match=r"^tree_relative_change: a0\['b'\] must hold real"):
+        P.tree_relative_change(a, bad)
