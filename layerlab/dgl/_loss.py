@@ -75,9 +75,9 @@ def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None)
         Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n or Y.shape[1] == 0:
         raise ValueError(
-            f"{where}{name} must have shape (N, C) with C >= 1, or (N,), with N = {n} rows to "
-            f"match the kernel; got {Y.shape}. Pass one target row per training point (e.g. "
-            "one-hot labels)."
+            f"{where}{name} must have shape (N, C) or (N,) with N = {n} rows to match the "
+            f"kernel and C >= 1 columns; got {Y.shape}. Pass one target row per training point "
+            "(e.g. one-hot labels)."
         )
     return Y
 

@@ -564,5 +564,5 @@ def test_variance_flag_and_minibatch_key_are_checked():
 def test_zero_target_columns_are_refused():
     """``Y`` ``[N, 0]`` has no targets: a loss of 0.0 would be silently meaningless."""
     K = jnp.eye(3)
-    with pytest.raises(ValueError, match=r"dgl_loss: Y must have shape \(N, C\) with C >= 1"):
+    with pytest.raises(ValueError, match=r"dgl_loss: Y must .* C >= 1 columns; got \(3, 0\)"):
         dgl.dgl_loss(K, jnp.ones((3, 0)), eps2=0.1)
