@@ -126,7 +126,8 @@ def jit_or_eager(jitted: Any, *args: Any, **static: Any) -> Any:
     """``jitted(*args, **static)`` -- a ``jax.jit`` function whose keyword arguments are its
     static ones -- or, when a static value cannot be hashed (an array, an unhashable
     callable), its undecorated function run op by op, as before it was jitted.  Concrete 0-d
-    numbers among ``static`` are first made Python floats (hashable; one program per value).
+    *floating* arrays among ``static`` are first made Python floats (hashable; one program
+    per value); other arrays (integer ones included) take the op-by-op route.
     """
     static = {k: float(v) if (isinstance(v, (np.ndarray, np.generic, jax.Array))
                               and np.ndim(v) == 0 and is_concrete(v)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from layerlab._checks import jit_or_eager
+from layerlab._checks import check_number, jit_or_eager
 from layerlab._types import PyTree
 from layerlab.data._dataset import Dataset
 from layerlab.nets import mlp_apply, mlp_init
@@ -88,6 +88,8 @@ def teacher(
         w_std = float(np.sqrt(2.0)) if activation in ("relu", jax.nn.relu) else 1.0
     if n < 1:
         raise ValueError(f"teacher: n must be >= 1, got {n}.")
+    if np.ndim(noise) == 0:  # (an array noise, e.g. per output, keeps the op-by-op route)
+        check_number(noise, "noise", fn="teacher", min_value=0.0, what="a noise std")
     # one compiled program per (n, widths, activation, scales) -- the noise is traced: a sweep
     # over it compiles once; else (an unhashable or array setting) op by op
     params, x, y = jit_or_eager(_teacher_draw, key, x_key, noise, n=n, widths=tuple(widths),

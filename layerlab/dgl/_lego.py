@@ -321,7 +321,8 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
                          f"got shape {tuple(yc.shape)}.")
     if not (jnp.issubdtype(hc.dtype, jnp.floating) and jnp.finfo(hc.dtype).bits >= 32):
         (hc,) = promote_float(hc)  # integer or half precision; float32+ runs as passed, as always
-    return _fit_classifier_core(hc, yc, ridge_rel)
+    # traced (the caller's jit): a negative or non-finite ridge gives NaN, not a wrong head
+    return _fit_classifier_core(hc, yc, nonnegative_or_nan(ridge_rel))
 
 
 # One jitted program per shape (checks stay eager, before the call): called eagerly its
@@ -461,6 +462,7 @@ def monitor_fn(x: jax.Array, y: jax.Array, *, eps_rel: float,
     _check_scalar(eps_rel, "eps_rel", "monitor_fn")
     check_number(eps_rel, "eps_rel", fn="monitor_fn", min_value=0.0,
                  what="a noise variance relative to the kernel's mean diagonal")
+    variance = _check_flag(variance, "variance", "monitor_fn")  # now, not mid-training
 
     def eval_fn(state: Any) -> dict:
         params = state.params

@@ -110,3 +110,9 @@ def test_teacher_noise_is_traced_and_array_scales_work(key):
     arr = D.teacher(key, 16, (3, 4, 2), w_std=np.float32(1.5), b_std=jax.numpy.asarray(0.5))
     flt = D.teacher(key, 16, (3, 4, 2), w_std=1.5, b_std=0.5)
     np.testing.assert_array_equal(arr.y, flt.y)
+
+
+@pytest.mark.parametrize("noise", [-0.5, float("nan")])
+def test_teacher_refuses_a_negative_or_nan_noise(key, noise):
+    with pytest.raises(ValueError, match="teacher: noise"):
+        D.teacher(key, 8, (3, 2), noise=noise)

@@ -348,3 +348,16 @@ def test_train_end_to_end_checks_x_against_the_net():
                                          r"features .*got shape \(4, 12\)"):
         dgl.train_end_to_end(jax.random.key(0), p0, x.T, np.arange(12) % 2,
                              optimizer=None, steps=1, progress=False)
+
+
+def test_traced_negative_ridge_gives_nan_and_monitor_checks_variance_when_built():
+    """Under the caller's jit a negative ``ridge_rel`` gave a finite wrong classifier (the eager
+    check cannot see it); ``monitor_fn(variance="no")`` was accepted and failed at its first
+    evaluation, mid-training, naming dgl_loss."""
+    h = jax.random.normal(jax.random.key(0), (12, 4))
+    y = jax.nn.one_hot(jnp.arange(12) % 3, 3)
+    fit = jax.jit(lambda r: dgl.fit_classifier(h, y, ridge_rel=r))
+    assert bool(jnp.all(jnp.isfinite(fit(0.1)["w"])))
+    assert bool(jnp.all(jnp.isnan(fit(-1.0)["w"])))
+    with pytest.raises(TypeError, match="monitor_fn: variance"):
+        dgl.monitor_fn(h, y, eps_rel=0.1, variance="no")

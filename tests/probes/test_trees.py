@@ -163,7 +163,7 @@ def test_tree_relative_change_gradient_at_a_equal_a0_is_zero_not_nan():
     np.testing.assert_allclose(g["w"], np.full((2, 2), 0.5 / (np.sqrt(1.25) * n0)), rtol=1e-6)
 
 
-def test_tree_probes_name_a_complex_or_non_numeric_leaf():
+def test_tree_probes_name_a_complex_leaf():
     """A complex leaf failed in a private helper ('_pow2: float32 or float64 expected, got
     complex64'), naming neither the function nor the leaf."""
     a = {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}
