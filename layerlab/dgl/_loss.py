@@ -476,7 +476,15 @@ def dgl_features(
     """
     if (eps2 is None) == (eps_rel is None):
         raise ValueError("dgl_features: pass exactly one of eps2= (absolute) or eps_rel=.")
+    if not callable(kernel_fn):
+        raise TypeError(f"dgl_features: kernel_fn must be callable H -> K [N, N], got "
+                        f"{type(kernel_fn).__name__}.")
     K = kernel_fn(H)
+    n = jnp.shape(H)[0] if jnp.ndim(H) else None
+    if jnp.ndim(K) != 2 or jnp.shape(K) != (n, n):  # (else dgl_loss would blame its own "K")
+        raise ValueError(f"dgl_features: kernel_fn(H) must return the [N, N] kernel of H's "
+                         f"N = {n} rows; got shape {tuple(jnp.shape(K))} for H of shape "
+                         f"{tuple(jnp.shape(H))}.")
     if eps_rel is not None:
         _check_scalar(eps_rel, "eps_rel", "dgl_features")
         check_number(eps_rel, "eps_rel", fn="dgl_features", min_value=0.0,

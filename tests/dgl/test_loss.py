@@ -566,3 +566,14 @@ def test_zero_target_columns_are_refused():
     K = jnp.eye(3)
     with pytest.raises(ValueError, match=r"dgl_loss: Y must .* C >= 1 columns; got \(3, 0\)"):
         dgl.dgl_loss(K, jnp.ones((3, 0)), eps2=0.1)
+
+
+def test_dgl_features_names_kernel_fn_for_a_wrong_kernel():
+    """A ``kernel_fn`` returning the wrong shape was blamed as dgl_loss's "K"."""
+    H = jnp.ones((6, 3))
+    Y = jnp.eye(6)[:, :2]
+    with pytest.raises(ValueError, match=r"dgl_features: kernel_fn\(H\) must .* got shape "
+                                         r"\(6, 5\)"):
+        dgl.dgl_features(H, Y, lambda h: jnp.ones((6, 5)), eps2=0.1)
+    with pytest.raises(TypeError, match="dgl_features: kernel_fn must be callable"):
+        dgl.dgl_features(H, Y, "linear", eps2=0.1)
