@@ -38,6 +38,7 @@ import numpy as np
 import optax
 
 from layerlab import nets, probes
+from layerlab._checks import as_device_array
 from layerlab._plotting import subplots
 from layerlab.loop import EarlyStopping, fit, optax_step
 from layerlab.record import Claim, Record, Row, row_from_values
@@ -582,8 +583,8 @@ class _StepCache:
         if self.path is None or not (self.path / f"{name}.json").exists():
             return None
         with np.load(self.path / f"{name}.npz") as z:
-            # device_put, not jnp.asarray: no program compiled per leaf shape
-            leaves = [jax.device_put(z[f"a{i}"]) for i in range(len(z.files))]
+            # not jnp.asarray: no program compiled per leaf shape
+            leaves = [as_device_array(z[f"a{i}"]) for i in range(len(z.files))]
         tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
         return tree, json.loads((self.path / f"{name}.json").read_text())
 
@@ -625,8 +626,8 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
                 steps or cfg.dgl_steps, cfg.dgl_evals, cfg.val_subsets, batch, list(lr_i),
                 list(wd_i), cfg.eps_rel])
             params[i], info = _dgl_layer_grid(
-                sub, params[i], h, y, hv, yv, jax.device_put(w_var[i + 1:]),
-                jax.device_put(b_var[i + 1:]), cfg,
+                sub, params[i], h, y, hv, yv, as_device_array(w_var[i + 1:]),
+                as_device_array(b_var[i + 1:]), cfg,
                 batch=batch, lrs=lr_i, wds=wd_i, steps=steps or cfg.dgl_steps,
                 evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}",
                 checkpoint_dir=fit_dir)

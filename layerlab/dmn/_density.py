@@ -27,6 +27,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from layerlab import _linalg
 from layerlab._checks import (
+    as_device_array,
     check_array,
     check_float_dtype,
     check_int,
@@ -186,7 +187,7 @@ def density_init(num_classes: int, d: int, dtype: DTypeLike = jnp.float32) -> De
     def zeros(shape):  # from host, no program per shape (jnp.zeros where it would warn)
         if jax.dtypes.canonicalize_dtype(dtype) != dtype:
             return jnp.zeros(shape, dtype)
-        return jax.device_put(np.zeros(shape, dtype))
+        return as_device_array(np.zeros(shape, dtype))
 
     return DensityState(outer=zeros((num_classes, d, d)), total=zeros((num_classes, d)),
                         count=zeros((num_classes,)), n=zeros(()))

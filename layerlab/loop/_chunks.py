@@ -23,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from layerlab._checks import as_device_array
+
 _MAX_PERM_ENTRIES = 1 << 24  # int32 entries of precomputed permutations per chunk (64 MiB)
 
 
@@ -417,8 +419,8 @@ class ChunkLauncher:
                             batch_sharding=batch_sharding, state_sharding=state_sharding,
                             check_state=check_state)
         # last drawn permutation and its epoch, from host (no eager program per shape)
-        self._perm = [jax.device_put(np.zeros((1 if batch_size is None else n,), np.int32)),
-                      jax.device_put(np.asarray(-1, np.int32))]
+        self._perm = [as_device_array(np.zeros((1 if batch_size is None else n,), np.int32)),
+                      as_device_array(np.asarray(-1, np.int32))]
 
     def _end(self, t_from: int) -> int:
         t_to = min([_ceil_to(t_from, k) for k in self._period] + [self.total])
