@@ -83,6 +83,12 @@ def main(argv=None) -> int:
                    help="App. J only: comma-separated decays w whose GN arms gn_wd<w> run beside "
                    "the --arms ones (the record's grid: experiments.APPJ_DECAYS); the "
                    "selection on the validation split ranges over every GN arm run)")
+    p.add_argument("--n-train", type=int, default=None,
+                   help="training images (default: the CPU configuration's 4096; 0: the full "
+                   "training set less the validation images)")
+    p.add_argument("--n-val", type=int, default=None,
+                   help="App. J's validation images held out to tune the decay (default: the "
+                   "CPU configuration's 1024)")
     p.add_argument("--smoke", action="store_true", help="the tiny MNIST smoke configuration")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--data-dir", default=None)
@@ -99,10 +105,9 @@ def main(argv=None) -> int:
 
     base = ex.variants_config(args.artifact, "smoke" if args.smoke else "cpu")
     names = [a.strip() for a in args.arms.split(",") if a.strip()]
+    if args.epochs < 1:
+        raise SystemExit(f"--epochs: expected >= 1, got {args.epochs}")
     switch = args.switch if args.switch is not None else max(1, args.epochs // 2)
-    if not 0 < switch < args.epochs:
-        raise SystemExit(f"--switch: expected an epoch in 1..{args.epochs - 1} (both phases "
-                         f"train), got {switch}")
     by_name = {a.name: a for a in base.arms}
     if args.weight_decays:
         if args.artifact != "appJ":
@@ -125,6 +130,9 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"--arms: {unknown} not arms of {args.artifact} "
                          f"(its arms: {sorted(by_name)})")
+    if any(by_name[n].then is not None for n in names) and not 0 < switch < args.epochs:
+        raise SystemExit(f"--switch: expected an epoch in 1..{args.epochs - 1} (both phases "
+                         f"of the *_then_* arms train), got {switch}")
     arms = []
     for n in names:
         a = by_name[n]
@@ -133,17 +141,29 @@ def main(argv=None) -> int:
         if args.w_scale != 1.0:
             a = dataclasses.replace(a, w_scale=a.w_scale * args.w_scale)
         arms.append(a)
+    data_kw = {}
+    if args.n_train is not None:
+        if args.n_train < 0:
+            raise SystemExit(f"--n-train: expected >= 0 (0: the full set), got {args.n_train}")
+        data_kw["n_train"] = args.n_train or None
+    if args.n_val is not None:
+        if args.n_val < 0 or (args.n_val and args.artifact != "appJ"):
+            raise SystemExit(f"--n-val: expected >= 0 and App. J only, got {args.n_val} for "
+                             f"--artifact {args.artifact}")
+        data_kw["n_val"] = args.n_val
     if args.seeds is not None and args.seeds < 1:
         raise SystemExit(f"--seeds: expected >= 1, got {args.seeds}")
     if args.seeds is not None:  # the CPU note counts the seeds: recount it
         base = dataclasses.replace(base, scale_note=base.scale_note.replace(
             ", 1 seed,", f", {args.seeds} seed{'s' if args.seeds != 1 else ''},"))
     cfg = dataclasses.replace(
-        base, epochs=args.epochs, arms=tuple(arms),
+        base, epochs=args.epochs, arms=tuple(arms), **data_kw,
         **({} if args.seeds is None else {"seeds": args.seeds}),
         scale_note=base.scale_note + f"; ablation: {args.epochs} epochs, arms {names}"
         + (f", switch at epoch {switch}" if any(a.then for a in arms) else "")
-        + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else ""))
+        + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else "")
+        + (f", n_train {data_kw.get('n_train', base.n_train) or 'full'}, n_val "
+           f"{data_kw.get('n_val', base.n_val)}" if data_kw else ""))
     ck = args.checkpoint_dir or str(REPO / "checkpoints" / f"gnrev_long_{args.artifact}")
     t0 = time.perf_counter()
     res = ex.run_minibatch(cfg, key=jax.random.key(0), progress=not args.no_progress,
@@ -199,7 +219,7 @@ def main(argv=None) -> int:
     if any(a.then for a in arms):
         for x in ax:
             x.axvline(switch, color="gray", lw=0.8, ls=":")
-    ax[0].set(xlabel="epoch", title="training loss (4096 images)")
+    ax[0].set(xlabel="epoch", title=f"training loss ({res['n_train']} images)")
     ax[1].set(xlabel="epoch", title="test loss")
     ax[0].legend(fontsize=8)
     fig.suptitle(f"gnrev {args.artifact}, CPU configuration run for {args.epochs} epochs",

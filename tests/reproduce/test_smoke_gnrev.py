@@ -78,6 +78,29 @@ def test_variants_long_weight_decays_add_app_j_arms(tmp_path):
                   "--out", str(tmp_path / "x.json")])
 
 
+def test_variants_long_n_train_and_n_val_set_the_data_sizes(tmp_path):
+    # --n-train / --n-val resize the App. J data (the full-data ablation); one epoch runs
+    # without a switch arm (the switch is checked only where a *_then_* arm needs it)
+    import pytest
+
+    from reproduce._gnrev_variants_long import main
+
+    r = _smoke("_gnrev_variants_long", ["--artifact", "appJ", "--arms", "gn", "--epochs", "1",
+                                        "--n-train", "96", "--n-val", "40"], tmp_path)
+    assert r["config"]["n_train"] == 96
+    assert "n_train 96, n_val 40" in r["config"]["scale_note"]
+    assert len(r["arms"]["gn"]["train_loss_per_epoch"]) == 2
+    for argv, msg in ((["--artifact", "appJ", "--n-train", "-1"], "--n-train: expected >= 0"),
+                      (["--artifact", "appE", "--n-val", "8"], "App. J only"),
+                      (["--artifact", "appJ", "--epochs", "0"], "--epochs: expected >= 1"),
+                      (["--artifact", "appF", "--arms", "adam_then_gn", "--epochs", "1"],
+                       "--switch: expected an epoch in 1..0")):
+        argv = argv if "--epochs" in argv else [*argv, "--epochs", "2"]
+        argv = argv if "--arms" in argv else [*argv, "--arms", "gn"]
+        with pytest.raises(SystemExit, match=msg):
+            main([*argv, "--smoke", "--out", str(tmp_path / "x.json")])
+
+
 @pytest.fixture(scope="module")
 def appG_rate_run(tmp_path_factory):
     """One smoke run of the App. G rate ablation (GN at 0.1 / 0.2, Adam at 3e-5, 3 epochs),
