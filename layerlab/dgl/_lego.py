@@ -16,6 +16,7 @@ Everything is a pure function of explicit keys; the loops are ``layerlab.loop.fi
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,7 +35,7 @@ from layerlab._checks import (  # noqa: F401
     promote_float,
 )
 from layerlab.data._targets import as_targets
-from layerlab.loop import fit, optax_step
+from layerlab.loop import CheckpointMismatchError, fit, optax_step
 from layerlab.nets import mlp_apply
 
 from ._kernels import (
@@ -248,6 +249,8 @@ def train_layer_dgl(
     *,
     progress: bool = True,
     desc: str = "DGL layer",
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int | None = None,
 ) -> tuple[dict[str, jax.Array], dict[str, Any]]:
     """Step 3 for one layer: minimise :func:`layer_dgl` with AdamW (``cfg.lr``,
     ``cfg.weight_decay``, ``cfg.adam_eps``) through ``loop.fit``.
@@ -257,12 +260,25 @@ def train_layer_dgl(
     ``top`` are as in :func:`layer_dgl` (checked once, before training); ``cfg`` a
     :class:`LegoConfig`.
 
+    Args:
+      checkpoint_dir: ``loop.fit`` checkpoints of this layer's run (the layer's params and
+        AdamW state, the history), saved every ``checkpoint_every`` steps and after the
+        last one.  A call on a folder that holds a checkpoint of the same run (same key,
+        ``layer``, ``h_prev`` ``[N, d_prev]``, ``y`` ``[N, C]``, ``top`` and ``cfg``: fit's
+        fingerprint) resumes from its last step, optimizer state included, and returns what
+        the uninterrupted run returns (a finished run returns at once, untrained further);
+        one of another run raises ``loop.CheckpointMismatchError`` before training.
+      checkpoint_every: checkpoint period in steps, a positive int (default: only after the
+        last step); needs ``checkpoint_dir``.
+
     Returns:
       ``(layer, history)``.
     """
     if not isinstance(cfg, LegoConfig):
         raise TypeError(f"train_layer_dgl: cfg must be a LegoConfig, got "
                         f"{type(cfg).__name__}.")
+    checkpoint_every = _check_checkpoint_args(checkpoint_dir, checkpoint_every,
+                                              fn="train_layer_dgl")
     # checked here, once, naming train_layer_dgl (inside the loss they would run only while
     # fit compiles it, naming layer_dgl)
     _, _, w_var, b_var = _check_layer_dgl_inputs(layer, h_prev, y, top, fn="train_layer_dgl")
@@ -277,9 +293,24 @@ def train_layer_dgl(
     bs = cfg.batch_size if cfg.batch_size and cfg.batch_size < h_prev.shape[0] else None
     state, hist = fit(
         ts.step, ts.init(layer), (h_prev, y), key=key, steps=cfg.steps, batch_size=bs,
-        progress=progress, desc=desc,
+        progress=progress, desc=desc, checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
     )
     return state.params, hist
+
+
+def _check_checkpoint_args(checkpoint_dir, checkpoint_every, *, fn: str) -> int | None:
+    """``checkpoint_dir`` a path or ``None``; ``checkpoint_every`` a positive int or ``None``,
+    given only with ``checkpoint_dir``.  Returns ``checkpoint_every`` as an int."""
+    if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, os.PathLike)):
+        raise TypeError(f"{fn}: checkpoint_dir must be a path (str or os.PathLike) or None, "
+                        f"got {type(checkpoint_dir).__name__}.")
+    every = check_int(checkpoint_every, "checkpoint_every", fn=fn, min_value=1,
+                      allow_none=True)
+    if every is not None and checkpoint_dir is None:
+        raise ValueError(f"{fn}: checkpoint_every={every} given without checkpoint_dir (the "
+                         "folder the checkpoints go to); pass checkpoint_dir= too.")
+    return every
 
 
 def _check_ridge(ridge_rel, *, fn: str) -> None:
@@ -367,6 +398,8 @@ def lego(
     cfg: LegoConfig,
     *,
     progress: bool = True,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int | None = None,
 ) -> tuple[list[dict[str, jax.Array]], list[dict[str, Any]]]:
     """Steps 3-4 of LEGO: greedy DGL training of each ReLU layer, then the classifier.
 
@@ -377,6 +410,18 @@ def lego(
         ``[L + 1]`` of the end-to-end trained net, one entry per dense layer of
         ``params_init`` (``len(params_init) = L + 1``; the top network above hidden layer
         ``l`` uses entries ``l..L``).  cfg: :class:`LegoConfig`.
+      checkpoint_dir: where each ReLU layer ``l = 1..L`` keeps its ``loop.fit`` checkpoints,
+        ``<checkpoint_dir>/layer_<l>/`` (see :func:`train_layer_dgl`); a finished layer's
+        last checkpoint holds its trained params.  A rerun with the same arguments resumes:
+        finished layers are restored, not retrained, the interrupted one continues from its
+        last checkpoint (params and AdamW state) and the later ones train as before.  Each
+        layer gets the key of an uninterrupted run, so the result (params and histories) is
+        the uninterrupted run's.  A folder written by another run (other ``key``,
+        ``params_init``, ``x``, ``y``, ``variances`` or ``cfg``) is refused with
+        ``loop.CheckpointMismatchError`` before that layer trains.
+      checkpoint_every: checkpoint period in steps within each layer, a positive int
+        (default: only after each layer's last step, so an interrupted layer restarts);
+        needs ``checkpoint_dir``.
 
     Returns:
       ``(params, histories)``: the LEGO net and one loop history per layer.
@@ -404,6 +449,7 @@ def lego(
     if not isinstance(cfg, LegoConfig):
         raise TypeError(f"lego: cfg must be a LegoConfig, got {type(cfg).__name__}.")
     key = check_key(key, "key", fn="lego")
+    checkpoint_every = _check_checkpoint_args(checkpoint_dir, checkpoint_every, fn="lego")
     x = _check_net_and_input(params_init, x, fn="lego")
     params = [dict(p) for p in params_init]
     _check_variances(variances, len(params), fn="lego")
@@ -414,10 +460,20 @@ def lego(
     hists = []
     for i in range(L):
         top = LayerVariances(variances.w_var[i + 1 :], variances.b_var[i + 1 :])
-        key, sub = jax.random.split(key)
-        params[i], hist = train_layer_dgl(
-            sub, params[i], h, y, top, cfg, progress=progress, desc=f"DGL layer {i + 1}/{L}"
-        )
+        key, sub = jax.random.split(key)  # every layer's key, resumed or not
+        layer_dir = None if checkpoint_dir is None else os.path.join(
+            os.fspath(checkpoint_dir), f"layer_{i + 1}")
+        try:
+            params[i], hist = train_layer_dgl(
+                sub, params[i], h, y, top, cfg, progress=progress,
+                desc=f"DGL layer {i + 1}/{L}", checkpoint_dir=layer_dir,
+                checkpoint_every=checkpoint_every)
+        except CheckpointMismatchError as e:
+            raise CheckpointMismatchError(
+                f"lego: checkpoint_dir {os.fspath(checkpoint_dir)} holds the checkpoints of "
+                f"another LEGO run (layer {i + 1} of {L} differs: another key, params_init, "
+                "x, y, variances or cfg); rerun with the same arguments to resume, or use a "
+                f"new checkpoint_dir.\n{e}") from None
         hists.append(hist)
         h = _relu_layer(params[i], h)
     params[L] = fit_classifier(h, y, ridge_rel=cfg.ridge_rel)

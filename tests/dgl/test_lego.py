@@ -1,4 +1,6 @@
 """Tests for layerlab.dgl._lego: classifier closed form, monitoring values, DGL layer training."""
+import dataclasses
+import re
 from typing import Any, NamedTuple
 
 import jax
@@ -361,3 +363,109 @@ def test_traced_negative_ridge_gives_nan_and_monitor_checks_variance_when_built(
     assert bool(jnp.all(jnp.isnan(fit(-1.0)["w"])))
     with pytest.raises(TypeError, match="monitor_fn: variance"):
         dgl.monitor_fn(h, y, eps_rel=0.1, variance="no")
+
+
+def _counting_fit(monkeypatch, stop_at=None):
+    """Wrap ``_lego.fit`` so each call's chunk ends ``[(desc, t)]`` are recorded (a finished run
+    restored from its checkpoint runs no chunk); ``stop_at=(desc, t)`` raises
+    ``KeyboardInterrupt`` after that chunk (and its checkpoint), as a killed run stops."""
+    from layerlab.dgl import _lego
+
+    ends: list[tuple[str, int]] = []
+    real = loop.fit  # not _lego.fit: that may be an earlier wrapper
+
+    def fit(*args, desc, **kw):
+        ends.append((desc, -1))  # the call itself
+
+        def callback(t, state, metrics):
+            ends.append((desc, int(t)))
+            if (desc, int(t)) == stop_at:
+                raise KeyboardInterrupt
+
+        return real(*args, desc=desc, callback=callback, **kw)
+
+    monkeypatch.setattr(_lego, "fit", fit)
+    return ends
+
+
+def _lego_problem():
+    """A tiny 2-ReLU-layer LEGO run with mini-batches (so the per-layer keys matter)."""
+    x, _, labels = _task(n=24, d=5)
+    p0 = nets.mlp_init(jax.random.key(4), [5, 6, 4, 3], init="he")
+    cfg = dgl.LegoConfig(steps=4, lr=1e-2, batch_size=8, eps_rel=0.1)
+    return jax.random.key(5), p0, x, labels, dgl.mf_variances(p0), cfg
+
+
+def test_lego_resumes_an_interrupted_run_to_the_uninterrupted_result(tmp_path, monkeypatch):
+    """Stopped inside layer 2 (after its step-2 checkpoint), a rerun restores layer 1 without
+    training it, continues layer 2 from step 2 with its AdamW state and returns exactly the
+    params and histories of an uninterrupted run without checkpoints."""
+    key, p0, x, labels, v, cfg = _lego_problem()
+    want, want_h = dgl.lego(key, p0, x, labels, v, cfg, progress=False)
+    kw = dict(progress=False, checkpoint_dir=tmp_path / "ck", checkpoint_every=2)
+    _counting_fit(monkeypatch, stop_at=("DGL layer 2/2", 2))
+    with pytest.raises(KeyboardInterrupt):
+        dgl.lego(key, p0, x, labels, v, cfg, **kw)
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["layer_1", "layer_2"]
+    ends = _counting_fit(monkeypatch)
+    got, got_h = dgl.lego(key, p0, x, labels, v, cfg, **kw)
+    # layer 1: called, no chunk run; layer 2: only its steps 3-4
+    assert ends[:2] == [("DGL layer 1/2", -1), ("DGL layer 2/2", -1)], ends
+    assert [t for _, t in ends[2:]] in ([4], [3, 4]), ends
+    for a, b in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got),
+                    strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for hw, hg in zip(want_h, got_h, strict=True):
+        np.testing.assert_array_equal(hw["step"], hg["step"])
+        np.testing.assert_array_equal(hw["train"]["loss"], hg["train"]["loss"])
+    # a third call: every layer finished, nothing trains, the same result
+    ends = _counting_fit(monkeypatch)
+    again, _ = dgl.lego(key, p0, x, labels, v, cfg, **kw)
+    assert ends == [("DGL layer 1/2", -1), ("DGL layer 2/2", -1)], ends
+    np.testing.assert_array_equal(np.asarray(again[1]["w"]), np.asarray(want[1]["w"]))
+
+
+def test_lego_refuses_the_checkpoint_of_another_run(tmp_path):
+    """A checkpoint_dir written with another cfg, params_init, data shape or key is refused
+    before training (naming checkpoint_dir and the layer), never reused."""
+    key, p0, x, labels, v, cfg = _lego_problem()
+    cfg = dataclasses.replace(cfg, steps=2)
+    ck = tmp_path / "ck"
+    dgl.lego(key, p0, x, labels, v, cfg, progress=False, checkpoint_dir=ck)
+    p_other = nets.mlp_init(jax.random.key(9), [5, 6, 4, 3], init="he")
+    for what, args in (
+            ("cfg", (key, p0, x, labels, v, dataclasses.replace(cfg, lr=2e-2))),
+            ("cfg.ridge_rel", (key, p0, x, labels, v, dataclasses.replace(cfg, ridge_rel=0.1))),
+            ("params_init", (key, p_other, x, labels, v, cfg)),
+            ("data shape", (key, p0, x[:16], labels[:16], v, cfg)),
+            ("key", (jax.random.key(6), p0, x, labels, v, cfg))):
+        with pytest.raises(loop.CheckpointMismatchError,
+                           match=rf"^lego: checkpoint_dir {re.escape(str(ck))} holds the "
+                                 r"checkpoints of another LEGO run \(layer 1 of 2 differs"):
+            dgl.lego(*args, progress=False, checkpoint_dir=ck)
+    # the same run still resumes (finished: returned as it was)
+    dgl.lego(key, p0, x, labels, v, cfg, progress=False, checkpoint_dir=ck)
+
+
+def test_lego_and_train_layer_dgl_check_the_checkpoint_arguments(tmp_path):
+    key, p0, x, labels, v, cfg = _lego_problem()
+    y = data.as_targets(labels, 3)
+    top = dgl.LayerVariances(v.w_var[1:], v.b_var[1:])
+    calls = {"lego": lambda **kw: dgl.lego(key, p0, x, labels, v, cfg, progress=False, **kw),
+             "train_layer_dgl": lambda **kw: dgl.train_layer_dgl(key, p0[0], x, y, top, cfg,
+                                                                 progress=False, **kw)}
+    for fn, call in calls.items():
+        for kw, exc, what in (
+                (dict(checkpoint_dir=tmp_path, checkpoint_every=0), ValueError,
+                 r"checkpoint_every must be >= 1, got 0"),
+                (dict(checkpoint_dir=tmp_path, checkpoint_every=1.5), TypeError,
+                 r"checkpoint_every must be an integer"),
+                (dict(checkpoint_dir=tmp_path, checkpoint_every=True), TypeError,
+                 r"checkpoint_every must be an integer"),
+                (dict(checkpoint_every=2), ValueError,
+                 r"checkpoint_every=2 given without checkpoint_dir"),
+                (dict(checkpoint_dir=3), TypeError,
+                 r"checkpoint_dir must be a path \(str or os.PathLike\) or None, got int")):
+            with pytest.raises(exc, match=rf"^{fn}: {what}"):
+                call(**kw)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
