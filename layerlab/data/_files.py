@@ -33,6 +33,7 @@ import numpy as np
 
 from layerlab.data._dataset import DatasetNotFoundError
 from layerlab.data._registry import (
+    CLASS_COUNTS,
     FILES,
     DatasetCorruptError,
     FileSpec,
@@ -370,6 +371,32 @@ def check_labels(y: np.ndarray, num_classes: int, path, dataset: str | None = No
         raise corrupt_error(
             path, f"{what} must lie in [0, {num_classes}) but {bad.size} of {y.size} do not "
             f"(min {lo}, max {hi}, e.g. {bad[:5].tolist()})", dataset)
+
+
+def check_class_counts(y: np.ndarray, official: tuple[str, ...], path, what: str = "labels"
+                       ) -> None:
+    """Raise :class:`DatasetCorruptError` (naming ``path``) when a class of ``y`` holds more
+    samples than the official split ``official`` (a key of
+    :data:`~layerlab.data._registry.CLASS_COUNTS`, e.g. ``("cifar100", "test", "fine")``) has.
+
+    The official file and every subset of it pass (``load``'s ``n``/``classes`` and files cut
+    down on purpose); a file of another dataset with the same format fails when it holds more
+    of one class, e.g. CIFAR-10's 1000 test images per class where CIFAR-100's 100 per fine
+    class are expected, or coarse labels (500 per class) under ``fine_labels``.  ``y`` must
+    already lie in ``[0, len(counts))`` (:func:`check_labels`)."""
+    most = np.asarray(CLASS_COUNTS[official])
+    counts = np.bincount(np.asarray(y).astype(np.intp, copy=False), minlength=len(most))
+    over = np.flatnonzero(counts > most)
+    if over.size:
+        k = int(over[np.argmax(counts[over] - most[over])])
+        name = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}[official[0]]
+        mode = f" ({official[2]} labels)" if len(official) > 2 else ""
+        raise corrupt_error(
+            path, f"{what} hold {counts[k]} samples of class {k}, but the official {name} "
+            f"{official[1]} split{mode} has {most[k]} of that class, so this is neither that "
+            f"split nor a subset of it (another dataset in the same format?); it holds "
+            f"{len(y)} samples of {np.count_nonzero(counts)} of the {len(most)} classes",
+            official[0])
 
 
 # ------------------------------------------------------------------------------ cache

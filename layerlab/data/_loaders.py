@@ -178,6 +178,19 @@ def _pickle_batches(kind, path, folder, files, label_key, num, dataset):
     return np.concatenate(xs), np.concatenate(ys).astype(np.int32)
 
 
+def _check_pickle_counts(y, official, kind, path, folder, files, label_key):
+    """:func:`F.check_class_counts` of the labels of one split's pickles, naming the file
+    (or the tarball and its members)."""
+    if kind == "dir":
+        where = path / files[0] if len(files) == 1 else path
+        what = (f"{label_key!r}" if len(files) == 1 else
+                f"the {label_key!r} of {', '.join(files)}")
+    else:
+        members = files[0] if len(files) == 1 else f"{{{','.join(files)}}}"
+        where, what = path, f"member {folder}/{members}: {label_key!r}"
+    F.check_class_counts(y, official, where, what)
+
+
 def _pickle_names(kind, path, folder, meta, key, num, dataset):
     """Class names from the meta pickle, ``None`` when it is absent or unreadable; a list of
     the wrong length is an error naming the file."""
@@ -220,11 +233,13 @@ def _cifar10(split, roots, data_dir):
         x = _npz_images(path, split, "cifar10")
         y = F.read_npz_key(path, f"y_{split}")
         _check_npz_labels(path, y, len(x), 10, f"y_{split}", "cifar10")
+        F.check_class_counts(y, ("cifar10", split), path, f"y_{split}")
         names = _npz_names(path, "label_names", 10, "cifar10")
         return _Raw(x, y.astype(np.int32), 10, names, 255.0)
     if kind == "tar":
         _verify(path, "cifar10")
     x, y = _pickle_batches(kind, path, folder, files, "labels", 10, "cifar10")
+    _check_pickle_counts(y, ("cifar10", split), kind, path, folder, files, "labels")
     names = _pickle_names(kind, path, folder, "batches.meta", "label_names", 10, "cifar10")
     return _Raw(x, y, 10, names, 255.0)
 
@@ -262,12 +277,15 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
         x = _npz_images(path, split, "cifar100")
         y = F.read_npz_key(path, ykey)
         _check_npz_labels(path, y, len(x), num, ykey, "cifar100")
+        F.check_class_counts(y, ("cifar100", split, label_mode), path, ykey)
         names = _npz_names(path, nkey, num, "cifar100")
         return _Raw(x, y.astype(np.int32), num, names, 255.0)
     if kind == "tar":
         _verify(path, "cifar100")
     x, y = _pickle_batches(kind, path, folder, (split,), f"{label_mode}_labels", num,
                            "cifar100")
+    _check_pickle_counts(y, ("cifar100", split, label_mode), kind, path, folder, (split,),
+                         f"{label_mode}_labels")
     names = _pickle_names(kind, path, folder, "meta", nkey, num, "cifar100")
     return _Raw(x, y, num, names, 255.0)
 
