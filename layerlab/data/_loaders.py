@@ -137,6 +137,7 @@ def _mnist(split, roots, data_dir):
                                        f"unsigned bytes) to match {pair[0].name}, got "
                                        f"{y.dtype}{list(y.shape)}", "mnist")
     F.check_labels(y, 10, pair[1], "mnist")
+    F.check_class_counts(y, ("mnist", split), pair[1])
     return _Raw(x[..., None], y.astype(np.int32), 10, _DIGIT_NAMES, 255.0)
 
 

@@ -701,3 +701,21 @@ def test_cifar10_train_batch_saved_as_test_batch(tmp_path):
     assert ("'labels' hold 1032 samples of class 2, but the official CIFAR-10 test split has "
             "1000 of that class") in msg, msg
     assert len(D.load("cifar10", data_dir=tmp_path, verify=False)) == 10  # train: fine
+
+
+def test_fashion_mnist_balanced_test_labels_under_mnist_names(tmp_path):
+    """Fashion-MNIST and KMNIST have MNIST's format, shapes and 10 classes, but 1000 test
+    images of every class; MNIST's test split has 892 fives, so a full Fashion-MNIST test
+    file is no MNIST (a small subset of it cannot be told apart: see load's docstring)."""
+    d = tmp_path / "mnist"
+    d.mkdir()
+    x, y = np.zeros((10_000, 28, 28), np.uint8), (np.arange(10_000) % 10).astype(np.uint8)
+    (d / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx(x), compresslevel=1))
+    (d / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(y)))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("mnist", "test", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert f"Dataset file {d / 't10k-labels-idx1-ubyte.gz'} is damaged" in msg, msg
+    assert ("labels hold 1000 samples of class 5, but the official MNIST test split has 892 "
+            "of that class") in msg, msg
+    assert "python -m layerlab.data download mnist" in msg
