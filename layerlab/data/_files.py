@@ -602,7 +602,13 @@ def cifar_labels(d: dict, key: str, num_classes: int, path, dataset: str,
     tarball ``member``)."""
     where = _member_prefix(member)
     if key not in d:
-        raise corrupt_error(path, f"{where}no {key!r} entry (keys: {sorted(d)})", dataset)
+        # the other CIFAR's label key: a CIFAR-10 batch saved under CIFAR-100's name or back
+        other = {"cifar100": ("labels", "CIFAR-10 batch"),
+                 "cifar10": ("fine_labels", "CIFAR-100 file")}.get(dataset)
+        hint = (f"; {other[0]!r} is the label key of a {other[1]}, saved here under "
+                f"{dataset}'s name?" if other and other[0] in d else "")
+        raise corrupt_error(path, f"{where}no {key!r} entry (keys: {sorted(d)}){hint}",
+                            dataset)
     try:
         y = np.asarray(d[key])
     except ValueError as e:  # a ragged list

@@ -231,6 +231,12 @@ def _cifar10(split, roots, data_dir):
         )
     kind, path = found
     if kind == "npz":
+        keys = F.npz_keys(path)
+        c100 = [k for k in keys if k.endswith(("_coarse", "fine_label_names",
+                                               "coarse_label_names"))]
+        if c100:  # (its fine labels would fail the label range, with a less useful message)
+            raise F.corrupt_error(path, f"it has CIFAR-100's arrays {c100} (keys: {keys}): a "
+                                        "cifar100.npz saved under cifar10's name?", "cifar10")
         x = _npz_images(path, split, "cifar10")
         y = F.read_npz_key(path, f"y_{split}")
         _check_npz_labels(path, y, len(x), 10, f"y_{split}", "cifar10")
@@ -271,6 +277,11 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
     nkey = f"{label_mode}_label_names"
     if kind == "npz":
         keys = F.npz_keys(path)
+        n10 = np.size(F.read_npz_key(path, "label_names")) if "label_names" in keys else 100
+        if n10 != 100:  # (CIFAR-100's names are fine_label_names / coarse_label_names)
+            raise F.corrupt_error(path, f"it has CIFAR-10's 'label_names' ({n10} names; keys: "
+                                        f"{keys}): a cifar10.npz saved under cifar100's "
+                                        "name?", "cifar100")
         ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
         if ykey not in keys:
             raise F.corrupt_error(path, f"it has no array {ykey!r} (it has {keys}), needed "

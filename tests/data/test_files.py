@@ -719,3 +719,50 @@ def test_fashion_mnist_balanced_test_labels_under_mnist_names(tmp_path):
     assert ("labels hold 1000 samples of class 5, but the official MNIST test split has 892 "
             "of that class") in msg, msg
     assert "python -m layerlab.data download mnist" in msg
+
+
+def test_cifar_pickles_of_the_other_cifar_are_named(tmp_path):
+    """A CIFAR-10 batch saved as cifar-100-python/test (and a CIFAR-100 file as test_batch)
+    failed with "no 'fine_labels' entry" and no word of the likely cause."""
+    c10 = {b"data": np.zeros((4, 3072), np.uint8), b"labels": [0, 1, 2, 3]}
+    files = {"train": pickle.dumps(c10), "test": pickle.dumps(c10)}
+    _write_files(tmp_path / "a", "cifar-100-python", "cifar-100-python.tar.gz", files, False)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar100", "test", data_dir=tmp_path / "a", verify=False)
+    assert str(tmp_path / "a" / "cifar-100-python" / "test") in str(e.value)
+    assert ("no 'fine_labels' entry (keys: ['data', 'labels']); 'labels' is the label key of "
+            "a CIFAR-10 batch, saved here under cifar100's name?") in str(e.value)
+    c100 = pickle.loads(_c100_files()["test"])
+    files = {f"data_batch_{i}": pickle.dumps(c100) for i in range(1, 6)}
+    files["test_batch"] = pickle.dumps(c100)
+    _write_files(tmp_path / "b", "cifar-10-batches-py", "cifar-10-python.tar.gz", files, True)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar10", "test", data_dir=tmp_path / "b", verify=False)
+    assert str(tmp_path / "b" / "cifar-10-python.tar.gz") in str(e.value)
+    assert ("'fine_labels' is the label key of a CIFAR-100 file, saved here under cifar10's "
+            "name?") in str(e.value)
+
+
+def test_cifar_npz_of_the_other_cifar(tmp_path):
+    """A cifar10.npz (with its 10 label_names) saved as cifar100.npz loaded as CIFAR-100;
+    a cifar100.npz saved as cifar10.npz failed on its fine labels' range only."""
+    x = np.zeros((4, 32, 32, 3), np.uint8)
+    y = np.array([0, 1, 2, 3])
+    (tmp_path / "cifar100").mkdir()
+    npz = tmp_path / "cifar100" / "cifar100.npz"
+    np.savez(npz, x_train=x, y_train=y, x_test=x, y_test=y,
+             label_names=np.array([f"c{i}" for i in range(10)]))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar100", data_dir=tmp_path, verify=False)
+    assert f"Dataset file {npz} is damaged" in str(e.value)
+    assert "it has CIFAR-10's 'label_names' (10 names; keys: [" in str(e.value)
+    assert "a cifar10.npz saved under cifar100's name?" in str(e.value)
+    (tmp_path / "cifar10").mkdir()
+    npz = tmp_path / "cifar10" / "cifar10.npz"
+    np.savez(npz, x_train=x, y_train=y, x_test=x, y_test=y, y_train_coarse=y, y_test_coarse=y,
+             fine_label_names=np.array([f"f{i}" for i in range(100)]))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar10", data_dir=tmp_path, verify=False)
+    assert f"Dataset file {npz} is damaged" in str(e.value)
+    assert ("it has CIFAR-100's arrays ['y_train_coarse', 'y_test_coarse', "
+            "'fine_label_names']") in str(e.value), str(e.value)
