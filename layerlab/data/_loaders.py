@@ -316,7 +316,7 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
     variants = {"red": ("red",), "white": ("white",), "both": ("red", "white")}
     if variant not in variants:
         raise ValueError(f"winequality: variant must be 'red', 'white' or 'both', got {variant!r}.")
-    xs, ys, looked, names = [], [], [], None
+    xs, ys, looked, names, read = [], [], [], None, {}
     for color in variants[variant]:
         path = F.find_winequality(roots, color, looked)
         if path is None:
@@ -337,6 +337,11 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
             raise F.corrupt_error(path, f"expected 11 features and a final 'quality' column "
                                         f"(UCI winequality-{color}.csv, ';'-separated), got "
                                         f"{len(cols)} columns ending {cols[-1:]}", "winequality")
+        if read and np.array_equal(v, read["red"][1]):  # (the red file is always read first)
+            raise F.corrupt_error(path, f"it holds the same {len(v)} rows as "
+                                        f"{read['red'][0]}: one file saved under both names "
+                                        "(red has 1599 wines, white 4898)", "winequality")
+        read[color] = (path, v)
         x, y = _holdout(split, v[:, :-1], v[:, -1])
         if color_feature:
             x = np.concatenate([x, np.full((len(x), 1), float(color == "red"))], axis=1)

@@ -766,3 +766,20 @@ def test_cifar_npz_of_the_other_cifar(tmp_path):
     assert f"Dataset file {npz} is damaged" in str(e.value)
     assert ("it has CIFAR-100's arrays ['y_train_coarse', 'y_test_coarse', "
             "'fine_label_names']") in str(e.value), str(e.value)
+
+
+def test_one_wine_file_under_both_names(tmp_path):
+    """winequality-red.csv copied to winequality-white.csv loaded as 'both' (red twice)."""
+    d = tmp_path / "wine_quality"
+    d.mkdir()
+    text = (";".join(f'"c{i}"' for i in range(11)) + ';"quality"\n'
+            + "\n".join(";".join(["1.5"] * 11 + [str(q)]) for q in (5, 6, 7)) + "\n")
+    (d / "winequality-red.csv").write_text(text)
+    (d / "winequality-white.csv").write_text(text)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("winequality", "all", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert f"Dataset file {d / 'winequality-white.csv'} is damaged" in msg
+    assert f"it holds the same 3 rows as {d / 'winequality-red.csv'}" in msg
+    assert len(D.load("winequality", "all", variant="white", data_dir=tmp_path,
+                      verify=False)) == 3  # (one variant alone cannot be told)
