@@ -609,7 +609,17 @@ def load(
         checksum on first use (the verdict is cached by path, size and mtime; see
         docs/data.md; superconductivity, which has no published checksum: its row count).
         ``False`` skips only those (e.g. for small files written in the official formats);
-        format, shape, integer-label, label-range and finite-value checks always run.
+        format, shape, integer-label, label-range and finite-value checks always run, and
+        so do these checks of the dataset's identity: no class may hold more samples than
+        the official split has (MNIST's label histogram; CIFAR-10 1000 / CIFAR-100 100 test
+        images per fine class; so a whole CIFAR-10 split, or coarse labels, under CIFAR-100's
+        name fail, and any subset of the right split passes); the other CIFAR's label key or
+        npz arrays; one wine CSV under both names.  What cannot be told from the content
+        without the checksum: a Fashion-MNIST or KMNIST file (same format, shapes and 10
+        classes) passes as MNIST unless it holds more of a class than MNIST's split (their
+        full splits, 6000 / 1000 per class, do not pass; their subsets do), as does any
+        10-class 32x32 set (e.g. SVHN) as CIFAR-10 within its counts; the red and white
+        wine files swapped (same columns); any 81-feature CSV ending ``critical_temp``.
       **opts: dataset options: ``cifar100``: ``label_mode="fine"|"coarse"``;
         ``winequality``: ``variant="both"|"red"|"white"``, ``color_feature=False``;
         ``teacher``: ``widths, activation, noise, w_std, b_std`` (:func:`teacher`);
@@ -623,8 +633,9 @@ def load(
     Raises:
       DatasetNotFoundError: the files are missing (the message lists where it looked,
         which files it expects and where to get them).
-      DatasetCorruptError: a file is damaged (checksum, size, format or label range; the
-        message names the file and the ``python -m layerlab.data download`` command).
+      DatasetCorruptError: a file is damaged or holds another dataset (checksum, size,
+        format, label range or class counts; the message names the file, what was expected
+        and what it holds, and the ``python -m layerlab.data download`` command).
 
     Examples:
       The embedded 8x8 digits need no files (every 5th image is the test split):
