@@ -33,6 +33,7 @@ import numpy as np
 
 from layerlab.data._dataset import DatasetNotFoundError
 from layerlab.data._registry import (
+    CLASS_COUNTS,
     FILES,
     DatasetCorruptError,
     FileSpec,
@@ -372,6 +373,32 @@ def check_labels(y: np.ndarray, num_classes: int, path, dataset: str | None = No
             f"(min {lo}, max {hi}, e.g. {bad[:5].tolist()})", dataset)
 
 
+def check_class_counts(y: np.ndarray, official: tuple[str, ...], path, what: str = "labels"
+                       ) -> None:
+    """Raise :class:`DatasetCorruptError` (naming ``path``) when a class of ``y`` holds more
+    samples than the official split ``official`` (a key of
+    :data:`~layerlab.data._registry.CLASS_COUNTS`, e.g. ``("cifar100", "test", "fine")``) has.
+
+    The official file and every subset of it pass (``load``'s ``n``/``classes`` and files cut
+    down on purpose); a file of another dataset with the same format fails when it holds more
+    of one class, e.g. CIFAR-10's 1000 test images per class where CIFAR-100's 100 per fine
+    class are expected, or coarse labels (500 per class) under ``fine_labels``.  ``y`` must
+    already lie in ``[0, len(counts))`` (:func:`check_labels`)."""
+    most = np.asarray(CLASS_COUNTS[official])
+    counts = np.bincount(np.asarray(y).astype(np.intp, copy=False), minlength=len(most))
+    over = np.flatnonzero(counts > most)
+    if over.size:
+        k = int(over[np.argmax(counts[over] - most[over])])
+        name = {"mnist": "MNIST", "cifar10": "CIFAR-10", "cifar100": "CIFAR-100"}[official[0]]
+        mode = f" ({official[2]} labels)" if len(official) > 2 else ""
+        raise corrupt_error(
+            path, f"{what} hold {counts[k]} samples of class {k}, but the official {name} "
+            f"{official[1]} split{mode} has {most[k]} of that class, so this is neither that "
+            f"split nor a subset of it (another dataset in the same format?); it holds "
+            f"{len(y)} samples of {np.count_nonzero(counts)} of the {len(most)} classes",
+            official[0])
+
+
 # ------------------------------------------------------------------------------ cache
 def _stamp(path: pathlib.Path) -> tuple[str, int, int]:
     st = path.stat()
@@ -575,7 +602,13 @@ def cifar_labels(d: dict, key: str, num_classes: int, path, dataset: str,
     tarball ``member``)."""
     where = _member_prefix(member)
     if key not in d:
-        raise corrupt_error(path, f"{where}no {key!r} entry (keys: {sorted(d)})", dataset)
+        # the other CIFAR's label key: a CIFAR-10 batch saved under CIFAR-100's name or back
+        other = {"cifar100": ("labels", "CIFAR-10 batch"),
+                 "cifar10": ("fine_labels", "CIFAR-100 file")}.get(dataset)
+        hint = (f"; {other[0]!r} is the label key of a {other[1]}, saved here under "
+                f"{dataset}'s name?" if other and other[0] in d else "")
+        raise corrupt_error(path, f"{where}no {key!r} entry (keys: {sorted(d)}){hint}",
+                            dataset)
     try:
         y = np.asarray(d[key])
     except ValueError as e:  # a ragged list

@@ -137,6 +137,7 @@ def _mnist(split, roots, data_dir):
                                        f"unsigned bytes) to match {pair[0].name}, got "
                                        f"{y.dtype}{list(y.shape)}", "mnist")
     F.check_labels(y, 10, pair[1], "mnist")
+    F.check_class_counts(y, ("mnist", split), pair[1])
     return _Raw(x[..., None], y.astype(np.int32), 10, _DIGIT_NAMES, 255.0)
 
 
@@ -178,6 +179,19 @@ def _pickle_batches(kind, path, folder, files, label_key, num, dataset):
     return np.concatenate(xs), np.concatenate(ys).astype(np.int32)
 
 
+def _check_pickle_counts(y, official, kind, path, folder, files, label_key):
+    """:func:`F.check_class_counts` of the labels of one split's pickles, naming the file
+    (or the tarball and its members)."""
+    if kind == "dir":
+        where = path / files[0] if len(files) == 1 else path
+        what = (f"{label_key!r}" if len(files) == 1 else
+                f"the {label_key!r} of {', '.join(files)}")
+    else:
+        members = files[0] if len(files) == 1 else f"{{{','.join(files)}}}"
+        where, what = path, f"member {folder}/{members}: {label_key!r}"
+    F.check_class_counts(y, official, where, what)
+
+
 def _pickle_names(kind, path, folder, meta, key, num, dataset):
     """Class names from the meta pickle, ``None`` when it is absent or unreadable; a list of
     the wrong length is an error naming the file."""
@@ -217,14 +231,22 @@ def _cifar10(split, roots, data_dir):
         )
     kind, path = found
     if kind == "npz":
+        keys = F.npz_keys(path)
+        c100 = [k for k in keys if k.endswith(("_coarse", "fine_label_names",
+                                               "coarse_label_names"))]
+        if c100:  # (its fine labels would fail the label range, with a less useful message)
+            raise F.corrupt_error(path, f"it has CIFAR-100's arrays {c100} (keys: {keys}): a "
+                                        "cifar100.npz saved under cifar10's name?", "cifar10")
         x = _npz_images(path, split, "cifar10")
         y = F.read_npz_key(path, f"y_{split}")
         _check_npz_labels(path, y, len(x), 10, f"y_{split}", "cifar10")
+        F.check_class_counts(y, ("cifar10", split), path, f"y_{split}")
         names = _npz_names(path, "label_names", 10, "cifar10")
         return _Raw(x, y.astype(np.int32), 10, names, 255.0)
     if kind == "tar":
         _verify(path, "cifar10")
     x, y = _pickle_batches(kind, path, folder, files, "labels", 10, "cifar10")
+    _check_pickle_counts(y, ("cifar10", split), kind, path, folder, files, "labels")
     names = _pickle_names(kind, path, folder, "batches.meta", "label_names", 10, "cifar10")
     return _Raw(x, y, 10, names, 255.0)
 
@@ -255,6 +277,11 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
     nkey = f"{label_mode}_label_names"
     if kind == "npz":
         keys = F.npz_keys(path)
+        n10 = np.size(F.read_npz_key(path, "label_names")) if "label_names" in keys else 100
+        if n10 != 100:  # (CIFAR-100's names are fine_label_names / coarse_label_names)
+            raise F.corrupt_error(path, f"it has CIFAR-10's 'label_names' ({n10} names; keys: "
+                                        f"{keys}): a cifar10.npz saved under cifar100's "
+                                        "name?", "cifar100")
         ykey = f"y_{split}" if label_mode == "fine" else f"y_{split}_coarse"
         if ykey not in keys:
             raise F.corrupt_error(path, f"it has no array {ykey!r} (it has {keys}), needed "
@@ -262,12 +289,15 @@ def _cifar100(split, roots, data_dir, label_mode="fine"):
         x = _npz_images(path, split, "cifar100")
         y = F.read_npz_key(path, ykey)
         _check_npz_labels(path, y, len(x), num, ykey, "cifar100")
+        F.check_class_counts(y, ("cifar100", split, label_mode), path, ykey)
         names = _npz_names(path, nkey, num, "cifar100")
         return _Raw(x, y.astype(np.int32), num, names, 255.0)
     if kind == "tar":
         _verify(path, "cifar100")
     x, y = _pickle_batches(kind, path, folder, (split,), f"{label_mode}_labels", num,
                            "cifar100")
+    _check_pickle_counts(y, ("cifar100", split, label_mode), kind, path, folder, (split,),
+                         f"{label_mode}_labels")
     names = _pickle_names(kind, path, folder, "meta", nkey, num, "cifar100")
     return _Raw(x, y, num, names, 255.0)
 
@@ -286,7 +316,7 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
     variants = {"red": ("red",), "white": ("white",), "both": ("red", "white")}
     if variant not in variants:
         raise ValueError(f"winequality: variant must be 'red', 'white' or 'both', got {variant!r}.")
-    xs, ys, looked, names = [], [], [], None
+    xs, ys, looked, names, read = [], [], [], None, {}
     for color in variants[variant]:
         path = F.find_winequality(roots, color, looked)
         if path is None:
@@ -307,6 +337,11 @@ def _winequality(split, roots, data_dir, variant="both", color_feature=False):
             raise F.corrupt_error(path, f"expected 11 features and a final 'quality' column "
                                         f"(UCI winequality-{color}.csv, ';'-separated), got "
                                         f"{len(cols)} columns ending {cols[-1:]}", "winequality")
+        if read and np.array_equal(v, read["red"][1]):  # (the red file is always read first)
+            raise F.corrupt_error(path, f"it holds the same {len(v)} rows as "
+                                        f"{read['red'][0]}: one file saved under both names "
+                                        "(red has 1599 wines, white 4898)", "winequality")
+        read[color] = (path, v)
         x, y = _holdout(split, v[:, :-1], v[:, -1])
         if color_feature:
             x = np.concatenate([x, np.full((len(x), 1), float(color == "red"))], axis=1)
@@ -574,7 +609,17 @@ def load(
         checksum on first use (the verdict is cached by path, size and mtime; see
         docs/data.md; superconductivity, which has no published checksum: its row count).
         ``False`` skips only those (e.g. for small files written in the official formats);
-        format, shape, integer-label, label-range and finite-value checks always run.
+        format, shape, integer-label, label-range and finite-value checks always run, and
+        so do these checks of the dataset's identity: no class may hold more samples than
+        the official split has (MNIST's label histogram; CIFAR-10 1000 / CIFAR-100 100 test
+        images per fine class; so a whole CIFAR-10 split, or coarse labels, under CIFAR-100's
+        name fail, and any subset of the right split passes); the other CIFAR's label key or
+        npz arrays; one wine CSV under both names.  What cannot be told from the content
+        without the checksum: a Fashion-MNIST or KMNIST file (same format, shapes and 10
+        classes) passes as MNIST unless it holds more of a class than MNIST's split (their
+        full splits, 6000 / 1000 per class, do not pass; their subsets do), as does any
+        10-class 32x32 set (e.g. SVHN) as CIFAR-10 within its counts; the red and white
+        wine files swapped (same columns); any 81-feature CSV ending ``critical_temp``.
       **opts: dataset options: ``cifar100``: ``label_mode="fine"|"coarse"``;
         ``winequality``: ``variant="both"|"red"|"white"``, ``color_feature=False``;
         ``teacher``: ``widths, activation, noise, w_std, b_std`` (:func:`teacher`);
@@ -588,8 +633,9 @@ def load(
     Raises:
       DatasetNotFoundError: the files are missing (the message lists where it looked,
         which files it expects and where to get them).
-      DatasetCorruptError: a file is damaged (checksum, size, format or label range; the
-        message names the file and the ``python -m layerlab.data download`` command).
+      DatasetCorruptError: a file is damaged or holds another dataset (checksum, size,
+        format, label range or class counts; the message names the file, what was expected
+        and what it holds, and the ``python -m layerlab.data download`` command).
 
     Examples:
       The embedded 8x8 digits need no files (every 5th image is the test split):

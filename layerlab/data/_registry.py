@@ -29,6 +29,7 @@ import os
 __all__ = [
     "FileSpec",
     "FILES",
+    "CLASS_COUNTS",
     "DOWNLOADABLE",
     "DatasetCorruptError",
     "BASE_URL_ENV",
@@ -169,6 +170,24 @@ def _build() -> tuple[FileSpec, ...]:
 
 #: Every recognised file (see the module docstring for the sources).
 FILES: tuple[FileSpec, ...] = _build()
+
+#: Samples per class of each official split, ``(dataset, split[, label_mode]) -> counts``:
+#: no class of a file read as that split (or of any subset of it) may hold more, which
+#: tells e.g. CIFAR-10 or CIFAR-100's coarse labels under CIFAR-100's fine name apart
+#: without a checksum (:func:`layerlab.data._files.check_class_counts`).  MNIST: the
+#: histograms of the official label files (``shared/data/README.md``); CIFAR: 6000 images
+#: per class of which 1000 test (CIFAR-10), 600 per fine class of which 100 test and so
+#: 3000 per coarse class of which 500 test (CIFAR-100), as cifar.html states.
+CLASS_COUNTS: dict[tuple[str, ...], tuple[int, ...]] = {
+    ("mnist", "train"): (5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949),
+    ("mnist", "test"): (980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009),
+    ("cifar10", "train"): (5000,) * 10,
+    ("cifar10", "test"): (1000,) * 10,
+    ("cifar100", "train", "fine"): (500,) * 100,
+    ("cifar100", "test", "fine"): (100,) * 100,
+    ("cifar100", "train", "coarse"): (2500,) * 20,
+    ("cifar100", "test", "coarse"): (500,) * 20,
+}
 
 #: Dataset names ``python -m layerlab.data download`` accepts.
 DOWNLOADABLE: tuple[str, ...] = ("mnist", "cifar10", "cifar100", "winequality",

@@ -631,3 +631,155 @@ def test_superconductivity_row_count_is_checked(tmp_path, monkeypatch, as_zip):
     assert "it has 10 data rows, the official file has 21263" in msg
     assert ("member train.csv" in msg) == as_zip
     assert len(D.load("superconductivity", "all", data_dir=tmp_path, verify=False)) == 10
+
+
+# ------------------------------------------------- the wrong dataset under the right name
+# Files in the official formats holding another dataset: without a checksum (verify=False,
+# rebuilt npz files) they loaded as the dataset their name says.
+
+
+@pytest.mark.parametrize("tar", [False, True])
+def test_cifar100_coarse_labels_under_fine_labels(tmp_path, tar):
+    """Coarse labels (20 classes, 500 test images each) stored as 'fine_labels' lie in
+    [0, 100) and loaded as fine labels; no subset of CIFAR-100's test split has more than
+    100 images of a fine class."""
+    n = 2040  # 102 per coarse class: a fifth of the test split's coarse labels
+    coarse = (np.arange(n) % 20).tolist()
+    d = {b"data": np.zeros((n, 3072), np.uint8), b"fine_labels": coarse,
+         b"coarse_labels": coarse}
+    files = {"train": _c100_files()["train"], "test": pickle.dumps(d)}
+    _write_files(tmp_path, "cifar-100-python", "cifar-100-python.tar.gz", files, tar)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar100", "test", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    read = tmp_path / ("cifar-100-python.tar.gz" if tar else "cifar-100-python/test")
+    assert f"Dataset file {read} is damaged or not the expected file" in msg, msg
+    assert ("'fine_labels' hold 102 samples of class 0, but the official CIFAR-100 test split "
+            "(fine labels) has 100 of that class") in msg, msg
+    assert "it holds 2040 samples of 20 of the 100 classes" in msg, msg
+    assert ("member cifar-100-python/test: " in msg) == tar
+    coarse_ds = D.load("cifar100", "test", data_dir=tmp_path, verify=False, label_mode="coarse")
+    assert coarse_ds.num_classes == 20 and len(coarse_ds) == n  # (as coarse labels: fine)
+
+
+def test_cifar10_arrays_in_cifar100_npz(tmp_path):
+    """CIFAR-10's test split (1000 images per class, labels 0..9) saved as cifar100.npz:
+    its labels lie in [0, 100), so it loaded as CIFAR-100 with 90 empty classes."""
+    (tmp_path / "cifar100").mkdir()
+    npz = tmp_path / "cifar100" / "cifar100.npz"
+    x = np.zeros((10_000, 32, 32, 3), np.uint8)
+    np.savez_compressed(npz, x_train=x[:3], y_train=np.array([0, 1, 2]), x_test=x,
+                        y_test=np.arange(10_000) % 10)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar100", "test", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert f"Dataset file {npz} is damaged" in msg, msg
+    assert ("y_test hold 1000 samples of class 0, but the official CIFAR-100 test split (fine "
+            "labels) has 100 of that class") in msg, msg
+    assert "10000 samples of 10 of the 100 classes" in msg
+    assert "python -m layerlab.data download cifar100" in msg
+    # a subset of the real split (here 100 images of one class) still loads
+    np.savez_compressed(npz, x_train=x[:3], y_train=np.array([0, 1, 2]), x_test=x[:100],
+                        y_test=np.full(100, 7))
+    assert len(D.load("cifar100", "test", data_dir=tmp_path, verify=False)) == 100
+
+
+def test_cifar10_train_batch_saved_as_test_batch(tmp_path):
+    """data_batch_1 (10000 images, up to 1032 of a class) under the name test_batch: CIFAR-10's
+    test split has exactly 1000 per class."""
+    counts = [1005, 974, 1032, 1016, 999, 937, 1030, 1001, 1025, 981]  # data_batch_1's
+    d = {b"data": np.zeros((10_000, 3072), np.uint8),
+         b"labels": np.repeat(np.arange(10), counts).tolist()}
+    files = {f"data_batch_{i}": pickle.dumps({b"data": np.zeros((2, 3072), np.uint8),
+                                               b"labels": [0, 1]}) for i in range(1, 6)}
+    files["test_batch"] = pickle.dumps(d)
+    _write_files(tmp_path, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, False)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar10", "test", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert f"Dataset file {tmp_path / 'cifar-10-batches-py' / 'test_batch'} is damaged" in msg
+    assert ("'labels' hold 1032 samples of class 2, but the official CIFAR-10 test split has "
+            "1000 of that class") in msg, msg
+    assert len(D.load("cifar10", data_dir=tmp_path, verify=False)) == 10  # train: fine
+
+
+def test_fashion_mnist_balanced_test_labels_under_mnist_names(tmp_path):
+    """Fashion-MNIST and KMNIST have MNIST's format, shapes and 10 classes, but 1000 test
+    images of every class; MNIST's test split has 892 fives, so a full Fashion-MNIST test
+    file is no MNIST (a small subset of it cannot be told apart: see load's docstring)."""
+    d = tmp_path / "mnist"
+    d.mkdir()
+    x, y = np.zeros((10_000, 28, 28), np.uint8), (np.arange(10_000) % 10).astype(np.uint8)
+    (d / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx(x), compresslevel=1))
+    (d / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(y)))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("mnist", "test", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert f"Dataset file {d / 't10k-labels-idx1-ubyte.gz'} is damaged" in msg, msg
+    assert ("labels hold 1000 samples of class 5, but the official MNIST test split has 892 "
+            "of that class") in msg, msg
+    assert "python -m layerlab.data download mnist" in msg
+
+
+def test_cifar_pickles_of_the_other_cifar_are_named(tmp_path):
+    """A CIFAR-10 batch saved as cifar-100-python/test (and a CIFAR-100 file as test_batch)
+    failed with "no 'fine_labels' entry" and no word of the likely cause."""
+    c10 = {b"data": np.zeros((4, 3072), np.uint8), b"labels": [0, 1, 2, 3]}
+    files = {"train": pickle.dumps(c10), "test": pickle.dumps(c10)}
+    _write_files(tmp_path / "a", "cifar-100-python", "cifar-100-python.tar.gz", files, False)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar100", "test", data_dir=tmp_path / "a", verify=False)
+    assert str(tmp_path / "a" / "cifar-100-python" / "test") in str(e.value)
+    assert ("no 'fine_labels' entry (keys: ['data', 'labels']); 'labels' is the label key of "
+            "a CIFAR-10 batch, saved here under cifar100's name?") in str(e.value)
+    c100 = pickle.loads(_c100_files()["test"])
+    files = {f"data_batch_{i}": pickle.dumps(c100) for i in range(1, 6)}
+    files["test_batch"] = pickle.dumps(c100)
+    _write_files(tmp_path / "b", "cifar-10-batches-py", "cifar-10-python.tar.gz", files, True)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar10", "test", data_dir=tmp_path / "b", verify=False)
+    assert str(tmp_path / "b" / "cifar-10-python.tar.gz") in str(e.value)
+    assert ("'fine_labels' is the label key of a CIFAR-100 file, saved here under cifar10's "
+            "name?") in str(e.value)
+
+
+def test_cifar_npz_of_the_other_cifar(tmp_path):
+    """A cifar10.npz (with its 10 label_names) saved as cifar100.npz loaded as CIFAR-100;
+    a cifar100.npz saved as cifar10.npz failed on its fine labels' range only."""
+    x = np.zeros((4, 32, 32, 3), np.uint8)
+    y = np.array([0, 1, 2, 3])
+    (tmp_path / "cifar100").mkdir()
+    npz = tmp_path / "cifar100" / "cifar100.npz"
+    np.savez(npz, x_train=x, y_train=y, x_test=x, y_test=y,
+             label_names=np.array([f"c{i}" for i in range(10)]))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar100", data_dir=tmp_path, verify=False)
+    assert f"Dataset file {npz} is damaged" in str(e.value)
+    assert "it has CIFAR-10's 'label_names' (10 names; keys: [" in str(e.value)
+    assert "a cifar10.npz saved under cifar100's name?" in str(e.value)
+    (tmp_path / "cifar10").mkdir()
+    npz = tmp_path / "cifar10" / "cifar10.npz"
+    np.savez(npz, x_train=x, y_train=y, x_test=x, y_test=y, y_train_coarse=y, y_test_coarse=y,
+             fine_label_names=np.array([f"f{i}" for i in range(100)]))
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("cifar10", data_dir=tmp_path, verify=False)
+    assert f"Dataset file {npz} is damaged" in str(e.value)
+    assert ("it has CIFAR-100's arrays ['y_train_coarse', 'y_test_coarse', "
+            "'fine_label_names']") in str(e.value), str(e.value)
+
+
+def test_one_wine_file_under_both_names(tmp_path):
+    """winequality-red.csv copied to winequality-white.csv loaded as 'both' (red twice)."""
+    d = tmp_path / "wine_quality"
+    d.mkdir()
+    text = (";".join(f'"c{i}"' for i in range(11)) + ';"quality"\n'
+            + "\n".join(";".join(["1.5"] * 11 + [str(q)]) for q in (5, 6, 7)) + "\n")
+    (d / "winequality-red.csv").write_text(text)
+    (d / "winequality-white.csv").write_text(text)
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load("winequality", "all", data_dir=tmp_path, verify=False)
+    msg = str(e.value)
+    assert f"Dataset file {d / 'winequality-white.csv'} is damaged" in msg
+    assert f"it holds the same 3 rows as {d / 'winequality-red.csv'}" in msg
+    assert len(D.load("winequality", "all", variant="white", data_dir=tmp_path,
+                      verify=False)) == 3  # (one variant alone cannot be told)
