@@ -86,6 +86,9 @@ def main(argv=None) -> int:
     p.add_argument("--n-train", type=int, default=None,
                    help="training images (default: the CPU configuration's 4096; 0: the full "
                    "training set less the validation images)")
+    p.add_argument("--gn-rate", type=float, default=None,
+                   help="every GN arm's rate per block (default: the CPU configuration's 0.2, "
+                   "swept on 4096 images)")
     p.add_argument("--n-val", type=int, default=None,
                    help="App. J's validation images held out to tune the decay (default: the "
                    "CPU configuration's 1024)")
@@ -108,6 +111,8 @@ def main(argv=None) -> int:
     if args.epochs < 1:
         raise SystemExit(f"--epochs: expected >= 1, got {args.epochs}")
     switch = args.switch if args.switch is not None else max(1, args.epochs // 2)
+    if args.gn_rate is not None and not 0 < args.gn_rate < float("inf"):
+        raise SystemExit(f"--gn-rate: expected a finite rate > 0, got {args.gn_rate}")
     by_name = {a.name: a for a in base.arms}
     if args.weight_decays:
         if args.artifact != "appJ":
@@ -138,6 +143,8 @@ def main(argv=None) -> int:
         a = by_name[n]
         if a.then is not None:
             a = dataclasses.replace(a, switch_epoch=switch)
+        if args.gn_rate is not None and isinstance(a.optimizer, ex.GaussNewton):
+            a = dataclasses.replace(a, lrs=(args.gn_rate,), fallback_lrs=())
         if args.w_scale != 1.0:
             a = dataclasses.replace(a, w_scale=a.w_scale * args.w_scale)
         arms.append(a)
@@ -162,6 +169,7 @@ def main(argv=None) -> int:
         scale_note=base.scale_note + f"; ablation: {args.epochs} epochs, arms {names}"
         + (f", switch at epoch {switch}" if any(a.then for a in arms) else "")
         + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else "")
+        + (f", GN rate {args.gn_rate:g} per block" if args.gn_rate is not None else "")
         + (f", n_train {data_kw.get('n_train', base.n_train) or 'full'}, n_val "
            f"{data_kw.get('n_val', base.n_val)}" if data_kw else ""))
     ck = args.checkpoint_dir or str(REPO / "checkpoints" / f"gnrev_long_{args.artifact}")

@@ -78,21 +78,26 @@ def test_variants_long_weight_decays_add_app_j_arms(tmp_path):
                   "--out", str(tmp_path / "x.json")])
 
 
-def test_variants_long_n_train_and_n_val_set_the_data_sizes(tmp_path):
-    # --n-train / --n-val resize the App. J data (the full-data ablation); one epoch runs
+def test_variants_long_n_train_n_val_gn_rate_set_the_data_and_rate(tmp_path):
+    # --n-train / --n-val resize the App. J data (the full-data ablation), --gn-rate sets GN's
+    # rate; one epoch runs
     # without a switch arm (the switch is checked only where a *_then_* arm needs it)
     import pytest
 
     from reproduce._gnrev_variants_long import main
 
-    r = _smoke("_gnrev_variants_long", ["--artifact", "appJ", "--arms", "gn", "--epochs", "1",
-                                        "--n-train", "96", "--n-val", "40"], tmp_path)
+    r = _smoke("_gnrev_variants_long", ["--artifact", "appJ", "--arms", "gn,adam", "--epochs",
+                                        "1", "--n-train", "96", "--n-val", "40",
+                                        "--gn-rate", "0.05"], tmp_path)
     assert r["config"]["n_train"] == 96
+    # --gn-rate sets GN's rate only (Adam keeps the configuration's)
+    assert r["arms"]["gn"]["lr"] == 0.05 and r["arms"]["adam"]["lr"] == 1e-3
     assert "n_train 96, n_val 40" in r["config"]["scale_note"]
     assert len(r["arms"]["gn"]["train_loss_per_epoch"]) == 2
     for argv, msg in ((["--artifact", "appJ", "--n-train", "-1"], "--n-train: expected >= 0"),
                       (["--artifact", "appE", "--n-val", "8"], "App. J only"),
                       (["--artifact", "appJ", "--epochs", "0"], "--epochs: expected >= 1"),
+                      (["--artifact", "appJ", "--gn-rate", "0"], "--gn-rate: expected a finite"),
                       (["--artifact", "appF", "--arms", "adam_then_gn", "--epochs", "1"],
                        "--switch: expected an epoch in 1..0")):
         argv = argv if "--epochs" in argv else [*argv, "--epochs", "2"]
