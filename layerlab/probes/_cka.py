@@ -6,11 +6,12 @@ Kornblith et al. 2019 (CKA), Nguyen et al. 2021 (minibatch CKA), Cristianini et 
 
 Every function computes in float32 or wider: integer inputs (uint8 pixels overflow in
 ``x @ x.T``) and half-precision ones (bfloat16's eps ~ 8e-3 cannot resolve the centring;
-float16 overflows beyond 65504 in the sums of squares) are promoted first, float64 stays
-float64.  A representation constant over the samples (a dead layer) gives CKA 0, where CKA
-is 0/0, in every function here.  The scale-invariant functions rescale their inputs by an
-exact power of two first (``_scale.py``): float32 inputs of 1e-20 or 1e20 neither underflow
-nor overflow in the sums of squares.
+float16 overflows beyond 65504 in the sums of squares) are promoted first (integers to JAX's
+default float, float64 under x64), float64 stays float64.  A representation constant over
+the samples (a dead layer) gives CKA 0, where CKA is 0/0, in every function here.  The
+scale-invariant functions rescale their inputs by an exact power of two first
+(``_scale.py``): float32 inputs of 1e-20 or 1e20 neither underflow nor overflow in the sums
+of squares.
 """
 
 from __future__ import annotations
