@@ -294,11 +294,16 @@ def check_labels(
 
 
 def promote_float(*xs: Any) -> list[jax.Array]:
-    """The arrays in one float dtype: the widest of theirs and float32 (integer or half-precision
-    inputs are computed in float32, float64 stays float64).  Integer arguments must never
-    truncate real ones nor overflow in products (uint8 pixels, int32 features)."""
+    """The arrays in one float dtype: JAX's promotion of theirs with a Python float, and at
+    least float32.  Half precision is computed in float32, float32 and float64 stay as they
+    are, and integer or bool arrays alone go to JAX's default float ``jnp.result_type(float)``
+    (float32, float64 under ``jax_enable_x64``; as ``int_array * 1.0`` would, where this
+    function once gave float32 under x64 too); beside a float array they take its dtype.
+    Integer arguments must never truncate real ones nor overflow in products (uint8 pixels,
+    int32 features)."""
     arrs = [as_device_array(x) for x in xs]
-    dt = jnp.result_type(*(a.dtype for a in arrs), jnp.float32)
+    # a weak `float` makes integers default floats but leaves floats (half precision too) alone
+    dt = jnp.promote_types(jnp.result_type(*(a.dtype for a in arrs), float), jnp.float32)
     return [a.astype(dt) for a in arrs]
 
 

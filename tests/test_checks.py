@@ -173,3 +173,25 @@ def test_jit_or_eager_floats_0d_scales_and_falls_back_on_unhashable():
     out = C.jit_or_eager(g, x, s=np.array([1.0, 2.0, 3.0]), f=jnp.sin)  # unhashable: eager
     np.testing.assert_allclose(out, jnp.sin(x) * np.array([1.0, 2.0, 3.0]), rtol=1e-6)
     assert calls[-1] is np.ndarray
+
+
+@pytest.mark.parametrize("enable_x64", [False, True])
+def test_promote_float_sends_integers_alone_to_the_default_float(enable_x64):
+    """Integer or bool arrays alone go to ``jnp.result_type(float)`` (float64 under x64, where
+    they went to float32); floats decide beside them; half precision is computed in float32."""
+    with jax.enable_x64(enable_x64):
+        default = jnp.result_type(float)
+        assert default == (jnp.float64 if enable_x64 else jnp.float32)
+        cases = [((jnp.int64,), default), ((jnp.uint8,), default), ((jnp.bool_,), default),
+                 ((jnp.int8, jnp.bool_), default), ((jnp.float16,), jnp.float32),
+                 ((jnp.bfloat16,), jnp.float32), ((jnp.float32,), jnp.float32),
+                 ((jnp.float32, jnp.int64), jnp.float32), ((jnp.float16, jnp.uint8), jnp.float32),
+                 ((jnp.float64,), default), ((jnp.float64, jnp.int32), default)]
+        for dtypes, want in cases:
+            out = C.promote_float(*(np.asarray([3, 1], dt) for dt in dtypes))
+            assert [a.dtype for a in out] == [jnp.dtype(want)] * len(dtypes), dtypes
+            np.testing.assert_array_equal(np.asarray(out[0], np.float64),
+                                          np.asarray([3, 1], dtypes[0]).astype(np.float64))
+        # an int64 beyond 2^24 is exact in float64, rounded in float32
+        (big,) = C.promote_float(np.array([2**24 + 1]))
+        assert float(big[0]) == (2**24 + 1 if enable_x64 else 2**24)

@@ -6,11 +6,12 @@ Kornblith et al. 2019 (CKA), Nguyen et al. 2021 (minibatch CKA), Cristianini et 
 
 Every function computes in float32 or wider: integer inputs (uint8 pixels overflow in
 ``x @ x.T``) and half-precision ones (bfloat16's eps ~ 8e-3 cannot resolve the centring;
-float16 overflows beyond 65504 in the sums of squares) are promoted first, float64 stays
-float64.  A representation constant over the samples (a dead layer) gives CKA 0, where CKA
-is 0/0, in every function here.  The scale-invariant functions rescale their inputs by an
-exact power of two first (``_scale.py``): float32 inputs of 1e-20 or 1e20 neither underflow
-nor overflow in the sums of squares.
+float16 overflows beyond 65504 in the sums of squares) are promoted first (integers to JAX's
+default float, float64 under x64), float64 stays float64.  A representation constant over
+the samples (a dead layer) gives CKA 0, where CKA is 0/0, in every function here.  The
+scale-invariant functions rescale their inputs by an exact power of two first
+(``_scale.py``): float32 inputs of 1e-20 or 1e20 neither underflow nor overflow in the sums
+of squares.
 """
 
 from __future__ import annotations
@@ -158,11 +159,26 @@ def _centred(x: jax.Array) -> jax.Array:
     return xc - jnp.mean(xc, axis=0, keepdims=True)
 
 
-def _rbf_gram(xc: jax.Array, sigma_frac, sigma=None) -> tuple[jax.Array, jax.Array]:
-    """RBF Gram matrix of the centred rows ``xc`` and its bandwidth ``sigma^2``."""
+def _rbf_gram(xc: jax.Array, sigma_frac, sigma=None, *,
+              const=False) -> tuple[jax.Array, jax.Array]:
+    """RBF Gram matrix of the centred rows ``xc`` and its bandwidth ``sigma^2`` (absolute
+    ``sigma``, else ``sigma_frac^2`` times the median squared distance): the one kernel of
+    :func:`gram_rbf`, :func:`rbf_cka` and the minibatch RBF CKA.
+
+    ``const`` (a boolean scalar): the caller's verdict that the representation is constant
+    (its own test: :func:`gram_rbf` rows exactly equal, :func:`rbf_cka` every column within
+    4 eps, :func:`_centre_columns`).  There the kernel is all ones (every distance is 0, so
+    every bandwidth gives ``exp(0)``) and is computed with the bandwidth 1, not the median
+    one, which is 0: ``0/0`` would make the gradient NaN, not 0."""
     d2 = _sq_dists(xc)
     s2 = sigma**2 if sigma is not None else sigma_frac**2 * jnp.median(d2)
-    return jnp.exp(-d2 / (2.0 * s2)), s2
+    return jnp.where(const, 1.0, jnp.exp(-d2 / (2.0 * jnp.where(const, 1.0, s2)))), s2
+
+
+def _zero_bandwidth_eagerly(s2, const) -> bool:
+    """Whether an eagerly computed median bandwidth ``s2`` is 0 on a representation that is
+    not constant (the kernel 0/0, NaN); False under ``jit``, where it cannot be read."""
+    return is_concrete(s2) and float(s2) == 0.0 and not bool(const)
 
 
 def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None = None) -> jax.Array:
@@ -206,15 +222,13 @@ def gram_rbf(x: ArrayLike, *, sigma_frac: float = 0.8, sigma: ArrayLike | None =
     # scale free: an exact power of two keeps the squared distances in range (1e-20 rows
     # underflowed to a zero median, 1e20 ones overflowed: NaN kernels)
     flat = jnp.all(x == x[:1])  # a constant x: every distance 0, K = 1 for any bandwidth
-    d2 = _sq_dists(unit_scaled(_centred(x)))
-    s2 = sigma_frac**2 * jnp.median(d2)
-    if is_concrete(s2) and float(s2) == 0.0 and not bool(flat):  # eager only
+    k, s2 = _rbf_gram(unit_scaled(_centred(x)), sigma_frac, const=flat)
+    if _zero_bandwidth_eagerly(s2, flat):
         raise ValueError(
             f"gram_rbf: x has a zero median pairwise distance (more than half of its "
             f"{x.shape[0]}^2 squared distances are 0: most samples coincide), so the "
             "median-heuristic bandwidth is 0 and the kernel 0/0; pass sigma.")
-    # (the bandwidth 1 on a constant x keeps its gradient finite: 0, not NaN)
-    return jnp.where(flat, 1.0, jnp.exp(-d2 / (2.0 * jnp.where(flat, 1.0, s2))))
+    return k
 
 
 def center_gram(k: ArrayLike) -> jax.Array:
@@ -443,9 +457,9 @@ def _rbf_cka_core(x, y, sigma_frac):
     x, x_const = _centre_scaled(x)
     y, y_const = _centre_scaled(y)
     degenerate = x_const | y_const
-    # a constant representation has a zero median distance (0/0 bandwidth): use K = 1
-    kx = jnp.where(x_const, 1.0, _rbf_gram(x, sigma_frac)[0])  # (x, y centred above)
-    ky = jnp.where(y_const, 1.0, _rbf_gram(y, sigma_frac)[0])
+    # a constant representation has a zero median distance (0/0 bandwidth): K = 1
+    kx = _rbf_gram(x, sigma_frac, const=x_const)[0]  # (x, y centred above)
+    ky = _rbf_gram(y, sigma_frac, const=y_const)[0]
     return jnp.where(degenerate, 0.0, cka(kx, ky))
 
 
@@ -534,7 +548,7 @@ def minibatch_cka_update(
         # (the median-bandwidth kernel is invariant to rescaling each minibatch)
         (k1, s1), (k2, s2) = _rbf_gram(unit_scaled(x), 0.8), _rbf_gram(unit_scaled(y), 0.8)
         for arg, s2_, const in (("x", s1, x_const), ("y", s2, y_const)):
-            if is_concrete(s2_) and float(s2_) == 0.0 and not bool(const):  # eager only
+            if _zero_bandwidth_eagerly(s2_, const):
                 raise ValueError(_zero_bandwidth("minibatch_cka_update", arg,
                                                  "this minibatch"))
     k1 = jnp.where(x_const, 0.0, k1)

@@ -44,7 +44,8 @@ def singular_values(tree: PyTree, *, min_ndim: int = 2) -> PyTree:
 
     Returns:
       pytree of the same structure: ``[min(rows, cols)]`` descending singular values per
-      weight (float32 for half-precision or integer weights, float64 for float64 ones),
+      weight (float32 for half-precision weights, JAX's default float for integer ones:
+      float64 under x64; float32 and float64 as they are),
       ``None`` elsewhere.
     """
     return jax.tree.map(
@@ -142,7 +143,7 @@ def effective_rank(s: ArrayLike) -> jax.Array:
 
     Args:
       s: ``[k]`` singular values, or a matrix ``[m, n]`` (its singular values are used);
-        half-precision or integer inputs are computed in float32.
+        half-precision inputs are computed in float32, integer ones in JAX's default float.
 
     Returns:
       scalar; **0 for an all-zero spectrum** (the zero matrix has rank 0).
@@ -183,9 +184,10 @@ def participation_ratio(eigs: ArrayLike) -> jax.Array:
     ``singular_values`` of the centred ``x`` squared.
 
     Args:
-      eigs: ``[k]`` non-negative values; half-precision or integer inputs are computed in
-        float32 (float64 stays float64).  Negative entries down to ``-8 log2(k) eps max|eigs|``
-        (the round-off of ``eigvalsh`` on a PSD matrix) are read as 0.
+      eigs: ``[k]`` non-negative values; half-precision inputs are computed in float32,
+        integer ones in JAX's default float (float64 under x64; float64 stays float64).
+        Negative entries down to ``-8 log2(k) eps max|eigs|`` (the round-off of ``eigvalsh``
+        on a PSD matrix) are read as 0.
 
     Returns:
       scalar in ``[1, k]``; 0 for an all-zero spectrum; NaN under ``jit`` for a clearly

@@ -60,8 +60,8 @@ def tree_cosine_similarity(a: PyTree, b: PyTree) -> jax.Array:
 
     Args:
       a, b: pytrees of the same structure and leaf shapes.  Sums run in the widest leaf dtype
-        and at least float32 (half-precision and integer leaves are upcast; float64 stays
-        float64).
+        and at least float32 (half-precision leaves are upcast, integer-only trees go to
+        JAX's default float, float64 under x64; float64 stays float64).
 
     Returns:
       scalar in ``[-1, 1]`` (clipped there: rounding can exceed 1 for parallel trees);
@@ -88,8 +88,8 @@ def tree_relative_change(a: PyTree, a0: PyTree) -> jax.Array:
 
     Args:
       a, a0: pytrees of the same structure and leaf shapes.  Computed in the widest leaf
-        dtype and at least float32 (half-precision and integer leaves are upcast before the
-        difference; float64 stays float64).
+        dtype and at least float32 (half-precision leaves are upcast before the difference,
+        integer-only trees go to JAX's default float, float64 under x64; float64 stays float64).
 
     Returns:
       scalar; its gradient at ``a = a0`` is 0 (was NaN).

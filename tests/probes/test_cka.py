@@ -821,3 +821,47 @@ def test_minibatch_cka_state_built_from_three_sums_holds_them_unscaled():
         s = P.minibatch_cka_update(s, a, b)
     np.testing.assert_allclose(float(P.minibatch_cka_value(s)), want, rtol=1e-5)
     assert float(P.minibatch_cka_value(P.MinibatchCKAState(0.0, 0.0, 0.0))) == 0.0
+
+
+def test_integer_inputs_are_computed_in_the_default_float_under_x64(x64):
+    """int64 features and kernels gave float32 results under x64 (promote_float added
+    float32 to their dtypes); now float64, equal to numpy's float64 values."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-50, 51, size=(12, 4))
+    y = rng.integers(-50, 51, size=(12, 3)) + x[:, :3] // 2
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+    k, lm = xf @ xf.T, yf @ yf.T
+    d2 = ((xf[:, None, :] - xf[None, :, :]) ** 2).sum(-1)
+    k_rbf = np.exp(-d2 / (2 * 0.8**2 * np.median(d2)))
+    hsic_kl = _np_hsic(k, lm)
+    dk, dl = k - np.diag(np.diag(k)), np.abs(lm)
+    want = {
+        "gram_linear": (P.gram_linear(x), k),
+        "gram_rbf": (P.gram_rbf(x), k_rbf),
+        "gram_rbf sigma": (P.gram_rbf(x, sigma=30.0), np.exp(-d2 / (2 * 30.0**2))),
+        "center_gram": (P.center_gram(k.astype(np.int64)), _np_centred(k)),
+        "hsic": (P.hsic(k.astype(np.int64), lm.astype(np.int64)), hsic_kl),
+        "cka": (P.cka(k.astype(np.int64), lm.astype(np.int64)),
+                hsic_kl / np.sqrt(_np_hsic(k, k) * _np_hsic(lm, lm))),
+        "linear_cka": (P.linear_cka(x, y), _np_linear_cka(xf, yf)),
+        "kernel_alignment": (P.kernel_alignment(dk.astype(np.int64), dl.astype(np.int64)),
+                             np.sum(dk * dl) / np.linalg.norm(dk) / np.linalg.norm(dl)),
+        "kernel_change_rate": (P.kernel_change_rate(k.astype(np.int64), lm.astype(np.int64)),
+                               np.linalg.norm(lm - k) / np.linalg.norm(k)),
+    }
+    for name, (got, ref) in want.items():
+        assert got.dtype == jnp.float64, name
+        np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-12, atol=1e-12, err_msg=name)
+    # the RBF CKA of the integer x against itself is 1 to float64 precision (float32 before)
+    got = P.rbf_cka(x, x)
+    assert got.dtype == jnp.float64
+    np.testing.assert_allclose(float(got), 1.0, rtol=1e-13)
+    # outside x64 the same inputs stay float32
+    with jax.enable_x64(False):
+        assert P.linear_cka(jnp.asarray(x), jnp.asarray(y)).dtype == jnp.float32
+
+
+def _np_centred(k):
+    n = k.shape[0]
+    h = np.eye(n) - np.ones((n, n)) / n
+    return h @ k @ h

@@ -195,3 +195,26 @@ def test_count_near_one_refuses_a_non_finite_spectrum_and_compares_in_float32():
         P.count_near_one(jnp.array([1.0, jnp.nan]))
     # tol was rounded to bf16 (0.2501 -> 0.25): |0.75 - 1| = 0.25 < 0.2501 went uncounted
     assert int(P.count_near_one(jnp.asarray([0.75, 1.3], jnp.bfloat16), tol=0.2501)) == 1
+
+
+def test_integer_inputs_are_computed_in_the_default_float_under_x64(x64):
+    """int64 matrices and spectra gave float32 singular values and ranks under x64; now
+    float64, equal to numpy's float64 values."""
+    rng = np.random.default_rng(12)
+    w = rng.integers(-20, 21, size=(7, 5))
+    s = np.linalg.svd(w.astype(np.float64), compute_uv=False)
+    p = s / s.sum()
+    eigs = np.array([9, 4, 4, 1, 0])
+    got = {
+        "singular_values": (P.singular_values({"w": w})["w"], s),
+        "product_singular_values": (P.product_singular_values([w, w.T])[0],
+                                    np.linalg.svd(w @ w.T.astype(np.float64),
+                                                  compute_uv=False)),
+        "effective_rank": (P.effective_rank(w), np.exp(-np.sum(p * np.log(p)))),
+        "stable_rank": (P.stable_rank(w), np.sum(s**2) / s[0] ** 2),
+        "participation_ratio": (P.participation_ratio(eigs),
+                                eigs.sum() ** 2 / np.sum(eigs.astype(np.float64) ** 2)),
+    }
+    for name, (val, ref) in got.items():
+        assert val.dtype == jnp.float64, name
+        np.testing.assert_allclose(np.asarray(val), ref, rtol=1e-10, atol=1e-9, err_msg=name)

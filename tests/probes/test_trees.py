@@ -174,3 +174,20 @@ def test_tree_probes_name_a_complex_leaf():
         P.tree_relative_change(bad, a)
     with pytest.raises(TypeError, match=r"^tree_relative_change: a0\['b'\] must hold real"):
         P.tree_relative_change(a, bad)
+
+
+def test_integer_trees_are_computed_in_the_default_float_under_x64(x64):
+    """int64 leaves gave a float32 cosine and relative change under x64; now float64, equal
+    to numpy's float64 values on the flattened vectors."""
+    rng = np.random.default_rng(13)
+    a = {"w": rng.integers(-9, 10, size=(4, 3)), "b": rng.integers(-9, 10, size=(3,))}
+    b = {"w": a["w"] + rng.integers(-2, 3, size=(4, 3)), "b": rng.integers(-9, 10, size=(3,))}
+    va = np.concatenate([a["b"], a["w"].ravel()]).astype(np.float64)
+    vb = np.concatenate([b["b"], b["w"].ravel()]).astype(np.float64)
+    cos = P.tree_cosine_similarity(a, b)
+    rel = P.tree_relative_change(b, a)  # ||b - a|| / ||a||
+    assert cos.dtype == rel.dtype == jnp.float64
+    np.testing.assert_allclose(float(cos), va @ vb / np.linalg.norm(va) / np.linalg.norm(vb),
+                               rtol=1e-13)
+    np.testing.assert_allclose(float(rel), np.linalg.norm(vb - va) / np.linalg.norm(va),
+                               rtol=1e-13)
