@@ -340,7 +340,7 @@ def fit_variances(
     Args:
       x: ``[N, d]`` inputs the covariance was sampled on.
       K_target: ``[N, N]`` Monte-Carlo covariance of finite-width random nets (not all zero;
-        an integer one is fitted in float32).
+        an integer one is fitted in JAX's default float: float32, float64 under x64).
       init: starting :class:`LayerVariances` (``[D + 1]`` each, finite and ``>= 0``).
       steps, lr: Adam steps (``>= 0``) and learning rate (``> 0``). ridge: pull of ``s``
         towards 0 (``>= 0``).

@@ -144,8 +144,9 @@ def check_kernel(K: jax.typing.ArrayLike, eps2: float = 0.0,
     Cholesky factorisation exists with at most the documented jitter.
 
     Args:
-      K: ``[N, N]`` kernel matrix (integer or half-precision kernels are checked in float32,
-        the dtype :func:`dgl_loss` computes them in).
+      K: ``[N, N]`` kernel matrix (integer kernels are checked in JAX's default float,
+        float32 or float64 under x64, half-precision ones in float32: the dtypes
+        :func:`dgl_loss` computes them in).
       eps2: the noise variance added to the diagonal.
       Y: optional ``[N, C]`` targets, checked for shape and finiteness.
     """

@@ -423,8 +423,9 @@ def density_eigh(rho: jax.Array) -> tuple[jax.Array, jax.Array]:
     Returns:
       ``(eigvals [..., d], eigvecs [..., d, d])``; ``eigvecs[..., :, a]`` is the unit
       eigenvector of ``eigvals[..., a]``.  Signs are arbitrary (see ``fix_signs``).  In
-      float32 for half-precision or integer ``rho`` (LAPACK has no bfloat16/float16 eigh),
-      in ``rho``'s dtype otherwise.
+      float32 for half-precision ``rho`` (LAPACK has no bfloat16/float16 eigh), in JAX's
+      default float for integer ``rho`` (float32; float64 under x64), in ``rho``'s dtype
+      otherwise.
     """
     rho = jnp.asarray(rho)
     if rho.ndim < 2 or rho.shape[-1] != rho.shape[-2]:

@@ -29,7 +29,8 @@ from layerlab.dmn._spec import Layer, format_spec, parse_spec, split_spec
 
 
 def _float_input(x: jax.typing.ArrayLike) -> jax.Array:
-    """``x`` as a float array: integer (uint8 pixels) or bool to float32, floats unchanged."""
+    """``x`` as a float array: integer (uint8 pixels) or bool to JAX's default
+    float (float32; float64 under x64), floats unchanged."""
     x = as_device_array(x)
     return x if jnp.issubdtype(x.dtype, jnp.floating) else promote_float(x)[0]
 
@@ -70,8 +71,8 @@ class Head(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
-        # integer images (uint8 pixels of a ConvNet, no DMN prefix): float32 parameters and
-        # computation (a float input keeps its dtype)
+        # integer images (uint8 pixels of a ConvNet, no DMN prefix): parameters and computation
+        # in JAX's default float (float32; float64 under x64); a float input keeps its dtype
         x = _float_input(x)
         n_dense = sum(lay.kind == "dense" for lay in self.layers)
         seen = 0
@@ -137,7 +138,8 @@ class Network(NamedTuple):
 def add_input_noise(key: jax.Array, x: jax.typing.ArrayLike, amplitude: float) -> jax.Array:
     """``x + U[0, amplitude)`` elementwise (the authors' guard against degenerate spectra);
     ``x`` unchanged when ``amplitude == 0``.  Float ``x`` keeps its dtype; integer ``x``
-    (uint8 pixels) is returned in float32, with or without noise.
+    (uint8 pixels) is returned in JAX's default float (float32; float64 under x64), with or
+    without noise.
 
     ``amplitude`` may be traced (``jit``/``vmap`` over it): then the noise is always drawn
     (``amplitude = 0`` adds ``0 * U``), it is applied in ``x``'s dtype, and a negative or
