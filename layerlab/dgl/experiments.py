@@ -783,6 +783,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     out["wall_s"] = time.perf_counter() - t_row
     out["device"] = jax.devices()[0].device_kind
     out["config"] = dataclasses.asdict(cfg)
+    out["key"] = _digest(key)  # checked when a rerun finds the part (_check_part)
     return out
 
 
@@ -885,6 +886,40 @@ def _write_part(path: pathlib.Path, part: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(to_jsonable(part)))
     tmp.replace(path)
+
+
+# settings a part does not depend on, or checked through the part's n_train / width, or
+# allowed to change between runs into one parts folder (the full-N comparison is added to a
+# part after its run, with its own steps)
+_PART_FREE = {"rows", "seeds", "data_dir", "full_n_rows", "full_n_steps", "n_mnist", "n_cifar",
+              "n_bmnist", "max_width"}
+
+
+def _check_part(part: dict, cfg: Table1Config, key: jax.Array, path: pathlib.Path) -> None:
+    """Refuse a part that ``run_table1`` would skip but that another configuration (or key)
+    made: its N, width, every setting but :data:`_PART_FREE` (a setting the part's config
+    lacks, written before it existed, counts as its default) and, when recorded, its key."""
+    from layerlab.loop import CheckpointMismatchError
+
+    dataset = ROWS[part["row"]][0]
+    now = {"n_train": cfg.n_train(dataset), "width": cfg.width(part["row"])}
+    saved = {k: part.get(k) for k in now}
+    defaults = dataclasses.asdict(Table1Config())
+    for k, v in dataclasses.asdict(cfg).items():
+        if k not in _PART_FREE:
+            now[k] = v
+            saved[k] = part.get("config", {}).get(k, defaults[k])
+    if "key" in part:
+        now["key"], saved["key"] = _digest(key), part["key"]
+    from layerlab.record import to_jsonable
+
+    # a part's floats are stored to 6 significant digits: compared at that rounding
+    diff = _fingerprint_diff(to_jsonable(saved), to_jsonable(now))
+    if diff:
+        raise CheckpointMismatchError(
+            f"run_table1: the part {path} was run with another configuration; part vs now:\n  "
+            + "\n  ".join(diff) + "\nRerun with the same configuration and key, or use a "
+            "new parts folder.")
 
 
 def _part_path(parts_dir: pathlib.Path, row: str, seed: int) -> pathlib.Path:
@@ -1027,6 +1062,7 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                 path = _part_path(parts_dir, row, s)
                 if path.exists():
                     part = json.loads(path.read_text())
+                    _check_part(part, cfg, jax.random.fold_in(key, s), path)
                     if (row in cfg.full_n_rows and s == 0
                             and "full_n_vs_minibatch" not in part):
                         part = add_full_n_comparison(

@@ -534,3 +534,23 @@ def test_lego_ablation_state_of_another_run_or_variant_is_refused(tmp_path, shar
     np.savez(state.with_suffix(".e2e.npz"), w0=np.zeros(1))  # written before fingerprints
     with pytest.raises(CheckpointMismatchError, match="no fingerprint"):
         ex.run_lego_ablation(cfg, "bmnist-2x20", {}, **kw)
+
+
+@pytest.mark.datasets("mnist")
+def test_a_part_of_another_configuration_or_key_is_refused(tmp_path, shared_data):
+    # run_table1 skips a (row, seed) whose part exists: only if that part was run with this
+    # configuration and key (else the old number would be merged into the new table)
+    from layerlab.loop import CheckpointMismatchError
+
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data))
+    key = jax.random.key(0)
+    ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path)
+    rec = ex.run_table1(dataclasses.replace(cfg, data_dir=str(shared_data) + "/", seeds=1),
+                        key=key, progress=False, parts_dir=tmp_path)  # resumed: nothing run
+    assert next(r for r in rec.rows if r.name.startswith("BMNIST2k L=2")).seeds == 1
+    for c, k, field in [(dataclasses.replace(cfg, dgl_steps=5), key, "dgl_steps"),
+                        (dataclasses.replace(cfg, n_bmnist=120), key, "n_train"),
+                        (cfg, jax.random.key(1), "key")]:
+        with pytest.raises(CheckpointMismatchError, match=f"(?s)bmnist-2x20_seed0.json.*\n  "
+                                                          f"{field}: saved"):
+            ex.run_table1(c, key=k, progress=False, parts_dir=tmp_path)
