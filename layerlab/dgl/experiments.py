@@ -721,7 +721,9 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     ``cache_dir``: where finished steps (the end-to-end run, each LEGO layer, each layer of
     the full-N comparison) are kept; a rerun with the same folder resumes after the last
     finished step and gives the same result as an uninterrupted run (same keys; the steps'
-    info is stored rounded to 6 digits, as the part itself is).  ``mid_layer``: also keep
+    info is stored rounded to 6 digits, as the part itself is); a step cached by another
+    run (configuration, row, seed, key, data: see :class:`_StepCache`) or without a
+    fingerprint raises ``layerlab.loop.CheckpointMismatchError``.  ``mid_layer``: also keep
     ``loop.fit`` checkpoints inside each LEGO layer there (resume mid-layer; see
     :func:`_dgl_layer_grid`).
     """
@@ -1031,7 +1033,8 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                checkpoint_dir: str | os.PathLike | None = None,
                parts_dir: str | os.PathLike | None = None, command: str = "") -> Record:
     """Table I: run the configured rows (skipping row/seed parts already in ``parts_dir``,
-    so a stopped run resumes per seed), then merge every part found into one record.
+    so a stopped run resumes per seed; a part run with another configuration or key raises
+    ``layerlab.loop.CheckpointMismatchError``), then merge every part found into one record.
 
     Args:
       cfg: :class:`Table1Config`.  key: PRNG key (seed ``s`` uses ``fold_in(key, s)``).
