@@ -38,7 +38,7 @@ def main(argv=None):
                                state_file=str(REPO / "scratch/abl/cifar500.json"), progress=False)
     print(res.get("_e2e"))
     for k, v in res.items():
-        if k == "_e2e":
+        if k.startswith("_"):  # "_e2e", "_fingerprint"
             continue
         layers = [(ly["train_dgl_first_last"][1], ly["val_dgl_first_best"][1], ly["best_step"])
                   for ly in v["layers"]]

@@ -551,16 +551,58 @@ def _dgl_layer_grid(key, layer0, h_tr, y_tr, h_va, y_va, w_var, b_var, cfg: Tabl
     return _take(st.params, i), info
 
 
+def _digest(tree) -> str:
+    """SHA-1 (16 hex digits) of every leaf's path, shape, dtype and bytes: the whole arrays
+    (~0.1 s for N = 10000 x 3072 float32 on a CPU core), the same in every process."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype,
+                                                                 jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        a = np.ascontiguousarray(np.asarray(jax.device_get(leaf)))
+        h.update(f"{jax.tree_util.keystr(path)} {a.shape} {a.dtype};".encode())
+        h.update(memoryview(a.reshape(-1)).cast("B"))
+    return h.hexdigest()[:16]
+
+
+def _row_fingerprint(row: str, seed: int, key: jax.Array, d: dict, p0) -> dict:
+    """What every cached step of one Table I (row, seed) depends on: the row, seed and key,
+    the data (shapes and content of each split), the initial net, the matmul precision."""
+    return {"row": row, "seed": int(seed), "key": _digest(key),
+            "data": {s: [list(np.shape(a)) for a in d[s]] for s in ("train", "val", "test")},
+            "data_digest": _digest({s: d[s] for s in ("train", "val", "test")}),
+            "init_params": _digest(p0),
+            "matmul_precision": str(jax.config.jax_default_matmul_precision)}
+
+
+def _fingerprint_diff(saved: dict, now: dict) -> list[str]:
+    """``field: saved X, now Y`` for each field that differs (``now`` as JSON reads it)."""
+    now = json.loads(json.dumps(now))
+    return [f"{k}: saved {json.dumps(saved.get(k, '<absent>'))}, now "
+            f"{json.dumps(now.get(k, '<absent>'))}"
+            for k in sorted(set(saved) | set(now)) if saved.get(k, "<absent>") != now.get(
+                k, "<absent>")]
+
+
 class _StepCache:
     """The finished steps of one Table I (row, seed): the end-to-end run and each LEGO layer,
     so a stopped run resumes per step instead of per seed (a paper-scale LEGO layer is
     ~25 min on a CPU).  ``<dir>/<name>.npz`` holds the step's parameters (leaves in tree
-    order), ``<dir>/<name>.json`` its info, written last: a step counts as done only when
-    both are there.  ``path=None``: nothing is cached."""
+    order), ``<dir>/<name>.json`` its info and its fingerprint, written last: a step counts
+    as done only when both are there.  ``path=None``: nothing is cached.
 
-    def __init__(self, path: str | os.PathLike | None, mid_layer: bool = True):
+    The fingerprint is ``base`` (the (row, seed): :func:`_row_fingerprint`), the step's name
+    and the step's own settings and inputs; :meth:`load` of a step whose saved fingerprint
+    differs, or that has none (written before fingerprints), raises
+    :class:`layerlab.loop.CheckpointMismatchError` naming the fields that differ."""
+
+    def __init__(self, path: str | os.PathLike | None, mid_layer: bool = True,
+                 base: dict | None = None):
         self.path = None if path is None else pathlib.Path(path)
         self.mid_layer = mid_layer
+        self.base = base or {}
 
     def fit_dir(self, name: str, settings: list) -> pathlib.Path | None:
         """Where a step's ``loop.fit`` checkpoints go (``None``: not kept): named by the step
@@ -579,16 +621,36 @@ class _StepCache:
             shutil.rmtree(fit_dir, ignore_errors=True)
             fit_dir.with_name(fit_dir.name + ".wall.json").unlink(missing_ok=True)
 
-    def load(self, name: str, like: Any) -> tuple[Any, dict] | None:
+    def fingerprint(self, name: str, settings: dict) -> dict:
+        return {**self.base, "step": name, **settings}
+
+    def load(self, name: str, like: Any, settings: dict) -> tuple[Any, dict] | None:
+        """The step's ``(params, info)`` if it is cached and its fingerprint is this one's,
+        ``None`` if it is not cached; raises ``CheckpointMismatchError`` otherwise."""
+        from layerlab.loop import CheckpointMismatchError
+
         if self.path is None or not (self.path / f"{name}.json").exists():
             return None
+        saved = json.loads((self.path / f"{name}.json").read_text())
+        advice = ("Rerun with the same arguments (configuration, row, seed, key, data), or "
+                  "use a new cache folder (checkpoint_dir / cache_dir).")
+        if not isinstance(saved, dict) or not {"fingerprint", "info"} <= set(saved):
+            raise CheckpointMismatchError(
+                f"{self.path}: the cached step {name!r} has no fingerprint (written by an "
+                "older layerlab), so whether it was made with this configuration, data and "
+                f"initial net cannot be checked. {advice}")
+        diff = _fingerprint_diff(saved["fingerprint"], self.fingerprint(name, settings))
+        if diff:
+            raise CheckpointMismatchError(
+                f"{self.path}: the cached step {name!r} was made by a different run; saved vs "
+                "now:\n  " + "\n  ".join(diff) + f"\n{advice}")
         with np.load(self.path / f"{name}.npz") as z:
             # not jnp.asarray: no program compiled per leaf shape
             leaves = [as_device_array(z[f"a{i}"]) for i in range(len(z.files))]
         tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
-        return tree, json.loads((self.path / f"{name}.json").read_text())
+        return tree, saved["info"]
 
-    def save(self, name: str, tree: Any, info: dict) -> None:
+    def save(self, name: str, tree: Any, info: dict, settings: dict) -> None:
         if self.path is None:
             return
         from layerlab.record import to_jsonable
@@ -599,7 +661,9 @@ class _StepCache:
         np.savez(tmp, **{f"a{i}": np.asarray(a) for i, a in enumerate(leaves)})
         tmp.replace(self.path / f"{name}.npz")
         tj = self.path / f"{name}.json.tmp"
-        tj.write_text(json.dumps(to_jsonable(info)))
+        # the fingerprint as it is (to_jsonable rounds floats to 6 digits), the info rounded
+        tj.write_text(json.dumps({"fingerprint": self.fingerprint(name, settings),
+                                  "info": to_jsonable(info)}))
         tj.replace(self.path / f"{name}.json")
 
 
@@ -614,11 +678,20 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
     # sliced on the host, put on the device as they are (jnp.asarray of a host array
     # compiles a program per shape; device_put does not)
     w_var, b_var = np.asarray(v.w_var), np.asarray(v.b_var)
+    start = _digest(p0) if cache.path is not None else None
     for i in range(L):
         key, sub = jax.random.split(key)
         lr_i = (lrs[i],) if lrs is not None else cfg.dgl_lrs
         wd_i = (wds[i],) if wds is not None else cfg.dgl_wds
-        done = cache.load(f"{tag}_layer{i + 1}", params[i])
+        # what this layer's training depends on beside the (row, seed): its settings, the
+        # top-kernel variances, the net it starts from and the layers below as trained
+        fp = {} if cache.path is None else {
+            "steps": int(steps or cfg.dgl_steps), "evals": int(cfg.dgl_evals),
+            "val_subsets": int(cfg.val_subsets), "batch": None if batch is None else int(batch),
+            "lrs": [float(a) for a in lr_i], "wds": [float(a) for a in wd_i],
+            "eps_rel": float(cfg.eps_rel), "variances": _digest((w_var, b_var)),
+            "lego_start": start, "layers_below": _digest(params[:i])}
+        done = cache.load(f"{tag}_layer{i + 1}", params[i], fp)
         if done is not None:
             params[i], info = done
         else:
@@ -631,7 +704,7 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
                 batch=batch, lrs=lr_i, wds=wd_i, steps=steps or cfg.dgl_steps,
                 evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}",
                 checkpoint_dir=fit_dir)
-            cache.save(f"{tag}_layer{i + 1}", params[i], info)
+            cache.save(f"{tag}_layer{i + 1}", params[i], info, fp)
             cache.drop_fit_dir(fit_dir)  # the finished layer is in the cache
         layers.append(info)
         h, hv = _relu_layer(params[i], h), _relu_layer(params[i], hv)
@@ -648,11 +721,12 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     ``cache_dir``: where finished steps (the end-to-end run, each LEGO layer, each layer of
     the full-N comparison) are kept; a rerun with the same folder resumes after the last
     finished step and gives the same result as an uninterrupted run (same keys; the steps'
-    info is stored rounded to 6 digits, as the part itself is).  ``mid_layer``: also keep
+    info is stored rounded to 6 digits, as the part itself is); a step cached by another
+    run (configuration, row, seed, key, data: see :class:`_StepCache`) or without a
+    fingerprint raises ``layerlab.loop.CheckpointMismatchError``.  ``mid_layer``: also keep
     ``loop.fit`` checkpoints inside each LEGO layer there (resume mid-layer; see
     :func:`_dgl_layer_grid`).
     """
-    cache = _StepCache(cache_dir, mid_layer)
     dataset, L, _, _ = ROWS[row]
     width = cfg.width(row)
     t_row = time.perf_counter()
@@ -660,11 +734,17 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     x, y, _ = d["train"]
     k_init, k_e2e, k_lego, k_full = jax.random.split(key, 4)
     p0 = nets.mlp_init(k_init, [x.shape[1]] + [width] * L + [d["num_classes"]], init=cfg.init)
+    cache = _StepCache(cache_dir, mid_layer, None if cache_dir is None else
+                       _row_fingerprint(row, seed, key, d, p0))
     kind = "sgd" if dataset == "BMNIST2k" else "adam"
     lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
     t0 = time.perf_counter()
     epochs = cfg.e2e_epochs_sgd if kind == "sgd" else cfg.e2e_epochs
-    done = cache.load("end_to_end", p0)
+    fp_e2e = {"kind": kind, "lrs": [float(a) for a in lrs],
+              "wds": [float(a) for a in cfg.e2e_wds], "epochs": int(epochs),
+              "batch": int(cfg.e2e_batch), "monitor_n": int(cfg.monitor_n),
+              "monitor_evals": int(cfg.monitor_evals), "eps_rel": float(cfg.eps_rel)}
+    done = cache.load("end_to_end", p0, fp_e2e)
     if done is not None:
         pe, e2e = done
     else:
@@ -673,7 +753,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
                               monitor_evals=cfg.monitor_evals, eps_rel=cfg.eps_rel,
                               progress=progress, desc=f"{row} s{seed} end-to-end")
         e2e["wall_s"] = time.perf_counter() - t0
-        cache.save("end_to_end", pe, e2e)
+        cache.save("end_to_end", pe, e2e, fp_e2e)
     xt, _, lt = d["test"]
     acc = _acc_pct
     e2e["test"] = acc(pe, xt, lt)
@@ -705,6 +785,7 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     out["wall_s"] = time.perf_counter() - t_row
     out["device"] = jax.devices()[0].device_kind
     out["config"] = dataclasses.asdict(cfg)
+    out["key"] = _digest(key)  # checked when a rerun finds the part (_check_part)
     return out
 
 
@@ -790,8 +871,10 @@ def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.Path
     kind = "sgd" if dataset == "BMNIST2k" else "adam"
     t0 = time.perf_counter()
     with jax.default_matmul_precision("highest"):
+        cache = _StepCache(cache_dir, mid_layer, None if cache_dir is None else
+                           _row_fingerprint(row, part["seed"], key, d, p0))
         cmp = _full_n_comparison(cfg, row, k_full, p0, d, v, lr_wd, kind, progress=progress,
-                                 cache=_StepCache(cache_dir, mid_layer))
+                                 cache=cache)
     cmp["added_after_run"] = True
     out = dict(part)
     out["full_n_vs_minibatch"] = cmp
@@ -805,6 +888,40 @@ def _write_part(path: pathlib.Path, part: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(to_jsonable(part)))
     tmp.replace(path)
+
+
+# settings a part does not depend on, or checked through the part's n_train / width, or
+# allowed to change between runs into one parts folder (the full-N comparison is added to a
+# part after its run, with its own steps)
+_PART_FREE = {"rows", "seeds", "data_dir", "full_n_rows", "full_n_steps", "n_mnist", "n_cifar",
+              "n_bmnist", "max_width"}
+
+
+def _check_part(part: dict, cfg: Table1Config, key: jax.Array, path: pathlib.Path) -> None:
+    """Refuse a part that ``run_table1`` would skip but that another configuration (or key)
+    made: its N, width, every setting but :data:`_PART_FREE` (a setting the part's config
+    lacks, written before it existed, counts as its default) and, when recorded, its key."""
+    from layerlab.loop import CheckpointMismatchError
+
+    dataset = ROWS[part["row"]][0]
+    now = {"n_train": cfg.n_train(dataset), "width": cfg.width(part["row"])}
+    saved = {k: part.get(k) for k in now}
+    defaults = dataclasses.asdict(Table1Config())
+    for k, v in dataclasses.asdict(cfg).items():
+        if k not in _PART_FREE:
+            now[k] = v
+            saved[k] = part.get("config", {}).get(k, defaults[k])
+    if "key" in part:
+        now["key"], saved["key"] = _digest(key), part["key"]
+    from layerlab.record import to_jsonable
+
+    # a part's floats are stored to 6 significant digits: compared at that rounding
+    diff = _fingerprint_diff(to_jsonable(saved), to_jsonable(now))
+    if diff:
+        raise CheckpointMismatchError(
+            f"run_table1: the part {path} was run with another configuration; part vs now:\n  "
+            + "\n  ".join(diff) + "\nRerun with the same configuration and key, or use a "
+            "new parts folder.")
 
 
 def _part_path(parts_dir: pathlib.Path, row: str, seed: int) -> pathlib.Path:
@@ -916,7 +1033,8 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                checkpoint_dir: str | os.PathLike | None = None,
                parts_dir: str | os.PathLike | None = None, command: str = "") -> Record:
     """Table I: run the configured rows (skipping row/seed parts already in ``parts_dir``,
-    so a stopped run resumes per seed), then merge every part found into one record.
+    so a stopped run resumes per seed; a part run with another configuration or key raises
+    ``layerlab.loop.CheckpointMismatchError``), then merge every part found into one record.
 
     Args:
       cfg: :class:`Table1Config`.  key: PRNG key (seed ``s`` uses ``fold_in(key, s)``).
@@ -947,6 +1065,7 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                 path = _part_path(parts_dir, row, s)
                 if path.exists():
                     part = json.loads(path.read_text())
+                    _check_part(part, cfg, jax.random.fold_in(key, s), path)
                     if (row in cfg.full_n_rows and s == 0
                             and "full_n_vs_minibatch" not in part):
                         part = add_full_n_comparison(
@@ -983,7 +1102,11 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
     ``dgl_steps``, ``dgl_evals``, ``dgl_lrs``, ...) plus optional ``"top": "he"`` (top kernel
     with He variances ``w_var = 2, b_var = 0`` instead of the MF ones) and ``"width"``
     (another width: then a fresh init of that width).  Results are appended to the JSON
-    ``state_file`` after each variant; a rerun skips the variants already there.
+    ``state_file`` after each variant; a rerun skips the variants already there.  The state
+    file and the end-to-end net beside it (``<state_file stem>.e2e.npz``) record a
+    fingerprint (row, seed, key, data, initial net, end-to-end settings; and each variant's
+    settings): a rerun whose fingerprint differs, or a state written before fingerprints,
+    raises :class:`layerlab.loop.CheckpointMismatchError` naming the differing fields.
 
     Returns:
       ``{variant: {"lego_test", "lego_val_acc", "layers": [...]}, "_e2e": {...}}``.
@@ -999,18 +1122,45 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
     p0 = nets.mlp_init(k_init, sizes(cfg.width(row)), init=cfg.init)
     acc = _acc_pct
     ck = path.with_suffix(".e2e.npz")
+    kind = "sgd" if dataset == "BMNIST2k" else "adam"
+    lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
+    fp = {**_row_fingerprint(row, seed, key, d, p0), "step": "ablation",
+          "e2e_lrs": [float(a) for a in lrs], "e2e_wds": [float(a) for a in cfg.e2e_wds],
+          "e2e_epochs": int(cfg.e2e_epochs), "e2e_batch": int(cfg.e2e_batch),
+          "eps_rel": float(cfg.eps_rel), "ridges": [float(a) for a in cfg.ridges]}
+    advice = ("Rerun with the same arguments (configuration, row, seed, key, data, variants), "
+              "or use a new state_file.")
+
+    def check(saved: dict | None, now: dict, what: str) -> None:
+        from layerlab.loop import CheckpointMismatchError
+
+        if saved is None:
+            raise CheckpointMismatchError(
+                f"run_lego_ablation: {what} has no fingerprint (written by an older "
+                "layerlab), so whether it was made with this configuration, data and initial "
+                f"net cannot be checked. {advice}")
+        diff = _fingerprint_diff(saved, now)
+        if diff:
+            raise CheckpointMismatchError(
+                f"run_lego_ablation: {what} was made by a different run; saved vs now:\n  "
+                + "\n  ".join(diff) + f"\n{advice}")
+
+    if res:
+        check(res.get("_fingerprint"), fp, f"the state file {path}")
+    res["_fingerprint"] = fp
     if ck.exists():
         with np.load(ck) as z:
+            check(json.loads(str(z["fingerprint"])) if "fingerprint" in z.files else None, fp,
+                  f"the end-to-end net {ck}")
             pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])}
                   for i in range(L + 1)]
     else:
-        kind = "sgd" if dataset == "BMNIST2k" else "adam"
-        lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
         pe, info = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=cfg.e2e_epochs,
                                batch=cfg.e2e_batch, monitor_n=0, monitor_evals=0,
                                eps_rel=cfg.eps_rel, progress=progress, desc="ablation e2e")
         np.savez(ck, **{f"w{i}": np.asarray(p["w"]) for i, p in enumerate(pe)},
-                 **{f"b{i}": np.asarray(p["b"]) for i, p in enumerate(pe)})
+                 **{f"b{i}": np.asarray(p["b"]) for i, p in enumerate(pe)},
+                 fingerprint=np.asarray(json.dumps(fp)))
         h0 = _hidden_representations(p0, x)[-1]
         h0v = _hidden_representations(p0, d["val"][0])[-1]
         hr, _, _ = classifier_on_val(h0, y, h0v, d["val"][1], cfg.ridges)
@@ -1018,15 +1168,22 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
         pr[-1] = hr
         res["_e2e"] = {"test": acc(pe, xt, lt), "random_test": acc(pr, xt, lt),
                        "lr": info["lr"], "wd": info["wd"]}
-        path.write_text(json.dumps(to_jsonable_(res), indent=1))
+        _write_ablation_state(path, res)
     v_mf = mf_variances(pe)
     for name, over in variants.items():
-        if name in res:
-            continue
         over = dict(over)
         top = over.pop("top", "mf")
         width = over.pop("width", None)
         c = dataclasses.replace(cfg, **over)
+        fp_v = {"top": top, "width": int(width or cfg.width(row)),
+                "dgl_batch": None if c.dgl_batch is None else int(c.dgl_batch),
+                "dgl_steps": int(c.dgl_steps), "dgl_evals": int(c.dgl_evals),
+                "dgl_lrs": [float(a) for a in c.dgl_lrs], "dgl_wds": [float(a) for a in c.dgl_wds],
+                "val_subsets": int(c.val_subsets), "eps_rel": float(c.eps_rel),
+                "ridges": [float(a) for a in c.ridges]}
+        if name in res:
+            check(res[name].get("fingerprint"), fp_v, f"variant {name!r} in {path}")
+            continue
         p_start = p0 if width is None else nets.mlp_init(k_init, sizes(width), init=cfg.init)
         v = v_mf if top == "mf" else LayerVariances(jnp.full((L + 1,), 2.0), jnp.zeros(L + 1))
         t0 = time.perf_counter()
@@ -1038,15 +1195,27 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
         res[name] = {"lego_test": acc(pl, xt, lt), "lego_val_acc": acc(pl, d["val"][0],
                                                                           d["val"][2]),
                      "ridge": ridge, "wall_s": time.perf_counter() - t0, "overrides": over,
+                     "fingerprint": fp_v,
                      "top": top, "width": width or cfg.width(row),
                      "layers": [{k: li[k] for k in ("lr", "wd", "best_step",
                                                     "train_dgl_first_last",
                                                     "val_dgl_first_best")} for li in layers]}
-        path.write_text(json.dumps(to_jsonable_(res), indent=1))
+        _write_ablation_state(path, res)
         if progress:
             print(f"[{name}] LEGO test {res[name]['lego_test']:.2f} "
                   f"({res[name]['wall_s']:.0f} s)", flush=True)
     return res
+
+
+def _write_ablation_state(path: pathlib.Path, res: dict) -> None:
+    """``res`` as JSON, floats rounded to 6 digits but in the fingerprints (compared exactly)."""
+    out = to_jsonable_(res)
+    for k, v in res.items():
+        if k == "_fingerprint":
+            out[k] = v
+        elif isinstance(v, dict) and "fingerprint" in v:
+            out[k]["fingerprint"] = v["fingerprint"]
+    path.write_text(json.dumps(out, indent=1))
 
 
 def to_jsonable_(obj):

@@ -1,6 +1,7 @@
 """Tests for layerlab.dgl.experiments and layerlab.dgl.dgl_protocol: the paper's split sizes
 and disjointness, the full-N DGL against the mini-batch estimator, the classifier and the
 Table I merge."""
+import dataclasses
 import itertools
 import json
 
@@ -417,3 +418,139 @@ def test_a_mismatched_mid_layer_checkpoint_is_dropped_with_a_warning(tmp_path):
     p0, info0 = ex._dgl_layer_grid(key, layer0, h, y, h, y, **kw)
     np.testing.assert_array_equal(np.asarray(p1["w"]), np.asarray(p0["w"]))
     assert "resumed" not in info1 and info1["val_dgl_best"] == info0["val_dgl_best"]
+
+
+def _row_cache(tmp_path, shared_data, **over):
+    """A finished smoke (row, seed) and its step cache (``run_table1_row`` keeps it)."""
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data), **over)
+    ck = tmp_path / "steps"
+    out = ex.run_table1_row(cfg, "bmnist-2x20", 0, key=jax.random.key(3), progress=False,
+                            cache_dir=ck, mid_layer=False)
+    return cfg, ck, out
+
+
+def _no_training(monkeypatch):
+    def fail(*a, **k):
+        raise AssertionError("a cached step was recomputed")
+
+    monkeypatch.setattr(ex, "_end_to_end", fail)
+    monkeypatch.setattr(ex, "_dgl_layer_grid", fail)
+
+
+@pytest.mark.datasets("mnist")
+def test_a_step_cache_written_by_another_process_resumes_untrained(tmp_path, shared_data,
+                                                                   monkeypatch):
+    # The fingerprint is the same in every process (no id()/hash(), deterministic floats):
+    # a cache written by a subprocess is reused here with nothing trained, to the same part.
+    import subprocess
+    import sys
+
+    ck, want = tmp_path / "steps", tmp_path / "want.json"
+    code = (
+        "import json, jax\n"
+        "from layerlab.dgl import experiments as ex\n"
+        "from layerlab.record import to_jsonable\n"
+        f"cfg = ex.Table1Config.smoke(data_dir={str(shared_data)!r})\n"
+        "out = ex.run_table1_row(cfg, 'bmnist-2x20', 0, key=jax.random.key(3), "
+        f"progress=False, cache_dir={str(ck)!r}, mid_layer=False)\n"
+        f"open({str(want)!r}, 'w').write(json.dumps(to_jsonable(out)))\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    saved = json.loads((ck / "lego_layer1.json").read_text())
+    assert saved["fingerprint"]["step"] == "lego_layer1" and "info" in saved
+    _no_training(monkeypatch)
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data))
+    got = ex.run_table1_row(cfg, "bmnist-2x20", 0, key=jax.random.key(3), progress=False,
+                            cache_dir=ck, mid_layer=False)
+    want = json.loads(want.read_text())
+    for col in ("end_to_end", "lego", "random"):
+        assert to_jsonable(got[col]["test"]) == want[col]["test"]
+    assert to_jsonable(got["mf_variances"]) == want["mf_variances"]
+
+
+@pytest.mark.datasets("mnist")
+def test_a_step_cache_of_another_configuration_is_refused_naming_the_field(
+        tmp_path, shared_data, monkeypatch):
+    from layerlab.loop import CheckpointMismatchError
+
+    cfg, ck, _ = _row_cache(tmp_path, shared_data)
+    _no_training(monkeypatch)
+    # each change reaches a cached step before any training, and is named
+    for over, row_seed, step, field in [
+            ({"dgl_lrs": (3e-4,)}, ("bmnist-2x20", 0), "lego_layer1", "lrs"),
+            ({"e2e_wds": (0.0,)}, ("bmnist-2x20", 0), "end_to_end", "wds"),
+            ({"e2e_epochs_sgd": 3}, ("bmnist-2x20", 0), "end_to_end", "epochs"),
+            ({"eps_rel": 0.02}, ("bmnist-2x20", 0), "end_to_end", "eps_rel"),
+            ({"n_bmnist": 120}, ("bmnist-2x20", 0), "end_to_end", "data_digest"),
+            ({"max_width": 8}, ("bmnist-2x20", 0), "end_to_end", "init_params"),
+            ({"init": "torch"}, ("bmnist-2x20", 0), "end_to_end", "init_params"),
+            ({}, ("bmnist-2x20", 1), "end_to_end", "seed"),
+            ({}, ("bmnist-3x20", 0), "end_to_end", "row")]:
+        c = dataclasses.replace(cfg, **over)
+        with pytest.raises(CheckpointMismatchError) as e:
+            ex.run_table1_row(c, *row_seed, key=jax.random.key(3), progress=False,
+                              cache_dir=ck, mid_layer=False)
+        msg = str(e.value)
+        assert str(ck) in msg and f"step {step!r}" in msg and f"\n  {field}: saved" in msg, msg
+        assert "use a new cache folder" in msg
+    with pytest.raises(CheckpointMismatchError, match="\n  key: saved"):  # another key
+        ex.run_table1_row(cfg, "bmnist-2x20", 0, key=jax.random.key(4), progress=False,
+                          cache_dir=ck, mid_layer=False)
+
+
+@pytest.mark.datasets("mnist")
+def test_a_step_cache_without_fingerprint_is_refused(tmp_path, shared_data, monkeypatch):
+    # a cache written before fingerprints: its .json is the step's info alone
+    from layerlab.loop import CheckpointMismatchError
+
+    cfg, ck, _ = _row_cache(tmp_path, shared_data)
+    _no_training(monkeypatch)
+    f = ck / "end_to_end.json"
+    saved = json.loads(f.read_text())
+    f.write_text(json.dumps(saved.get("info", saved)))
+    with pytest.raises(CheckpointMismatchError, match="'end_to_end' has no fingerprint"):
+        ex.run_table1_row(cfg, "bmnist-2x20", 0, key=jax.random.key(3), progress=False,
+                          cache_dir=ck, mid_layer=False)
+
+
+@pytest.mark.datasets("mnist")
+def test_lego_ablation_state_of_another_run_or_variant_is_refused(tmp_path, shared_data):
+    from layerlab.loop import CheckpointMismatchError
+
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data))
+    state = tmp_path / "abl.json"
+    kw = dict(key=jax.random.key(0), state_file=state, progress=False)
+    res = ex.run_lego_ablation(cfg, "bmnist-2x20", {"base": {}}, **kw)
+    again = ex.run_lego_ablation(cfg, "bmnist-2x20", {"base": {}}, **kw)  # nothing to run
+    assert to_jsonable(again) == to_jsonable(res)
+    with pytest.raises(CheckpointMismatchError, match="(?s)variant 'base'.*\n  eps_rel: saved"):
+        ex.run_lego_ablation(cfg, "bmnist-2x20", {"base": {"eps_rel": 0.1}}, **kw)
+    with pytest.raises(CheckpointMismatchError, match="(?s)state file.*\n  e2e_wds: saved"):
+        ex.run_lego_ablation(dataclasses.replace(cfg, e2e_wds=(0.0,)), "bmnist-2x20",
+                             {"base": {}}, **kw)
+    state.unlink()  # the end-to-end net alone, kept beside it, is checked too
+    with pytest.raises(CheckpointMismatchError, match="(?s)end-to-end net.*\n  seed: saved"):
+        ex.run_lego_ablation(cfg, "bmnist-2x20", {}, seed=1, **kw)
+    state.with_suffix(".e2e.npz").write_bytes(b"")
+    np.savez(state.with_suffix(".e2e.npz"), w0=np.zeros(1))  # written before fingerprints
+    with pytest.raises(CheckpointMismatchError, match="no fingerprint"):
+        ex.run_lego_ablation(cfg, "bmnist-2x20", {}, **kw)
+
+
+@pytest.mark.datasets("mnist")
+def test_a_part_of_another_configuration_or_key_is_refused(tmp_path, shared_data):
+    # run_table1 skips a (row, seed) whose part exists: only if that part was run with this
+    # configuration and key (else the old number would be merged into the new table)
+    from layerlab.loop import CheckpointMismatchError
+
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data))
+    key = jax.random.key(0)
+    ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path)
+    rec = ex.run_table1(dataclasses.replace(cfg, data_dir=str(shared_data) + "/", seeds=1),
+                        key=key, progress=False, parts_dir=tmp_path)  # resumed: nothing run
+    assert next(r for r in rec.rows if r.name.startswith("BMNIST2k L=2")).seeds == 1
+    for c, k, field in [(dataclasses.replace(cfg, dgl_steps=5), key, "dgl_steps"),
+                        (dataclasses.replace(cfg, n_bmnist=120), key, "n_train"),
+                        (cfg, jax.random.key(1), "key")]:
+        with pytest.raises(CheckpointMismatchError, match=f"(?s)bmnist-2x20_seed0.json.*\n  "
+                                                          f"{field}: saved"):
+            ex.run_table1(c, key=k, progress=False, parts_dir=tmp_path)
