@@ -1154,13 +1154,18 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
                   f"the end-to-end net {ck}")
             pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])}
                   for i in range(L + 1)]
+            info = {k: float(z[k]) if k in z.files else None for k in ("lr", "wd")}
     else:
         pe, info = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=cfg.e2e_epochs,
                                batch=cfg.e2e_batch, monitor_n=0, monitor_evals=0,
                                eps_rel=cfg.eps_rel, progress=progress, desc="ablation e2e")
-        np.savez(ck, **{f"w{i}": np.asarray(p["w"]) for i, p in enumerate(pe)},
+        tmp = ck.with_name(ck.name + ".tmp.npz")  # written whole, then renamed: never half
+        np.savez(tmp, **{f"w{i}": np.asarray(p["w"]) for i, p in enumerate(pe)},
                  **{f"b{i}": np.asarray(p["b"]) for i, p in enumerate(pe)},
+                 lr=np.asarray(info["lr"]), wd=np.asarray(info["wd"]),
                  fingerprint=np.asarray(json.dumps(fp)))
+        os.replace(tmp, ck)
+    if "_e2e" not in res:  # (also when a stop fell between the net's file and the state's)
         h0 = _hidden_representations(p0, x)[-1]
         h0v = _hidden_representations(p0, d["val"][0])[-1]
         hr, _, _ = classifier_on_val(h0, y, h0v, d["val"][1], cfg.ridges)

@@ -527,6 +527,9 @@ def test_lego_ablation_state_of_another_run_or_variant_is_refused(tmp_path, shar
     with pytest.raises(CheckpointMismatchError, match="(?s)state file.*\n  e2e_wds: saved"):
         ex.run_lego_ablation(dataclasses.replace(cfg, e2e_wds=(0.0,)), "bmnist-2x20",
                              {"base": {}}, **kw)
+    state.unlink()  # a stop after the end-to-end net's file, before the state file's:
+    e2e = ex.run_lego_ablation(cfg, "bmnist-2x20", {}, **kw)  # its summary is filled in
+    assert to_jsonable(e2e["_e2e"]) == to_jsonable(res["_e2e"])  # (was left out)
     state.unlink()  # the end-to-end net alone, kept beside it, is checked too
     with pytest.raises(CheckpointMismatchError, match="(?s)end-to-end net.*\n  seed: saved"):
         ex.run_lego_ablation(cfg, "bmnist-2x20", {}, seed=1, **kw)
