@@ -662,6 +662,16 @@ def test_cifar100_coarse_labels_under_fine_labels(tmp_path, tar):
     assert coarse_ds.num_classes == 20 and len(coarse_ds) == n  # (as coarse labels: fine)
 
 
+def _refused(path, *args, **kw) -> str:
+    """``D.load(*args, verify=False, **kw)``'s DatasetCorruptError message, checked to name
+    ``path`` as the damaged file."""
+    with pytest.raises(D.DatasetCorruptError) as e:
+        D.load(*args, verify=False, **kw)
+    msg = str(e.value)
+    assert f"Dataset file {path} is damaged" in msg, msg
+    return msg
+
+
 def test_cifar10_arrays_in_cifar100_npz(tmp_path):
     """CIFAR-10's test split (1000 images per class, labels 0..9) saved as cifar100.npz:
     its labels lie in [0, 100), so it loaded as CIFAR-100 with 90 empty classes."""
@@ -670,10 +680,7 @@ def test_cifar10_arrays_in_cifar100_npz(tmp_path):
     x = np.zeros((10_000, 32, 32, 3), np.uint8)
     np.savez_compressed(npz, x_train=x[:3], y_train=np.array([0, 1, 2]), x_test=x,
                         y_test=np.arange(10_000) % 10)
-    with pytest.raises(D.DatasetCorruptError) as e:
-        D.load("cifar100", "test", data_dir=tmp_path, verify=False)
-    msg = str(e.value)
-    assert f"Dataset file {npz} is damaged" in msg, msg
+    msg = _refused(npz, "cifar100", "test", data_dir=tmp_path)
     assert ("y_test hold 1000 samples of class 0, but the official CIFAR-100 test split (fine "
             "labels) has 100 of that class") in msg, msg
     assert "10000 samples of 10 of the 100 classes" in msg
@@ -694,10 +701,8 @@ def test_cifar10_train_batch_saved_as_test_batch(tmp_path):
                                                b"labels": [0, 1]}) for i in range(1, 6)}
     files["test_batch"] = pickle.dumps(d)
     _write_files(tmp_path, "cifar-10-batches-py", "cifar-10-python.tar.gz", files, False)
-    with pytest.raises(D.DatasetCorruptError) as e:
-        D.load("cifar10", "test", data_dir=tmp_path, verify=False)
-    msg = str(e.value)
-    assert f"Dataset file {tmp_path / 'cifar-10-batches-py' / 'test_batch'} is damaged" in msg
+    msg = _refused(tmp_path / "cifar-10-batches-py" / "test_batch", "cifar10", "test",
+                   data_dir=tmp_path)
     assert ("'labels' hold 1032 samples of class 2, but the official CIFAR-10 test split has "
             "1000 of that class") in msg, msg
     assert len(D.load("cifar10", data_dir=tmp_path, verify=False)) == 10  # train: fine
@@ -712,10 +717,7 @@ def test_fashion_mnist_balanced_test_labels_under_mnist_names(tmp_path):
     x, y = np.zeros((10_000, 28, 28), np.uint8), (np.arange(10_000) % 10).astype(np.uint8)
     (d / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(_idx(x), compresslevel=1))
     (d / "t10k-labels-idx1-ubyte.gz").write_bytes(gzip.compress(_idx(y)))
-    with pytest.raises(D.DatasetCorruptError) as e:
-        D.load("mnist", "test", data_dir=tmp_path, verify=False)
-    msg = str(e.value)
-    assert f"Dataset file {d / 't10k-labels-idx1-ubyte.gz'} is damaged" in msg, msg
+    msg = _refused(d / "t10k-labels-idx1-ubyte.gz", "mnist", "test", data_dir=tmp_path)
     assert ("labels hold 1000 samples of class 5, but the official MNIST test split has 892 "
             "of that class") in msg, msg
     assert "python -m layerlab.data download mnist" in msg
