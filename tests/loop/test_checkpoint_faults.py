@@ -1348,3 +1348,63 @@ def test_an_unreadable_history_is_kept_before_it_is_rewritten(killed, skipped):
     kept = [p for p in killed.iterdir()
             if p.name.startswith(HISTORY_NAME + ".kept-") and p.name != f"{HISTORY_NAME}.kept-1"]
     assert len(kept) == 1 and kept[0].read_text() == garbled
+
+
+# ------------------------------------------------------------------ values the walk passed over
+_COMPUTE_DTYPE = jnp.float32  # a module-global compute dtype (monkeypatched below)
+
+
+def _valued_step(kind, v):
+    """An SGD step whose loss depends on ``v``, a value of ``kind`` captured by its closure."""
+    def loss(p, b):
+        x, y = b
+        if kind == "dtype":
+            x = x.astype(v).astype(jnp.float32)
+        elif kind == "global_dtype":
+            x = x.astype(_COMPUTE_DTYPE).astype(jnp.float32)
+        elif kind in ("slice", "range"):
+            cols = jnp.arange(D)[v] if kind == "slice" else jnp.array(list(v))
+            return jnp.mean((x[:, cols] @ p["w"][cols] + p["b"][None, :] - y) ** 2)
+        elif kind == "set":
+            return _loss(p, b) + 0.1 * sum(jnp.sum(a ** 2) for k, a in p.items() if k in v)
+        elif kind == "bytes":
+            return _loss(p, b) * (2.0 if v == b"l2" else 1.0)
+        elif kind == "complex":
+            return _loss(p, b) * abs(v)
+        return _loss(p, (x, y))
+    return loop.optax_step(loss, optax.sgd(0.05))
+
+
+@pytest.mark.parametrize("kind, a, b", [
+    ("dtype", jnp.float32, jnp.bfloat16),
+    ("dtype", np.dtype("float32"), np.dtype("float16")),
+    ("global_dtype", jnp.float32, jnp.bfloat16),
+    ("slice", slice(0, 3), slice(0, 2)),
+    ("range", range(3), range(2)),
+    ("set", frozenset({"w"}), frozenset({"b"})),
+    ("bytes", b"l2", b"l1"),
+    ("complex", 1 + 0j, 2 + 0j),
+])
+def test_dtypes_and_other_captured_values_are_in_the_fingerprint(tmp_path, monkeypatch,
+                                                                 kind, a, b):
+    """A compute dtype (captured, or a module global), a slice, range, set, bytes or complex
+    value the step reads decides the result: changing it between a stop and the resume is
+    refused naming it (each resumed silently, mixing two runs); the same value resumes; a
+    checkpoint saved before these entries existed resumes with a warning."""
+    def fit(v, ck, **kw):
+        monkeypatch.setattr(sys.modules[__name__], "_COMPUTE_DTYPE", v)
+        return _run(ck, steps=4, ts=_valued_step(kind, v), **kw)
+
+    with pytest.raises(_Preempted):
+        fit(a, tmp_path / "ck", callback=_stop_at_2)
+    with pytest.raises(CheckpointMismatchError, match=r"step_values: saved \[.*\], now \["):
+        fit(b, tmp_path / "ck")
+    state, _ = fit(a, tmp_path / "ck")  # the same value resumes, as if never stopped
+    _same(state, fit(a, None)[0])
+
+    with pytest.raises(_Preempted):
+        fit(a, tmp_path / "older", callback=_stop_at_2)
+    _rewrite_fingerprints(tmp_path / "older", lambda fp: fp.pop("step_values"))
+    with pytest.warns(UserWarning, match=r"did not fingerprint the dtypes, complex numbers, "
+                                         r"bytes, slices, ranges and sets .*step_values"):
+        fit(b, tmp_path / "older")
