@@ -140,8 +140,9 @@ def fit(
         ``NamedSharding(mesh, P(data_axis))`` for large data).  Global multi-process arrays
         (``jax.make_array_from_process_local_data``) are used as given.
       callback: ``callback(t, state, chunk_metrics)`` on the host after every chunk (after
-        evaluation and checkpointing; where the chunk ended at a checkpoint, before the next
-        chunk is dispatched); ``t`` is the number of updates applied.
+        evaluation and checkpointing; where the chunk ended at a checkpoint, once that
+        checkpoint is committed and before the next chunk is dispatched); ``t`` is the
+        number of updates applied.
       checkpoint: :class:`Checkpointing` grouping ``checkpoint_dir``, ``checkpoint_every`` and
         ``max_to_keep`` (give either form).
       placement: :class:`Placement` grouping ``mesh``, ``data_axis``, ``state_sharding`` and
@@ -263,6 +264,8 @@ def _train(run, step, placed, plan, *, total, batch_size, eval_fn, eval_every, e
                 inflight = None  # drop the look-ahead chunk: training ends here
         if run.ckpt is not None and (_due(run.t, checkpoint.every, total) or run.stopped):
             run.save()
+            if callback is not None:  # orbax saves asynchronously: the callback sees a step
+                run.ckpt.wait()  # only once its checkpoint is committed (docs/loop.md)
         if callback is not None:
             callback(run.t, run.state, metrics)
         if save_first and not run.stopped:  # after the callback: its files match the save

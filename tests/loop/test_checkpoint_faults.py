@@ -1408,3 +1408,21 @@ def test_dtypes_and_other_captured_values_are_in_the_fingerprint(tmp_path, monke
     with pytest.warns(UserWarning, match=r"did not fingerprint the dtypes, complex numbers, "
                                          r"bytes, slices, ranges and sets .*step_values"):
         fit(b, tmp_path / "older")
+
+
+def test_a_step_is_committed_before_the_callback_sees_it(tmp_path):
+    """At a checkpoint step the callback runs once that step's checkpoint is committed (its
+    directory in place, no temporary one left), as docs/loop.md says: a run killed inside the
+    callback resumes after what the callback saw (the save used to be still in flight, so
+    the rerun repeated the step and the callback's probe files held it twice)."""
+    ck = tmp_path / "ck"
+    seen = []
+
+    def cb(t, state, metrics):
+        if t % 2 == 0:
+            names = os.listdir(ck)
+            seen.append((t, str(t) in names,
+                         [n for n in names if n.startswith(f"{t}.") or "tmp" in n]))
+
+    _run(ck, steps=6, callback=cb)
+    assert seen == [(2, True, []), (4, True, []), (6, True, [])]
