@@ -209,7 +209,8 @@ def fit(
                 n=plan.n, runs=plan.R, data_runs_axis=data_runs_axis,
                 early_stopping=early_stopping, eval_every=eval_every,
                 eval_at_start=eval_at_start, eval_fn=eval_fn,
-                key_impl=jax.random.key_impl(placed.key)))
+                key_impl=jax.random.key_impl(placed.key)),
+                eval_at_start=eval_fn is not None and bool(eval_at_start))
         if run.stopped or run.t >= total:
             if total == 0 and eval_fn is not None and eval_at_start and not run.stopped:
                 run.evaluate(eval_fn)  # steps=0: the asked-for evaluation of the initial state

@@ -1426,3 +1426,22 @@ def test_a_step_is_committed_before_the_callback_sees_it(tmp_path):
 
     _run(ck, steps=6, callback=cb)
     assert seen == [(2, True, []), (4, True, []), (6, True, [])]
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_a_changed_eval_at_start_is_refused_on_resume(tmp_path, saved):
+    """eval_at_start decides whether the saved history holds an evaluation at step 0: a resume
+    with the other setting (without early stopping, whose entry held it) mixed two histories
+    (eval steps 2, 4 or 0, 2, 4 for an uninterrupted run). Refused either way, for
+    checkpoints saved before too (the history tells); the same setting resumes."""
+    ck = tmp_path / "ck"
+    kw = dict(steps=4, eval_fn=_mse_eval, eval_every=2)
+    with pytest.raises(_Preempted):
+        _run(ck, eval_at_start=saved, callback=_stop_at_2, **kw)
+    with pytest.raises(CheckpointMismatchError,
+                       match=rf"eval_at_start: saved {saved}, now {not saved}"):
+        _run(ck, eval_at_start=not saved, **kw)
+    _, h = _run(ck, eval_at_start=saved, **kw)
+    _, ref = _run(None, eval_at_start=saved, **kw)
+    np.testing.assert_array_equal(h["eval_step"], ref["eval_step"])
+    np.testing.assert_array_equal(h["eval"]["mse"], ref["eval"]["mse"])
