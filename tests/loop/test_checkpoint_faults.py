@@ -1445,3 +1445,27 @@ def test_a_changed_eval_at_start_is_refused_on_resume(tmp_path, saved):
     _, ref = _run(None, eval_at_start=saved, **kw)
     np.testing.assert_array_equal(h["eval_step"], ref["eval_step"])
     np.testing.assert_array_equal(h["eval"]["mse"], ref["eval"]["mse"])
+
+
+def _complex_metric_step(state, batch, key):
+    state, m = TS.step(state, batch, key)
+    return state, {**m, "z": (m["loss"] * (1 + 2j)).astype(jnp.complex64)}
+
+
+def test_a_complex_metric_is_saved_and_resumed_exactly(tmp_path):
+    """A complex metric (accepted without checkpoints) crashed the first save with "Object of
+    type complex is not JSON serializable"; it is saved as its repr and resumed exactly, with
+    its dtype."""
+    def run(ck, **kw):
+        ckw = {} if ck is None else dict(checkpoint_dir=str(ck), checkpoint_every=2)
+        return loop.fit(_complex_metric_step, TS.init(_params()), (X, Y),
+                        key=jax.random.key(1), steps=4, batch_size=4, chunk_size=2,
+                        progress=False, **ckw, **kw)
+
+    with pytest.raises(_Preempted):
+        run(tmp_path / "ck", callback=_stop_at_2)
+    _, h = run(tmp_path / "ck")
+    _, ref = run(None)
+    assert h["train"]["z"].dtype == np.complex64
+    np.testing.assert_array_equal(h["train"]["z"], ref["train"]["z"])
+    assert np.all(h["train"]["z"].imag != 0)
