@@ -1080,7 +1080,7 @@ def discard_checkpoints_after(directory: str | os.PathLike, step: int) -> list[i
     import shutil
 
     step = check_int(step, "step", fn="discard_checkpoints_after", min_value=0)
-    path = os.fspath(directory)
+    path = checkpoint_path(directory, "discard_checkpoints_after", "directory")
     if not os.path.isdir(path):
         return []
     if not os.path.isfile(os.path.join(path, HISTORY_NAME)):
@@ -1100,15 +1100,29 @@ def discard_checkpoints_after(directory: str | os.PathLike, step: int) -> list[i
         lock.release()
 
 
+def checkpoint_path(directory: str | os.PathLike, fn: str = "fit",
+                    name: str = "checkpoint_dir") -> str:
+    """The absolute path ``directory`` names (``~`` expanded), checked without touching the
+    file system: a ``str`` or ``os.PathLike`` of one, not empty."""
+    try:
+        path = os.fspath(directory)
+    except TypeError:
+        path = None
+    if not isinstance(path, str):  # (a bytes path created the folder, then failed unnamed)
+        raise TypeError(
+            f"{fn}: {name} must be a path (str or os.PathLike of a str), got "
+            f"{type(directory).__name__}"
+            + (" (decode it first: os.fsdecode(path))" if isinstance(path, bytes) else "") + "."
+        )
+    if not path.strip():
+        raise ValueError(f"{fn}: {name} is empty ({directory!r}); give a directory path (\".\" "
+                         "for the current one).")
+    return os.path.abspath(os.path.expanduser(path))
+
+
 def validate_directory(directory: str | os.PathLike) -> str:
     """Absolute path of a usable checkpoint directory (created if absent); clear error if not."""
-    try:
-        path = os.path.abspath(os.fspath(directory))
-    except TypeError:
-        raise TypeError(
-            f"fit: checkpoint_dir must be a path (str or os.PathLike), got "
-            f"{type(directory).__name__}."
-        ) from None
+    path = checkpoint_path(directory)
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(
             f"fit: checkpoint_dir {path} exists and is not a directory; pass a directory path "

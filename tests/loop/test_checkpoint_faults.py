@@ -1469,3 +1469,26 @@ def test_a_complex_metric_is_saved_and_resumed_exactly(tmp_path):
     assert h["train"]["z"].dtype == np.complex64
     np.testing.assert_array_equal(h["train"]["z"], ref["train"]["z"])
     assert np.all(h["train"]["z"].imag != 0)
+
+
+def test_empty_bytes_and_home_checkpoint_dirs(tmp_path, monkeypatch, reference):
+    """``""`` checkpointed into the current directory and a bytes path created the folder,
+    then failed with an unnamed TypeError: both are refused naming checkpoint_dir before
+    anything is created.  ``"~/x"`` made a literal ``./~``: ``~`` is expanded, as shells do."""
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    home.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(ValueError, match="checkpoint_dir is empty"):
+        _run("")
+    with pytest.raises(TypeError, match="checkpoint_dir must be a path .*got bytes"):
+        loop.fit(TS.step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=2,
+                 batch_size=4, progress=False, checkpoint_dir=b"bytes_ck")
+    with pytest.raises(ValueError, match="discard_checkpoints_after: directory is empty"):
+        loop.discard_checkpoints_after("", 2)
+    assert os.listdir(cwd) == []
+    state, _ = _run("~/ck")
+    assert os.listdir(cwd) == [] and (home / "ck" / HISTORY_NAME).is_file()
+    _same(state, reference[0])
+    assert loop.discard_checkpoints_after("~/ck", 4) == [6, 8]
