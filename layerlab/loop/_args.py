@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from layerlab._checks import check_int, check_number
-from layerlab.loop._checkpoint import Checkpointing
+from layerlab.loop._checkpoint import Checkpointing, checkpoint_path
 from layerlab.loop._early_stopping import EarlyStopping
 from layerlab.loop._placement import Placement
 
@@ -243,6 +243,8 @@ def check_fit_args(step, state, data, *, key, steps, epochs, batch_size, eval_fn
                      min_value=0.0)
     if checkpoint_every is not None and checkpoint_dir is None:
         raise ValueError("fit: checkpoint_every given without checkpoint_dir.")
+    if checkpoint_dir is not None:
+        checkpoint_path(checkpoint_dir)  # its type, not empty (before anything runs)
     if max_to_keep is not None and checkpoint_dir is None:
         raise ValueError(f"fit: max_to_keep={max_to_keep} given without checkpoint_dir (it is "
                          "the number of checkpoints kept there); pass checkpoint_dir= too, or "

@@ -198,6 +198,63 @@ def _canonical(k) -> str:
     return repr(k)
 
 
+def _dtype_name(v) -> str | None:
+    """The name of a dtype given as a ``np.dtype``, a numpy / ml_dtypes scalar type or a
+    ``jnp`` scalar type (``jnp.bfloat16``); ``None`` for anything else."""
+    if isinstance(v, np.dtype):
+        return v.name
+    if isinstance(v, type) and (issubclass(v, np.generic)
+                                or isinstance(getattr(v, "dtype", None), np.dtype)):
+        try:
+            return np.dtype(getattr(v, "dtype", v)).name
+        except TypeError:  # pragma: no cover - an abstract numpy type (np.floating)
+            return v.__qualname__
+    return None
+
+
+def _value_repr(v, depth: int = 0) -> str:
+    """A ``repr`` of a hashable value independent of the process: set items sorted, dtypes
+    by name, addresses dropped."""
+    entry = _value_entry(v, depth)
+    if entry is not None:
+        return entry
+    if isinstance(v, tuple) and depth < 10:
+        return "(" + ", ".join(_value_repr(x, depth + 1) for x in v) + ",)"
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return repr(v)
+    if isinstance(v, (np.integer, np.floating)):
+        return repr(v.item())
+    return f"<{type(v).__qualname__}>"
+
+
+def _value_entry(obj, depth: int = 0) -> str | None:
+    """How the v4 walk's ``values`` list shows ``obj`` (``None``: not such a value)."""
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return None  # the walk's own entries (as older versions saved them)
+    name = _dtype_name(obj)
+    if name is not None:
+        return f"<dtype {name}>"
+    if isinstance(obj, complex):
+        return repr(obj)
+    if isinstance(obj, np.generic) and not isinstance(obj, (np.integer, np.floating)):
+        return f"{type(obj).__name__}({obj!r})"  # np.complex64, np.bool_, np.str_, ...
+    if isinstance(obj, (bytes, bytearray)):
+        b = bytes(obj)
+        return repr(b) if len(b) <= 64 else \
+            f"<bytes {len(b)} #{hashlib.sha256(b).hexdigest()[:12]}>"
+    if isinstance(obj, (slice, range)) and depth < 10:
+        kind = type(obj).__name__
+        return (f"{kind}({_value_repr(obj.start, depth + 1)}, {_value_repr(obj.stop, depth + 1)}"
+                f", {_value_repr(obj.step, depth + 1)})")
+    if isinstance(obj, (set, frozenset)) and depth < 10:
+        items = sorted(_value_repr(v, depth + 1) for v in obj)
+        if len(items) > 1000:
+            digest = hashlib.sha256("\0".join(items).encode()).hexdigest()[:12]
+            return f"<{type(obj).__name__} {len(items)} #{digest}>"
+        return f"{type(obj).__name__}({{{', '.join(items)}}})"
+    return None
+
+
 WALK_VERSION = 4  # the walk of _closure_scalars; "walk" in a fingerprint since audit 2, 2026-11-29
 _MAX_HASHED = 100_000  # entries past the listed 1000 folded into one digest entry (v4)
 _MAX_VISITS = 200_000  # objects one walk looks at (v4)
@@ -206,7 +263,8 @@ _MISSING = object()
 
 def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
                      mode: str | None = None, root: str = "step",
-                     memo: dict | None = None, objects: list[str] | None = None) -> list[str]:
+                     memo: dict | None = None, objects: list[str] | None = None,
+                     values: list[str] | None = None) -> list[str]:
     """Names and hyper-parameters reachable from ``fn``: function qualnames with a digest of
     their code, the Python scalars/short strings/arrays captured by closures, defaults and
     the module globals a function reads (e.g. an optax learning rate, a regularisation
@@ -253,6 +311,15 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
     after everything else (an object the returned list reaches is not listed again) with
     their own ``limit``.  Classes of layerlab, of installed packages and of the standard
     library add nothing here (their code is versioned).
+
+    ``values`` (a list, filled when given; the v4 walk only; audit 4, 2026-11-30): the
+    entries of values that older walks passed over although they change results, wherever
+    the walk reaches them (closures, defaults, globals, containers, fields, user objects):
+    dtypes (``jnp.bfloat16``, ``np.float32``, ``np.dtype("float16")``, by name, a global
+    one too), ``complex`` and other numpy scalars, ``bytes``, ``slice``, ``range`` and
+    ``set`` / ``frozenset`` (items sorted by their canonical ``repr``) -- see
+    :func:`_value_entry`.  Kept apart from the list returned for the same reason as
+    ``objects``: a step that reaches none has the fingerprint older versions saved.
     """
     mode = "legacy" if legacy else (mode or "v4")
     if mode not in ("legacy", "v3", "v4"):
@@ -304,6 +371,11 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
             emit(f"{label}={obj!r}" if not isinstance(obj, float) or math.isfinite(obj)
                  else f"{label}={obj}")
             return
+        if values is not None and v4:
+            entry = _value_entry(obj)
+            if entry is not None:
+                values.append(f"{label}={entry}")
+                return
         if isinstance(obj, str):
             if len(obj) <= 64:
                 emit(f"{label}={obj!r}")
@@ -376,6 +448,9 @@ def _closure_scalars(fn: Callable, limit: int = 1000, *, legacy: bool = False,
                 if name.startswith("__"):
                     continue
                 v = glb.get(name)
+                if values is not None and v4 and _dtype_name(v) is not None:
+                    visit(v, depth + 1, f"{label}.<global {name}>")  # a compute dtype
+                    continue
                 if v is None or isinstance(v, type) or type(v).__name__ == "module":
                     continue
                 if v4:
@@ -741,6 +816,8 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     memo: dict[int, tuple] = {}
     step_objects: list[str] = []
     eval_objects: list[str] = []
+    step_values: list[str] = []
+    eval_values: list[str] = []
     fp = {
         "version": FINGERPRINT_VERSION,
         "total": int(total),
@@ -753,7 +830,7 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         "state_leaves": _leaf_specs(state),
         "state_hash": content_hash(state),
         "walk": WALK_VERSION,
-        "step": _closure_scalars(step, memo=memo, objects=step_objects),
+        "step": _closure_scalars(step, memo=memo, objects=step_objects, values=step_values),
         # the same walk as older versions did it, for their checkpoints only
         "step_v3": _closure_scalars(step, mode="v3", memo=memo),
         "step_legacy": _closure_scalars(step, legacy=True),
@@ -763,7 +840,7 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     if is_traced_partial(step):  # its bound arrays are program inputs: hashed like the data
         fp["step_bound_hash"] = content_hash((step.args, step.keywords))
     fp["eval_fn"] = None if eval_fn is None else _closure_scalars(
-        eval_fn, root="eval_fn", memo=memo, objects=eval_objects)
+        eval_fn, root="eval_fn", memo=memo, objects=eval_objects, values=eval_values)
     if eval_fn is not None:  # the v3 walk beside it: which differences are the v4 walk's alone
         fp["eval_fn_v3"] = _closure_scalars(eval_fn, root="eval_fn", mode="v3", memo=memo)
     fp["key_impl"] = None if key_impl is None else str(key_impl)
@@ -782,6 +859,12 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
         fp["step_objects"] = step_objects
     if eval_objects:
         fp["eval_fn_objects"] = eval_objects
+    # added 2026-11-30 (audit 4), the same way: dtypes, complex, bytes, slices, ranges and
+    # sets reached from the step / eval_fn (see the ``values`` argument of _closure_scalars)
+    if step_values:
+        fp["step_values"] = step_values
+    if eval_values:
+        fp["eval_fn_values"] = eval_values
     return fp
 
 
@@ -806,6 +889,11 @@ _LATER_KEYS = ("eval_fn", "key_impl", "eval_every")
 # present only when the step / eval_fn reaches the user's own objects (audit 3, 2026-11-29); a
 # checkpoint saved before has none: not comparable (the caller warns), never a refusal
 _OBJECT_KEYS = ("step_objects", "eval_fn_objects")
+# present only when the step / eval_fn reaches dtypes, complex numbers, bytes, slices, ranges
+# or sets (audit 4, 2026-11-30); treated as _OBJECT_KEYS are (a checkpoint saved before
+# lacks them: not comparable, the caller warns)
+_VALUE_KEYS = ("step_values", "eval_fn_values")
+_ADDED_KEYS = _OBJECT_KEYS + _VALUE_KEYS
 
 
 def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
@@ -822,19 +910,22 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
 
     ``unchecked`` (a list, filled when given): the ``step_objects`` / ``eval_fn_objects``
     keys ``now`` has and ``saved`` lacks: a checkpoint of a version that did not fingerprint
-    the user's objects (before audit 3, 2026-11-29), which cannot be compared on them (the
-    caller warns).  Differences of those keys otherwise refuse, as the step's do.
+    the user's objects (before audit 3, 2026-11-29), and the ``step_values`` /
+    ``eval_fn_values`` keys likewise (before audit 4, 2026-11-30), which cannot be compared on
+    them (the caller warns).  Differences of those keys otherwise refuse, as the step's do.
     """
     lines = []
-    for k in _OBJECT_KEYS:  # saved, but this run reaches no user object
+    for k in _ADDED_KEYS:  # saved, but this run reaches no user object / such value
         if k in saved and k not in now:
+            what = "the user's own objects" if k in _OBJECT_KEYS else \
+                "dtypes, complex numbers, bytes, slices, ranges or sets"
             lines.append(f"{k}: saved {_short(saved[k][:3])}, now <absent> (the step or "
-                         "eval_fn no longer reaches the user's own objects)")
+                         f"eval_fn no longer reaches {what})")
     for k, v in now.items():
         s = saved.get(k, "<absent>")
         if s == v or (v is None and k not in saved):  # a key added later, unused here
             continue
-        if k in _OBJECT_KEYS and k not in saved:
+        if k in _ADDED_KEYS and k not in saved:
             if unchecked is not None:
                 unchecked.append(k)
             continue
@@ -989,7 +1080,7 @@ def discard_checkpoints_after(directory: str | os.PathLike, step: int) -> list[i
     import shutil
 
     step = check_int(step, "step", fn="discard_checkpoints_after", min_value=0)
-    path = os.fspath(directory)
+    path = checkpoint_path(directory, "discard_checkpoints_after", "directory")
     if not os.path.isdir(path):
         return []
     if not os.path.isfile(os.path.join(path, HISTORY_NAME)):
@@ -1009,15 +1100,29 @@ def discard_checkpoints_after(directory: str | os.PathLike, step: int) -> list[i
         lock.release()
 
 
+def checkpoint_path(directory: str | os.PathLike, fn: str = "fit",
+                    name: str = "checkpoint_dir") -> str:
+    """The absolute path ``directory`` names (``~`` expanded), checked without touching the
+    file system: a ``str`` or ``os.PathLike`` of one, not empty."""
+    try:
+        path = os.fspath(directory)
+    except TypeError:
+        path = None
+    if not isinstance(path, str):  # (a bytes path created the folder, then failed unnamed)
+        raise TypeError(
+            f"{fn}: {name} must be a path (str or os.PathLike of a str), got "
+            f"{type(directory).__name__}"
+            + (" (decode it first: os.fsdecode(path))" if isinstance(path, bytes) else "") + "."
+        )
+    if not path.strip():
+        raise ValueError(f"{fn}: {name} is empty ({directory!r}); give a directory path (\".\" "
+                         "for the current one).")
+    return os.path.abspath(os.path.expanduser(path))
+
+
 def validate_directory(directory: str | os.PathLike) -> str:
     """Absolute path of a usable checkpoint directory (created if absent); clear error if not."""
-    try:
-        path = os.path.abspath(os.fspath(directory))
-    except TypeError:
-        raise TypeError(
-            f"fit: checkpoint_dir must be a path (str or os.PathLike), got "
-            f"{type(directory).__name__}."
-        ) from None
+    path = checkpoint_path(directory)
     if os.path.exists(path) and not os.path.isdir(path):
         raise NotADirectoryError(
             f"fit: checkpoint_dir {path} exists and is not a directory; pass a directory path "
@@ -1325,7 +1430,7 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         elif saved.get("version") == 2:  # version 3 lists dataclass fields of the step's
             # closure and hashes a Partial step's bound arrays: a version-2 step entry cannot
             # be compared, everything else can
-            skip = ("version", "step", "step_bound_hash", *_OBJECT_KEYS)
+            skip = ("version", "step", "step_bound_hash", *_ADDED_KEYS)
             saved = {k: v for k, v in saved.items() if k not in skip}
             now = {k: v for k, v in fingerprint.items() if k not in skip}
             warnings.warn(
@@ -1337,11 +1442,19 @@ def resume(ckpt: Checkpointer, fingerprint: dict, arrays_like: dict[str, Any]):
         unchecked: list[str] = []
         diff = fingerprint_diff(saved, now, soft, unchecked)
         if unchecked and not diff:
+            objs = [k for k in unchecked if k in _OBJECT_KEYS]
+            vals = [k for k in unchecked if k in _VALUE_KEYS]
+            what = []
+            if objs:
+                what.append("the methods and attributes of the user's own objects that the "
+                            f"step or eval_fn reaches ({', '.join(objs)}: a flax module or "
+                            "dataclass of the user's code, a callable object, obj of obj.step)")
+            if vals:
+                what.append("the dtypes, complex numbers, bytes, slices, ranges and sets "
+                            f"that the step or eval_fn reaches ({', '.join(vals)})")
             warnings.warn(
                 f"fit: {ckpt.directory} was written by an older layerlab, which did not "
-                "fingerprint the methods and attributes of the user's own objects that the "
-                f"step or eval_fn reaches ({', '.join(unchecked)}: a flax module or dataclass "
-                "of the user's code, a callable object, obj of obj.step): they cannot be "
+                f"fingerprint {' nor '.join(what)}: they cannot be "
                 "compared with this run's and are assumed equal; everything else is checked.",
                 UserWarning, stacklevel=4)
         if soft and not diff:

@@ -140,8 +140,9 @@ def fit(
         ``NamedSharding(mesh, P(data_axis))`` for large data).  Global multi-process arrays
         (``jax.make_array_from_process_local_data``) are used as given.
       callback: ``callback(t, state, chunk_metrics)`` on the host after every chunk (after
-        evaluation and checkpointing; where the chunk ended at a checkpoint, before the next
-        chunk is dispatched); ``t`` is the number of updates applied.
+        evaluation and checkpointing; where the chunk ended at a checkpoint, once that
+        checkpoint is committed and before the next chunk is dispatched); ``t`` is the
+        number of updates applied.
       checkpoint: :class:`Checkpointing` grouping ``checkpoint_dir``, ``checkpoint_every`` and
         ``max_to_keep`` (give either form).
       placement: :class:`Placement` grouping ``mesh``, ``data_axis``, ``state_sharding`` and
@@ -208,7 +209,8 @@ def fit(
                 n=plan.n, runs=plan.R, data_runs_axis=data_runs_axis,
                 early_stopping=early_stopping, eval_every=eval_every,
                 eval_at_start=eval_at_start, eval_fn=eval_fn,
-                key_impl=jax.random.key_impl(placed.key)))
+                key_impl=jax.random.key_impl(placed.key)),
+                eval_at_start=eval_fn is not None and bool(eval_at_start))
         if run.stopped or run.t >= total:
             if total == 0 and eval_fn is not None and eval_at_start and not run.stopped:
                 run.evaluate(eval_fn)  # steps=0: the asked-for evaluation of the initial state
@@ -263,6 +265,8 @@ def _train(run, step, placed, plan, *, total, batch_size, eval_fn, eval_every, e
                 inflight = None  # drop the look-ahead chunk: training ends here
         if run.ckpt is not None and (_due(run.t, checkpoint.every, total) or run.stopped):
             run.save()
+            if callback is not None:  # orbax saves asynchronously: the callback sees a step
+                run.ckpt.wait()  # only once its checkpoint is committed (docs/loop.md)
         if callback is not None:
             callback(run.t, run.state, metrics)
         if save_first and not run.stopped:  # after the callback: its files match the save

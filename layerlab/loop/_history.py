@@ -47,6 +47,8 @@ def _to_py(x):
         # strict JSON has no NaN/Inf: NaN -> None, +-Inf -> "inf" / "-inf" (a diverged run's
         # overflow stays an overflow after a resume); history_from_jsonable maps them back
         return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, complex):  # JSON has no complex: its repr, "(1+2j)", parsed back by
+        return repr(x)  # complex() (exact: the repr of each part round-trips; nan, inf too)
     return x
 
 
@@ -64,8 +66,13 @@ def history_to_jsonable(history: dict[str, Any]) -> dict[str, Any]:
 def _arr(v, dtype=np.float64):
     if v is None:
         return np.zeros((0,), dtype)
-    a = np.array([np.nan if e is None else (float(e) if isinstance(e, str) else e)
-                  for e in _flat(v)], dtype=dtype)
+    flat = list(_flat(v))
+    dtype = np.dtype(dtype)
+    if dtype.kind != "c" and any(isinstance(e, str) and e.startswith("(") for e in flat):
+        dtype = np.dtype(np.complex128)  # a complex metric of a history without dtypes
+    parse = complex if dtype.kind == "c" else float
+    a = np.array([np.nan if e is None else (parse(e) if isinstance(e, str) else e)
+                  for e in flat], dtype=dtype)
     return a.reshape(_shape(v))
 
 

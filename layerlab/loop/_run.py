@@ -120,8 +120,17 @@ class FitRun:
         self._checked_metrics = False
 
     # ------------------------------------------------------------------ checkpoints
-    def resume(self, checkpoint: Checkpointing, fingerprint: dict) -> None:
-        """Lock ``checkpoint.directory`` and continue from its newest step that restores."""
+    def resume(self, checkpoint: Checkpointing, fingerprint: dict,
+               eval_at_start: bool | None = None) -> None:
+        """Lock ``checkpoint.directory`` and continue from its newest step that restores.
+
+        ``eval_at_start`` (whether this run evaluates at step 0; ``None``: not checked) must
+        be what the saved run did, which its history tells (an evaluation at step 0 or not),
+        for checkpoints of every version alike.
+
+        Raises:
+          CheckpointMismatchError: the fingerprints differ, or ``eval_at_start`` does.
+        """
         self.fingerprint = fingerprint
         self.ckpt, found = open_checkpoint(checkpoint.directory, checkpoint.max_to_keep,
                                            fingerprint, {"state": self.state, "best": self.best})
@@ -138,6 +147,17 @@ class FitRun:
             self.stopped = bool(meta.get("stopped", False))
             if self.es is not None and meta.get("early_stopping") is not None:
                 self.es_state = es_from_json(meta["early_stopping"], self.es_state, self.stopped)
+            saved = any(0 in b for b in self.log.eval_steps)
+            if eval_at_start is not None and saved != bool(eval_at_start):
+                # (not a fingerprint entry: one present always would change the fingerprints
+                # of every run with an eval_fn, one present only when True cannot tell a run
+                # saved with False from one saved before it was recorded; the history can)
+                raise CheckpointMismatchError(
+                    f"fit: {self.ckpt.directory} holds a checkpoint of a different run (step "
+                    f"{t}); saved vs now:\n  eval_at_start: saved {saved}, now "
+                    f"{bool(eval_at_start)} (the saved history {'holds' if saved else 'has no'}"
+                    " evaluation at step 0; resume with eval_at_start="
+                    f"{saved}, or use a new checkpoint_dir)")
         self.ckpt.rewrite_history(self.log.records())  # drops rows newer than t (once per resume)
 
     def save(self) -> None:

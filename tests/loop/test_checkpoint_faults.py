@@ -1348,3 +1348,147 @@ def test_an_unreadable_history_is_kept_before_it_is_rewritten(killed, skipped):
     kept = [p for p in killed.iterdir()
             if p.name.startswith(HISTORY_NAME + ".kept-") and p.name != f"{HISTORY_NAME}.kept-1"]
     assert len(kept) == 1 and kept[0].read_text() == garbled
+
+
+# ------------------------------------------------------------------ values the walk passed over
+_COMPUTE_DTYPE = jnp.float32  # a module-global compute dtype (monkeypatched below)
+
+
+def _valued_step(kind, v):
+    """An SGD step whose loss depends on ``v``, a value of ``kind`` captured by its closure."""
+    def loss(p, b):
+        x, y = b
+        if kind == "dtype":
+            x = x.astype(v).astype(jnp.float32)
+        elif kind == "global_dtype":
+            x = x.astype(_COMPUTE_DTYPE).astype(jnp.float32)
+        elif kind in ("slice", "range"):
+            cols = jnp.arange(D)[v] if kind == "slice" else jnp.array(list(v))
+            return jnp.mean((x[:, cols] @ p["w"][cols] + p["b"][None, :] - y) ** 2)
+        elif kind == "set":
+            return _loss(p, b) + 0.1 * sum(jnp.sum(a ** 2) for k, a in p.items() if k in v)
+        elif kind == "bytes":
+            return _loss(p, b) * (2.0 if v == b"l2" else 1.0)
+        elif kind == "complex":
+            return _loss(p, b) * abs(v)
+        return _loss(p, (x, y))
+    return loop.optax_step(loss, optax.sgd(0.05))
+
+
+@pytest.mark.parametrize("kind, a, b", [
+    ("dtype", jnp.float32, jnp.bfloat16),
+    ("dtype", np.dtype("float32"), np.dtype("float16")),
+    ("global_dtype", jnp.float32, jnp.bfloat16),
+    ("slice", slice(0, 3), slice(0, 2)),
+    ("range", range(3), range(2)),
+    ("set", frozenset({"w"}), frozenset({"b"})),
+    ("bytes", b"l2", b"l1"),
+    ("complex", 1 + 0j, 2 + 0j),
+])
+def test_dtypes_and_other_captured_values_are_in_the_fingerprint(tmp_path, monkeypatch,
+                                                                 kind, a, b):
+    """A compute dtype (captured, or a module global), a slice, range, set, bytes or complex
+    value the step reads decides the result: changing it between a stop and the resume is
+    refused naming it (each resumed silently, mixing two runs); the same value resumes; a
+    checkpoint saved before these entries existed resumes with a warning."""
+    def fit(v, ck, **kw):
+        monkeypatch.setattr(sys.modules[__name__], "_COMPUTE_DTYPE", v)
+        return _run(ck, steps=4, ts=_valued_step(kind, v), **kw)
+
+    with pytest.raises(_Preempted):
+        fit(a, tmp_path / "ck", callback=_stop_at_2)
+    with pytest.raises(CheckpointMismatchError, match=r"step_values: saved \[.*\], now \["):
+        fit(b, tmp_path / "ck")
+    state, _ = fit(a, tmp_path / "ck")  # the same value resumes, as if never stopped
+    _same(state, fit(a, None)[0])
+
+    with pytest.raises(_Preempted):
+        fit(a, tmp_path / "older", callback=_stop_at_2)
+    _rewrite_fingerprints(tmp_path / "older", lambda fp: fp.pop("step_values"))
+    with pytest.warns(UserWarning, match=r"did not fingerprint the dtypes, complex numbers, "
+                                         r"bytes, slices, ranges and sets .*step_values"):
+        fit(b, tmp_path / "older")
+
+
+def test_a_step_is_committed_before_the_callback_sees_it(tmp_path):
+    """At a checkpoint step the callback runs once that step's checkpoint is committed (its
+    directory in place, no temporary one left), as docs/loop.md says: a run killed inside the
+    callback resumes after what the callback saw (the save used to be still in flight, so
+    the rerun repeated the step and the callback's probe files held it twice)."""
+    ck = tmp_path / "ck"
+    seen = []
+
+    def cb(t, state, metrics):
+        if t % 2 == 0:
+            names = os.listdir(ck)
+            seen.append((t, str(t) in names,
+                         [n for n in names if n.startswith(f"{t}.") or "tmp" in n]))
+
+    _run(ck, steps=6, callback=cb)
+    assert seen == [(2, True, []), (4, True, []), (6, True, [])]
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_a_changed_eval_at_start_is_refused_on_resume(tmp_path, saved):
+    """eval_at_start decides whether the saved history holds an evaluation at step 0: a resume
+    with the other setting (without early stopping, whose entry held it) mixed two histories
+    (eval steps 2, 4 or 0, 2, 4 for an uninterrupted run). Refused either way, for
+    checkpoints saved before too (the history tells); the same setting resumes."""
+    ck = tmp_path / "ck"
+    kw = dict(steps=4, eval_fn=_mse_eval, eval_every=2)
+    with pytest.raises(_Preempted):
+        _run(ck, eval_at_start=saved, callback=_stop_at_2, **kw)
+    with pytest.raises(CheckpointMismatchError,
+                       match=rf"eval_at_start: saved {saved}, now {not saved}"):
+        _run(ck, eval_at_start=not saved, **kw)
+    _, h = _run(ck, eval_at_start=saved, **kw)
+    _, ref = _run(None, eval_at_start=saved, **kw)
+    np.testing.assert_array_equal(h["eval_step"], ref["eval_step"])
+    np.testing.assert_array_equal(h["eval"]["mse"], ref["eval"]["mse"])
+
+
+def _complex_metric_step(state, batch, key):
+    state, m = TS.step(state, batch, key)
+    return state, {**m, "z": (m["loss"] * (1 + 2j)).astype(jnp.complex64)}
+
+
+def test_a_complex_metric_is_saved_and_resumed_exactly(tmp_path):
+    """A complex metric (accepted without checkpoints) crashed the first save with "Object of
+    type complex is not JSON serializable"; it is saved as its repr and resumed exactly, with
+    its dtype."""
+    def run(ck, **kw):
+        ckw = {} if ck is None else dict(checkpoint_dir=str(ck), checkpoint_every=2)
+        return loop.fit(_complex_metric_step, TS.init(_params()), (X, Y),
+                        key=jax.random.key(1), steps=4, batch_size=4, chunk_size=2,
+                        progress=False, **ckw, **kw)
+
+    with pytest.raises(_Preempted):
+        run(tmp_path / "ck", callback=_stop_at_2)
+    _, h = run(tmp_path / "ck")
+    _, ref = run(None)
+    assert h["train"]["z"].dtype == np.complex64
+    np.testing.assert_array_equal(h["train"]["z"], ref["train"]["z"])
+    assert np.all(h["train"]["z"].imag != 0)
+
+
+def test_empty_bytes_and_home_checkpoint_dirs(tmp_path, monkeypatch, reference):
+    """``""`` checkpointed into the current directory and a bytes path created the folder,
+    then failed with an unnamed TypeError: both are refused naming checkpoint_dir before
+    anything is created.  ``"~/x"`` made a literal ``./~``: ``~`` is expanded, as shells do."""
+    cwd, home = tmp_path / "cwd", tmp_path / "home"
+    cwd.mkdir()
+    home.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(ValueError, match="checkpoint_dir is empty"):
+        _run("")
+    with pytest.raises(TypeError, match="checkpoint_dir must be a path .*got bytes"):
+        loop.fit(TS.step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=2,
+                 batch_size=4, progress=False, checkpoint_dir=b"bytes_ck")
+    with pytest.raises(ValueError, match="discard_checkpoints_after: directory is empty"):
+        loop.discard_checkpoints_after("", 2)
+    assert os.listdir(cwd) == []
+    state, _ = _run("~/ck")
+    assert os.listdir(cwd) == [] and (home / "ck" / HISTORY_NAME).is_file()
+    _same(state, reference[0])
+    assert loop.discard_checkpoints_after("~/ck", 4) == [6, 8]
