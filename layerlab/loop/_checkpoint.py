@@ -993,7 +993,7 @@ class _Lock:
     def acquire(self) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
               "time": time.time()}
-        for _ in range(3):
+        for _ in range(200):  # (each pass that finds a takeover in progress waits 50 ms)
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
@@ -1006,21 +1006,53 @@ class _Lock:
                         "use another checkpoint_dir, or delete the lock file if that process "
                         "is gone."
                     ) from None
-                warnings.warn(
-                    f"fit: removing the stale lock {self.path} of process pid "
-                    f"{holder.get('pid')} (no longer running).",
-                    RuntimeWarning, stacklevel=4,
-                )
-                try:
-                    os.remove(self.path)
-                except FileNotFoundError:
-                    pass
+                if self._remove_stale(holder):
+                    warnings.warn(
+                        f"fit: removed the stale lock {self.path} of process pid "
+                        f"{holder.get('pid')} (no longer running).",
+                        RuntimeWarning, stacklevel=4,
+                    )
                 continue
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
             self.held = True
             return
         raise CheckpointLockedError(f"fit: could not take the lock {self.path}.")
+
+    def _remove_stale(self, holder: dict) -> bool:
+        """Remove the lock file if it still holds ``holder``'s record and is still stale,
+        under a takeover mutex (``<lock>.takeover``, created with ``O_EXCL``): two restarts
+        that both judged the same lock stale could otherwise each remove it, the slower one
+        removing the faster one's fresh lock, and both would write.  Here the slower one
+        re-reads the lock under the mutex, finds the fresh holder and backs off.  ``False``
+        when nothing was removed (the lock changed, or another takeover is in progress: wait
+        50 ms; a mutex left by a process killed inside its takeover is removed after 10 s)."""
+        mutex = self.path + ".takeover"
+        try:
+            fd = os.open(mutex, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                if time.time() - os.path.getmtime(mutex) > 10.0:
+                    os.remove(mutex)
+            except OSError:
+                pass
+            time.sleep(0.05)
+            return False
+        os.close(fd)
+        try:
+            now = self._read()
+            if now != holder or not self._stale(now):
+                return False
+            try:
+                os.remove(self.path)
+            except FileNotFoundError:
+                return False
+            return True
+        finally:
+            try:
+                os.remove(mutex)
+            except FileNotFoundError:
+                pass
 
     def _read(self) -> dict:
         try:

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -337,6 +338,51 @@ def test_stale_lock_is_taken_over(tmp_path, reference):
         state, _ = _run(ck)
     _same(state, reference[0])
     assert not (ck / LOCK_NAME).exists()  # released at the end
+
+
+def test_two_restarts_racing_for_a_stale_lock_do_not_both_hold_it(tmp_path):
+    # B judges the dead holder's lock stale, then is slow to act; meanwhile A removes it and
+    # takes the lock. B used to remove A's fresh lock by path and create its own: both held.
+    import threading
+
+    from layerlab.loop import _checkpoint as C
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock = tmp_path / LOCK_NAME
+    lock.write_text(json.dumps({"pid": gone.pid, "host": socket.gethostname()}))
+    a, b = C._Lock(str(tmp_path)), C._Lock(str(tmp_path))
+    judged = threading.Event()
+
+    def slow_stale(holder, _orig=b._stale):
+        out = _orig(holder)
+        if holder.get("pid") == gone.pid:
+            judged.set()
+            time.sleep(0.5)
+        return out
+
+    b._stale = slow_stale
+    errors = []
+
+    def run_b():
+        try:
+            b.acquire()
+        except CheckpointLockedError as e:
+            errors.append(e)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the stale-lock notices
+        tb = threading.Thread(target=run_b)
+        tb.start()
+        assert judged.wait(10)
+        a.acquire()
+        tb.join()
+    assert a.held and not b.held
+    assert len(errors) == 1 and f"pid {os.getpid()}" in str(errors[0])
+    assert json.loads(lock.read_text())["pid"] == os.getpid()
+    assert not (tmp_path / (LOCK_NAME + ".takeover")).exists()
+    a.release()
+    assert not lock.exists()
 
 
 def test_lock_released_after_an_error(tmp_path):
