@@ -67,6 +67,20 @@ def _crossings(curves: dict, names: list[str]) -> dict[str, int | None]:
     return out
 
 
+def with_gn_rate(arm, rate: float):
+    """``arm`` with GN at the fixed ``rate`` (no fallbacks): its own optimizer if GN, and the
+    GN phase (``arm.then``) of an ``*_then_gn`` arm; other optimizers unchanged."""
+    import dataclasses
+
+    from layerlab.gnrev import experiments as ex
+
+    if isinstance(arm.optimizer, ex.GaussNewton):
+        arm = dataclasses.replace(arm, lrs=(rate,), fallback_lrs=())
+    if arm.then is not None:
+        arm = dataclasses.replace(arm, then=with_gn_rate(arm.then, rate))
+    return arm
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--artifact", required=True, choices=("appE", "appF", "appI", "appJ", "fig5"))
@@ -135,7 +149,8 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"--arms: {unknown} not arms of {args.artifact} "
                          f"(its arms: {sorted(by_name)})")
-    if any(by_name[n].then is not None for n in names) and not 0 < switch < args.epochs:
+    if ((args.switch is not None or any(by_name[n].then is not None for n in names))
+            and not 0 < switch < args.epochs):
         raise SystemExit(f"--switch: expected an epoch in 1..{args.epochs - 1} (both phases "
                          f"of the *_then_* arms train), got {switch}")
     arms = []
@@ -143,8 +158,8 @@ def main(argv=None) -> int:
         a = by_name[n]
         if a.then is not None:
             a = dataclasses.replace(a, switch_epoch=switch)
-        if args.gn_rate is not None and isinstance(a.optimizer, ex.GaussNewton):
-            a = dataclasses.replace(a, lrs=(args.gn_rate,), fallback_lrs=())
+        if args.gn_rate is not None:
+            a = with_gn_rate(a, args.gn_rate)
         if args.w_scale != 1.0:
             a = dataclasses.replace(a, w_scale=a.w_scale * args.w_scale)
         arms.append(a)
@@ -197,9 +212,13 @@ def main(argv=None) -> int:
                              "min_rank": float(np.min(s0["min_rank"]))}
                             if "residual" in s0 else None),
         }
-    out = {"_note": f"{args.artifact} at the CPU record's configuration run for {args.epochs} "
-           "epochs with arms " + ", ".join(names) + ". Claims judged by the record's own code "
-           "(run_variants) on this run.",
+    changed = ([f"{res['n_train']} training images"] if args.n_train is not None else []) + (
+        [f"{cfg.n_val} validation images"] if args.n_val is not None else []) + (
+        [f"GN at {args.gn_rate:g} per block"] if args.gn_rate is not None else [])
+    out = {"_note": f"{args.artifact} at the CPU record's configuration"
+           + (f" but for {', '.join(changed)}" if changed else "")
+           + f", run for {args.epochs} epochs with arms " + ", ".join(names)
+           + ". Claims judged by the record's own code (run_variants) on this run.",
            "command": "python -m reproduce._gnrev_variants_long " + " ".join(
                argv if argv is not None else __import__("sys").argv[1:]),
            "config": {"epochs": args.epochs, "seeds": cfg.seeds, "arms": names,
@@ -207,6 +226,7 @@ def main(argv=None) -> int:
                       "switch_epoch": switch if any(a.then for a in arms) else None,
                       "w_scale": args.w_scale,
                       "scale_note": cfg.scale_note, "n_train": res["n_train"],
+                      "n_val": cfg.n_val, "gn_rate": args.gn_rate,
                       "batch_size": cfg.batch_size, "bottleneck": cfg.bottleneck,
                       "depth": cfg.depth},
            "claims": claims, "crossings": _crossings(curves, list(curves)), "arms": arms_out,
@@ -230,7 +250,9 @@ def main(argv=None) -> int:
     ax[0].set(xlabel="epoch", title=f"training loss ({res['n_train']} images)")
     ax[1].set(xlabel="epoch", title="test loss")
     ax[0].legend(fontsize=8)
-    fig.suptitle(f"gnrev {args.artifact}, CPU configuration run for {args.epochs} epochs",
+    fig.suptitle(f"gnrev {args.artifact}, CPU configuration"
+                 + (f" but for {', '.join(changed)}" if changed else "")
+                 + f", run for {args.epochs} epochs",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(args.out.with_suffix(".png"), dpi=100)

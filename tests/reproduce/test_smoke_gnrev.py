@@ -92,6 +92,16 @@ def test_variants_long_n_train_n_val_gn_rate_set_the_data_and_rate(tmp_path):
     assert r["config"]["n_train"] == 96
     # --gn-rate sets GN's rate only (Adam keeps the configuration's)
     assert r["arms"]["gn"]["lr"] == 0.05 and r["arms"]["adam"]["lr"] == 1e-3
+    assert r["config"]["gn_rate"] == 0.05 and r["config"]["n_val"] == 40
+    from layerlab.gnrev import experiments as ex
+    from reproduce._gnrev_variants_long import with_gn_rate
+
+    arms = {a.name: with_gn_rate(a, 0.05) for a in ex.variants_config("appF", "cpu").arms}
+    assert arms["gn"].lrs == (0.05,) and arms["gn"].fallback_lrs == ()
+    assert arms["adam_then_gn"].then.lrs == (0.05,)  # the GN phase too (was left at 0.2)
+    assert arms["adam_then_gn"].lrs == arms["adam"].lrs == (1e-4,)
+    assert arms["gn_then_adam"].lrs == (0.05,) and arms["gn_then_adam"].then.lrs == (1e-4,)
+    assert "but for 96 training images, 40 validation images, GN at 0.05" in r["_note"]
     assert "n_train 96, n_val 40" in r["config"]["scale_note"]
     assert len(r["arms"]["gn"]["train_loss_per_epoch"]) == 2
     for argv, msg in ((["--artifact", "appJ", "--n-train", "-1"], "--n-train: expected >= 0"),
@@ -99,7 +109,8 @@ def test_variants_long_n_train_n_val_gn_rate_set_the_data_and_rate(tmp_path):
                       (["--artifact", "appJ", "--epochs", "0"], "--epochs: expected >= 1"),
                       (["--artifact", "appJ", "--gn-rate", "0"], "--gn-rate: expected a finite"),
                       (["--artifact", "appF", "--arms", "adam_then_gn", "--epochs", "1"],
-                       "--switch: expected an epoch in 1..0")):
+                       "--switch: expected an epoch in 1..0"),
+                      (["--artifact", "appJ", "--switch", "5"], "--switch: expected an epoch")):
         argv = argv if "--epochs" in argv else [*argv, "--epochs", "2"]
         argv = argv if "--arms" in argv else [*argv, "--arms", "gn"]
         with pytest.raises(SystemExit, match=msg):
