@@ -993,7 +993,10 @@ class _Lock:
     def acquire(self) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
               "time": time.time()}
-        for _ in range(200):  # (each pass that finds a takeover in progress waits 50 ms)
+        # each pass that finds another takeover in progress waits 50 ms; the deadline outlasts
+        # the 10 s after which a takeover mutex left by a killed process is removed
+        deadline = time.monotonic() + 15.0
+        while time.monotonic() < deadline:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:

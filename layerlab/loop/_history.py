@@ -68,7 +68,7 @@ def _arr(v, dtype=np.float64):
         return np.zeros((0,), dtype)
     flat = list(_flat(v))
     dtype = np.dtype(dtype)
-    if dtype.kind != "c" and any(isinstance(e, str) and e.startswith("(") for e in flat):
+    if dtype.kind != "c" and any(isinstance(e, str) and e.endswith("j") for e in flat):
         dtype = np.dtype(np.complex128)  # a complex metric of a history without dtypes
     parse = complex if dtype.kind == "c" else float
     a = np.array([np.nan if e is None else (parse(e) if isinstance(e, str) else e)

@@ -1515,6 +1515,16 @@ def test_a_complex_metric_is_saved_and_resumed_exactly(tmp_path):
     assert h["train"]["z"].dtype == np.complex64
     np.testing.assert_array_equal(h["train"]["z"], ref["train"]["z"])
     assert np.all(h["train"]["z"].imag != 0)
+    # a history without dtypes (the older format) reads complex strings back as complex128,
+    # those without a real part too ("1j": Python writes no parentheses there)
+    from layerlab.loop._history import history_from_jsonable, history_to_jsonable
+
+    obj = history_to_jsonable({"train": {"z": np.array([1j, 0j, 2 + 1j], np.complex64)}})
+    back = history_from_jsonable(obj)["train"]["z"]
+    assert back.dtype == np.complex128
+    np.testing.assert_array_equal(back, [1j, 0j, 2 + 1j])
+    obj = history_to_jsonable({"train": {"z": np.array([1j, 2j], np.complex64)}})
+    np.testing.assert_array_equal(history_from_jsonable(obj)["train"]["z"], [1j, 2j])
 
 
 def test_empty_bytes_and_home_checkpoint_dirs(tmp_path, monkeypatch, reference):
