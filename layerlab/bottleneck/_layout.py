@@ -112,10 +112,7 @@ def as_float(a: Array) -> Array:
     """``a`` in a floating dtype fit for the linear algebra: integer and boolean arrays in the
     default float (float64 under ``jax_enable_x64``, else float32), half precision (bfloat16,
     float16: no LAPACK kernels) in float32; float32/float64 unchanged."""
-    a = jnp.asarray(a)
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        a = a.astype(jnp.result_type(float))
-    return promote_float(a)[0]  # half precision -> float32 (the shared rule)
+    return promote_float(jnp.asarray(a))[0]  # the shared rule
 
 
 def check_x(x, fn: str, name: str = "x") -> Array:

@@ -253,8 +253,9 @@ def width_sweep(key: Array, x: ArrayLike, y: ArrayLike, *, widths: Sequence[int]
 
     Args:
       key: PRNG key (inits and data order).
-      x: ``[N, n_0]`` inputs (rows = samples; integer or half-precision inputs are trained in
-        float32, see ``layerlab._checks.promote_float``).  y: targets for ``cost``; with
+      x: ``[N, n_0]`` inputs (rows = samples; integer inputs are trained in JAX's default float,
+        float32 or float64 under x64, half-precision ones in float32, see
+        ``layerlab._checks.promote_float``).  y: targets for ``cost``; with
         :func:`mse_cost`, integer labels ``[N]`` are turned into one-hot rows ``[N, C]``
         (``C = max(y) + 1``).
       widths: hidden widths to try.  depth: ``L`` (number of weight matrices).

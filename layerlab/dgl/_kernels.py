@@ -241,8 +241,9 @@ def sample_relu_outputs(
     ReLU layer), a linear output of width ``out_dim``.
 
     Args:
-      key: PRNG key. x: ``[N, d]`` inputs (integer or half-precision inputs are computed in
-        float32, as :func:`layerlab._checks.promote_float`). widths: ``[D]`` hidden widths
+      key: PRNG key. x: ``[N, d]`` inputs (integer inputs are computed in JAX's default float,
+        float32 or float64 under x64, half-precision ones in float32, as
+        :func:`layerlab._checks.promote_float`). widths: ``[D]`` hidden widths
         (positive integers).
       w_var, b_var: ``[D + 1]`` variances (fan-in convention), or one value for every
         layer (a scalar or a length-1 array); finite and ``>= 0`` (a zero variance is a
@@ -302,8 +303,9 @@ def mc_covariance(samples: jax.Array) -> tuple[jax.Array, jax.Array]:
     r"""Monte-Carlo covariance ``K = mean_s f_s f_s^T`` and its per-entry standard error.
 
     Args:
-      samples: ``[S, N]`` function samples (zero-mean prior); integer or half-precision
-        samples are summed in float32 (float16 products overflow).
+      samples: ``[S, N]`` function samples (zero-mean prior); integer samples are summed in
+        JAX's default float (float32; float64 under x64), half-precision ones in float32
+        (float16 products overflow).
 
     Returns:
       ``(K [N, N], se [N, N])`` with ``se = std_s(f_s(x) f_s(x')) / sqrt(S)``, in the

@@ -36,6 +36,7 @@ from layerlab._checks import (  # noqa: F401
 )
 from layerlab.data._targets import as_targets
 from layerlab.loop import CheckpointMismatchError, fit, optax_step
+from layerlab.loop._checkpoint import checkpoint_path
 from layerlab.nets import mlp_apply
 
 from ._kernels import (
@@ -277,8 +278,8 @@ def train_layer_dgl(
     if not isinstance(cfg, LegoConfig):
         raise TypeError(f"train_layer_dgl: cfg must be a LegoConfig, got "
                         f"{type(cfg).__name__}.")
-    checkpoint_every = _check_checkpoint_args(checkpoint_dir, checkpoint_every,
-                                              fn="train_layer_dgl")
+    checkpoint_dir, checkpoint_every = _check_checkpoint_args(checkpoint_dir, checkpoint_every,
+                                                              fn="train_layer_dgl")
     # checked here, once, naming train_layer_dgl (inside the loss they would run only while
     # fit compiles it, naming layer_dgl)
     _, _, w_var, b_var = _check_layer_dgl_inputs(layer, h_prev, y, top, fn="train_layer_dgl")
@@ -299,18 +300,19 @@ def train_layer_dgl(
     return state.params, hist
 
 
-def _check_checkpoint_args(checkpoint_dir, checkpoint_every, *, fn: str) -> int | None:
-    """``checkpoint_dir`` a path or ``None``; ``checkpoint_every`` a positive int or ``None``,
-    given only with ``checkpoint_dir``.  Returns ``checkpoint_every`` as an int."""
-    if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, os.PathLike)):
-        raise TypeError(f"{fn}: checkpoint_dir must be a path (str or os.PathLike) or None, "
-                        f"got {type(checkpoint_dir).__name__}.")
+def _check_checkpoint_args(checkpoint_dir, checkpoint_every, *, fn: str
+                           ) -> tuple[str | None, int | None]:
+    """``checkpoint_dir`` a path (``loop.fit``'s rule: a non-empty ``str``/``os.PathLike``,
+    ``~`` expanded) or ``None``; ``checkpoint_every`` a positive int or ``None``, given only
+    with ``checkpoint_dir``.  Returns both, the path absolute."""
+    if checkpoint_dir is not None:
+        checkpoint_dir = checkpoint_path(checkpoint_dir, fn, "checkpoint_dir")
     every = check_int(checkpoint_every, "checkpoint_every", fn=fn, min_value=1,
                       allow_none=True)
     if every is not None and checkpoint_dir is None:
         raise ValueError(f"{fn}: checkpoint_every={every} given without checkpoint_dir (the "
                          "folder the checkpoints go to); pass checkpoint_dir= too.")
-    return every
+    return checkpoint_dir, every
 
 
 def _check_ridge(ridge_rel, *, fn: str) -> None:
@@ -338,8 +340,9 @@ def fit_classifier(h: jax.Array, y: jax.Array, *, ridge_rel: float = 1e-4) -> di
 
     Returns:
       ``{"w": [d, C], "b": [C]}``, in float32 or wider: integer features (uint8 pixels
-      wrapped in ``H^T H``) and half-precision ones (overflow in ``H^T H``; LAPACK has no
-      half-precision solve) are promoted to float32 first (float64 stays float64), as by
+      wrapped in ``H^T H``) are promoted to JAX's default float (float32; float64 under
+      x64) and half-precision ones (overflow in ``H^T H``; LAPACK has no half-precision
+      solve) to float32 first (float64 stays float64), as by
       :func:`layerlab._checks.promote_float`.
     """
     hc = check_array(h, "h", fn="fit_classifier", ndim=2, kind="real", finite=True)
@@ -449,7 +452,8 @@ def lego(
     if not isinstance(cfg, LegoConfig):
         raise TypeError(f"lego: cfg must be a LegoConfig, got {type(cfg).__name__}.")
     key = check_key(key, "key", fn="lego")
-    checkpoint_every = _check_checkpoint_args(checkpoint_dir, checkpoint_every, fn="lego")
+    checkpoint_dir, checkpoint_every = _check_checkpoint_args(checkpoint_dir, checkpoint_every,
+                                                              fn="lego")
     x = _check_net_and_input(params_init, x, fn="lego")
     params = [dict(p) for p in params_init]
     _check_variances(variances, len(params), fn="lego")

@@ -1154,7 +1154,7 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
                   f"the end-to-end net {ck}")
             pe = [{"w": jnp.asarray(z[f"w{i}"]), "b": jnp.asarray(z[f"b{i}"])}
                   for i in range(L + 1)]
-            info = {k: float(z[k]) if k in z.files else None for k in ("lr", "wd")}
+            info = {k: float(z[k]) for k in ("lr", "wd")}  # (saved with the fingerprint)
     else:
         pe, info = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=cfg.e2e_epochs,
                                batch=cfg.e2e_batch, monitor_n=0, monitor_evals=0,

@@ -465,7 +465,11 @@ def test_lego_and_train_layer_dgl_check_the_checkpoint_arguments(tmp_path):
                 (dict(checkpoint_every=2), ValueError,
                  r"checkpoint_every=2 given without checkpoint_dir"),
                 (dict(checkpoint_dir=3), TypeError,
-                 r"checkpoint_dir must be a path \(str or os.PathLike\) or None, got int")):
+                 r"checkpoint_dir must be a path \(str or os.PathLike of a str\), got int"),
+                (dict(checkpoint_dir=b"ck"), TypeError,
+                 r"checkpoint_dir must be a path .*got bytes \(decode it first"),
+                # "" was taken as the current directory (lego: ./layer_1)
+                (dict(checkpoint_dir=""), ValueError, r"checkpoint_dir is empty")):
             with pytest.raises(exc, match=rf"^{fn}: {what}"):
                 call(**kw)
     assert not any(tmp_path.iterdir())  # refused before anything was written
