@@ -81,6 +81,10 @@ def with_gn_rate(arm, rate: float):
     return arm
 
 
+# per-epoch curves kept per seed in the record
+_PER_SEED = ("eval_train_loss_full", "eval_test_loss", "eval_test_accuracy", "eval_val_loss")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--artifact", required=True, choices=("appE", "appF", "appI", "appJ", "fig5"))
@@ -88,6 +92,10 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--seeds", type=int, default=None,
                    help="seeds (default: the CPU configuration's, 1); curves are seed means")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="run seeds FIRST .. FIRST + SEEDS - 1 (keys fold_in(key, s)): the other "
+                   "seeds of a study whose first seeds ran in another record (the rate sweeps "
+                   "keep seed 0's key); each arm's per_seed curves are kept in the record")
     p.add_argument("--switch", type=int, default=None,
                    help="App. F switch epoch of the *_then_* arms (default: half of --epochs)")
     p.add_argument("--w-scale", type=float, default=1.0,
@@ -175,9 +183,18 @@ def main(argv=None) -> int:
         data_kw["n_val"] = args.n_val
     if args.seeds is not None and args.seeds < 1:
         raise SystemExit(f"--seeds: expected >= 1, got {args.seeds}")
+    if args.first_seed < 0:
+        raise SystemExit(f"--first-seed: expected >= 0, got {args.first_seed}")
     if args.seeds is not None:  # the CPU note counts the seeds: recount it
         base = dataclasses.replace(base, scale_note=base.scale_note.replace(
             ", 1 seed,", f", {args.seeds} seed{'s' if args.seeds != 1 else ''},"))
+    if args.n_train is not None:  # ... its training images
+        base = dataclasses.replace(base, scale_note=base.scale_note.replace(
+            f" {base.n_train} training images", f" {args.n_train} training images"
+            if args.n_train else " the full training set (less the validation images)"))
+    if args.n_val is not None:  # ... and its validation images
+        base = dataclasses.replace(base, scale_note=base.scale_note.replace(
+            f"; {base.n_val} validation images", f"; {args.n_val} validation images"))
     cfg = dataclasses.replace(
         base, epochs=args.epochs, arms=tuple(arms), **data_kw,
         **({} if args.seeds is None else {"seeds": args.seeds}),
@@ -186,12 +203,14 @@ def main(argv=None) -> int:
         + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else "")
         + (f", GN rate {args.gn_rate:g} per block" if args.gn_rate is not None else "")
         + (f", n_train {data_kw.get('n_train', base.n_train) or 'full'}, n_val "
-           f"{data_kw.get('n_val', base.n_val)}" if data_kw else ""))
+           f"{data_kw.get('n_val', base.n_val)}" if data_kw else "")
+        + (f", seeds {args.first_seed}..{args.first_seed + (args.seeds or base.seeds) - 1}"
+           if args.first_seed else ""))
     ck = args.checkpoint_dir or str(REPO / "checkpoints" / f"gnrev_long_{args.artifact}")
     t0 = time.perf_counter()
     res = ex.run_minibatch(cfg, key=jax.random.key(0), progress=not args.no_progress,
                            checkpoint_dir=ck,
-                           data_dir=args.data_dir)
+                           data_dir=args.data_dir, first_seed=args.first_seed)
     curves = {a: ex._stack(res, a, "eval_train_loss_full").mean(0) for a in res["arms"]}
     tests = {a: ex._stack(res, a, "eval_test_loss").mean(0) for a in res["arms"]}
     accs = {a: 100 * ex._stack(res, a, "eval_test_accuracy").mean(0) for a in res["arms"]}
@@ -211,6 +230,10 @@ def main(argv=None) -> int:
             "certificate": ({"seed": 0, "median_residual": float(np.median(s0["residual"])),
                              "min_rank": float(np.min(s0["min_rank"]))}
                             if "residual" in s0 else None),
+            # each seed's own curves (a later run of other seeds can be pooled with these)
+            "per_seed": {str(s): {k: np.asarray(sd[k]).tolist() for k in _PER_SEED if k in sd}
+                         for s, sd in zip(res["seed_indices"], res["arms"][a]["seeds"],
+                                          strict=True)},
         }
     changed = ([f"{res['n_train']} training images"] if args.n_train is not None else []) + (
         [f"{cfg.n_val} validation images"] if args.n_val is not None else []) + (
@@ -227,6 +250,7 @@ def main(argv=None) -> int:
                       "w_scale": args.w_scale,
                       "scale_note": cfg.scale_note, "n_train": res["n_train"],
                       "n_val": cfg.n_val, "gn_rate": args.gn_rate,
+                      "seed_indices": res["seed_indices"],
                       "batch_size": cfg.batch_size, "bottleneck": cfg.bottleneck,
                       "depth": cfg.depth},
            "claims": claims, "crossings": _crossings(curves, list(curves)), "arms": arms_out,

@@ -1100,7 +1100,8 @@ def _train_arm(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, ks, *,
 def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True,
                   checkpoint_dir: str | os.PathLike | None = None,
                   cache_dir: str | os.PathLike | None = None,
-                  data_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+                  data_dir: str | os.PathLike | None = None,
+                  first_seed: int = 0) -> dict[str, Any]:
     """Train every arm of ``cfg`` (rates from one-epoch vmapped sweeps) and probe it.
 
     Returns ``{"config", "steps_per_epoch", "n_train", "wall_s", "arms": {name: {"lr",
@@ -1111,9 +1112,17 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     sweeps and runs are kept in a folder keyed without ``seeds`` and ``scale_note``, so a run
     with more seeds reuses a fewer-seed run's sweeps and finished seeds (seed keys are
     ``fold_in(key, s)``); its ``wall_s`` then counts only the new work.
+
+    ``first_seed``: run seeds ``first_seed .. first_seed + cfg.seeds - 1`` (keys
+    ``fold_in(key, s)``), e.g. the seeds 1 and 2 of a 3-seed study whose seed 0 ran elsewhere;
+    the rate sweeps still use seed 0's key, so the rates are the full study's.  The result's
+    ``"seed_indices"`` lists them.
     """
+    if isinstance(first_seed, bool) or not isinstance(first_seed, (int, np.integer)) \
+            or first_seed < 0:
+        raise ValueError(f"first_seed: expected an int >= 0, got {first_seed!r}")
     kd = repr(jax.random.key_data(check_key(key, fn="run_minibatch")).tolist())
-    fp = _fingerprint(cfg, kd)
+    fp = _fingerprint(cfg, kd) + (f"_from{first_seed}" if first_seed else "")
     cache = None if cache_dir is None else pathlib.Path(cache_dir) / f"minibatch_{fp}.pkl"
     if cache is not None and cache.exists():
         res = _load(cache)
@@ -1130,9 +1139,11 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
     dim = prep.x_train.shape[1]
     spe = len(prep.x_train) // cfg.batch_size
     data = (jnp.asarray(prep.x_train), jnp.asarray(prep.y_train))
-    keys = _seed_keys(key, cfg.seeds)
+    seed_ids = list(range(int(first_seed), int(first_seed) + cfg.seeds))
+    keys = [jax.random.fold_in(key, s) for s in seed_ids]
+    key0 = jax.random.fold_in(key, 0)  # the sweeps': seed 0's key whatever seeds run
     out: dict[str, Any] = {"config": _cfg_dict(cfg), "steps_per_epoch": spe,
-                           "n_train": len(prep.x_train), "arms": {}}
+                           "n_train": len(prep.x_train), "seed_indices": seed_ids, "arms": {}}
     # Sweeps and (arm, seed) runs do not depend on the seed count or the note, so their folder
     # is keyed without them: a 3-seed run reuses a 1-seed run's sweeps and seed 0 (seed keys
     # are fold_in(key, s), the sweep uses seed 0's key).
@@ -1150,13 +1161,13 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
             sw = _load(sweep_file)
             shutil.rmtree(sweep_ck, ignore_errors=True)  # left by a stop after the keep
         elif len(arm.lrs) > 1:
-            params, frozen, P = make_model(keys[0], dim, cfg.depth, prep.num_outputs,
+            params, frozen, P = make_model(key0, dim, cfg.depth, prep.num_outputs,
                                            bottleneck=cfg.bottleneck,
                                            first_linear=_first_linear(arm, cfg.first_linear),
                                            init=cfg.init, w_scale=_arm_w_scale(cfg, arm, dim))
             sw = lr_sweep(arm, params, frozen, P, data, steps=cfg.sweep_epochs * spe,
                           batch_size=cfg.batch_size, rule="progress", extend=cfg.sweep_extend,
-                          key=jax.random.fold_in(keys[0], 3), progress=progress,
+                          key=jax.random.fold_in(key0, 3), progress=progress,
                           augment=cfg.augment, image_shape=prep.image_shape,
                           checkpoint_dir=sweep_ck)
             sw.pop("state")
@@ -1172,7 +1183,7 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
         # climbs back: run_unstable) is replaced by the next smaller rate of the grid or of
         # the arm's fallback_lrs (all seeds rerun at it), and the replaced rates are reported.
         lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp_runs,
-                                           progress)
+                                           progress, seed_ids=seed_ids)
         out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs, "diverged_lrs": diverged}
     out["wall_s"] = time.perf_counter() - t0
     if cache is not None:
@@ -1189,7 +1200,7 @@ def _runs_fingerprint(cfg: MinibatchConfig, kd: str) -> str:
 
 
 def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
-                  checkpoint_dir, fp: str, progress: bool
+                  checkpoint_dir, fp: str, progress: bool, seed_ids=None
                   ) -> tuple[float, list[dict[str, np.ndarray]], list[float]]:
     """Train every seed at ``lr``; while a seed's run is unstable (:func:`run_unstable`), retrain
     all seeds at the next smaller rate of ``arm.lrs`` and ``arm.fallback_lrs``
@@ -1203,7 +1214,7 @@ def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, key
         # with a smaller rate left, stop at the first unstable seed (the rest would be retrained
         # at the smaller rate anyway); seeds already finished are loaded, not retrained
         runs = _train_seeds(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp, progress,
-                            stop=bad if lower else None)
+                            stop=bad if lower else None, seed_ids=seed_ids)
         if not any(bad(r) for r in runs) or not lower:
             return lr, runs, diverged
         diverged.append(lr)
@@ -1262,13 +1273,13 @@ def run_unstable(loss, epochs: int, max_climb: float | None = 0.1) -> bool:
 
 
 def _train_seeds(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
-                 checkpoint_dir, fp: str, progress: bool, stop=None
+                 checkpoint_dir, fp: str, progress: bool, stop=None, seed_ids=None
                  ) -> list[dict[str, np.ndarray]]:
-    """One run per seed at rate ``lr``, each kept under ``done`` (resumable).  ``stop``: a
-    predicate on a run; the seeds after the first run it accepts are not trained (the list is
-    then shorter than ``keys``)."""
+    """One run per seed at rate ``lr``, each kept under ``done`` (resumable) by its seed index
+    (``seed_ids``, default ``0 .. len(keys) - 1``).  ``stop``: a predicate on a run; the seeds
+    after the first run it accepts are not trained (the list is then shorter than ``keys``)."""
     runs = []
-    for s, ks in enumerate(keys):
+    for s, ks in zip(range(len(keys)) if seed_ids is None else seed_ids, keys, strict=True):
         name = f"{arm.name}_lr{lr:g}_s{s}"
         run_file = None if done is None else done / f"{name}.pkl"
         if run_file is not None and run_file.exists():

@@ -637,8 +637,11 @@ def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monke
                        np.eye(2)[rng.integers(0, 2, 8)], num_outputs=2, name="toy")
     monkeypatch.setattr(ex, "load_classification", lambda *a, **k: prep)
 
+    sweep_keys = []
+
     def fake_sweep(arm, *a, **k):
         sweeps.append(arm.name)
+        sweep_keys.append(np.asarray(jax.random.key_data(k["key"])))
         k["checkpoint_dir"].mkdir(parents=True)  # as fit's mid-sweep checkpoints would
         (k["checkpoint_dir"] / "step").write_text("x")
         return {"best": float(arm.lrs[0]), "state": None}
@@ -673,6 +676,28 @@ def test_minibatch_run_with_more_seeds_reuses_the_finished_seeds(tmp_path, monke
     cfg_b = ex.dataclasses.replace(cfg3, batch_size=16)
     ex.run_minibatch(cfg_b, key=key, progress=False, checkpoint_dir=tmp_path)
     assert sweeps == ["adam", "adam"] and len(calls) == 6 + 6
+    # first_seed: seeds 1 and 2 alone are the 3-seed run's (kept by seed index: reloaded, not
+    # retrained); in a fresh folder they train at their own keys and sweep at seed 0's
+    cfg2 = ex.dataclasses.replace(cfg1, seeds=2, scale_note="seeds 1, 2")
+    r12 = ex.run_minibatch(cfg2, key=key, progress=False, checkpoint_dir=tmp_path,
+                           first_seed=1)
+    assert r12["seed_indices"] == [1, 2] and len(calls) == 12
+    for arm in ("adam", "sgd"):
+        for s in (1, 2):
+            np.testing.assert_array_equal(r12["arms"][arm]["seeds"][s - 1]["loss"],
+                                          r3["arms"][arm]["seeds"][s]["loss"])
+    sweep_keys.clear()
+    fresh = ex.run_minibatch(cfg2, key=key, progress=False,
+                             checkpoint_dir=tmp_path / "fresh", first_seed=1)
+    assert len(calls) == 12 + 4 and fresh["seed_indices"] == [1, 2]
+    np.testing.assert_array_equal(sweep_keys, [np.asarray(jax.random.key_data(
+        jax.random.fold_in(jax.random.fold_in(key, 0), 3)))])
+    for arm in ("adam", "sgd"):
+        np.testing.assert_array_equal(fresh["arms"][arm]["seeds"][1]["loss"],
+                                      r3["arms"][arm]["seeds"][2]["loss"])
+    for bad in (-1, 1.0, True):
+        with pytest.raises(ValueError, match="first_seed: expected an int >= 0"):
+            ex.run_minibatch(cfg2, key=key, first_seed=bad)
 
 
 def test_fingerprint_tells_apart_arms_that_differ_only_in_switch_or_init_scale():

@@ -78,6 +78,43 @@ def test_variants_long_weight_decays_add_app_j_arms(tmp_path):
                   "--out", str(tmp_path / "x.json")])
 
 
+def test_variants_long_first_seed_runs_the_later_seeds_of_a_study(tmp_path):
+    # --first-seed 1 --seeds 1 is seed 1 of a 2-seed run (its own key fold_in(key, 1), the
+    # sweeps at seed 0's key), kept per seed in the record; a bad value is refused
+    import numpy as np
+    import pytest
+
+    from reproduce._gnrev_variants_long import main
+
+    argv = ["--artifact", "appJ", "--arms", "gn,adam", "--epochs", "1", "--n-val", "40"]
+    both = _smoke("_gnrev_variants_long", [*argv, "--seeds", "2"], tmp_path / "a")
+    one = _smoke("_gnrev_variants_long", [*argv, "--seeds", "1", "--first-seed", "1"],
+                 tmp_path / "b")
+    assert both["config"]["seed_indices"] == [0, 1] and one["config"]["seed_indices"] == [1]
+    assert "seeds 1..1" in one["config"]["scale_note"]
+    # the CPU note's sizes, which --n-train / --n-val rewrite, are spelt as main() expects
+    from layerlab.gnrev import experiments as ex
+    cpu = ex.variants_config("appJ", "cpu")
+    assert f" {cpu.n_train} training images" in cpu.scale_note
+    assert f"; {cpu.n_val} validation images held out" in cpu.scale_note
+    for arm in ("gn", "adam"):
+        assert one["arms"][arm]["lr"] == both["arms"][arm]["lr"]
+        assert list(one["arms"][arm]["per_seed"]) == ["1"]
+        for k in ("eval_train_loss_full", "eval_test_loss", "eval_val_loss"):
+            s1, s01 = (np.array(r["arms"][arm]["per_seed"][i][k]) for r, i in
+                       ((one, "1"), (both, "1")))
+            np.testing.assert_allclose(s1, s01, rtol=1e-5)
+            s0 = np.array(both["arms"][arm]["per_seed"]["0"][k])
+            assert np.abs(s0 - s01).max() > 1e-6  # seed 0 is another run
+        # the record's curves are the mean over its seeds' own ones
+        np.testing.assert_allclose(
+            both["arms"][arm]["test_loss_per_epoch"],
+            np.mean([both["arms"][arm]["per_seed"][i]["eval_test_loss"] for i in "01"], 0),
+            rtol=1e-5)
+    with pytest.raises(SystemExit, match="--first-seed: expected >= 0"):
+        main([*argv, "--first-seed", "-1", "--smoke", "--out", str(tmp_path / "x.json")])
+
+
 def test_variants_long_n_train_n_val_gn_rate_set_the_data_and_rate(tmp_path):
     # --n-train / --n-val resize the App. J data (the full-data ablation), --gn-rate sets GN's
     # rate; one epoch runs
