@@ -792,26 +792,27 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
                     eval_at_start=False, eval_fn=None, key_impl=None) -> dict[str, Any]:
     """Everything that changes the result of ``fit``: compared on resume.
 
-    ``state``: the tree structure, every leaf's shape/dtype and a content hash of the
-    *initial* state (covers the initialisation and hyper-parameters kept in the state, e.g.
+    ``state``: the tree structure, every leaf's shape/dtype and a content hash of the *initial*
+    state (covers the initialisation and hyper-parameters kept in the state, e.g.
     ``TrainState.hparams`` or ``optax.inject_hyperparams``); ``step``: the qualnames and the
-    scalars captured by its closure, dataclass fields included (the optimizer's
-    hyper-parameters for :func:`layerlab.loop.optax_step`), and for a ``Partial`` step of
-    arrays a content hash of the bound arrays; ``data``: shapes/dtypes and a content hash (computed
-    once per ``fit`` call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key;
-    the evaluation period ``eval_every`` (it decides the steps of the saved evaluation history;
-    checkpoints saved before it was recorded, 2026-11-29, are not compared on it); with early
-    stopping, its settings and the evaluation schedule (they decide where the run stops and
-    which state it returns); ``eval_fn`` described as ``step`` is (its code, the
-    settings and arrays it captures or binds: they decide the saved evaluation history and,
-    with early stopping, where the run stops); the key's implementation (``rbg`` and
-    ``unsafe_rbg`` keys hold the same data).  ``step_objects`` / ``eval_fn_objects`` (only
-    when there are some): the user's own objects reached from ``step`` / ``eval_fn`` -- the
-    methods' code and the attributes of a flax module or dataclass defined in the user's code,
-    of a callable object, of ``obj`` in a bound method ``obj.step`` (see the ``objects``
-    argument of :func:`_closure_scalars`).  A step built from layerlab's own code and
-    configs, a plain function, closure, ``partial`` or ``Partial`` has none: its fingerprint
-    is the one earlier versions saved.
+    scalars captured by its closure, dataclass fields included (the optimizer's hyper-parameters
+    for :func:`layerlab.loop.optax_step`), and for a ``Partial`` step of arrays a content hash
+    of the bound arrays; ``data``: shapes/dtypes and a content hash (computed once per ``fit``
+    call); ``total`` steps, ``batch_size``, ``n``, ``runs`` and the key; the evaluation period
+    ``eval_every`` (it decides the steps of the saved evaluation history; checkpoints saved
+    before it was recorded, 2026-11-29, are not compared on it); with early stopping, its
+    settings and the evaluation schedule (they decide where the run stops and which state it
+    returns); ``eval_fn`` described as ``step`` is (its code, the settings and arrays it
+    captures or binds: they decide the saved evaluation history and, with early stopping, where
+    the run stops); the key's implementation (``rbg`` and ``unsafe_rbg`` keys hold the same
+    data) and ``jax_threefry_partitionable`` (the same threefry key draws other streams under
+    the other setting).  ``step_objects`` / ``eval_fn_objects`` (only when there are some): the
+    user's own objects reached from ``step`` / ``eval_fn`` -- the methods' code and the
+    attributes of a flax module or dataclass defined in the user's code, of a callable object,
+    of ``obj`` in a bound method ``obj.step`` (see the ``objects`` argument of
+    :func:`_closure_scalars`).  A step built from layerlab's own code and configs, a plain
+    function, closure, ``partial`` or ``Partial`` has none: its fingerprint is the one earlier
+    versions saved.
     """
     memo: dict[int, tuple] = {}
     step_objects: list[str] = []
@@ -844,6 +845,11 @@ def run_fingerprint(*, step, state, data, key_data, total, batch_size, n, runs,
     if eval_fn is not None:  # the v3 walk beside it: which differences are the v4 walk's alone
         fp["eval_fn_v3"] = _closure_scalars(eval_fn, root="eval_fn", mode="v3", memo=memo)
     fp["key_impl"] = None if key_impl is None else str(key_impl)
+    # JAX's switch of the threefry keys' random streams (split, fold_in, bits): the same key
+    # under the other setting draws other batches, dropout masks and noise; added
+    # 2026-11-30 (a checkpoint saved before lacks it: not compared on it)
+    fp["rng_config"] = {"jax_threefry_partitionable":
+                        bool(jax.config.jax_threefry_partitionable)}
     # the evaluation schedule decides which steps the saved history's evaluations are at: a
     # resume with another one would mix two schedules in one history (eval_every needs eval_fn)
     fp["eval_every"] = None if eval_every is None else int(eval_every)
@@ -885,7 +891,7 @@ def _short(v, width=120) -> str:
 _COMPAT_KEYS = ("walk", "step_v3", "step_legacy", "eval_fn_v3")  # how to compare, never compared
 # entries added later (audit 2 of 2026-11-29: eval_fn, key_impl; after it, the same day:
 # eval_every without early stopping): a checkpoint saved before has none (not compared on them)
-_LATER_KEYS = ("eval_fn", "key_impl", "eval_every")
+_LATER_KEYS = ("eval_fn", "key_impl", "eval_every", "rng_config")
 # present only when the step / eval_fn reaches the user's own objects (audit 3, 2026-11-29); a
 # checkpoint saved before has none: not comparable (the caller warns), never a refusal
 _OBJECT_KEYS = ("step_objects", "eval_fn_objects")
@@ -948,6 +954,12 @@ def fingerprint_diff(saved: dict[str, Any], now: dict[str, Any],
                 v = old
             if s == v:
                 continue
+        if k == "rng_config":
+            lines.append(f"rng_config: saved {s!r}, now {v!r} (the threefry keys draw other "
+                         "random streams under the other setting; resume under the saved one, "
+                         "jax.config.update('jax_threefry_partitionable', ...), or use a new "
+                         "checkpoint_dir)")
+            continue
         if k == "eval_every":
             lines.append(f"eval_every: saved {s!r}, now {v!r} (the saved history holds the "
                          f"evaluations of eval_every={s!r}; resume with eval_every={s!r}, or "

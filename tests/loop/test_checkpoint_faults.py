@@ -1010,8 +1010,22 @@ def test_eval_fn_and_key_impl_are_in_the_fingerprint(tmp_path):
     with pytest.raises(CheckpointMismatchError, match="key_impl: saved 'rbg', now 'unsafe_rbg'"):
         loop.fit(TS.step, st, (X, Y), key=jax.random.key(1, impl="unsafe_rbg"), **kw)
 
-    def older(fp):  # a checkpoint saved before eval_fn and key_impl were fingerprinted
-        del fp["eval_fn"], fp["key_impl"]
+    # JAX's threefry stream switch: the same key draws other batches under the other setting
+    part = bool(jax.config.jax_threefry_partitionable)
+    kw_rng = dict(kw, checkpoint_dir=str(tmp_path / "rng"))
+    loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), **kw_rng)
+    try:
+        jax.config.update("jax_threefry_partitionable", not part)
+        with pytest.raises(CheckpointMismatchError,
+                           match=r"rng_config: saved \{'jax_threefry_partitionable': "
+                           f"{part}}}, now .*{not part}}}"):
+            loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), **kw_rng)
+    finally:
+        jax.config.update("jax_threefry_partitionable", part)
+    loop.fit(TS.step, st, (X, Y), key=jax.random.key(1), **kw_rng)  # the saved setting resumes
+
+    def older(fp):  # a checkpoint saved before eval_fn, key_impl, rng_config were fingerprinted
+        del fp["eval_fn"], fp["key_impl"], fp["rng_config"]
 
     with pytest.raises(RuntimeError, match="preempted"):
         run("older", _mse_eval, cb=_stop_at(4))
