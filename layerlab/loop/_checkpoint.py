@@ -890,7 +890,8 @@ def _short(v, width=120) -> str:
 
 _COMPAT_KEYS = ("walk", "step_v3", "step_legacy", "eval_fn_v3")  # how to compare, never compared
 # entries added later (audit 2 of 2026-11-29: eval_fn, key_impl; after it, the same day:
-# eval_every without early stopping): a checkpoint saved before has none (not compared on them)
+# eval_every without early stopping; 2026-11-30: rng_config): a checkpoint saved before has
+# none (not compared on them)
 _LATER_KEYS = ("eval_fn", "key_impl", "eval_every", "rng_config")
 # present only when the step / eval_fn reaches the user's own objects (audit 3, 2026-11-29); a
 # checkpoint saved before has none: not comparable (the caller warns), never a refusal
