@@ -30,6 +30,7 @@ from layerlab.inspect._report import (
     _check_config,
     _check_reference,
     _check_samples,
+    _check_y,
     _probe_batch,
     _targets,
     layer_report,
@@ -247,9 +248,9 @@ def monitor(
     model = _as_model(model)
     _check_config(config)
     _check_reference(reference)
-    x = _probe_batch(x)
-    y = None if y is None else jnp.asarray(y)
+    x = _probe_batch(x, "monitor")
+    y = None if y is None else _check_y(y, "monitor")
     _check_samples(x, y)
     if y is not None and any(d in _NEEDS_Y for d in config.diagnostics):
-        _targets(y, x.shape[0], config)  # bad targets raise here, not inside loop.fit
+        _targets(y, x.shape[0], config, "monitor")  # bad targets raise here, not in loop.fit
     return Monitor(model, x, y, reference, config, params_of, extra)

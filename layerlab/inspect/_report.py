@@ -43,7 +43,15 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from layerlab import dgl, kernels, probes
-from layerlab._checks import check_choice, check_int, check_labels, check_number, check_scalar
+from layerlab._checks import (
+    check_array,
+    check_choice,
+    check_finite,
+    check_int,
+    check_labels,
+    check_number,
+    check_scalar,
+)
 from layerlab._linalg import qr, svdvals
 from layerlab.inspect._models import FeaturesFn, Inspectable, _weight_entries, _weight_matrices
 from layerlab.probes._cka import _centre_columns
@@ -273,9 +281,10 @@ def _as_model(model) -> Inspectable:
     )
 
 
-def _probe_batch(x: Any) -> jax.Array:
+def _probe_batch(x: Any, fn: str) -> jax.Array:
     """``x`` as one ``[n, ...]`` array; a dict, tuple or list of arrays (a multi-input model's
-    batch) is refused (``jnp.asarray`` stacked it or failed inside jax)."""
+    batch) is refused (``jnp.asarray`` stacked it or failed inside jax), so are ``None``, a
+    string, a ragged list and (when concrete) NaN/inf entries, each naming ``x``."""
     if isinstance(x, (Mapping, tuple)) or (
             isinstance(x, list) and any(hasattr(e, "shape") for e in x)):
         got = jax.tree.map(lambda a: list(jnp.shape(a)), x)
@@ -285,7 +294,9 @@ def _probe_batch(x: Any) -> jax.Array:
             "probe batch is one array: from_features(lambda params, xb: ..., apply=...) taking "
             "one [n, ...] array (e.g. the inputs concatenated along the last axis, or sample "
             "indices into inputs it closes over).")
-    return jnp.asarray(x)
+    x = check_array(x, "x", fn=fn, kind=None)
+    check_finite(x, "x", fn=fn, hint="the probe batch must be finite; clean or impute it.")
+    return x
 
 
 def _check_config(config: Any) -> None:
@@ -319,6 +330,17 @@ def _check_probe_n(x: jax.typing.ArrayLike) -> None:
         raise ValueError(
             f"x: the probe batch needs at least 2 samples (rows) for the diagnostics (DGL, CKA, "
             f"ranks of centred representations), got shape {tuple(shape)}.")
+
+
+def _check_y(y: Any, fn: str) -> jax.Array:
+    """``y`` as an array: not ``None``, a string or a ragged list, not complex (its imaginary
+    part would be dropped) and, when concrete, without NaN/inf entries."""
+    y = check_array(y, "y", fn=fn, kind=None)
+    if jnp.issubdtype(y.dtype, jnp.complexfloating):
+        raise TypeError(f"{fn}: y must hold real targets or integer labels, got dtype "
+                        f"{y.dtype}.")
+    check_finite(y, "y", fn=fn, hint="the targets must be finite; clean or impute them.")
+    return y
 
 
 def _check_samples(x: jax.Array, y: Any) -> None:
@@ -366,7 +388,7 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
     """
     model = _as_model(model)
     _check_config(config)
-    x = _probe_batch(x)
+    x = _probe_batch(x, "representations")
     if x.ndim < 1:
         raise ValueError(f"x must be a probe batch [n, ...] with samples as rows, got {x.shape}.")
     n = x.shape[0]
@@ -418,8 +440,8 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
     return out
 
 
-def _targets(y, n: int, config: InspectConfig) -> jax.Array:
-    y = jnp.asarray(y)
+def _targets(y, n: int, config: InspectConfig, fn: str) -> jax.Array:
+    y = _check_y(y, fn)
     given = y.shape
     if y.dtype == jnp.bool_:
         raise TypeError(
@@ -514,7 +536,7 @@ def make_reference(
     """
     model = _as_model(model)
     _check_config(config)
-    x = _probe_batch(x)
+    x = _probe_batch(x, "make_reference")
     _check_probe_n(x)
     reps = representations(model, params, x, config=dataclasses.replace(config, layers=None))
     if rename:
@@ -580,7 +602,7 @@ def layer_report(
     model = _as_model(model)
     _check_config(config)
     _check_reference(reference)
-    x = _probe_batch(x)
+    x = _probe_batch(x, "layer_report")
     diags = [d for d in config.diagnostics if reference is not None or d not in _NEEDS_REF]
     if y is None and any(d in _NEEDS_Y for d in diags):
         raise ValueError(
@@ -588,6 +610,8 @@ def layer_report(
             "leave them out of InspectConfig.diagnostics."
         )
     _check_probe_n(x)
+    if y is not None:
+        y = _check_y(y, "layer_report")
     _check_samples(x, y)
     n = x.shape[0]
     if reference is not None and reference.representations:  # (before the model runs)
@@ -598,7 +622,7 @@ def layer_report(
                 "pass make_reference(model, params, x) the same probe batch x as layer_report.")
     reps = representations(model, params, x, config=config)
     names = tuple(reps)
-    Y = _targets(y, n, config) if any(d in _NEEDS_Y for d in diags) else None
+    Y = _targets(y, n, config, "layer_report") if any(d in _NEEDS_Y for d in diags) else None
     tops = model.top_variances(params) if (model.top_variances and "dgl_nngp" in diags) else {}
 
     layer_values: dict[str, list] = {d: [] for d in diags if d in LAYER_DIAGNOSTICS}

@@ -104,6 +104,12 @@ def empirical_ntk(
       ``[n1, n2]`` if ``trace`` else ``[n1, n2, k, k]``; entry ``[i, j, a, b]`` pairs
       output ``a`` at ``x1[i]`` with output ``b`` at ``x2[j]``.
 
+    Raises:
+      ValueError: ``x1`` or ``x2`` has NaN/inf entries (checked when called outside ``jit``;
+        under ``jit`` one such sample can make *every* entry of the kernel NaN, not only its
+        row and column: always with ``x2=None``, and for a bad ``x2`` sample or with
+        ``method="jacobian"``, as the batched VJP / ``jacrev`` carries it into every column).
+
     References:
       Jacot et al. 2018 (definition); Novak et al. 2022 (NTK-vector products).
     """
@@ -116,9 +122,11 @@ def empirical_ntk(
                              f"{chunk_size!r}.")
         chunk_size = int(chunk_size)  # numpy integers too
     apply_fn, params = _differentiable_only(apply_fn, params)
-    x1 = check_array(x1, "x1", fn="empirical_ntk", kind=None)
+    # finite when concrete: one NaN sample can make every entry of the kernel NaN (the
+    # batched VJP / jacrev carries it into every column), so it is refused up front
+    x1 = check_array(x1, "x1", fn="empirical_ntk", kind=None, finite=True)
     same = x2 is None
-    x2 = x1 if same else check_array(x2, "x2", fn="empirical_ntk", kind=None)
+    x2 = x1 if same else check_array(x2, "x2", fn="empirical_ntk", kind=None, finite=True)
     if x1.ndim < 1 or x2.ndim < 1 or x1.shape[1:] != x2.shape[1:]:
         raise ValueError(f"empirical_ntk: x1 and x2 must be [n, ...] batches with the same "
                          f"per-sample shape, got {x1.shape} and {x2.shape}.")

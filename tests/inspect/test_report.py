@@ -272,6 +272,44 @@ def test_argument_errors_name_the_argument(mlp_case):
         inspect.layer_report(nn.Dense(3), {"params": {}}, x, y, config=cfg)
 
 
+def test_bad_x_and_y_values_are_refused_naming_them(mlp_case):
+    """A probe batch that is not an array (None, a string, a ragged list) or holds NaN, and
+    targets that are not an array, are complex (the imaginary part was dropped: dgl_linear
+    0, "perfectly decodable") or hold NaN (the error blamed H's columns or an internal K2)
+    are refused naming x / y, by every entry point, before the model runs."""
+    params, _, x, labels, y = mlp_case
+    model = inspect.from_mlp()
+    cfg = inspect.InspectConfig(diagnostics=("dgl_linear", "ntk_target_alignment"))
+    xn = np.array(x).copy()
+    xn[3, 1] = np.nan
+    yn = np.array(y).copy()
+    yn[0, 0] = np.nan
+    calls = {
+        "layer_report": lambda xx, yy: inspect.layer_report(model, params, xx, yy, config=cfg),
+        "make_reference": lambda xx, yy: inspect.make_reference(model, params, xx),
+        "representations": lambda xx, yy: inspect.representations(model, params, xx),
+        "monitor": lambda xx, yy: inspect.monitor(model, xx, yy, config=cfg),
+    }
+    for fn, call in calls.items():
+        for bad in (None, "abc", [[1.0, 2.0], [3.0]]):
+            with pytest.raises(TypeError, match=rf"^{fn}: x must be an array"):
+                call(bad, y)
+        with pytest.raises(ValueError, match=rf"^{fn}: x has 1 non-finite"):
+            call(xn, y)
+    for fn in ("layer_report", "monitor"):
+        call = calls[fn]
+        for bad in ("abc", [[1.0, 2.0], [3.0]]):
+            with pytest.raises(TypeError, match=rf"^{fn}: y must be an array"):
+                call(x, bad)
+        with pytest.raises(TypeError, match=rf"^{fn}: y must hold real targets .*complex"):
+            call(x, 1j * np.asarray(y))
+        with pytest.raises(ValueError, match=rf"^{fn}: y has 1 non-finite"):
+            call(x, yn)
+    # the same clean inputs report finite numbers (the checks refuse nothing valid)
+    rep = calls["layer_report"](x, y)
+    assert np.all(np.isfinite(np.asarray(rep.layer_values["dgl_linear"])))
+
+
 @pytest.mark.parametrize("wide", [False, True])
 def test_dgl_linear_of_a_dead_layer_is_the_zero_predictors(wide):
     """An all-zero layer: DGL@Linear = sum(Y^2) / n (the zero predictor's loss, dgl_nngp's

@@ -537,6 +537,18 @@ def test_empirical_ntk_matches_dense_jacobian_and_neural_tangents(x64):
         with pytest.raises(ValueError, match="empirical_ntk: chunk_size"):
             empirical_ntk(apply_fn, params, x1, x2, chunk_size=bad)
     close(ntk(apply_fn, params, x1, x2, trace=False, method="jacobian"), ref)
+    # one NaN sample made the whole kernel NaN, silently: refused eagerly, naming it
+    bad1 = np.array(x1).copy()
+    bad1[0, 0] = np.nan
+    for method in ("ntk_vp", "jacobian"):
+        with pytest.raises(ValueError, match=r"^empirical_ntk: x1 has 1 non-finite"):
+            empirical_ntk(apply_fn, params, bad1, x2, method=method)
+        with pytest.raises(ValueError, match=r"^empirical_ntk: x2 has 1 non-finite"):
+            empirical_ntk(apply_fn, params, x1, bad1, method=method)
+        # under jit it is not checked: with x2 = None every entry is NaN (the docstring's
+        # warning), not only the bad sample's row and column
+        traced = jax.jit(lambda a, m=method: empirical_ntk(apply_fn, params, a, method=m))
+        assert np.isnan(np.asarray(traced(bad1))).all()
     # [n] outputs are read as k = 1
     close(ntk(_second_output(apply_fn), params, x1, x2), ref[:, :, 1, 1])
     # x2 = None reuses the linearisation of x1 (linear_transpose instead of a new VJP)
