@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 import os
 import pathlib
 import platform
@@ -82,19 +83,31 @@ class Row:
         self.spread = _opt_number(self.spread, "spread", where, nonneg=True, nan_is_none=True)
         self.tol = _opt_number(self.tol, "tol", where, nonneg=True)
         least = 0 if self.ours is None else 1  # a row that was not run: 0 seeds
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) \
-                or self.seeds < least:
-            if type(self.seeds).__name__.startswith("int") and int(self.seeds) >= least:
-                self.seeds = int(self.seeds)  # numpy integers
-            else:
-                raise ValueError(f"{where}: seeds must be an integer >= {least}"
-                                 f"{' for a row that ran' if least else ''}, got {self.seeds!r}")
+        try:  # any integer type (numpy's signed and unsigned ones too), never a bool
+            seeds = None if isinstance(self.seeds, bool) or getattr(
+                getattr(self.seeds, "dtype", None), "kind", "") == "b" \
+                else operator.index(self.seeds)
+        except TypeError:
+            seeds = None
+        if seeds is None or seeds < least:
+            raise ValueError(f"{where}: seeds must be an integer >= {least}"
+                             f"{' for a row that ran' if least else ''}, got {self.seeds!r}")
+        self.seeds = int(seeds)
         self.holds = _opt_bool(self.holds, where)
         if self.ours is None and self.holds is not None:
             raise ValueError(f"{where}: a row that was not run (ours=None) cannot have "
                              f"holds={self.holds}")
         if self.holds is None and None not in (self.ours, self.paper, self.tol):
-            self.holds = bool(abs(self.ours - self.paper) <= self.tol)
+            self.holds = within_tol(self.ours, self.paper, self.tol)
+
+
+def within_tol(ours: float, paper: float, tol: float) -> bool:
+    """``|ours - paper| <= tol`` up to float rounding of the decimal numbers: a difference on
+    the boundary holds whichever way its binary rounding fell (``1.1`` vs ``1.0`` with tol
+    ``0.1`` gives ``0.10000000000000009``, and 90.2 vs 90.0 with 0.2 failed; 0.9 vs 0.8
+    held)."""
+    slack = 4 * math.ulp(max(abs(ours), abs(paper), tol, math.ulp(0.0)))
+    return bool(abs(ours - paper) <= tol + slack)
 
 
 def _opt_number(v: Any, name: str, where: str, *, nonneg: bool = False,
@@ -132,9 +145,12 @@ def _opt_bool(v: Any, where: str) -> bool | None:
 
 
 def _check_artifact(a: Any, field: str) -> None:
-    """An artifact is a plain, non-empty name (it names ``<artifact>.json``): no ``/``."""
-    if not isinstance(a, str) or not a or "/" in a:
-        raise ValueError(f"{field} must be a plain name like 'table1', got {a!r}")
+    """An artifact is a plain, non-empty name (it names ``<artifact>.json``): no path
+    separator (``/``, ``\\``), not ``.`` or ``..``, no NUL."""
+    if not isinstance(a, str) or not a or a in (".", "..") \
+            or any(c in a for c in ("/", "\\", "\0")):
+        raise ValueError(f"{field} must be a plain name like 'table1' (no '/', '\\', NUL, not "
+                         f"'.' or '..'), got {a!r}")
 
 
 def _nonfinite(obj: Any, path: str) -> str | None:
@@ -285,10 +301,28 @@ def _first_nonfinite(obj: Any, path: str, depth: int = 0) -> tuple[str, float] |
 
 def row_from_values(name: str, values: Sequence[float], *, paper: float | None = None,
                     unit: str = "", tol: float | None = None, note: str = "") -> Row:
-    """A :class:`Row` from per-seed values: mean as ``ours``, sample std as ``spread``."""
-    vals = [float(v) for v in values]
+    """A :class:`Row` from per-seed values: mean as ``ours``, sample std as ``spread``.
+
+    A NaN or infinity among them (a diverged seed) gives a row that did not produce a number
+    (``ours=None``, every seed's value in its ``note``), not an error at the end of a run.
+    """
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"row_from_values({name!r}): values must be a sequence of numbers "
+                        f"(one per seed), got {values!r}")
+    vals = []
+    for i, v in enumerate(values):
+        if isinstance(v, (bool, str, bytes)) or not hasattr(v, "__float__"):
+            raise TypeError(f"row_from_values({name!r}): values[{i}] must be a real number, "
+                            f"got {v!r}")
+        vals.append(float(v))
     if not vals:
         raise ValueError(f"row_from_values({name!r}): values is empty")
+    if not all(math.isfinite(v) for v in vals):
+        bad = sum(not math.isfinite(v) for v in vals)
+        return Row(name=name, ours=None, paper=paper, unit=unit, tol=tol, seeds=len(vals),
+                   note=(f"non-finite (diverged) in {bad} of {len(vals)} seeds: "
+                         f"{[round(v, 6) if math.isfinite(v) else str(v) for v in vals]}. "
+                         + note).strip())
     spread = statistics.stdev(vals) if len(vals) > 1 else 0.0
     return Row(name=name, ours=statistics.fmean(vals), paper=paper, unit=unit, tol=tol,
                seeds=len(vals), spread=spread, note=note)
@@ -458,6 +492,10 @@ def validate_record(d: Mapping[str, Any]) -> None:
         if c["holds"] is not None and not isinstance(c["holds"], bool):
             raise ValueError(f"record claims[{i}]: holds must be true, false or null, got "
                              f"{c['holds']!r}")
+    for k in d:  # and anywhere else: a row's or claim's extra key, an unknown field, ...
+        if (bad := _nonfinite(d[k], k)) is not None:
+            raise ValueError(f"record field {bad!r} must be finite (JSON has no NaN or "
+                             "Infinity; write null)")
 
 
 def write_record(record: Record, out_dir: str | os.PathLike, *,

@@ -26,7 +26,11 @@ Where a run writes: ``--out DIR`` when given (``--out DIR/NAME.json``: the recor
 git) for every other run, so default and smoke runs never modify tracked files.  ``--record``
 refuses ``--smoke``, and a record that is not paper-scale never replaces a paper-scale one in
 ``results/`` (``--record``: refused when parsing; a ``--paper`` run whose record comes out
-reduced, e.g. with fewer ``--seeds``, is written to ``scratch/<paper>/`` instead, exit status 1).
+reduced, e.g. with fewer ``--seeds``, is written to ``scratch/<paper>/`` instead, exit status 1),
+nor a committed reduced record it would lose numbers of (a row that ran there and not in this
+run, or with fewer seeds: also to ``scratch/<paper>/``, exit 1; remove the file first to replace
+it on purpose).  These guards hold wherever the path points into ``results/``, an ``--out``
+there included (before 2026-11-30 an ``--out results/...`` skipped them).
 
 Bad flags are refused when parsing (usage, the flag, what was expected, what came; exit status
 2), before JAX is imported: the argument types below (``positive_int``, ``int_list``,
@@ -329,6 +333,35 @@ def _paper_record(path: pathlib.Path) -> bool:
         return False
 
 
+def _weaker(record, path: pathlib.Path) -> str | None:
+    """Why ``record`` would be a loss against the committed record at ``path``: a row that ran
+    there and not here (or is missing), or ran with fewer seeds here; ``None`` when it is not
+    (or ``path`` holds no readable record)."""
+    try:
+        old = json.loads(path.read_text())
+        rows = {r["name"]: r for r in old.get("rows", []) if r.get("ours") is not None}
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+    new = {r.name: r for r in record.rows}
+    for name, r in rows.items():
+        n = new.get(name)
+        if n is None or n.ours is None:
+            return f"its row {name!r} ran ({r.get('seeds')} seeds) and this run's did not"
+        if isinstance(r.get("seeds"), int) and n.seeds < r["seeds"]:
+            return f"its row {name!r} has {r['seeds']} seeds, this run's {n.seeds}"
+    return None
+
+
+def _in_results(path: pathlib.Path) -> bool:
+    """Whether ``path`` lies in the repository's committed ``results/`` (however it was
+    spelt: ``--out results/dgl``, a relative or symlinked path)."""
+    try:
+        path.resolve().relative_to((REPO / "results").resolve())
+    except ValueError:
+        return False
+    return True
+
+
 def _check_record(p: Parser, args: argparse.Namespace) -> None:
     """``--record``: not with ``--smoke``; never over a paper-scale record (without --paper)."""
     if not args.record:
@@ -406,10 +439,14 @@ def finish(args: argparse.Namespace, record: Any, *,
     for a run under a protocol other than the main record's, so that ``--paper``/``--record``
     never writes it over that record).  Returns the JSON path.
 
-    Refusals: a record in which no row ran is not written over ``results/`` (and every such
+    Refusals (wherever the path points into ``results/``, by ``--paper``, ``--record`` or
+    an ``--out`` there): a record in which no row ran is not written there (and every such
     run exits with status 1, :class:`NothingRan`, after printing the loader's whole message);
-    a record that is not paper-scale is not written over a paper-scale one in ``results/``
-    (it goes to ``scratch/<paper>/`` instead, exit status 1).
+    a record that is not paper-scale is not written over a paper-scale one, nor over a
+    committed record it would lose numbers of (a row that ran there and not here, or with
+    fewer seeds: ``--paper --seeds 1`` over a 3-seed reduced record) -- it goes to
+    ``scratch/<paper>/`` instead, exit status 1 (to replace such a record on purpose, remove
+    it first).
     """
     from layerlab.record import write_record
 
@@ -425,7 +462,7 @@ def finish(args: argparse.Namespace, record: Any, *,
     d = out_dir(args)
     named = args.out is not None and pathlib.Path(args.out).suffix == ".json"
     stem = out_stem(args) if named else record.artifact + variant
-    committed = args.out is None and (args.paper or args.record)  # writes to results/
+    committed = _in_results(d / f"{stem}.json")  # writes to results/ (by any flag)
     name = f"{args._paper_name} {args._artifact}"
     nothing = (not record.rows and not record.claims) or (
         record.rows and all(r.ours is None for r in record.rows))
@@ -441,19 +478,25 @@ def finish(args: argparse.Namespace, record: Any, *,
                   "row ran would replace it); get the data first, or pass --out FILE.json to "
                   "write such a record elsewhere.", file=sys.stderr)
             raise NothingRan(1)
-    kept = None
-    if committed and record.scale != "paper" and _paper_record(d / f"{stem}.json"):
-        kept, d = d / f"{stem}.json", REPO / "scratch" / args._paper_name
+    kept = why = None
+    if committed and record.scale != "paper":
+        target = d / f"{stem}.json"
+        if _paper_record(target):
+            why = f"it is a paper-scale record and this run's is {record.scale!r}"
+        elif (loss := _weaker(record, target)) is not None:
+            why = f"this run's {record.scale!r} record would lose numbers of it: {loss}"
+        if why is not None:
+            kept, d = target, REPO / "scratch" / args._paper_name
     path = write_record(record, d, stem=stem)
     if figure is not None:
         figure(d / f"{stem}.png")
     print(summary(record))
     print(f"wrote {path}" + (f" and {d / (stem + '.png')}" if figure else ""))
     if kept is not None:
-        print(f"not written over {kept.relative_to(REPO)}: it is a paper-scale record and this "
-              f"run's is {record.scale!r}, so it is kept; this run's record went to {path} "
-              "(only a paper-scale run replaces it; --out PATH writes elsewhere)",
-              file=sys.stderr)
+        shown = kept.relative_to(REPO) if kept.is_relative_to(REPO) else kept
+        print(f"not written over {shown}: {why}, so it is kept; this run's record went to "
+              f"{path} (a paper-scale run replaces it; to replace it with this one, remove it "
+              "first; --out PATH outside results/ writes elsewhere)", file=sys.stderr)
         raise SystemExit(1)
     if nothing:
         print(f"{name}: exit status 1: no row ran (the record marks every row not run)",

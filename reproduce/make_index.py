@@ -82,7 +82,10 @@ def build() -> str:
            "over a paper-scale record: only `--paper` replaces one). Bad flags are refused before\n"
            "anything runs (exit status 2); a run in which no row ran (a dataset is absent)\n"
            "prints the loader's message and exits with status 1.",
-           "Record schema: `layerlab/record.py`. ✓ = within tolerance / claim holds.",
+           "Record schema: `layerlab/record.py`. ✓ = within tolerance / claim holds. The\n"
+           "command column is the record's command as one reruns it to rewrite that file: an\n"
+           "`--out` points at the record itself and one machine's `--checkpoint-dir`,\n"
+           "`--cache-dir` and `--data-dir` are left out (the record keeps the command as run).",
            ""]
     by_paper: dict[str, list[pathlib.Path]] = {}
     for s in scripts:
@@ -119,6 +122,37 @@ def build() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+_LOCAL_FLAGS = ("--checkpoint-dir", "--cache-dir", "--data-dir")  # one machine's folders
+
+
+def shown_command(cmd: str, rec_path: pathlib.Path) -> str:
+    """The record's command as one can rerun it to rewrite *this* file: an ``--out`` (a folder
+    or file of the machine it ran on: ``/root/out/...``, ``/tmp/...``) is replaced by the
+    record's own path in ``results/``, and the machine-local ``--checkpoint-dir`` /
+    ``--cache-dir`` / ``--data-dir`` are dropped.  A command without ``--out`` is shown as it
+    is (it wrote its default path, where the record is)."""
+    import shlex
+
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        return cmd
+    kept, i, had_out = [], 0, False
+    while i < len(words):
+        flag, eq, _ = words[i].partition("=")
+        if flag in _LOCAL_FLAGS or flag == "--out":
+            had_out |= flag == "--out"
+            i += 1 if eq else 2
+            continue
+        kept.append(words[i])
+        i += 1
+    if not had_out and len(kept) == len(words):
+        return cmd
+    if had_out:
+        kept += ["--out", rec_path.relative_to(REPO).as_posix()]
+    return shlex.join(kept)
+
+
 def _entry(rec_path, s, paper, out, details, counts):
     """Append one record's index line and detail section; return the updated counts."""
     n_rows, n_hold, n_claims, n_claims_hold = counts
@@ -141,7 +175,8 @@ def _entry(rec_path, s, paper, out, details, counts):
                       else f"{wall / 60:.1f} min" if wall >= 120 else f"{wall:.0f} s")
             dev = _devices_label(rec)
             out.append(f"| [{artifact}](../results/{paper}/{artifact}.json) | `{s.name}` | "
-                       f"`{rec.get('command') or cmd.strip('`')}` | {rec['scale']} | "
+                       f"`{shown_command(rec.get('command') or cmd.strip('`'), rec_path)}` | "
+                       f"{rec['scale']} | "
                        f"{held}/{len(judged)} | {cl_held}/{len(cl)} | {wall_s}"
                        f"{' (' + dev + ')' if dev else ''} |")
             det = [f"### {paper} {artifact}: {rec['title']}", ""]

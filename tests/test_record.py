@@ -71,6 +71,14 @@ REFUSED = [
     (("artifact",), "", "'artifact' must be a plain name"),
     (("artifact",), "../x", "'artifact' must be a plain name"),
     (("artifact",), "a/b", "'artifact' must be a plain name"),
+    (("artifact",), "..", "'artifact' must be a plain name"),
+    (("artifact",), ".", "'artifact' must be a plain name"),
+    (("artifact",), "a\\b", "'artifact' must be a plain name"),
+    (("artifact",), "a\0b", "'artifact' must be a plain name"),
+    # NaN / Infinity anywhere, not only in the listed fields
+    (("rows", 0, "extra_value"), NAN, r"'rows\[0\]\.extra_value' must be finite"),
+    (("claims", 0, "ratio"), INF, r"'claims\[0\]\.ratio' must be finite"),
+    (("unknown_field",), [1.0, NAN], r"'unknown_field\[1\]' must be finite"),
     (("note",), 3, "'note' must be str"),
     (("extra",), [1], "'extra' must be dict"),
     (("config", "lr"), NAN, r"'config\.lr' must be finite"),
@@ -95,6 +103,7 @@ def test_validate_record_refuses(path, bad, msg):
     (("rows", 0, "ours"), NAN, "ours must be a finite number"),
     (("wall_s",), INF, "'wall_s' must be a finite number"),
     (("rows", 0), "ran", r"rows\[0\] must be an object"),
+    (("claims", 0, "ratio"), NAN, r"'claims\[0\]\.ratio' must be finite"),
 ])
 def test_load_record_refuses_what_json_loads_parses(tmp_path, path, bad, msg):
     """json.loads reads NaN / Infinity (non-standard JSON): load_record must still refuse."""
@@ -179,7 +188,51 @@ def test_row_nan_paper_or_spread_means_no_number():
     assert r.paper is None and r.spread is None and r.holds is None
 
 
-@pytest.mark.parametrize("artifact", ["", "../x", "a/b", None, 3])
+def test_holds_on_the_tolerance_boundary_does_not_depend_on_binary_rounding():
+    """|ours - paper| == tol in decimal holds whichever way its float rounding falls (1.1 vs
+    1.0 at 0.1 and 90.2 vs 90.0 at 0.2 failed while 0.9 vs 0.8 at 0.1 held); a difference
+    one unit in the last printed digit past tol still fails."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):  # two-decimal percentages, tolerances of 0.01 .. 2.00
+        paper = round(float(rng.uniform(0, 100)), 2)
+        tol = round(float(rng.integers(1, 201)) / 100, 2)
+        sign = rng.choice([-1, 1])
+        on = round(paper + sign * tol, 2)
+        assert Row("r", on, paper, tol=tol).holds, (on, paper, tol)
+        off = round(paper + sign * (tol + 0.01), 2)
+        assert not Row("r", off, paper, tol=tol).holds, (off, paper, tol)
+    assert Row("r", 1.1, 1.0, tol=0.1).holds and Row("r", 90.2, 90.0, tol=0.2).holds
+    assert Row("r", 0.0, 0.0, tol=0.0).holds and not Row("r", 1e-300, 0.0, tol=0.0).holds
+
+
+def test_row_seeds_accept_every_integer_type_and_refuse_bools():
+    for s in (np.uint8(2), np.int16(2), np.uint64(2), 2):
+        r = Row("r", 1.0, seeds=s)
+        assert r.seeds == 2 and type(r.seeds) is int
+    for s in (True, np.bool_(True), 1.5, "2", np.float32(2)):
+        with pytest.raises(ValueError, match="seeds must be an integer >= 1"):
+            Row("r", 1.0, seeds=s)
+
+
+def test_row_from_values_marks_a_diverged_seed_and_refuses_strings():
+    """A NaN / inf seed (a diverged run) gives a row that did not run, with every seed's value
+    in the note (it raised AttributeError from statistics.stdev after the whole run); a string
+    is not a sequence of seeds ("12" was the seeds [1, 2])."""
+    from layerlab.record import row_from_values
+
+    r = row_from_values("acc", [97.0, float("nan"), 96.0], paper=97.1, tol=1.0)
+    assert r.ours is None and r.holds is None and r.seeds == 3 and r.spread is None
+    assert r.note.startswith("non-finite (diverged) in 1 of 3 seeds: [97.0, 'nan', 96.0]")
+    assert row_from_values("acc", [float("inf")]).ours is None
+    ok = row_from_values("acc", np.array([97.0, 96.0]), paper=97.1, tol=1.0)
+    assert ok.ours == 96.5 and ok.seeds == 2 and abs(ok.spread - 0.7071067811865476) < 1e-12
+    for bad, exc in (("12", TypeError), (b"12", TypeError), (5.0, TypeError),
+                     ([1.0, "2"], TypeError), ([], ValueError)):
+        with pytest.raises(exc, match=r"row_from_values\('acc'\)"):
+            row_from_values("acc", bad)
+
+
+@pytest.mark.parametrize("artifact", ["", "../x", "a/b", None, 3, "..", ".", "a\\b"])
 def test_record_refuses_an_artifact_that_is_not_a_plain_name(artifact):
     with pytest.raises(ValueError, match="Record.artifact must be a plain name"):
         Record("dgl", artifact, "t", "reduced", {})

@@ -88,6 +88,74 @@ def test_a_reduced_record_of_a_paper_run_goes_to_scratch(tmp_path, monkeypatch, 
     assert "not written over results/dmn/table2.json" in capsys.readouterr().err
 
 
+def test_a_committed_record_is_not_replaced_by_one_that_loses_its_numbers(
+        tmp_path, monkeypatch, capsys):
+    """A reduced --paper record replaced a committed *reduced* one with fewer seeds or rows
+    (``--paper --seeds 1`` over the 3-seed dgl table1), and ``--out results/...`` skipped
+    every guard (a smoke run replaced a paper-scale record, a run in which no row ran was
+    written): both go to scratch/ now (exit 1); one that keeps every number is written."""
+    from layerlab.record import Record, Row
+    from reproduce import _cli
+
+    monkeypatch.setattr(_cli, "REPO", tmp_path)
+    committed = tmp_path / "results" / "dgl" / "table1.json"
+    committed.parent.mkdir(parents=True)
+    old = {"scale": "reduced", "rows": [
+        {"name": "a", "ours": 1.0, "seeds": 3}, {"name": "b", "ours": 2.0, "seeds": 1},
+        {"name": "c", "ours": None, "seeds": 0}]}
+    committed.write_text(json.dumps(old))
+
+    def rec(rows, scale="reduced"):
+        return Record("dgl", "table1", "t", scale, {}, rows=rows, wall_s=1.0,
+                      command="python -m reproduce.dgl_table1 --paper")
+
+    def run(argv, record):
+        args = _cli.parser("dgl", "table1", "t").parse_args(argv)
+        with pytest.raises(SystemExit) as e:
+            _cli.finish(args, record)
+        return e.value.code
+
+    scratch = tmp_path / "scratch" / "dgl" / "table1.json"
+    for rows, why in (([Row("a", 1.1, seeds=1), Row("b", 2.0)],
+                       "its row 'a' has 3 seeds, this run's 1"),
+                      ([Row("a", 1.1, seeds=3)], "its row 'b' ran (1 seeds) and this run's did "
+                                                  "not"),
+                      ([Row("a", 1.1, seeds=3), Row("b", None, seeds=0)], "its row 'b' ran")):
+        assert run(["--paper"], rec(rows)) == 1
+        assert json.loads(committed.read_text()) == old
+        assert json.loads(scratch.read_text())["rows"][0]["ours"] == 1.1
+        err = capsys.readouterr().err
+        assert "not written over results/dgl/table1.json: this run's 'reduced' record would " \
+               f"lose numbers of it: {why}" in err
+    # --out into results/ is guarded alike, however it is spelt
+    monkeypatch.chdir(tmp_path)
+    assert run(["--out", "results/dgl"], rec([Row("a", 1.1, seeds=1), Row("b", 2.0)])) == 1
+    assert json.loads(committed.read_text()) == old
+    with pytest.raises(_cli.NothingRan):
+        _cli.finish(_cli.parser("dgl", "table1", "t").parse_args(
+            ["--out", str(tmp_path / "results" / "dgl" / "table1.json")]),
+            rec([Row("a", None, seeds=0, note="not run: no data")]))
+    assert json.loads(committed.read_text()) == old
+    paper = tmp_path / "results" / "dgl" / "fig4.json"
+    paper.write_text(json.dumps({"scale": "paper"}))
+    args = _cli.parser("dgl", "fig4", "t").parse_args(["--smoke", "--out", "results/dgl"])
+    with pytest.raises(SystemExit):
+        _cli.finish(args, Record("dgl", "fig4", "t", "reduced", {}, rows=[Row("a", 1.0)],
+                                 wall_s=1.0, command="x"))
+    assert json.loads(paper.read_text()) == {"scale": "paper"}
+    # every number kept (the same seeds, a row more): written over it
+    path = _cli.finish(_cli.parser("dgl", "table1", "t").parse_args(["--paper"]),
+                       rec([Row("a", 1.2, seeds=3), Row("b", 2.1), Row("c", 3.0)]))
+    assert path == committed and json.loads(committed.read_text())["rows"][2]["ours"] == 3.0
+    # outside results/ nothing is guarded (an explicit --out elsewhere writes)
+    elsewhere = tmp_path / "mine" / "table1.json"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(json.dumps(old))
+    _cli.finish(_cli.parser("dgl", "table1", "t").parse_args(["--out", str(elsewhere)]),
+                rec([Row("a", 1.1)]))
+    assert json.loads(elsewhere.read_text())["rows"][0]["ours"] == 1.1
+
+
 @pytest.mark.parametrize("name, argv, want", [
     ("dmn_fig6", ["--smoke", "--datasets", "cifar100x"],
      "argument --datasets: expected a comma-separated list of mnist, cifar10, cifar100; "
@@ -329,3 +397,25 @@ def test_a_refused_command_makes_no_folder_and_out_expands_the_home(tmp_path, mo
     assert args.out == tmp_path / "home" / "x" and args.out.is_dir()
     args = appE.build_parser().parse_args(["--checkpoint-dir", str(ck), "--smoke"])
     assert args.checkpoint_dir == ck and ck.is_dir()
+
+
+def test_the_index_shows_commands_that_rewrite_the_record():
+    """The index's command column: a machine's --out (``/root/out/...``) points at the record
+    itself, --checkpoint-dir / --cache-dir / --data-dir are left out (both spellings); a
+    command without them is shown as it is."""
+    from reproduce.make_index import REPO, shown_command
+
+    rec = REPO / "results" / "gnrev" / "fig2.json"
+    assert shown_command("python -m reproduce.gnrev_fig2 --paper --cache-dir ck "
+                         "--checkpoint-dir=ck --out /root/out/r3/fig2.json", rec) == \
+        "python -m reproduce.gnrev_fig2 --paper --out results/gnrev/fig2.json"
+    assert shown_command("python -m reproduce.dmn_table2 --paper --data-dir /d --seeds 3",
+                         REPO / "results" / "dmn" / "table2.json") == \
+        "python -m reproduce.dmn_table2 --paper --seeds 3"
+    plain = "python -m reproduce.dgl_fig4 --paper --lr 0.05 --note 'a b'"
+    assert shown_command(plain, REPO / "results" / "dgl" / "fig4_lr0.05.json") == plain
+    assert shown_command("python -m x --out 'unclosed", rec) == "python -m x --out 'unclosed"
+    # the committed index shows no machine's output folder
+    idx = (REPO / "reproduce" / "README.md").read_text().split("\n## ")[1:]
+    table = [ln for part in idx for ln in part.splitlines() if ln.startswith("| [")]
+    assert table and not [ln for ln in table if "/root/" in ln or "--checkpoint-dir" in ln]
