@@ -12,8 +12,9 @@ runs) or under the ignored ``scratch/`` folder (everything else).  The schema::
      "claims": [{"claim": ..., "holds": true, "evidence": "..."}],
      "machine": {...}, "versions": {...}, "git": "<commit>", "wall_s": 1234.5}
 
-``holds`` of a row is ``abs(ours - paper) <= tol`` (``None`` when the paper has no number or
-ours was not run).  Every number is finite (the file is strict JSON: no ``NaN`` or
+``holds`` of a row is ``abs(ours - paper) <= tol`` up to float rounding (:func:`within_tol`:
+a difference on the decimal boundary holds; ``None`` when the paper has no number or ours was
+not run).  Every number is finite (the file is strict JSON: no ``NaN`` or
 ``Infinity``, anywhere): a NaN or infinity in a row, ``wall_s``, ``config`` or ``extra`` is
 refused when the record is written, naming its field (``config.grid[1][1]``; those in
 ``config`` / ``extra`` were written as ``null`` / ``1e308`` before 2026-11-29); ``null`` is
@@ -49,6 +50,7 @@ __all__ = [
     "to_jsonable",
     "validate_record",
     "versions",
+    "within_tol",
     "write_record",
 ]
 
@@ -106,6 +108,8 @@ def within_tol(ours: float, paper: float, tol: float) -> bool:
     the boundary holds whichever way its binary rounding fell (``1.1`` vs ``1.0`` with tol
     ``0.1`` gives ``0.10000000000000009``, and 90.2 vs 90.0 with 0.2 failed; 0.9 vs 0.8
     held)."""
+    if not (math.isfinite(ours) and math.isfinite(paper)):
+        return False  # (NaN: an epoch without a score never matches)
     slack = 4 * math.ulp(max(abs(ours), abs(paper), tol, math.ulp(0.0)))
     return bool(abs(ours - paper) <= tol + slack)
 

@@ -282,9 +282,9 @@ def parser(paper: str, artifact: str, doc: str | None, *,
                        "(what the test suite runs)")
     p.add_argument("--record", action="store_true",
                    help=f"write to results/{paper}/ even without --paper (usually a "
-                   "reduced-scale record, scale='reduced'); not with --smoke, and never over "
+                   "reduced-scale record, scale='reduced'); not with --smoke, never over "
                    "a paper-scale record there (only --paper replaces one; --out writes "
-                   "elsewhere)")
+                   "elsewhere), nor over a committed record it would lose rows or seeds of")
     p.add_argument("--out", type=_out_path, default=None,
                    help=f"write the record and figure to this folder instead (default: "
                    f"results/{paper}/ with --paper/--record, else scratch/{paper}/); a path "

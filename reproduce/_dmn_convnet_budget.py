@@ -115,14 +115,16 @@ def headline(rows: dict, table2: dict, convnet_setting: str = "") -> dict | None
 
 def matches(curve_val, curve_train, paper_val, paper_train, tol=TOL):
     """Epochs (1-based) whose test (and, when the paper prints one, training) accuracy is
-    within ``tol`` points of the paper's."""
+    within ``tol`` points of the paper's (:func:`layerlab.record.within_tol`)."""
+    from layerlab.record import within_tol
+
     out = []
     if paper_val is None:  # a control row the paper does not print
         return out
     for e, v in enumerate(curve_val, 1):
-        if not abs(v - paper_val) <= tol:  # NaN (an epoch without a score) never matches
+        if not within_tol(v, paper_val, tol):  # NaN (an epoch without a score) never matches
             continue
-        if paper_train is not None and not abs(curve_train[e - 1] - paper_train) <= tol:
+        if paper_train is not None and not within_tol(curve_train[e - 1], paper_train, tol):
             continue
         out.append(e)
     return out

@@ -95,7 +95,9 @@ def main(argv=None) -> int:
     p.add_argument("--first-seed", type=int, default=0,
                    help="run seeds FIRST .. FIRST + SEEDS - 1 (keys fold_in(key, s)): the other "
                    "seeds of a study whose first seeds ran in another record (the rate sweeps "
-                   "keep seed 0's key); each arm's per_seed curves are kept in the record")
+                   "keep seed 0's key; the stability fallback sees only these seeds: check "
+                   "that each arm's lr agrees before pooling); each arm's per_seed curves are "
+                   "kept in the record")
     p.add_argument("--switch", type=int, default=None,
                    help="App. F switch epoch of the *_then_* arms (default: half of --epochs)")
     p.add_argument("--w-scale", type=float, default=1.0,
@@ -227,7 +229,8 @@ def main(argv=None) -> int:
             "test_acc_pct_per_epoch": accs[a].tolist(),
             "epoch1_drop": float(c[0] - c[1]), "later_drop": float(c[1] - c[-1]),
             "last5_mean_relative_drop_per_epoch": float(np.mean(1 - tail[1:] / tail[:-1])),
-            "certificate": ({"seed": 0, "median_residual": float(np.median(s0["residual"])),
+            "certificate": ({"seed": res["seed_indices"][0],
+                             "median_residual": float(np.median(s0["residual"])),
                              "min_rank": float(np.min(s0["min_rank"]))}
                             if "residual" in s0 else None),
             # each seed's own curves (a later run of other seeds can be pooled with these)

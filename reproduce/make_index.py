@@ -79,7 +79,8 @@ def build() -> str:
            "committed record), `--smoke` (seconds; what the tests run) and `--help`. Runs without",
            "`--paper`/`--record` write to `scratch/` and never touch committed files.\n"
            "`--record` writes a reduced-scale record to `results/` (not with `--smoke`, and never\n"
-           "over a paper-scale record: only `--paper` replaces one). Bad flags are refused before\n"
+           "over a paper-scale record: only `--paper` replaces one; nor, by any flag, over a\n"
+           "committed record it would lose rows or seeds of). Bad flags are refused before\n"
            "anything runs (exit status 2); a run in which no row ran (a dataset is absent)\n"
            "prints the loader's message and exits with status 1.",
            "Record schema: `layerlab/record.py`. ✓ = within tolerance / claim holds. The\n"
@@ -129,28 +130,44 @@ def shown_command(cmd: str, rec_path: pathlib.Path) -> str:
     """The record's command as one can rerun it to rewrite *this* file: an ``--out`` (a folder
     or file of the machine it ran on: ``/root/out/...``, ``/tmp/...``) is replaced by the
     record's own path in ``results/``, and the machine-local ``--checkpoint-dir`` /
-    ``--cache-dir`` / ``--data-dir`` are dropped.  A command without ``--out`` is shown as it
+    ``--cache-dir`` / ``--data-dir`` are dropped.  A merged record's commands (joined by
+    ``;`` or ``&&``) are rewritten one by one; a command without such flags is shown as it
     is (it wrote its default path, where the record is)."""
     import shlex
 
+    lex = shlex.shlex(cmd, posix=True, punctuation_chars=";&|")
+    lex.whitespace_split = True
     try:
-        words = shlex.split(cmd)
+        words = list(lex)
     except ValueError:
         return cmd
-    kept, i, had_out = [], 0, False
-    while i < len(words):
-        flag, eq, _ = words[i].partition("=")
-        if flag in _LOCAL_FLAGS or flag == "--out":
-            had_out |= flag == "--out"
-            i += 1 if eq else 2
-            continue
-        kept.append(words[i])
-        i += 1
-    if not had_out and len(kept) == len(words):
+    parts: list[list[str]] = [[]]
+    seps: list[str] = []
+    for w in words:
+        if w and set(w) <= set(";&|"):
+            seps.append(w)
+            parts.append([])
+        else:
+            parts[-1].append(w)
+    own = rec_path.relative_to(REPO).as_posix()
+    changed, shown = False, []
+    for part in parts:
+        kept, i, had_out = [], 0, False
+        while i < len(part):
+            flag, eq, _ = part[i].partition("=")
+            if flag in _LOCAL_FLAGS or flag == "--out":
+                had_out |= flag == "--out"
+                changed = True
+                i += 1 if eq else 2
+                continue
+            kept.append(part[i])
+            i += 1
+        if had_out:
+            kept += ["--out", own]
+        shown.append(shlex.join(kept))
+    if not changed:
         return cmd
-    if had_out:
-        kept += ["--out", rec_path.relative_to(REPO).as_posix()]
-    return shlex.join(kept)
+    return shown[0] + "".join(f" {sep} {p}" for sep, p in zip(seps, shown[1:], strict=True))
 
 
 def _entry(rec_path, s, paper, out, details, counts):

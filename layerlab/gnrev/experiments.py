@@ -578,14 +578,9 @@ def _mean_std(v: Sequence[float]) -> str:
 
 
 def _row(name: str, values, **kw) -> Row:
-    """:func:`row_from_values`, or ``ours=None`` with a note when a seed diverged."""
-    v = np.asarray(values, np.float64).ravel()
-    if not np.all(np.isfinite(v)):
-        bad = int(np.sum(~np.isfinite(v)))
-        note = kw.pop("note", "")
-        return Row(name, None, seeds=v.size, note=(f"non-finite (diverged) in {bad} of {v.size} "
-                                                   "seeds. " + note).strip(), **kw)
-    return row_from_values(name, v, **kw)
+    """:func:`row_from_values` of the flattened per-seed values (``ours=None`` with a note
+    when a seed diverged)."""
+    return row_from_values(name, np.asarray(values, np.float64).ravel(), **kw)
 
 
 def _steps_to(curve: np.ndarray, level: float) -> int | None:
@@ -1115,8 +1110,11 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
 
     ``first_seed``: run seeds ``first_seed .. first_seed + cfg.seeds - 1`` (keys
     ``fold_in(key, s)``), e.g. the seeds 1 and 2 of a 3-seed study whose seed 0 ran elsewhere;
-    the rate sweeps still use seed 0's key, so the rates are the full study's.  The result's
-    ``"seed_indices"`` lists them.
+    the rate sweeps still use seed 0's key, so the swept rates are the full study's.  The
+    stability fallback is decided on the seeds of this call only: where a seed here is unstable
+    its arm moves to a smaller rate (``"diverged_lrs"``) that a joint run would have used for
+    every seed -- before pooling with another call's seeds, check that each arm's ``"lr"``
+    agrees.  The result's ``"seed_indices"`` lists the seeds run.
     """
     if isinstance(first_seed, bool) or not isinstance(first_seed, (int, np.integer)) \
             or first_seed < 0:

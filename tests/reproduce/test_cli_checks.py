@@ -415,7 +415,16 @@ def test_the_index_shows_commands_that_rewrite_the_record():
     plain = "python -m reproduce.dgl_fig4 --paper --lr 0.05 --note 'a b'"
     assert shown_command(plain, REPO / "results" / "dgl" / "fig4_lr0.05.json") == plain
     assert shown_command("python -m x --out 'unclosed", rec) == "python -m x --out 'unclosed"
+    # a merged record's commands, each rewritten and still separate commands
+    t1 = REPO / "results" / "dgl" / "table1.json"
+    assert shown_command("python -m reproduce.dgl_table1 --paper --rows bmnist ; python -m "
+                         "reproduce.dgl_table1 --paper --rows cifar --out /tmp/out/dgl && "
+                         "python -m y --cache-dir=c", t1) == (
+        "python -m reproduce.dgl_table1 --paper --rows bmnist ; python -m "
+        "reproduce.dgl_table1 --paper --rows cifar --out results/dgl/table1.json && "
+        "python -m y")
     # the committed index shows no machine's output folder
     idx = (REPO / "reproduce" / "README.md").read_text().split("\n## ")[1:]
     table = [ln for part in idx for ln in part.splitlines() if ln.startswith("| [")]
-    assert table and not [ln for ln in table if "/root/" in ln or "--checkpoint-dir" in ln]
+    assert table and not [ln for ln in table if "/root/" in ln or "--checkpoint-dir" in ln
+                          or "';'" in ln]

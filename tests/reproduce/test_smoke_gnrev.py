@@ -91,6 +91,9 @@ def test_variants_long_first_seed_runs_the_later_seeds_of_a_study(tmp_path):
     one = _smoke("_gnrev_variants_long", [*argv, "--seeds", "1", "--first-seed", "1"],
                  tmp_path / "b")
     assert both["config"]["seed_indices"] == [0, 1] and one["config"]["seed_indices"] == [1]
+    # GN's residual certificate is the first seed run's, labelled with its own index
+    assert one["arms"]["gn"]["certificate"]["seed"] == 1
+    assert both["arms"]["gn"]["certificate"]["seed"] == 0
     assert "seeds 1..1" in one["config"]["scale_note"]
     # the CPU note's sizes, which --n-train / --n-val rewrite, are spelt as main() expects
     from layerlab.gnrev import experiments as ex
