@@ -113,6 +113,10 @@ def main(argv=None) -> int:
     p.add_argument("--gn-rate", type=float, default=None,
                    help="every GN arm's rate per block (default: the CPU configuration's 0.2, "
                    "swept on 4096 images)")
+    p.add_argument("--bottleneck", type=int, default=None,
+                   help="every block's inverted-bottleneck width d' (default: the CPU "
+                   "configuration's 512; the paper's is 8000); the initial weights keep the "
+                   "paper's d'=8000 Xavier variance, so only the width changes")
     p.add_argument("--n-val", type=int, default=None,
                    help="App. J's validation images held out to tune the decay (default: the "
                    "CPU configuration's 1024)")
@@ -194,6 +198,14 @@ def main(argv=None) -> int:
         base = dataclasses.replace(base, scale_note=base.scale_note.replace(
             f" {base.n_train} training images", f" {args.n_train} training images"
             if args.n_train else " the full training set (less the validation images)"))
+    if args.bottleneck is not None:  # ... its width
+        if args.bottleneck < 1:
+            raise SystemExit(f"--bottleneck: expected a width >= 1, got {args.bottleneck}")
+        if base.bottleneck is None:
+            raise SystemExit(f"--bottleneck: --artifact {args.artifact}'s net has no inverted "
+                             "bottleneck to widen")
+        base = dataclasses.replace(base, bottleneck=args.bottleneck, scale_note=(
+            base.scale_note.replace(f"d'={base.bottleneck}", f"d'={args.bottleneck}", 1)))
     if args.n_val is not None:  # ... and its validation images
         base = dataclasses.replace(base, scale_note=base.scale_note.replace(
             f"; {base.n_val} validation images", f"; {args.n_val} validation images"))
@@ -204,6 +216,7 @@ def main(argv=None) -> int:
         + (f", switch at epoch {switch}" if any(a.then for a in arms) else "")
         + (f", initial weights x{args.w_scale:g}" if args.w_scale != 1.0 else "")
         + (f", GN rate {args.gn_rate:g} per block" if args.gn_rate is not None else "")
+        + (f", d'={args.bottleneck}" if args.bottleneck is not None else "")
         + (f", n_train {data_kw.get('n_train', base.n_train) or 'full'}, n_val "
            f"{data_kw.get('n_val', base.n_val)}" if data_kw else "")
         + (f", seeds {args.first_seed}..{args.first_seed + (args.seeds or base.seeds) - 1}"
@@ -240,7 +253,8 @@ def main(argv=None) -> int:
         }
     changed = ([f"{res['n_train']} training images"] if args.n_train is not None else []) + (
         [f"{cfg.n_val} validation images"] if args.n_val is not None else []) + (
-        [f"GN at {args.gn_rate:g} per block"] if args.gn_rate is not None else [])
+        [f"GN at {args.gn_rate:g} per block"] if args.gn_rate is not None else []) + (
+        [f"d'={args.bottleneck}"] if args.bottleneck is not None else [])
     out = {"_note": f"{args.artifact} at the CPU record's configuration"
            + (f" but for {', '.join(changed)}" if changed else "")
            + f", run for {args.epochs} epochs with arms " + ", ".join(names)

@@ -114,6 +114,17 @@ def test_variants_long_first_seed_runs_the_later_seeds_of_a_study(tmp_path):
             both["arms"][arm]["test_loss_per_epoch"],
             np.mean([both["arms"][arm]["per_seed"][i]["eval_test_loss"] for i in "01"], 0),
             rtol=1e-5)
+    # --bottleneck widens every block (the CPU note's d'=512 follows it); Fig. 5 has none
+    wide = _smoke("_gnrev_variants_long", [*argv, "--bottleneck", "64"], tmp_path / "c")
+    assert wide["config"]["bottleneck"] == 64 and "d'=64" in wide["config"]["scale_note"]
+    assert wide["arms"]["gn"]["test_loss_per_epoch"] != both["arms"]["gn"]["test_loss_per_epoch"]
+    assert f"d'={cpu.bottleneck} " in cpu.scale_note
+    for bad, msg in (([*argv, "--bottleneck", "0", "--smoke"],
+                      "--bottleneck: expected a width >= 1"),
+                     (["--artifact", "fig5", "--arms", "gn", "--epochs", "1", "--bottleneck",
+                       "64"], "fig5's net has no inverted bottleneck")):  # (CPU config)
+        with pytest.raises(SystemExit, match=msg):
+            main([*bad, "--out", str(tmp_path / "x.json")])
     with pytest.raises(SystemExit, match="--first-seed: expected >= 0"):
         main([*argv, "--first-seed", "-1", "--smoke", "--out", str(tmp_path / "x.json")])
 
