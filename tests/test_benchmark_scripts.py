@@ -123,3 +123,66 @@ def test_fit_checkpoint_counts_the_steps_run_past_a_save(tmp_path):
     assert (tmp_path / "fit_checkpoint.png").is_file()
     with pytest.raises(SystemExit, match="--compare-rev"):
         fit_checkpoint._fit_at("no-such-revision-xyz")
+
+
+def _run_py(code, env=None, timeout=180):
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_dgl_loss_threads_flag_is_parsed_by_argparse_and_what_applied_is_recorded(tmp_path):
+    """``--threads`` was read from raw ``sys.argv``: ``--threads=all`` and the prefix
+    ``--thr all`` still pinned the process to one core (with single-threaded Eigen) while the
+    JSON said "all"; ``main()`` called in-process with the default only warned.  Now argparse
+    reads it, ``--threads 1`` pins only in ``main`` and is refused once JAX's backend runs,
+    and the JSON records the affinity and ``XLA_FLAGS`` that applied."""
+    code = (
+        "import os, runpy, sys\n"
+        "before, flags = sorted(os.sched_getaffinity(0)), os.environ.get('XLA_FLAGS', '')\n"
+        "sys.argv = ['dgl_loss', '--threads=all', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('benchmarks.dgl_loss', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert sorted(os.sched_getaffinity(0)) == before\n"
+        "assert 'multi_thread_eigen' not in os.environ.get('XLA_FLAGS', ''), 'pinned'\n"
+        "from benchmarks import dgl_loss as m\n"
+        "class Stop(Exception): pass\n"
+        "def stop(): raise Stop\n"
+        "m._imports = stop\n"
+        "for argv in (['--threads=all'], ['--thr', 'all']):\n"
+        "    try:\n"
+        "        m.main(argv)\n"
+        "    except Stop:\n"
+        "        pass\n"
+        "    assert sorted(os.sched_getaffinity(0)) == before, argv\n"
+        "    assert os.environ.get('XLA_FLAGS', '') == flags, argv\n"
+        "try:\n"
+        "    m.main(['--thr', '1'])\n"
+        "except Stop:\n"
+        "    pass\n"
+        "assert sorted(os.sched_getaffinity(0)) == before[:1]\n"
+        "assert '--xla_cpu_multi_thread_eigen=false' in os.environ['XLA_FLAGS']\n"
+        "import jax\n"
+        "jax.devices()\n"
+        "try:\n"
+        "    m.main([])\n"
+        "except SystemExit as e:\n"
+        "    assert 'before JAX starts' in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('--threads 1 after JAX started was not refused')\n"
+        "print('OK')\n"
+    )
+    assert _run_py(code).strip().endswith("OK")
+    import json
+
+    from benchmarks import dgl_loss
+
+    dgl_loss.main(["--threads", "all", "--ns", "8", "--max-n", "8", "--repeats", "1",
+                   "--kernel-n", "8", "--lego-n", "0", "--vmap-n", "0", "--out", str(tmp_path)])
+    rec = json.loads((tmp_path / "dgl_loss.json").read_text())
+    assert rec["threads"] == "all" and rec["pinned"] is False
+    assert rec["affinity"] == sorted(__import__("os").sched_getaffinity(0))
+    assert rec["xla_flags"] == __import__("os").environ.get("XLA_FLAGS")
