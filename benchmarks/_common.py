@@ -143,7 +143,8 @@ def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int
 
     Slow drifts of a shared machine's speed (neighbours, frequency) then hit every case alike,
     so the ratios of the medians are steadier than with :func:`timeit` case after case.
-    Returns ``{name: timeit-style dict}`` (``compile_s`` = the warm-up calls of that case).
+    Returns ``{name: timeit-style dict}`` (``compile_s`` = the warm-up calls of that case),
+    each with ``times_s``, that case's timed calls in round order (for paired ratios).
     """
     out, times = {}, {name: [] for name in cases}
     for name, (fn, args) in cases.items():
@@ -161,7 +162,8 @@ def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int
     for name, ts in times.items():
         q = np.percentile(ts, [25, 75])
         out[name].update(median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts),
-                         iqr_s=float(q[1] - q[0]), repeats=repeats, interleaved=True)
+                         iqr_s=float(q[1] - q[0]), repeats=repeats, interleaved=True,
+                         times_s=ts)
     return out
 
 

@@ -93,7 +93,7 @@ def test_timeit_interleaved_calls_every_case_once_per_round():
     assert calls == ["a", "a", "b", "b"] + ["a", "b", "b", "a", "a", "b"]
     for name in "ab":
         r = out[name]
-        assert r["repeats"] == 3 and r["interleaved"]
+        assert r["repeats"] == 3 and r["interleaved"] and len(r["times_s"]) == 3
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["compile_s"] > 0
     from benchmarks import dgl_loss
 
@@ -186,3 +186,54 @@ def test_dgl_loss_threads_flag_is_parsed_by_argparse_and_what_applied_is_recorde
     assert rec["threads"] == "all" and rec["pinned"] is False
     assert rec["affinity"] == sorted(__import__("os").sched_getaffinity(0))
     assert rec["xla_flags"] == __import__("os").environ.get("XLA_FLAGS")
+
+
+class _Stop(Exception):
+    """Ends a benchmark's ``main`` once the mechanics under test have run."""
+
+
+def test_loop_overhead_rotates_the_order_of_methods_between_rounds():
+    """Each timed round called ``fit`` first and the hand-written loops after it, always in
+    the same order; now the order rotates (no method always runs first)."""
+    import jax.numpy as jnp
+
+    from benchmarks import loop_overhead
+
+    loop_overhead._imports()
+    calls = []
+
+    def make(name):
+        def f():
+            calls.append(name)
+            return jnp.zeros(1)
+        return f
+
+    loop_overhead.measure({"a": make("a"), "b": make("b"), "c": make("c")}, 3)
+    assert calls[:3] == ["a", "b", "c"]  # the warm-up (compile) calls
+    rounds = [calls[3 + 3 * r: 6 + 3 * r] for r in range(3)]
+    assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+
+
+def test_inspect_overhead_rotates_plain_and_monitored_between_rounds(monkeypatch, tmp_path):
+    """``plain`` ran before ``monitored`` in every timed round; now the order rotates."""
+    from benchmarks import _common, inspect_overhead
+    from layerlab import loop
+
+    calls = []
+
+    def fit(step, state, data, **kw):
+        calls.append("monitored" if kw.get("eval_fn") is not None else "plain")
+        return state, {"eval_step": []}
+
+    def stop(*a, **k):
+        raise _Stop
+
+    monkeypatch.setattr(loop, "fit", fit)
+    monkeypatch.setattr(_common, "timeit", stop)  # the per-diagnostic timings come after
+    with pytest.raises(_Stop):
+        inspect_overhead.main(["--steps", "4", "--eval-every", "2", "--repeats", "4",
+                               "--n-probe", "8", "--out", str(tmp_path)])
+    timed = calls[2:]
+    assert len(timed) == 8
+    firsts = [timed[2 * r] for r in range(4)]
+    assert set(firsts) == {"plain", "monitored"}, calls
