@@ -137,7 +137,8 @@ def timeit(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) -> 
 
 
 def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int = 7,
-                       warmup: int = 1) -> dict[str, dict[str, float]]:
+                       warmup: int = 1, after: Callable[[str], Any] | None = None
+                       ) -> dict[str, dict[str, float]]:
     """Time several ``name -> (fn, args)`` cases in rounds: each round calls every case once
     (the order rotated by one each round).
 
@@ -145,12 +146,18 @@ def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int
     so the ratios of the medians are steadier than with :func:`timeit` case after case.
     Returns ``{name: timeit-style dict}`` (``compile_s`` = the warm-up calls of that case),
     each with ``times_s``, that case's timed calls in round order (for paired ratios).
+    ``after(name)``, if given, runs after every call of case ``name`` (warm-up and timed),
+    outside the timer: clean-up that is not part of what is measured.
     """
     out, times = {}, {name: [] for name in cases}
     for name, (fn, args) in cases.items():
         t0 = time.perf_counter()
         for _ in range(max(warmup, 1)):
             _block(fn(*args))
+            if after is not None:
+                t_after = time.perf_counter()
+                after(name)
+                t0 += time.perf_counter() - t_after
         out[name] = {"compile_s": time.perf_counter() - t0}
     names = list(cases)
     for r in range(repeats):  # the order rotates each round: no case always runs first
@@ -159,6 +166,8 @@ def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int
             t0 = time.perf_counter()
             _block(fn(*args))
             times[name].append(time.perf_counter() - t0)
+            if after is not None:
+                after(name)
     for name, ts in times.items():
         q = np.percentile(ts, [25, 75])
         out[name].update(median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts),

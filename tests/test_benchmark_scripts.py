@@ -237,3 +237,44 @@ def test_inspect_overhead_rotates_plain_and_monitored_between_rounds(monkeypatch
     assert len(timed) == 8
     firsts = [timed[2 * r] for r in range(4)]
     assert set(firsts) == {"plain", "monitored"}, calls
+
+
+def test_fit_checkpoint_deletes_checkpoints_outside_the_timer(monkeypatch, tmp_path):
+    """Each timed ``ckpt`` call deleted its checkpoint folder (``shutil.rmtree``) inside the
+    timer, so ``ckpt_over_eval_only`` included deleting every checkpoint; now the folders
+    are deleted after each call, outside it (``timeit_interleaved(after=...)``)."""
+    from benchmarks import _common, fit_checkpoint
+
+    log, real, real_rmtree = [], _common.timeit_interleaved, fit_checkpoint.shutil.rmtree
+
+    def rmtree(path, ignore_errors=False):
+        log.append(("rmtree", str(path)))
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    def interleaved(cases, **kw):
+        def wrap(name, fn):
+            def call(*a):
+                log.append(("call", name))
+                out = fn(*a)
+                log.append(("return", name))
+                return out
+            return call
+        return real({k: (wrap(k, f), a) for k, (f, a) in cases.items()}, **kw)
+
+    monkeypatch.setattr(fit_checkpoint.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(_common, "timeit_interleaved", interleaved)
+    monkeypatch.setattr(_common, "write_json", lambda *a, **k: (_ for _ in ()).throw(_Stop()))
+    with pytest.raises(_Stop):
+        fit_checkpoint.main(["--steps", "20", "--batch", "64", "--hidden", "8",
+                             "--periods", "10", "--repeats", "2", "--out", str(tmp_path)])
+    inside, deleted = None, []
+    for what, arg in log:
+        if what == "call":
+            inside = arg
+        elif what == "return":
+            inside = None
+        elif what == "rmtree" and inside is not None:
+            raise AssertionError(f"checkpoint folder deleted inside the timed call of {inside}")
+        else:
+            deleted.append(arg)
+    assert len(deleted) >= 3  # the ckpt case's warm-up and two timed calls, each its folder
