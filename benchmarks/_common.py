@@ -83,6 +83,20 @@ def module_at(rev: str, relpath: str, name: str, package: str = ""):
     return mod
 
 
+def uncached_env(env: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """A copy of ``env`` (default ``os.environ``) for a fresh subprocess whose compile times
+    are measured: JAX's persistent compilation cache off (``JAX_ENABLE_COMPILATION_CACHE=false``,
+    ``JAX_COMPILATION_CACHE_DIR`` and the other ``JAX_*CACHE*`` variables dropped), so a
+    "compile" is never a load from an earlier run's cache.  Returns the environment and a note
+    for the JSON record (what was dropped)."""
+    env = dict(os.environ if env is None else env)
+    dropped = {k: env.pop(k) for k in sorted(env)
+               if k.startswith("JAX_") and "CACHE" in k and k != "JAX_ENABLE_COMPILATION_CACHE"}
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    return env, {"compilation_cache": "disabled in the subprocesses "
+                 "(JAX_ENABLE_COMPILATION_CACHE=false)", "cache_env_dropped": dropped}
+
+
 def machine_info() -> dict[str, Any]:
     """Describe the machine a measurement was taken on."""
     import jax

@@ -278,3 +278,43 @@ def test_fit_checkpoint_deletes_checkpoints_outside_the_timer(monkeypatch, tmp_p
         else:
             deleted.append(arg)
     assert len(deleted) >= 3  # the ckpt case's warm-up and two timed calls, each its folder
+
+
+@pytest.mark.parametrize("name", ["xla_cpu_emitters", "fit_partial_step"])
+def test_compile_time_workers_run_without_the_persistent_compilation_cache(
+        name, monkeypatch, tmp_path):
+    """The fresh subprocesses that measure compile time inherited ``JAX_COMPILATION_CACHE_DIR``
+    (set by a user, or by this test session's conftest), so from the second repeat on a
+    "compile" could be a cache load.  Now the cache is off in the workers, and the record
+    says so."""
+    import json
+    import types
+
+    mod = importlib.import_module(f"benchmarks.{name}")
+    if name == "xla_cpu_emitters":
+        result = {p: {"compile_s": 1.0, "run_s": 0.1} for p in mod.PROGRAMS}
+    else:
+        result = {"gn": [1.0, 0.5], "adam": [1.0, 0.5]}
+    envs = []
+
+    real_run = mod.subprocess.run
+
+    def run(cmd, env=None, **kw):
+        if cmd[0] != sys.executable:  # platform.processor() runs uname
+            return real_run(cmd, env=env, **kw)
+        envs.append(env)
+        return types.SimpleNamespace(returncode=0, stdout="RESULT " + json.dumps(result),
+                                     stderr="")
+
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch.setattr(mod.subprocess, "run", run)
+    assert mod.main(["--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert envs and all(e is not None for e in envs)
+    for env in envs:
+        assert "JAX_COMPILATION_CACHE_DIR" not in env
+        assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in env
+        assert env["JAX_ENABLE_COMPILATION_CACHE"] == "false"
+    rec = json.loads((tmp_path / f"{name}.json").read_text())
+    assert "JAX_ENABLE_COMPILATION_CACHE=false" in rec["compilation_cache"]
+    assert rec["cache_env_dropped"]["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "cache")
