@@ -97,8 +97,24 @@ def uncached_env(env: dict[str, str] | None = None) -> tuple[dict[str, str], dic
                  "(JAX_ENABLE_COMPILATION_CACHE=false)", "cache_env_dropped": dropped}
 
 
+#: Environment variables that change timings; recorded by :func:`machine_info`.
+TIMING_ENV = ("XLA_FLAGS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+              "JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE")
+
+
+def _version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (None if not installed); no import."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def machine_info() -> dict[str, Any]:
-    """Describe the machine a measurement was taken on."""
+    """Describe the machine a measurement was taken on: device, versions (jax, jaxlib, numpy,
+    neural-tangents), the thread / XLA settings of :data:`TIMING_ENV` and the CPU affinity."""
     import jax
 
     dev = jax.devices()[0]
@@ -110,6 +126,11 @@ def machine_info() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "jax": jax.__version__,
+        "jaxlib": _version("jaxlib"),
+        "numpy": np.__version__,
+        "neural_tangents": _version("neural-tangents"),
+        "env": {k: os.environ.get(k) for k in TIMING_ENV},
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "note": "machines here are shared and noisy: medians of repeated runs are quoted; "
         "loadavg_1m tells how busy this one was when the record was written",

@@ -318,3 +318,44 @@ def test_compile_time_workers_run_without_the_persistent_compilation_cache(
     rec = json.loads((tmp_path / f"{name}.json").read_text())
     assert "JAX_ENABLE_COMPILATION_CACHE=false" in rec["compilation_cache"]
     assert rec["cache_env_dropped"]["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "cache")
+
+
+def test_machine_info_records_versions_thread_settings_and_affinity():
+    """Records carried only the jax version: not jaxlib / numpy / neural-tangents, nor the
+    settings that change timings (XLA_FLAGS, BLAS threads, CPU affinity)."""
+    import os
+
+    from benchmarks._common import machine_info
+
+    info = machine_info()
+    assert {"jaxlib", "numpy", "neural_tangents", "env", "affinity"} <= set(info)
+    assert info["jaxlib"] and info["numpy"]
+    assert info["env"]["XLA_FLAGS"] == os.environ.get("XLA_FLAGS")
+    assert info["env"]["OPENBLAS_NUM_THREADS"] == os.environ.get("OPENBLAS_NUM_THREADS")
+    assert "OMP_NUM_THREADS" in info["env"]
+    assert info["affinity"] == sorted(os.sched_getaffinity(0))
+
+
+def test_gnrev_step_sets_blas_threads_in_main_not_at_import():
+    """Importing benchmarks.gnrev_step set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS in the
+    importing process; now ``main`` sets them (before JAX is imported)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    code = (
+        "import os\n"
+        "import benchmarks.gnrev_step as m\n"
+        "assert 'OPENBLAS_NUM_THREADS' not in os.environ, 'set at import'\n"
+        "assert 'OMP_NUM_THREADS' not in os.environ, 'set at import'\n"
+        "class Stop(Exception): pass\n"
+        "def stop(): raise Stop\n"
+        "m._imports = stop\n"
+        "try:\n"
+        "    m.main([])\n"
+        "except Stop:\n"
+        "    pass\n"
+        "assert os.environ['OPENBLAS_NUM_THREADS'] == os.environ['OMP_NUM_THREADS'] == '1'\n"
+        "print('OK')\n"
+    )
+    assert _run_py(code, env=env).strip().endswith("OK")
