@@ -62,10 +62,22 @@ def test_every_flag_has_help_and_shows_its_default(name):
 
 @pytest.mark.parametrize("name", SPEED)
 def test_default_output_is_scratch(name, tmp_path):
+    """...under the script's own name: the names each script passes to ``out_dir`` and
+    ``add_output_flags`` are read from its source (dgl_cholesky_variants wrote under
+    "dgl_loss", next to dgl_loss's record, while this test checked a name it never used)."""
+    import ast
+
     from benchmarks import _common
 
     args = importlib.import_module(f"benchmarks.{name}").build_parser().parse_args([])
     assert args.out is None and args.record is False
+    tree = ast.parse((REPO / "benchmarks" / f"{name}.py").read_text())
+    used = {(node.func.id, node.args[i].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            for fn, i in (("out_dir", 0), ("add_output_flags", 1)) if node.func.id == fn
+            and len(node.args) > i and isinstance(node.args[i], ast.Constant)}
+    assert {fn for fn, _ in used} == {"out_dir", "add_output_flags"}, used
+    assert {n for _, n in used} == {name}, f"{name} writes under {used}"
     assert _common.out_dir(name, None, False) == _common.SCRATCH / name
     assert _common.out_dir(name, None, True) == _common.RESULTS / name
     assert _common.out_dir(name, str(tmp_path), True) == tmp_path
