@@ -371,3 +371,34 @@ def test_gnrev_step_sets_blas_threads_in_main_not_at_import():
         "print('OK')\n"
     )
     assert _run_py(code, env=env).strip().endswith("OK")
+
+
+def test_bottleneck_sweep_interleaves_the_vectorised_and_sequential_rounds(monkeypatch, tmp_path):
+    """The vectorised route ran all its timed calls, then the sequential route all of its
+    (3 each): a drift of the machine's speed landed on one route.  Now the rounds alternate,
+    the order rotated, 7 by default, and the per-round ratios are kept."""
+    import json
+
+    from benchmarks import bottleneck_sweep
+    from layerlab import loop
+
+    assert bottleneck_sweep.build_parser().parse_args([]).repeats >= 7
+    calls = []
+
+    def fit(step, state, data, runs=False, **kw):
+        calls.append("V" if runs else "S")
+        return state, {}
+
+    monkeypatch.setattr(loop, "fit", fit)
+    bottleneck_sweep.main(["--n", "20", "--widths", "2", "4", "--seeds", "1", "--steps", "2",
+                           "--repeats", "3", "--out", str(tmp_path)])
+    # each call of the sequential route is R = 2 fits; collapse them into one route call
+    assert calls.count("V") == 4 and calls.count("S") == 8
+    routes, i = [], 0
+    while i < len(calls):
+        routes.append(calls[i])
+        i += 1 if calls[i] == "V" else 2
+    assert routes == ["V", "S", "V", "S", "S", "V", "V", "S"], calls
+    rec = json.loads((tmp_path / "sweep.json").read_text())["width_seed_sweep"]
+    assert rec["interleaved"] and len(rec["vectorised_all_s"]) == 3
+    assert "speedup_paired_median" in rec
