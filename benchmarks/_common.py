@@ -83,8 +83,38 @@ def module_at(rev: str, relpath: str, name: str, package: str = ""):
     return mod
 
 
+def uncached_env(env: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, Any]]:
+    """A copy of ``env`` (default ``os.environ``) for a fresh subprocess whose compile times
+    are measured: JAX's persistent compilation cache off (``JAX_ENABLE_COMPILATION_CACHE=false``,
+    ``JAX_COMPILATION_CACHE_DIR`` and the other ``JAX_*CACHE*`` variables dropped), so a
+    "compile" is never a load from an earlier run's cache.  Returns the environment and a note
+    for the JSON record (what was dropped)."""
+    env = dict(os.environ if env is None else env)
+    dropped = {k: env.pop(k) for k in sorted(env)
+               if k.startswith("JAX_") and "CACHE" in k and k != "JAX_ENABLE_COMPILATION_CACHE"}
+    env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    return env, {"compilation_cache": "disabled in the subprocesses "
+                 "(JAX_ENABLE_COMPILATION_CACHE=false)", "cache_env_dropped": dropped}
+
+
+#: Environment variables that change timings; recorded by :func:`machine_info`.
+TIMING_ENV = ("XLA_FLAGS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+              "JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE")
+
+
+def _version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (None if not installed); no import."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def machine_info() -> dict[str, Any]:
-    """Describe the machine a measurement was taken on."""
+    """Describe the machine a measurement was taken on: device, versions (jax, jaxlib, numpy,
+    neural-tangents), the thread / XLA settings of :data:`TIMING_ENV` and the CPU affinity."""
     import jax
 
     dev = jax.devices()[0]
@@ -96,6 +126,11 @@ def machine_info() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "jax": jax.__version__,
+        "jaxlib": _version("jaxlib"),
+        "numpy": np.__version__,
+        "neural_tangents": _version("neural-tangents"),
+        "env": {k: os.environ.get(k) for k in TIMING_ENV},
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "note": "machines here are shared and noisy: medians of repeated runs are quoted; "
         "loadavg_1m tells how busy this one was when the record was written",
@@ -137,19 +172,27 @@ def timeit(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) -> 
 
 
 def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int = 7,
-                       warmup: int = 1) -> dict[str, dict[str, float]]:
+                       warmup: int = 1, after: Callable[[str], Any] | None = None
+                       ) -> dict[str, dict[str, float]]:
     """Time several ``name -> (fn, args)`` cases in rounds: each round calls every case once
     (the order rotated by one each round).
 
     Slow drifts of a shared machine's speed (neighbours, frequency) then hit every case alike,
     so the ratios of the medians are steadier than with :func:`timeit` case after case.
-    Returns ``{name: timeit-style dict}`` (``compile_s`` = the warm-up calls of that case).
+    Returns ``{name: timeit-style dict}`` (``compile_s`` = the warm-up calls of that case),
+    each with ``times_s``, that case's timed calls in round order (for paired ratios).
+    ``after(name)``, if given, runs after every call of case ``name`` (warm-up and timed),
+    outside the timer: clean-up that is not part of what is measured.
     """
     out, times = {}, {name: [] for name in cases}
     for name, (fn, args) in cases.items():
         t0 = time.perf_counter()
         for _ in range(max(warmup, 1)):
             _block(fn(*args))
+            if after is not None:
+                t_after = time.perf_counter()
+                after(name)
+                t0 += time.perf_counter() - t_after
         out[name] = {"compile_s": time.perf_counter() - t0}
     names = list(cases)
     for r in range(repeats):  # the order rotates each round: no case always runs first
@@ -158,10 +201,13 @@ def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int
             t0 = time.perf_counter()
             _block(fn(*args))
             times[name].append(time.perf_counter() - t0)
+            if after is not None:
+                after(name)
     for name, ts in times.items():
         q = np.percentile(ts, [25, 75])
         out[name].update(median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts),
-                         iqr_s=float(q[1] - q[0]), repeats=repeats, interleaved=True)
+                         iqr_s=float(q[1] - q[0]), repeats=repeats, interleaved=True,
+                         times_s=ts)
     return out
 
 

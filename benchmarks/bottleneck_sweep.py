@@ -5,31 +5,31 @@
 
 1. The same width x seed runs (masked neurons of one maximal width) trained (a) in one
    program, ``loop.fit(runs=True)`` (the step vmapped over the runs axis), and (b) one after
-   another with ``loop.fit(runs=False)``; both warmed up (compiled) first, then timed; the final
-   losses are compared (same runs, same numbers).
+   another with ``loop.fit(runs=False)``; both warmed up (compiled) first, then timed in
+   ``--repeats`` interleaved rounds (``benchmarks._common.timeit_interleaved``: each round
+   calls both, the order rotated, so a drift of the machine's speed hits both alike); medians
+   and the median of the per-round ratios; the final losses are compared (same runs, same
+   numbers).
 2. ``value_and_grad`` of L^r (pseudo-inverses, exact and Tikhonov) against a plain
-   forward + backward pass of ``L_lambda`` on the same network (``benchmarks._common.timeit``,
-   medians).
+   forward + backward pass of ``L_lambda`` on the same network (interleaved rounds, medians).
 
 Writes ``sweep.json`` to ``scratch/bottleneck_sweep/`` (``results/bottleneck_sweep/`` with
 ``--record``).
 """
 from __future__ import annotations
 
-import time
-
 from benchmarks._common import add_output_flags, arg_parser
 
 
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
-    global jax, jnp, np, optax, out_dir, timeit, write_json, bn, data, loop, nets
+    global jax, jnp, np, optax, out_dir, timeit_interleaved, write_json, bn, data, loop, nets
     import jax
     import jax.numpy as jnp
     import numpy as np
     import optax
 
-    from benchmarks._common import out_dir, timeit, write_json
+    from benchmarks._common import out_dir, timeit_interleaved, write_json
     from layerlab import bottleneck as bn
     from layerlab import data, loop, nets
 
@@ -43,7 +43,8 @@ def build_parser():
     p.add_argument("--depth", type=int, default=3, help="weight matrices L")
     p.add_argument("--steps", type=int, default=500, help="Adam steps per run")
     p.add_argument("--lam", type=float, default=1e-4, help="L2 regularisation lambda")
-    p.add_argument("--repeats", type=int, default=3, help="timed calls per case (median)")
+    p.add_argument("--repeats", type=int, default=7,
+                   help="interleaved timed rounds, each calling both routes (median)")
     add_output_flags(p, "bottleneck_sweep")
     return p
 
@@ -66,9 +67,12 @@ def main(argv=None):
     state0 = jax.vmap(ts.init)(W0, hp)
     key = jax.random.key(2)
 
+    last = {}
+
     def vectorised():
         s, _ = loop.fit(ts.step, state0, (x, y), key=key, steps=args.steps, runs=True,
                         progress=False, chunk_size=args.steps)
+        last["vectorised"] = s
         return s
 
     def sequential():
@@ -78,23 +82,14 @@ def main(argv=None):
             s, _ = loop.fit(ts.step, s_r, (x, y), key=key, steps=args.steps, progress=False,
                             chunk_size=args.steps)
             outs.append(s)
+        last["sequential"] = outs
         return outs
 
-    def timed(fn):
-        t0 = time.perf_counter()
-        res = fn()
-        jax.block_until_ready(jax.tree.leaves(res))
-        first = time.perf_counter() - t0
-        ts_ = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            res = fn()
-            jax.block_until_ready(jax.tree.leaves(res))
-            ts_.append(time.perf_counter() - t0)
-        return res, first, float(np.median(ts_)), ts_
-
-    sv, v_first, v_med, v_all = timed(vectorised)
-    ss, s_first, s_med, s_all = timed(sequential)
+    t = timeit_interleaved({"vectorised": (vectorised, ()), "sequential": (sequential, ())},
+                           repeats=args.repeats)
+    sv, ss = last["vectorised"], last["sequential"]
+    v_first, v_med, v_all = (t["vectorised"][k] for k in ("compile_s", "median_s", "times_s"))
+    s_first, s_med, s_all = (t["sequential"][k] for k in ("compile_s", "median_s", "times_s"))
 
     def final_loss(params, h):
         return bn.masked_loss(params, (x, y), hparams=h, cost=bn.mse_cost)[0]
@@ -109,6 +104,8 @@ def main(argv=None):
              "sequential_first_call_s": s_first, "sequential_median_s": s_med,
              "sequential_all_s": s_all,
              "speedup_steady_state": s_med / v_med,
+             "speedup_paired_median": float(np.median(np.asarray(s_all) / np.asarray(v_all))),
+             "interleaved": True,
              "speedup_including_compile": s_first / v_first,
              "final_loss_max_rel_diff": float(np.max(np.abs(lv - ls) / np.abs(ls)))}
     print(f"width x seed sweep ({R} runs x {args.steps} steps): vectorised {v_med:.2f}s, "
@@ -125,9 +122,9 @@ def main(argv=None):
         z, x, cost=cost, lam=args.lam)))
     lr_ridge = jax.jit(jax.value_and_grad(lambda z: bn.representation_loss(
         z, x, cost=cost, lam=args.lam, ridge=1e-4)))
-    t_w = timeit(fwd_bwd, Wt, repeats=11)
-    t_e = timeit(lr_exact, Zs, repeats=11)
-    t_r = timeit(lr_ridge, Zs, repeats=11)
+    tc = timeit_interleaved({"w": (fwd_bwd, (Wt,)), "e": (lr_exact, (Zs,)),
+                             "r": (lr_ridge, (Zs,))}, repeats=11)
+    t_w, t_e, t_r = tc["w"], tc["e"], tc["r"]
     cost_rec = {"shapes": {"N": args.n, "widths": [x.shape[1], 64, 64, y.shape[1]]},
                 "dtype": "float32", "weight_fwd_bwd": t_w, "Lr_pinv_fwd_bwd": t_e,
                 "Lr_tikhonov_fwd_bwd": t_r,

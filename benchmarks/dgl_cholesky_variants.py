@@ -18,6 +18,10 @@ Also the isolated rates of ``potrf``, a triangular solve and a product at ``--si
 each inverse's max error against float64 (relative to ``max |L^{-1}|``).
 
     python -m benchmarks.dgl_cholesky_variants                 # n = 4000, XLA's threads
+
+Writes ``cholesky_variants.json`` to ``scratch/dgl_cholesky_variants/``
+(``results/dgl_cholesky_variants/`` with ``--record``; the 2026-11-27 record, written when the
+script still used dgl_loss's folder, stays in ``results/dgl_loss/avx512_2026-11-27/``).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ def build_parser():
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000],
                     help="sizes of the isolated potrf / triangular-solve / matmul rates")
     ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds (medians)")
-    add_output_flags(ap, "dgl_loss")
+    add_output_flags(ap, "dgl_cholesky_variants")
     return ap
 
 
@@ -129,7 +133,7 @@ def main(argv=None):
         rates.append({"n": m, "median_s": {k: v["median_s"] for k, v in tm.items()},
                       "gflops": r})
         print(f"n={m} GFlop/s: " + ", ".join(f"{k} {v:.0f}" for k, v in r.items()))
-    out = out_dir("dgl_loss", args.out, args.record)
+    out = out_dir("dgl_cholesky_variants", args.out, args.record)
     path = write_json(out / "cholesky_variants.json", {
         "what": "Cholesky factor / inverse of the factor: LAPACK potrf vs recursions in XLA ops",
         "n": n, "timings": t, "median_s": med, "inverse_rel_err_vs_float64": err,

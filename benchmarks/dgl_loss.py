@@ -32,15 +32,28 @@ from __future__ import annotations
 import os
 import sys
 
-# one core, single-threaded Eigen: must happen before jax creates its thread pools
-_THREADS = sys.argv[sys.argv.index("--threads") + 1] if "--threads" in sys.argv[:-1] else "1"
-_PINNED = __name__ == "__main__" and _THREADS == "1"
-if _PINNED:
+from benchmarks._common import add_output_flags, arg_parser
+
+
+def _pin_one_core() -> None:
+    """One core, single-threaded Eigen: must happen before jax starts its CPU backend (its
+    thread pools are made then, and inherit this thread's affinity); refused after."""
+    if "jax" in sys.modules:
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            raise SystemExit("dgl_loss: --threads 1 must be set before JAX starts its backend "
+                             "(run `python -m benchmarks.dgl_loss`, or pass --threads all)")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + " --xla_cpu_multi_thread_eigen=false").strip()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
-from benchmarks._common import add_output_flags, arg_parser  # noqa: E402
+
+def _threading() -> dict:
+    """What applies to this process: CPU affinity and ``XLA_FLAGS`` (recorded in the JSON)."""
+    flags = os.environ.get("XLA_FLAGS")
+    return {"affinity": sorted(os.sched_getaffinity(0)), "xla_flags": flags,
+            "multi_thread_eigen": "--xla_cpu_multi_thread_eigen=false" not in (flags or "")}
 
 
 def _imports():
@@ -143,10 +156,11 @@ def _composed(n, repeats):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # argparse's own forms: --threads=all, --thr all
+    if args.threads == "1":
+        _pin_one_core()
+    applied = _threading()
     _imports()
-    if args.threads == "1" and not _PINNED:
-        print("warning: --threads 1 must be given on the command line (set before jax starts)")
     out = out_dir("dgl_loss", args.out, args.record)
     ns = [n for n in args.ns if n <= args.max_n]
     records = []
@@ -253,6 +267,7 @@ def main(argv=None):
     write_json(out / "dgl_loss.json", {"records": records, "kernel": krec,
                                        "composed": comp, "vmapped": vrec,
                                        "threads": args.threads,
+                                       "pinned": args.threads == "1", **applied,
                                        "compare_rev": args.compare_rev})
     _plot(records, out / "dgl_loss.png")
     print(f"wrote {out}")

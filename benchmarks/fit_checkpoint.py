@@ -15,7 +15,8 @@ period ``P`` of ``--periods``, three ways:
   past a checkpoint.
 
 Steady state is the median of ``--repeats`` interleaved rounds (each round calls every case
-once, the order rotated).  Separately, untimed, the **lag**: for each saved step ``t``, how
+once, the order rotated); each call's checkpoint folder is deleted after it, outside the
+timer.  Separately, untimed, the **lag**: for each saved step ``t``, how
 many steps past ``t`` had already run when the save returned (counted by a host callback in
 the step) -- what a stop right after that save would have to redo beyond the last checkpoint.
 Writes ``fit_checkpoint.json`` and a bar chart to ``scratch/fit_checkpoint/``
@@ -84,7 +85,12 @@ def main(argv=None) -> int:
     if args.compare_rev:
         fits[f"@{args.compare_rev}"] = _fit_at(args.compare_rev)
     tmp = tempfile.mkdtemp(prefix="fit_checkpoint_")
-    counter = [0]
+    counter, written = [0], []
+
+    def clean(_name=None):
+        """Delete the checkpoint folders written so far (outside the timed calls)."""
+        while written:
+            shutil.rmtree(written.pop(), ignore_errors=True)
 
     def runner(fit, P, ckpt, step=ts.step):
         def run():
@@ -92,11 +98,10 @@ def main(argv=None) -> int:
             if ckpt:
                 counter[0] += 1
                 kw = dict(checkpoint_dir=f"{tmp}/{counter[0]}", checkpoint_every=P)
+                written.append(kw["checkpoint_dir"])  # deleted by clean(), not in the timer
             s, _ = fit(step, state0, (x, y), key=jax.random.key(0), steps=args.steps,
                        batch_size=args.batch, eval_fn=eval_fn, eval_every=P, progress=False,
                        **kw)
-            if ckpt:
-                shutil.rmtree(kw["checkpoint_dir"], ignore_errors=True)
             return s
         return run
 
@@ -106,7 +111,7 @@ def main(argv=None) -> int:
             cases = {"eval_only": (runner(loop.fit, P, False), ())}
             for tag, fit in fits.items():
                 cases[f"ckpt{tag}"] = (runner(fit, P, True), ())
-            t = timeit_interleaved(cases, repeats=args.repeats)
+            t = timeit_interleaved(cases, repeats=args.repeats, after=clean)
             # the lag, untimed: steps run past t when the save of t returned
             lag = {}
             for tag, fit in fits.items():
@@ -127,6 +132,7 @@ def main(argv=None) -> int:
                     runner(fit, P, True, step=step)()
                 finally:
                     _run.FitRun.save = real_save
+                    clean()
                 lag[f"ckpt{tag}"] = {"max_steps_past_save": int(max(lags)),
                                      "mean_steps_past_save": float(np.mean(lags)),
                                      "saves": len(lags)}

@@ -18,7 +18,6 @@ medians over the repeats, and the closure/Partial ratio of each (same run).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -83,16 +82,17 @@ def main(argv=None) -> int:
     if args.worker is not None:
         print("RESULT " + json.dumps(_work(args)), flush=True)
         return 0
-    from benchmarks._common import out_dir, write_json
+    from benchmarks._common import out_dir, uncached_env, write_json
 
     keep = ["--n", str(args.n), "--dim", str(args.dim), "--bottleneck", str(args.bottleneck),
             "--depth", str(args.depth), "--steps", str(args.steps), "--seeds", str(args.seeds)]
     runs: dict[str, list[dict]] = {r: [] for r in ROUTES}
+    env, cache = uncached_env()  # compile time is measured: no persistent compilation cache
     for rep in range(args.repeats):
         for route in ROUTES:
             proc = subprocess.run(
                 [sys.executable, "-m", "benchmarks.fit_partial_step", "--worker", route, *keep],
-                capture_output=True, text=True, env=dict(os.environ), check=True)
+                capture_output=True, text=True, env=env, check=True)
             line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1]
             runs[route].append(json.loads(line[7:]))
             print(f"round {rep + 1}/{args.repeats} {route}: {runs[route][-1]}", flush=True)
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
                        "config": {k: getattr(args, k) for k in ("n", "dim", "bottleneck",
                                                                  "depth", "steps", "seeds",
                                                                  "repeats")},
-                       "summary": summary, "runs": runs})
+                       **cache, "summary": summary, "runs": runs})
     print(f"wrote {path}")
     return 0
 

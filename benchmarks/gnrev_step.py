@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from benchmarks._common import add_output_flags, arg_parser
 
-from benchmarks._common import add_output_flags, arg_parser  # noqa: E402
+#: One BLAS / OpenMP thread unless set: applied by ``main`` before JAX is imported (not at
+#: import of this module), recorded in ``step.json`` (``blas_env``).
+BLAS_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
 def _imports():
@@ -161,6 +162,9 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    for k, v in BLAS_ENV.items():  # before numpy/jaxlib load their BLAS
+        os.environ.setdefault(k, v)
+    blas_env = {k: os.environ[k] for k in BLAS_ENV}
     _imports()
     out = out_dir("gnrev_step", args.out, args.record)
     recs = []
@@ -215,7 +219,7 @@ def main(argv=None):
     fig.savefig(out / "step.png", dpi=110)
     write_json(out / "step.json", {
         "what": "time/memory/FLOP-rate of one exact GN step vs Adam, SGD, dense MP GN",
-        "config": vars(args), "summary": summary, "cases": recs})
+        "config": vars(args), "blas_env": blas_env, "summary": summary, "cases": recs})
     print(f"written {out}")
     return summary
 

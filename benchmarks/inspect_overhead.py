@@ -77,12 +77,11 @@ def main(argv=None) -> int:
     if args.blas_threads > 0:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.blas_threads))
     import statistics
-    import time
 
     import jax
 
     from benchmarks import _quickstart_inspect as qs
-    from benchmarks._common import timeit, write_json
+    from benchmarks._common import timeit, timeit_interleaved, write_json
     from layerlab import inspect, loop
 
     model, insp, params0, (x, y), (xp, yp), ts = qs.build("digits", n_probe=args.n_probe)
@@ -91,22 +90,22 @@ def main(argv=None) -> int:
     mon = inspect.monitor(insp, xp, yp, reference=ref, config=cfg)
     state0 = ts.init(params0)
 
+    last = {}
+
     def train(monitored: bool):
         kw = dict(eval_fn=mon.eval_fn, eval_every=args.eval_every) if monitored else {}
-        t0 = time.perf_counter()
         state, hist = loop.fit(ts.step, state0, (x, y), key=jax.random.key(0), steps=args.steps,
                                batch_size=64, chunk_size=args.eval_every, progress=False, **kw)
-        jax.block_until_ready(state)
-        return time.perf_counter() - t0, state, hist
+        last[monitored] = (state, hist)
+        return state
 
-    t_compile = {}
-    for m in (False, True):  # warm-up: compile the chunks and the eval
-        t_compile["monitored" if m else "plain"] = train(m)[0]
-    times = {"plain": [], "monitored": []}
-    for _ in range(args.repeats):
-        for m in (False, True):
-            dt, state, hist = train(m)
-            times["monitored" if m else "plain"].append(dt)
+    # warm-up (compile the chunks and the eval), then rounds with the order rotated each
+    # round, so that neither case always runs first
+    t = timeit_interleaved({"plain": (train, (False,)), "monitored": (train, (True,))},
+                           repeats=args.repeats)
+    t_compile = {k: v["compile_s"] for k, v in t.items()}
+    times = {k: v["times_s"] for k, v in t.items()}
+    state, hist = last[True]
     med = {k: statistics.median(v) for k, v in times.items()}
     overhead = med["monitored"] / med["plain"] - 1.0
     overhead_min = min(times["monitored"]) / min(times["plain"]) - 1.0
@@ -127,7 +126,8 @@ def main(argv=None) -> int:
     predicted = n_evals * full["median_s"] / med["plain"]
     res = {
         "what": "training time of the quickstart CNN with and without layerlab.inspect "
-                "monitoring (same run, medians of interleaved rounds)",
+                "monitoring (same run, medians of interleaved rounds, the order rotated each "
+                "round)",
         "model": "flax linen CNN conv(8,3x3)-relu-conv(16,3x3,s2)-relu-dense(32)-relu-dense(10), "
                  "Adam 3e-3, batch 64",
         "data": f"sklearn digits train split {tuple(x.shape)} float32",

@@ -142,8 +142,10 @@ def measure(methods, repeats):
         t0 = time.perf_counter()
         finals[name] = _block(fn())
         compile_s[name] = time.perf_counter() - t0
-    for _ in range(repeats):  # interleaved rounds: machine noise hits every method alike
-        for name, fn in methods.items():
+    names = list(methods)
+    for r in range(repeats):  # interleaved rounds: machine noise hits every method alike,
+        for name in names[r % len(names):] + names[:r % len(names)]:  # no method always first
+            fn = methods[name]
             t0 = time.perf_counter()
             _block(fn())
             times[name].append(time.perf_counter() - t0)

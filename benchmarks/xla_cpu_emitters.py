@@ -147,12 +147,12 @@ def main(argv=None) -> int:
     if args.worker is not None:
         print("RESULT " + json.dumps(_work(args.calls)), flush=True)
         return 0
-    from benchmarks._common import out_dir, write_json
+    from benchmarks._common import out_dir, uncached_env, write_json
 
     runs = {s: [] for s in SETTINGS}
     for r in range(args.repeats):
         for setting, flag in SETTINGS.items():
-            env = dict(os.environ)
+            env, cache = uncached_env()  # a compile is never a load from a persistent cache
             base = " ".join(f for f in env.get("XLA_FLAGS", "").split()
                             if "xla_cpu_use_fusion_emitters" not in f
                             and "xla_backend_optimization_level" not in f)
@@ -184,7 +184,7 @@ def main(argv=None) -> int:
                   for st in list(SETTINGS)[1:]))
     path = write_json(out_dir("xla_cpu_emitters", args.out, args.record) / "xla_cpu_emitters.json",
                       {"settings": SETTINGS, "repeats": args.repeats, "calls": args.calls,
-                       "xla_flags_inherited": os.environ.get("XLA_FLAGS", ""),
+                       "xla_flags_inherited": os.environ.get("XLA_FLAGS", ""), **cache,
                        "programs": table, "runs": runs,
                        "how": "fresh subprocess per setting, A/B interleaved; compile_s = first "
                               "call - median steady call; medians over repeats"})

@@ -62,10 +62,22 @@ def test_every_flag_has_help_and_shows_its_default(name):
 
 @pytest.mark.parametrize("name", SPEED)
 def test_default_output_is_scratch(name, tmp_path):
+    """...under the script's own name: the names each script passes to ``out_dir`` and
+    ``add_output_flags`` are read from its source (dgl_cholesky_variants wrote under
+    "dgl_loss", next to dgl_loss's record, while this test checked a name it never used)."""
+    import ast
+
     from benchmarks import _common
 
     args = importlib.import_module(f"benchmarks.{name}").build_parser().parse_args([])
     assert args.out is None and args.record is False
+    tree = ast.parse((REPO / "benchmarks" / f"{name}.py").read_text())
+    used = {(node.func.id, node.args[i].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            for fn, i in (("out_dir", 0), ("add_output_flags", 1)) if node.func.id == fn
+            and len(node.args) > i and isinstance(node.args[i], ast.Constant)}
+    assert {fn for fn, _ in used} == {"out_dir", "add_output_flags"}, used
+    assert {n for _, n in used} == {name}, f"{name} writes under {used}"
     assert _common.out_dir(name, None, False) == _common.SCRATCH / name
     assert _common.out_dir(name, None, True) == _common.RESULTS / name
     assert _common.out_dir(name, str(tmp_path), True) == tmp_path
@@ -93,7 +105,7 @@ def test_timeit_interleaved_calls_every_case_once_per_round():
     assert calls == ["a", "a", "b", "b"] + ["a", "b", "b", "a", "a", "b"]
     for name in "ab":
         r = out[name]
-        assert r["repeats"] == 3 and r["interleaved"]
+        assert r["repeats"] == 3 and r["interleaved"] and len(r["times_s"]) == 3
         assert r["min_s"] <= r["median_s"] <= r["max_s"] and r["compile_s"] > 0
     from benchmarks import dgl_loss
 
@@ -123,3 +135,270 @@ def test_fit_checkpoint_counts_the_steps_run_past_a_save(tmp_path):
     assert (tmp_path / "fit_checkpoint.png").is_file()
     with pytest.raises(SystemExit, match="--compare-rev"):
         fit_checkpoint._fit_at("no-such-revision-xyz")
+
+
+def _run_py(code, env=None, timeout=180):
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def test_dgl_loss_threads_flag_is_parsed_by_argparse_and_what_applied_is_recorded(tmp_path):
+    """``--threads`` was read from raw ``sys.argv``: ``--threads=all`` and the prefix
+    ``--thr all`` still pinned the process to one core (with single-threaded Eigen) while the
+    JSON said "all"; ``main()`` called in-process with the default only warned.  Now argparse
+    reads it, ``--threads 1`` pins only in ``main`` and is refused once JAX's backend runs,
+    and the JSON records the affinity and ``XLA_FLAGS`` that applied."""
+    code = (
+        "import os, runpy, sys\n"
+        "before, flags = sorted(os.sched_getaffinity(0)), os.environ.get('XLA_FLAGS', '')\n"
+        "sys.argv = ['dgl_loss', '--threads=all', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('benchmarks.dgl_loss', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert sorted(os.sched_getaffinity(0)) == before\n"
+        "assert 'multi_thread_eigen' not in os.environ.get('XLA_FLAGS', ''), 'pinned'\n"
+        "from benchmarks import dgl_loss as m\n"
+        "class Stop(Exception): pass\n"
+        "def stop(): raise Stop\n"
+        "m._imports = stop\n"
+        "for argv in (['--threads=all'], ['--thr', 'all']):\n"
+        "    try:\n"
+        "        m.main(argv)\n"
+        "    except Stop:\n"
+        "        pass\n"
+        "    assert sorted(os.sched_getaffinity(0)) == before, argv\n"
+        "    assert os.environ.get('XLA_FLAGS', '') == flags, argv\n"
+        "try:\n"
+        "    m.main(['--thr', '1'])\n"
+        "except Stop:\n"
+        "    pass\n"
+        "assert sorted(os.sched_getaffinity(0)) == before[:1]\n"
+        "assert '--xla_cpu_multi_thread_eigen=false' in os.environ['XLA_FLAGS']\n"
+        "import jax\n"
+        "jax.devices()\n"
+        "try:\n"
+        "    m.main([])\n"
+        "except SystemExit as e:\n"
+        "    assert 'before JAX starts' in str(e), e\n"
+        "else:\n"
+        "    raise AssertionError('--threads 1 after JAX started was not refused')\n"
+        "print('OK')\n"
+    )
+    assert _run_py(code).strip().endswith("OK")
+    import json
+
+    from benchmarks import dgl_loss
+
+    dgl_loss.main(["--threads", "all", "--ns", "8", "--max-n", "8", "--repeats", "1",
+                   "--kernel-n", "8", "--lego-n", "0", "--vmap-n", "0", "--out", str(tmp_path)])
+    rec = json.loads((tmp_path / "dgl_loss.json").read_text())
+    assert rec["threads"] == "all" and rec["pinned"] is False
+    assert rec["affinity"] == sorted(__import__("os").sched_getaffinity(0))
+    assert rec["xla_flags"] == __import__("os").environ.get("XLA_FLAGS")
+
+
+class _Stop(Exception):
+    """Ends a benchmark's ``main`` once the mechanics under test have run."""
+
+
+def test_loop_overhead_rotates_the_order_of_methods_between_rounds():
+    """Each timed round called ``fit`` first and the hand-written loops after it, always in
+    the same order; now the order rotates (no method always runs first)."""
+    import jax.numpy as jnp
+
+    from benchmarks import loop_overhead
+
+    loop_overhead._imports()
+    calls = []
+
+    def make(name):
+        def f():
+            calls.append(name)
+            return jnp.zeros(1)
+        return f
+
+    loop_overhead.measure({"a": make("a"), "b": make("b"), "c": make("c")}, 3)
+    assert calls[:3] == ["a", "b", "c"]  # the warm-up (compile) calls
+    rounds = [calls[3 + 3 * r: 6 + 3 * r] for r in range(3)]
+    assert rounds == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+
+
+def test_inspect_overhead_rotates_plain_and_monitored_between_rounds(monkeypatch, tmp_path):
+    """``plain`` ran before ``monitored`` in every timed round; now the order rotates."""
+    from benchmarks import _common, inspect_overhead
+    from layerlab import loop
+
+    calls = []
+
+    def fit(step, state, data, **kw):
+        calls.append("monitored" if kw.get("eval_fn") is not None else "plain")
+        return state, {"eval_step": []}
+
+    def stop(*a, **k):
+        raise _Stop
+
+    monkeypatch.setattr(loop, "fit", fit)
+    monkeypatch.setattr(_common, "timeit", stop)  # the per-diagnostic timings come after
+    with pytest.raises(_Stop):
+        inspect_overhead.main(["--steps", "4", "--eval-every", "2", "--repeats", "4",
+                               "--n-probe", "8", "--out", str(tmp_path)])
+    timed = calls[2:]
+    assert len(timed) == 8
+    firsts = [timed[2 * r] for r in range(4)]
+    assert set(firsts) == {"plain", "monitored"}, calls
+
+
+def test_fit_checkpoint_deletes_checkpoints_outside_the_timer(monkeypatch, tmp_path):
+    """Each timed ``ckpt`` call deleted its checkpoint folder (``shutil.rmtree``) inside the
+    timer, so ``ckpt_over_eval_only`` included deleting every checkpoint; now the folders
+    are deleted after each call, outside it (``timeit_interleaved(after=...)``)."""
+    from benchmarks import _common, fit_checkpoint
+
+    log, real, real_rmtree = [], _common.timeit_interleaved, fit_checkpoint.shutil.rmtree
+
+    def rmtree(path, ignore_errors=False):
+        log.append(("rmtree", str(path)))
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    def interleaved(cases, **kw):
+        def wrap(name, fn):
+            def call(*a):
+                log.append(("call", name))
+                out = fn(*a)
+                log.append(("return", name))
+                return out
+            return call
+        return real({k: (wrap(k, f), a) for k, (f, a) in cases.items()}, **kw)
+
+    monkeypatch.setattr(fit_checkpoint.shutil, "rmtree", rmtree)
+    monkeypatch.setattr(_common, "timeit_interleaved", interleaved)
+    monkeypatch.setattr(_common, "write_json", lambda *a, **k: (_ for _ in ()).throw(_Stop()))
+    with pytest.raises(_Stop):
+        fit_checkpoint.main(["--steps", "20", "--batch", "64", "--hidden", "8",
+                             "--periods", "10", "--repeats", "2", "--out", str(tmp_path)])
+    inside, deleted = None, []
+    for what, arg in log:
+        if what == "call":
+            inside = arg
+        elif what == "return":
+            inside = None
+        elif what == "rmtree" and inside is not None:
+            raise AssertionError(f"checkpoint folder deleted inside the timed call of {inside}")
+        else:
+            deleted.append(arg)
+    assert len(deleted) >= 3  # the ckpt case's warm-up and two timed calls, each its folder
+
+
+@pytest.mark.parametrize("name", ["xla_cpu_emitters", "fit_partial_step"])
+def test_compile_time_workers_run_without_the_persistent_compilation_cache(
+        name, monkeypatch, tmp_path):
+    """The fresh subprocesses that measure compile time inherited ``JAX_COMPILATION_CACHE_DIR``
+    (set by a user, or by this test session's conftest), so from the second repeat on a
+    "compile" could be a cache load.  Now the cache is off in the workers, and the record
+    says so."""
+    import json
+    import types
+
+    mod = importlib.import_module(f"benchmarks.{name}")
+    if name == "xla_cpu_emitters":
+        result = {p: {"compile_s": 1.0, "run_s": 0.1} for p in mod.PROGRAMS}
+    else:
+        result = {"gn": [1.0, 0.5], "adam": [1.0, 0.5]}
+    envs = []
+
+    real_run = mod.subprocess.run
+
+    def run(cmd, env=None, **kw):
+        if cmd[0] != sys.executable:  # platform.processor() runs uname
+            return real_run(cmd, env=env, **kw)
+        envs.append(env)
+        return types.SimpleNamespace(returncode=0, stdout="RESULT " + json.dumps(result),
+                                     stderr="")
+
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    monkeypatch.setattr(mod.subprocess, "run", run)
+    assert mod.main(["--repeats", "1", "--out", str(tmp_path)]) == 0
+    assert envs and all(e is not None for e in envs)
+    for env in envs:
+        assert "JAX_COMPILATION_CACHE_DIR" not in env
+        assert "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in env
+        assert env["JAX_ENABLE_COMPILATION_CACHE"] == "false"
+    rec = json.loads((tmp_path / f"{name}.json").read_text())
+    assert "JAX_ENABLE_COMPILATION_CACHE=false" in rec["compilation_cache"]
+    assert rec["cache_env_dropped"]["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "cache")
+
+
+def test_machine_info_records_versions_thread_settings_and_affinity():
+    """Records carried only the jax version: not jaxlib / numpy / neural-tangents, nor the
+    settings that change timings (XLA_FLAGS, BLAS threads, CPU affinity)."""
+    import os
+
+    from benchmarks._common import machine_info
+
+    info = machine_info()
+    assert {"jaxlib", "numpy", "neural_tangents", "env", "affinity"} <= set(info)
+    assert info["jaxlib"] and info["numpy"]
+    assert info["env"]["XLA_FLAGS"] == os.environ.get("XLA_FLAGS")
+    assert info["env"]["OPENBLAS_NUM_THREADS"] == os.environ.get("OPENBLAS_NUM_THREADS")
+    assert "OMP_NUM_THREADS" in info["env"]
+    assert info["affinity"] == sorted(os.sched_getaffinity(0))
+
+
+def test_gnrev_step_sets_blas_threads_in_main_not_at_import():
+    """Importing benchmarks.gnrev_step set OPENBLAS_NUM_THREADS / OMP_NUM_THREADS in the
+    importing process; now ``main`` sets them (before JAX is imported)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    code = (
+        "import os\n"
+        "import benchmarks.gnrev_step as m\n"
+        "assert 'OPENBLAS_NUM_THREADS' not in os.environ, 'set at import'\n"
+        "assert 'OMP_NUM_THREADS' not in os.environ, 'set at import'\n"
+        "class Stop(Exception): pass\n"
+        "def stop(): raise Stop\n"
+        "m._imports = stop\n"
+        "try:\n"
+        "    m.main([])\n"
+        "except Stop:\n"
+        "    pass\n"
+        "assert os.environ['OPENBLAS_NUM_THREADS'] == os.environ['OMP_NUM_THREADS'] == '1'\n"
+        "print('OK')\n"
+    )
+    assert _run_py(code, env=env).strip().endswith("OK")
+
+
+def test_bottleneck_sweep_interleaves_the_vectorised_and_sequential_rounds(monkeypatch, tmp_path):
+    """The vectorised route ran all its timed calls, then the sequential route all of its
+    (3 each): a drift of the machine's speed landed on one route.  Now the rounds alternate,
+    the order rotated, 7 by default, and the per-round ratios are kept."""
+    import json
+
+    from benchmarks import bottleneck_sweep
+    from layerlab import loop
+
+    assert bottleneck_sweep.build_parser().parse_args([]).repeats >= 7
+    calls = []
+
+    def fit(step, state, data, runs=False, **kw):
+        calls.append("V" if runs else "S")
+        return state, {}
+
+    monkeypatch.setattr(loop, "fit", fit)
+    bottleneck_sweep.main(["--n", "20", "--widths", "2", "4", "--seeds", "1", "--steps", "2",
+                           "--repeats", "3", "--out", str(tmp_path)])
+    # each call of the sequential route is R = 2 fits; collapse them into one route call
+    assert calls.count("V") == 4 and calls.count("S") == 8
+    routes, i = [], 0
+    while i < len(calls):
+        routes.append(calls[i])
+        i += 1 if calls[i] == "V" else 2
+    assert routes == ["V", "S", "V", "S", "S", "V", "V", "S"], calls
+    rec = json.loads((tmp_path / "sweep.json").read_text())["width_seed_sweep"]
+    assert rec["interleaved"] and len(rec["vectorised_all_s"]) == 3
+    assert "speedup_paired_median" in rec
