@@ -402,3 +402,56 @@ def test_bottleneck_sweep_interleaves_the_vectorised_and_sequential_rounds(monke
     rec = json.loads((tmp_path / "sweep.json").read_text())["width_seed_sweep"]
     assert rec["interleaved"] and len(rec["vectorised_all_s"]) == 3
     assert "speedup_paired_median" in rec
+
+
+def _record_timings(monkeypatch):
+    """Replace ``_common.timeit_interleaved`` and ``_common.timeit`` by recorders that time
+    nothing: the interleaved one calls each case once (so the cases are real calls) and
+    returns fixed stats with ``times_s``; ``timeit`` (the case-after-case helper) only notes
+    its call.  Returns (interleaved calls: lists of case names, block-ordered calls)."""
+    from benchmarks import _common
+
+    inter, blocks = [], []
+
+    def interleaved(cases, *, repeats=7, warmup=1, after=None):
+        inter.append(list(cases))
+        out = {}
+        for i, (name, (fn, args)) in enumerate(cases.items()):
+            _common._block(fn(*args))
+            ts = [1.0 + i + 0.1 * r for r in range(repeats)]
+            out[name] = {"compile_s": 0.0, "median_s": ts[len(ts) // 2], "min_s": ts[0],
+                         "max_s": ts[-1], "iqr_s": 0.0, "repeats": repeats,
+                         "interleaved": True, "times_s": ts}
+        return out
+
+    def timeit(fn, *args, repeats=7, warmup=1, **kw):
+        blocks.append(fn)
+        return {"compile_s": 0.0, "median_s": 1.0, "min_s": 1.0, "max_s": 1.0, "iqr_s": 0.0,
+                "repeats": repeats}
+
+    monkeypatch.setattr(_common, "timeit_interleaved", interleaved)
+    monkeypatch.setattr(_common, "timeit", timeit)
+    return inter, blocks
+
+
+def test_gnrev_step_times_the_steps_and_the_matmul_in_one_interleaved_call(monkeypatch,
+                                                                          tmp_path):
+    """GN, Adam, SGD (and the matmul) were each timed in their own block, so GN/Adam mixed
+    different moments of a noisy machine.  Now one interleaved call per grid case holds every
+    step and the matmul; dense GN has its own rounds together with a GN step."""
+    import json
+
+    from benchmarks import gnrev_step
+
+    for k in gnrev_step.BLAS_ENV:  # main sets them; restored after the test
+        monkeypatch.delenv(k, raising=False)
+    inter, blocks = _record_timings(monkeypatch)
+    gnrev_step.main(["--grid", "4x16x16x2", "--repeats", "3", "--out", str(tmp_path)])
+    assert not blocks
+    assert sorted(inter[0]) == ["adam", "gn", "gn_cert", "gn_rsvd", "matmul", "sgd"], inter
+    assert sorted(inter[1]) == ["dense_gn", "gn"] and len(inter) == 2, inter
+    rec = json.loads((tmp_path / "step.json").read_text())["cases"][0]
+    assert rec["interleaved"] and len(rec["gn"]["times_s"]) == 3
+    for k in ("gn_over_adam", "gn_cert_over_adam", "gn_over_sgd", "rsvd_over_gram",
+              "dense_over_gn", "gn_over_adam_paired_median", "rsvd_rel_diff"):
+        assert k in rec, k
