@@ -455,3 +455,29 @@ def test_gnrev_step_times_the_steps_and_the_matmul_in_one_interleaved_call(monke
     for k in ("gn_over_adam", "gn_cert_over_adam", "gn_over_sgd", "rsvd_over_gram",
               "dense_over_gn", "gn_over_adam_paired_median", "rsvd_rel_diff"):
         assert k in rec, k
+
+
+def test_kernels_eval_times_native_and_neural_tangents_in_interleaved_rounds(monkeypatch,
+                                                                             tmp_path):
+    """Native and neural-tangents kernels (and the four empirical-NTK routes) were each timed
+    in their own block; now each compared set goes through one interleaved call, and the
+    value checks between routes stay."""
+    import json
+
+    from benchmarks import kernels_eval
+
+    inter, blocks = _record_timings(monkeypatch)
+    kernels_eval.main(["--sizes", "6", "--d", "5", "--repeats", "3", "--emp-n", "4",
+                       "--emp-width", "8", "--out", str(tmp_path)])
+    assert not blocks
+    assert inter[:2] == [["native", "neural_tangents"]] * 2, inter
+    assert sorted(inter[2]) == sorted(["layerlab ntk_vp", "layerlab jacobian",
+                                       "nt implementation 1", "nt implementation 2"])
+    assert len(inter) == 3
+    rec = json.loads((tmp_path / "kernels_eval.json").read_text())
+    for r in rec["closed_forms"]:
+        assert r["interleaved"] and len(r["native"]["times_s"]) == 3
+        assert {"speedup_native_over_nt", "speedup_paired_median", "max_abs_diff"} <= set(r)
+    assert all(r["interleaved"] and "max_abs_diff_vs_jacobian" in r
+               for r in rec["empirical_ntk"])
+    assert set(rec["summary"]) == {"speedup_nngp_N6", "speedup_ntk_N6"}
