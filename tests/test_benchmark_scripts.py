@@ -481,3 +481,25 @@ def test_kernels_eval_times_native_and_neural_tangents_in_interleaved_rounds(mon
     assert all(r["interleaved"] and "max_abs_diff_vs_jacobian" in r
                for r in rec["empirical_ntk"])
     assert set(rec["summary"]) == {"speedup_nngp_N6", "speedup_ntk_N6"}
+
+
+def test_probes_cka_times_the_compared_forms_in_interleaved_rounds(monkeypatch, tmp_path):
+    """The feature and Gram forms of linear CKA (and full / minibatch / RBF CKA) were each
+    timed in their own block; now each compared set goes through one interleaved call, and
+    the value checks between the forms stay."""
+    import json
+
+    from benchmarks import probes_cka
+
+    inter, blocks = _record_timings(monkeypatch)
+    probes_cka.main(["--p", "8", "--ns", "8", "16", "--mb-n", "64", "--mb-batches", "4",
+                     "--repeats", "3", "--no-data", "--out", str(tmp_path)])
+    assert not blocks
+    assert inter == [["features", "gram"]] * 2 + [["full", "minibatch", "rbf_1024"]], inter
+    rec = json.loads((tmp_path / "probes_cka.json").read_text())
+    for r in rec["crossover"]:
+        assert r["interleaved"] and len(r["features"]["times_s"]) == 3
+        assert {"ratio_features_over_gram", "ratio_paired_median", "value_abs_diff",
+                "auto_choice"} <= set(r)
+    mb = rec["minibatch"]
+    assert mb["interleaved"] and {"cka_full", "cka_minibatch", "cka_rbf_1024"} <= set(mb)
