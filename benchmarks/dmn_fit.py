@@ -18,8 +18,12 @@ Part 3 (ConvNet training step, same run): value + gradient of the softmax cross-
 trained ConvNet (``--conv-specs``, CIFAR-10 shapes 32x32x3, batch 128, VALID 3x3 convolutions
 as Table 2's) with the same parameters computed two ways: ``lax.conv_general_dilated`` +
 ``flax.linen.max_pool`` (``reduce_window``, what ``nn.Conv`` gives) and the toolkit's CPU route
-(``layerlab.dmn.conv3x3``: one patch matrix product; 2x2 pooling by reshape + max).  Ratio =
-lax time / patch time (medians).  ``--only conv-step`` runs this part alone (no data needed).
+(``layerlab.dmn.conv3x3``: one patch matrix product; 2x2 pooling by reshape + max).  Both are
+compiled first, then timed in ``--repeats`` interleaved rounds
+(``benchmarks._common.timeit_interleaved``: each round calls both, the order rotated, so a drift
+of the shared machine's speed hits both alike).  Ratio = lax time / patch time (medians; the
+median of the per-round ratios is kept too).  ``--only conv-step`` runs this part alone (no
+data needed).
 
 Part 4 (the same steps inside a loop, ``--only conv-scan``): ``--scan-steps`` SGD steps of each
 ConvNet, both routes, compiled three ways in the same run -- one ``lax.scan`` (what
@@ -37,7 +41,7 @@ from benchmarks._common import add_output_flags, arg_parser
 
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
-    global jax, matplotlib, plt, out_dir, timeit, write_json, load
+    global jax, matplotlib, plt, out_dir, timeit, timeit_interleaved, write_json, load
     global DMNConfig, class_density_matrices, convnet_spec, density_init
     global density_update_grouped, format_spec, streaming_class_density_matrices
     global train_and_evaluate
@@ -47,7 +51,7 @@ def _imports():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks._common import out_dir, timeit, write_json
+    from benchmarks._common import out_dir, timeit, timeit_interleaved, write_json
     from layerlab.data import load
     from layerlab.dmn import (
         DMNConfig,
@@ -151,13 +155,18 @@ def conv_step(specs, batch, repeats):
             vg[route] = jax.jit(jax.value_and_grad(
                 lambda p, x, y, route=route: optax.softmax_cross_entropy_with_integer_labels(
                     logits(p, x, route), y).mean()))
-            rec[route] = timeit(vg[route], params, x, y, repeats=repeats)
+        t = timeit_interleaved({r: (vg[r], (params, x, y)) for r in ("lax", "patch")},
+                               repeats=repeats)
+        rec["lax"], rec["patch"] = t["lax"], t["patch"]
+        rec["interleaved"] = True
         (vl, gl), (vp, gp) = vg["lax"](params, x, y), vg["patch"](params, x, y)
         rec["max_rel_grad_diff"] = max(
             float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(a)) + 1e-30))
             for a, b in zip(jax.tree_util.tree_leaves(gl), jax.tree_util.tree_leaves(gp)))
         rec["loss_diff"] = abs(float(vl) - float(vp))
         rec["ratio_lax_over_patch"] = rec["lax"]["median_s"] / rec["patch"]["median_s"]
+        rec["ratio_paired_median"] = float(jnp.median(
+            jnp.asarray(t["lax"]["times_s"]) / jnp.asarray(t["patch"]["times_s"])))
         print(f"{spec}: lax.conv + reduce_window {1e3 * rec['lax']['median_s']:.1f} ms, "
               f"patch route {1e3 * rec['patch']['median_s']:.1f} ms per step "
               f"({rec['ratio_lax_over_patch']:.2f}x; grads agree to "

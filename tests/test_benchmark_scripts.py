@@ -503,3 +503,24 @@ def test_probes_cka_times_the_compared_forms_in_interleaved_rounds(monkeypatch, 
                 "auto_choice"} <= set(r)
     mb = rec["minibatch"]
     assert mb["interleaved"] and {"cka_full", "cka_minibatch", "cka_rbf_1024"} <= set(mb)
+
+
+def test_dmn_fit_conv_step_times_lax_and_patch_routes_in_interleaved_rounds(monkeypatch,
+                                                                            tmp_path):
+    """The ConvNet step's lax.conv route and the patch route were each timed in their own
+    block; now both go through one interleaved call per ConvNet, and the gradient check
+    between the routes stays."""
+    import json
+
+    from benchmarks import dmn_fit
+
+    inter, blocks = _record_timings(monkeypatch)
+    dmn_fit.main(["--only", "conv-step", "--conv-specs", "c2,m,de10", "--conv-batch", "2",
+                  "--repeats", "3", "--out", str(tmp_path)])
+    assert not blocks
+    assert inter == [["lax", "patch"]], inter
+    rec = json.loads((tmp_path / "conv_step.json").read_text())["conv_step"][0]
+    assert rec["interleaved"] and len(rec["lax"]["times_s"]) == 3
+    assert {"ratio_lax_over_patch", "ratio_paired_median", "max_rel_grad_diff",
+            "loss_diff"} <= set(rec)
+    assert rec["max_rel_grad_diff"] < 1e-4
