@@ -11,8 +11,8 @@ ConvNet never reaches A, the accuracy gap at equal wall-clock is reported instea
 
 Part 2 (throughput): jitted class density accumulation ``rho_c`` (one-shot and streaming with
 per-sample labels; grouped = per-image labels shared by that image's patches, what conv DMN
-layers use) against a same-shape matmul ``h^T h``, all timed here; the fraction is matmul time
-/ density time (useful FLOPs ``2 N d^2`` for all).
+layers use) against a same-shape matmul ``h^T h``, all timed here in interleaved rounds (as
+Part 3); the fraction is matmul time / density time (useful FLOPs ``2 N d^2`` for all).
 
 Part 3 (ConvNet training step, same run): value + gradient of the softmax cross-entropy of a
 trained ConvNet (``--conv-specs``, CIFAR-10 shapes 32x32x3, batch 128, VALID 3x3 convolutions
@@ -109,17 +109,18 @@ def throughput(n, d, num_classes, repeats):
     stream = jax.jit(streaming_class_density_matrices, static_argnums=2,
                      static_argnames="chunk_size")
     mm = jax.jit(lambda a: a.T @ a)
-    t_mm = timeit(mm, h, repeats=repeats)
-    t_one = timeit(one, h, y, num_classes, repeats=repeats)
-    t_st = timeit(lambda a, b: stream(a, b, num_classes, chunk_size=8192), h, y, repeats=repeats)
     p = 200  # grouped: n / p images of p patches each, one label per image (conv DMN case)
     yg = jax.random.randint(jax.random.key(2), (n // p,), 0, num_classes)
     grouped = jax.jit(lambda a, b: density_update_grouped(
         density_init(num_classes, d), a.reshape(n // p, p, d), b).outer)
-    t_gr = timeit(grouped, h, yg, repeats=repeats)
+    t = timeit_interleaved({
+        "matmul": (mm, (h,)), "one_shot": (one, (h, y, num_classes)),
+        "streaming": (lambda a, b: stream(a, b, num_classes, chunk_size=8192), (h, y)),
+        "grouped": (grouped, (h, yg))}, repeats=repeats)
+    t_mm, t_one, t_st, t_gr = (t[k] for k in ("matmul", "one_shot", "streaming", "grouped"))
     flops = 2.0 * n * d * d
     return {
-        "n": n, "d": d, "num_classes": num_classes,
+        "n": n, "d": d, "num_classes": num_classes, "interleaved": True,
         "matmul": t_mm, "density_one_shot": t_one, "density_streaming": t_st,
         "matmul_gflops": flops / t_mm["median_s"] / 1e9,
         "density_one_shot_fraction_of_matmul": t_mm["median_s"] / t_one["median_s"],

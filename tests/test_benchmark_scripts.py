@@ -524,3 +524,18 @@ def test_dmn_fit_conv_step_times_lax_and_patch_routes_in_interleaved_rounds(monk
     assert {"ratio_lax_over_patch", "ratio_paired_median", "max_rel_grad_diff",
             "loss_diff"} <= set(rec)
     assert rec["max_rel_grad_diff"] < 1e-4
+
+
+def test_dmn_fit_throughput_times_matmul_and_densities_in_interleaved_rounds(monkeypatch):
+    """Part 2's matmul and the three density accumulations (whose fractions of the matmul
+    rate are the result) were each timed in their own block; now one interleaved call."""
+    from benchmarks import dmn_fit
+
+    inter, blocks = _record_timings(monkeypatch)
+    dmn_fit._imports()
+    tp = dmn_fit.throughput(400, 3, 4, 3)
+    assert not blocks
+    assert inter == [["matmul", "one_shot", "streaming", "grouped"]], inter
+    assert tp["interleaved"] and len(tp["matmul"]["times_s"]) == 3
+    for k in ("one_shot", "streaming", "grouped"):
+        assert f"density_{k}_fraction_of_matmul" in tp
