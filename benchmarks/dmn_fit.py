@@ -11,15 +11,19 @@ ConvNet never reaches A, the accuracy gap at equal wall-clock is reported instea
 
 Part 2 (throughput): jitted class density accumulation ``rho_c`` (one-shot and streaming with
 per-sample labels; grouped = per-image labels shared by that image's patches, what conv DMN
-layers use) against a same-shape matmul ``h^T h``, all timed here; the fraction is matmul time
-/ density time (useful FLOPs ``2 N d^2`` for all).
+layers use) against a same-shape matmul ``h^T h``, all timed here in interleaved rounds (as
+Part 3); the fraction is matmul time / density time (useful FLOPs ``2 N d^2`` for all).
 
 Part 3 (ConvNet training step, same run): value + gradient of the softmax cross-entropy of a
 trained ConvNet (``--conv-specs``, CIFAR-10 shapes 32x32x3, batch 128, VALID 3x3 convolutions
 as Table 2's) with the same parameters computed two ways: ``lax.conv_general_dilated`` +
 ``flax.linen.max_pool`` (``reduce_window``, what ``nn.Conv`` gives) and the toolkit's CPU route
-(``layerlab.dmn.conv3x3``: one patch matrix product; 2x2 pooling by reshape + max).  Ratio =
-lax time / patch time (medians).  ``--only conv-step`` runs this part alone (no data needed).
+(``layerlab.dmn.conv3x3``: one patch matrix product; 2x2 pooling by reshape + max).  Both are
+compiled first, then timed in ``--repeats`` interleaved rounds
+(``benchmarks._common.timeit_interleaved``: each round calls both, the order rotated, so a drift
+of the shared machine's speed hits both alike).  Ratio = lax time / patch time (medians; the
+median of the per-round ratios is kept too).  ``--only conv-step`` runs this part alone (no
+data needed).
 
 Part 4 (the same steps inside a loop, ``--only conv-scan``): ``--scan-steps`` SGD steps of each
 ConvNet, both routes, compiled three ways in the same run -- one ``lax.scan`` (what
@@ -37,7 +41,7 @@ from benchmarks._common import add_output_flags, arg_parser
 
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
-    global jax, matplotlib, plt, out_dir, timeit, write_json, load
+    global jax, matplotlib, plt, out_dir, timeit, timeit_interleaved, write_json, load
     global DMNConfig, class_density_matrices, convnet_spec, density_init
     global density_update_grouped, format_spec, streaming_class_density_matrices
     global train_and_evaluate
@@ -47,7 +51,7 @@ def _imports():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks._common import out_dir, timeit, write_json
+    from benchmarks._common import out_dir, timeit, timeit_interleaved, write_json
     from layerlab.data import load
     from layerlab.dmn import (
         DMNConfig,
@@ -105,17 +109,18 @@ def throughput(n, d, num_classes, repeats):
     stream = jax.jit(streaming_class_density_matrices, static_argnums=2,
                      static_argnames="chunk_size")
     mm = jax.jit(lambda a: a.T @ a)
-    t_mm = timeit(mm, h, repeats=repeats)
-    t_one = timeit(one, h, y, num_classes, repeats=repeats)
-    t_st = timeit(lambda a, b: stream(a, b, num_classes, chunk_size=8192), h, y, repeats=repeats)
     p = 200  # grouped: n / p images of p patches each, one label per image (conv DMN case)
     yg = jax.random.randint(jax.random.key(2), (n // p,), 0, num_classes)
     grouped = jax.jit(lambda a, b: density_update_grouped(
         density_init(num_classes, d), a.reshape(n // p, p, d), b).outer)
-    t_gr = timeit(grouped, h, yg, repeats=repeats)
+    t = timeit_interleaved({
+        "matmul": (mm, (h,)), "one_shot": (one, (h, y, num_classes)),
+        "streaming": (lambda a, b: stream(a, b, num_classes, chunk_size=8192), (h, y)),
+        "grouped": (grouped, (h, yg))}, repeats=repeats)
+    t_mm, t_one, t_st, t_gr = (t[k] for k in ("matmul", "one_shot", "streaming", "grouped"))
     flops = 2.0 * n * d * d
     return {
-        "n": n, "d": d, "num_classes": num_classes,
+        "n": n, "d": d, "num_classes": num_classes, "interleaved": True,
         "matmul": t_mm, "density_one_shot": t_one, "density_streaming": t_st,
         "matmul_gflops": flops / t_mm["median_s"] / 1e9,
         "density_one_shot_fraction_of_matmul": t_mm["median_s"] / t_one["median_s"],
@@ -151,13 +156,18 @@ def conv_step(specs, batch, repeats):
             vg[route] = jax.jit(jax.value_and_grad(
                 lambda p, x, y, route=route: optax.softmax_cross_entropy_with_integer_labels(
                     logits(p, x, route), y).mean()))
-            rec[route] = timeit(vg[route], params, x, y, repeats=repeats)
+        t = timeit_interleaved({r: (vg[r], (params, x, y)) for r in ("lax", "patch")},
+                               repeats=repeats)
+        rec["lax"], rec["patch"] = t["lax"], t["patch"]
+        rec["interleaved"] = True
         (vl, gl), (vp, gp) = vg["lax"](params, x, y), vg["patch"](params, x, y)
         rec["max_rel_grad_diff"] = max(
             float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(a)) + 1e-30))
             for a, b in zip(jax.tree_util.tree_leaves(gl), jax.tree_util.tree_leaves(gp)))
         rec["loss_diff"] = abs(float(vl) - float(vp))
         rec["ratio_lax_over_patch"] = rec["lax"]["median_s"] / rec["patch"]["median_s"]
+        rec["ratio_paired_median"] = float(jnp.median(
+            jnp.asarray(t["lax"]["times_s"]) / jnp.asarray(t["patch"]["times_s"])))
         print(f"{spec}: lax.conv + reduce_window {1e3 * rec['lax']['median_s']:.1f} ms, "
               f"patch route {1e3 * rec['patch']['median_s']:.1f} ms per step "
               f"({rec['ratio_lax_over_patch']:.2f}x; grads agree to "

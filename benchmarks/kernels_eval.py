@@ -12,6 +12,12 @@ check.  A second table times the empirical NTK of a small MLP: ``empirical_ntk``
 (NTK-vector products and dense Jacobian) against neural-tangents'
 ``empirical_ntk_fn`` implementations 1 and 2.
 
+The routes compared are warmed up (compiled) first, then timed in ``--repeats`` interleaved
+rounds (``benchmarks._common.timeit_interleaved``: each round calls each route once, the
+order rotated, so a drift of the shared machine's speed hits all alike): native and
+neural-tangents per (N, kernel), the four empirical-NTK routes together.  Each timing keeps
+its ``times_s``; ``speedup_paired_median`` is the median of the per-round ratios.
+
 Writes ``kernels_eval.json`` and ``kernels_eval.png`` to ``scratch/kernels_eval/``
 (``results/kernels_eval/`` with ``--record``).
 """
@@ -22,13 +28,14 @@ from benchmarks._common import add_output_flags, arg_parser
 
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
-    global jax, jnp, tqdm, out_dir, timeit, write_json
+    global jax, jnp, np, tqdm, out_dir, timeit_interleaved, write_json
     global empirical_ntk, empirical_ntk_fn, relu_nngp, relu_ntk, stax
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from tqdm import tqdm
 
-    from benchmarks._common import out_dir, timeit, write_json
+    from benchmarks._common import out_dir, timeit_interleaved, write_json
     from layerlab.kernels import empirical_ntk, empirical_ntk_fn, relu_nngp, relu_ntk, stax
 
 
@@ -51,8 +58,9 @@ def bench_closed_forms(sizes, d, depth, w_var, b_var, repeats, ntk):
             f_native = jax.jit(lambda x, native=native: native(x, depth=depth, w_var=w_var,
                                                                 b_var=b_var))
             f_nt = jax.jit(lambda x, get=get: kernel_fn(x, None, get))
-            t_native = timeit(f_native, x, repeats=repeats)
-            t_nt = timeit(f_nt, x, repeats=repeats)
+            t = timeit_interleaved({"native": (f_native, (x,)), "neural_tangents": (f_nt, (x,))},
+                                   repeats=repeats)
+            t_native, t_nt = t["native"], t["neural_tangents"]
             diff = float(jnp.max(jnp.abs(f_native(x) - f_nt(x))))
             scale = float(jnp.max(jnp.abs(f_native(x))))
             records.append({
@@ -60,6 +68,9 @@ def bench_closed_forms(sizes, d, depth, w_var, b_var, repeats, ntk):
                 "depth": depth, "w_var": w_var, "b_var": b_var, "dtype": "float32",
                 "native": t_native, "neural_tangents": t_nt,
                 "speedup_native_over_nt": t_nt["median_s"] / t_native["median_s"],
+                "speedup_paired_median": float(np.median(
+                    np.asarray(t_nt["times_s"]) / np.asarray(t_native["times_s"]))),
+                "interleaved": True,
                 "max_abs_diff": diff, "max_abs_kernel": scale,
             })
             tqdm.write(f"N={n:6d} {get}: native {t_native['median_s']:.3f}s  "
@@ -85,12 +96,14 @@ def bench_empirical(n, d, width, k, repeats):
     }
     ref = routes["layerlab jacobian"](params, x)
     records = []
-    for name, f in tqdm(routes.items(), desc="empirical NTK"):
-        t = timeit(f, params, x, repeats=repeats)
+    times = timeit_interleaved({name: (f, (params, x)) for name, f in routes.items()},
+                               repeats=repeats)
+    for name, f in routes.items():
+        t = times[name]
         records.append({"what": f"empirical NTK, traced [n, n], MLP {d}-{width}-{width}-{k}",
                          "route": name, "n": n, "params": int(sum(
                              p.size for p in jax.tree_util.tree_leaves(params))),
-                         "time": t, "max_abs_diff_vs_jacobian": float(
+                         "time": t, "interleaved": True, "max_abs_diff_vs_jacobian": float(
                              jnp.max(jnp.abs(f(params, x) - ref)))})
         tqdm.write(f"{name:22s} {t['median_s']:.4f}s")
     return records
@@ -125,7 +138,8 @@ def build_parser():
     p.add_argument("--depth", type=int, default=3, help="ReLU layers of the kernel's network")
     p.add_argument("--w-var", type=float, default=2.0, help="weight variance sigma_w^2")
     p.add_argument("--b-var", type=float, default=0.1, help="bias variance sigma_b^2")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per case (median)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="interleaved timed rounds, each calling every compared route (median)")
     p.add_argument("--no-ntk", dest="ntk", action="store_false", help="NNGP only")
     p.add_argument("--emp-n", type=int, default=64, help="samples for the empirical NTK")
     p.add_argument("--emp-width", type=int, default=256,

@@ -7,6 +7,12 @@ and cold vs cached dataset loads.
 Writes ``probes_cka.json`` and ``crossover.png`` to ``scratch/probes_cka/`` (``results/`` with
 ``--record``) (time of both linear-CKA
 forms against n at fixed width, with the point where ``method="auto"`` switches).
+
+The compared functions are warmed up (compiled) first, then timed in ``--repeats`` interleaved
+rounds (``benchmarks._common.timeit_interleaved``: each round calls each once, the order
+rotated, so a drift of the shared machine's speed hits all alike): feature vs Gram form per n,
+and full, minibatch and RBF CKA together; each timing keeps its ``times_s``.  The cold vs
+cached ``data.load`` times are single calls (a cold load happens once per cache clear).
 """
 
 from __future__ import annotations
@@ -18,12 +24,13 @@ from benchmarks._common import add_output_flags, arg_parser
 
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
-    global jax, jnp, tqdm, out_dir, timeit, write_json, data, probes
+    global jax, jnp, np, tqdm, out_dir, timeit_interleaved, write_json, data, probes
     import jax
     import jax.numpy as jnp
+    import numpy as np
     from tqdm import tqdm
 
-    from benchmarks._common import out_dir, timeit, write_json
+    from benchmarks._common import out_dir, timeit_interleaved, write_json
     from layerlab import data, probes
 
 
@@ -40,7 +47,9 @@ def cka_crossover(ns, p, repeats):
     rows = []
     for n in tqdm(ns, desc=f"linear CKA, p=q={p}"):
         x, y = _reps(jax.random.key(n), n, p, p)
-        tf, tg = timeit(feat, x, y, repeats=repeats), timeit(gram, x, y, repeats=repeats)
+        t = timeit_interleaved({"features": (feat, (x, y)), "gram": (gram, (x, y))},
+                               repeats=repeats)
+        tf, tg = t["features"], t["gram"]
         auto = "gram" if n * 2 * p < 3 * p * p else "features"
         rows.append(
             dict(
@@ -52,6 +61,9 @@ def cka_crossover(ns, p, repeats):
                 features=tf,
                 gram=tg,
                 ratio_features_over_gram=tf["median_s"] / tg["median_s"],
+                ratio_paired_median=float(np.median(
+                    np.asarray(tf["times_s"]) / np.asarray(tg["times_s"]))),
+                interleaved=True,
                 auto_choice=auto,
                 value_abs_diff=abs(float(feat(x, y)) - float(gram(x, y))),
             )
@@ -65,8 +77,10 @@ def minibatch_vs_full(n, p, batches, repeats):
     mb = jax.jit(probes.minibatch_cka)
     xs, ys = x.reshape(batches, n // batches, p), y.reshape(batches, n // batches, p // 2)
     rbf = jax.jit(probes.rbf_cka)
-    t_full, t_mb = timeit(full, x, y, repeats=repeats), timeit(mb, xs, ys, repeats=repeats)
-    t_rbf = timeit(rbf, x[:1024], y[:1024], repeats=repeats)
+    x1k, y1k = x[:1024], y[:1024]
+    t = timeit_interleaved({"full": (full, (x, y)), "minibatch": (mb, (xs, ys)),
+                            "rbf_1024": (rbf, (x1k, y1k))}, repeats=repeats)
+    t_full, t_mb, t_rbf = t["full"], t["minibatch"], t["rbf_1024"]
     return dict(
         what="minibatch CKA vs full linear CKA (and RBF CKA on 1024 samples)",
         n=n,
@@ -76,9 +90,10 @@ def minibatch_vs_full(n, p, batches, repeats):
         full=t_full,
         minibatch=t_mb,
         rbf_1024=t_rbf,
+        interleaved=True,
         cka_full=float(full(x, y)),
         cka_minibatch=float(mb(xs, ys)),
-        cka_rbf_1024=float(rbf(x[:1024], y[:1024])),
+        cka_rbf_1024=float(rbf(x1k, y1k)),
     )
 
 
@@ -143,7 +158,8 @@ def build_parser():
                     help="sample counts n of the feature-vs-Gram crossover")
     ap.add_argument("--mb-n", type=int, default=4096, help="samples for minibatch vs full CKA")
     ap.add_argument("--mb-batches", type=int, default=16, help="minibatches for minibatch CKA")
-    ap.add_argument("--repeats", type=int, default=7, help="timed calls per case (median)")
+    ap.add_argument("--repeats", type=int, default=7,
+                    help="interleaved timed rounds, each calling every compared case (median)")
     ap.add_argument("--no-data", action="store_true", help="skip the dataset load timings")
     add_output_flags(ap, "probes_cka")
     return ap

@@ -402,3 +402,140 @@ def test_bottleneck_sweep_interleaves_the_vectorised_and_sequential_rounds(monke
     rec = json.loads((tmp_path / "sweep.json").read_text())["width_seed_sweep"]
     assert rec["interleaved"] and len(rec["vectorised_all_s"]) == 3
     assert "speedup_paired_median" in rec
+
+
+def _record_timings(monkeypatch):
+    """Replace ``_common.timeit_interleaved`` and ``_common.timeit`` by recorders that time
+    nothing: the interleaved one calls each case once (so the cases are real calls) and
+    returns fixed stats with ``times_s``; ``timeit`` (the case-after-case helper) only notes
+    its call.  Returns (interleaved calls: lists of case names, block-ordered calls)."""
+    from benchmarks import _common
+
+    inter, blocks = [], []
+
+    def interleaved(cases, *, repeats=7, warmup=1, after=None):
+        inter.append(list(cases))
+        out = {}
+        for i, (name, (fn, args)) in enumerate(cases.items()):
+            _common._block(fn(*args))
+            ts = [1.0 + i + 0.1 * r for r in range(repeats)]
+            out[name] = {"compile_s": 0.0, "median_s": ts[len(ts) // 2], "min_s": ts[0],
+                         "max_s": ts[-1], "iqr_s": 0.0, "repeats": repeats,
+                         "interleaved": True, "times_s": ts}
+        return out
+
+    def timeit(fn, *args, repeats=7, warmup=1, **kw):
+        blocks.append(fn)
+        return {"compile_s": 0.0, "median_s": 1.0, "min_s": 1.0, "max_s": 1.0, "iqr_s": 0.0,
+                "repeats": repeats}
+
+    monkeypatch.setattr(_common, "timeit_interleaved", interleaved)
+    monkeypatch.setattr(_common, "timeit", timeit)
+    return inter, blocks
+
+
+def test_gnrev_step_times_the_steps_and_the_matmul_in_one_interleaved_call(monkeypatch,
+                                                                          tmp_path):
+    """GN, Adam, SGD (and the matmul) were each timed in their own block, so GN/Adam mixed
+    different moments of a noisy machine.  Now one interleaved call per grid case holds every
+    step and the matmul; dense GN has its own rounds together with a GN step."""
+    import json
+
+    from benchmarks import gnrev_step
+
+    for k in gnrev_step.BLAS_ENV:  # main sets them; restored after the test
+        monkeypatch.delenv(k, raising=False)
+    inter, blocks = _record_timings(monkeypatch)
+    gnrev_step.main(["--grid", "4x16x16x2", "--repeats", "3", "--out", str(tmp_path)])
+    assert not blocks
+    assert sorted(inter[0]) == ["adam", "gn", "gn_cert", "gn_rsvd", "matmul", "sgd"], inter
+    assert sorted(inter[1]) == ["dense_gn", "gn"] and len(inter) == 2, inter
+    rec = json.loads((tmp_path / "step.json").read_text())["cases"][0]
+    assert rec["interleaved"] and len(rec["gn"]["times_s"]) == 3
+    for k in ("gn_over_adam", "gn_cert_over_adam", "gn_over_sgd", "rsvd_over_gram",
+              "dense_over_gn", "gn_over_adam_paired_median", "rsvd_rel_diff"):
+        assert k in rec, k
+
+
+def test_kernels_eval_times_native_and_neural_tangents_in_interleaved_rounds(monkeypatch,
+                                                                             tmp_path):
+    """Native and neural-tangents kernels (and the four empirical-NTK routes) were each timed
+    in their own block; now each compared set goes through one interleaved call, and the
+    value checks between routes stay."""
+    import json
+
+    from benchmarks import kernels_eval
+
+    inter, blocks = _record_timings(monkeypatch)
+    kernels_eval.main(["--sizes", "6", "--d", "5", "--repeats", "3", "--emp-n", "4",
+                       "--emp-width", "8", "--out", str(tmp_path)])
+    assert not blocks
+    assert inter[:2] == [["native", "neural_tangents"]] * 2, inter
+    assert sorted(inter[2]) == sorted(["layerlab ntk_vp", "layerlab jacobian",
+                                       "nt implementation 1", "nt implementation 2"])
+    assert len(inter) == 3
+    rec = json.loads((tmp_path / "kernels_eval.json").read_text())
+    for r in rec["closed_forms"]:
+        assert r["interleaved"] and len(r["native"]["times_s"]) == 3
+        assert {"speedup_native_over_nt", "speedup_paired_median", "max_abs_diff"} <= set(r)
+    assert all(r["interleaved"] and "max_abs_diff_vs_jacobian" in r
+               for r in rec["empirical_ntk"])
+    assert set(rec["summary"]) == {"speedup_nngp_N6", "speedup_ntk_N6"}
+
+
+def test_probes_cka_times_the_compared_forms_in_interleaved_rounds(monkeypatch, tmp_path):
+    """The feature and Gram forms of linear CKA (and full / minibatch / RBF CKA) were each
+    timed in their own block; now each compared set goes through one interleaved call, and
+    the value checks between the forms stay."""
+    import json
+
+    from benchmarks import probes_cka
+
+    inter, blocks = _record_timings(monkeypatch)
+    probes_cka.main(["--p", "8", "--ns", "8", "16", "--mb-n", "64", "--mb-batches", "4",
+                     "--repeats", "3", "--no-data", "--out", str(tmp_path)])
+    assert not blocks
+    assert inter == [["features", "gram"]] * 2 + [["full", "minibatch", "rbf_1024"]], inter
+    rec = json.loads((tmp_path / "probes_cka.json").read_text())
+    for r in rec["crossover"]:
+        assert r["interleaved"] and len(r["features"]["times_s"]) == 3
+        assert {"ratio_features_over_gram", "ratio_paired_median", "value_abs_diff",
+                "auto_choice"} <= set(r)
+    mb = rec["minibatch"]
+    assert mb["interleaved"] and {"cka_full", "cka_minibatch", "cka_rbf_1024"} <= set(mb)
+
+
+def test_dmn_fit_conv_step_times_lax_and_patch_routes_in_interleaved_rounds(monkeypatch,
+                                                                            tmp_path):
+    """The ConvNet step's lax.conv route and the patch route were each timed in their own
+    block; now both go through one interleaved call per ConvNet, and the gradient check
+    between the routes stays."""
+    import json
+
+    from benchmarks import dmn_fit
+
+    inter, blocks = _record_timings(monkeypatch)
+    dmn_fit.main(["--only", "conv-step", "--conv-specs", "c2,m,de10", "--conv-batch", "2",
+                  "--repeats", "3", "--out", str(tmp_path)])
+    assert not blocks
+    assert inter == [["lax", "patch"]], inter
+    rec = json.loads((tmp_path / "conv_step.json").read_text())["conv_step"][0]
+    assert rec["interleaved"] and len(rec["lax"]["times_s"]) == 3
+    assert {"ratio_lax_over_patch", "ratio_paired_median", "max_rel_grad_diff",
+            "loss_diff"} <= set(rec)
+    assert rec["max_rel_grad_diff"] < 1e-4
+
+
+def test_dmn_fit_throughput_times_matmul_and_densities_in_interleaved_rounds(monkeypatch):
+    """Part 2's matmul and the three density accumulations (whose fractions of the matmul
+    rate are the result) were each timed in their own block; now one interleaved call."""
+    from benchmarks import dmn_fit
+
+    inter, blocks = _record_timings(monkeypatch)
+    dmn_fit._imports()
+    tp = dmn_fit.throughput(400, 3, 4, 3)
+    assert not blocks
+    assert inter == [["matmul", "one_shot", "streaming", "grouped"]], inter
+    assert tp["interleaved"] and len(tp["matmul"]["times_s"]) == 3
+    for k in ("one_shot", "streaming", "grouped"):
+        assert f"density_{k}_fraction_of_matmul" in tp
