@@ -64,6 +64,10 @@ def teacher(
     Hongler, Gabriel, "Feature Learning in L2-regularized DNNs: Attraction/Repulsion and
     Sparsity", NeurIPS 2022, §4 / Fig. 2).
 
+    A dataset generator, run outside JAX transformations like :func:`load` (it returns numpy
+    arrays in a :class:`Dataset`): not traceable under ``jit`` / ``vmap``; draw several seeds
+    in a Python loop.
+
     Args:
       key: PRNG key of the teacher (and of the inputs unless ``x_key`` is given). To get a
         train and a test set of the *same* teacher, reuse ``key`` and pass two ``x_key``s --
@@ -140,6 +144,9 @@ def latent(
     bottleneck rank ``k``
     (Jacot, "Bottleneck Structure in Learned Features: Low-Dimension vs Regularity Tradeoff",
     NeurIPS 2023, §5 / App. E).
+
+    A dataset generator like :func:`teacher`: numpy arrays, not traceable under ``jit`` /
+    ``vmap``.
 
     Args:
       key: PRNG key of ``g`` and ``h`` (and of ``z`` unless ``z_key`` is given).
