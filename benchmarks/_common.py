@@ -24,7 +24,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
+# numpy is imported inside the functions that use it: a script that sets its BLAS thread
+# variables or pins its CPU affinity in main() (gnrev_step, dgl_loss) must be able to import
+# this module before numpy's OpenBLAS starts its threads
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -127,7 +129,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "jax": jax.__version__,
         "jaxlib": _version("jaxlib"),
-        "numpy": np.__version__,
+        "numpy": _version("numpy"),
         "neural_tangents": _version("neural-tangents"),
         "env": {k: os.environ.get(k) for k in TIMING_ENV},
         "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -160,6 +162,8 @@ def timeit(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) -> 
         t0 = time.perf_counter()
         _block(fn(*args, **kwargs))
         times.append(time.perf_counter() - t0)
+    import numpy as np
+
     q = np.percentile(times, [25, 75])
     return {
         "compile_s": compile_s,
@@ -169,6 +173,12 @@ def timeit(fn: Callable, *args, repeats: int = 7, warmup: int = 1, **kwargs) -> 
         "iqr_s": float(q[1] - q[0]),
         "repeats": repeats,
     }
+
+
+def _iqr_bounds(ts):
+    import numpy as np
+
+    return np.percentile(ts, [25, 75])
 
 
 def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int = 7,
@@ -204,7 +214,7 @@ def timeit_interleaved(cases: dict[str, tuple[Callable, tuple]], *, repeats: int
             if after is not None:
                 after(name)
     for name, ts in times.items():
-        q = np.percentile(ts, [25, 75])
+        q = _iqr_bounds(ts)
         out[name].update(median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts),
                          iqr_s=float(q[1] - q[0]), repeats=repeats, interleaved=True,
                          times_s=ts)
@@ -218,6 +228,7 @@ def to_jsonable(obj):
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     import jax
+    import numpy as np
 
     if isinstance(obj, (np.ndarray, jax.Array)):
         return np.asarray(obj).tolist()

@@ -44,6 +44,9 @@ def _pin_one_core() -> None:
         if xla_bridge.backends_are_initialized():
             raise SystemExit("dgl_loss: --threads 1 must be set before JAX starts its backend "
                              "(run `python -m benchmarks.dgl_loss`, or pass --threads all)")
+    if not hasattr(os, "sched_setaffinity"):
+        raise SystemExit("dgl_loss: --threads 1 pins the process to one core, which needs "
+                         "os.sched_setaffinity (Linux); pass --threads all")
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + " --xla_cpu_multi_thread_eigen=false").strip()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
@@ -52,7 +55,8 @@ def _pin_one_core() -> None:
 def _threading() -> dict:
     """What applies to this process: CPU affinity and ``XLA_FLAGS`` (recorded in the JSON)."""
     flags = os.environ.get("XLA_FLAGS")
-    return {"affinity": sorted(os.sched_getaffinity(0)), "xla_flags": flags,
+    aff = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"affinity": aff, "xla_flags": flags,
             "multi_thread_eigen": "--xla_cpu_multi_thread_eigen=false" not in (flags or "")}
 
 

@@ -143,7 +143,11 @@ def _work(calls: int) -> dict:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    for flag in ("repeats", "calls"):
+        if getattr(args, flag) < 1:
+            ap.error(f"argument --{flag}: expected an integer >= 1, got {getattr(args, flag)}")
     if args.worker is not None:
         print("RESULT " + json.dumps(_work(args.calls)), flush=True)
         return 0

@@ -539,3 +539,27 @@ def test_dmn_fit_throughput_times_matmul_and_densities_in_interleaved_rounds(mon
     assert tp["interleaved"] and len(tp["matmul"]["times_s"]) == 3
     for k in ("one_shot", "streaming", "grouped"):
         assert f"density_{k}_fraction_of_matmul" in tp
+
+
+def test_scripts_that_set_blas_threads_or_pin_in_main_do_not_load_numpy_at_import():
+    """gnrev_step sets OPENBLAS_NUM_THREADS and dgl_loss pins the CPU in main(): numpy's
+    OpenBLAS must not have started its threads when the module is imported (benchmarks._common
+    imported numpy at module level, so numpy kept 2 BLAS threads and an unpinned worker)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, benchmarks._common, benchmarks.gnrev_step, benchmarks.dgl_loss; "
+            "print('numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=str(REPO), check=True).stdout.strip()
+    assert out == "False"
+
+
+def test_xla_cpu_emitters_refuses_zero_rounds(capsys):
+    from benchmarks import xla_cpu_emitters
+
+    for flag in ("--repeats", "--calls"):
+        with pytest.raises(SystemExit) as e:
+            xla_cpu_emitters.main([flag, "0"])
+        assert e.value.code == 2
+        assert f"argument {flag}: expected an integer >= 1, got 0" in capsys.readouterr().err
