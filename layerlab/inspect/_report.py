@@ -441,7 +441,8 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
 
 
 def _targets(y, n: int, config: InspectConfig, fn: str) -> jax.Array:
-    y = _check_y(y, fn)
+    """``y`` (already checked by :func:`_check_y` at the public entry) as ``[n, C]``."""
+    y = jnp.asarray(y)
     given = y.shape
     if y.dtype == jnp.bool_:
         raise TypeError(
