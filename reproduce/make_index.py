@@ -31,9 +31,17 @@ PAPER_TITLES = {
 
 def _devices_label(rec: dict) -> str:
     """The machine(s) behind a record's wall time: a record merged from parts run on several
-    machines (``extra.devices`` and ``extra.row_wall_s`` per part) names each machine with its
-    share; otherwise the machine that wrote the record."""
+    machines names each machine with its share (``extra.device_wall_s``, seconds per machine,
+    where the merge wrote it; else ``extra.devices`` and ``extra.row_wall_s`` per part);
+    otherwise the machine that wrote the record."""
     extra = rec.get("extra") or {}
+    per_device = extra.get("device_wall_s")
+    if isinstance(per_device, dict) and per_device and all(
+            isinstance(v, (int, float)) for v in per_device.values()):
+        if len(per_device) > 1:
+            return "summed over parts: " + ", ".join(
+                f"{k} {v / 60:.1f} min" for k, v in sorted(per_device.items()))
+        return next(iter(per_device))
     devices, walls = extra.get("devices"), extra.get("row_wall_s")
     if isinstance(devices, dict) and isinstance(walls, dict) and devices:
         share: dict[str, float] = {}

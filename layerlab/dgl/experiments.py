@@ -864,9 +864,10 @@ def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.Path
         cmp = _full_n_comparison(cfg, row, k_full, p0, d, v, lr_wd, kind, progress=progress,
                                  cache=cache)
     cmp["added_after_run"] = True
+    cmp["wall_s"] = time.perf_counter() - t0
     out = dict(part)
     out["full_n_vs_minibatch"] = cmp
-    out["wall_s"] = part.get("wall_s", 0.0) + (time.perf_counter() - t0)
+    out["wall_s"] = part.get("wall_s", 0.0) + cmp["wall_s"]
     return out
 
 
@@ -914,6 +915,26 @@ def _check_part(part: dict, cfg: Table1Config, key: jax.Array, path: pathlib.Pat
 
 def _part_path(parts_dir: pathlib.Path, row: str, seed: int) -> pathlib.Path:
     return pathlib.Path(parts_dir) / f"{row}_seed{seed}.json"
+
+
+def _part_device_walls(part: dict) -> dict[str, float]:
+    """A part's wall time by machine: a full-N comparison added later on another machine
+    (:func:`add_full_n_comparison`, ``added_after_run``) is counted on that machine, the rest
+    on the part's own."""
+    wall = float(part["wall_s"])
+    out: dict[str, float] = {}
+    cmp = part.get("full_n_vs_minibatch")
+    if isinstance(cmp, dict) and cmp.get("added_after_run") and cmp.get("device") and \
+            cmp["device"] != part["device"]:
+        added = cmp.get("wall_s")
+        if added is None:  # parts written before the addition's own wall time was kept
+            added = sum(float(cmp[k]["wall_s"]) for k in ("minibatch", "full_n")
+                        if isinstance(cmp.get(k), dict) and "wall_s" in cmp[k])
+        added = min(float(added), wall)
+        out[cmp["device"]] = added
+        wall -= added
+    out[part["device"]] = out.get(part["device"], 0.0) + wall
+    return out
 
 
 def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) -> Record:
@@ -970,7 +991,7 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
             if "full_n_vs_minibatch" in p:
                 c = p["full_n_vs_minibatch"]
                 for nm in ("minibatch", "full_n"):
-                    rows.append(Row(f"{ds} L={L} d={wp} LEGO {nm} DGL test acc (seed 0)",
+                    rows.append(Row(f"{ds} L={L} d={wp} LEGO {nm} DGL test acc (seed {p['seed']})",
                                     c[nm]["test"], None, "%", note=(
                                         f"DGL training wall {c[nm]['dgl_wall_s']:.1f} s, "
                                         f"batch {c[nm]['batch']}, {c[nm].get('steps')} steps "
@@ -1002,6 +1023,11 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
                         "; ".join(es) or "not run"))
     walls = {rid: sum(p["wall_s"] for p in parts[rid]) for rid in parts}
     devices = {rid: sorted({p["device"] for p in parts[rid]}) for rid in parts}
+    device_walls: dict[str, float] = {}
+    for ps in parts.values():
+        for p in ps:
+            for dev, sec in _part_device_walls(p).items():
+                device_walls[dev] = device_walls.get(dev, 0.0) + sec
     cfgs = {rid: parts[rid][0]["config"] for rid in parts}
     commands = list(dict.fromkeys(p.get("command", "") for ps in parts.values() for p in ps))
     note = ("Rows may come from different runs/machines (per-row parts merged); each row's "
@@ -1014,7 +1040,9 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
                   config=to_jsonable({"rows": cfgs, **(config or {})}),
                   rows=rows, claims=claims, note=note,
                   wall_s=sum(walls.values()) if walls else None,
-                  extra={"row_wall_s": walls, "devices": devices, "details": details})
+                  extra={"row_wall_s": walls, "devices": devices,
+                         "device_wall_s": {k: round(v, 3) for k, v in sorted(device_walls.items())},
+                         "details": details})
 
 
 def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,

@@ -172,6 +172,37 @@ def test_select_rows_and_merge_of_parts(tmp_path):
     assert "[ours: N=1000/2000, d=20, 3 seed(s)]" in by["BMNIST2k L=3 d=20 LEGO test acc"].note
 
 
+def test_merge_counts_a_later_full_n_comparison_on_its_own_machine(tmp_path):
+    """A full-N comparison added to a GPU part on a CPU (``add_full_n_comparison``) is counted
+    on the CPU in ``extra.device_wall_s`` (the index's per-machine times), the rest of the
+    part on the GPU; the per-row wall times stay the parts' sums."""
+    base = {"row": "mnist-2x2000", "width": 2000, "n_train": 10000, "paper_scale": True,
+            "end_to_end": {"test": 97.0}, "lego": {"test": 97.0}, "random": {"test": 94.0},
+            "device": "H100", "config": {}, "command": ""}
+    arm = {"test": 97.2, "dgl_wall_s": 1.0, "batch": 1000, "steps": 50}
+    cmp = {"minibatch": dict(arm, wall_s=60.0), "full_n": dict(arm, wall_s=4700.0),
+           "device": "cpu", "added_after_run": True}
+    parts = [dict(base, seed=0, wall_s=5000.0, full_n_vs_minibatch=cmp),  # old: no cmp wall_s
+             dict(base, seed=1, wall_s=300.0,
+                  full_n_vs_minibatch=dict(cmp, wall_s=250.0)),
+             dict(base, seed=2, wall_s=40.0,  # run inside the part: its own machine
+                  full_n_vs_minibatch={k: v for k, v in cmp.items() if k != "added_after_run"})]
+    for p in parts:
+        (tmp_path / f"mnist-2x2000_seed{p['seed']}.json").write_text(json.dumps(p))
+    (tmp_path / "bmnist-2x20_seed0.json").write_text(json.dumps(
+        dict(base, row="bmnist-2x20", width=20, n_train=2000, seed=0, wall_s=900.0,
+             device="cpu")))
+    rec = ex.merge_table1(tmp_path)
+    names = [r.name for r in rec.rows if "full_n DGL" in r.name]
+    assert names == [f"MNIST10k L=2 d=2000 LEGO full_n DGL test acc (seed {k})" for k in range(3)]
+    extra = rec.extra
+    assert extra["row_wall_s"] == {"mnist-2x2000": 5340.0, "bmnist-2x20": 900.0}
+    assert extra["device_wall_s"] == {"H100": pytest.approx(240.0 + 50.0 + 40.0),
+                                      "cpu": pytest.approx(4760.0 + 250.0 + 900.0)}
+    from reproduce.make_index import _devices_label
+    assert _devices_label({"extra": extra}) == "summed over parts: H100 5.5 min, cpu 98.5 min"
+
+
 def test_classifier_iterative_converges_to_least_squares_and_picks_val_mse(x64):
     """Step 5 with readout="iterative": vanilla SGD on the head alone, from its initial
     weights, on well-conditioned features reaches the least-squares solution (numpy lstsq with
