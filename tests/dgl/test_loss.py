@@ -174,6 +174,16 @@ def test_errors_and_jitter(x64):
         dgl.dgl_loss(K - 2.0 * np.eye(6), Y, eps2=0.0)
     with pytest.raises(ValueError, match="rows to match"):
         dgl.dgl_loss(K, Y[:5], eps2=0.1)
+    # dgl_features / dgl_linear take H, not K: their own name, H's rows (dgl_features blamed
+    # dgl_loss's kernel, after building the kernel)
+    calls = []
+    top = lambda h: calls.append(1) or h @ h.T  # noqa: E731
+    for call, fn in ((lambda: dgl.dgl_features(H, Y[:5], top, eps2=0.1), "dgl_features"),
+                     (lambda: dgl.dgl_linear(H, Y[:5], eps2=0.1), "dgl_linear")):
+        with pytest.raises(ValueError, match=rf"^{fn}: Y must have shape \(N, C\) or \(N,\) "
+                                             r"with N = 6 rows to match H's rows"):
+            call()
+    assert calls == []
     with pytest.raises(ValueError, match="square"):
         dgl.dgl_loss(K[:, :5], Y, eps2=0.1)
     with pytest.raises(ValueError, match="NaN"):
