@@ -645,7 +645,8 @@ def ib_pairwise_loss(
     _check_scalar(eta, "eta", "ib_pairwise_loss")
     check_number(eta, "eta", fn="ib_pairwise_loss", min_value=0.0, lo_open=True,
                  what="the variance of the smearing noise")
-    H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0], fn="ib_pairwise_loss"))
+    H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0], fn="ib_pairwise_loss",
+                                             of="H's rows"))
     sq = jnp.sum(H * H, axis=1)
     r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (H @ H.T), 0.0)
     prof = (overlap or _bhattacharyya)(r2, eta)
@@ -696,7 +697,7 @@ def dgl_minibatch(
     if H.ndim < 1:
         raise ValueError(f"dgl_minibatch: H must be [N, ...] representations; got {H.shape}.")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n, fn="dgl_minibatch")
+    Y = _as_2d_targets(Y, n, fn="dgl_minibatch", of="H's rows")
     check_int(batch_size, "batch_size", fn="dgl_minibatch", min_value=2, max_value=n)
     check_int(num_batches, "num_batches", fn="dgl_minibatch", min_value=1)
     _check_scalar(eps2, "eps2", "dgl_minibatch")
@@ -745,7 +746,7 @@ def dgl_subsets_exact(H: jax.Array, Y: jax.Array, kernel_fn: Callable[[jax.Array
         raise ValueError(f"{fn}: H must be [N, ...] representations, got shape "
                          f"{tuple(H.shape)}.")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n, fn=fn)
+    Y = _as_2d_targets(Y, n, fn=fn, of="H's rows")
     if not callable(kernel_fn):
         raise TypeError(f"{fn}: kernel_fn must be callable H_S -> K_S [B, B], got "
                         f"{type(kernel_fn).__name__}.")
