@@ -31,8 +31,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    from benchmarks._common import arg_parser  # stdlib only: --help stays light
+
+    p = arg_parser(__doc__)  # shows every flag's default, as the other benchmarks do
     p.add_argument("--steps", type=int, default=1000, help="training steps per run")
     p.add_argument("--eval-every", type=int, default=100, help="monitoring period in steps")
     p.add_argument("--repeats", type=int, default=7, help="interleaved timed rounds")

@@ -62,7 +62,9 @@ class _Fmt(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFo
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS):
+        # by identity: a default of 0 (or 0.0) equals False and was hidden ("--seed SEED")
+        if "default" in text.lower() or any(
+                action.default is v for v in (None, False, argparse.SUPPRESS)):
             return text
         return super()._get_help_string(action)
 

@@ -41,7 +41,7 @@ def dmn_flags(p):
     pca_flag(p)
     p.add_argument("--datasets", type=_cli.name_list(DATASETS), default=None,
                    help=f"comma-separated, of {', '.join(DATASETS)}: run only these datasets' "
-                   "rows (e.g. mnist; refused when the table has no row of them)")
+                   "rows (e.g. mnist; refused when the table has no row of them; default: all)")
     p.add_argument("--epochs", type=_cli.positive_int, default=None,
                    help="training epochs (default: config's)")
     p.add_argument("--n-train", type=_cli.positive_int, default=None,
@@ -49,7 +49,8 @@ def dmn_flags(p):
     p.add_argument("--n-test", type=_cli.positive_int, default=None,
                    help="test images per dataset (default: config's; paper: all)")
     p.add_argument("--report", choices=("final", "best"), default=None,
-                   help="accuracy after the last epoch, or the best epoch (authors' checkpoint)")
+                   help="accuracy after the last epoch, or the best epoch (authors' checkpoint) "
+                   "(default: final)")
     p.add_argument("--rows", type=_cli.int_list(1), default=None,
                    help="comma-separated 1-based numbers of the paper's table rows to run "
                    "(e.g. 6,7,8: Table 2's first CIFAR-10 rows); default: every row")

@@ -22,13 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
                     "(Fig1Config.repeats; default: the configuration's)",
                     stem=lambda args: "fig1" + variant(args))
     p.add_argument("--widths", type=_cli.int_list(1), default=None,
-                   help="comma list of hidden widths")
+                   help="comma list of hidden widths (default: 2,3,5,10,20,50; --smoke: 3)")
     p.add_argument("--depths", type=_cli.int_list(1), default=None,
-                   help="comma list of depths (activated layers)")
+                   help="comma list of depths (activated layers) (default: 2,4; --smoke: 2)")
     p.add_argument("--num-nets", type=_cli.int_at_least(2), default=None,
-                   help="nets per sampled covariance")
+                   help="nets per sampled covariance (default: 10000, the caption's; --smoke: 400)")
     p.add_argument("--n-points", type=_cli.int_at_least(2), default=None,
-                   help="input images (pairs of them: at least 2)")
+                   help="input images (pairs of them: at least 2) (default: 20; --smoke: 8)")
     p.add_argument("--inputs", choices=["raw", "centred"], default=None,
                    help="raw pixels (default) or mean-image-centred, unit mean-square images "
                    "(low pairwise cosine, where MF's finite-width bias shows)")

@@ -16,11 +16,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "picks its PRNG seed", stem=lambda args: "fig4" + variant(args))
     p.add_argument("--seed", type=_cli.nonneg_int, default=0,
                    help="PRNG seed of the run (the net's init and the SGD batches)")
-    p.add_argument("--epochs", type=_cli.positive_int, default=None, help="SGD epochs")
-    p.add_argument("--lr", type=_cli.positive_float, default=None, help="SGD learning rate")
-    p.add_argument("--evals", type=_cli.positive_int, default=None, help="monitoring points")
+    p.add_argument("--epochs", type=_cli.positive_int, default=None,
+                   help="SGD epochs (default: 200; --smoke: 10)")
+    p.add_argument("--lr", type=_cli.positive_float, default=None,
+                   help="SGD learning rate (default: 0.1; the paper does not state it)")
+    p.add_argument("--evals", type=_cli.positive_int, default=None,
+                   help="monitoring points (default: 40; --smoke: 5)")
     p.add_argument("--eps-rel", type=_cli.positive_float, default=None,
-                   help="eps^2 / mean diag K")
+                   help="eps^2 / mean diag K (default: 0.01)")
     p.add_argument("--monitor-n", type=_cli.positive_int, default=None,
                    help="training points the DGLs are evaluated on (default: all)")
     return p

@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="eps^2 / mean diag K (default: 0.01)")
     p.add_argument("--full-n", type=_full_n, default=None,
                    help="rows (as --rows) on which to compare full-N vs mini-batch LEGO; "
-                   "'none' for none (not part of --smoke: add --full-n bmnist-2x20 to exercise "
-                   "it, ~15 s)")
+                   "'none' for none (default: mnist-2x2000 with --paper, none without; not "
+                   "part of --smoke: add --full-n bmnist-2x20 to exercise it, ~15 s)")
     p.add_argument("--full-n-steps", type=_cli.positive_int, default=None,
                    help="Adam steps per layer of the full-N vs mini-batch comparison, both "
                    "estimators (default: 300; a full-N MNIST10k step is ~20-35 s on a 2-core CPU)")

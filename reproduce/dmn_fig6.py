@@ -32,9 +32,9 @@ def build_parser():
     p.add_argument("--epochs", type=_cli.positive_int, default=None,
                    help="training epochs (default: config's)")
     p.add_argument("--n-train", type=_cli.positive_int, default=None,
-                   help="training images (paper: all)")
+                   help="training images (default: config's; paper: all)")
     p.add_argument("--n-test", type=_cli.positive_int, default=None,
-                   help="test images (paper: all)")
+                   help="test images (default: config's; paper: all)")
     p.add_argument("--no-convnet", action="store_true",
                    help="DMN curve and baselines only (the one-layer ConvNets take minutes "
                    "each at full CIFAR-10 on a 2-core CPU); the record is then reduced")

@@ -31,7 +31,8 @@ def build_parser():
     p.add_argument("--bottleneck", type=_cli.positive_int, default=None,
                    help="inverted-bottleneck width d' (default: the configuration's)")
     p.add_argument("--n-train", type=_cli.positive_int, default=None,
-                   help="training images of the fixed full-batch subset (paper: 1024)")
+                   help="training images of the fixed full-batch subset (default: 512; 1024 "
+                   "with --paper, the paper's; --smoke: 32)")
     p.add_argument("--no-bottleneck", action="store_true",
                    help="no inverted bottleneck (V = I, d' = d/2): Fig. 5's full-batch panel")
     p.add_argument("--depth", type=_cli.positive_int, default=None,

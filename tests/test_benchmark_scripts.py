@@ -47,7 +47,7 @@ def test_help_imports_no_jax(name):
         f"{name} --help imported {out.stdout.rsplit('HEAVY=', 1)[-1].strip()}")
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", SCRIPTS + OTHER)  # inspect_overhead hid its defaults
 def test_every_flag_has_help_and_shows_its_default(name):
     mod = importlib.import_module(f"benchmarks.{name}")
     ap = mod.build_parser()

@@ -195,11 +195,14 @@ def not_found_error(
     name: str, looked: Sequence[str], expected: Sequence[str], how: str, data_dir=None
 ) -> DatasetNotFoundError:
     """Build the error raised when a dataset's files are missing (see module docstring)."""
+    # name the checkout's sibling folder as resolved, and say so when it was not searched
+    sibling = (f"<repo>/../shared/data = {SIBLING_DATA}" if SIBLING_DATA.is_dir()
+               else f"not <repo>/../shared/data = {SIBLING_DATA}, which does not exist")
     where = (
         f"data_dir={str(data_dir)!r}"
         if data_dir is not None
         else (f"${ENV_VAR}={os.environ[ENV_VAR]!r}, " if os.environ.get(ENV_VAR)
-              else f"${ENV_VAR} (unset), ") + "./data and <repo>/../shared/data"
+              else f"${ENV_VAR} (unset), ") + f"./data; {sibling}"
     )
     from layerlab.data._registry import DOWNLOADABLE
 

@@ -194,7 +194,7 @@ def _check_layer_dgl_inputs(layer, h_prev, y, top, *, fn: str):
         raise ValueError(f"{fn}: h_prev must have the layer's d_prev = {d_prev} features "
                          f"(the rows of layer['w'] {tuple(jnp.shape(layer['w']))}), got shape "
                          f"{tuple(h_prev.shape)}.")
-    y = _as_2d_targets(y, h_prev.shape[0], name="y", fn=fn)
+    y = _as_2d_targets(y, h_prev.shape[0], name="y", fn=fn, of="h_prev's rows")
     w_var, b_var = _check_layer_variances(top, "top", fn=fn, scalar=True)
     return h_prev, y, w_var, b_var
 

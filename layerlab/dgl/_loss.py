@@ -66,7 +66,9 @@ def integer_labels_error(Y, name: str, where: str) -> ValueError:
         "paper's MNIST encoding); or a float [N] target for a real-valued regression.")
 
 
-def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None) -> jax.Array:
+def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None,
+                   of: str = "the kernel") -> jax.Array:
+    """``Y`` as ``[N, C]`` targets; ``of`` names what its N rows must match in the message."""
     where = f"{fn}: " if fn else ""
     Y = check_array(Y, name, fn=fn, kind="real")
     if Y.ndim == 1 and jnp.issubdtype(Y.dtype, jnp.integer):
@@ -75,8 +77,8 @@ def _as_2d_targets(Y: jax.Array, n: int, name: str = "Y", fn: str | None = None)
         Y = Y[:, None]
     if Y.ndim != 2 or Y.shape[0] != n or Y.shape[1] == 0:
         raise ValueError(
-            f"{where}{name} must have shape (N, C) or (N,) with N = {n} rows to match the "
-            f"kernel and C >= 1 columns; got {Y.shape}. Pass one target row per training point "
+            f"{where}{name} must have shape (N, C) or (N,) with N = {n} rows to match "
+            f"{of} and C >= 1 columns; got {Y.shape}. Pass one target row per training point "
             "(e.g. one-hot labels)."
         )
     return Y
@@ -480,8 +482,10 @@ def dgl_features(
     if not callable(kernel_fn):
         raise TypeError(f"dgl_features: kernel_fn must be callable H -> K [N, N], got "
                         f"{type(kernel_fn).__name__}.")
-    K = kernel_fn(H)
     n = jnp.shape(H)[0] if jnp.ndim(H) else None
+    if n is not None:  # before the kernel is built, and named as this function's (was dgl_loss's)
+        _as_2d_targets(Y, n, fn="dgl_features", of="H's rows")
+    K = kernel_fn(H)
     if jnp.ndim(K) != 2 or jnp.shape(K) != (n, n):  # (else dgl_loss would blame its own "K")
         raise ValueError(f"dgl_features: kernel_fn(H) must return the [N, N] kernel of H's "
                          f"N = {n} rows; got shape {tuple(jnp.shape(K))} for H of shape "
@@ -585,7 +589,7 @@ def dgl_linear(H: jax.typing.ArrayLike, Y: jax.typing.ArrayLike, *,
             f"dgl_linear with eps2=0 needs d < N (got d={d}, N={n}): H^T H is singular. "
             "Use eps2 > 0 or dgl_loss(H @ H.T, Y, eps2=...)."
         )
-    H, Y = promote_float(H, _as_2d_targets(Y, n, fn="dgl_linear"))
+    H, Y = promote_float(H, _as_2d_targets(Y, n, fn="dgl_linear", of="H's rows"))
     S = H.T @ H + eps2 * jnp.eye(d, dtype=H.dtype)
     c = jax.scipy.linalg.cho_factor(S, lower=True)
     HY = H.T @ Y
@@ -641,7 +645,8 @@ def ib_pairwise_loss(
     _check_scalar(eta, "eta", "ib_pairwise_loss")
     check_number(eta, "eta", fn="ib_pairwise_loss", min_value=0.0, lo_open=True,
                  what="the variance of the smearing noise")
-    H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0], fn="ib_pairwise_loss"))
+    H, Y = promote_float(H, _as_2d_targets(Y, H.shape[0], fn="ib_pairwise_loss",
+                                             of="H's rows"))
     sq = jnp.sum(H * H, axis=1)
     r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2.0 * (H @ H.T), 0.0)
     prof = (overlap or _bhattacharyya)(r2, eta)
@@ -692,7 +697,7 @@ def dgl_minibatch(
     if H.ndim < 1:
         raise ValueError(f"dgl_minibatch: H must be [N, ...] representations; got {H.shape}.")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n, fn="dgl_minibatch")
+    Y = _as_2d_targets(Y, n, fn="dgl_minibatch", of="H's rows")
     check_int(batch_size, "batch_size", fn="dgl_minibatch", min_value=2, max_value=n)
     check_int(num_batches, "num_batches", fn="dgl_minibatch", min_value=1)
     _check_scalar(eps2, "eps2", "dgl_minibatch")
@@ -741,7 +746,7 @@ def dgl_subsets_exact(H: jax.Array, Y: jax.Array, kernel_fn: Callable[[jax.Array
         raise ValueError(f"{fn}: H must be [N, ...] representations, got shape "
                          f"{tuple(H.shape)}.")
     n = H.shape[0]
-    Y = _as_2d_targets(Y, n, fn=fn)
+    Y = _as_2d_targets(Y, n, fn=fn, of="H's rows")
     if not callable(kernel_fn):
         raise TypeError(f"{fn}: kernel_fn must be callable H_S -> K_S [B, B], got "
                         f"{type(kernel_fn).__name__}.")

@@ -38,7 +38,7 @@ import optax
 from jax.typing import ArrayLike
 
 from layerlab import loop, nets, probes
-from layerlab._checks import as_device_array, check_finite
+from layerlab._checks import as_device_array, check_finite, check_int
 from layerlab._plotting import subplots
 from layerlab.data import DatasetNotFoundError, extract_patches, load
 from layerlab.data._targets import as_labels
@@ -180,6 +180,10 @@ def train_and_evaluate(
       ``train_curve_n``; ``(epoch, None)`` for an epoch restored without it, as ``curve``) and
       ``resumed_from_epoch`` (0 unless resumed from ``checkpoint_dir``).
     """
+    # before the closed-form build (minutes on CIFAR): batch_size=0 ended in a
+    # ZeroDivisionError after it, a negative value in loop.fit's error naming "fit"
+    epochs = check_int(epochs, "epochs", fn="train_and_evaluate", min_value=0)
+    batch_size = check_int(batch_size, "batch_size", fn="train_and_evaluate", min_value=1)
     # NaN/inf images: the training images would reach build_dmn's own check only after the
     # input noise; validation images were never checked, and XLA's CPU max-pool can turn a
     # NaN image into finite features (a finite, wrong val_acc)

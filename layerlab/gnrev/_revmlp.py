@@ -154,8 +154,8 @@ def revmlp_init(
     """
     fn = "revmlp_init"
     key = _checks.check_key(key, fn=fn)
-    dim = _checks.check_int(dim, "dim", fn=fn)
-    if dim % 2 != 0 or dim < 2:
+    dim = _checks.check_int(dim, "dim", fn=fn, min_value=2)
+    if dim % 2 != 0:
         raise ValueError(
             f"{fn}: dim must be even (it is split into two halves of size dim/2), got {dim}; "
             "pad the input with one zero feature (e.g. jnp.pad(x, ((0, 0), (0, 1))))."

@@ -282,12 +282,19 @@ def load_regression(name: str, *, seed: int = 0,
     ``"wine"`` (Aeberhard & Forina 1992, 178 samples, embedded) is regressed on its class
     index (one real output, as the uci_datasets version does), ``"superconductivity"``
     (Hamidieh 2018) reads ``train.csv`` of the UCI archive from ``data_dir`` (or
-    ``$LAYERLAB_DATA``) and stops with :class:`FileNotFoundError` naming where to put it.
+    ``$LAYERLAB_DATA``) and stops with the loader's :class:`layerlab.data.DatasetNotFoundError`
+    (a :class:`FileNotFoundError`) naming where it looked and what to supply.
     """
     try:
         tr = lldata.load(name, "train", seed=seed, data_dir=data_dir)
         te = lldata.load(name, "test", seed=seed, data_dir=data_dir)
-    except (FileNotFoundError, lldata.DatasetNotFoundError) as err:
+    except lldata.DatasetNotFoundError as err:
+        # the loader's message says where it looked, the files it expects and how to fetch
+        # them: kept whole and as its type (it was wrapped, in parentheses, in a plain
+        # FileNotFoundError that repeated its download line)
+        raise lldata.DatasetNotFoundError(
+            f"regression dataset {name!r} not found: {err}") from err
+    except FileNotFoundError as err:
         raise FileNotFoundError(
             f"regression dataset {name!r} not found ({err}). For 'superconductivity': "
             "python -m layerlab.data download superconductivity [--data-dir DIR], or put the "

@@ -179,7 +179,9 @@ class FitRun:
         from tqdm.auto import tqdm
 
         show = bool(progress) and jax.process_index() == 0
-        self.bar = tqdm(total=total, initial=self.t, desc=desc, disable=not show,
+        # no explicit disable=: tqdm's own TQDM_DISABLE=1 (an explicit argument wins over it)
+        # then silences the bar, as the README tests and users expect
+        self.bar = tqdm(total=total, initial=self.t, desc=desc,
                         dynamic_ncols=True, unit="step", leave=True) if show else None
 
     def check_step(self, metric_shapes, length: int,

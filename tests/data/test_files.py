@@ -262,6 +262,22 @@ def test_missing_dataset_error_is_helpful(tmp_path):
             D.load(name, data_dir=tmp_path, verify=False)
 
 
+def test_missing_dataset_error_names_the_sibling_folder_it_searched(tmp_path, monkeypatch):
+    """Without data_dir the message said it searched '<repo>/../shared/data' whether or not
+    that folder exists (absent: not searched), and never said where <repo> is."""
+    from layerlab.data import _files
+
+    monkeypatch.setenv(D.ENV_VAR, str(tmp_path / "env"))
+    monkeypatch.chdir(tmp_path)
+    for sibling, said in [(tmp_path / "absent", "which does not exist"), (tmp_path, "")]:
+        monkeypatch.setattr(_files, "SIBLING_DATA", sibling)
+        with pytest.raises(D.DatasetNotFoundError) as e:
+            D.load("superconductivity", verify=False)
+        first = str(e.value).splitlines()[0]
+        assert f"<repo>/../shared/data = {sibling}" in first, first
+        assert said in first and ("not <repo>" in first) == bool(said), first
+
+
 def test_search_path_env_var(tmp_path, monkeypatch):
     raw = _write_mnist(tmp_path / "b" / "mnist", n_train=3, n_test=2)
     monkeypatch.setenv(D.ENV_VAR, os.pathsep.join([str(tmp_path / "a"), str(tmp_path / "b")]))

@@ -174,6 +174,22 @@ def test_errors_and_jitter(x64):
         dgl.dgl_loss(K - 2.0 * np.eye(6), Y, eps2=0.0)
     with pytest.raises(ValueError, match="rows to match"):
         dgl.dgl_loss(K, Y[:5], eps2=0.1)
+    # dgl_features / dgl_linear take H, not K: their own name, H's rows (dgl_features blamed
+    # dgl_loss's kernel, after building the kernel)
+    calls = []
+    top = lambda h: calls.append(1) or h @ h.T  # noqa: E731
+    for call, fn in ((lambda: dgl.dgl_features(H, Y[:5], top, eps2=0.1), "dgl_features"),
+                     (lambda: dgl.dgl_linear(H, Y[:5], eps2=0.1), "dgl_linear"),
+                     (lambda: dgl.dgl_minibatch(jax.random.key(0), H, Y[:5], top, batch_size=3,
+                                                eps2=0.1), "dgl_minibatch"),
+                     (lambda: dgl.dgl_subsets_exact(H, Y[:5], top, batch_size=3, eps2=0.1),
+                      "dgl_subsets_exact"),
+                     (lambda: dgl.ib_pairwise_loss(H, Y[:5], beta=1.0, eta=1.0),
+                      "ib_pairwise_loss")):
+        with pytest.raises(ValueError, match=rf"^{fn}: Y must have shape \(N, C\) or \(N,\) "
+                                             r"with N = 6 rows to match H's rows"):
+            call()
+    assert calls == []
     with pytest.raises(ValueError, match="square"):
         dgl.dgl_loss(K[:, :5], Y, eps2=0.1)
     with pytest.raises(ValueError, match="NaN"):

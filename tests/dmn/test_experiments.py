@@ -1523,3 +1523,19 @@ def test_non_finite_images_are_refused_before_anything_runs(spec):
     with pytest.raises(ValueError, match=r"train_and_evaluate: x_train has 1 non-finite"):
         train_and_evaluate(spec, xt, y, x[:40], y[:40], 10, key=jax.random.key(0), epochs=1,
                            progress=False)
+
+
+def test_bad_epochs_and_batch_size_are_refused_before_the_build(monkeypatch):
+    """batch_size=0 ended in a ZeroDivisionError after the closed-form build, and a negative
+    epochs or batch_size in loop.fit's error naming "fit"; now refused first, by name."""
+    from layerlab.dmn import experiments as ex
+
+    tr = load("digits", n=60, seed=0)
+    x, y = np.asarray(tr.x), np.asarray(tr.y)
+    monkeypatch.setattr(ex, "_net_and_step", lambda *a, **k: pytest.fail("built the net"))
+    for kw, msg in ((dict(batch_size=0), "batch_size must be >= 1, got 0"),
+                    (dict(batch_size=-5), "batch_size must be >= 1, got -5"),
+                    (dict(epochs=-1), "epochs must be >= 0, got -1")):
+        with pytest.raises(ValueError, match=rf"^train_and_evaluate: {msg}\.$"):
+            train_and_evaluate("d3,m,de10", x, y, x[:20], y[:20], 10, key=jax.random.key(0),
+                               progress=False, **{"epochs": 1, **kw})

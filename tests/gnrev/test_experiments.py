@@ -8,6 +8,7 @@ import numpy as np
 import optax
 import pytest
 
+from layerlab import data as lldata
 from layerlab.gnrev import experiments as ex
 
 
@@ -48,6 +49,9 @@ def test_superconductivity_missing_gives_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="superconductivity.*train.csv") as err:
         ex.load_regression("superconductivity", data_dir=str(tmp_path))
     assert "python -m layerlab.data download superconductivity" in str(err.value)
+    # the loader's own error type and message, not a FileNotFoundError repeating its lines
+    assert isinstance(err.value, lldata.DatasetNotFoundError)
+    assert str(err.value).count("python -m layerlab.data download superconductivity") == 1
     # App. M with it missing stops before training anything (wine comes first in the list)
     trained = []
     monkeypatch.setattr(ex, "lr_sweep", lambda *a, **k: trained.append(1))

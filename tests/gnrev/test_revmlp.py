@@ -85,6 +85,9 @@ def test_readout_orthonormal(key):
 def test_bad_inputs(key):
     with pytest.raises(ValueError, match="even"):
         g.revmlp_init(key, 5, 2)
+    for d in (0, -4):  # was "dim must be even ..., got -4; pad the input": -4 is even
+        with pytest.raises(ValueError, match=rf"^revmlp_init: dim must be >= 2, got {d}\.$"):
+            g.revmlp_init(key, d, 2)
     with pytest.raises(TypeError, match=r"^revmlp_init: bottleneck \(a width, or None\) must "
                                         r"be an integer, got float 2\.5"):
         g.revmlp_init(key, 6, 2, bottleneck=2.5)  # was silently truncated to 2

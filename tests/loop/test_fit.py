@@ -158,6 +158,26 @@ def _head_mse(x, y, m, state):  # m: a Python int used as a slice bound (must st
     return {"mse": _lsq(state.params, (x[:m], y[:m]))}
 
 
+def test_progress_bar_honours_tqdm_disable():
+    """fit passed tqdm disable=False explicitly, which overrides tqdm's TQDM_DISABLE=1 (read
+    from the environment when tqdm is imported: hence a fresh process)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import jax, jax.numpy as jnp; from layerlab import loop\n"
+            "step = lambda s, b, k: (s + b.mean(), {'loss': s})\n"
+            "loop.fit(step, jnp.zeros(()), jnp.ones((8, 1)), steps=3, batch_size=4,\n"
+            "         key=jax.random.key(0), progress=True, desc='bar-under-test')\n")
+    base = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    for env, shown in (("1", False), (None, True)):  # (tqdm reads "0" as bool("0"): True)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=base if env is None else {**base, "TQDM_DISABLE": env},
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert ("bar-under-test" in out.stderr) == shown, (env, out.stderr[-500:])
+
+
 def test_partial_eval_fn_binds_data_as_inputs_and_compiles_once(key):
     """``eval_fn=jax.tree_util.Partial(fn, x_val, y_val)``: the bound data are traced inputs,
     so a second fit with other data of the same shapes reuses the compiled evaluation; the
