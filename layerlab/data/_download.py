@@ -78,8 +78,9 @@ def _fetch(url: str, part: pathlib.Path, spec: FileSpec, progress: bool) -> None
         total = (have + int(length)) if length is not None else spec.size
         from tqdm.auto import tqdm
 
+        # disable= only to turn the bar off: an explicit value overrides tqdm's TQDM_DISABLE=1
         bar = tqdm(total=total, initial=have, unit="B", unit_scale=True, unit_divisor=1024,
-                   desc=spec.name, disable=not progress, leave=True)
+                   desc=spec.name, leave=True, **({} if progress else {"disable": True}))
         with bar, open(part, "ab" if have else "wb") as f:
             while block := resp.read(_CHUNK):
                 f.write(block)

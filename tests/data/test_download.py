@@ -228,6 +228,32 @@ def test_bad_download_is_rejected_and_nothing_is_left(served, tmp_path, capsys):
     assert (tmp_path / "wine_quality" / "winequality-white.csv").read_bytes() == good
 
 
+def test_progress_bar_shows_and_leaves_tqdm_disable_to_the_environment(served, tmp_path, capsys,
+                                                                       monkeypatch):
+    """The download bar is on by default, and then gets no explicit ``disable=`` (which would
+    override tqdm's own TQDM_DISABLE=1, read when tqdm is imported); ``--no-progress`` turns it
+    off."""
+    import tqdm.auto
+
+    server, _, _ = served
+    argv = ["download", "winequality", "--base-url", server.url]
+    seen = []
+    real = tqdm.auto.tqdm
+
+    def spy(*a, **kw):
+        seen.append(kw)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", spy)
+    assert cli.main([*argv, "--data-dir", str(tmp_path / "a")]) == 0
+    assert "winequality-red.csv: 100%" in capsys.readouterr().err
+    assert seen and all("disable" not in kw for kw in seen)
+    seen.clear()
+    assert cli.main([*argv, "--data-dir", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert "%|" not in capsys.readouterr().err
+    assert seen and all(kw.get("disable") is True for kw in seen)
+
+
 def test_unknown_name_and_unreachable_server(tmp_path, monkeypatch):
     with pytest.raises(SystemExit):
         cli.main(["download", "imagenet"])
