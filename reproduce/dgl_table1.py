@@ -19,6 +19,7 @@ row 5-6 min on an H100; the BMNIST rows 28-55 min per seed on a 2-core CPU).
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 
@@ -59,10 +60,36 @@ def _dgl_batch(value: str) -> int | str:
             f"expected 'full' or an integer >= 1, got {value!r}") from None
 
 
+def _floats(positive: bool):
+    """A comma list of finite numbers > 0 (``positive``, learning rates) or >= 0 (decays)."""
+    want = "> 0" if positive else ">= 0"
+
+    def parse(value: str) -> tuple[float, ...]:
+        items = [t.strip() for t in value.split(",") if t.strip()]
+        out = []
+        for t in items:
+            try:
+                x = float(t)
+            except ValueError:
+                x = math.nan
+            if not math.isfinite(x) or x < 0 or (positive and x == 0):
+                raise argparse.ArgumentTypeError(
+                    f"expected a comma-separated list of numbers {want} (e.g. 1e-4,1e-3); got "
+                    f"{value!r} ({t!r})")
+            out.append(x)
+        if not out:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of numbers {want}; got {value!r}")
+        return tuple(dict.fromkeys(out))
+    parse.__name__ = "float_list"
+    return parse
+
+
 # what --merge-only ignores (it trains nothing): refused with it
 _RUN_FLAGS = ("smoke", "rows", "n_mnist", "n_cifar", "n_bmnist", "max_width", "e2e_epochs",
               "dgl_steps", "dgl_batch", "eps_rel", "full_n", "full_n_steps", "readout",
-              "init", "seeds", "checkpoint_dir")
+              "init", "seeds", "seed_list", "dgl_lrs", "dgl_wds", "e2e_adam_lrs", "e2e_wds",
+              "checkpoint_dir")
 
 
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -102,6 +129,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-n-steps", type=_cli.positive_int, default=None,
                    help="Adam steps per layer of the full-N vs mini-batch comparison, both "
                    "estimators (default: 300; a full-N MNIST10k step is ~20-35 s on a 2-core CPU)")
+    p.add_argument("--dgl-lrs", type=_floats(True), default=None,
+                   help="Adam learning-rate grid of every LEGO layer (default: 1e-4,3e-4,1e-3 with "
+                   "--paper, 3e-4,1e-3 without)")
+    p.add_argument("--dgl-wds", type=_floats(False), default=None,
+                   help="weight-decay grid of every LEGO layer (default: 0,1e-4 with --paper, 0 "
+                   "without)")
+    p.add_argument("--e2e-adam-lrs", type=_floats(True), default=None,
+                   help="end-to-end Adam learning-rate grid, MNIST and CIFAR rows "
+                   "(default: 1e-4,3e-4,1e-3 with --paper, 3e-4,1e-3 without)")
+    p.add_argument("--e2e-wds", type=_floats(False), default=None,
+                   help="end-to-end weight-decay grid (default: 0,1e-4 with --paper, 0 without)")
+    p.add_argument("--seed-list", type=_cli.int_list(0), default=None,
+                   help="comma list of the seed indices to run, e.g. 1 to run the second "
+                   "seed alone with the key it has in a full run (default: 0 .. --seeds - 1); "
+                   "every part in the folder is merged")
     p.add_argument("--readout", choices=("ridge", "iterative"), default=None,
                    help="step 5's classifier: closed-form ridge (default) or trained under MSE "
                    "with the row's optimizer (the paper's text); use a separate --out, parts "
@@ -128,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows is not None:
         kw["rows"] = args.rows
     for name in ("n_mnist", "n_cifar", "n_bmnist", "e2e_epochs", "dgl_steps", "eps_rel",
-                 "readout", "init", "full_n_steps"):
+                 "readout", "init", "full_n_steps", "dgl_lrs", "dgl_wds", "e2e_adam_lrs",
+                 "e2e_wds"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
     if args.seeds is not None:
@@ -150,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rec = ex.run_table1(cfg, key=jax.random.key(0), progress=not args.no_progress,
                             parts_dir=parts, command=command,
-                            checkpoint_dir=_cli.checkpoint_dir(args))
+                            checkpoint_dir=_cli.checkpoint_dir(args), seed_list=args.seed_list)
     _cli.finish(args, rec, figure=lambda path: ex.plot_table1(rec, path), argv=flags)
     return 0
 

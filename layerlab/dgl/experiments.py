@@ -1047,7 +1047,8 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
 
 def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                checkpoint_dir: str | os.PathLike | None = None,
-               parts_dir: str | os.PathLike | None = None, command: str = "") -> Record:
+               parts_dir: str | os.PathLike | None = None, command: str = "",
+               seed_list: Sequence[int] | None = None) -> Record:
     """Table I: run the configured rows (skipping row/seed parts already in ``parts_dir``,
     so a stopped run resumes per seed; a part run with another configuration or key raises
     ``layerlab.loop.CheckpointMismatchError``), then merge every part found into one record.
@@ -1061,8 +1062,21 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
         is written.  parts_dir: where per-row parts live (default: a temporary folder).
         command: the command line, kept in each part (the merged record lists the commands
         of all its parts).
+      seed_list: the seed indices to run (default ``range(cfg.seeds)``), e.g. ``[1]`` to run
+        a later seed alone (its key is ``fold_in(key, 1)`` as in a full run); the merge reads
+        every part in ``parts_dir`` whatever ran.
     """
     import tempfile
+
+    if seed_list is None:
+        seed_list = range(cfg.seeds)
+    else:
+        seed_list = list(seed_list)
+        if not seed_list or any(isinstance(s, bool) or not isinstance(s, (int, np.integer))
+                                or s < 0 for s in seed_list):
+            raise ValueError(f"run_table1: seed_list must be non-empty integers >= 0; got "
+                             f"{seed_list!r}.")
+        seed_list = list(dict.fromkeys(int(s) for s in seed_list))
 
     # mid-layer checkpoints only where a rerun can find them (not in a temporary folder)
     mid_layer = checkpoint_dir is not None or parts_dir is not None
@@ -1077,7 +1091,7 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
 
     with jax.default_matmul_precision("highest"):
         for row in cfg.rows:
-            for s in range(cfg.seeds):
+            for s in seed_list:
                 path = _part_path(parts_dir, row, s)
                 if path.exists():
                     part = json.loads(path.read_text())

@@ -571,6 +571,22 @@ def test_lego_ablation_state_of_another_run_or_variant_is_refused(tmp_path, shar
 
 
 @pytest.mark.datasets("mnist")
+def test_seed_list_runs_a_later_seed_alone_with_its_full_run_key(tmp_path, shared_data):
+    # --seed-list 1: only seed 1's part, made with the key a full run gives seed 1
+    # (fold_in(key, 1), recorded in the part and checked when a later run finds it)
+    cfg = ex.Table1Config.smoke(data_dir=str(shared_data), seeds=2)
+    key = jax.random.key(0)
+    rec = ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path, seed_list=[1])
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["bmnist-2x20_seed1.json"]
+    part = json.loads((tmp_path / "bmnist-2x20_seed1.json").read_text())
+    assert part["seed"] == 1 and part["key"] == ex._digest(jax.random.fold_in(key, 1))
+    assert next(r for r in rec.rows if r.name.startswith("BMNIST2k L=2")).seeds == 1
+    for bad in ([], [-1], [True], [0.5]):
+        with pytest.raises(ValueError, match="seed_list must be non-empty integers"):
+            ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path, seed_list=bad)
+
+
+@pytest.mark.datasets("mnist")
 def test_a_part_of_another_configuration_or_key_is_refused(tmp_path, shared_data):
     # run_table1 skips a (row, seed) whose part exists: only if that part was run with this
     # configuration and key (else the old number would be merged into the new table)

@@ -186,6 +186,13 @@ def test_unknown_names_are_refused_when_parsing(name, argv, want, capsys):
     ("dgl_table1", ["--max-width", "-1"], "argument --max-width: expected an integer >= 0"),
     ("dgl_table1", ["--eps-rel", "nan"], "argument --eps-rel: expected a finite number > 0"),
     ("dgl_table1", ["--init", "xavier"], "argument --init: invalid choice: 'xavier'"),
+    ("dgl_table1", ["--dgl-lrs", "1e-3,0"], "argument --dgl-lrs: expected a comma-separated "
+     "list of numbers > 0 (e.g. 1e-4,1e-3); got '1e-3,0' ('0')"),
+    ("dgl_table1", ["--e2e-wds", "0,-1e-4"], "argument --e2e-wds: expected a comma-separated "
+     "list of numbers >= 0"),
+    ("dgl_table1", ["--dgl-wds", "nan"], "argument --dgl-wds: expected"),
+    ("dgl_table1", ["--seed-list", "1,-1"], "argument --seed-list: expected a comma-separated "
+     "list of integers >= 0"),
     ("dgl_fig4", ["--epochs", "-1"], "argument --epochs: expected an integer >= 1, got -1"),
     ("dgl_fig4", ["--lr", "0"], "argument --lr: expected a finite number > 0, got 0"),
     ("dgl_fig4", ["--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),

@@ -323,6 +323,11 @@ def test_dgl_table1_help_states_the_configurations_defaults():
     assert paper.eps_rel == cpu.eps_rel and f"(default: {cpu.eps_rel})" in helps["eps_rel"]
     assert paper.max_width is None and "256 without" in helps["max_width"] and cpu.max_width == 256
     assert cpu.rows == ("cifar-5x2000",) and len(paper.rows) == 5
+    for dest in ("dgl_lrs", "dgl_wds", "e2e_adam_lrs", "e2e_wds"):  # the grids, typed out
+        said = helps[dest].split("(default: ")[1].rstrip(")").split(" without")[0]
+        with_paper, without = said.split(" with --paper, ")
+        assert dgl_table1._floats(False)(with_paper) == getattr(paper, dest), dest
+        assert dgl_table1._floats(False)(without) == getattr(cpu, dest), dest
 
 
 @pytest.mark.parametrize("name", [s for s in SCRIPTS if not s.startswith("_")])
