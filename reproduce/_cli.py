@@ -410,8 +410,9 @@ def refuse_with(p: argparse.ArgumentParser, args: argparse.Namespace, why: str,
                 flags: Sequence[str]) -> None:
     """``p.error`` naming the flags of ``flags`` (dests) that were given, if any: for flags
     that the given mode ignores (``--merge``: a merge trains nothing)."""
+    # by identity: a flag given as 0 (--max-width 0) equals False
     given = [f"--{f.replace('_', '-')}" for f in flags
-             if getattr(args, f, None) not in (None, False)]
+             if not any(getattr(args, f, None) is v for v in (None, False))]
     if given:
         p.error(f"{why}; got {', '.join(given)}")
 

@@ -93,6 +93,10 @@ _RUN_FLAGS = ("smoke", "rows", "n_mnist", "n_cifar", "n_bmnist", "max_width", "e
 
 
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.seed_list is not None and args.seeds is not None:
+        p.error(f"argument --seed-list: it names the seeds to run, so --seeds (how many) has "
+                f"no effect with it; got --seed-list {','.join(map(str, args.seed_list))} "
+                f"and --seeds {args.seeds}")
     if args.merge_only:
         _cli.refuse_with(p, args, "argument --merge-only: it trains nothing (it merges the "
                          "parts already in <out>/table1_parts), so it takes no run flags",
@@ -131,15 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "estimators (default: 300; a full-N MNIST10k step is ~20-35 s on a 2-core CPU)")
     p.add_argument("--dgl-lrs", type=_floats(True), default=None,
                    help="Adam learning-rate grid of every LEGO layer (default: 1e-4,3e-4,1e-3 with "
-                   "--paper, 3e-4,1e-3 without)")
+                   "--paper, 3e-4,1e-3 without; --smoke: 1e-3)")
     p.add_argument("--dgl-wds", type=_floats(False), default=None,
                    help="weight-decay grid of every LEGO layer (default: 0,1e-4 with --paper, 0 "
-                   "without)")
+                   "without; --smoke: 0,1e-4)")
     p.add_argument("--e2e-adam-lrs", type=_floats(True), default=None,
                    help="end-to-end Adam learning-rate grid, MNIST and CIFAR rows "
-                   "(default: 1e-4,3e-4,1e-3 with --paper, 3e-4,1e-3 without)")
+                   "(default: 1e-4,3e-4,1e-3 with --paper, 3e-4,1e-3 without; --smoke: "
+                   "1e-4,3e-4,1e-3)")
     p.add_argument("--e2e-wds", type=_floats(False), default=None,
-                   help="end-to-end weight-decay grid (default: 0,1e-4 with --paper, 0 without)")
+                   help="end-to-end weight-decay grid (default: 0,1e-4 with --paper, 0 without; "
+                   "--smoke: 0,1e-4)")
     p.add_argument("--seed-list", type=_cli.int_list(0), default=None,
                    help="comma list of the seed indices to run, e.g. 1 to run the second "
                    "seed alone with the key it has in a full run (default: 0 .. --seeds - 1); "

@@ -23,7 +23,6 @@ def test_readme_block_runs(i, monkeypatch, tmp_path):
     from layerlab import data
 
     code = BLOCKS[i]
-    monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.chdir(tmp_path)  # blocks that save figures write there, not into the checkout
     try:
         exec(compile(code, f"README.md python block {i + 1}", "exec"), {"__name__": "readme"})
@@ -39,7 +38,6 @@ def test_readme_gnrev_block_is_in_the_exact_regime_it_claims(monkeypatch, tmp_pa
 
     code = next(b for b in BLOCKS if "gnrev.gn_direction" in b)
     assert "exact regime" in code
-    monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.chdir(tmp_path)
     ns: dict = {"__name__": "readme"}
     exec(compile(code, "README.md gnrev block", "exec"), ns)

@@ -902,15 +902,37 @@ def _check_part(part: dict, cfg: Table1Config, key: jax.Array, path: pathlib.Pat
             saved[k] = part.get("config", {}).get(k, defaults[k])
     if "key" in part:
         now["key"], saved["key"] = _digest(key), part["key"]
-    from layerlab.record import to_jsonable
-
-    # a part's floats are stored to 6 significant digits: compared at that rounding
-    diff = _fingerprint_diff(to_jsonable(saved), to_jsonable(now))
+    diff = _config_diff(saved, now)
     if diff:
         raise CheckpointMismatchError(
             f"run_table1: the part {path} was run with another configuration; part vs now:\n  "
             + "\n  ".join(diff) + "\nRerun with the same configuration and key, or use a "
             "new parts folder.")
+
+
+def _config_diff(saved: dict, now: dict) -> list[str]:
+    """``field: saved X, now Y`` per differing setting, at the parts' 6-digit rounding; a
+    list (a grid) is shown whole, not entry by entry."""
+    from layerlab.record import to_jsonable
+
+    class Whole(str):  # compared as text, shown as the list it is
+        def __repr__(self) -> str:
+            return str(self)
+
+    def whole(d):
+        return {k: Whole(json.dumps(v)) if isinstance(v, list) else v
+                for k, v in to_jsonable(d).items()}
+
+    return fingerprint_diff(whole(saved), whole(now))
+
+
+def _part_settings(part: dict) -> dict:
+    """The settings a part was run with that every part of a row must share: all of
+    :class:`Table1Config` but :data:`_PART_FREE` (a setting absent from an older part counts
+    as its default)."""
+    defaults = dataclasses.asdict(Table1Config())
+    conf = part.get("config", {})
+    return {k: conf.get(k, v) for k, v in defaults.items() if k not in _PART_FREE}
 
 
 def _part_path(parts_dir: pathlib.Path, row: str, seed: int) -> pathlib.Path:
@@ -967,6 +989,15 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
                              f"under different protocols (readout, init) {sorted(proto)}; "
                              "keep one protocol per parts folder.")
         (readout, init), = proto
+        first = _part_settings(ps[0])
+        for p in ps[1:]:
+            diff = _config_diff(first, _part_settings(p))
+            if diff:
+                raise ValueError(
+                    f"merge_table1: the parts of row {rid} in {parts_dir} were run with "
+                    f"different settings (seed {ps[0]['seed']} vs seed {p['seed']}):\n  "
+                    + "\n  ".join(diff) + "\nKeep one configuration per parts folder (a run "
+                    "with other grids or steps needs its own --out).")
         # the paper's N and width in every part, and >= 3 seeds in all: a part's own
         # "paper_scale" also asks its run for 3 seeds, which a part run with --seeds 1 (one
         # seed at a time, merged later) cannot show
@@ -1022,7 +1053,8 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
     claims.append(Claim("LEGO > Random on every row run", all(hs) if hs else None,
                         "; ".join(es) or "not run"))
     walls = {rid: sum(p["wall_s"] for p in parts[rid]) for rid in parts}
-    devices = {rid: sorted({p["device"] for p in parts[rid]}) for rid in parts}
+    devices = {rid: sorted({dev for p in parts[rid] for dev in _part_device_walls(p)})
+               for rid in parts}
     device_walls: dict[str, float] = {}
     for ps in parts.values():
         for p in ps:
@@ -1089,13 +1121,18 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
             return pathlib.Path(checkpoint_dir) / f"{row}_seed{s}"
         return pathlib.Path(parts_dir) / f"{row}_seed{s}.steps"
 
+    # every part already in the folder for these rows, not only the seeds this run would
+    # skip: a later seed run with other settings would otherwise join them in the merge
+    for row in cfg.rows:
+        for path in sorted(parts_dir.glob(f"{row}_seed*.json")):
+            part = json.loads(path.read_text())
+            _check_part(part, cfg, jax.random.fold_in(key, int(part["seed"])), path)
     with jax.default_matmul_precision("highest"):
         for row in cfg.rows:
             for s in seed_list:
                 path = _part_path(parts_dir, row, s)
-                if path.exists():
+                if path.exists():  # (checked above)
                     part = json.loads(path.read_text())
-                    _check_part(part, cfg, jax.random.fold_in(key, s), path)
                     if (row in cfg.full_n_rows and s == 0
                             and "full_n_vs_minibatch" not in part):
                         part = add_full_n_comparison(

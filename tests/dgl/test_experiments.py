@@ -186,7 +186,9 @@ def test_merge_counts_a_later_full_n_comparison_on_its_own_machine(tmp_path):
              dict(base, seed=1, wall_s=300.0,
                   full_n_vs_minibatch=dict(cmp, wall_s=250.0)),
              dict(base, seed=2, wall_s=40.0,  # run inside the part: its own machine
-                  full_n_vs_minibatch={k: v for k, v in cmp.items() if k != "added_after_run"})]
+                  full_n_vs_minibatch={k: v for k, v in cmp.items() if k != "added_after_run"}),
+             dict(base, seed=3, wall_s=70.0,  # added later on the part's own machine
+                  full_n_vs_minibatch=dict(cmp, device="H100", wall_s=30.0))]
     for p in parts:
         (tmp_path / f"mnist-2x2000_seed{p['seed']}.json").write_text(json.dumps(p))
     (tmp_path / "bmnist-2x20_seed0.json").write_text(json.dumps(
@@ -194,13 +196,21 @@ def test_merge_counts_a_later_full_n_comparison_on_its_own_machine(tmp_path):
              device="cpu")))
     rec = ex.merge_table1(tmp_path)
     names = [r.name for r in rec.rows if "full_n DGL" in r.name]
-    assert names == [f"MNIST10k L=2 d=2000 LEGO full_n DGL test acc (seed {k})" for k in range(3)]
+    assert names == [f"MNIST10k L=2 d=2000 LEGO full_n DGL test acc (seed {k})" for k in range(4)]
     extra = rec.extra
-    assert extra["row_wall_s"] == {"mnist-2x2000": 5340.0, "bmnist-2x20": 900.0}
-    assert extra["device_wall_s"] == {"H100": pytest.approx(240.0 + 50.0 + 40.0),
+    assert extra["row_wall_s"] == {"mnist-2x2000": 5410.0, "bmnist-2x20": 900.0}
+    assert extra["device_wall_s"] == {"H100": pytest.approx(240.0 + 50.0 + 40.0 + 70.0),
                                       "cpu": pytest.approx(4760.0 + 250.0 + 900.0)}
+    assert extra["devices"] == {"mnist-2x2000": ["H100", "cpu"], "bmnist-2x20": ["cpu"]}
     from reproduce.make_index import _devices_label
-    assert _devices_label({"extra": extra}) == "summed over parts: H100 5.5 min, cpu 98.5 min"
+    assert _devices_label({"extra": extra}) == "summed over parts: H100 6.7 min, cpu 98.5 min"
+    # parts of one row run with other settings (another grid) are refused, whole grids shown
+    p3 = dict(parts[0], seed=3, config={"dgl_lrs": [1e-4, 3e-4, 1e-3, 3e-3]})
+    (tmp_path / "mnist-2x2000_seed3.json").write_text(json.dumps(p3))
+    with pytest.raises(ValueError, match=r"(?s)row mnist-2x2000 .* different settings \(seed 0 "
+                                         r"vs seed 3\).*dgl_lrs: saved \[0\.0001, 0\.0003, "
+                                         r"0\.001\], now \[0\.0001, 0\.0003, 0\.001, 0\.003\]"):
+        ex.merge_table1(tmp_path)
 
 
 def test_classifier_iterative_converges_to_least_squares_and_picks_val_mse(x64):
@@ -584,6 +594,16 @@ def test_seed_list_runs_a_later_seed_alone_with_its_full_run_key(tmp_path, share
     for bad in ([], [-1], [True], [0.5]):
         with pytest.raises(ValueError, match="seed_list must be non-empty integers"):
             ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path, seed_list=bad)
+    # another seed under another grid into the same folder: refused before it trains (the
+    # seed-1 part is checked though this run would not skip it), with the grids shown whole
+    from layerlab.loop import CheckpointMismatchError
+
+    with pytest.raises(CheckpointMismatchError, match=r"(?s)bmnist-2x20_seed1\.json.*dgl_lrs: "
+                                                      r"saved \[0\.001\], now \[0\.001, "
+                                                      r"0\.003\]"):
+        ex.run_table1(dataclasses.replace(cfg, dgl_lrs=(1e-3, 3e-3)), key=key, progress=False,
+                      parts_dir=tmp_path, seed_list=[0])
+    assert not (tmp_path / "bmnist-2x20_seed0.json").exists()
 
 
 @pytest.mark.datasets("mnist")

@@ -193,6 +193,9 @@ def test_unknown_names_are_refused_when_parsing(name, argv, want, capsys):
     ("dgl_table1", ["--dgl-wds", "nan"], "argument --dgl-wds: expected"),
     ("dgl_table1", ["--seed-list", "1,-1"], "argument --seed-list: expected a comma-separated "
      "list of integers >= 0"),
+    ("dgl_table1", ["--seed-list", "1,2", "--seeds", "3"], "argument --seed-list: it names the "
+     "seeds to run, so --seeds (how many) has no effect with it; got --seed-list 1,2 and "
+     "--seeds 3"),
     ("dgl_fig4", ["--epochs", "-1"], "argument --epochs: expected an integer >= 1, got -1"),
     ("dgl_fig4", ["--lr", "0"], "argument --lr: expected a finite number > 0, got 0"),
     ("dgl_fig4", ["--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),
@@ -241,9 +244,35 @@ def test_conflicting_flags_are_refused(capsys):
     err = _refused("dgl_table1", ["--smoke", "--merge-only", "--rows", "mnist"], capsys)
     assert "argument --merge-only: it trains nothing" in err and "got --smoke, --rows" in err
     assert _parser("dgl_table1").parse_args(["--merge-only", "--record"]).merge_only
+    # the run flags added since, and a flag given as 0 (0 == False once let it through)
+    err = _refused("dgl_table1", ["--merge-only", "--seed-list", "1", "--dgl-lrs", "1e-3",
+                                  "--e2e-wds", "0", "--max-width", "0"], capsys)
+    assert "got --max-width, --seed-list, --dgl-lrs, --e2e-wds" in err, err
     err = _refused("dgl_fig1", ["--checkpoint-dir", "ck"], capsys)
     assert "argument --checkpoint-dir: this script does not take it (Monte-Carlo" in err
     assert "--checkpoint-dir" not in _options("dgl_fig1")
+
+
+def test_dgl_table1_passes_the_grids_and_seed_list_to_run_table1(tmp_path, monkeypatch):
+    from layerlab.dgl import experiments as ex
+    from reproduce import dgl_table1
+
+    seen = {}
+
+    def fake_run(cfg, **kw):
+        seen.update(cfg=cfg, **kw)
+        return ex.merge_table1(tmp_path / "none")
+
+    monkeypatch.setattr(ex, "run_table1", fake_run)
+    monkeypatch.setattr(dgl_table1._cli, "finish", lambda *a, **k: None)
+    dgl_table1.main(["--paper", "--rows", "cifar", "--seed-list", "2,1", "--dgl-lrs",
+                     "1e-4,3e-4,1e-3,3e-3", "--dgl-wds", "0", "--e2e-adam-lrs", "1e-3,3e-3",
+                     "--e2e-wds", "0,1e-4", "--out", str(tmp_path), "--no-progress"])
+    cfg = seen["cfg"]
+    assert seen["seed_list"] == (2, 1) and cfg.seeds == 3
+    assert cfg.dgl_lrs == (1e-4, 3e-4, 1e-3, 3e-3) and cfg.dgl_wds == (0.0,)
+    assert cfg.e2e_adam_lrs == (1e-3, 3e-3) and cfg.e2e_wds == (0.0, 1e-4)
+    assert cfg.rows == ("cifar-5x2000",) and cfg.is_paper_scale("cifar-5x2000")
 
 
 def test_a_missing_dataset_ends_with_its_message_not_a_traceback(tmp_path, monkeypatch,

@@ -324,10 +324,11 @@ def test_dgl_table1_help_states_the_configurations_defaults():
     assert paper.max_width is None and "256 without" in helps["max_width"] and cpu.max_width == 256
     assert cpu.rows == ("cifar-5x2000",) and len(paper.rows) == 5
     for dest in ("dgl_lrs", "dgl_wds", "e2e_adam_lrs", "e2e_wds"):  # the grids, typed out
-        said = helps[dest].split("(default: ")[1].rstrip(")").split(" without")[0]
-        with_paper, without = said.split(" with --paper, ")
-        assert dgl_table1._floats(False)(with_paper) == getattr(paper, dest), dest
-        assert dgl_table1._floats(False)(without) == getattr(cpu, dest), dest
+        said = helps[dest].split("(default: ")[1].rstrip(")")
+        with_paper, rest = said.split(" with --paper, ")
+        without, smoke = rest.split(" without; --smoke: ")
+        for text, c in ((with_paper, paper), (without, cpu), (smoke, Table1Config.smoke())):
+            assert dgl_table1._floats(False)(text) == getattr(c, dest), (dest, text)
 
 
 @pytest.mark.parametrize("name", [s for s in SCRIPTS if not s.startswith("_")])
