@@ -182,12 +182,15 @@ def make_network(
       >>> net.features(dmn_params, tr.x[:5]).shape                     # [n, H/2, W/2, F]
       (5, 4, 4, 3)
     """
-    layers = parse_spec(spec)
+    try:
+        layers = parse_spec(spec)
+        prefix, head_layers = split_spec(layers)
+    except ValueError as err:  # the spec's own message, under this function's name
+        raise ValueError(f"make_network: spec: {err}") from None
     if layers[-1].width != num_classes:
         raise ValueError(
-            f"the classifier {format_spec(layers[-1:])} must have num_classes={num_classes} units."
-        )
-    prefix, head_layers = split_spec(layers)
+            f"make_network: the classifier {format_spec(layers[-1:])} must have "
+            f"num_classes={num_classes} units; got {layers[-1].width}.")
     head = Head(head_layers, padding=config.padding, conv_activation=config.conv_activation)
     padding = config.padding
 

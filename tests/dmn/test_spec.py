@@ -21,8 +21,12 @@ def test_spec_parsing_and_errors():
         L.parse_spec("d6,m")
     with pytest.raises(ValueError, match="before trainable"):
         L.split_spec(L.parse_spec("c6,d4,de10"))
-    with pytest.raises(ValueError, match="num_classes=3"):
+    with pytest.raises(ValueError, match=r"^make_network: the classifier de10 must have "
+                                         r"num_classes=3 units; got 10\.$"):
         L.make_network("d6,de10", 3)
+    for bad, why in (("d6,x3,de10", "bad architecture token"), ("c6,d4,de10", "before trainable")):
+        with pytest.raises(ValueError, match=f"^make_network: spec: .*{why}"):
+            L.make_network(bad, 10)
     with pytest.raises(ValueError, match="NaN"):
         L.build_dmn(jax.random.key(0), L.parse_spec("d2,de2")[:1],
                     np.full((2, 4, 4, 1), np.nan), np.array([0, 1]), 2)
