@@ -60,6 +60,19 @@ def _threading() -> dict:
             "multi_thread_eigen": "--xla_cpu_multi_thread_eigen=false" not in (flags or "")}
 
 
+def _nonneg_int(value: str) -> int:
+    """An integer >= 0 (the optional timings' sizes: 0 skips one)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (0: skip), got {value!r}")
+    return n
+
+
 def _imports():
     """The heavy imports, after the flags are parsed (``--help`` stays instant)."""
     global jax, jnp, np, solve_triangular, tqdm, out_dir, timeit, timeit_interleaved, write_json
@@ -93,14 +106,15 @@ def build_parser():
     ap.add_argument("--repeats", type=int, default=7,
                     help="timed rounds per N (each round calls every case once, so drifts of "
                     "a shared machine hit all cases alike; median reported)")
-    ap.add_argument("--kernel-n", type=int, default=10000,
-                    help="samples for the native vs neural-tangents NNGP kernel timing")
+    ap.add_argument("--kernel-n", type=_nonneg_int, default=10000,
+                    help="samples for the native vs neural-tangents NNGP kernel timing (0: "
+                    "skip)")
     ap.add_argument("--threads", default="1", choices=["1", "all"],
                     help="'1': pin to one core with single-threaded Eigen (stable ratios on a "
                     "shared machine); 'all': XLA's default threading")
-    ap.add_argument("--lego-n", type=int, default=1000,
+    ap.add_argument("--lego-n", type=_nonneg_int, default=1000,
                     help="points of the composed LEGO-step timing (kernel + DGL, 0: skip)")
-    ap.add_argument("--vmap-n", type=int, default=1000,
+    ap.add_argument("--vmap-n", type=_nonneg_int, default=1000,
                     help="N of the vmapped timing (value+grad of 4 kernels under one vmap, the "
                     "form of the vmapped LEGO/monitor sweeps; 0: skip)")
     ap.add_argument("--compare-rev", default=None, metavar="REV",
@@ -244,26 +258,28 @@ def main(argv=None):
                 tv[f"dgl_loss@{args.compare_rev}"]["median_s"] / tv["dgl_loss"]["median_s"])
         print(f"vmapped 4 x N={n}: " + ", ".join(f"{k} {v['median_s']:.3f}s"
                                                  for k, v in tv.items()))
-    # ---- kernel evaluation: native vs neural-tangents
-    nk = args.kernel_n
-    x = jax.random.normal(jax.random.key(1), (nk, 64))
-    layers = []
-    for i in range(3):
-        layers.append(stax.Dense(1, W_std=np.sqrt(2.0), b_std=np.sqrt(0.1)))
-        if i < 2:
-            layers.append(stax.Relu())
-    kfn = stax.serial(*layers)[2]
-    native = jax.jit(lambda x: relu_nngp(x, depth=2, w_var=2.0, b_var=0.1))
-    ntk = jax.jit(lambda x: kfn(x, None, "nngp"))
-    tk = {"native_relu_nngp": timeit(native, x, repeats=args.repeats),
-          "neural_tangents_stax": timeit(ntk, x, repeats=args.repeats)}
-    diff = float(jnp.max(jnp.abs(native(x) - ntk(x))) / jnp.max(jnp.abs(ntk(x))))
-    krec = {"what": "NNGP kernel evaluation, depth-2 ReLU top net", "N": nk, "d": 64,
-            "timings": tk,
-            "speedup_native_vs_nt": tk["neural_tangents_stax"]["median_s"]
-            / tk["native_relu_nngp"]["median_s"], "max_rel_diff": diff}
-    print(f"kernel N={nk}: native {tk['native_relu_nngp']['median_s']:.3f}s, "
-          f"nt {tk['neural_tangents_stax']['median_s']:.3f}s")
+    # ---- kernel evaluation: native vs neural-tangents (--kernel-n 0: skipped)
+    krec = None
+    if args.kernel_n:
+        nk = args.kernel_n
+        x = jax.random.normal(jax.random.key(1), (nk, 64))
+        layers = []
+        for i in range(3):
+            layers.append(stax.Dense(1, W_std=np.sqrt(2.0), b_std=np.sqrt(0.1)))
+            if i < 2:
+                layers.append(stax.Relu())
+        kfn = stax.serial(*layers)[2]
+        native = jax.jit(lambda x: relu_nngp(x, depth=2, w_var=2.0, b_var=0.1))
+        ntk = jax.jit(lambda x: kfn(x, None, "nngp"))
+        tk = {"native_relu_nngp": timeit(native, x, repeats=args.repeats),
+              "neural_tangents_stax": timeit(ntk, x, repeats=args.repeats)}
+        diff = float(jnp.max(jnp.abs(native(x) - ntk(x))) / jnp.max(jnp.abs(ntk(x))))
+        krec = {"what": "NNGP kernel evaluation, depth-2 ReLU top net", "N": nk, "d": 64,
+                "timings": tk,
+                "speedup_native_vs_nt": tk["neural_tangents_stax"]["median_s"]
+                / tk["native_relu_nngp"]["median_s"], "max_rel_diff": diff}
+        print(f"kernel N={nk}: native {tk['native_relu_nngp']['median_s']:.3f}s, "
+              f"nt {tk['neural_tangents_stax']['median_s']:.3f}s")
     comp = _composed(args.lego_n, max(args.repeats, 5)) if args.lego_n else None
     if comp:
         print(f"composed LEGO step N={args.lego_n}: " + ", ".join(

@@ -196,6 +196,15 @@ def test_dgl_loss_threads_flag_is_parsed_by_argparse_and_what_applied_is_recorde
                    "--kernel-n", "8", "--lego-n", "0", "--vmap-n", "0", "--out", str(tmp_path)])
     rec = json.loads((tmp_path / "dgl_loss.json").read_text())
     assert rec["threads"] == "all" and rec["pinned"] is False
+    assert rec["kernel"]["N"] == 8
+    # --kernel-n 0 skips the kernel timing, as 0 does for --lego-n / --vmap-n (it crashed on
+    # an empty array after the main timings); a negative size is refused when parsing
+    dgl_loss.main(["--threads", "all", "--ns", "8", "--max-n", "8", "--repeats", "1",
+                   "--kernel-n", "0", "--lego-n", "0", "--vmap-n", "0", "--out",
+                   str(tmp_path / "k0")])
+    assert json.loads((tmp_path / "k0" / "dgl_loss.json").read_text())["kernel"] is None
+    with pytest.raises(SystemExit):
+        dgl_loss.build_parser().parse_args(["--kernel-n", "-1"])
     assert rec["affinity"] == sorted(__import__("os").sched_getaffinity(0))
     assert rec["xla_flags"] == __import__("os").environ.get("XLA_FLAGS")
 
