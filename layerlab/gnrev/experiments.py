@@ -1862,6 +1862,9 @@ class RegressionConfig:
     gn_lrs: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4)
     adam_lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
     sgd_lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 0.1)
+    # extra rates past a grid edge the sweeps picked (lr_sweep's extend: above the top while it
+    # is stable for the full-batch rule, past either edge for the mini-batch one)
+    sweep_extend: int = 3
     scale_note: str = ("reduced: wine only (superconductivity needs the user's UCI train.csv), "
                        "superconductivity d'=1024 (paper 8000)")
 
@@ -1874,7 +1877,7 @@ class RegressionConfig:
     @classmethod
     def smoke(cls) -> RegressionConfig:
         return cls(fullbatch_steps=5, epochs={"wine": 2}, bottleneck={"wine": 160},
-                   gn_lrs=(0.2,), adam_lrs=(1e-3,), sgd_lrs=(1e-2,),
+                   gn_lrs=(0.2,), adam_lrs=(1e-3,), sgd_lrs=(1e-2,), sweep_extend=0,
                    scale_note="smoke: wine, 5 full-batch steps, 2 mini-batch epochs")
 
     def arms(self) -> tuple[Arm, ...]:
@@ -1883,7 +1886,7 @@ class RegressionConfig:
 
 
 # part of the key of run_appM's kept pieces: bump when a piece's content or a rate rule changes
-_APPM_PIECES = "|appM-pieces-v1"
+_APPM_PIECES = "|appM-pieces-v2"  # v2: the sweeps extend past a grid edge
 
 
 def _appM_piece(cfg: RegressionConfig, arm: Arm, name: str, s: int, ks: jax.Array, params,
@@ -1897,18 +1900,23 @@ def _appM_piece(cfg: RegressionConfig, arm: Arm, name: str, s: int, ks: jax.Arra
     one: dict[str, Any] = {"replaced": []}
     sw = lr_sweep(arm, params, frozen, P, (xfb, yfb), steps=cfg.fullbatch_steps,
                   batch_size=None, rule="largest_stable", loss="mse",
-                  key=jax.random.fold_in(ks, 1), progress=progress)
+                  key=jax.random.fold_in(ks, 1), progress=progress, extend=cfg.sweep_extend)
     i = int(np.nonzero(sw["lrs"] == np.float32(sw["best"]))[0][0])
     pr = jax.tree.map(lambda a, i=i: a[i], sw["state"].params)
     one["fb_loss"] = np.asarray(sw["loss"][:, i], np.float64)
     one["fb_test"] = float(revmlp_loss(pr, frozen, P, (xte, yte), loss="mse")[0])
     one["fb_lr"] = float(sw["best"])
+    one["fb_extended"] = list(sw["extended"])
+    one["fb_at_edge"] = bool(sw["at_edge"] and sw["best"] == float(np.max(sw["lrs"])))
+    one["mb_extended"], one["mb_at_edge"] = [], False
     if arm.is_gn:
         one["residual"] = np.asarray(sw["residual"][:, i], np.float64)
     if len(arm.lrs) > 1:
         mb = lr_sweep(arm, params, frozen, P, (xtr, ytr), steps=spe, batch_size=bs,
-                      rule="progress", loss="mse", key=jax.random.fold_in(ks, 3))
+                      rule="progress", loss="mse", key=jax.random.fold_in(ks, 3),
+                      extend=cfg.sweep_extend)
         lr = float(mb["best"])
+        one["mb_extended"], one["mb_at_edge"] = list(mb["extended"]), bool(mb["at_edge"])
     else:
         lr = float(arm.lrs[0])
     ts = _make_step(arm, frozen, P, loss="mse", loss_after=False)
@@ -1963,12 +1971,15 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
         bs = min(cfg.batch_size[name], len(prep.x_train))
         spe = len(prep.x_train) // bs
         res: dict[str, dict[str, list]] = {}
+        extended: dict[str, dict[str, set]] = {}
         for s, ks in enumerate(_seed_keys(key, cfg.seeds)):
             params, frozen, P = make_model(ks, dim, cfg.depth, 1, bottleneck=dp,
                                            first_linear=False, init=cfg.init)
             for arm in cfg.arms():
                 r = res.setdefault(arm.name, {k: [] for k in (
-                    "fb_loss", "fb_test", "mb_train", "mb_test", "fb_lr", "mb_lr", "residual")})
+                    "fb_loss", "fb_test", "mb_train", "mb_test", "fb_lr", "mb_lr", "residual",
+                    "fb_at_edge", "mb_at_edge")})
+                ext = extended.setdefault(arm.name, {"fb": set(), "mb": set()})
                 replaced.setdefault(arm.name, [])
                 stem = None if done is None else done / f"{name}_s{s}_{arm.name}"
                 one, spent = _kept_piece(
@@ -1979,6 +1990,8 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
                 new += spent
                 wall += one["wall_s"]
                 replaced[arm.name] += one["replaced"]
+                ext["fb"].update(one.get("fb_extended", ()))
+                ext["mb"].update(one.get("mb_extended", ()))
                 for k in r:
                     if k in one:
                         r[k].append(one[k])
@@ -1994,8 +2007,20 @@ def run_appM(cfg: RegressionConfig, *, key: jax.Array, progress: bool = True,
             rows.append(_row(f"{name} mini-batch: {a} final training MSE", r["mb_train"][:, -1]))
             rows.append(_row(f"{name} mini-batch: {a} final test MSE", r["mb_test"][:, -1]))
             rows.append(_row(f"{name} mini-batch: {a} best test MSE", r["mb_test"].min(1)))
-            rows.append(_row(f"{name}: {a} learning rates (full batch)", r["fb_lr"]))
-            rows.append(_row(f"{name}: {a} learning rates (mini-batch)", r["mb_lr"]))
+            for mode, label, rule in (("fb", "full batch", "largest non-diverging rate (§5.1)"),
+                                      ("mb", "mini-batch", "largest one-epoch progress (§5.2)")):
+                ext = sorted(extended[a][mode])
+                edge = int(np.sum(r[f"{mode}_at_edge"]))
+                rows.append(_row(
+                    f"{name}: {a} learning rates ({label})", r[f"{mode}_lr"],
+                    note=f"{rule} of the grid"
+                    + (f", extended by up to {cfg.sweep_extend} rates past an edge it picked"
+                       if cfg.sweep_extend and len(getattr(cfg, f"{a}_lrs")) > 1 else "")
+                    + (f" (extra rates tried: {', '.join(f'{x:g}' for x in ext)})" if ext else "")
+                    + (f" -- still at the edge of the rates tried in {edge} seed(s)" if edge
+                       else "")
+                    + ("; the mini-batch rate actually run (a diverging pick replaced)"
+                       if mode == "mb" else "")))
             if a == "gn":
                 res_ = np.asarray(r["residual"], np.float64)
                 rows.append(_row(f"{name} full batch: gn residual ‖JΔθ−ε‖/‖ε‖ at the first step",

@@ -481,6 +481,26 @@ def test_appM_minibatch_rate_that_diverges_in_the_full_run_is_replaced(monkeypat
     assert "wine sgd seed 0: 1e+06" in rec.note and rec.note.count("seed 0: ") == 1
 
 
+def test_appM_sweeps_extend_past_a_grid_edge_and_say_so():
+    """App. M's rate sweeps go past a grid edge they picked (they stopped there: every
+    full-batch pick of the committed 3-seed record was its grid's largest rate), and the rate
+    rows name the extra rates and whether the pick is still at the edge."""
+    import dataclasses
+
+    cfg = dataclasses.replace(ex.RegressionConfig.smoke(), adam_lrs=(1e-5, 3e-5),
+                              sweep_extend=1)
+    rec = ex.run_appM(cfg, key=jax.random.key(0), progress=False)
+    by = {r.name: r for r in rec.rows}
+    fb = by["wine: adam learning rates (full batch)"]
+    assert fb.ours == pytest.approx(9e-5)  # 3e-5 * 3 (the grid's ratio), stable in 5 steps
+    assert "extended by up to 1 rates" in fb.note and "extra rates tried: 9e-05" in fb.note
+    assert "still at the edge of the rates tried in 1 seed(s)" in fb.note
+    mb = by["wine: adam learning rates (mini-batch)"]  # tiny rates: the top makes most progress
+    assert mb.ours == pytest.approx(9e-5) and "extra rates tried: 9e-05" in mb.note
+    gn = by["wine: gn learning rates (full batch)"].note  # one rate: nothing to extend
+    assert "extended" not in gn and "extra rates" not in gn and "edge" not in gn
+
+
 def test_fig4_ntk_change_is_scale_free_and_the_frobenius_rate_is_listed_beside_it():
     """Fig. 4a's per-epoch NTK change is 1 - cos between consecutive kernels (the authors'
     cosine, Fort et al.'s kernel distance): a kernel that only grows scores 0 there and its
