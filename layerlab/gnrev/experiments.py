@@ -1188,7 +1188,8 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
         # climbs back: run_unstable) is replaced by the next smaller rate of the grid or of
         # the arm's fallback_lrs (all seeds rerun at it), and the replaced rates are reported.
         lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp_runs,
-                                           progress, seed_ids=seed_ids)
+                                           progress, seed_ids=seed_ids,
+                                           extended=() if sw is None else sw.get("extended", ()))
         out["arms"][arm.name] = {"lr": lr, "sweep": sw, "seeds": runs, "diverged_lrs": diverged}
     out["wall_s"] = time.perf_counter() - t0
     if cache is not None:
@@ -1205,12 +1206,14 @@ def _runs_fingerprint(cfg: MinibatchConfig, kd: str) -> str:
 
 
 def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, keys, done,
-                  checkpoint_dir, fp: str, progress: bool, seed_ids=None
+                  checkpoint_dir, fp: str, progress: bool, seed_ids=None,
+                  extended: Sequence[float] = ()
                   ) -> tuple[float, list[dict[str, np.ndarray]], list[float]]:
     """Train every seed at ``lr``; while a seed's run is unstable (:func:`run_unstable`), retrain
-    all seeds at the next smaller rate of ``arm.lrs`` and ``arm.fallback_lrs``
-    (:func:`_smaller_rates`).  Returns ``(rate used, runs, replaced rates)``."""
-    lower = _smaller_rates(arm, lr)
+    all seeds at the next smaller rate of ``arm.lrs``, ``arm.fallback_lrs`` and the sweep's
+    ``extended`` rates (:func:`_smaller_rates`).  Returns ``(rate used, runs, replaced
+    rates)``."""
+    lower = _smaller_rates(arm, lr, extended)
     diverged: list[float] = []
     def bad(r):
         return run_unstable(r["loss"], cfg.epochs, cfg.max_climb)
@@ -1226,11 +1229,12 @@ def _train_stable(cfg: MinibatchConfig, arm: Arm, lr: float, prep: Prepared, key
         lr = lower.pop(0)
 
 
-def _smaller_rates(arm: Arm, lr: float) -> list[float]:
-    """The rates of ``arm.lrs`` and ``arm.fallback_lrs`` below ``lr``, largest first.  The
-    sweep returns a float32 rate (0.1 -> 0.10000000149): the grid's own 0.1 does not count as
-    smaller."""
-    return sorted({float(r) for r in (*arm.lrs, *arm.fallback_lrs)
+def _smaller_rates(arm: Arm, lr: float, extended: Sequence[float] = ()) -> list[float]:
+    """The rates of ``arm.lrs``, ``arm.fallback_lrs`` and the sweep's ``extended`` rates
+    (tried past the grid's edge) below ``lr``, largest first: a pick past the top that
+    diverges falls back to the next rate tried, not to the grid's top.  The sweep returns a
+    float32 rate (0.1 -> 0.10000000149): the grid's own 0.1 does not count as smaller."""
+    return sorted({float(r) for r in (*arm.lrs, *arm.fallback_lrs, *extended)
                    if float(r) < lr * (1 - 1e-6)}, reverse=True)
 
 
@@ -1886,7 +1890,7 @@ class RegressionConfig:
 
 
 # part of the key of run_appM's kept pieces: bump when a piece's content or a rate rule changes
-_APPM_PIECES = "|appM-pieces-v2"  # v2: the sweeps extend past a grid edge
+_APPM_PIECES = "|appM-pieces-v3"  # v2: the sweeps extend past a grid edge; v3: fallback
 
 
 def _appM_piece(cfg: RegressionConfig, arm: Arm, name: str, s: int, ks: jax.Array, params,
@@ -1925,7 +1929,7 @@ def _appM_piece(cfg: RegressionConfig, arm: Arm, name: str, s: int, ks: jax.Arra
     # full run diverges is replaced by the next smaller grid rate (§5.4: "the highest learning
     # rate that does not cause the loss to diverge") (the sweep returns a float32 rate: 0.4
     # there is above the grid's 0.4)
-    lower = _smaller_rates(arm, lr)
+    lower = _smaller_rates(arm, lr, one["mb_extended"])
     while True:
         ck = None if checkpoint_dir is None else checkpoint_dir / f"lr{lr:.6g}"
         _, hist = fit(ts.step, _init_state(arm, ts, params, lr), (xtr, ytr),
@@ -2082,7 +2086,8 @@ def _replaced_note(replaced: dict[str, dict[str, list]]) -> str:
     if not items:
         return ""
     return (" Mini-batch rates that passed the one-epoch sweep but diverged in the full run, "
-            "replaced by the next smaller grid rate: " + "; ".join(items) + ".")
+            "replaced by the next smaller rate tried (of the grid or past its edge): "
+            + "; ".join(items) + ".")
 
 
 def plot_appM(record: Record, path: str | os.PathLike) -> None:

@@ -481,6 +481,18 @@ def test_appM_minibatch_rate_that_diverges_in_the_full_run_is_replaced(monkeypat
     assert "wine sgd seed 0: 1e+06" in rec.note and rec.note.count("seed 0: ") == 1
 
 
+def test_a_diverged_pick_past_the_grid_falls_back_to_the_next_rate_tried():
+    """A sweep pick past the grid's top (an extended rate) whose full run diverges is replaced
+    by the next smaller rate the sweep tried, not by the grid's top (App. M's SGD seed 2:
+    1.11 fell to 0.1 with 0.333 tried and stable)."""
+    import optax
+
+    arm = ex.Arm("sgd", optax.sgd, (0.01, 0.1))
+    assert ex._smaller_rates(arm, 1.11111, (0.333333, 1.11111, 3.7037)) == [0.333333, 0.1, 0.01]
+    assert ex._smaller_rates(arm, 1.11111) == [0.1, 0.01]
+    assert ex._smaller_rates(arm, float(np.float32(0.1))) == [0.01]
+
+
 def test_appM_sweeps_extend_past_a_grid_edge_and_say_so():
     """App. M's rate sweeps go past a grid edge they picked (they stopped there: every
     full-batch pick of the committed 3-seed record was its grid's largest rate), and the rate
