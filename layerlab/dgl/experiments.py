@@ -302,7 +302,8 @@ def _ridge_scan(params: list, h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array,
         out["ridges"].append(float(r))
         out["val_mse"].append(float(v))
         out["test"].append(_acc_pct(net, x_test, labels_test))
-    i = int(np.argmin(out["val_mse"]))
+    v = np.asarray(out["val_mse"])
+    i = int(np.argmin(np.where(np.isfinite(v), v, np.inf)))  # a NaN ridge is never the best
     return {**out, "best_ridge": out["ridges"][i]}
 
 

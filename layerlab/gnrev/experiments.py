@@ -150,8 +150,8 @@ class Arm:
       switch_epoch: epoch of the switch.
       fallback_lrs: rates below a fixed rate (``lrs`` of one value) for §5.2's "without
         any training instabilities": where a full run at the rate is unstable
-        (:func:`run_unstable`) every seed reruns at the next smaller rate of ``lrs`` and
-        ``fallback_lrs`` together; never swept.
+        (:func:`run_unstable`) every seed reruns at the next smaller rate of ``lrs``,
+        ``fallback_lrs`` and the sweep's extra rates past the grid together; never swept.
     """
 
     name: str
@@ -887,7 +887,7 @@ class MinibatchConfig:
     # §5.2 "without any training instabilities": a full run counts as unstable when its loss
     # goes non-finite or its epoch-mean training loss climbs back more than ``max_climb`` of
     # the way from its lowest epoch toward the initial loss (``None``: non-finite only); the
-    # arm then retrains at the grid's next smaller rate (``_train_stable``).
+    # arm then retrains at the next smaller rate tried (``_train_stable``).
     max_climb: float | None = 0.1
     # App. J: a validation split of this many label-balanced images, evaluated every epoch
     # (0: none); drawn beside ``n_train`` training images (``n_train`` stays the training
@@ -1185,8 +1185,9 @@ def run_minibatch(cfg: MinibatchConfig, *, key: jax.Array, progress: bool = True
         lr = float(arm.lrs[0]) if sw is None else sw["best"]
         # §5.2 "without any training instabilities": a rate that passed the one-epoch sweep
         # (or a fixed rate) but makes a full run unstable (non-finite, or its training loss
-        # climbs back: run_unstable) is replaced by the next smaller rate of the grid or of
-        # the arm's fallback_lrs (all seeds rerun at it), and the replaced rates are reported.
+        # climbs back: run_unstable) is replaced by the next smaller rate tried (the grid's,
+        # the sweep's extra rates past it, or the arm's fallback_lrs; all seeds rerun at it),
+        # and the replaced rates are reported.
         lr, runs, diverged = _train_stable(cfg, arm, lr, prep, keys, done, checkpoint_dir, fp_runs,
                                            progress, seed_ids=seed_ids,
                                            extended=() if sw is None else sw.get("extended", ()))
@@ -1247,7 +1248,7 @@ def _stale_instability(cfg: MinibatchConfig, res) -> bool:
         if a is None:
             return True
         if (any(run_unstable(r["loss"], cfg.epochs, cfg.max_climb) for r in a["seeds"])
-                and _smaller_rates(arm, a["lr"])):
+                and _smaller_rates(arm, a["lr"], (a.get("sweep") or {}).get("extended", ()))):
             return True
     return False
 
@@ -1377,8 +1378,8 @@ def _mb_record(cfg: MinibatchConfig, res, artifact: str, title: str, rows, claim
              + (f"; rates that passed the sweep (or were fixed) but were unstable in the full "
                 f"run (loss non-finite, or epoch-mean training loss climbing back more than "
                 f"{cfg.max_climb} of the way from its lowest epoch toward the initial loss), "
-                f"replaced by the next smaller candidate rate (the grid's or the arm's "
-                f"fallback_lrs): {dropped}" if dropped else ""),
+                f"replaced by the next smaller candidate rate (the grid's, the sweep's extra "
+                f"rates past it, or the arm's fallback_lrs): {dropped}" if dropped else ""),
              f"{cfg.epochs} epochs of {res['steps_per_epoch']} steps (paper: up to 80-100 on "
              "MNIST/CIFAR-10, 1000 in App. E)"]
     if "gn_first_linear" in res["arms"]:
@@ -1926,9 +1927,9 @@ def _appM_piece(cfg: RegressionConfig, arm: Arm, name: str, s: int, ks: jax.Arra
     ts = _make_step(arm, frozen, P, loss="mse", loss_after=False)
     eval_fn = jax.tree_util.Partial(_mse_eval_metrics, frozen, P, xte, yte, xtr, ytr)
     # as in the mini-batch figures (_train_stable): a rate the one-epoch sweep picks but whose
-    # full run diverges is replaced by the next smaller grid rate (§5.4: "the highest learning
-    # rate that does not cause the loss to diverge") (the sweep returns a float32 rate: 0.4
-    # there is above the grid's 0.4)
+    # full run diverges is replaced by the next smaller rate tried, of the grid or past its
+    # edge (§5.4: "the highest learning rate that does not cause the loss to diverge") (the
+    # sweep returns a float32 rate: 0.4 there is above the grid's 0.4)
     lower = _smaller_rates(arm, lr, one["mb_extended"])
     while True:
         ck = None if checkpoint_dir is None else checkpoint_dir / f"lr{lr:.6g}"

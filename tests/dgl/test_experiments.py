@@ -282,11 +282,11 @@ def test_full_n_comparison_added_to_a_part_equals_the_in_run_one(tmp_path, share
         assert sc["ridges"] == list(ex.RIDGE_SCAN) and len(sc["test"]) == len(sc["val_mse"]) == 11
         i = sc["ridges"].index(out[col]["ridge"])
         np.testing.assert_allclose(sc["val_mse"][i], out[col]["val_mse"], rtol=1e-5)
-        assert sc["best_ridge"] == sc["ridges"][int(np.argmin(sc["val_mse"]))]
-        assert min(sc["val_mse"]) <= out[col]["val_mse"] * (1 + 1e-6)
-    np.testing.assert_allclose(
-        out["lego"]["ridge_scan"]["test"][out["lego"]["ridge_scan"]["ridges"].index(
-            out["lego"]["ridge"])], out["lego"]["test"], atol=1e-9)
+        # the scan's test accuracy at the protocol's ridge is the column's own (the right net:
+        # LEGO's layers for "lego", the random init's for "random")
+        np.testing.assert_allclose(sc["test"][i], out[col]["test"], atol=1e-9)
+        assert sc["best_ridge"] in sc["ridges"]
+    assert out["lego"]["ridge_scan"]["test"] != out["random"]["ridge_scan"]["test"]
     want = out.pop("full_n_vs_minibatch")
     path = tmp_path / "bmnist-2x20_seed0.json"
     path.write_text(json.dumps(to_jsonable(out)))  # as run_table1 writes a part

@@ -493,6 +493,43 @@ def test_a_diverged_pick_past_the_grid_falls_back_to_the_next_rate_tried():
     assert ex._smaller_rates(arm, float(np.float32(0.1))) == [0.01]
 
 
+def test_appM_diverged_pick_past_the_grid_reruns_at_the_next_rate_tried(monkeypatch):
+    """App. M wiring of the rule above: the mini-batch sweep's pick past the grid (stubbed:
+    1e6, with 0.03 tried before it) diverges in the full run and is replaced by 0.03, the next
+    rate the sweep tried, not by the grid's top 1e-2."""
+    import dataclasses
+
+    real_sweep = ex.lr_sweep
+
+    def sweep(arm, *a, batch_size=None, **kw):
+        out = real_sweep(arm, *a, batch_size=batch_size, **kw)
+        if batch_size is not None and arm.name == "sgd":
+            out = dict(out, best=1e6, extended=[0.03, 1e6], at_edge=True)
+        return out
+
+    monkeypatch.setattr(ex, "lr_sweep", sweep)
+    cfg = dataclasses.replace(ex.RegressionConfig.smoke(), sgd_lrs=(1e-3, 1e-2))
+    rec = ex.run_appM(cfg, key=jax.random.key(0), progress=False)
+    assert rec.extra["mb_rates_replaced"]["wine"]["sgd"] == [(0, 1e6)]
+    by = {r.name: r for r in rec.rows}
+    assert by["wine: sgd learning rates (mini-batch)"].ours == pytest.approx(0.03)
+    assert np.isfinite(by["wine mini-batch: sgd final test MSE"].ours)
+
+
+def test_stale_instability_knows_the_rates_tried_past_the_grid():
+    """A kept mini-batch result whose runs are unstable at the grid's bottom pick is stale when
+    the sweep tried a rate below the grid (a fresh run would fall back to it)."""
+    import optax
+
+    arm = ex.Arm("sgd", optax.sgd, (0.01, 0.1))
+    cfg = dataclasses.replace(ex.MinibatchConfig.smoke(), arms=(arm,))
+    bad = {"loss": np.full(4 * cfg.epochs, np.nan)}  # a non-finite run: unstable
+    res = {"arms": {"sgd": {"lr": 0.01, "seeds": [bad], "sweep": {"extended": [0.00333]}}}}
+    assert ex._stale_instability(cfg, res)
+    res["arms"]["sgd"]["sweep"] = {"extended": []}
+    assert not ex._stale_instability(cfg, res)
+
+
 def test_appM_sweeps_extend_past_a_grid_edge_and_say_so():
     """App. M's rate sweeps go past a grid edge they picked (they stopped there: every
     full-batch pick of the committed 3-seed record was its grid's largest rate), and the rate
