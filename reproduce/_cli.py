@@ -169,6 +169,31 @@ def int_list(least: int = 1) -> Callable[[str], tuple[int, ...]]:
     return parse
 
 
+def float_list(positive: bool = True) -> Callable[[str], tuple[float, ...]]:
+    """A comma-separated list of finite numbers > 0 (``positive``: learning rates) or >= 0
+    (decays); repeats dropped (``"1e-4,1e-3"`` -> ``(1e-4, 1e-3)``)."""
+    want = "> 0" if positive else ">= 0"
+
+    def parse(value: str) -> tuple[float, ...]:
+        out = []
+        for t in (t.strip() for t in value.split(",") if t.strip()):
+            try:
+                x = float(t)
+            except ValueError:
+                x = math.nan
+            if not math.isfinite(x) or x < 0 or (positive and x == 0):
+                raise argparse.ArgumentTypeError(
+                    f"expected a comma-separated list of numbers {want} (e.g. 1e-4,1e-3); got "
+                    f"{value!r} ({t!r})")
+            out.append(x)
+        if not out:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of numbers {want}; got {value!r}")
+        return tuple(dict.fromkeys(out))
+    parse.__name__ = "float_list"
+    return parse
+
+
 def name_list(choices: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
     """A comma-separated list of names from ``choices`` (case-insensitive, repeats dropped)."""
     def parse(value: str) -> tuple[str, ...]:

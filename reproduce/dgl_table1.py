@@ -19,7 +19,6 @@ row 5-6 min on an H100; the BMNIST rows 28-55 min per seed on a 2-core CPU).
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 
@@ -58,31 +57,6 @@ def _dgl_batch(value: str) -> int | str:
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"expected 'full' or an integer >= 1, got {value!r}") from None
-
-
-def _floats(positive: bool):
-    """A comma list of finite numbers > 0 (``positive``, learning rates) or >= 0 (decays)."""
-    want = "> 0" if positive else ">= 0"
-
-    def parse(value: str) -> tuple[float, ...]:
-        items = [t.strip() for t in value.split(",") if t.strip()]
-        out = []
-        for t in items:
-            try:
-                x = float(t)
-            except ValueError:
-                x = math.nan
-            if not math.isfinite(x) or x < 0 or (positive and x == 0):
-                raise argparse.ArgumentTypeError(
-                    f"expected a comma-separated list of numbers {want} (e.g. 1e-4,1e-3); got "
-                    f"{value!r} ({t!r})")
-            out.append(x)
-        if not out:
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated list of numbers {want}; got {value!r}")
-        return tuple(dict.fromkeys(out))
-    parse.__name__ = "float_list"
-    return parse
 
 
 # what --merge-only ignores (it trains nothing): refused with it
@@ -133,17 +107,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full-n-steps", type=_cli.positive_int, default=None,
                    help="Adam steps per layer of the full-N vs mini-batch comparison, both "
                    "estimators (default: 300; a full-N MNIST10k step is ~20-35 s on a 2-core CPU)")
-    p.add_argument("--dgl-lrs", type=_floats(True), default=None,
+    p.add_argument("--dgl-lrs", type=_cli.float_list(True), default=None,
                    help="Adam learning-rate grid of every LEGO layer (default: 1e-4,3e-4,1e-3 with "
                    "--paper, 3e-4,1e-3 without; --smoke: 1e-3)")
-    p.add_argument("--dgl-wds", type=_floats(False), default=None,
+    p.add_argument("--dgl-wds", type=_cli.float_list(False), default=None,
                    help="weight-decay grid of every LEGO layer (default: 0,1e-4 with --paper, 0 "
                    "without; --smoke: 0,1e-4)")
-    p.add_argument("--e2e-adam-lrs", type=_floats(True), default=None,
+    p.add_argument("--e2e-adam-lrs", type=_cli.float_list(True), default=None,
                    help="end-to-end Adam learning-rate grid, MNIST and CIFAR rows "
                    "(default: 1e-4,3e-4,1e-3 with --paper, 3e-4,1e-3 without; --smoke: "
                    "1e-4,3e-4,1e-3)")
-    p.add_argument("--e2e-wds", type=_floats(False), default=None,
+    p.add_argument("--e2e-wds", type=_cli.float_list(False), default=None,
                    help="end-to-end weight-decay grid (default: 0,1e-4 with --paper, 0 without; "
                    "--smoke: 0,1e-4)")
     p.add_argument("--seed-list", type=_cli.int_list(0), default=None,

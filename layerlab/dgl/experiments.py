@@ -927,12 +927,8 @@ def _check_part(part: dict, cfg: Table1Config, key: jax.Array, path: pathlib.Pat
 
     dataset = ROWS[part["row"]][0]
     now = {"n_train": cfg.n_train(dataset), "width": cfg.width(part["row"])}
-    saved = {k: part.get(k) for k in now}
-    defaults = dataclasses.asdict(Table1Config())
-    for k, v in dataclasses.asdict(cfg).items():
-        if k not in _PART_FREE:
-            now[k] = v
-            saved[k] = part.get("config", {}).get(k, defaults[k])
+    saved = {**{k: part.get(k) for k in now}, **_part_settings(part)}
+    now.update({k: v for k, v in dataclasses.asdict(cfg).items() if k not in _PART_FREE})
     if "key" in part:
         now["key"], saved["key"] = _digest(key), part["key"]
     diff = _config_diff(saved, now)

@@ -308,7 +308,7 @@ def test_dgl_table1_help_states_the_configurations_defaults():
     """The defaults written in dgl_table1's --help (parsed before JAX is imported, so typed
     out) are the configurations' own."""
     from layerlab.dgl.experiments import Table1Config
-    from reproduce import dgl_table1
+    from reproduce import _cli, dgl_table1
 
     helps = {a.dest: " ".join(a.help.split()) for a in dgl_table1.build_parser()._actions
              if a.help}
@@ -328,7 +328,7 @@ def test_dgl_table1_help_states_the_configurations_defaults():
         with_paper, rest = said.split(" with --paper, ")
         without, smoke = rest.split(" without; --smoke: ")
         for text, c in ((with_paper, paper), (without, cpu), (smoke, Table1Config.smoke())):
-            assert dgl_table1._floats(False)(text) == getattr(c, dest), (dest, text)
+            assert _cli.float_list(False)(text) == getattr(c, dest), (dest, text)
 
 
 @pytest.mark.parametrize("name", [s for s in SCRIPTS if not s.startswith("_")])
