@@ -63,7 +63,7 @@ def _dgl_batch(value: str) -> int | str:
 _RUN_FLAGS = ("smoke", "rows", "n_mnist", "n_cifar", "n_bmnist", "max_width", "e2e_epochs",
               "dgl_steps", "dgl_batch", "eps_rel", "full_n", "full_n_steps", "readout",
               "init", "seeds", "seed_list", "dgl_lrs", "dgl_wds", "e2e_adam_lrs", "e2e_wds",
-              "checkpoint_dir")
+              "dgl_lr_extend", "e2e_lr_extend", "reuse_steps", "checkpoint_dir")
 
 
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -120,6 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--e2e-wds", type=_cli.float_list(False), default=None,
                    help="end-to-end weight-decay grid (default: 0,1e-4 with --paper, 0 without; "
                    "--smoke: 0,1e-4)")
+    p.add_argument("--dgl-lr-extend", type=_cli.nonneg_int, default=None,
+                   help="learning rates tried past the top of a LEGO layer's grid, one at a "
+                   "time while the layer picks the largest rate tried, each the top times the "
+                   "ratio of the grid's two largest (default: 0, the grid as given; a separate "
+                   "--out: parts of different protocols do not merge)")
+    p.add_argument("--e2e-lr-extend", type=_cli.nonneg_int, default=None,
+                   help="the same for the end-to-end grid (default: 0)")
+    p.add_argument("--reuse-steps", action="append", default=None, metavar="DIR",
+                   help="another run's --checkpoint-dir (repeatable): each finished step "
+                   "(end-to-end run, LEGO layer) found there with exactly this run's settings, "
+                   "data, key and layers below is reused, the rest trained; for an ablation "
+                   "beside the protocol (a run removes its own steps once its part is written: "
+                   "reuse a copy)")
     p.add_argument("--seed-list", type=_cli.int_list(0), default=None,
                    help="comma list of the seed indices to run, e.g. 1 to run the second "
                    "seed alone with the key it has in a full run (default: 0 .. --seeds - 1); "
@@ -151,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         kw["rows"] = args.rows
     for name in ("n_mnist", "n_cifar", "n_bmnist", "e2e_epochs", "dgl_steps", "eps_rel",
                  "readout", "init", "full_n_steps", "dgl_lrs", "dgl_wds", "e2e_adam_lrs",
-                 "e2e_wds"):
+                 "e2e_wds", "dgl_lr_extend", "e2e_lr_extend"):
         if getattr(args, name) is not None:
             kw[name] = getattr(args, name)
     if args.seeds is not None:
@@ -173,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         rec = ex.run_table1(cfg, key=jax.random.key(0), progress=not args.no_progress,
                             parts_dir=parts, command=command,
-                            checkpoint_dir=_cli.checkpoint_dir(args), seed_list=args.seed_list)
+                            checkpoint_dir=_cli.checkpoint_dir(args), seed_list=args.seed_list,
+                            reuse_steps=args.reuse_steps or ())
     _cli.finish(args, rec, figure=lambda path: ex.plot_table1(rec, path), argv=flags)
     return 0
 

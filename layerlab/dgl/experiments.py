@@ -119,6 +119,12 @@ class Table1Config:
       dgl_steps: Adam steps per LEGO layer; dgl_batch: points per DGL evaluation (the
         mini-batch estimator; ``None`` = the full-N DGL, one N x N Cholesky per step).
       dgl_lrs, dgl_wds: Adam grid per layer; eps_rel: ``eps^2`` relative to mean diag K.
+      e2e_lr_extend, dgl_lr_extend: up to this many learning rates tried past the top of the
+        end-to-end / every LEGO layer's grid, one at a time, while the selection picks the
+        largest rate tried (each the top rate times the ratio of the grid's two largest;
+        ``sqrt(10)`` for a one-rate grid), with the grid's weight decays; the same key, data
+        order and validation data as the grid, so the choice is the one a grid that wide
+        would make.  0 (default, the records' protocol): the grid as given.
       dgl_evals: validation-DGL evaluations per layer (the best step is kept).
       val_subsets: random validation subsets (size ``dgl_batch``) of the validation DGL.
       ridges: classifier ridge grid (relative to ``tr(H^T H)/d``), chosen on validation MSE.
@@ -154,6 +160,8 @@ class Table1Config:
     dgl_batch: int | None = 1000
     dgl_lrs: tuple[float, ...] = (1e-4, 3e-4, 1e-3)
     dgl_wds: tuple[float, ...] = (0.0, 1e-4)
+    e2e_lr_extend: int = 0
+    dgl_lr_extend: int = 0
     eps_rel: float = 0.01
     dgl_evals: int = 10
     val_subsets: int = 2
@@ -202,6 +210,11 @@ class Table1Config:
                              f"got {self.readout!r}.")
         if self.init not in nets.INITS:
             raise ValueError(f"Table1Config.init must be one of {nets.INITS}; got {self.init!r}.")
+        for name in ("e2e_lr_extend", "dgl_lr_extend"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ValueError(f"Table1Config.{name} must be an integer >= 0 (learning "
+                                 f"rates tried past the grid's top); got {v!r}.")
 
     def width(self, row: str) -> int:
         w = ROWS[row][2]
@@ -613,13 +626,19 @@ class _StepCache:
     The fingerprint is ``base`` (the (row, seed): :func:`_row_fingerprint`), the step's name
     and the step's own settings and inputs; :meth:`load` of a step whose saved fingerprint
     differs, or that has none (written before fingerprints), raises
-    :class:`layerlab.loop.CheckpointMismatchError` naming the fields that differ."""
+    :class:`layerlab.loop.CheckpointMismatchError` naming the fields that differ.
+
+    ``reuse``: step folders of other runs (e.g. the protocol's, for an ablation that changes
+    a later step): a step not in ``path`` is taken from the first of them that holds it
+    with exactly this fingerprint (and copied into ``path``); one with another fingerprint
+    there is not an error, it is trained here."""
 
     def __init__(self, path: str | os.PathLike | None, mid_layer: bool = True,
-                 base: dict | None = None):
+                 base: dict | None = None, reuse: Sequence[str | os.PathLike] = ()):
         self.path = None if path is None else pathlib.Path(path)
         self.mid_layer = mid_layer
         self.base = base or {}
+        self.reuse = tuple(pathlib.Path(r) for r in reuse)
 
     def fit_dir(self, name: str, settings: list) -> pathlib.Path | None:
         """Where a step's ``loop.fit`` checkpoints go (``None``: not kept): named by the step
@@ -646,8 +665,10 @@ class _StepCache:
         ``None`` if it is not cached; raises ``CheckpointMismatchError`` otherwise."""
         from layerlab.loop import CheckpointMismatchError
 
-        if self.path is None or not (self.path / f"{name}.json").exists():
+        if self.path is None:
             return None
+        if not (self.path / f"{name}.json").exists():
+            return self._reused(name, like, settings)
         saved = json.loads((self.path / f"{name}.json").read_text())
         advice = ("Rerun with the same arguments (configuration, row, seed, key, data), or "
                   "use a new cache folder (checkpoint_dir / cache_dir).")
@@ -661,11 +682,37 @@ class _StepCache:
             raise CheckpointMismatchError(
                 f"{self.path}: the cached step {name!r} was made by a different run; saved vs "
                 "now:\n  " + "\n  ".join(diff) + f"\n{advice}")
-        with np.load(self.path / f"{name}.npz") as z:
+        return self._read(self.path, name, like), saved["info"]
+
+    @staticmethod
+    def _read(folder: pathlib.Path, name: str, like: Any) -> Any:
+        with np.load(folder / f"{name}.npz") as z:
             # not jnp.asarray: no program compiled per leaf shape
             leaves = [as_device_array(z[f"a{i}"]) for i in range(len(z.files))]
-        tree = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
-        return tree, saved["info"]
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(like), leaves)
+
+    def _reused(self, name: str, like: Any, settings: dict) -> tuple[Any, dict] | None:
+        """The step from the first :attr:`reuse` folder holding it with this fingerprint,
+        copied into :attr:`path` (npz first, json last, as :meth:`save`); else ``None``."""
+        for folder in self.reuse:
+            js, npz = folder / f"{name}.json", folder / f"{name}.npz"
+            if not (js.exists() and npz.exists()):
+                continue
+            try:
+                saved = json.loads(js.read_text())
+            except (OSError, ValueError):
+                continue
+            if not isinstance(saved, dict) or not {"fingerprint", "info"} <= set(saved) or \
+                    _fingerprint_diff(saved["fingerprint"], self.fingerprint(name, settings)):
+                continue
+            tree = self._read(folder, name, like)
+            self.path.mkdir(parents=True, exist_ok=True)
+            for src, suffix in ((npz, ".npz"), (js, ".json")):
+                tmp = self.path / f"{name}{suffix}.copy.tmp"
+                shutil.copyfile(src, tmp)
+                tmp.replace(self.path / f"{name}{suffix}")
+            return tree, {**saved["info"], "reused_from": str(folder)}
+        return None
 
     def save(self, name: str, tree: Any, info: dict, settings: dict) -> None:
         if self.path is None:
@@ -682,6 +729,62 @@ class _StepCache:
         tj.write_text(json.dumps({"fingerprint": self.fingerprint(name, settings),
                                   "info": to_jsonable(info)}))
         tj.replace(self.path / f"{name}.json")
+
+
+def _next_lr(tried: Sequence[float]) -> float:
+    """The rate past the top of ``tried``: its largest times the ratio of its two largest
+    (``sqrt(10)`` when one rate was tried), to 6 significant digits: 1e-3 after
+    (1e-4, 3e-4, 1e-3) is 3.33333e-3."""
+    s = sorted(float(a) for a in tried)
+    # 6 significant digits, as the parts store numbers (1e-4 stays 1e-4, not 1.0000000000000003e-4)
+    return float(f"{s[-1] * (s[-1] / s[-2] if len(s) > 1 and s[-2] > 0 else 10 ** 0.5):.6g}")
+
+
+def _score(v) -> float:
+    """A validation loss as the selection reads it: non-finite (or ``None``, as a cached
+    part stores a non-finite number) is ``inf``."""
+    v = np.inf if v is None else float(v)
+    return v if np.isfinite(v) else np.inf
+
+
+def _merge_extension(base: dict, ext: dict, score: str) -> tuple[dict, bool]:
+    """One grid's ``info`` with an extension's (more rates, the same weight decays): the
+    grids and their ``score`` lists concatenated, the selection over both (the base keeps a
+    tie), the wall times added; the winner's other fields."""
+    sb = min(_score(v) for v in base[score])
+    se = min(_score(v) for v in ext[score])
+    won = se < sb
+    out = dict(ext if won else base)
+    out["grid"] = [list(g) for g in base["grid"]] + [list(g) for g in ext["grid"]]
+    out[score] = list(base[score]) + list(ext[score])
+    if "wall_s" in base or "wall_s" in ext:
+        out["wall_s"] = float(base.get("wall_s", 0.0)) + float(ext.get("wall_s", 0.0))
+    for k in ("resumed", "wall_s_this_call"):
+        out.pop(k, None)
+    out["lr_extended"] = list(base.get("lr_extended", [])) + [float(ext["grid"][0][0])]
+    reused = [i["reused_from"] for i in (base, ext) if "reused_from" in i]
+    out.pop("reused_from", None)
+    if reused:  # the grid's runs taken from another run's steps (_StepCache.reuse)
+        out["reused_from"] = reused[0]
+    return out, won
+
+
+def _extend_lr(n: int, lrs: Sequence[float], params: Any, info: dict, score: str,
+               train) -> tuple[Any, dict]:
+    """:class:`Table1Config`'s ``*_lr_extend``: while the pick (``info["lr"]``) is the largest
+    rate tried and fewer than ``n`` rates were added, ``train(k, lr)`` (the ``k``-th added
+    rate, ``-> (params, info)``) with :func:`_next_lr`; the selection then runs over all."""
+    tried = [float(a) for a in lrs]
+    for k in range(1, int(n) + 1):
+        if not np.isclose(float(info["lr"]), max(tried), rtol=1e-5, atol=0.0):
+            break
+        lr = _next_lr(tried)
+        p_k, i_k = train(k, lr)
+        info, won = _merge_extension(info, i_k, score)
+        if won:
+            params = p_k
+        tried.append(lr)
+    return params, info
 
 
 def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, wds=None,
@@ -708,21 +811,32 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
             "lrs": [float(a) for a in lr_i], "wds": [float(a) for a in wd_i],
             "eps_rel": float(cfg.eps_rel), "variances": _digest((w_var, b_var)),
             "lego_start": start, "layers_below": _digest(params[:i])}
-        done = cache.load(f"{tag}_layer{i + 1}", params[i], fp)
-        if done is not None:
-            params[i], info = done
-        else:
-            fit_dir = cache.fit_dir(f"{tag}_layer{i + 1}", [
-                steps or cfg.dgl_steps, cfg.dgl_evals, cfg.val_subsets, batch, list(lr_i),
+
+        def train(name, lr_g, fp=fp, i=i, sub=sub, wd_i=wd_i, p_start=params[i], h=h, hv=hv):
+            fp = {**fp, "lrs": [float(a) for a in lr_g]} if fp else fp
+            done = cache.load(name, p_start, fp)
+            if done is not None:
+                return done
+            fit_dir = cache.fit_dir(name, [
+                steps or cfg.dgl_steps, cfg.dgl_evals, cfg.val_subsets, batch, list(lr_g),
                 list(wd_i), cfg.eps_rel])
-            params[i], info = _dgl_layer_grid(
-                sub, params[i], h, y, hv, yv, as_device_array(w_var[i + 1:]),
+            p, inf = _dgl_layer_grid(
+                sub, p_start, h, y, hv, yv, as_device_array(w_var[i + 1:]),
                 as_device_array(b_var[i + 1:]), cfg,
-                batch=batch, lrs=lr_i, wds=wd_i, steps=steps or cfg.dgl_steps,
-                evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}",
+                batch=batch, lrs=lr_g, wds=wd_i, steps=steps or cfg.dgl_steps,
+                evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}"
+                + ("" if tuple(lr_g) == tuple(lr_i) else f" lr {lr_g[0]:.3g}"),
                 checkpoint_dir=fit_dir)
-            cache.save(f"{tag}_layer{i + 1}", params[i], info, fp)
+            cache.save(name, p, inf, fp)
             cache.drop_fit_dir(fit_dir)  # the finished layer is in the cache
+            return p, inf
+
+        name = f"{tag}_layer{i + 1}"
+        params[i], info = train(name, lr_i)
+        if lrs is None and cfg.dgl_lr_extend:  # the grid's top picked: one rate further
+            params[i], info = _extend_lr(
+                cfg.dgl_lr_extend, lr_i, params[i], info, "val_dgl_best",
+                lambda k, lr, name=name, train=train: train(f"{name}_ext{k}", (lr,)))
         layers.append(info)
         h, hv = _relu_layer(params[i], h), _relu_layer(params[i], hv)
     return params, h, hv, layers
@@ -731,7 +845,8 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
 def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
                    progress: bool = True,
                    cache_dir: str | os.PathLike | None = None,
-                   mid_layer: bool = True) -> dict:
+                   mid_layer: bool = True,
+                   reuse_dirs: Sequence[str | os.PathLike] = ()) -> dict:
     """Steps 1-5 for one row and one seed; returns a JSON-able dict of test accuracies (%),
     the selected hyper-parameters, per-layer DGL curves and wall times.
 
@@ -742,7 +857,10 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     run (configuration, row, seed, key, data: see :class:`_StepCache`) or without a
     fingerprint raises ``layerlab.loop.CheckpointMismatchError``.  ``mid_layer``: also keep
     ``loop.fit`` checkpoints inside each LEGO layer there (resume mid-layer; see
-    :func:`_dgl_layer_grid`).
+    :func:`_dgl_layer_grid`).  ``reuse_dirs``: other runs' step folders of this (row, seed)
+    whose finished steps are taken where their fingerprint is this run's (an ablation that
+    changes, say, the LEGO grid reuses the protocol's end-to-end run and every layer whose
+    inputs it did not change; :class:`_StepCache`).
     """
     dataset, L, _, _ = ROWS[row]
     width = cfg.width(row)
@@ -752,25 +870,34 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
     k_init, k_e2e, k_lego, k_full = jax.random.split(key, 4)
     p0 = nets.mlp_init(k_init, [x.shape[1]] + [width] * L + [d["num_classes"]], init=cfg.init)
     cache = _StepCache(cache_dir, mid_layer, None if cache_dir is None else
-                       _row_fingerprint(row, seed, key, d, p0))
+                       _row_fingerprint(row, seed, key, d, p0), reuse=reuse_dirs)
     kind = "sgd" if dataset == "BMNIST2k" else "adam"
     lrs = cfg.e2e_sgd_lrs if kind == "sgd" else cfg.e2e_adam_lrs
-    t0 = time.perf_counter()
     epochs = cfg.e2e_epochs_sgd if kind == "sgd" else cfg.e2e_epochs
     fp_e2e = {"kind": kind, "lrs": [float(a) for a in lrs],
               "wds": [float(a) for a in cfg.e2e_wds], "epochs": int(epochs),
               "batch": int(cfg.e2e_batch), "monitor_n": int(cfg.monitor_n),
               "monitor_evals": int(cfg.monitor_evals), "eps_rel": float(cfg.eps_rel)}
-    done = cache.load("end_to_end", p0, fp_e2e)
-    if done is not None:
-        pe, e2e = done
-    else:
-        pe, e2e = _end_to_end(k_e2e, p0, d, kind, lrs, cfg.e2e_wds, epochs=epochs,
-                              batch=cfg.e2e_batch, monitor_n=cfg.monitor_n,
-                              monitor_evals=cfg.monitor_evals, eps_rel=cfg.eps_rel,
-                              progress=progress, desc=f"{row} s{seed} end-to-end")
-        e2e["wall_s"] = time.perf_counter() - t0
-        cache.save("end_to_end", pe, e2e, fp_e2e)
+
+    def e2e_grid(name, lr_g):
+        fp = {**fp_e2e, "lrs": [float(a) for a in lr_g]}
+        done = cache.load(name, p0, fp)
+        if done is not None:
+            return done
+        t0 = time.perf_counter()
+        p, inf = _end_to_end(k_e2e, p0, d, kind, lr_g, cfg.e2e_wds, epochs=epochs,
+                             batch=cfg.e2e_batch, monitor_n=cfg.monitor_n,
+                             monitor_evals=cfg.monitor_evals, eps_rel=cfg.eps_rel,
+                             progress=progress, desc=f"{row} s{seed} end-to-end"
+                             + ("" if tuple(lr_g) == tuple(lrs) else f" lr {lr_g[0]:.3g}"))
+        inf["wall_s"] = time.perf_counter() - t0
+        cache.save(name, p, inf, fp)
+        return p, inf
+
+    pe, e2e = e2e_grid("end_to_end", lrs)
+    if cfg.e2e_lr_extend:  # the grid's top picked: one rate further (same key, data order)
+        pe, e2e = _extend_lr(cfg.e2e_lr_extend, lrs, pe, e2e, "val_mse",
+                             lambda k, lr: e2e_grid(f"end_to_end_ext{k}", (lr,)))
     xt, _, lt = d["test"]
     acc = _acc_pct
     e2e["test"] = acc(pe, xt, lt)
@@ -1109,7 +1236,8 @@ def merge_table1(parts_dir: str | os.PathLike, *, config: dict | None = None) ->
 def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                checkpoint_dir: str | os.PathLike | None = None,
                parts_dir: str | os.PathLike | None = None, command: str = "",
-               seed_list: Sequence[int] | None = None) -> Record:
+               seed_list: Sequence[int] | None = None,
+               reuse_steps: Sequence[str | os.PathLike] = ()) -> Record:
     """Table I: run the configured rows (skipping row/seed parts already in ``parts_dir``,
     so a stopped run resumes per seed; a part run with another configuration or key raises
     ``layerlab.loop.CheckpointMismatchError``), then merge every part found into one record.
@@ -1126,6 +1254,11 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
       seed_list: the seed indices to run (default ``range(cfg.seeds)``), e.g. ``[1]`` to run
         a later seed alone (its key is ``fold_in(key, 1)`` as in a full run); the merge reads
         every part in ``parts_dir`` whatever ran.
+      reuse_steps: other runs' ``checkpoint_dir`` folders: a step of (row, seed) found in
+        ``<folder>/<row>_seed<k>/`` with exactly this run's fingerprint (configuration of
+        the step, data, key, initial net, the layers below) is reused instead of trained
+        (:func:`run_table1_row`); the others are trained.  A run removes its own step folder
+        once its part is written, so keep a copy of the steps to be reused.
     """
     import tempfile
 
@@ -1178,7 +1311,9 @@ def run_table1(cfg: Table1Config, *, key: jax.Array, progress: bool = True,
                     continue
                 out = run_table1_row(cfg, row, s, key=jax.random.fold_in(key, s),
                                      progress=progress, cache_dir=steps_dir(row, s),
-                                     mid_layer=mid_layer)
+                                     mid_layer=mid_layer,
+                                     reuse_dirs=[pathlib.Path(r) / f"{row}_seed{s}"
+                                                 for r in reuse_steps])
                 out["command"] = command
                 _write_part(path, out)
                 shutil.rmtree(steps_dir(row, s), ignore_errors=True)

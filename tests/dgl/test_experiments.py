@@ -649,3 +649,134 @@ def test_a_part_of_another_configuration_or_key_is_refused(tmp_path, shared_data
         with pytest.raises(CheckpointMismatchError, match=f"(?s)bmnist-2x20_seed0.json.*\n  "
                                                           f"{field}: saved"):
             ex.run_table1(c, key=k, progress=False, parts_dir=tmp_path)
+
+
+def test_next_lr_and_the_extension_rule():
+    """``_extend_lr`` adds the top rate x the grid's top ratio while the pick is the top rate
+    tried, at most ``n`` times; the selection runs over every rate tried (a tie keeps the
+    base); a non-finite (or cached ``None``) loss never wins."""
+    assert ex._next_lr((1e-4, 3e-4, 1e-3)) == 3.33333e-3 and ex._next_lr((1e-6, 1e-5)) == 1e-4
+    assert ex._next_lr((0.1,)) == pytest.approx(0.1 * 10 ** 0.5)
+    assert ex._next_lr((0.3, 0.1, 0.03)) == pytest.approx(0.9)  # order-free
+    # a loss that falls until lr 8, then rises: scores of lr as (lr - 8)^2
+    calls = []
+
+    def train(k, lr):
+        calls.append((k, lr))
+        return f"p{lr:g}", {"grid": [[lr, 0.0]], "val": [(lr - 8.0) ** 2], "lr": lr, "wd": 0.0,
+                            "wall_s": 1.0}
+
+    base = {"grid": [[1.0, 0.0], [2.0, 0.0]], "val": [49.0, 36.0], "lr": 2.0, "wd": 0.0,
+            "wall_s": 5.0}
+    p, info = ex._extend_lr(5, (1.0, 2.0), "p2", base, "val", train)
+    assert calls == [(1, 4.0), (2, 8.0), (3, 16.0)]  # 16 loses: the pick is inside again
+    assert p == "p8" and info["lr"] == 8.0 and info["lr_extended"] == [4.0, 8.0, 16.0]
+    assert info["grid"] == [[1.0, 0.0], [2.0, 0.0], [4.0, 0.0], [8.0, 0.0], [16.0, 0.0]]
+    assert info["val"] == [49.0, 36.0, 16.0, 0.0, 64.0] and info["wall_s"] == 8.0
+    calls.clear()
+    p, info = ex._extend_lr(1, (1.0, 2.0), "p2", base, "val", train)  # the budget binds
+    assert calls == [(1, 4.0)] and p == "p4" and info["lr_extended"] == [4.0]
+    calls.clear()
+    inner = dict(base, lr=1.0)
+    assert ex._extend_lr(3, (1.0, 2.0), "p1", inner, "val", train) == ("p1", inner)
+    assert calls == []  # an interior pick: nothing added
+    tie, won = ex._merge_extension(base, {"grid": [[4.0, 0.0]], "val": [36.0], "lr": 4.0},
+                                   "val")
+    assert not won and tie["lr"] == 2.0
+    nan, won = ex._merge_extension(base, {"grid": [[4.0, 0.0]], "val": [None], "lr": 4.0},
+                                   "val")
+    assert not won and nan["lr"] == 2.0 and nan["val"][-1] is None
+    with pytest.raises(ValueError, match=r"Table1Config.dgl_lr_extend must be an integer >= 0"):
+        ex.Table1Config.smoke(dgl_lr_extend=-1)
+    with pytest.raises(ValueError, match=r"Table1Config.e2e_lr_extend must be an integer >= 0"):
+        ex.Table1Config.smoke(e2e_lr_extend=1.5)
+
+
+@pytest.mark.datasets("mnist")
+def test_a_grid_extended_past_its_top_equals_the_wider_grid(tmp_path, shared_data):
+    """``dgl_lr_extend`` / ``e2e_lr_extend`` on grids whose top is picked (rates far too small
+    for 4 DGL steps / 2 SGD epochs) select what the grid with the added rate selects, with the
+    same losses: the added runs use the same key, data order and validation data; a resumed
+    run reuses the cached base and extension steps."""
+    small = dict(data_dir=str(shared_data), dgl_lrs=(1e-6, 1e-5), e2e_sgd_lrs=(1e-3, 3e-3))
+    cfg_x = ex.Table1Config.smoke(dgl_lr_extend=1, e2e_lr_extend=1, **small)
+    cfg_w = ex.Table1Config.smoke(**{**small, "dgl_lrs": (1e-6, 1e-5, 1e-4),
+                                     "e2e_sgd_lrs": (1e-3, 3e-3, 9e-3)})
+    key = jax.random.key(3)
+    ck = tmp_path / "steps"
+    got = ex.run_table1_row(cfg_x, "bmnist-2x20", 0, key=key, progress=False, cache_dir=ck,
+                            mid_layer=False)
+    want = ex.run_table1_row(cfg_w, "bmnist-2x20", 0, key=key, progress=False)
+    ge, we = got["end_to_end"], want["end_to_end"]
+    assert ge["lr_extended"] == pytest.approx([9e-3])
+    np.testing.assert_allclose(np.asarray(ge["grid"]), np.asarray(we["grid"]), rtol=1e-6)
+    np.testing.assert_allclose(ge["val_mse"], we["val_mse"], rtol=1e-4)
+    assert ge["lr"] == pytest.approx(we["lr"]) and ge["wd"] == we["wd"]
+    assert abs(ge["test"] - we["test"]) <= 0.1
+    for gl, wl in zip(got["lego"]["layers"], want["lego"]["layers"], strict=True):
+        assert gl["lr_extended"] == pytest.approx([1e-4])
+        np.testing.assert_allclose(np.asarray(gl["grid"]), np.asarray(wl["grid"]), rtol=1e-6)
+        np.testing.assert_allclose(gl["val_dgl_best"], wl["val_dgl_best"], rtol=1e-4)
+        assert gl["lr"] == pytest.approx(wl["lr"]) == pytest.approx(1e-4)
+    assert abs(got["lego"]["test"] - want["lego"]["test"]) <= 0.1
+    assert got["config"]["dgl_lr_extend"] == 1 and "dgl_lr_extend" in want["config"]
+    names = sorted(p.stem for p in ck.glob("*.json"))
+    assert names == ["end_to_end", "end_to_end_ext1", "lego_layer1", "lego_layer1_ext1",
+                     "lego_layer2", "lego_layer2_ext1"], names
+    # the same run again: every step (base grids and extensions) comes from the cache
+    import layerlab.dgl.experiments as mod
+
+    def fail(*a, **k):
+        raise AssertionError("a cached step was recomputed")
+
+    orig = mod._end_to_end, mod._dgl_layer_grid
+    mod._end_to_end = mod._dgl_layer_grid = fail
+    try:
+        again = ex.run_table1_row(cfg_x, "bmnist-2x20", 0, key=key, progress=False,
+                                  cache_dir=ck, mid_layer=False)
+    finally:
+        mod._end_to_end, mod._dgl_layer_grid = orig
+    assert again["lego"]["test"] == got["lego"]["test"]
+    assert again["end_to_end"]["test"] == got["end_to_end"]["test"]
+
+
+@pytest.mark.datasets("mnist")
+def test_an_ablation_reuses_the_protocols_steps_whose_inputs_it_did_not_change(
+        tmp_path, shared_data, monkeypatch):
+    """``reuse_dirs``: a run with the LEGO grid extended reuses the protocol's end-to-end run
+    and layer 1's grid (same fingerprint), trains layer 1's added rate, and, because that
+    rate wins (rates far too small for 4 steps), trains layer 2 afresh (its layers below
+    changed): the part equals a fresh extended run's; a step of another fingerprint in the
+    reuse folder is trained, not refused."""
+    small = dict(data_dir=str(shared_data), dgl_lrs=(1e-6, 1e-5))
+    key = jax.random.key(3)
+    proto = tmp_path / "proto"
+    ex.run_table1_row(ex.Table1Config.smoke(**small), "bmnist-2x20", 0, key=key,
+                      progress=False, cache_dir=proto, mid_layer=False)
+    cfg_x = ex.Table1Config.smoke(dgl_lr_extend=1, **small)
+    want = ex.run_table1_row(cfg_x, "bmnist-2x20", 0, key=key, progress=False)
+    trained = []
+    grid, e2e = ex._dgl_layer_grid, ex._end_to_end
+
+    def count(kind, fn):
+        def f(*a, **k):
+            trained.append((kind, tuple(k["lrs"]) if kind == "lego" else tuple(a[4])))
+            return fn(*a, **k)
+        return f
+
+    monkeypatch.setattr(ex, "_dgl_layer_grid", count("lego", grid))
+    monkeypatch.setattr(ex, "_end_to_end", count("e2e", e2e))
+    got = ex.run_table1_row(cfg_x, "bmnist-2x20", 0, key=key, progress=False,
+                            cache_dir=tmp_path / "abl", mid_layer=False, reuse_dirs=[proto])
+    assert trained == [("lego", (1e-4,)), ("lego", (1e-6, 1e-5)), ("lego", (1e-4,))], trained
+    assert got["end_to_end"]["reused_from"] == str(proto)
+    l1, l2 = got["lego"]["layers"]
+    assert l1["reused_from"] == str(proto) and l1["lr"] == pytest.approx(1e-4)
+    assert "reused_from" not in l2
+    for col in ("end_to_end", "lego", "random"):
+        assert got[col]["test"] == want[col]["test"]
+    for gl, wl in zip(got["lego"]["layers"], want["lego"]["layers"], strict=True):
+        # a reused step's info is the cache's, rounded to 6 digits as a part stores it
+        np.testing.assert_allclose(gl["val_dgl_best"], wl["val_dgl_best"], rtol=2e-6)
+        np.testing.assert_allclose(np.asarray(gl["grid"]), np.asarray(wl["grid"]), rtol=1e-6)
+    assert (tmp_path / "abl" / "end_to_end.npz").exists()  # copied in: a rerun needs no proto

@@ -246,8 +246,9 @@ def test_conflicting_flags_are_refused(capsys):
     assert _parser("dgl_table1").parse_args(["--merge-only", "--record"]).merge_only
     # the run flags added since, and a flag given as 0 (0 == False once let it through)
     err = _refused("dgl_table1", ["--merge-only", "--seed-list", "1", "--dgl-lrs", "1e-3",
-                                  "--e2e-wds", "0", "--max-width", "0"], capsys)
-    assert "got --max-width, --seed-list, --dgl-lrs, --e2e-wds" in err, err
+                                  "--e2e-wds", "0", "--max-width", "0", "--dgl-lr-extend",
+                                  "0"], capsys)
+    assert "got --max-width, --seed-list, --dgl-lrs, --e2e-wds, --dgl-lr-extend" in err, err
     err = _refused("dgl_fig1", ["--checkpoint-dir", "ck"], capsys)
     assert "argument --checkpoint-dir: this script does not take it (Monte-Carlo" in err
     assert "--checkpoint-dir" not in _options("dgl_fig1")
@@ -267,8 +268,12 @@ def test_dgl_table1_passes_the_grids_and_seed_list_to_run_table1(tmp_path, monke
     monkeypatch.setattr(dgl_table1._cli, "finish", lambda *a, **k: None)
     dgl_table1.main(["--paper", "--rows", "cifar", "--seed-list", "2,1", "--dgl-lrs",
                      "1e-4,3e-4,1e-3,3e-3", "--dgl-wds", "0", "--e2e-adam-lrs", "1e-3,3e-3",
-                     "--e2e-wds", "0,1e-4", "--out", str(tmp_path), "--no-progress"])
+                     "--e2e-wds", "0,1e-4", "--dgl-lr-extend", "2", "--e2e-lr-extend", "0",
+                     "--reuse-steps", "a", "--reuse-steps", "b",
+                     "--out", str(tmp_path), "--no-progress"])
+    assert seen["reuse_steps"] == ["a", "b"]
     cfg = seen["cfg"]
+    assert cfg.dgl_lr_extend == 2 and cfg.e2e_lr_extend == 0
     assert seen["seed_list"] == (2, 1) and cfg.seeds == 3
     assert cfg.dgl_lrs == (1e-4, 3e-4, 1e-3, 3e-3) and cfg.dgl_wds == (0.0,)
     assert cfg.e2e_adam_lrs == (1e-3, 3e-3) and cfg.e2e_wds == (0.0, 1e-4)
