@@ -248,12 +248,22 @@ def prepare_row_data(dataset: str, n_train: int, seed: int,
     return out
 
 
-def _ridge_fit(h, y, ridge_rel):
+def _ridge_stats(h, y):
+    """What every ridge of the closed-form head shares: ``([H 1]^T [H 1]  [d+1, d+1],
+    [H 1]^T y  [d+1, C], tr(H^T H)/d)``."""
     n, d = h.shape
     Ht = jnp.concatenate([h, jnp.ones((n, 1), h.dtype)], axis=1)
-    lam = ridge_rel * jnp.sum(h * h) / d + 1e-12
-    W = jnp.linalg.solve(Ht.T @ Ht + lam * jnp.eye(d + 1, dtype=h.dtype), Ht.T @ y)
+    return Ht.T @ Ht, Ht.T @ y, jnp.sum(h * h) / d
+
+
+def _ridge_solve(G, R, scale, ridge_rel):
+    d = G.shape[0] - 1
+    W = jnp.linalg.solve(G + (ridge_rel * scale + 1e-12) * jnp.eye(d + 1, dtype=G.dtype), R)
     return {"w": W[:d], "b": W[d]}
+
+
+def _ridge_fit(h, y, ridge_rel):
+    return _ridge_solve(*_ridge_stats(h, y), ridge_rel)
 
 
 def _head_mse(head, h, y):
@@ -296,6 +306,18 @@ def classifier_on_val(h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array, y_va: j
 RIDGE_SCAN = tuple(10.0 ** k for k in range(-6, 5))
 
 
+_ridge_stats_jit = jax.jit(_ridge_stats)
+
+
+@jax.jit
+def _ridge_scan_one(stats, h_va, y_va, h_te, labels_te, ridge_rel):
+    """One ridge of :func:`_ridge_scan`: the head, its validation MSE and the test accuracy
+    (a fraction) of the net whose last hidden features are ``h_te [M, d]``."""
+    head = _ridge_solve(*stats, ridge_rel)
+    logits = h_te @ head["w"] + head["b"][None, :]
+    return head, _head_mse(head, h_va, y_va), jnp.mean(jnp.argmax(logits, -1) == labels_te)
+
+
 def _ridge_scan(params: list, h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array,
                y_va: jax.Array, x_test: jax.Array, labels_test: jax.Array,
                ridges: Sequence[float] = RIDGE_SCAN) -> dict:
@@ -309,12 +331,16 @@ def _ridge_scan(params: list, h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array,
       of the smallest validation MSE over this grid).
     """
     out: dict[str, list] = {"ridges": [], "val_mse": [], "test": []}
+    # the Gram and the test features once, not per ridge (at N = 10 000, d = 2000, L = 5 the
+    # per-ridge Gram and forward pass were ~2 s each)
+    stats = _ridge_stats_jit(h_tr, y_tr)
+    h_te = _hidden_representations(params, x_test)[-1]
     for r in ridges:
-        head, v = _ridge_head(h_tr, y_tr, h_va, y_va, float(r))
-        net = [dict(p) for p in params[:-1]] + [head]
+        head, v, a = _ridge_scan_one(stats, h_va, y_va, h_te, jnp.asarray(labels_test),
+                                     float(r))
         out["ridges"].append(float(r))
         out["val_mse"].append(float(v))
-        out["test"].append(_acc_pct(net, x_test, labels_test))
+        out["test"].append(100.0 * float(a))
     v = np.asarray(out["val_mse"])
     i = int(np.argmin(np.where(np.isfinite(v), v, np.inf)))  # a NaN ridge is never the best
     return {**out, "best_ridge": out["ridges"][i]}

@@ -4,6 +4,7 @@ Table I merge."""
 import dataclasses
 import itertools
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -283,8 +284,11 @@ def test_full_n_comparison_added_to_a_part_equals_the_in_run_one(tmp_path, share
         i = sc["ridges"].index(out[col]["ridge"])
         np.testing.assert_allclose(sc["val_mse"][i], out[col]["val_mse"], rtol=1e-5)
         # the scan's test accuracy at the protocol's ridge is the column's own (the right net:
-        # LEGO's layers for "lego", the random init's for "random")
-        np.testing.assert_allclose(sc["test"][i], out[col]["test"], atol=1e-9)
+        # LEGO's layers for "lego", the random init's for "random"; the scan applies the head
+        # to test features computed once, another XLA program: one test sample may flip
+        # where two logits tie to float32 rounding)
+        np.testing.assert_allclose(sc["test"][i], out[col]["test"],
+                                   atol=100.0 / out["n_test"] + 1e-9)
         assert sc["best_ridge"] in sc["ridges"]
     assert out["lego"]["ridge_scan"]["test"] != out["random"]["ridge_scan"]["test"]
     want = out.pop("full_n_vs_minibatch")
@@ -600,8 +604,11 @@ def test_seed_list_runs_a_later_seed_alone_with_its_full_run_key(tmp_path, monke
     cfg = ex.Table1Config.smoke(seeds=2)
     calls = []
 
-    def fake_row(c, row, seed, *, key, progress, cache_dir, mid_layer):
+    reuse = []
+
+    def fake_row(c, row, seed, *, key, progress, cache_dir, mid_layer, reuse_dirs):
         calls.append((row, seed))
+        reuse.append(list(reuse_dirs))
         return {"row": row, "seed": seed, "width": c.width(row), "n_train": c.n_bmnist,
                 "paper_scale": False, "end_to_end": {"test": 99.0}, "lego": {"test": 99.0},
                 "random": {"test": 90.0}, "wall_s": 1.0, "device": "cpu",
@@ -626,9 +633,13 @@ def test_seed_list_runs_a_later_seed_alone_with_its_full_run_key(tmp_path, monke
         ex.run_table1(dataclasses.replace(cfg, dgl_lrs=(1e-3, 3e-3)), key=key, progress=False,
                       parts_dir=tmp_path, seed_list=[0])
     assert calls == [("bmnist-2x20", 1)]
-    # the same grid: seed 0 runs, seed 1 is kept
-    ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path, seed_list=[0, 1])
+    # the same grid: seed 0 runs, seed 1 is kept; --reuse-steps folders reach the row runner
+    # as that (row, seed)'s step folder in each
+    ex.run_table1(cfg, key=key, progress=False, parts_dir=tmp_path, seed_list=[0, 1],
+                  reuse_steps=[tmp_path / "a", "b"])
     assert calls == [("bmnist-2x20", 1), ("bmnist-2x20", 0)]
+    assert reuse == [[], [tmp_path / "a" / "bmnist-2x20_seed0",
+                          pathlib.Path("b") / "bmnist-2x20_seed0"]]
 
 
 @pytest.mark.datasets("mnist")
