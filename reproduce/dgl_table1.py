@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(end-to-end run, LEGO layer) found there with exactly this run's settings, "
                    "data, key and layers below is reused, the rest trained; for an ablation "
                    "beside the protocol (a run removes its own steps once its part is written: "
-                   "reuse a copy)")
+                   "reuse a copy; default: none, every step trained here)")
     p.add_argument("--seed-list", type=_cli.int_list(0), default=None,
                    help="comma list of the seed indices to run, e.g. 1 to run the second "
                    "seed alone with the key it has in a full run (default: 0 .. --seeds - 1); "

@@ -335,9 +335,9 @@ def _ridge_scan(params: list, h_tr: jax.Array, y_tr: jax.Array, h_va: jax.Array,
     # per-ridge Gram and forward pass were ~2 s each)
     stats = _ridge_stats_jit(h_tr, y_tr)
     h_te = _hidden_representations(params, x_test)[-1]
+    labels_test = jnp.asarray(labels_test)
     for r in ridges:
-        head, v, a = _ridge_scan_one(stats, h_va, y_va, h_te, jnp.asarray(labels_test),
-                                     float(r))
+        head, v, a = _ridge_scan_one(stats, h_va, y_va, h_te, labels_test, float(r))
         out["ridges"].append(float(r))
         out["val_mse"].append(float(v))
         out["test"].append(100.0 * float(a))
@@ -665,6 +665,18 @@ class _StepCache:
         self.mid_layer = mid_layer
         self.base = base or {}
         self.reuse = tuple(pathlib.Path(r) for r in reuse)
+        if self.reuse and self.path is None:
+            raise ValueError("run_table1_row: reuse_dirs needs a cache_dir (the reused steps "
+                             f"are copied there); got reuse_dirs {list(map(str, self.reuse))} "
+                             "and cache_dir None.")
+        for r in self.reuse:
+            if not r.is_dir():
+                import warnings
+
+                warnings.warn(f"the step folder {r} to reuse does not exist (a run removes its "
+                              "own once its part is written; reuse a copy): every step it "
+                              "would have given is trained here.", RuntimeWarning,
+                              stacklevel=3)
 
     def fit_dir(self, name: str, settings: list) -> pathlib.Path | None:
         """Where a step's ``loop.fit`` checkpoints go (``None``: not kept): named by the step
@@ -761,16 +773,20 @@ def _next_lr(tried: Sequence[float]) -> float:
     """The rate past the top of ``tried``: its largest times the ratio of its two largest
     (``sqrt(10)`` when one rate was tried), to 6 significant digits: 1e-3 after
     (1e-4, 3e-4, 1e-3) is 3.33333e-3."""
-    s = sorted(float(a) for a in tried)
+    s = sorted({float(a) for a in tried})  # a repeated top rate is one rate
     # 6 significant digits, as the parts store numbers (1e-4 stays 1e-4, not 1.0000000000000003e-4)
     return float(f"{s[-1] * (s[-1] / s[-2] if len(s) > 1 and s[-2] > 0 else 10 ** 0.5):.6g}")
 
 
 def _score(v) -> float:
-    """A validation loss as the selection reads it: non-finite (or ``None``, as a cached
-    part stores a non-finite number) is ``inf``."""
-    v = np.inf if v is None else float(v)
-    return v if np.isfinite(v) else np.inf
+    """A validation loss as the selection of :func:`_merge_extension` reads it, the same
+    whether the step is fresh or cached: rounded to 6 significant digits as a cached step
+    stores it (so a resumed run picks what an uninterrupted one does), and non-finite as
+    ``inf`` (a cache stores NaN as ``None`` and +inf as ``1e308``)."""
+    from layerlab.record import _round
+
+    v = None if v is None else _round(float(v))
+    return np.inf if v is None or not np.isfinite(v) or abs(v) >= 1e308 else v
 
 
 def _merge_extension(base: dict, ext: dict, score: str) -> tuple[dict, bool]:
@@ -801,7 +817,7 @@ def _extend_lr(n: int, lrs: Sequence[float], params: Any, info: dict, score: str
     rate tried and fewer than ``n`` rates were added, ``train(k, lr)`` (the ``k``-th added
     rate, ``-> (params, info)``) with :func:`_next_lr`; the selection then runs over all."""
     tried = [float(a) for a in lrs]
-    for k in range(1, int(n) + 1):
+    for k in range(1, int(n) + 1):  # (the grid's own pick is its argmin, unrounded)
         if not np.isclose(float(info["lr"]), max(tried), rtol=1e-5, atol=0.0):
             break
         lr = _next_lr(tried)
@@ -1443,6 +1459,8 @@ def run_lego_ablation(cfg: Table1Config, row: str, variants: dict[str, dict], *,
                 "dgl_lrs": [float(a) for a in c.dgl_lrs], "dgl_wds": [float(a) for a in c.dgl_wds],
                 "val_subsets": int(c.val_subsets), "eps_rel": float(c.eps_rel),
                 "ridges": [float(a) for a in c.ridges]}
+        if c.dgl_lr_extend:  # only when used: states written before it existed still match
+            fp_v["dgl_lr_extend"] = int(c.dgl_lr_extend)
         if name in res:
             check(res[name].get("fingerprint"), fp_v, f"variant {name!r} in {path}")
             continue

@@ -697,6 +697,19 @@ def test_next_lr_and_the_extension_rule():
     nan, won = ex._merge_extension(base, {"grid": [[4.0, 0.0]], "val": [None], "lr": 4.0},
                                    "val")
     assert not won and nan["lr"] == 2.0 and nan["val"][-1] is None
+    # a diverged grid, fresh (inf, NaN) or cached (1e308 for inf, None for NaN): a diverged
+    # extension never wins against it, whichever of the two is cached
+    for b_val, e_val in ((np.inf, 1e308), (1e308, np.inf), (np.nan, None), (None, 1e308)):
+        _, won = ex._merge_extension(dict(base, val=[b_val]),
+                                     {"grid": [[4.0, 0.0]], "val": [e_val], "lr": 4.0}, "val")
+        assert not won, (b_val, e_val)
+    # losses are compared at the 6 digits a cached step keeps: a resumed run (base cached,
+    # rounded) picks what the uninterrupted one (both fresh) picks
+    fresh = dict(base, val=[0.6951234])
+    cached = dict(base, val=[0.695123])
+    ext = {"grid": [[4.0, 0.0]], "val": [0.6951232], "lr": 4.0}
+    assert ex._merge_extension(fresh, ext, "val")[1] is ex._merge_extension(cached, ext, "val")[1]
+    assert ex._next_lr((1e-3, 1e-3, 3e-4)) == 3.33333e-3  # a repeated rate counts once
     with pytest.raises(ValueError, match=r"Table1Config.dgl_lr_extend must be an integer >= 0"):
         ex.Table1Config.smoke(dgl_lr_extend=-1)
     with pytest.raises(ValueError, match=r"Table1Config.e2e_lr_extend must be an integer >= 0"):
@@ -791,3 +804,10 @@ def test_an_ablation_reuses_the_protocols_steps_whose_inputs_it_did_not_change(
         np.testing.assert_allclose(gl["val_dgl_best"], wl["val_dgl_best"], rtol=2e-6)
         np.testing.assert_allclose(np.asarray(gl["grid"]), np.asarray(wl["grid"]), rtol=1e-6)
     assert (tmp_path / "abl" / "end_to_end.npz").exists()  # copied in: a rerun needs no proto
+    # a reuse folder that is not there (a typo, or the protocol's, removed with its part):
+    # said, not silently hours of training; reuse without a cache folder: refused
+    with pytest.warns(RuntimeWarning, match=r"the step folder .*nowhere to reuse does not exist"):
+        ex._StepCache(tmp_path / "c", reuse=[tmp_path / "nowhere"])
+    with pytest.raises(ValueError, match=r"reuse_dirs needs a cache_dir"):
+        ex.run_table1_row(cfg_x, "bmnist-2x20", 0, key=key, progress=False,
+                          reuse_dirs=[proto])
