@@ -79,6 +79,10 @@ class Inspectable(NamedTuple):
         differentiates (``theta``) and ``rebuild(theta) -> params``, or ``None`` (all of
         ``params``).  The linen and NNX adapters set it so that BatchNorm statistics, RNG
         counters and other non-trainable state are held fixed, not differentiated.
+      channels_last: ``True`` when the representations with spatial axes are known to be
+        channels-last (the linen and NNX adapters: flax's layout); ``None`` (plain JAX:
+        unknown) lets the report warn about a 4-D representation that looks channels-first
+        under ``InspectConfig.channel_axis = -1``.
     """
 
     features: FeaturesFn
@@ -86,6 +90,7 @@ class Inspectable(NamedTuple):
     weights: Callable[[Any], Mapping[str, jax.Array]] | None = None
     top_variances: Callable[[Any], Mapping[str, LayerVariances]] | None = None
     trainable: Callable[[Any], tuple[Any, Callable[[Any], Any]]] | None = None
+    channels_last: bool | None = None
 
 
 # ----------------------------------------------------------------------------- paths
@@ -321,12 +326,16 @@ def from_features(
     *,
     apply: Callable[[Any, jax.Array], jax.Array] | None = None,
     weights: Callable[[Any], Mapping[str, jax.Array]] | None = None,
+    output: Any = None,
 ) -> Inspectable:
     """Any ``features(params, x) -> {name: [n, ...]}`` (the core interface) as an Inspectable.
 
     Args:
       features: per-layer representations of a batch, samples as rows.
       apply: optional model outputs ``(params, x) -> [n, k]`` (for the NTK diagnostics).
+      output: for an ``apply`` returning several things, the ``[n, k]`` array the NTK
+        diagnostics use, as with the flax adapters: a key or index into ``apply``'s output
+        (``output=0`` of ``(logits, aux)``) or a callable ``out -> [n, k]``.
       weights: optional ``params -> {name: kernel}`` (default: :func:`named_weights`, read as
         described under :attr:`Inspectable.weights`; a kernel ``[L, d_in, d_out]`` whose
         ``bias`` is ``[L, d_out]`` is ``L`` layers' kernels, ``<name>/0 .. <name>/{L-1}``).
@@ -339,19 +348,32 @@ def from_features(
             f"from_features: features must be callable features(params, x) -> dict, got "
             f"{type(features).__name__}."
         )
+    if output is not None:
+        if apply is None:
+            raise ValueError(f"from_features: output={output!r} picks from apply's output, but "
+                             "no apply was given.")
+        pick, f = _output_picker(output, "from_features"), apply
+        apply = lambda params, x: pick(f(params, x))  # noqa: E731
     return Inspectable(features=features, apply=apply, weights=weights)
 
 
 def from_layers(
     layers: Sequence[tuple[str, Callable[[Any, jax.Array], jax.Array]]],
+    *,
+    weights: Callable[[Any], Mapping[str, jax.Array]] | None = None,
 ) -> Inspectable:
     """A plain function composed of layers: ``h_i = layer_i(params[i], h_{i-1})``, ``h_0 = x``.
 
     ``params`` is a sequence with one entry per layer (in order) or a mapping keyed by the
-    layer names.  Every ``h_i`` is reported under its name; the last one is the output.
+    layer names; a layer without parameters (an activation, a pooling) takes ``None`` there.
+    Every ``h_i`` is reported under its name; the last one is the output.
 
     Args:
       layers: ``[(name, fn), ...]`` with ``fn(layer_params, h) -> h``.
+      weights: optional ``params -> {name: kernel}`` as :func:`from_features`' (default:
+        :func:`named_weights`, kernels read as ``[..., fan_out]``, flax's layout: return the
+        kernels of another layout transposed, e.g. an ``OIHW`` convolution kernel ``w`` as
+        ``w.transpose(2, 3, 1, 0)``).
 
     Returns:
       :class:`Inspectable` with ``features`` and ``apply``.
@@ -364,7 +386,8 @@ def from_layers(
     def _param(params, i, name):
         if isinstance(params, Mapping):
             if name not in params:
-                raise KeyError(f"from_layers: params has no entry for layer {name!r}.")
+                raise KeyError(f"from_layers: params has no entry for layer {name!r} (a layer "
+                               f"without parameters takes None: params[{name!r}] = None).")
             return params[name]
         if len(params) != len(layers):
             raise ValueError(
@@ -379,7 +402,7 @@ def from_layers(
             out[name] = h
         return out
 
-    return Inspectable(features=run, apply=lambda p, x: run(p, x)[names[-1]])
+    return Inspectable(features=run, apply=lambda p, x: run(p, x)[names[-1]], weights=weights)
 
 
 def from_mlp(*, activation: Callable[[jax.Array], jax.Array] = jax.nn.relu) -> Inspectable:
@@ -589,7 +612,7 @@ def from_linen(
         return _weight_matrices(_vars(params)["params"], out_axes, stacks_of(params))
 
     return Inspectable(features=_unstack(_in_call_order(raw_features), stacks_of),
-                       apply=apply, weights=weights, trainable=trainable)
+                       apply=apply, weights=weights, trainable=trainable, channels_last=True)
 
 
 def from_nnx(
@@ -739,7 +762,7 @@ def from_nnx(
         return theta, lambda t: nnx.merge_state(t, rest)
 
     return Inspectable(features=_unstack(_in_call_order(raw_features), lambda _: stacks),
-                       apply=apply, weights=weights, trainable=trainable)
+                       apply=apply, weights=weights, trainable=trainable, channels_last=True)
 
 
 def _nnx_call_kwargs(call_kwargs: Any, nnx: Any) -> dict[str, Any]:

@@ -115,6 +115,12 @@ class InspectConfig:
       layers: a tuple of representation names to report, in this order (default: all of
         ``features``); a single string is refused likewise.
       conv: ``"mean"`` | ``"max"`` | ``"flatten"`` for representations with spatial axes.
+      channel_axis: the channel axis of representations with spatial axes, counted on the
+        whole ``[n, ...]`` array: ``-1`` (default: channels last, ``[n, H, W, C]``, flax's
+        layout) or ``1`` (channels first, ``[n, C, H, W]``, the default layout of
+        ``jax.lax.conv_general_dilated``); ``"mean"`` and ``"max"`` pool over every other
+        axis but the samples'.  A 4-D representation that looks channels-first under
+        ``-1`` (its last two axes equal, its axis 1 not) is warned about.
       num_classes: ``C`` for integer labels ``y [n]`` (turned into zero-mean one-hot targets,
         the DGL paper's encoding); not needed for ``y [n, C]`` targets.
       eps_rel: ``dgl_nngp`` noise ``eps^2 = eps_rel * mean diag K`` (``LegoConfig`` default).
@@ -134,6 +140,7 @@ class InspectConfig:
     diagnostics: tuple[str, ...] = DIAGNOSTICS
     layers: tuple[str, ...] | None = None
     conv: str = "mean"
+    channel_axis: int = -1
     num_classes: int | None = None
     eps_rel: float = 0.05
     ridge_rel: float = 1e-4
@@ -163,6 +170,11 @@ class InspectConfig:
                     "report); leave it None for all of features' layers.")
         if self.conv not in _CONV:
             raise ValueError(f"InspectConfig: conv must be one of {_CONV}, got {self.conv!r}.")
+        check_int(self.channel_axis, "channel_axis", fn="InspectConfig")
+        if int(self.channel_axis) == 0:
+            raise ValueError("InspectConfig: channel_axis must not be 0 (axis 0 holds the "
+                             "samples); -1 for channels last, 1 for channels first.")
+        object.__setattr__(self, "channel_axis", int(self.channel_axis))
         for name in ("ridge_rel", "eps_rel", "near_one_tol"):
             check_scalar(getattr(self, name), name, "InspectConfig")
         check_number(self.ridge_rel, "ridge_rel", fn="InspectConfig", min_value=0.0)
@@ -314,12 +326,28 @@ def _check_reference(reference: Any) -> None:
             "params themselves are not a reference).")
 
 
-def _reduce(h: jax.Array, conv: str) -> jax.Array:
+def _reduce(h: jax.Array, conv: str, channel_axis: int = -1, name: str = "",
+            warn_layout: bool = False) -> jax.Array:
+    """A representation ``[n, ...]`` as ``[n, d]``: pooled over every axis but the samples'
+    and ``channel_axis`` (``conv`` ``"mean"`` / ``"max"``), or flattened.  ``warn_layout``
+    (a model of unknown layout): warn about a 4-D map that looks channels-first."""
     if h.ndim <= 2:
         return h
+    if not -h.ndim <= channel_axis < h.ndim or channel_axis % h.ndim == 0:
+        raise ValueError(
+            f"InspectConfig.channel_axis = {channel_axis} is not a feature axis of "
+            f"representation {name!r} of shape {tuple(h.shape)} (axis 0 holds the samples).")
+    if (warn_layout and conv != "flatten" and channel_axis == -1 and h.ndim == 4
+            and h.shape[-1] == h.shape[-2] != h.shape[1]):  # (flattening reads any layout)
+        warnings.warn(
+            f"representation {name!r} has shape {tuple(h.shape)}: it looks channels-first "
+            f"([n, C, H, W], jax.lax.conv_general_dilated's default layout, C = {h.shape[1]}) "
+            "but is read channels-last (InspectConfig.channel_axis = -1, flax's layout); if "
+            "so, set InspectConfig(channel_axis=1).", RuntimeWarning, stacklevel=4)
     if conv == "flatten":
         return h.reshape(h.shape[0], -1)
-    axes = tuple(range(1, h.ndim - 1))  # spatial axes, channels last (flax convention)
+    c = channel_axis % h.ndim
+    axes = tuple(a for a in range(1, h.ndim) if a != c)  # the spatial axes
     return jnp.mean(h, axis=axes) if conv == "mean" else jnp.max(h, axis=axes)
 
 
@@ -356,8 +384,10 @@ def _check_samples(x: jax.Array, y: Any) -> None:
             f"x: the probe batch has n = {n} samples (the rows of x, shape {tuple(x.shape)}), "
             f"but y has {ys[0]} (shape {ys}); x is [n, ...] with samples as rows.  One sample "
             f"x[i] lacks the batch axis: x[None] (the reports need n >= 2: a batch x[i:j]).")
+    transposed = (f"  x looks transposed (its last axis has y's {ys[0]}): samples as rows, "
+                  "x.T?" if x.ndim == 2 and x.shape[-1] == ys[0] else "")
     raise ValueError(f"y: expected [n] labels or [n, C] targets with n = {n}, got {ys} (n is "
-                     f"the rows of x, shape {tuple(x.shape)}: samples as rows).")
+                     f"the rows of x, shape {tuple(x.shape)}: samples as rows).{transposed}")
 
 
 def _one_sample_hint(x: jax.Array) -> str:
@@ -436,7 +466,8 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
                 f"features: representation {k!r} has {bad} non-finite (NaN/inf) entries; check "
                 "params (a diverged run?) and x."
             )
-        out[k] = _reduce(h, config.conv)
+        out[k] = _reduce(h, config.conv, config.channel_axis, k,
+                         warn_layout=not model.channels_last)
     return out
 
 
@@ -494,6 +525,18 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
     if config.ntk_samples is not None and config.ntk_samples > x.shape[0]:
         warnings.warn(f"InspectConfig.ntk_samples = {config.ntk_samples} exceeds the {x.shape[0]} "
                       f"probe samples; the NTK uses all {x.shape[0]}.", stacklevel=3)
+    if model.trainable is None:  # every leaf is differentiated: non-arrays cannot be
+        bad = [jax.tree_util.keystr(path) for path, leaf in
+               jax.tree_util.tree_leaves_with_path(params)
+               if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float))]
+        if bad:
+            raise TypeError(
+                f"params: the NTK diagnostics differentiate every leaf of params, but "
+                f"params{bad[0]} is not an array ({len(bad)} such leaves: "
+                f"{', '.join('params' + b for b in bad[:4])}); keep settings such as "
+                "activation names out of params (close over them in features/apply), give "
+                "the Inspectable a trainable= split (Inspectable.trainable), or drop "
+                "'ntk_alignment' and 'ntk_target_alignment' from InspectConfig.diagnostics.")
     out = jax.eval_shape(model.apply, params, x[:m])
     if not (isinstance(out, jax.ShapeDtypeStruct) and out.ndim in (1, 2) and out.shape[0] == m):
         got = jax.tree.map(lambda a: list(a.shape), out)
@@ -502,7 +545,8 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
             f"model.apply(params, x) must return the model's outputs as one [n, k] (or [n]) "
             f"array for the NTK diagnostics; on {m} samples it returned {got}.  For a model "
             "with several outputs pick the array with the adapter's output= (e.g. "
-            "from_linen(model, output=0), from_nnx(model, output='logits') or "
+            "from_linen(model, output=0), from_nnx(model, output='logits'), "
+            "from_features(features, apply=f, output=0) or "
             "output=lambda out: out[0]), or drop 'ntk_alignment' and 'ntk_target_alignment' "
             "from InspectConfig.diagnostics.")
     if model.trainable is None:
@@ -605,6 +649,12 @@ def layer_report(
     _check_reference(reference)
     x = _probe_batch(x, "layer_report")
     diags = [d for d in config.diagnostics if reference is not None or d not in _NEEDS_REF]
+    if not diags:
+        raise ValueError(
+            f"reference: the diagnostics asked for, {list(config.diagnostics)}, all compare "
+            "against a reference and none was given (the report would be empty); pass "
+            "reference=make_reference(model, params_ref, x, config=config) or ask for other "
+            "diagnostics in InspectConfig.diagnostics.")
     if y is None and any(d in _NEEDS_Y for d in diags):
         raise ValueError(
             f"y: the diagnostics {[d for d in diags if d in _NEEDS_Y]} need targets; pass y or "
