@@ -80,9 +80,10 @@ class Inspectable(NamedTuple):
         ``params``).  The linen and NNX adapters set it so that BatchNorm statistics, RNG
         counters and other non-trainable state are held fixed, not differentiated.
       channels_last: ``True`` when the representations with spatial axes are known to be
-        channels-last (the linen and NNX adapters: flax's layout); ``None`` (plain JAX:
-        unknown) lets the report warn about a 4-D representation that looks channels-first
-        under ``InspectConfig.channel_axis = -1``.
+        channels-last (the linen and NNX adapters: flax's layout; ``InspectConfig.channel_axis``
+        is then ignored); ``None`` or ``False`` (plain JAX: unknown) reads them as
+        ``InspectConfig.channel_axis`` says and warns about a 4-D representation that looks
+        channels-first under ``channel_axis = -1``.
     """
 
     features: FeaturesFn

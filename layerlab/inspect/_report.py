@@ -26,7 +26,8 @@ Every number is computed by the toolkit's own implementation (no second copy):
 ``ntk_target_alignment`` ``probes.kernel_alignment(Theta, Y Y^T, centered=True)``
 =======================  ==================================================================
 
-Representations ``H [n, ...]`` with more than two axes (convolutions, channels last) are
+Representations ``H [n, ...]`` with more than two axes (convolutions; channels last, or
+where ``InspectConfig.channel_axis`` says for a plain-JAX model) are
 mean-pooled over the spatial axes (``conv="mean"``), max-pooled (``"max"``) or flattened
 (``"flatten"``) to ``[n, d]`` first.  DGL values are per sample (divided by ``n``).
 """
@@ -119,8 +120,11 @@ class InspectConfig:
         whole ``[n, ...]`` array: ``-1`` (default: channels last, ``[n, H, W, C]``, flax's
         layout) or ``1`` (channels first, ``[n, C, H, W]``, the default layout of
         ``jax.lax.conv_general_dilated``); ``"mean"`` and ``"max"`` pool over every other
-        axis but the samples'.  A 4-D representation that looks channels-first under
-        ``-1`` (its last two axes equal, its axis 1 not) is warned about.
+        axis but the samples'.  It applies to models of unknown layout (plain JAX: adapters
+        ``from_features``, ``from_layers``); the flax adapters' maps are channels-last
+        whatever it says (``Inspectable.channels_last``).  A 4-D representation that looks
+        channels-first under ``-1`` (its last two axes equal, its axis 1 not) is warned
+        about.
       num_classes: ``C`` for integer labels ``y [n]`` (turned into zero-mean one-hot targets,
         the DGL paper's encoding); not needed for ``y [n, C]`` targets.
       eps_rel: ``dgl_nngp`` noise ``eps^2 = eps_rel * mean diag K`` (``LegoConfig`` default).
@@ -140,7 +144,6 @@ class InspectConfig:
     diagnostics: tuple[str, ...] = DIAGNOSTICS
     layers: tuple[str, ...] | None = None
     conv: str = "mean"
-    channel_axis: int = -1
     num_classes: int | None = None
     eps_rel: float = 0.05
     ridge_rel: float = 1e-4
@@ -148,6 +151,7 @@ class InspectConfig:
     near_one_tol: float = 0.1
     ntk_samples: int | None = None
     ntk_method: str = "ntk_vp"
+    channel_axis: int = -1
 
     def __post_init__(self):
         for field in ("diagnostics", "layers"):
@@ -333,19 +337,19 @@ def _reduce(h: jax.Array, conv: str, channel_axis: int = -1, name: str = "",
     (a model of unknown layout): warn about a 4-D map that looks channels-first."""
     if h.ndim <= 2:
         return h
+    if conv == "flatten":  # any layout: a permutation of the features
+        return h.reshape(h.shape[0], -1)
     if not -h.ndim <= channel_axis < h.ndim or channel_axis % h.ndim == 0:
         raise ValueError(
             f"InspectConfig.channel_axis = {channel_axis} is not a feature axis of "
             f"representation {name!r} of shape {tuple(h.shape)} (axis 0 holds the samples).")
-    if (warn_layout and conv != "flatten" and channel_axis == -1 and h.ndim == 4
-            and h.shape[-1] == h.shape[-2] != h.shape[1]):  # (flattening reads any layout)
+    if (warn_layout and channel_axis == -1 and h.ndim == 4
+            and h.shape[-1] == h.shape[-2] != h.shape[1]):
         warnings.warn(
             f"representation {name!r} has shape {tuple(h.shape)}: it looks channels-first "
             f"([n, C, H, W], jax.lax.conv_general_dilated's default layout, C = {h.shape[1]}) "
             "but is read channels-last (InspectConfig.channel_axis = -1, flax's layout); if "
             "so, set InspectConfig(channel_axis=1).", RuntimeWarning, stacklevel=4)
-    if conv == "flatten":
-        return h.reshape(h.shape[0], -1)
     c = channel_axis % h.ndim
     axes = tuple(a for a in range(1, h.ndim) if a != c)  # the spatial axes
     return jnp.mean(h, axis=axes) if conv == "mean" else jnp.max(h, axis=axes)
@@ -405,7 +409,7 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
     Args:
       model: :class:`Inspectable` or a ``features(params, x)`` callable.
       params: the model's parameters.  x: ``[n, ...]`` probe batch.
-      config: ``layers`` (selection and order) and ``conv`` (reduction) are used.
+      config: ``layers`` (selection and order) and ``conv``, ``channel_axis`` (reduction) are used.
 
     Returns:
       ``{name: [n, d]}`` in layer order.
@@ -466,8 +470,9 @@ def representations(model: Inspectable | FeaturesFn, params: Any, x: jax.typing.
                 f"features: representation {k!r} has {bad} non-finite (NaN/inf) entries; check "
                 "params (a diverged run?) and x."
             )
-        out[k] = _reduce(h, config.conv, config.channel_axis, k,
-                         warn_layout=not model.channels_last)
+        # a model of known layout (the flax adapters: channels last) ignores channel_axis
+        out[k] = _reduce(h, config.conv, -1 if model.channels_last else config.channel_axis,
+                         k, warn_layout=not model.channels_last)
     return out
 
 
@@ -514,6 +519,17 @@ def _targets(y, n: int, config: InspectConfig, fn: str) -> jax.Array:
     return y
 
 
+def _numeric_leaf(leaf: Any) -> bool:
+    """An array or number the NTK can differentiate or hold fixed (a PRNG key, a tracer,
+    a numpy scalar), not a string, a numpy string or an object."""
+    if isinstance(leaf, jax.Array):
+        return True
+    try:
+        return np.result_type(leaf).kind in "biufc"
+    except TypeError:
+        return False
+
+
 def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
     if model.apply is None:
         raise ValueError(
@@ -528,7 +544,7 @@ def _ntk(model: Inspectable, params, x, config: InspectConfig) -> jax.Array:
     if model.trainable is None:  # every leaf is differentiated: non-arrays cannot be
         bad = [jax.tree_util.keystr(path) for path, leaf in
                jax.tree_util.tree_leaves_with_path(params)
-               if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float))]
+               if not _numeric_leaf(leaf)]
         if bad:
             raise TypeError(
                 f"params: the NTK diagnostics differentiate every leaf of params, but "
@@ -572,8 +588,8 @@ def make_reference(
     Args:
       model: :class:`Inspectable` or ``features`` callable of the reference model.
       params: its parameters.  x: ``[n, ...]`` the *same* probe batch as the reports.
-      config: the reports' config (``conv``, ``ntk_samples``, ``ntk_method``); the reference
-        keeps all of its layers.
+      config: the reports' config (``conv``, ``channel_axis``, ``ntk_samples``,
+        ``ntk_method``); the reference keeps all of its layers.
       rename: optional name map applied to the reference's layers.
 
     Returns:
@@ -649,7 +665,7 @@ def layer_report(
     _check_reference(reference)
     x = _probe_batch(x, "layer_report")
     diags = [d for d in config.diagnostics if reference is not None or d not in _NEEDS_REF]
-    if not diags:
+    if config.diagnostics and not diags:
         raise ValueError(
             f"reference: the diagnostics asked for, {list(config.diagnostics)}, all compare "
             "against a reference and none was given (the report would be empty); pass "

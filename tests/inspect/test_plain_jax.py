@@ -64,6 +64,26 @@ def test_channels_first_representations_pool_over_the_spatial_axes():
                                rtol=1e-5)
 
 
+def test_channel_axis_is_ignored_for_a_model_of_known_layout():
+    """A flax adapter's maps are channels-last (``Inspectable.channels_last``): one config
+    with ``channel_axis=1`` serves a plain-JAX NCHW model and its channels-last twin."""
+    params, x, layers = _nchw_cnn()
+    model = inspect.from_layers(layers)
+    twin = inspect.from_features(lambda p, xx: {k: jnp.moveaxis(v, 1, -1) if v.ndim == 4 else v
+                                                for k, v in model.features(p, xx).items()})
+    twin = twin._replace(channels_last=True)
+    cfg = inspect.InspectConfig(channel_axis=1)
+    a = inspect.representations(model, params, x, config=cfg)
+    b = inspect.representations(twin, params, x, config=cfg)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-6)
+    ref = inspect.make_reference(twin, params, x, config=inspect.InspectConfig(
+        channel_axis=1, diagnostics=("cka",)))
+    rep = inspect.layer_report(model, params, x, reference=ref, config=inspect.InspectConfig(
+        channel_axis=1, diagnostics=("cka",)))
+    np.testing.assert_allclose(rep.layer_values["cka"], 1.0, rtol=1e-5)
+
+
 def test_channel_axis_is_checked():
     with pytest.raises(ValueError, match=r"InspectConfig: channel_axis must not be 0"):
         inspect.InspectConfig(channel_axis=0)
@@ -74,6 +94,9 @@ def test_channel_axis_is_checked():
                                          r"representation 'seq' of shape \(4, 5, 6\)"):
         inspect.representations(feats, None, jnp.zeros((4, 2)),
                                 config=inspect.InspectConfig(channel_axis=3))
+    flat = inspect.representations(feats, None, jnp.zeros((4, 2)), config=inspect.InspectConfig(
+        channel_axis=3, conv="flatten"))  # flattening reads any layout
+    assert flat["seq"].shape == (4, 30)
 
 
 def test_oihw_kernels_through_from_layers_weights():
@@ -118,10 +141,19 @@ def test_plain_jax_mistakes_get_errors_naming_the_fix():
         inspect.layer_report(model, params, x,
                              config=inspect.InspectConfig(diagnostics=("cka",)))
     # a setting stored in params: the NTK cannot differentiate it; named, with the way out
-    bad = {**params, "relu": {"act": "relu"}}
-    with pytest.raises(TypeError, match=r"params\['relu'\]\['act'\] is not an array"):
-        inspect.layer_report(model, bad, x, jnp.arange(24) % 4, config=inspect.InspectConfig(
-            channel_axis=1, num_classes=4, diagnostics=("ntk_target_alignment",)))
+    cfg = inspect.InspectConfig(channel_axis=1, num_classes=4,
+                                diagnostics=("ntk_target_alignment",))
+    for leaf in ("relu", np.asarray("relu"), np.str_("relu")):  # numpy strings too (an npz)
+        bad = {**params, "relu": {"act": leaf}}
+        with pytest.raises(TypeError, match=r"params\['relu'\]\['act'\] is not an array"):
+            inspect.layer_report(model, bad, x, jnp.arange(24) % 4, config=cfg)
+    # numbers, numpy scalars and a PRNG key are leaves it holds fixed or differentiates
+    ok = {**params, "relu": {"k": jax.random.key(1), "t": 1.0, "i": 2, "s": np.float32(3.0)}}
+    assert np.isfinite(float(inspect.layer_report(model, ok, x, jnp.arange(24) % 4, config=cfg)
+                             .model_values["ntk_target_alignment"]))
+    # no diagnostics at all is not "all need a reference"
+    assert inspect.layer_report(model, params, x, config=inspect.InspectConfig(
+        diagnostics=(), channel_axis=1)).layer_values == {}
     # samples as columns
     xm, ym = jnp.ones((5, 30)), jnp.arange(30) % 3
     mlp = inspect.from_layers([("d", lambda p, h: h @ p)])
