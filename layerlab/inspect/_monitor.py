@@ -32,6 +32,7 @@ from layerlab.inspect._report import (
     _check_samples,
     _check_y,
     _probe_batch,
+    _report_diagnostics,
     _targets,
     layer_report,
 )
@@ -248,6 +249,7 @@ def monitor(
     model = _as_model(model)
     _check_config(config)
     _check_reference(reference)
+    _report_diagnostics(config, reference)  # an empty report raises here, not in loop.fit
     x = _probe_batch(x, "monitor")
     y = None if y is None else _check_y(y, "monitor")
     _check_samples(x, y)

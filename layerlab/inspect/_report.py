@@ -519,6 +519,19 @@ def _targets(y, n: int, config: InspectConfig, fn: str) -> jax.Array:
     return y
 
 
+def _report_diagnostics(config: InspectConfig, reference: Any) -> list[str]:
+    """The diagnostics a report computes: those that need a reference are dropped without
+    one, unless that leaves none of those asked for (an empty report): then an error."""
+    diags = [d for d in config.diagnostics if reference is not None or d not in _NEEDS_REF]
+    if config.diagnostics and not diags:
+        raise ValueError(
+            f"reference: the diagnostics asked for, {list(config.diagnostics)}, all compare "
+            "against a reference and none was given (the report would be empty); pass "
+            "reference=make_reference(model, params_ref, x, config=config) or ask for other "
+            "diagnostics in InspectConfig.diagnostics.")
+    return diags
+
+
 def _numeric_leaf(leaf: Any) -> bool:
     """An array or number the NTK can differentiate or hold fixed (a PRNG key, a tracer,
     a numpy scalar), not a string, a numpy string or an object."""
@@ -664,13 +677,7 @@ def layer_report(
     _check_config(config)
     _check_reference(reference)
     x = _probe_batch(x, "layer_report")
-    diags = [d for d in config.diagnostics if reference is not None or d not in _NEEDS_REF]
-    if config.diagnostics and not diags:
-        raise ValueError(
-            f"reference: the diagnostics asked for, {list(config.diagnostics)}, all compare "
-            "against a reference and none was given (the report would be empty); pass "
-            "reference=make_reference(model, params_ref, x, config=config) or ask for other "
-            "diagnostics in InspectConfig.diagnostics.")
+    diags = _report_diagnostics(config, reference)
     if y is None and any(d in _NEEDS_Y for d in diags):
         raise ValueError(
             f"y: the diagnostics {[d for d in diags if d in _NEEDS_Y]} need targets; pass y or "

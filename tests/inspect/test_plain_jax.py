@@ -140,6 +140,8 @@ def test_plain_jax_mistakes_get_errors_naming_the_fix():
                                          r"all compare against a reference"):
         inspect.layer_report(model, params, x,
                              config=inspect.InspectConfig(diagnostics=("cka",)))
+    with pytest.raises(ValueError, match=r"all compare against a reference"):  # before fit
+        inspect.monitor(model, x, config=inspect.InspectConfig(diagnostics=("cka",)))
     # a setting stored in params: the NTK cannot differentiate it; named, with the way out
     cfg = inspect.InspectConfig(channel_axis=1, num_classes=4,
                                 diagnostics=("ntk_target_alignment",))
