@@ -665,6 +665,7 @@ class _StepCache:
         self.mid_layer = mid_layer
         self.base = base or {}
         self.reuse = tuple(pathlib.Path(r) for r in reuse)
+        self.loaded_wall = 0.0  # wall time of the steps loaded (not trained) by this process
         if self.reuse and self.path is None:
             raise ValueError("run_table1_row: reuse_dirs needs a cache_dir (the reused steps "
                              f"are copied there); got reuse_dirs {list(map(str, self.reuse))} "
@@ -720,6 +721,7 @@ class _StepCache:
             raise CheckpointMismatchError(
                 f"{self.path}: the cached step {name!r} was made by a different run; saved vs "
                 "now:\n  " + "\n  ".join(diff) + f"\n{advice}")
+        self.loaded_wall += float(saved["info"].get("wall_s") or 0.0)
         return self._read(self.path, name, like), saved["info"]
 
     @staticmethod
@@ -749,6 +751,7 @@ class _StepCache:
                 tmp = self.path / f"{name}{suffix}.copy.tmp"
                 shutil.copyfile(src, tmp)
                 tmp.replace(self.path / f"{name}{suffix}")
+            self.loaded_wall += float(saved["info"].get("wall_s") or 0.0)
             return tree, {**saved["info"], "reused_from": str(folder)}
         return None
 
@@ -972,7 +975,12 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
         out["full_n_vs_minibatch"] = _full_n_comparison(
             cfg, row, k_full, p0, d, v, [(li["lr"], li["wd"]) for li in layers], kind,
             progress=progress, cache=cache)
-    out["wall_s"] = time.perf_counter() - t_row
+    # a resumed (row, seed): this call's time plus the recorded time of the steps it loaded
+    # (trained by an earlier process, or reused from another run's steps)
+    this_call = time.perf_counter() - t_row
+    out["wall_s"] = this_call + cache.loaded_wall
+    if cache.loaded_wall:
+        out.update(wall_s_this_call=this_call, wall_s_loaded_steps=cache.loaded_wall)
     out["device"] = jax.devices()[0].device_kind
     out["config"] = dataclasses.asdict(cfg)
     out["key"] = _digest(key)  # checked when a rerun finds the part (_check_part)

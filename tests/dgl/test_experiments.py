@@ -365,6 +365,11 @@ def test_a_stopped_table1_seed_resumes_after_its_last_finished_step(tmp_path, sh
     assert got["mf_variances"] == want["mf_variances"]
     strip = lambda layers: [{k: v for k, v in li.items() if k != "wall_s"} for li in layers]  # noqa: E731
     assert strip(got["lego"]["layers"]) == strip(want["lego"]["layers"])
+    # the part's wall time counts the steps the first process finished (their recorded times)
+    loaded = got["end_to_end"]["wall_s"] + got["lego"]["layers"][0]["wall_s"]
+    assert got["wall_s_loaded_steps"] == pytest.approx(loaded, rel=1e-5)
+    assert got["wall_s"] == pytest.approx(got["wall_s_this_call"] + loaded, rel=1e-5)
+    assert "wall_s_this_call" not in want
 
 
 def test_fig1_centred_inputs_and_bad_option():
