@@ -665,7 +665,11 @@ class _StepCache:
         self.mid_layer = mid_layer
         self.base = base or {}
         self.reuse = tuple(pathlib.Path(r) for r in reuse)
-        self.loaded_wall = 0.0  # wall time of the steps loaded (not trained) by this process
+        # recorded wall time of the steps this process did not train itself: loaded from this
+        # cache (an earlier process of the same run, incl. the earlier chunks of a layer
+        # resumed mid-layer), and apart from it, reused from another run (_reused)
+        self.loaded_wall = 0.0
+        self.reused_wall = 0.0
         if self.reuse and self.path is None:
             raise ValueError("run_table1_row: reuse_dirs needs a cache_dir (the reused steps "
                              f"are copied there); got reuse_dirs {list(map(str, self.reuse))} "
@@ -751,7 +755,7 @@ class _StepCache:
                 tmp = self.path / f"{name}{suffix}.copy.tmp"
                 shutil.copyfile(src, tmp)
                 tmp.replace(self.path / f"{name}{suffix}")
-            self.loaded_wall += float(saved["info"].get("wall_s") or 0.0)
+            self.reused_wall += float(saved["info"].get("wall_s") or 0.0)
             return tree, {**saved["info"], "reused_from": str(folder)}
         return None
 
@@ -872,6 +876,8 @@ def _lego(key, p0, d, v: LayerVariances, cfg: Table1Config, *, batch, lrs=None, 
                 evals=cfg.dgl_evals, progress=progress, desc=f"{desc} layer {i + 1}/{L}"
                 + ("" if tuple(lr_g) == tuple(lr_i) else f" lr {lr_g[0]:.3g}"),
                 checkpoint_dir=fit_dir)
+            if inf.get("resumed"):  # the chunks earlier processes ran (in inf["wall_s"])
+                cache.loaded_wall += float(inf["wall_s"]) - float(inf["wall_s_this_call"])
             cache.save(name, p, inf, fp)
             cache.drop_fit_dir(fit_dir)  # the finished layer is in the cache
             return p, inf
@@ -975,12 +981,15 @@ def run_table1_row(cfg: Table1Config, row: str, seed: int, *, key: jax.Array,
         out["full_n_vs_minibatch"] = _full_n_comparison(
             cfg, row, k_full, p0, d, v, [(li["lr"], li["wd"]) for li in layers], kind,
             progress=progress, cache=cache)
-    # a resumed (row, seed): this call's time plus the recorded time of the steps it loaded
-    # (trained by an earlier process, or reused from another run's steps)
+    # a resumed (row, seed): this call's time plus the recorded time of what earlier
+    # processes of this run trained (steps loaded from its cache, earlier chunks of a layer
+    # resumed mid-layer); steps reused from another run are reported apart, not counted
     this_call = time.perf_counter() - t_row
     out["wall_s"] = this_call + cache.loaded_wall
     if cache.loaded_wall:
         out.update(wall_s_this_call=this_call, wall_s_loaded_steps=cache.loaded_wall)
+    if cache.reused_wall:
+        out["wall_s_reused_steps"] = cache.reused_wall
     out["device"] = jax.devices()[0].device_kind
     out["config"] = dataclasses.asdict(cfg)
     out["key"] = _digest(key)  # checked when a rerun finds the part (_check_part)
@@ -1074,7 +1083,7 @@ def add_full_n_comparison(part: dict, *, key: jax.Array, data_dir: str | os.Path
         cmp = _full_n_comparison(cfg, row, k_full, p0, d, v, lr_wd, kind, progress=progress,
                                  cache=cache)
     cmp["added_after_run"] = True
-    cmp["wall_s"] = time.perf_counter() - t0
+    cmp["wall_s"] = time.perf_counter() - t0 + cache.loaded_wall  # as run_table1_row's
     out = dict(part)
     out["full_n_vs_minibatch"] = cmp
     out["wall_s"] = part.get("wall_s", 0.0) + cmp["wall_s"]

@@ -451,6 +451,11 @@ def test_a_lego_layer_stopped_mid_layer_resumes_from_its_fit_checkpoint(tmp_path
     l2 = got["lego"]["layers"][1]
     assert l2["resumed"] is True and 0 < l2["wall_s_this_call"]
     assert l2["wall_s"] >= sum(w for t, w in walls.items() if int(t) <= 4) > 0
+    # the part's time counts what the first process ran: the cached steps (end-to-end, layer
+    # 1) and layer 2's chunks before the stop
+    earlier = (got["end_to_end"]["wall_s"] + got["lego"]["layers"][0]["wall_s"]
+               + l2["wall_s"] - l2["wall_s_this_call"])
+    assert got["wall_s_loaded_steps"] == pytest.approx(earlier, rel=1e-5)
     for col in ("end_to_end", "lego", "random"):
         assert got[col]["test"] == want[col]["test"]
     drop = ("wall_s", "wall_s_this_call", "resumed")
@@ -799,6 +804,11 @@ def test_an_ablation_reuses_the_protocols_steps_whose_inputs_it_did_not_change(
                             cache_dir=tmp_path / "abl", mid_layer=False, reuse_dirs=[proto])
     assert trained == [("lego", (1e-4,)), ("lego", (1e-6, 1e-5)), ("lego", (1e-4,))], trained
     assert got["end_to_end"]["reused_from"] == str(proto)
+    # another run's steps are this part's but not this run's time: reported apart
+    reused = got["end_to_end"]["wall_s"] + json.loads((proto / "lego_layer1.json").read_text())[
+        "info"]["wall_s"]
+    assert got["wall_s_reused_steps"] == pytest.approx(reused, rel=1e-5)
+    assert "wall_s_loaded_steps" not in got
     l1, l2 = got["lego"]["layers"]
     assert l1["reused_from"] == str(proto) and l1["lr"] == pytest.approx(1e-4)
     assert "reused_from" not in l2
