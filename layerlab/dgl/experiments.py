@@ -38,7 +38,7 @@ import numpy as np
 import optax
 
 from layerlab import nets, probes
-from layerlab._checks import as_device_array
+from layerlab._checks import as_device_array, check_int
 from layerlab._plotting import subplots
 from layerlab.loop import EarlyStopping, fit, optax_step
 from layerlab.loop._checkpoint import content_hash, fingerprint_diff
@@ -210,11 +210,9 @@ class Table1Config:
                              f"got {self.readout!r}.")
         if self.init not in nets.INITS:
             raise ValueError(f"Table1Config.init must be one of {nets.INITS}; got {self.init!r}.")
-        for name in ("e2e_lr_extend", "dgl_lr_extend"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-                raise ValueError(f"Table1Config.{name} must be an integer >= 0 (learning "
-                                 f"rates tried past the grid's top); got {v!r}.")
+        for name in ("e2e_lr_extend", "dgl_lr_extend"):  # learning rates past the grid's top
+            object.__setattr__(self, name, check_int(getattr(self, name), name,
+                                                     fn="Table1Config", min_value=0))
 
     def width(self, row: str) -> int:
         w = ROWS[row][2]

@@ -174,11 +174,11 @@ class InspectConfig:
                     "report); leave it None for all of features' layers.")
         if self.conv not in _CONV:
             raise ValueError(f"InspectConfig: conv must be one of {_CONV}, got {self.conv!r}.")
-        check_int(self.channel_axis, "channel_axis", fn="InspectConfig")
-        if int(self.channel_axis) == 0:
+        object.__setattr__(self, "channel_axis",
+                           check_int(self.channel_axis, "channel_axis", fn="InspectConfig"))
+        if self.channel_axis == 0:
             raise ValueError("InspectConfig: channel_axis must not be 0 (axis 0 holds the "
                              "samples); -1 for channels last, 1 for channels first.")
-        object.__setattr__(self, "channel_axis", int(self.channel_axis))
         for name in ("ridge_rel", "eps_rel", "near_one_tol"):
             check_scalar(getattr(self, name), name, "InspectConfig")
         check_number(self.ridge_rel, "ridge_rel", fn="InspectConfig", min_value=0.0)
