@@ -365,10 +365,11 @@ def test_a_stopped_table1_seed_resumes_after_its_last_finished_step(tmp_path, sh
     assert got["mf_variances"] == want["mf_variances"]
     strip = lambda layers: [{k: v for k, v in li.items() if k != "wall_s"} for li in layers]  # noqa: E731
     assert strip(got["lego"]["layers"]) == strip(want["lego"]["layers"])
-    # the part's wall time counts the steps the first process finished (their recorded times)
+    # the part's wall time counts the steps the first process finished (their recorded times,
+    # each rounded to 6 digits in the part)
     loaded = got["end_to_end"]["wall_s"] + got["lego"]["layers"][0]["wall_s"]
-    assert got["wall_s_loaded_steps"] == pytest.approx(loaded, rel=1e-5)
-    assert got["wall_s"] == pytest.approx(got["wall_s_this_call"] + loaded, rel=1e-5)
+    assert got["wall_s_loaded_steps"] == pytest.approx(loaded, rel=1e-4, abs=1e-4)
+    assert got["wall_s"] == pytest.approx(got["wall_s_this_call"] + loaded, rel=1e-4, abs=1e-4)
     assert "wall_s_this_call" not in want
 
 
@@ -455,7 +456,7 @@ def test_a_lego_layer_stopped_mid_layer_resumes_from_its_fit_checkpoint(tmp_path
     # 1) and layer 2's chunks before the stop
     earlier = (got["end_to_end"]["wall_s"] + got["lego"]["layers"][0]["wall_s"]
                + l2["wall_s"] - l2["wall_s_this_call"])
-    assert got["wall_s_loaded_steps"] == pytest.approx(earlier, rel=1e-5)
+    assert got["wall_s_loaded_steps"] == pytest.approx(earlier, rel=1e-4, abs=1e-4)
     for col in ("end_to_end", "lego", "random"):
         assert got[col]["test"] == want[col]["test"]
     drop = ("wall_s", "wall_s_this_call", "resumed")
@@ -807,7 +808,7 @@ def test_an_ablation_reuses_the_protocols_steps_whose_inputs_it_did_not_change(
     # another run's steps are this part's but not this run's time: reported apart
     reused = got["end_to_end"]["wall_s"] + json.loads((proto / "lego_layer1.json").read_text())[
         "info"]["wall_s"]
-    assert got["wall_s_reused_steps"] == pytest.approx(reused, rel=1e-5)
+    assert got["wall_s_reused_steps"] == pytest.approx(reused, rel=1e-4, abs=1e-4)
     assert "wall_s_loaded_steps" not in got
     l1, l2 = got["lego"]["layers"]
     assert l1["reused_from"] == str(proto) and l1["lr"] == pytest.approx(1e-4)
