@@ -6,6 +6,7 @@ passes its docstring; everything else lives here.
 """
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import pathlib
 import tempfile
@@ -26,6 +27,16 @@ exact regime (ReLU in every block), 'gn_first_linear' = the authors' code (inexa
     python -m reproduce.gnrev_<artifact> --paper    # full MNIST, batch 1024, d'=8000, 3 seeds
     python -m reproduce.gnrev_<artifact> --dataset cifar10  # full CIFAR-10, 6 blocks, d'=1024 (CPU)
 """
+
+
+def _arm_names(value: str) -> tuple[str, ...]:
+    """``--arms``: a non-empty comma list of distinct names (checked against the configuration's
+    arms once it is built)."""
+    names = tuple(v.strip() for v in value.split(","))
+    if not all(names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"expected a comma list of distinct arm names (e.g. gn,adam,sgd), got {value!r}")
+    return names
 
 
 def minibatch_parser(artifact: str, doc: str | None):
@@ -49,6 +60,10 @@ def minibatch_parser(artifact: str, doc: str | None):
                    "crops and resizes' as the authors' CIFAR-10 configs set it (torchvision "
                    "RandomResizedCrop, scale 0.08-1, ratio 0.75-1.33); default: the "
                    "configuration's (CIFAR-10: random_resized_crop, MNIST: none)")
+    p.add_argument("--arms", type=_arm_names, default=None,
+                   help="comma list of the configuration's arms to run (default: all; gn, adam "
+                   "and sgd must stay, gn_first_linear may go), e.g. gn,adam,sgd for a GPU "
+                   "lease too short for the authors'-setup arm; the record's note says so")
     p.add_argument("--cache-dir", type=_cli.folder, default=None,
                    help="where the shared mini-batch run is cached (default: "
                    "checkpoints/gnrev_minibatch_<dataset> with --paper, "
@@ -56,13 +71,10 @@ def minibatch_parser(artifact: str, doc: str | None):
     return p
 
 
-def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
-    """Run one view of the shared mini-batch run and write its record."""
-    args = minibatch_parser(artifact, doc).parse_args(argv)
-    import os
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
-    import jax
-
+def minibatch_config(args):
+    """The :class:`MinibatchConfig` the parsed flags ask for (``--paper`` / ``--smoke`` / the
+    CPU default, then the overrides: epochs, width, training images, seeds, augmentation,
+    arms).  ``ValueError`` for arms the configuration lacks or the views need."""
     from layerlab.gnrev import experiments as ex
 
     if args.paper:
@@ -82,9 +94,39 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
     aug = None if args.augment in (None, "none") else args.augment
     if args.augment is not None and aug != cfg.augment:  # cifar_cpu took it already
         over["augment"] = aug
+    if args.arms is not None:
+        have = [a.name for a in cfg.arms]
+        unknown = [a for a in args.arms if a not in have]
+        if unknown:
+            raise ValueError(f"argument --arms: unknown arm(s) {unknown}; this "
+                             f"configuration's arms are {have}")
+        missing = [a for a in ("gn", "adam", "sgd") if a in have and a not in args.arms]
+        if missing:
+            raise ValueError(f"argument --arms: the figures compare GN with Adam and SGD, so "
+                             f"gn, adam and sgd must stay; missing {missing}")
+        if list(args.arms) != have:
+            over["arms"] = tuple(a for a in cfg.arms if a.name in args.arms)
     if over:
+        note = {k: ([a.name for a in v] if k == "arms" else v) for k, v in over.items()}
         cfg = dataclasses.replace(cfg, **over,
-                                  scale_note=(cfg.scale_note + f"; overridden: {over}").strip("; "))
+                                  scale_note=(cfg.scale_note + f"; overridden: {note}").strip("; "))
+    return cfg
+
+
+def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
+    """Run one view of the shared mini-batch run and write its record."""
+    parser = minibatch_parser(artifact, doc)
+    args = parser.parse_args(argv)
+    import os
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # threaded LAPACK eigh thrashes on 2 cores
+    import jax
+
+    from layerlab.gnrev import experiments as ex
+
+    try:
+        cfg = minibatch_config(args)
+    except ValueError as e:  # --arms against the configuration's arms: exit 2, as parsing
+        parser.error(str(e))
     shared = _cli.REPO / "checkpoints" / f"gnrev_minibatch_{args.dataset}"
     if args.cache_dir is not None:
         cache = args.cache_dir

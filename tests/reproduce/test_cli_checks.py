@@ -469,3 +469,23 @@ def test_the_index_shows_commands_that_rewrite_the_record():
     table = [ln for part in idx for ln in part.splitlines() if ln.startswith("| [")]
     assert table and not [ln for ln in table if "/root/" in ln or "--checkpoint-dir" in ln
                           or "';'" in ln]
+
+
+def test_arms_subset_of_the_paper_config_and_refusals(capsys):
+    """--arms keeps the named arms of the configuration, in its order, and says so in the
+    note; an arm the configuration lacks, or leaving out gn / adam / sgd, exits 2."""
+    from reproduce import _gnrev
+    args = _parser("gnrev_fig2").parse_args(["--paper", "--dataset", "cifar10",
+                                             "--arms", "sgd,gn,adam", "--seeds", "1"])
+    cfg = _gnrev.minibatch_config(args)
+    assert [a.name for a in cfg.arms] == ["gn", "adam", "sgd"]
+    assert (cfg.bottleneck, cfg.depth, cfg.batch_size, cfg.seeds) == (8000, 6, 1024, 1)
+    assert "'arms': ['gn', 'adam', 'sgd']" in cfg.scale_note and not cfg.is_paper_scale
+    full = _gnrev.minibatch_config(_parser("gnrev_fig2").parse_args(["--paper"]))
+    assert "gn_first_linear" in [a.name for a in full.arms] and "overridden" not in full.scale_note
+    err = _refused("gnrev_fig2", ["--smoke", "--arms", "gn,foo"], capsys)
+    assert "argument --arms: unknown arm(s) ['foo']" in err and "'gn', 'adam', 'sgd'" in err
+    err = _refused("gnrev_fig2", ["--smoke", "--arms", "gn,adam"], capsys)
+    assert "gn, adam and sgd must stay; missing ['sgd']" in err
+    assert "argument --arms: expected a comma list" in _refused("gnrev_fig2", ["--arms", "gn,,sgd"],
+                                                               capsys)
