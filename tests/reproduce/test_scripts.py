@@ -607,3 +607,35 @@ def test_dgl_random_spread_seed0_is_the_table1_records_random_cell():
         pytest.skip(f"needs MNIST: {e}")
     want = json.loads((REPO / "results/dgl/table1_parts/bmnist-2x20_seed0.json").read_text())
     assert got == pytest.approx(want["random"]["test"], abs=0.01)
+
+
+def test_cifar10_paper_gpu_record_summarises_per_epoch_from_the_steps(tmp_path):
+    """``_gnrev_cifar10_paper_gpu`` turns a kept run's per-step series into per-epoch numbers
+    (means, median residual, smallest kept rank) and the end weights' 1 - cos per block: checked
+    against numpy on a synthetic 2-epoch run; the committed record's GN 0.1 arm holds what its
+    per-step losses give."""
+    from reproduce import _gnrev_cifar10_paper_gpu as m
+    rng = np.random.default_rng(0)
+    T = 2 * m.SPE
+    run = {k: rng.uniform(0.1, 3, T) for k in ("loss", "loss_change_pct", "residual",
+                                                "min_rank", "update_norm")}
+    run.update(eval_train_loss_full=[4.0, 2.0, 1.5], eval_test_loss=[4.1, 2.1, 1.6],
+               eval_test_accuracy=[0.1, 0.3, 0.4], ntk_cos_init=[1.0, 0.99, 0.98],
+               cka_init=np.ones((3, 6)), w_cos=rng.uniform(0.9, 1, (3, 6, 2)), w_rel=0.2)
+    s = m.arm_summary(run)
+    assert s["epochs"] == 2
+    np.testing.assert_allclose(s["batch_loss_mean_per_epoch"],
+                               run["loss"].reshape(2, -1).mean(1), atol=6e-5)
+    np.testing.assert_allclose(s["residual_median_per_epoch"],
+                               np.median(run["residual"].reshape(2, -1), 1), atol=6e-5)
+    assert s["kept_rank_min_per_epoch"] == [round(float(v)) for v in
+                                            run["min_rank"].reshape(2, -1).min(1)]
+    np.testing.assert_allclose(s["w_one_minus_cos_end_per_block"], 1 - run["w_cos"][-1],
+                               atol=6e-6)
+    assert s["test_acc_per_epoch"] == [10.0, 30.0, 40.0]
+    rec = json.loads((REPO / "results/gnrev/ablation/minibatch_cifar10_paper_gn_h200.json")
+                     .read_text())
+    a = rec["arms"]["gn_0.1"]
+    steps = np.asarray(a["batch_loss_per_step"]).reshape(a["epochs"], m.SPE)
+    np.testing.assert_allclose(a["batch_loss_mean_per_epoch"], steps.mean(1), atol=1e-4)
+    assert rec["sweep"]["best"] == 0.2 and rec["replaced_rates"] == [0.2]
