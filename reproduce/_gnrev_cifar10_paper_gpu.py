@@ -7,12 +7,13 @@ run at the paper's architecture -- all 50 000 / 10 000 CIFAR-10 images, batch 10
     python tools/device/views.py --paper --dataset cifar10 --seeds 1 --arms gn,adam,sgd --epochs 6 \
         --cache-dir /root/ck --checkpoint-dir /root/ck --data-dir /root/data --out /root/rec
 
-(``tools/device/views.py`` calls ``reproduce.gnrev_fig2 … appH``'s ``main`` in one process; CIFAR-10
-travelled as 12 lossless WebP mosaics over two calls, checked against the sha256 of the
-images).  GN's one-epoch sweep and its runs finished; the lease ended in Adam's sweep, so no
-figure record was written.  The finished runs kept under the checkpoint folder came back as a
-compact pickle (``tools/device/partial.py``: grams -> linear CKA with init per block and epoch, NTK ->
-cosine with init); this script turns that pickle and the step timings (``tools/device/probe.py``) into
+(``tools/device/views.py`` calls ``reproduce.gnrev_fig2 … appH``'s ``main`` in one process;
+CIFAR-10 travelled as 12 lossless WebP mosaics over two calls, checked against the sha256 of
+the images).  GN's one-epoch sweep and its runs finished; the lease ended in Adam's sweep, so
+no figure record was written.  The finished runs kept under the checkpoint folder came back as
+a compact pickle (``tools/device/partial.py``: grams -> linear CKA with init per block and
+epoch, NTK -> cosine with init); this script turns that pickle and the step timings
+(``tools/device/probe.py``) into
 ``results/gnrev/ablation/minibatch_cifar10_paper_gn_h200.{json,png}``:
 
     python -m reproduce._gnrev_cifar10_paper_gpu PARTIAL.pkl STEP.json [--out DIR]
