@@ -59,6 +59,7 @@ from layerlab._plotting import subplots
 from layerlab.kernels import empirical_ntk
 from layerlab.loop import (
     CheckpointCorruptError,
+    Checkpointing,
     CheckpointMismatchError,
     TrainStep,
     augment_inputs,
@@ -343,6 +344,13 @@ def _make_step(arm: Arm, frozen, readout, *, loss: str, loss_after: bool) -> Tra
 
 AUGMENTS = (None, "random_resized_crop")
 
+#: A sweep's mid-run checkpoints are written at most this often (``Checkpointing.
+#: min_interval_s``): on a GPU the vmapped states of a paper-scale sweep (GN's six rates, Adam's
+#: five: ~9 GB on CIFAR-10 at d'=8000) took ~3 s a step to copy, hash and save every 4 steps,
+#: against 0.05-1 s of compute (2026-11-30, H200); on the CPU a period of the sweep lasts longer
+#: than this, so its saves are unchanged.
+SWEEP_CHECKPOINT_MIN_INTERVAL_S = 60.0
+
 
 @functools.lru_cache(maxsize=16)
 def _augmenter(name: str, image_shape: tuple[int, int, int]):
@@ -428,14 +436,18 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
              peak: float = 10.0, extend: int = 0, augment: str | None = None,
              image_shape: tuple[int, int, int] | None = None,
              checkpoint_dir: str | os.PathLike | None = None,
-             checkpoint_every: int | None = None) -> dict[str, Any]:
+             checkpoint_every: int | None = None,
+             checkpoint_min_interval_s: float | None = SWEEP_CHECKPOINT_MIN_INTERVAL_S
+             ) -> dict[str, Any]:
     """Train one run per rate of ``arm.lrs`` in one vmapped program; pick the rate by ``rule``.
 
     ``augment`` / ``image_shape``: the training batches' augmentation (:func:`augment_step`).
 
     ``checkpoint_dir``: each vmapped program (the grid, then each extra rate) keeps
-    ``loop.fit`` checkpoints every ``checkpoint_every`` steps (default: a tenth of ``steps``)
-    in a subfolder named after its rates, so a stopped sweep resumes where it stopped instead
+    ``loop.fit`` checkpoints every ``checkpoint_every`` steps (default: a tenth of ``steps``;
+    at most one every ``checkpoint_min_interval_s`` seconds, default
+    :data:`SWEEP_CHECKPOINT_MIN_INTERVAL_S`; ``None``: every period) in a subfolder named
+    after its rates, so a stopped sweep resumes where it stopped instead
     of from step 0 (the same result as an uninterrupted sweep); the caller removes the folder
     once it has kept the sweep's result.
 
@@ -471,8 +483,10 @@ def lr_sweep(arm: Arm, params: dict, frozen: RevMLPFrozen, readout: jax.Array,
         def run():
             return fit(ts.step, states, data, key=key, steps=steps, batch_size=batch_size,
                        runs=True, check_finite=False, progress=progress,
-                       desc=f"sweep {arm.name}", checkpoint_dir=ck, checkpoint_every=every,
-                       max_to_keep=1 if ck is not None else None)
+                       desc=f"sweep {arm.name}",
+                       checkpoint=None if ck is None else Checkpointing(
+                           ck, every=every, max_to_keep=1,
+                           min_interval_s=checkpoint_min_interval_s))
         try:
             return run()
         except (CheckpointMismatchError, CheckpointCorruptError) as e:

@@ -1,6 +1,7 @@
 """Argument checks of :func:`layerlab.loop.fit`: everything is validated before compiling."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -85,6 +86,12 @@ def grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every,
     if checkpoint.directory is None:
         raise ValueError("fit: checkpoint.directory must be a directory path, got None; leave "
                          "checkpoint= out to train without checkpoints.")
+    m = checkpoint.min_interval_s
+    if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float, np.integer,
+                                                                      np.floating))
+                          or not math.isfinite(float(m)) or float(m) < 0):
+        raise ValueError("fit: checkpoint.min_interval_s must be None or a finite number of "
+                         f"seconds >= 0, got {m!r}.")
     return checkpoint
 
 

@@ -73,11 +73,21 @@ class Checkpointing(NamedTuple):
 
     ``fit(..., checkpoint=Checkpointing("ckpt/run1", every=500, max_to_keep=2))`` is the same
     as ``checkpoint_dir=..., checkpoint_every=..., max_to_keep=...``.
+
+    ``min_interval_s`` (only here, no flat ``fit`` argument): a periodic save that falls due
+    less than this many seconds after the previous save in this process (or after training
+    started or resumed) is skipped -- the final step's save and an early stop's always happen.
+    For states whose save costs more than the steps between saves (a vmapped sweep of a large
+    net on a GPU: seconds to copy and hash gigabytes against milliseconds a step); it changes
+    only which steps are kept, never the result (the chunks and keys are the same), and a
+    stop loses at most about ``min_interval_s`` plus one period of work.  The decision is taken
+    when the chunk that ends at the save is dispatched.  ``None`` (default): every period.
     """
 
     directory: str | os.PathLike
     every: int | None = None
     max_to_keep: int | None = 2
+    min_interval_s: float | None = None
 
 
 class CheckpointLockedError(RuntimeError):

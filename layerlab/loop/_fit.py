@@ -11,6 +11,7 @@ checkpoints, progress), :mod:`._nonfinite` (the NaN/Inf test and error),
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -253,18 +254,29 @@ def _train(run, step, placed, plan, *, total, batch_size, eval_fn, eval_every, e
     # save queue behind the look-ahead chunk (on CPU always: seen on the multi-hour DGL
     # runs), and a stop loses two checkpoint intervals instead of about one.  The chunks,
     # keys and results are the same either way; the device idles during the save.
+    # Checkpointing.min_interval_s: a periodic save due sooner than that after the previous
+    # one (or this call's start) is skipped; decided when its chunk is dispatched
+    last_save = time.monotonic()
+
+    def save_due(t: int) -> bool:
+        if run.ckpt is None or not _due(t, checkpoint.every, total):
+            return False
+        gap = checkpoint.min_interval_s
+        return t == total or gap is None or time.monotonic() - last_save >= float(gap)
+
     inflight = chunks.launch(run.t, run.state)
     while inflight is not None:
         done = inflight
-        save_first = run.ckpt is not None and _due(done.t_to, checkpoint.every, total)
+        save_first = save_due(done.t_to)
         inflight = None if save_first else chunks.launch(done.t_to, done.state)
         metrics = run.take_chunk(done, check_finite)  # raises NonFiniteError
         if eval_fn is not None and _due(run.t, eval_every, total):
             run.evaluate(eval_fn)
             if run.stopped:
                 inflight = None  # drop the look-ahead chunk: training ends here
-        if run.ckpt is not None and (_due(run.t, checkpoint.every, total) or run.stopped):
+        if run.ckpt is not None and (save_first or run.stopped):
             run.save()
+            last_save = time.monotonic()
             if callback is not None:  # orbax saves asynchronously: the callback sees a step
                 run.ckpt.wait()  # only once its checkpoint is committed (docs/loop.md)
         if callback is not None:

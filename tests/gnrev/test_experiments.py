@@ -629,6 +629,9 @@ def test_lr_sweep_stopped_mid_way_resumes_from_its_checkpoint(key, tmp_path, mon
         pass
 
     def stopping_fit(*a, **k):  # the first call stops after its first checkpoint (step 4)
+        ck = k["checkpoint"]  # every period here (the default: at most one a minute)
+        assert ck is None or ck.min_interval_s == 0
+
         def cb(t, state, metrics):
             seen.append(t)
             if t >= 4 and len(seen) < 100:
@@ -638,12 +641,12 @@ def test_lr_sweep_stopped_mid_way_resumes_from_its_checkpoint(key, tmp_path, mon
     monkeypatch.setattr(ex, "fit", stopping_fit)
     with pytest.raises(Stop):
         ex.lr_sweep(arm, params, frozen, P, (x, y), checkpoint_dir=tmp_path,
-                    checkpoint_every=4, **kw)
+                    checkpoint_every=4, checkpoint_min_interval_s=0, **kw)
     assert (tmp_path / "lrs_0.01_0.1_1").is_dir()
     seen.extend([0] * 100)  # the callback now only records
     first = len(seen)
     sw = ex.lr_sweep(arm, params, frozen, P, (x, y), checkpoint_dir=tmp_path,
-                     checkpoint_every=4, **kw)
+                     checkpoint_every=4, checkpoint_min_interval_s=0, **kw)
     assert seen[first:] and min(seen[first:]) > 4  # resumed at step 4, not from 0
     np.testing.assert_allclose(sw["loss"], whole["loss"], rtol=1e-6)
     assert sw["best"] == whole["best"]
@@ -651,8 +654,15 @@ def test_lr_sweep_stopped_mid_way_resumes_from_its_checkpoint(key, tmp_path, mon
     other = ex.lr_sweep(arm, params, frozen, P, (2 * x, y), **kw)
     with pytest.warns(RuntimeWarning, match="not this sweep's"):
         again = ex.lr_sweep(arm, params, frozen, P, (2 * x, y), checkpoint_dir=tmp_path,
-                            checkpoint_every=4, **kw)
+                            checkpoint_every=4, checkpoint_min_interval_s=0, **kw)
     np.testing.assert_allclose(again["loss"], other["loss"], rtol=1e-6)
+    # by default the sweep saves at most once a minute: this 12-step sweep keeps its end only
+    monkeypatch.setattr(ex, "fit", real_fit)
+    ex.lr_sweep(arm, params, frozen, P, (3 * x, y), checkpoint_dir=tmp_path / "dflt",
+                checkpoint_every=4, **kw)
+    assert sorted(p.name for p in (tmp_path / "dflt" / "lrs_0.01_0.1_1").iterdir()
+                  if p.name.isdigit()) == ["12"]
+    assert ex.SWEEP_CHECKPOINT_MIN_INTERVAL_S == 60.0
 
 
 def test_arm_run_stopped_while_probing_resumes_from_the_last_probed_epoch(key, tmp_path,

@@ -1570,3 +1570,42 @@ def test_empty_bytes_and_home_checkpoint_dirs(tmp_path, monkeypatch, reference):
     assert os.listdir(cwd) == [] and (home / "ck" / HISTORY_NAME).is_file()
     _same(state, reference[0])
     assert loop.discard_checkpoints_after("~/ck", 4) == [6, 8]
+
+
+def test_min_interval_skips_periodic_saves_but_not_the_last_or_the_result(tmp_path, reference):
+    """``Checkpointing(min_interval_s=)``: periodic saves due sooner than the interval after the
+    previous one are skipped (the final one never is); the result and the history equal an
+    uninterrupted run's, and a run stopped with a large interval resumes from its last save."""
+    def fit(ck, gap, **kw):
+        return loop.fit(TS.step, TS.init(_params()), (X, Y), key=jax.random.key(1), steps=8,
+                        batch_size=4, chunk_size=2, progress=False,
+                        checkpoint=loop.Checkpointing(str(ck), every=2, max_to_keep=None,
+                                                      min_interval_s=gap), **kw)
+
+    def saved(ck):
+        return sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit())
+
+    s, h = fit(tmp_path / "a", 3600.0)
+    assert saved(tmp_path / "a") == [8]
+    _same(s, reference[0])
+    np.testing.assert_array_equal(h["train"]["loss"], reference[1]["train"]["loss"])
+    s, _ = fit(tmp_path / "b", 0)
+    assert saved(tmp_path / "b") == [2, 4, 6, 8]
+    _same(s, reference[0])
+
+    def stop_after_4(t, state, metrics):  # called after the step-t save (when one was made)
+        if t == 4:
+            raise RuntimeError("preempted")
+
+    ck = tmp_path / "c"
+    with pytest.raises(RuntimeError, match="preempted"):
+        fit(ck, 0.0, callback=stop_after_4)
+    assert saved(ck) == [2, 4]
+    s, h = fit(ck, 3600.0)  # resumes at 4; steps 6 is due 0 s after the start: skipped
+    assert saved(ck) == [2, 4, 8]
+    _same(s, reference[0])
+    np.testing.assert_array_equal(h["train"]["loss"], reference[1]["train"]["loss"])
+    for bad in (-1.0, float("nan"), float("inf"), "60", True):
+        with pytest.raises(ValueError, match=r"checkpoint.min_interval_s must be None or a "
+                                             r"finite number of seconds >= 0, got"):
+            fit(tmp_path / "d", bad)
