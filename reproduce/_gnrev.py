@@ -104,7 +104,7 @@ def minibatch_config(args):
         if missing:
             raise ValueError(f"argument --arms: the figures compare GN with Adam and SGD, so "
                              f"gn, adam and sgd must stay; missing {missing}")
-        if list(args.arms) != have:
+        if set(args.arms) != set(have):
             over["arms"] = tuple(a for a in cfg.arms if a.name in args.arms)
     if over:
         note = {k: ([a.name for a in v] if k == "arms" else v) for k, v in over.items()}
@@ -125,7 +125,7 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
 
     try:
         cfg = minibatch_config(args)
-    except ValueError as e:  # --arms against the configuration's arms: exit 2, as parsing
+    except ValueError as e:  # a flag against the configuration (--arms): exit 2, as parsing
         parser.error(str(e))
     shared = _cli.REPO / "checkpoints" / f"gnrev_minibatch_{args.dataset}"
     if args.cache_dir is not None:

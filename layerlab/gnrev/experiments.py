@@ -346,9 +346,10 @@ AUGMENTS = (None, "random_resized_crop")
 
 #: A sweep's mid-run checkpoints are written at most this often (``Checkpointing.
 #: min_interval_s``): on a GPU the vmapped states of a paper-scale sweep (GN's six rates, Adam's
-#: five: ~9 GB on CIFAR-10 at d'=8000) took ~3 s a step to copy, hash and save every 4 steps,
-#: against 0.05-1 s of compute (2026-11-30, H200); on the CPU a period of the sweep lasts longer
-#: than this, so its saves are unchanged.
+#: five: ~9 GB on CIFAR-10 at d'=8000) took ~3-5 s a step with saves every 4 steps,
+#: against 0.05-1 s of compute (2026-11-30, H200).  On this CPU a period of the paper-scale
+#: and reduced CIFAR-10 sweeps lasts longer than this (their saves are unchanged); smaller
+#: sweeps save less often mid-way.  The sweep's result never depends on it.
 SWEEP_CHECKPOINT_MIN_INTERVAL_S = 60.0
 
 
@@ -975,11 +976,13 @@ class MinibatchConfig:
     @property
     def is_paper_scale(self) -> bool:
         """The paper's data, model, batch, 3 seeds, and at least :meth:`paper`'s epochs with
-        its augmentation (a ``--paper`` run with fewer epochs or other crops is not)."""
+        its augmentation and arms (a ``--paper`` run with fewer epochs, other crops or without
+        the authors'-setup arm is not)."""
         ref = MinibatchConfig.paper(self.dataset)
         return (self.n_train is None and self.bottleneck == 8000 and self.batch_size == 1024
                 and self.seeds >= 3 and self.depth == ref.depth and self.epochs >= ref.epochs
-                and self.augment == ref.augment)
+                and self.augment == ref.augment
+                and {a.name for a in self.arms} >= {a.name for a in ref.arms})
 
 
 def _probe_fns(frozen, readout, px, pn, ntk_chunk):

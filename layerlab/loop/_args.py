@@ -87,9 +87,13 @@ def grouped_checkpoint(checkpoint, checkpoint_dir, checkpoint_every,
         raise ValueError("fit: checkpoint.directory must be a directory path, got None; leave "
                          "checkpoint= out to train without checkpoints.")
     m = checkpoint.min_interval_s
-    if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float, np.integer,
-                                                                      np.floating))
-                          or not math.isfinite(float(m)) or float(m) < 0):
+    try:
+        ok = m is None or (not isinstance(m, bool)
+                           and isinstance(m, (int, float, np.integer, np.floating))
+                           and math.isfinite(float(m)) and float(m) >= 0)
+    except OverflowError:  # an int too large for a float
+        ok = False
+    if not ok:
         raise ValueError("fit: checkpoint.min_interval_s must be None or a finite number of "
                          f"seconds >= 0, got {m!r}.")
     return checkpoint

@@ -80,8 +80,10 @@ class Checkpointing(NamedTuple):
     For states whose save costs more than the steps between saves (a vmapped sweep of a large
     net on a GPU: seconds to copy and hash gigabytes against milliseconds a step); it changes
     only which steps are kept, never the result (the chunks and keys are the same), and a
-    stop loses at most about ``min_interval_s`` plus one period of work.  The decision is taken
-    when the chunk that ends at the save is dispatched.  ``None`` (default): every period.
+    stop loses at most about ``min_interval_s`` plus one period of work -- and a ``callback``
+    may then have run ahead of the newest checkpoint (after a restart it is called again for
+    those steps).  The decision is taken once the previous chunk has been read, about when the
+    chunk that ends at the save starts running.  ``None`` (default): every period.
     """
 
     directory: str | os.PathLike

@@ -1589,6 +1589,9 @@ def test_min_interval_skips_periodic_saves_but_not_the_last_or_the_result(tmp_pa
     assert saved(tmp_path / "a") == [8]
     _same(s, reference[0])
     np.testing.assert_array_equal(h["train"]["loss"], reference[1]["train"]["loss"])
+    s, h = fit(tmp_path / "a", 3600.0)  # the finished run, read back from disk: whole history
+    _same(s, reference[0])
+    np.testing.assert_array_equal(h["train"]["loss"], reference[1]["train"]["loss"])
     s, _ = fit(tmp_path / "b", 0)
     assert saved(tmp_path / "b") == [2, 4, 6, 8]
     _same(s, reference[0])
@@ -1605,7 +1608,11 @@ def test_min_interval_skips_periodic_saves_but_not_the_last_or_the_result(tmp_pa
     assert saved(ck) == [2, 4, 8]
     _same(s, reference[0])
     np.testing.assert_array_equal(h["train"]["loss"], reference[1]["train"]["loss"])
-    for bad in (-1.0, float("nan"), float("inf"), "60", True):
+    # an early stop is saved whatever the interval (here at its 2nd evaluation, step 4)
+    es = loop.EarlyStopping("mse", patience=1, min_delta=1e9)
+    _, h = fit(tmp_path / "e", 3600.0, eval_fn=_mse_eval, eval_every=2, early_stopping=es)
+    assert h["early_stopping"]["stopped"] and saved(tmp_path / "e") == [4]
+    for bad in (-1.0, float("nan"), float("inf"), "60", True, 10 ** 400):
         with pytest.raises(ValueError, match=r"checkpoint.min_interval_s must be None or a "
                                              r"finite number of seconds >= 0, got"):
             fit(tmp_path / "d", bad)

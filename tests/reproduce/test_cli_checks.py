@@ -483,6 +483,15 @@ def test_arms_subset_of_the_paper_config_and_refusals(capsys):
     assert "'arms': ['gn', 'adam', 'sgd']" in cfg.scale_note and not cfg.is_paper_scale
     full = _gnrev.minibatch_config(_parser("gnrev_fig2").parse_args(["--paper"]))
     assert "gn_first_linear" in [a.name for a in full.arms] and "overridden" not in full.scale_note
+    assert full.is_paper_scale
+    # the paper's seeds without the authors'-setup arm is not a paper-scale record
+    sub = _gnrev.minibatch_config(_parser("gnrev_fig2").parse_args(
+        ["--paper", "--arms", "gn,adam,sgd"]))
+    assert sub.seeds == 3 and not sub.is_paper_scale
+    # all arms in another order: nothing overridden
+    perm = _gnrev.minibatch_config(_parser("gnrev_fig2").parse_args(
+        ["--paper", "--arms", "sgd,adam,gn_first_linear,gn"]))
+    assert perm == full
     err = _refused("gnrev_fig2", ["--smoke", "--arms", "gn,foo"], capsys)
     assert "argument --arms: unknown arm(s) ['foo']" in err and "'gn', 'adam', 'sgd'" in err
     err = _refused("gnrev_fig2", ["--smoke", "--arms", "gn,adam"], capsys)
