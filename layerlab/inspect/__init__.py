@@ -27,6 +27,7 @@ from layerlab.inspect._plots import plot_report as plot_report
 from layerlab.inspect._report import DIAGNOSTICS as DIAGNOSTICS
 from layerlab.inspect._report import LAYER_DIAGNOSTICS as LAYER_DIAGNOSTICS
 from layerlab.inspect._report import MODEL_DIAGNOSTICS as MODEL_DIAGNOSTICS
+from layerlab.inspect._report import OPTIONAL_DIAGNOSTICS as OPTIONAL_DIAGNOSTICS
 from layerlab.inspect._report import WEIGHT_DIAGNOSTICS as WEIGHT_DIAGNOSTICS
 from layerlab.inspect._report import InspectConfig as InspectConfig
 from layerlab.inspect._report import Reference as Reference
@@ -43,6 +44,7 @@ __all__ = [
     "Inspectable",
     "LAYER_DIAGNOSTICS",
     "MODEL_DIAGNOSTICS",
+    "OPTIONAL_DIAGNOSTICS",
     "Monitor",
     "Reference",
     "Report",

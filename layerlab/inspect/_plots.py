@@ -12,7 +12,7 @@ import numpy as np
 
 from layerlab._plotting import subplots
 from layerlab.inspect._monitor import History
-from layerlab.inspect._report import DIAGNOSTICS, Report
+from layerlab.inspect._report import _ORDER, Report
 
 __all__ = ["plot_report", "plot_history"]
 
@@ -20,6 +20,7 @@ _LABELS = {
     "dgl_linear": "DGL@Linear / n",
     "dgl_nngp": "DGL@NNGP / n",
     "cka": "linear CKA to reference",
+    "probe_accuracy": "held-out linear-probe accuracy",
     "effective_rank": "effective rank",
     "stable_rank": "stable rank",
     "spectral_norm": "spectral norm",
@@ -35,7 +36,7 @@ def _figure(rows: int, cols: int, figsize: tuple[float, float]):
 
 def _ordered(values: dict) -> list:
     """Items in the documented diagnostic order (dicts leaving ``jit`` come back sorted)."""
-    rank = {d: i for i, d in enumerate(DIAGNOSTICS)}
+    rank = {d: i for i, d in enumerate(_ORDER)}
     return sorted(values.items(), key=lambda kv: rank.get(kv[0], len(rank)))
 
 

@@ -75,7 +75,13 @@ LAYER_DIAGNOSTICS = ("dgl_linear", "dgl_nngp", "cka", "effective_rank", "stable_
 WEIGHT_DIAGNOSTICS = ("spectral_norm", "weight_stable_rank", "near_one")
 MODEL_DIAGNOSTICS = ("ntk_alignment", "ntk_target_alignment")
 DIAGNOSTICS = LAYER_DIAGNOSTICS + WEIGHT_DIAGNOSTICS + MODEL_DIAGNOSTICS
-_NEEDS_Y = ("dgl_linear", "dgl_nngp", "ntk_target_alignment")
+#: Computed only when named in ``InspectConfig.diagnostics`` (not in the default set):
+#: ``probe_accuracy``, the held-out accuracy of a ridge linear classifier on each layer
+#: (needs class labels).
+OPTIONAL_DIAGNOSTICS = ("probe_accuracy",)
+_LAYER = LAYER_DIAGNOSTICS + OPTIONAL_DIAGNOSTICS
+_ORDER = LAYER_DIAGNOSTICS + OPTIONAL_DIAGNOSTICS + WEIGHT_DIAGNOSTICS + MODEL_DIAGNOSTICS
+_NEEDS_Y = ("dgl_linear", "dgl_nngp", "ntk_target_alignment", "probe_accuracy")
 _NEEDS_REF = ("cka", "ntk_alignment")
 _NTK = ("ntk_alignment", "ntk_target_alignment")
 _CONV = ("mean", "max", "flatten")
@@ -136,6 +142,10 @@ class InspectConfig:
         ``n``; an ``m`` above ``n`` uses all ``n`` with a warning; the NTK costs ``m * k``
         Jacobian-vector products).
       ntk_method: ``"ntk_vp"`` or ``"jacobian"`` (``kernels.empirical_ntk``).
+      probe_holdout: ``probe_accuracy``'s held-out fraction of the probe batch (``0 < f < 1``,
+        default 0.25): ``round(f n)`` samples, a fixed-seed random subset (the same in every
+        report on ``n`` samples), are held out; the classifier is fitted on the rest (at
+        least 2).
 
     Every setting is checked when the config is made (``TypeError`` / ``ValueError`` naming
     ``InspectConfig`` and the field), not when a report runs.
@@ -152,6 +162,7 @@ class InspectConfig:
     ntk_samples: int | None = None
     ntk_method: str = "ntk_vp"
     channel_axis: int = -1
+    probe_holdout: float = 0.25
 
     def __post_init__(self):
         for field in ("diagnostics", "layers"):
@@ -161,10 +172,11 @@ class InspectConfig:
                     f"InspectConfig: {field} must be a tuple of names, got str {v!r} (wrap "
                     f"it: ({v!r},)).")
         diags = tuple(self.diagnostics)
-        bad = [d for d in diags if d not in DIAGNOSTICS]
+        bad = [d for d in diags if d not in DIAGNOSTICS + OPTIONAL_DIAGNOSTICS]
         if bad:
             raise ValueError(
-                f"InspectConfig: unknown diagnostics {bad}; choose from {DIAGNOSTICS}.")
+                f"InspectConfig: unknown diagnostics {bad}; choose from "
+                f"{DIAGNOSTICS + OPTIONAL_DIAGNOSTICS}.")
         object.__setattr__(self, "diagnostics", diags)
         if self.layers is not None:
             object.__setattr__(self, "layers", tuple(self.layers))
@@ -179,8 +191,10 @@ class InspectConfig:
         if self.channel_axis == 0:
             raise ValueError("InspectConfig: channel_axis must not be 0 (axis 0 holds the "
                              "samples); -1 for channels last, 1 for channels first.")
-        for name in ("ridge_rel", "eps_rel", "near_one_tol"):
+        for name in ("ridge_rel", "eps_rel", "near_one_tol", "probe_holdout"):
             check_scalar(getattr(self, name), name, "InspectConfig")
+        check_number(self.probe_holdout, "probe_holdout", fn="InspectConfig", min_value=0.0,
+                     max_value=1.0, lo_open=True, hi_open=True)
         check_number(self.ridge_rel, "ridge_rel", fn="InspectConfig", min_value=0.0)
         check_number(self.eps_rel, "eps_rel", fn="InspectConfig", min_value=0.0, lo_open=True)
         check_number(self.near_one_tol, "near_one_tol", fn="InspectConfig", min_value=0.0,
@@ -194,7 +208,7 @@ class InspectConfig:
         for field in ("num_classes", "ntk_samples"):
             if getattr(self, field) is not None:
                 object.__setattr__(self, field, int(getattr(self, field)))
-        for field in ("eps_rel", "ridge_rel", "near_one_tol"):
+        for field in ("eps_rel", "ridge_rel", "near_one_tol", "probe_holdout"):
             object.__setattr__(self, field, float(getattr(self, field)))
         if not isinstance(self.top, TopNetwork):
             raise TypeError(
@@ -263,7 +277,7 @@ class Report:
                 row = "  ".join(f"{float(np.asarray(values[c])[i]):14.4g}" for c in cols)
                 lines.append(f"{n:<{w}s}  {row}")
 
-        rank = {d: i for i, d in enumerate(DIAGNOSTICS)}
+        rank = {d: i for i, d in enumerate(_ORDER)}
 
         def order(v):
             return dict(sorted(v.items(), key=lambda kv: rank.get(kv[0], len(rank))))
@@ -519,6 +533,73 @@ def _targets(y, n: int, config: InspectConfig, fn: str) -> jax.Array:
     return y
 
 
+def _probe_labels(y, config: InspectConfig) -> jax.Array:
+    """``probe_accuracy``'s class labels ``[n]``: integer ``y [n]`` as given, float targets
+    ``[n, C]`` (one-hot or scores, ``C >= 2``) by their argmax."""
+    y = jnp.asarray(y)
+    if y.ndim == 1 and jnp.issubdtype(y.dtype, jnp.integer):
+        return y
+    if y.ndim == 2 and y.shape[1] >= 2:
+        return jnp.argmax(y, axis=1)
+    raise ValueError(
+        f"y: probe_accuracy needs class labels (integer [n], or one-hot / score targets "
+        f"[n, C] with C >= 2), got a {y.dtype} array of shape {tuple(y.shape)}; leave "
+        "probe_accuracy out of InspectConfig.diagnostics for regression targets.")
+
+
+def _holdout_mask(n: int, frac: float) -> np.ndarray:
+    """``[n]`` bool: ``k = round(frac n)`` (at least 1) held-out samples, drawn without
+    replacement by a fixed-seed generator (the same for every call with this ``n`` and
+    ``frac``): not every ``(n/k)``-th sample, which aliases with a probe batch ordered
+    periodically by class (labels ``0, 1, 0, 1, ...`` held out one class)."""
+    k = max(1, int(round(frac * n)))
+    if n - k < 2:
+        raise ValueError(
+            f"x: probe_accuracy holds out {k} of the n = {n} probe samples "
+            f"(InspectConfig.probe_holdout={frac}) and fits on the {n - k} left; it needs at "
+            "least 2 to fit: pass a larger probe batch or a smaller probe_holdout.")
+    held = np.zeros(n, bool)
+    held[np.random.default_rng(0).choice(n, size=k, replace=False)] = True
+    return held
+
+
+def _probe_accuracy(h: jax.Array, Y: jax.Array, labels: jax.Array, held: np.ndarray,
+                    ridge_rel: float) -> jax.Array:
+    """Held-out accuracy of a ridge linear classifier with an unpenalised bias.
+
+    Fitted on the samples ``~held``: ``W = argmin ||Yc - Hc W||^2 + eps2 ||W||^2`` with ``Hc``,
+    ``Yc`` centred by their fit-split means (the bias) and ``eps2 = ridge_rel * sum(Hc^2) / d``
+    (``dgl_linear``'s rule); ``ridge_rel = 0`` takes the minimum-norm least-squares ``W``.  A
+    held-out sample is predicted as the argmax of ``(h - mean) W + mean(Y)``.  For targets
+    affine in one-hot (the zero-mean one-hot of integer labels) this is sklearn's
+    ``RidgeClassifier(alpha=eps2)``.  ``d`` above the fit count uses the dual (kernel) form.
+    """
+    fit = ~held
+    hf, hh = h[fit], h[held]
+    mu = hf.mean(0, keepdims=True)
+    hf, hh = hf - mu, hh - mu
+    Yf = Y[fit]
+    ym = Yf.mean(0, keepdims=True)
+    Yf = Yf - ym
+    nf, d = hf.shape
+    if ridge_rel == 0.0:
+        W = jnp.linalg.lstsq(hf, Yf)[0]
+        pred = hh @ W
+    else:
+        ss = jnp.sum(hf * hf)
+        # a constant (dead) layer: eps2 = 0 would make the system singular; its prediction is
+        # the fit split's mean target whatever eps2 is, so any eps2 > 0 gives it
+        eps2 = jnp.where(ss == 0, jnp.ones((), h.dtype), ridge_rel * ss / d)
+        if d <= nf:
+            A = hf.T @ hf + eps2 * jnp.eye(d, dtype=h.dtype)
+            pred = hh @ jax.scipy.linalg.solve(A, hf.T @ Yf, assume_a="pos")
+        else:
+            K = hf @ hf.T + eps2 * jnp.eye(nf, dtype=h.dtype)
+            pred = (hh @ hf.T) @ jax.scipy.linalg.solve(K, Yf, assume_a="pos")
+    hit = jnp.argmax(pred + ym, axis=1) == labels[held]
+    return jnp.mean(hit.astype(h.dtype))
+
+
 def _report_diagnostics(config: InspectConfig, reference: Any) -> list[str]:
     """The diagnostics a report computes: those that need a reference are dropped without
     one, unless that leaves none of those asked for (an empty report): then an error."""
@@ -699,7 +780,10 @@ def layer_report(
     Y = _targets(y, n, config, "layer_report") if any(d in _NEEDS_Y for d in diags) else None
     tops = model.top_variances(params) if (model.top_variances and "dgl_nngp" in diags) else {}
 
-    layer_values: dict[str, list] = {d: [] for d in diags if d in LAYER_DIAGNOSTICS}
+    layer_values: dict[str, list] = {d: [] for d in diags if d in _LAYER}
+    if "probe_accuracy" in layer_values:
+        labels = _probe_labels(y, config)
+        held = _holdout_mask(n, config.probe_holdout)
     for name, h in reps.items():
         dt = jnp.result_type(h.dtype, jnp.float32)
         h = h.astype(dt)
@@ -743,6 +827,9 @@ def layer_report(
                     "make_reference(..., rename={their: ours}) or select layers."
                 )
             layer_values["cka"].append(probes.linear_cka(h, ref[name]))
+        if "probe_accuracy" in layer_values:
+            layer_values["probe_accuracy"].append(
+                _probe_accuracy(h, Y.astype(dt), labels, held, config.ridge_rel))
         if "effective_rank" in layer_values or "stable_rank" in layer_values:
             # centred as probes.linear_cka does: constant columns exactly 0 (one centring
             # pass left a rounding offset: a collapsed layer had rank 1, not 0)
