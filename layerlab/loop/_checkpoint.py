@@ -23,7 +23,10 @@ Layout of a checkpoint directory::
   different one is refused with :class:`CheckpointMismatchError` listing saved vs now.
 * **Lock**: one writer per directory (process 0 of a multi-process run); a second one gets
   :class:`CheckpointLockedError` naming the holder's pid; a lock whose process is gone (same
-  host) is stale and taken over with a warning.
+  host) is stale and taken over with a warning.  The holder refreshes the lock file's mtime
+  every :data:`LOCK_HEARTBEAT_S` seconds (a daemon thread), so a lock of another host -- whose
+  process cannot be checked, e.g. a preempted batch job restarted on another node of a shared
+  file system -- is stale once not refreshed for :data:`LOCK_FOREIGN_STALE_S` seconds.
 """
 from __future__ import annotations
 
@@ -63,6 +66,11 @@ __all__ = [
 ]
 
 LOCK_NAME = ".layerlab.lock"
+#: The lock holder touches its lock file this often (seconds).
+LOCK_HEARTBEAT_S = 60.0
+#: A lock of another host not refreshed for this long (seconds) is stale: its holder is gone
+#: (15 heartbeats; a file server's clock may differ from this host's by less).
+LOCK_FOREIGN_STALE_S = 900.0
 HISTORY_NAME = "history.jsonl"
 KEPT_HISTORY = HISTORY_NAME + ".kept-"  # + time.time_ns(): copies made before a fallback
 FINGERPRINT_VERSION = 3
@@ -1014,6 +1022,38 @@ class _Lock:
     def __init__(self, directory: str):
         self.path = os.path.join(directory, LOCK_NAME)
         self.held = False
+        self._beat: Any = None  # (thread, stop event) of the heartbeat while held
+
+    def _start_heartbeat(self) -> None:
+        import threading
+
+        stop = threading.Event()
+        path, period = self.path, float(LOCK_HEARTBEAT_S)
+
+        def beat():
+            while not stop.wait(period):
+                try:
+                    os.utime(path)
+                except OSError:
+                    pass  # the file server is away, or the lock was taken over: stale anyway
+
+        t = threading.Thread(target=beat, name="layerlab-lock-heartbeat", daemon=True)
+        t.start()
+        self._beat = (t, stop)
+
+    def _stop_heartbeat(self) -> None:
+        if self._beat is not None:
+            t, stop = self._beat
+            stop.set()
+            t.join(timeout=5.0)
+            self._beat = None
+
+    def _age(self) -> float | None:
+        """Seconds since the lock file was last written or refreshed (``None``: unreadable)."""
+        try:
+            return time.time() - os.path.getmtime(self.path)
+        except OSError:
+            return None
 
     def acquire(self) -> None:
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
@@ -1026,24 +1066,35 @@ class _Lock:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 holder = self._read()
+                foreign = holder.get("host") != socket.gethostname()
                 if not self._stale(holder):
+                    age = self._age()
+                    more = (f" Its holder on another host refreshed it {age:.0f} s ago; it "
+                            f"counts as stale after {LOCK_FOREIGN_STALE_S:.0f} s without a "
+                            "refresh." if foreign and isinstance(holder.get("pid"), int)
+                            and age is not None else "")
                     raise CheckpointLockedError(
                         f"fit: checkpoint_dir {os.path.dirname(self.path)} is locked by process "
                         f"pid {holder.get('pid')} on host {holder.get('host')!r} (lock file "
                         f"{self.path}); two writers would corrupt it. Wait for that run to end, "
                         "use another checkpoint_dir, or delete the lock file if that process "
-                        "is gone."
+                        f"is gone.{more}"
                     ) from None
+                age = self._age()
                 if self._remove_stale(holder):
+                    why = (f"on host {holder.get('host')!r}, not refreshed for {age:.0f} s"
+                           if foreign and isinstance(holder.get("pid"), int) and age is not None
+                           else "no longer running")
                     warnings.warn(
                         f"fit: removed the stale lock {self.path} of process pid "
-                        f"{holder.get('pid')} (no longer running).",
+                        f"{holder.get('pid')} ({why}).",
                         RuntimeWarning, stacklevel=4,
                     )
                 continue
             with os.fdopen(fd, "w") as f:
                 json.dump(me, f)
             self.held = True
+            self._start_heartbeat()
             return
         raise CheckpointLockedError(f"fit: could not take the lock {self.path}.")
 
@@ -1099,7 +1150,9 @@ class _Lock:
             except OSError:
                 return True
         if holder.get("host") != socket.gethostname():
-            return False  # cannot check a process on another host
+            # its process cannot be checked from here: stale once its heartbeat stopped
+            age = self._age()
+            return age is None or age > float(LOCK_FOREIGN_STALE_S)
         if not _alive(pid):
             return True
         start = holder.get("start")
@@ -1108,6 +1161,7 @@ class _Lock:
     def release(self) -> None:
         if not self.held:
             return
+        self._stop_heartbeat()
         self.held = False
         holder = self._read()
         if holder.get("pid") == os.getpid():

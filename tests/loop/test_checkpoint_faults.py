@@ -324,8 +324,48 @@ def test_lock_of_another_host_is_respected(tmp_path):
     ck = tmp_path / "ck"
     ck.mkdir()
     (ck / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
-    with pytest.raises(CheckpointLockedError, match="elsewhere.example"):
+    with pytest.raises(CheckpointLockedError, match=r"elsewhere.example.*refreshed it \d+ s "
+                                                    r"ago; it counts as stale after 900 s"):
         _run(ck)
+
+
+def test_lock_of_another_host_not_refreshed_is_taken_over(tmp_path, reference):
+    """A lock of another host whose heartbeat stopped (mtime older than
+    LOCK_FOREIGN_STALE_S: a preempted job restarted on another node) is stale: taken over with
+    a warning naming the host and the age; the run then gives the uninterrupted result."""
+    from layerlab.loop._checkpoint import LOCK_FOREIGN_STALE_S
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    lock = ck / LOCK_NAME
+    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
+    old = time.time() - LOCK_FOREIGN_STALE_S - 60
+    os.utime(lock, (old, old))
+    with pytest.warns(RuntimeWarning, match=r"removed the stale lock .* \(on host "
+                                            r"'elsewhere.example', not refreshed for 9\d\d s"):
+        s, _ = _run(ck)
+    _same(s, reference[0])
+    assert not lock.exists()  # released at the end
+
+
+def test_lock_holder_refreshes_its_lock(tmp_path, monkeypatch):
+    """The holder's heartbeat touches the lock file every LOCK_HEARTBEAT_S seconds (here
+    0.05 s) and stops at release."""
+    from layerlab.loop import _checkpoint as C
+    monkeypatch.setattr(C, "LOCK_HEARTBEAT_S", 0.05)
+    lock = C._Lock(str(tmp_path))
+    lock.acquire()
+    try:
+        path = tmp_path / LOCK_NAME
+        os.utime(path, (1.0, 1.0))  # 1970: would be stale for another host
+        deadline = time.time() + 10
+        while os.path.getmtime(path) < 2.0 and time.time() < deadline:
+            time.sleep(0.02)
+        assert time.time() - os.path.getmtime(path) < 5.0
+        thread = lock._beat[0]
+        assert thread.is_alive() and thread.daemon
+    finally:
+        lock.release()
+    assert not thread.is_alive() and not path.exists()
 
 
 def test_stale_lock_is_taken_over(tmp_path, reference):
