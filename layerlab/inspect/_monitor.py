@@ -31,7 +31,9 @@ from layerlab.inspect._report import (
     _check_reference,
     _check_samples,
     _check_y,
+    _holdout_mask,
     _probe_batch,
+    _probe_labels,
     _report_diagnostics,
     _targets,
     layer_report,
@@ -255,4 +257,7 @@ def monitor(
     _check_samples(x, y)
     if y is not None and any(d in _NEEDS_Y for d in config.diagnostics):
         _targets(y, x.shape[0], config, "monitor")  # bad targets raise here, not in loop.fit
+    if y is not None and "probe_accuracy" in config.diagnostics:
+        _probe_labels(y, config)  # likewise: regression targets, too few samples to fit
+        _holdout_mask(x.shape[0], config.probe_holdout)
     return Monitor(model, x, y, reference, config, params_of, extra)

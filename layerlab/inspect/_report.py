@@ -567,37 +567,40 @@ def _probe_accuracy(h: jax.Array, Y: jax.Array, labels: jax.Array, held: np.ndar
                     ridge_rel: float) -> jax.Array:
     """Held-out accuracy of a ridge linear classifier with an unpenalised bias.
 
-    Fitted on the samples ``~held``: ``W = argmin ||Yc - Hc W||^2 + eps2 ||W||^2`` with ``Hc``,
-    ``Yc`` centred by their fit-split means (the bias) and ``eps2 = ridge_rel * sum(Hc^2) / d``
-    (``dgl_linear``'s rule); ``ridge_rel = 0`` takes the minimum-norm least-squares ``W``.  A
-    held-out sample is predicted as the argmax of ``(h - mean) W + mean(Y)``.  For targets
-    affine in one-hot (the zero-mean one-hot of integer labels) this is sklearn's
-    ``RidgeClassifier(alpha=eps2)``.  ``d`` above the fit count uses the dual (kernel) form.
+    Fitted on the samples ``~held`` to one-hot targets of ``labels`` (``C = Y.shape[1]``
+    classes): ``W = argmin ||Tc - Hc W||^2 + eps2 ||W||^2`` with ``Hc``, ``Tc`` centred by their
+    fit-split means (the bias) and ``eps2 = ridge_rel * sum(Hc^2) / d`` on the centred fit
+    split; ``ridge_rel = 0`` takes the minimum-norm least-squares ``W`` (singular values below
+    numpy's ``lstsq`` cut-off dropped).  Solved through the SVD ``Hc = U S V^T``
+    (``W = V S/(S^2 + eps2) U^T Tc``): stable for wide, collapsed layers, where a Cholesky of
+    ``Hc^T Hc + eps2 I`` in float32 is not.  A held-out sample is predicted as the argmax of
+    ``(h - mean) W + mean(T)``: sklearn's ``RidgeClassifier(alpha=eps2)``.  NaN when ``h`` or
+    the predictions are not finite (a diverged layer under ``jit``).
     """
     fit = ~held
     hf, hh = h[fit], h[held]
     mu = hf.mean(0, keepdims=True)
     hf, hh = hf - mu, hh - mu
-    Yf = Y[fit]
-    ym = Yf.mean(0, keepdims=True)
-    Yf = Yf - ym
+    T = jax.nn.one_hot(labels, Y.shape[1], dtype=h.dtype)
+    Tf = T[fit]
+    tm = Tf.mean(0, keepdims=True)
+    Tf = Tf - tm
     nf, d = hf.shape
+    finite = jnp.all(jnp.isfinite(h))
+    hs = jnp.where(finite, hf, jnp.zeros_like(hf))  # the SVD never sees a NaN
+    u, sv, vt = jnp.linalg.svd(hs, full_matrices=False)
     if ridge_rel == 0.0:
-        W = jnp.linalg.lstsq(hf, Yf)[0]
-        pred = hh @ W
+        cut = max(nf, d) * jnp.finfo(h.dtype).eps * sv[0]
+        coef = jnp.where(sv > cut, 1.0 / jnp.where(sv > cut, sv, 1.0), 0.0)
     else:
-        ss = jnp.sum(hf * hf)
-        # a constant (dead) layer: eps2 = 0 would make the system singular; its prediction is
-        # the fit split's mean target whatever eps2 is, so any eps2 > 0 gives it
-        eps2 = jnp.where(ss == 0, jnp.ones((), h.dtype), ridge_rel * ss / d)
-        if d <= nf:
-            A = hf.T @ hf + eps2 * jnp.eye(d, dtype=h.dtype)
-            pred = hh @ jax.scipy.linalg.solve(A, hf.T @ Yf, assume_a="pos")
-        else:
-            K = hf @ hf.T + eps2 * jnp.eye(nf, dtype=h.dtype)
-            pred = (hh @ hf.T) @ jax.scipy.linalg.solve(K, Yf, assume_a="pos")
-    hit = jnp.argmax(pred + ym, axis=1) == labels[held]
-    return jnp.mean(hit.astype(h.dtype))
+        eps2 = ridge_rel * jnp.sum(hs * hs) / d
+        # a constant (dead) layer: every singular value is 0 and its prediction the fit
+        # split's mean target (the majority class)
+        coef = jnp.where(sv > 0, sv / (sv * sv + jnp.where(eps2 > 0, eps2, 1.0)), 0.0)
+    pred = (hh @ vt.T) @ (coef[:, None] * (u.T @ Tf)) + tm
+    hit = jnp.argmax(pred, axis=1) == labels[held]
+    acc = jnp.mean(hit.astype(h.dtype))
+    return jnp.where(finite & jnp.all(jnp.isfinite(pred)), acc, jnp.nan)
 
 
 def _report_diagnostics(config: InspectConfig, reference: Any) -> list[str]:
@@ -829,7 +832,7 @@ def layer_report(
             layer_values["cka"].append(probes.linear_cka(h, ref[name]))
         if "probe_accuracy" in layer_values:
             layer_values["probe_accuracy"].append(
-                _probe_accuracy(h, Y.astype(dt), labels, held, config.ridge_rel))
+                _probe_accuracy(h, Y, labels, held, config.ridge_rel))
         if "effective_rank" in layer_values or "stable_rank" in layer_values:
             # centred as probes.linear_cka does: constant columns exactly 0 (one centring
             # pass left a rounding offset: a collapsed layer had rank 1, not 0)

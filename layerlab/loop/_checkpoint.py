@@ -1022,24 +1022,35 @@ class _Lock:
     def __init__(self, directory: str):
         self.path = os.path.join(directory, LOCK_NAME)
         self.held = False
+        self.lost = False  # the lock was taken over while held (see _start_heartbeat)
+        self._token = ""
         self._beat: Any = None  # (thread, stop event) of the heartbeat while held
 
     def _start_heartbeat(self) -> None:
+        """Touch the lock file every LOCK_HEARTBEAT_S seconds while it is still ours (its
+        token); a lock found taken over (another process judged it stale: a holder suspended
+        past LOCK_FOREIGN_STALE_S, say) sets ``lost`` and stops refreshing it, so the new
+        holder's lock is never kept fresh by the old one, and ``Checkpointer.save`` refuses to
+        write beside the new holder."""
         import threading
 
         stop = threading.Event()
-        path, period = self.path, float(LOCK_HEARTBEAT_S)
+        period = float(LOCK_HEARTBEAT_S)
 
         def beat():
             while not stop.wait(period):
+                holder = self._read()
+                if holder and holder.get("token") != self._token:
+                    self.lost = True
+                    return
                 try:
-                    os.utime(path)
+                    os.utime(self.path)
                 except OSError:
-                    pass  # the file server is away, or the lock was taken over: stale anyway
+                    pass  # the file server is away: the next beat tries again
 
         t = threading.Thread(target=beat, name="layerlab-lock-heartbeat", daemon=True)
+        self._beat = (t, stop)  # before start: an interrupt in between leaves nothing running
         t.start()
-        self._beat = (t, stop)
 
     def _stop_heartbeat(self) -> None:
         if self._beat is not None:
@@ -1049,15 +1060,35 @@ class _Lock:
             self._beat = None
 
     def _age(self) -> float | None:
-        """Seconds since the lock file was last written or refreshed (``None``: unreadable)."""
+        """Seconds since the lock file was last written or refreshed, by the file system's
+        clock (a file written now beside it: a file server's clock may differ from this
+        host's), at least 0; ``None`` when the lock cannot be read."""
         try:
-            return time.time() - os.path.getmtime(self.path)
+            then = os.path.getmtime(self.path)
         except OSError:
             return None
+        now = time.time()
+        try:
+            import tempfile
+
+            fd, tmp = tempfile.mkstemp(prefix=".layerlab.now-", dir=os.path.dirname(self.path))
+            os.close(fd)
+            try:
+                now = os.path.getmtime(tmp)
+            finally:
+                os.remove(tmp)
+        except OSError:
+            pass
+        return max(0.0, now - then)
 
     def acquire(self) -> None:
+        import uuid
+
+        self._token = uuid.uuid4().hex
+        # "heartbeat": this holder refreshes the lock (a foreign lock without it, written by an
+        # older layerlab, is never judged stale by its age)
         me = {"pid": os.getpid(), "host": socket.gethostname(), "start": _proc_start(os.getpid()),
-              "time": time.time()}
+              "time": time.time(), "token": self._token, "heartbeat": float(LOCK_HEARTBEAT_S)}
         # each pass that finds another takeover in progress waits 50 ms; the deadline outlasts
         # the 10 s after which a takeover mutex left by a killed process is removed
         deadline = time.monotonic() + 15.0
@@ -1066,13 +1097,16 @@ class _Lock:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 holder = self._read()
-                foreign = holder.get("host") != socket.gethostname()
+                beats = (holder.get("host") != socket.gethostname()
+                         and isinstance(holder.get("pid"), int) and "heartbeat" in holder)
                 if not self._stale(holder):
                     age = self._age()
                     more = (f" Its holder on another host refreshed it {age:.0f} s ago; it "
                             f"counts as stale after {LOCK_FOREIGN_STALE_S:.0f} s without a "
-                            "refresh." if foreign and isinstance(holder.get("pid"), int)
-                            and age is not None else "")
+                            "refresh." if beats and age is not None else
+                            " It was written by a layerlab without a lock heartbeat, so its age "
+                            "says nothing." if holder.get("host") != socket.gethostname()
+                            and isinstance(holder.get("pid"), int) else "")
                     raise CheckpointLockedError(
                         f"fit: checkpoint_dir {os.path.dirname(self.path)} is locked by process "
                         f"pid {holder.get('pid')} on host {holder.get('host')!r} (lock file "
@@ -1083,8 +1117,8 @@ class _Lock:
                 age = self._age()
                 if self._remove_stale(holder):
                     why = (f"on host {holder.get('host')!r}, not refreshed for {age:.0f} s"
-                           if foreign and isinstance(holder.get("pid"), int) and age is not None
-                           else "no longer running")
+                           if beats and age is not None else
+                           "its lock file could not be read" if beats else "no longer running")
                     warnings.warn(
                         f"fit: removed the stale lock {self.path} of process pid "
                         f"{holder.get('pid')} ({why}).",
@@ -1150,7 +1184,10 @@ class _Lock:
             except OSError:
                 return True
         if holder.get("host") != socket.gethostname():
-            # its process cannot be checked from here: stale once its heartbeat stopped
+            # its process cannot be checked from here: stale once its heartbeat stopped (a lock
+            # of an older layerlab, which does not refresh it, never is)
+            if "heartbeat" not in holder:
+                return False
             age = self._age()
             return age is None or age > float(LOCK_FOREIGN_STALE_S)
         if not _alive(pid):
@@ -1164,7 +1201,7 @@ class _Lock:
         self._stop_heartbeat()
         self.held = False
         holder = self._read()
-        if holder.get("pid") == os.getpid():
+        if holder.get("pid") == os.getpid() and holder.get("token", self._token) == self._token:
             try:
                 os.remove(self.path)
             except FileNotFoundError:
@@ -1397,6 +1434,7 @@ class Checkpointer:
         """Append records (one JSON line each) and fsync: O(new rows), not O(history)."""
         if not self.writer or not records:
             return
+        self._check_lock()
         with open(self._history_path, "a") as f:
             for r in records:
                 f.write(json.dumps(_to_py(r), allow_nan=False) + "\n")
@@ -1407,7 +1445,16 @@ class Checkpointer:
     def mark_unrestorable(self, step: int) -> None:
         self._unrestorable.add(int(step))
 
+    def _check_lock(self) -> None:
+        if self._lock.lost:
+            raise CheckpointLockedError(
+                f"fit: the lock {self._lock.path} was taken over by another process while this "
+                "run held it (judged stale: this process was suspended or its file system away "
+                f"for over {LOCK_FOREIGN_STALE_S:.0f} s); stopping before a second writer "
+                "corrupts the directory. Its last checkpoint is kept.")
+
     def save(self, step: int, arrays: dict[str, Any], meta: dict[str, Any]) -> None:
+        self._check_lock()
         ocp = self._ocp
         step = int(step)
         if step in self._unrestorable:

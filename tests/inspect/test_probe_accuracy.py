@@ -32,7 +32,15 @@ def _sklearn_acc(h, y, held, ridge_rel):
     return float(np.mean(clf.predict(h[held].astype(np.float64)) == y[held]))
 
 
-@pytest.mark.parametrize("ridge_rel", [1e-4, 0.3])
+def _sklearn_lstsq_acc(h, y, held):
+    from sklearn.linear_model import LinearRegression
+    fit = ~held
+    T = np.eye(3)[y]
+    reg = LinearRegression().fit(h[fit].astype(np.float64), T[fit])
+    return float(np.mean(reg.predict(h[held].astype(np.float64)).argmax(1) == y[held]))
+
+
+@pytest.mark.parametrize("ridge_rel", [1e-4, 0.3, 0.0])
 def test_probe_accuracy_is_sklearns_ridge_classifier_on_the_held_out_samples(ridge_rel):
     model, x, y = _model_and_data()
     cfg = inspect.InspectConfig(diagnostics=("probe_accuracy",), num_classes=3,
@@ -42,7 +50,8 @@ def test_probe_accuracy_is_sklearns_ridge_classifier_on_the_held_out_samples(rid
     held = _holdout_mask(len(y), 0.25)
     assert held.sum() == 15 and np.array_equal(held, _holdout_mask(len(y), 0.25))
     feats = {k: np.asarray(v) for k, v in model.features(None, x).items()}
-    want = [_sklearn_acc(feats[k].reshape(len(y), -1), y, held, ridge_rel) for k in rep.layers]
+    acc = _sklearn_acc if ridge_rel else (lambda h, y, held, _: _sklearn_lstsq_acc(h, y, held))
+    want = [acc(feats[k].reshape(len(y), -1), y, held, ridge_rel) for k in rep.layers]
     np.testing.assert_allclose(np.asarray(rep.layer_values["probe_accuracy"]), want, atol=1e-6)
     # the same from one-hot float targets (argmax labels), and under jit
     onehot = jax.nn.one_hot(y, 3)
@@ -90,4 +99,29 @@ def test_probe_accuracy_is_optional_and_its_errors_name_the_fix():
             inspect.InspectConfig(probe_holdout=bad)
     with pytest.raises(ValueError, match=r"need targets"):
         inspect.layer_report(model, None, x, None, config=inspect.InspectConfig(
+            diagnostics=("probe_accuracy",)))
+
+
+def test_probe_accuracy_on_a_wide_collapsed_layer_and_a_diverged_one():
+    """A wide layer of rank 3 (d = 4096: the Cholesky of its ridge system gave NaN in float32)
+    matches sklearn; a layer with a NaN is NaN under jit (not the share of class 0); under
+    monitor, regression targets are refused when the monitor is built, not inside fit."""
+    rng = np.random.default_rng(3)
+    n = 80
+    y = rng.integers(0, 3, n)
+    z = np.eye(3)[y] + 0.3 * rng.normal(size=(n, 3))
+    M = rng.normal(size=(3, 4096))
+    x = jnp.asarray(z.astype(np.float32))
+    model = inspect.from_features(lambda p, xb: {"wide": xb @ jnp.asarray(M, jnp.float32),
+                                                 "nan": xb.at[0, 0].set(jnp.nan)})
+    cfg = inspect.InspectConfig(diagnostics=("probe_accuracy",), num_classes=3)
+    rep = jax.jit(lambda xx, yy: inspect.layer_report(model, None, xx, yy, config=cfg))(
+        x, jnp.asarray(y))
+    held = _holdout_mask(n, 0.25)
+    h = np.asarray(model.features(None, x)["wide"])
+    v = np.asarray(rep.layer_values["probe_accuracy"])
+    assert v[0] == pytest.approx(_sklearn_acc(h, y, held, 1e-4), abs=1e-6) and v[0] > 0.6
+    assert np.isnan(v[1])
+    with pytest.raises(ValueError, match="probe_accuracy needs class labels"):
+        inspect.monitor(model, x, jnp.ones((n, 1)), config=inspect.InspectConfig(
             diagnostics=("probe_accuracy",)))

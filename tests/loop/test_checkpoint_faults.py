@@ -323,9 +323,16 @@ def test_lock_held_by_a_live_process(tmp_path):
 def test_lock_of_another_host_is_respected(tmp_path):
     ck = tmp_path / "ck"
     ck.mkdir()
-    (ck / LOCK_NAME).write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
+    lock = ck / LOCK_NAME
+    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere.example", "heartbeat": 60.0}))
     with pytest.raises(CheckpointLockedError, match=r"elsewhere.example.*refreshed it \d+ s "
                                                     r"ago; it counts as stale after 900 s"):
+        _run(ck)
+    # a lock of a layerlab without the heartbeat is never stale by its age (its holder does
+    # not refresh it): refused however old
+    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
+    os.utime(lock, (1.0, 1.0))
+    with pytest.raises(CheckpointLockedError, match=r"without a lock heartbeat"):
         _run(ck)
 
 
@@ -337,7 +344,7 @@ def test_lock_of_another_host_not_refreshed_is_taken_over(tmp_path, reference):
     ck = tmp_path / "ck"
     ck.mkdir()
     lock = ck / LOCK_NAME
-    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere.example"}))
+    lock.write_text(json.dumps({"pid": 1, "host": "elsewhere.example", "heartbeat": 60.0}))
     old = time.time() - LOCK_FOREIGN_STALE_S - 60
     os.utime(lock, (old, old))
     with pytest.warns(RuntimeWarning, match=r"removed the stale lock .* \(on host "
@@ -366,6 +373,29 @@ def test_lock_holder_refreshes_its_lock(tmp_path, monkeypatch):
     finally:
         lock.release()
     assert not thread.is_alive() and not path.exists()
+
+
+def test_a_holder_whose_lock_was_taken_over_stops_refreshing_and_writing(tmp_path, monkeypatch):
+    """Another process took the lock over (judged stale): the old holder's heartbeat leaves the
+    new lock alone, marks the lock lost, and the old run's next history append or save is
+    refused; its release does not remove the new holder's lock."""
+    from layerlab.loop import _checkpoint as C
+    monkeypatch.setattr(C, "LOCK_HEARTBEAT_S", 0.05)
+    ckpt = C.Checkpointer(str(tmp_path), max_to_keep=None)
+    path = tmp_path / LOCK_NAME
+    try:
+        other = {"pid": 1, "host": "elsewhere.example", "token": "theirs", "heartbeat": 60.0}
+        path.write_text(json.dumps(other))
+        os.utime(path, (1.0, 1.0))
+        deadline = time.time() + 10
+        while not ckpt._lock.lost and time.time() < deadline:
+            time.sleep(0.02)
+        assert ckpt._lock.lost and os.path.getmtime(path) == 1.0  # not refreshed by us
+        with pytest.raises(CheckpointLockedError, match=r"was taken over by another process"):
+            ckpt.append_history([{"step": 1}])
+    finally:
+        ckpt.close()
+    assert json.loads(path.read_text()) == other  # the new holder's lock stays
 
 
 def test_stale_lock_is_taken_over(tmp_path, reference):
