@@ -140,8 +140,24 @@ def minibatch_main(artifact: str, doc: str | None, argv=None) -> int:
     run, plot = getattr(ex, f"run_{artifact}"), getattr(ex, f"plot_{artifact}")
     rec = run(cfg, key=jax.random.key(0), progress=not args.no_progress,
               checkpoint_dir=ckpt, cache_dir=cache, data_dir=args.data_dir)
+    rec = arms_scale(rec, args)
     _cli.finish(args, rec, figure=lambda path: plot(rec, path), argv=argv)
     return 0
+
+
+def arms_scale(rec, args):
+    """A record of a run that left arms out (``--arms``) is never paper scale: the paper's
+    figures include the authors'-setup arm (``gn_first_linear``).  Returns the record, with
+    ``scale`` ``"reduced"`` and the reason in its note where the run left arms out."""
+    if args.arms is None or rec.scale != "paper":
+        return rec
+    full = minibatch_config(argparse.Namespace(**{**vars(args), "arms": None}))
+    left = [a.name for a in full.arms if a.name not in args.arms]
+    if not left:
+        return rec
+    return dataclasses.replace(rec, scale="reduced", note=(
+        f"{rec.note} Scale: reduced — the paper's data, model, batch and seeds, but the arms "
+        f"{left} were left out (--arms).").strip())
 
 
 # layerlab.gnrev.experiments.variants_config's CIFAR-10 numbers, typed out because --help is

@@ -123,10 +123,8 @@ def build(partial: dict, step: dict) -> dict:
 
 
 def plot(rec: dict, path: pathlib.Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(1, 4, figsize=(17, 3.8))
+    from layerlab._plotting import subplots
+    fig, ax = subplots(1, 4, figsize=(17, 3.8))
     sw = rec["sweep"]
     ax[0].semilogy(sw["lrs"], sw["final_tenth_loss"], "o-")
     ax[0].set(xscale="log", xlabel="GN rate per block", ylabel="loss, last tenth of epoch 1",
@@ -150,7 +148,6 @@ def plot(rec: dict, path: pathlib.Path) -> None:
         a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def main(argv=None) -> int:

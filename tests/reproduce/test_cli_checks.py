@@ -484,10 +484,16 @@ def test_arms_subset_of_the_paper_config_and_refusals(capsys):
     full = _gnrev.minibatch_config(_parser("gnrev_fig2").parse_args(["--paper"]))
     assert "gn_first_linear" in [a.name for a in full.arms] and "overridden" not in full.scale_note
     assert full.is_paper_scale
-    # the paper's seeds without the authors'-setup arm is not a paper-scale record
-    sub = _gnrev.minibatch_config(_parser("gnrev_fig2").parse_args(
-        ["--paper", "--arms", "gn,adam,sgd"]))
-    assert sub.seeds == 3 and not sub.is_paper_scale
+    # the paper's seeds without the authors'-setup arm do not make a paper-scale record
+    from layerlab.record import Record
+    rec = Record(paper="gnrev", artifact="fig2", title="t", scale="paper", command="c",
+                 config={}, rows=[], claims=[], note="n.")
+    args = _parser("gnrev_fig2").parse_args(["--paper", "--arms", "gn,adam,sgd"])
+    assert _gnrev.minibatch_config(args).seeds == 3
+    out = _gnrev.arms_scale(rec, args)
+    assert out.scale == "reduced" and "['gn_first_linear'] were left out" in out.note
+    for argv in (["--paper"], ["--paper", "--arms", "sgd,adam,gn_first_linear,gn"]):
+        assert _gnrev.arms_scale(rec, _parser("gnrev_fig2").parse_args(argv)) is rec
     # all arms in another order: nothing overridden
     perm = _gnrev.minibatch_config(_parser("gnrev_fig2").parse_args(
         ["--paper", "--arms", "sgd,adam,gn_first_linear,gn"]))
