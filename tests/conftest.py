@@ -28,8 +28,6 @@
   the tests' subprocesses): a program compiled twice in one session -- the same HLO from
   another test, another sweep of a smoke run, a README block's subprocess -- is compiled once.
   Nothing persists between sessions, so every run of the suite costs what CI's clean run costs.
-  Only compiles of 1 s or more are cached (see below: a rare segfault in jaxlib's executable
-  serialisation, which every cache write does).
   The folder is per process because JAX writes cache entries without a lock. Set
   ``JAX_COMPILATION_CACHE_DIR`` yourself to use another folder (kept) or ``""`` to switch it off.
 """
@@ -58,14 +56,8 @@ if os.environ.get("JAX_COMPILATION_CACHE_DIR", _PARENT) == _PARENT:  # unset, or
     _CACHE = tempfile.mkdtemp(prefix="layerlab-tests-xla-cache-")
     atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["_LAYERLAB_TEST_XLA_CACHE"] = _CACHE
-    # cache the compiles of 1 s or more (JAX's default).  Until 2026-11-30 every compile of
-    # 0.1 s or more was cached; writing an entry serialises the executable, and in three of
-    # about ten clean-clone CI runs of 2026-11-29/30 a worker died with a segfault inside that
-    # serialisation (jax compilation_cache.put_executable_and_time -> executable.serialize(),
-    # compiling a loop.fit chunk: bottleneck width_sweep, the distributed test's reference
-    # fit) -- a native crash in jaxlib, not in layerlab, whose cause was not found.  Fewer
-    # entries, fewer serialisations: the expensive compiles, where the cache pays, stay cached.
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")
+    # cache every compile, not only the >= 1 s ones (most here take 0.1-1 s at level 0)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.1")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import jax  # noqa: E402  (after XLA_FLAGS: the CPU backend reads it when it starts)
