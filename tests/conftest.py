@@ -74,6 +74,12 @@ if SHARED_DATA.is_dir():
     os.environ.setdefault("LAYERLAB_DATA", str(SHARED_DATA))
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
+# CPU programs run synchronously in the test session: three clean-clone CI runs (2026-11-29/30)
+# lost a worker to a segfault inside jaxlib's executable.serialize() -- the persistent cache's
+# write -- while compiling a loop.fit chunk, possibly racing with the chunk still running
+# asynchronously before it (loop.fit dispatches one chunk ahead).  Not proven: a guess that
+# costs nothing measurable on two workers for two cores.
+jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
 def pytest_unconfigure(config):
